@@ -1,0 +1,41 @@
+#include "runtime/allocator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace tally {
+
+constexpr size_t kAlignment = 64;
+
+Storage::Storage(void* data, size_t bytes, Device device, MemoryLedger* ledger,
+                 MemoryCategory category)
+    : data_(data), bytes_(bytes), device_(device), ledger_(ledger), category_(category) {
+  if (ledger_ != nullptr) ledger_->Charge(category_, static_cast<int64_t>(bytes_));
+}
+
+Storage::~Storage() {
+  std::free(data_);
+  if (ledger_ != nullptr) ledger_->Release(category_, static_cast<int64_t>(bytes_));
+}
+
+absl::StatusOr<std::shared_ptr<Storage>> Allocator::Allocate(size_t bytes,
+                                                             MemoryCategory category) {
+  if (device_.type != DeviceType::kCPU) {
+    return absl::UnimplementedError("[Allocate] device " + device_.ToString() +
+                                    " has no allocator in this build");
+  }
+  // aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
+  // distinct pointer so that empty tensors have somewhere to point.
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* data = std::aligned_alloc(kAlignment, rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError("[Allocate] could not allocate " + std::to_string(bytes) +
+                                        " bytes of " + std::string(Name(category)));
+  }
+  std::memset(data, 0, rounded);
+  return std::make_shared<Storage>(data, bytes, device_, ledger_, category);
+}
+
+}  // namespace tally

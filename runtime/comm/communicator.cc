@@ -1,0 +1,250 @@
+#include "runtime/comm/communicator.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/comm/naive.h"
+#include "runtime/comm/partition.h"
+#include "runtime/comm/ring.h"
+#include "runtime/status_macros.h"
+
+namespace tally::comm {
+
+Work::Work(std::unique_ptr<Wire> wire, size_t bytes, absl::Time started)
+    : wire_(std::move(wire)), pending_(*wire_), bytes_(bytes), started_(started) {}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport, RankResources* resources,
+                           CommOptions options)
+    : transport_(std::move(transport)), resources_(resources), options_(options) {}
+
+absl::Status Communicator::CheckCount(Primitive primitive, const char* what, const Tensor& t,
+                                      int64_t expected) const {
+  if (t.numel() == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("[", Title(primitive), " on '", name(),
+                                                 "'] rank ", rank(), ": ", what, " has ",
+                                                 t.numel(), " elements, expected ", expected));
+}
+
+absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
+    Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
+    int64_t count, std::initializer_list<const Tensor*> tensors) {
+  OpSignature signature{primitive, algorithm.value_or(options_.algorithm), dtype, op, root,
+                        count, collective_calls_++};
+  std::string where = absl::StrCat("[", Title(primitive), " on '", name(), "'] rank ", rank());
+  if (primitive != Primitive::kSendRecv && root != -1 && (root < 0 || root >= size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": root ", root, " is not a rank of a group of ", size()));
+  }
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative count"));
+  for (const Tensor* t : tensors) {
+    if (t->device().type != DeviceType::kCPU) {
+      return absl::UnimplementedError(
+          absl::StrCat(where, ": tensors on ", t->device().ToString(), " need a device transport"));
+    }
+    if (t->dtype() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": tensors of dtype ", Name(dtype),
+                                                     " and ", Name(t->dtype()), " mixed"));
+    }
+  }
+  RETURN_IF_ERROR(transport_->Announce(signature));
+  return std::make_unique<Wire>(*transport_, ledger(), allocator(), signature,
+                                options_.max_chunk_bytes);
+}
+
+absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, absl::Time started,
+                                  absl::Status status) {
+  wire.RecordCall(payload_bytes, started);
+  return status;
+}
+
+absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBroadcast, algorithm, data.dtype(), ReduceOp::kSum,
+                                    root, data.numel(), {&data}));
+  absl::Status s = wire->signature().algorithm == Algorithm::kRing
+                       ? ring::Broadcast(*wire, data.raw_data(), data.numel(), root)
+                       : naive::Broadcast(*wire, data.raw_data(), data.numel(), root);
+  return Finish(*wire, int64_t(data.nbytes()), started, s);
+}
+
+absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
+                                  AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  bool is_root = rank() == root;
+  if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kReduce, "output", output, input.numel()));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduce, algorithm, input.dtype(), op, root,
+                                    input.numel(), {&input, is_root ? &output : &input}));
+  absl::Status s =
+      wire->signature().algorithm == Algorithm::kRing
+          ? ring::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root)
+          : naive::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root);
+  return Finish(*wire, int64_t(input.nbytes()), started, s);
+}
+
+absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
+                                    data.numel(), {&data}));
+  absl::Status s = wire->signature().algorithm == Algorithm::kRing
+                       ? ring::AllReduce(*wire, data.raw_data(), data.numel())
+                       : naive::AllReduce(*wire, data.raw_data(), data.numel());
+  return Finish(*wire, int64_t(data.nbytes()), started, s);
+}
+
+absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
+                                         AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  int64_t n = input.numel();
+  RETURN_IF_ERROR(CheckCount(Primitive::kReduceScatter, "output", output,
+                             ChunkOf(n, size(), rank()).count));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1, n,
+                                    {&input, &output}));
+  absl::Status s = wire->signature().algorithm == Algorithm::kRing
+                       ? ring::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n)
+                       : naive::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n);
+  return Finish(*wire, int64_t(input.nbytes()), started, s);
+}
+
+absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
+                                     AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  int64_t n = output.numel();
+  RETURN_IF_ERROR(
+      CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
+                                    ReduceOp::kSum, -1, n, {&input, &output}));
+  absl::Status s = wire->signature().algorithm == Algorithm::kRing
+                       ? ring::AllGather(*wire, input.raw_data(), output.raw_data(), n)
+                       : naive::AllGather(*wire, input.raw_data(), output.raw_data(), n);
+  return Finish(*wire, int64_t(output.nbytes()), started, s);
+}
+
+absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t count, int root,
+                                   AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  bool is_root = rank() == root;
+  if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kScatter, "input", input, count));
+  if (root >= 0 && root < size() && count >= 0) {
+    RETURN_IF_ERROR(CheckCount(Primitive::kScatter, "output", output,
+                               ChunkOf(count, size(), rank()).count));
+  }
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kScatter, algorithm, output.dtype(),
+                                    ReduceOp::kSum, root, count,
+                                    {&output, is_root ? &input : &output}));
+  absl::Status s =
+      wire->signature().algorithm == Algorithm::kRing
+          ? ring::Scatter(*wire, input.raw_data(), output.raw_data(), count, root)
+          : naive::Scatter(*wire, input.raw_data(), output.raw_data(), count, root);
+  return Finish(*wire, count * int64_t(SizeOf(output.dtype())), started, s);
+}
+
+absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t count, int root,
+                                  AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  bool is_root = rank() == root;
+  if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kGather, "output", output, count));
+  if (root >= 0 && root < size() && count >= 0) {
+    RETURN_IF_ERROR(
+        CheckCount(Primitive::kGather, "input", input, ChunkOf(count, size(), rank()).count));
+  }
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kGather, algorithm, input.dtype(), ReduceOp::kSum,
+                                    root, count, {&input, is_root ? &output : &input}));
+  absl::Status s =
+      wire->signature().algorithm == Algorithm::kRing
+          ? ring::Gather(*wire, input.raw_data(), output.raw_data(), count, root)
+          : naive::Gather(*wire, input.raw_data(), output.raw_data(), count, root);
+  return Finish(*wire, count * int64_t(SizeOf(input.dtype())), started, s);
+}
+
+absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
+                                    AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  int64_t n = input.numel();
+  RETURN_IF_ERROR(CheckCount(Primitive::kAllToAll, "output", output,
+                             size() * ChunkOf(n, size(), rank()).count));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllToAll, algorithm, input.dtype(),
+                                    ReduceOp::kSum, -1, n, {&input, &output}));
+  absl::Status s = wire->signature().algorithm == Algorithm::kRing
+                       ? ring::AllToAll(*wire, input.raw_data(), output.raw_data(), n)
+                       : naive::AllToAll(*wire, input.raw_data(), output.raw_data(), n);
+  return Finish(*wire, int64_t(input.nbytes()), started, s);
+}
+
+absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
+  absl::Time started = absl::Now();
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBarrier, algorithm, DType::kF32, ReduceOp::kSum,
+                                    -1, 0, {}));
+  absl::Status s = wire->signature().algorithm == Algorithm::kRing ? ring::Barrier(*wire)
+                                                                   : naive::Barrier(*wire);
+  return Finish(*wire, 0, started, s);
+}
+
+// ---------------------------------------------------------------------------- point-to-point
+
+std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, bool send) {
+  absl::Time started = absl::Now();
+  // Point-to-point messages are not collective calls: they carry no sequence number, and
+  // only the count and dtype are compared at the receiver.
+  OpSignature signature{Primitive::kSendRecv, options_.algorithm, data.dtype(), ReduceOp::kSum,
+                        -1, data.numel(), 0};
+  auto work = std::unique_ptr<Work>(new Work(
+      std::make_unique<Wire>(*transport_, ledger(), allocator(), signature,
+                             options_.max_chunk_bytes),
+      data.nbytes(), started));
+  if (send) {
+    work->wire_->Send(peer, data.raw_data(), data.nbytes(), work->pending_);
+  } else {
+    work->wire_->Recv(peer, data.raw_data(), data.nbytes(), work->pending_);
+  }
+  return work;
+}
+
+absl::Status Work::Wait() {
+  absl::Status status = pending_.WaitAll();
+  wire_->RecordCall(int64_t(bytes_), started_);
+  return status;
+}
+
+std::unique_ptr<Work> Communicator::Isend(const Tensor& data, int peer) {
+  return PointToPoint(data, peer, /*send=*/true);
+}
+
+std::unique_ptr<Work> Communicator::Irecv(Tensor& data, int peer) {
+  return PointToPoint(data, peer, /*send=*/false);
+}
+
+absl::Status Communicator::Send(const Tensor& data, int peer) { return Isend(data, peer)->Wait(); }
+
+absl::Status Communicator::Recv(Tensor& data, int peer) { return Irecv(data, peer)->Wait(); }
+
+// ---------------------------------------------------------------------------- Split
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key,
+                                                                  const std::string& name) {
+  PhaseScope setup(ledger(), Phase::kSetup);
+  // Every rank learns every rank's (color, key) with one all-gather of two int64 each.
+  ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({2}, DType::kI64, allocator(), MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(Tensor all, Tensor::Empty({2 * size()}, DType::kI64, allocator(),
+                                             MemoryCategory::kComm));
+  mine.data<int64_t>()[0] = color;
+  mine.data<int64_t>()[1] = key;
+  RETURN_IF_ERROR(AllGather(mine, all));
+  uint64_t split_id = splits_++;
+  if (color < 0) return std::unique_ptr<Communicator>();
+
+  std::vector<std::pair<int64_t, int>> keyed;  // (key, rank) of the ranks of my color
+  const int64_t* colors_keys = all.data<int64_t>();
+  for (int r = 0; r < size(); ++r) {
+    if (colors_keys[2 * r] == color) keyed.push_back({colors_keys[2 * r + 1], r});
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<int> members;
+  for (const auto& [k, r] : keyed) members.push_back(r);
+  ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                   transport_->Split(members, split_id, name));
+  return std::make_unique<Communicator>(std::move(transport), resources_, options_);
+}
+
+}  // namespace tally::comm

@@ -1,0 +1,136 @@
+// Communicator: a group of ranks, a transport, the rank's ledgers, an algorithm choice.
+//
+//   RETURN_IF_ERROR(world.AllReduce(grads, ReduceOp::kAvg));           // ring by default
+//   RETURN_IF_ERROR(world.AllReduce(grads, ReduceOp::kSum, Algorithm::kNaive));
+//   ASSIGN_OR_RETURN(auto dp, world.Split(/*color=*/tp_rank, /*key=*/rank, "dp"));
+//
+// Every collective is called by every rank of the group, in the same order, with matching
+// arguments; a rank that differs (primitive, count, root, dtype, op, algorithm, order)
+// makes the call fail on every rank with a message naming both sides. Buffers whose size
+// the group does not divide are split by ChunkOf (partition.h): rank r's chunk is
+// ChunkOf(n, size(), r). Bytes moved are in ring.h, naive.h and exact_traffic.h.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/comm/ledger.h"
+#include "runtime/comm/transport.h"
+#include "runtime/comm/types.h"
+#include "runtime/comm/wire.h"
+#include "runtime/memory_ledger.h"
+#include "runtime/tensor.h"
+
+namespace tally::comm {
+
+struct CommOptions {
+  Algorithm algorithm = Algorithm::kRing;  // used when a call names none
+  // Messages are cut into pieces of at most this many bytes: the pipelining grain of the
+  // chain broadcast and reduce, and a knob that lets a small test run a multi-piece ring.
+  size_t max_chunk_bytes = size_t(4) << 20;
+};
+
+// What one rank owns, shared by all its communicators: its ledgers and its allocator.
+struct RankResources {
+  explicit RankResources(int world_rank) : traffic(world_rank), allocator(&memory) {}
+  MemoryLedger memory;
+  TrafficLedger traffic;
+  Allocator allocator;
+};
+
+class Communicator;
+
+// A non-blocking point-to-point transfer (Isend / Irecv).
+class Work {
+ public:
+  absl::Status Wait();
+
+ private:
+  friend class Communicator;
+  Work(std::unique_ptr<Wire> wire, size_t bytes, absl::Time started);
+  std::unique_ptr<Wire> wire_;
+  Pending pending_;
+  size_t bytes_;
+  absl::Time started_;
+};
+
+class Communicator {
+ public:
+  // `resources` must outlive the communicator and every communicator split from it.
+  Communicator(std::unique_ptr<Transport> transport, RankResources* resources,
+               CommOptions options = {});
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  int world_rank() const { return transport_->world_rank(rank()); }
+  int world_rank_of(int group_rank) const { return transport_->world_rank(group_rank); }
+  const std::string& name() const { return transport_->name(); }
+  const CommOptions& options() const { return options_; }
+  void set_options(const CommOptions& options) { options_ = options; }
+
+  TrafficLedger& ledger() { return resources_->traffic; }
+  MemoryLedger& memory() { return resources_->memory; }
+  Allocator& allocator() { return resources_->allocator; }
+
+  using AlgorithmChoice = std::optional<Algorithm>;  // nullopt: options().algorithm
+
+  // data (n) on the root -> data (n) on every rank.
+  absl::Status Broadcast(Tensor& data, int root, AlgorithmChoice algorithm = {});
+  // input (n) on every rank -> output (n) = op over ranks, on the root (elsewhere unused).
+  absl::Status Reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
+                      AlgorithmChoice algorithm = {});
+  // data (n) -> op over ranks, on every rank, in place.
+  absl::Status AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm = {});
+  // input (n) on every rank -> output (chunk r of the op over ranks).
+  absl::Status ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
+                             AlgorithmChoice algorithm = {});
+  // input (chunk r) -> output (n): every rank's chunk in rank order.
+  absl::Status AllGather(const Tensor& input, Tensor& output, AlgorithmChoice algorithm = {});
+  // The root's input (count elements) -> output (chunk r) on every rank. `count` is known
+  // to every rank; non-roots may pass an empty input.
+  absl::Status Scatter(const Tensor& input, Tensor& output, int64_t count, int root,
+                       AlgorithmChoice algorithm = {});
+  // input (chunk r) on every rank -> the root's output (count elements).
+  absl::Status Gather(const Tensor& input, Tensor& output, int64_t count, int root,
+                      AlgorithmChoice algorithm = {});
+  // input (n) on every rank, chunk j meant for rank j -> output (size()·c_r): slot j holds
+  // rank j's chunk r, where c_r = ChunkOf(n, size(), r).count.
+  absl::Status AllToAll(const Tensor& input, Tensor& output, AlgorithmChoice algorithm = {});
+  absl::Status Barrier(AlgorithmChoice algorithm = {});
+
+  // Point-to-point within the group. A Send matches the peer's Recv of the same count.
+  absl::Status Send(const Tensor& data, int peer);
+  absl::Status Recv(Tensor& data, int peer);
+  // Non-blocking forms: the tensor must stay alive and untouched until Wait().
+  std::unique_ptr<Work> Isend(const Tensor& data, int peer);
+  std::unique_ptr<Work> Irecv(Tensor& data, int peer);
+
+  // MPI_Comm_split: ranks that pass the same color form a group named `name`, ordered by
+  // (key, rank). Collective over this communicator. A negative color joins no group and
+  // gets nullptr.
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, const std::string& name);
+
+ private:
+  // Checks the arguments every collective shares, then returns the Wire of the call.
+  absl::StatusOr<std::unique_ptr<Wire>> Begin(Primitive primitive, AlgorithmChoice algorithm,
+                                              DType dtype, ReduceOp op, int root, int64_t count,
+                                              std::initializer_list<const Tensor*> tensors);
+  // Books the call in the ledger and passes on its status.
+  absl::Status Finish(Wire& wire, int64_t payload_bytes, absl::Time started,
+                      absl::Status status);
+  absl::Status CheckCount(Primitive primitive, const char* what, const Tensor& t,
+                          int64_t expected) const;
+  std::unique_ptr<Work> PointToPoint(const Tensor& data, int peer, bool send);
+
+  std::unique_ptr<Transport> transport_;
+  RankResources* resources_;
+  CommOptions options_;
+  uint64_t collective_calls_ = 0;  // the sequence number of the next collective
+  uint64_t splits_ = 0;
+};
+
+}  // namespace tally::comm

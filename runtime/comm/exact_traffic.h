@@ -1,0 +1,31 @@
+// The exact bytes one rank sends and receives in one collective call, in closed form.
+//
+// This is the formula the ledger is checked against: for every primitive, algorithm,
+// group size, rank, root and count (including counts the group size does not divide),
+// the ledger's measured bytes must equal ExactTraffic to the byte. With p ranks, M bytes
+// and p dividing the count it reduces to the familiar forms, e.g. ring all-reduce
+// 2(p-1)/p·M per rank; the seed article's 2M is the large-p limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/comm/types.h"
+
+namespace tally::comm {
+
+struct RankTraffic {
+  int64_t sent = 0;
+  int64_t recv = 0;
+  bool operator==(const RankTraffic&) const = default;
+};
+
+// `count` is the full buffer as the Communicator call names it: the data of Broadcast,
+// Reduce and AllReduce, the input of ReduceScatter and AllToAll (per rank), the output of
+// AllGather, the root's buffer of Scatter and Gather. `root` is ignored where there is
+// none. kSendRecv and kBarrier: a point-to-point message is count·element_size each way
+// for its two ends (this returns the sender's share); a barrier moves nothing.
+RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
+                         int root, int64_t count, size_t element_size);
+
+}  // namespace tally::comm

@@ -1,0 +1,58 @@
+#include "runtime/comm/launch.h"
+
+#include <exception>
+#include <memory>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/comm/threads/threads_transport.h"
+
+namespace tally::comm {
+
+absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn) {
+  int n = options.world_size;
+  if (n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("[launch] world size must be >= 1, got ", n));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("[launch] the wait timeout must be positive");
+  }
+  auto session = std::make_shared<threads::Session>(n, options.timeout);
+  std::vector<int> ranks(n);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  auto world = std::make_shared<threads::Hub>(session, ranks, "world");
+
+  auto run_rank = [&](int rank) {
+    absl::Status status;
+    {
+      RankResources resources(rank);
+      Communicator comm(std::make_unique<threads::ThreadsTransport>(world, rank), &resources,
+                        options.comm);
+      try {
+        status = fn(comm);
+      } catch (const std::exception& e) {
+        status = absl::InternalError(absl::StrCat("threw an exception: ", e.what()));
+      } catch (...) {
+        status = absl::InternalError("threw an exception of unknown type");
+      }
+    }
+    if (!status.ok()) {
+      // The first failure names its rank; ranks that fail because of it keep its message.
+      session->Abort(absl::Status(status.code(), absl::StrCat("rank ", rank, " failed: ",
+                                                              status.message())));
+    }
+    session->MarkExited(rank);
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int rank = 0; rank < n; ++rank) threads.emplace_back(run_rank, rank);
+  for (std::thread& t : threads) t.join();
+
+  if (session->aborted()) return session->abort_status();
+  return absl::OkStatus();
+}
+
+}  // namespace tally::comm

@@ -1,0 +1,152 @@
+// The traffic ledger: every byte a rank moves, recorded where it moves.
+//
+// The counting layer (wire.h) records each message as it is posted: rank, peer, group,
+// primitive, algorithm, phase, scope label, bytes, messages; and the time until it
+// completed. Nothing is computed from a formula, so a table made from ledgers is what
+// actually crossed the wire. RAII scopes set the phase and the label:
+//
+//   {
+//     PhaseScope phase(ledger, Phase::kBackward);
+//     LabelScope label(ledger, "layer3");     // nested scopes join: "layer3.mlp"
+//     RETURN_IF_ERROR(dp.AllReduce(grads, ReduceOp::kAvg));
+//   }
+//
+// One ledger per rank, shared by that rank's communicators, used from the rank's thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/comm/types.h"
+
+namespace tally::comm {
+
+// Where a transfer or call is booked.
+struct LedgerKey {
+  std::string group;
+  Primitive primitive = Primitive::kSendRecv;
+  Algorithm algorithm = Algorithm::kRing;
+  Phase phase = Phase::kOther;
+  std::string label;
+
+  auto Tie() const { return std::tie(group, primitive, algorithm, phase, label); }
+  bool operator<(const LedgerKey& o) const { return Tie() < o.Tie(); }
+  bool operator==(const LedgerKey& o) const { return Tie() == o.Tie(); }
+};
+
+// Bytes between this rank and one peer (a world rank) under one key.
+struct TransferTotals {
+  int64_t bytes_sent = 0;
+  int64_t bytes_recv = 0;
+  int64_t messages_sent = 0;
+  int64_t messages_recv = 0;
+  double seconds = 0;  // from post to completion, summed over messages
+};
+
+// Calls of one collective under one key.
+struct CallTotals {
+  int64_t calls = 0;
+  int64_t payload_bytes = 0;  // the buffer size the caller passed (nccl-tests' "size")
+  double seconds = 0;         // wall time inside the calls
+};
+
+class TrafficLedger {
+ public:
+  explicit TrafficLedger(int world_rank = 0) : world_rank_(world_rank) {}
+
+  int world_rank() const { return world_rank_; }
+  Phase phase() const { return phase_; }
+  const std::string& label() const { return label_; }
+
+  void RecordSend(const LedgerKey& key, int peer_world_rank, int64_t bytes);
+  void RecordRecv(const LedgerKey& key, int peer_world_rank, int64_t bytes);
+  void RecordWait(const LedgerKey& key, int peer_world_rank, double seconds);
+  void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds);
+
+  const std::map<std::pair<LedgerKey, int>, TransferTotals>& transfers() const {
+    return transfers_;
+  }
+  const std::map<LedgerKey, CallTotals>& calls() const { return calls_; }
+
+  // Totals over every key that `match` accepts.
+  template <typename Match>
+  TransferTotals Sum(Match match) const {
+    TransferTotals t;
+    for (const auto& [key, v] : transfers_) {
+      if (!match(key.first)) continue;
+      t.bytes_sent += v.bytes_sent;
+      t.bytes_recv += v.bytes_recv;
+      t.messages_sent += v.messages_sent;
+      t.messages_recv += v.messages_recv;
+      t.seconds += v.seconds;
+    }
+    return t;
+  }
+  TransferTotals Total() const {
+    return Sum([](const LedgerKey&) { return true; });
+  }
+
+  void Clear();
+
+ private:
+  friend class PhaseScope;
+  friend class LabelScope;
+
+  int world_rank_;
+  Phase phase_ = Phase::kOther;
+  std::string label_;
+  std::map<std::pair<LedgerKey, int>, TransferTotals> transfers_;  // (key, peer) -> totals
+  std::map<LedgerKey, CallTotals> calls_;
+};
+
+// Sets the ledger's phase for the scope's lifetime.
+class PhaseScope {
+ public:
+  PhaseScope(TrafficLedger& ledger, Phase phase) : ledger_(ledger), saved_(ledger.phase_) {
+    ledger.phase_ = phase;
+  }
+  ~PhaseScope() { ledger_.phase_ = saved_; }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  TrafficLedger& ledger_;
+  Phase saved_;
+};
+
+// Appends ".part" to the ledger's label for the scope's lifetime.
+class LabelScope {
+ public:
+  LabelScope(TrafficLedger& ledger, const std::string& part);
+  ~LabelScope() { ledger_.label_.resize(saved_size_); }
+  LabelScope(const LabelScope&) = delete;
+  LabelScope& operator=(const LabelScope&) = delete;
+
+ private:
+  TrafficLedger& ledger_;
+  size_t saved_size_;
+};
+
+// --- Reports over the ledgers of every rank (index = world rank) -----------------------
+
+// One row per (group, primitive, algorithm, phase, label): calls, bytes sent and received
+// per rank (min and max over the ranks that took part), messages, time.
+std::string FormatTrafficTable(std::span<const TrafficLedger> ledgers);
+
+// bytes[i][j]: bytes world rank i sent to world rank j.
+std::vector<std::vector<int64_t>> PeerMatrix(std::span<const TrafficLedger> ledgers);
+std::string FormatPeerMatrix(const std::vector<std::vector<int64_t>>& bytes);
+
+// {"ranks": [{"rank", "transfers": [{"group", "op", "algorithm", "phase", "scope", "peer",
+//   "bytes_sent", "bytes_recv", "messages_sent", "messages_recv", "seconds"}],
+//   "calls": [{"group", "op", "algorithm", "phase", "scope", "calls", "payload_bytes",
+//   "seconds"}]}], "peer_matrix": [[...]]}
+std::string TrafficJson(std::span<const TrafficLedger> ledgers);
+absl::Status WriteTrafficJson(const std::string& path, std::span<const TrafficLedger> ledgers);
+
+}  // namespace tally::comm

@@ -1,0 +1,275 @@
+#include "runtime/comm/ring.h"
+
+#include <deque>
+
+#include "runtime/comm/buffer_math.h"
+#include "runtime/comm/reduce.h"
+#include "runtime/status_macros.h"
+
+namespace tally::comm::ring {
+namespace {
+
+// One ring step: send a range to the right neighbour while receiving (or receive-reducing)
+// a range from the left one, and wait for both.
+absl::Status Step(Wire& wire, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                  bool reduce) {
+  Pending step(wire);
+  wire.Send(wire.right(), send, send_bytes, step);
+  if (reduce) {
+    wire.RecvReduce(wire.left(), recv, recv_bytes, step);
+  } else {
+    wire.Recv(wire.left(), recv, recv_bytes, step);
+  }
+  return step.WaitAll();
+}
+
+// The reduce-scatter half of the ring all-reduce, in place.
+//
+// The buffer is cut into p chunks. At step s (0 <= s < p-1) rank r sends chunk r-s-1 to
+// its right neighbour and receives chunk r-s-2 from its left one, reducing it into its own
+// copy. Each chunk thus travels p-1 hops, collecting one contribution per hop, and after
+// the last step rank r holds chunk r reduced over all ranks.
+absl::Status ReduceScatterInPlace(Wire& wire, void* data, int64_t count) {
+  int p = wire.size(), r = wire.rank();
+  for (int s = 0; s < p - 1; ++s) {
+    Chunk send_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 1));
+    Chunk recv_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 2));
+    RETURN_IF_ERROR(Step(wire, At(data, send_chunk.offset, wire), Bytes(send_chunk.count, wire),
+                         At(data, recv_chunk.offset, wire), Bytes(recv_chunk.count, wire),
+                         /*reduce=*/true));
+  }
+  return absl::OkStatus();
+}
+
+// The all-gather half, in place: rank r starts with chunk r complete. At step s it sends
+// chunk r-s (which it completed one step earlier) and receives chunk r-s-1.
+absl::Status AllGatherInPlace(Wire& wire, void* data, int64_t count) {
+  int p = wire.size(), r = wire.rank();
+  for (int s = 0; s < p - 1; ++s) {
+    Chunk send_chunk = ChunkOf(count, p, wire.RingRank(r, -s));
+    Chunk recv_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 1));
+    RETURN_IF_ERROR(Step(wire, At(data, send_chunk.offset, wire), Bytes(send_chunk.count, wire),
+                         At(data, recv_chunk.offset, wire), Bytes(recv_chunk.count, wire),
+                         /*reduce=*/false));
+  }
+  return absl::OkStatus();
+}
+
+void FinishChunkAverage(Wire& wire, void* data, Chunk chunk) {
+  if (wire.signature().op == ReduceOp::kAvg) {
+    FinishAverage(At(data, chunk.offset, wire), chunk.count, wire.signature().dtype, wire.size());
+  }
+}
+
+// A rank's distance from the root along the ring: the root is 0, its right neighbour 1.
+int Distance(const Wire& wire, int root) { return wire.RingRank(wire.rank(), -root); }
+
+}  // namespace
+
+absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
+  RETURN_IF_ERROR(ReduceScatterInPlace(wire, data, count));
+  FinishChunkAverage(wire, data, ChunkOf(count, wire.size(), wire.rank()));
+  return AllGatherInPlace(wire, data, count);
+}
+
+// The same ring as ReduceScatterInPlace, but the input stays untouched: each step reduces
+// into one of two scratch chunks (the one sent last step is still being read by the
+// right neighbour), and the last step reduces straight into the output.
+absl::Status ReduceScatter(Wire& wire, const void* input, void* output, int64_t count) {
+  int p = wire.size(), r = wire.rank();
+  Chunk own = ChunkOf(count, p, r);
+  ASSIGN_OR_RETURN(Tensor scratch, wire.Scratch(p > 1 ? 2 * ChunkOf(count, p, 0).count : 0));
+  const void* send = At(input, ChunkOf(count, p, wire.RingRank(r, -1)).offset, wire);
+  for (int s = 0; s < p - 1; ++s) {
+    Chunk send_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 1));
+    Chunk recv_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 2));
+    void* into = (s == p - 2) ? output : At(scratch.raw_data(), (s % 2) * scratch.numel() / 2, wire);
+    CopyElements(into, At(input, recv_chunk.offset, wire), recv_chunk.count, wire);
+    RETURN_IF_ERROR(Step(wire, send, Bytes(send_chunk.count, wire), into,
+                         Bytes(recv_chunk.count, wire), /*reduce=*/true));
+    send = into;
+  }
+  if (p == 1) CopyElements(output, input, count, wire);
+  FinishChunkAverage(wire, output, Chunk{0, own.count});
+  return absl::OkStatus();
+}
+
+absl::Status AllGather(Wire& wire, const void* input, void* output, int64_t count) {
+  Chunk own = ChunkOf(count, wire.size(), wire.rank());
+  CopyElements(At(output, own.offset, wire), input, own.count, wire);
+  return AllGatherInPlace(wire, output, count);
+}
+
+// Broadcast as a pipelined chain: root -> root+1 -> ... -> root+p-1. The buffer moves in
+// segments of at most max_chunk_bytes, and each rank forwards a segment as soon as it has
+// it, so all links of the chain are busy at once and the time approaches M/bandwidth
+// rather than (p-1)·M/bandwidth.
+absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
+  int p = wire.size(), d = Distance(wire, root);
+  if (p == 1) return absl::OkStatus();
+  std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
+  Pending from_left(wire), to_right(wire);
+  if (d > 0) {
+    for (Wire::Segment seg : segments) {
+      wire.Recv(wire.left(), At(data, 0, wire) + seg.offset, seg.bytes, from_left);
+    }
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (d > 0) RETURN_IF_ERROR(from_left.Wait(i));
+    if (d < p - 1) wire.Send(wire.right(), At(data, 0, wire) + segments[i].offset,
+                             segments[i].bytes, to_right);
+  }
+  return to_right.WaitAll();
+}
+
+// Reduce as a chain toward the root: the rank farthest from the root (distance p-1) sends
+// its buffer to its left neighbour, which adds its own and passes the partial sum on,
+// segment by segment, until the root adds the last contribution.
+absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, int root) {
+  int p = wire.size(), d = Distance(wire, root);
+  Tensor scratch;
+  if (d > 0) {
+    ASSIGN_OR_RETURN(scratch, wire.Scratch(count));
+  }
+  void* partial = d == 0 ? output : scratch.raw_data();
+  CopyElements(partial, input, count, wire);
+  std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
+  Pending from_right(wire), to_left(wire);
+  if (d < p - 1) {
+    for (Wire::Segment seg : segments) {
+      wire.RecvReduce(wire.right(), At(partial, 0, wire) + seg.offset, seg.bytes, from_right);
+    }
+  }
+  if (d > 0) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      if (d < p - 1) RETURN_IF_ERROR(from_right.Wait(i));
+      wire.Send(wire.left(), At(partial, 0, wire) + segments[i].offset, segments[i].bytes,
+                to_left);
+    }
+  }
+  RETURN_IF_ERROR(from_right.WaitAll());
+  RETURN_IF_ERROR(to_left.WaitAll());
+  if (d == 0) FinishChunkAverage(wire, output, Chunk{0, count});
+  return absl::OkStatus();
+}
+
+// Scatter down the chain: the root sends the chunks of ranks at distance p-1, p-2, ..., 1
+// (farthest first) to its right neighbour; every rank keeps the last chunk that reaches it
+// (its own) and relays the others, each as soon as it arrives.
+absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count, int root) {
+  int p = wire.size(), d = Distance(wire, root);
+  auto chunk_at = [&](int distance) { return ChunkOf(count, p, wire.RingRank(root, distance)); };
+  if (d == 0) {
+    Chunk own = chunk_at(0);
+    CopyElements(output, At(input, own.offset, wire), own.count, wire);
+    Pending to_right(wire);
+    for (int j = p - 1; j >= 1; --j) {
+      wire.Send(wire.right(), At(input, chunk_at(j).offset, wire), Bytes(chunk_at(j).count, wire),
+                to_right);
+    }
+    return to_right.WaitAll();
+  }
+  // Relay space for the chunks of the ranks behind this one (distances d+1 .. p-1).
+  int64_t relay_count = 0;
+  for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
+  ASSIGN_OR_RETURN(Tensor relay, wire.Scratch(relay_count));
+  std::deque<Pending> relayed;
+  Pending to_right(wire);
+  int64_t offset = 0;
+  std::vector<int64_t> relay_offset(p, 0);
+  for (int j = p - 1; j > d; --j) {
+    relay_offset[j] = offset;
+    relayed.emplace_back(wire);
+    wire.Recv(wire.left(), At(relay.raw_data(), offset, wire), Bytes(chunk_at(j).count, wire),
+              relayed.back());
+    offset += chunk_at(j).count;
+  }
+  Pending own(wire);
+  wire.Recv(wire.left(), output, Bytes(chunk_at(d).count, wire), own);
+  for (int j = p - 1, k = 0; j > d; --j, ++k) {
+    RETURN_IF_ERROR(relayed[k].WaitAll());
+    wire.Send(wire.right(), At(relay.raw_data(), relay_offset[j], wire),
+              Bytes(chunk_at(j).count, wire), to_right);
+  }
+  RETURN_IF_ERROR(own.WaitAll());
+  return to_right.WaitAll();
+}
+
+// Gather up the chain, the mirror of Scatter: each rank sends its own chunk to its left
+// neighbour, then relays the chunks of the ranks behind it (distance d+1, d+2, ...) in the
+// order they arrive; the root receives them straight into place.
+absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, int root) {
+  int p = wire.size(), d = Distance(wire, root);
+  auto chunk_at = [&](int distance) { return ChunkOf(count, p, wire.RingRank(root, distance)); };
+  if (d == 0) {
+    Chunk own = chunk_at(0);
+    CopyElements(At(output, own.offset, wire), input, own.count, wire);
+    Pending from_right(wire);
+    for (int j = 1; j < p; ++j) {
+      wire.Recv(wire.right(), At(output, chunk_at(j).offset, wire),
+                Bytes(chunk_at(j).count, wire), from_right);
+    }
+    return from_right.WaitAll();
+  }
+  int64_t relay_count = 0;
+  for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
+  ASSIGN_OR_RETURN(Tensor relay, wire.Scratch(relay_count));
+  std::deque<Pending> relayed;
+  std::vector<int64_t> relay_offset(p, 0);
+  int64_t offset = 0;
+  for (int j = d + 1; j < p; ++j) {
+    relay_offset[j] = offset;
+    relayed.emplace_back(wire);
+    wire.Recv(wire.right(), At(relay.raw_data(), offset, wire), Bytes(chunk_at(j).count, wire),
+              relayed.back());
+    offset += chunk_at(j).count;
+  }
+  Pending to_left(wire);
+  wire.Send(wire.left(), input, Bytes(chunk_at(d).count, wire), to_left);
+  for (int j = d + 1, k = 0; j < p; ++j, ++k) {
+    RETURN_IF_ERROR(relayed[k].WaitAll());
+    wire.Send(wire.left(), At(relay.raw_data(), relay_offset[j], wire),
+              Bytes(chunk_at(j).count, wire), to_left);
+  }
+  return to_left.WaitAll();
+}
+
+// All-to-all as p-1 ring-ordered pairwise exchanges: at step s rank r sends its chunk for
+// rank r+s and receives rank r-s's chunk for it. Each step pairs every rank with exactly
+// one sender and one receiver, so no link carries two messages at once.
+absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count) {
+  int p = wire.size(), r = wire.rank();
+  Chunk own = ChunkOf(count, p, r);
+  CopyElements(At(output, r * own.count, wire), At(input, own.offset, wire), own.count, wire);
+  for (int s = 1; s < p; ++s) {
+    int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
+    Chunk to_chunk = ChunkOf(count, p, to);
+    Pending step(wire);
+    wire.Send(to, At(input, to_chunk.offset, wire), Bytes(to_chunk.count, wire), step);
+    wire.Recv(from, At(output, from * own.count, wire), Bytes(own.count, wire), step);
+    RETURN_IF_ERROR(step.WaitAll());
+  }
+  return absl::OkStatus();
+}
+
+// A zero-byte token goes around the ring twice. When rank 0 gets it back the first time,
+// every rank has arrived; the second lap tells them so.
+absl::Status Barrier(Wire& wire) {
+  if (wire.size() == 1) return absl::OkStatus();
+  for (int lap = 0; lap < 2; ++lap) {
+    Pending token(wire);
+    if (wire.rank() == 0) {
+      wire.Send(wire.right(), nullptr, 0, token);
+      wire.Recv(wire.left(), nullptr, 0, token);
+      RETURN_IF_ERROR(token.WaitAll());
+    } else {
+      wire.Recv(wire.left(), nullptr, 0, token);
+      RETURN_IF_ERROR(token.Wait(0));
+      wire.Send(wire.right(), nullptr, 0, token);
+      RETURN_IF_ERROR(token.WaitAll());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tally::comm::ring

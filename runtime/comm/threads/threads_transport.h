@@ -1,0 +1,150 @@
+// The threads transport: every rank is a thread of one process.
+//
+// A message is a rendezvous. The sender posts (pointer, bytes) on the channel from it to
+// the receiver; the receiver posts (pointer, bytes, reduction) on the same channel; whoever
+// arrives second moves the bytes once, straight from the sender's buffer into the
+// receiver's (or reduces them into it), and completes both sides. There is no staging
+// copy, so a ring all-reduce reads and writes every byte exactly as often as NCCL would.
+//
+//   auto session = std::make_shared<Session>(/*world_size=*/4, absl::Seconds(60));
+//   auto world = std::make_shared<Hub>(session, std::vector<int>{0, 1, 2, 3}, "world");
+//   ThreadsTransport t(world, /*rank=*/2);   // one per rank thread
+//
+// Faults: a wait gives up when its deadline passes, when the run is aborted (any rank
+// failed, or two ranks made different calls), or when the peer it waits for has returned.
+// Each of these aborts the whole session, so every other rank's wait ends too.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/comm/threads/completion.h"
+#include "runtime/comm/transport.h"
+
+namespace tally::comm::threads {
+
+// What all ranks of one run share: the abort flag, who has returned, the wait policy.
+class Session {
+ public:
+  Session(int world_size, absl::Duration timeout);
+
+  // Records the first reason; later calls keep it. Every wait then fails with it.
+  void Abort(absl::Status reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  absl::Status abort_status() const;
+
+  void MarkExited(int world_rank) { exited_[world_rank].store(true, std::memory_order_release); }
+  bool exited(int world_rank) const { return exited_[world_rank].load(std::memory_order_acquire); }
+
+  int world_size() const { return world_size_; }
+  absl::Duration timeout() const { return timeout_; }
+  const WaitPolicy& wait_policy() const { return wait_policy_; }
+
+ private:
+  int world_size_;
+  absl::Duration timeout_;
+  WaitPolicy wait_policy_;
+  std::unique_ptr<std::atomic<bool>[]> exited_;
+  std::atomic<bool> aborted_{false};
+  mutable absl::Mutex mu_;
+  absl::Status abort_status_;
+};
+
+// One posted send or receive, shared by the poster and whoever matches it.
+struct PendingOp {
+  const void* send_data = nullptr;
+  void* recv_data = nullptr;
+  size_t bytes = 0;
+  OpSignature signature;
+  std::optional<Reduction> reduction;
+  Completion completion;
+};
+
+// The mailboxes of one group: a channel per ordered pair of ranks.
+class Hub {
+ public:
+  Hub(std::shared_ptr<Session> session, std::vector<int> world_ranks, std::string name);
+
+  struct Channel {
+    std::mutex mu;
+    std::deque<std::shared_ptr<PendingOp>> sends;  // posted, not yet matched
+    std::deque<std::shared_ptr<PendingOp>> recvs;
+  };
+  Channel& channel(int src, int dst) { return channels_[size_t(src) * world_ranks_.size() + dst]; }
+
+  // The hub of the sub-group `members` (ranks of this hub): the first member to ask
+  // creates it, the others find it under (split_id, members).
+  std::shared_ptr<Hub> JoinSplit(uint64_t split_id, std::span<const int> members,
+                                 const std::string& name);
+
+  // Posts `signature` as group rank `rank`'s current call and compares it with the calls
+  // the other ranks posted under the same sequence number. Returns the first mismatch
+  // (DescribeMismatch), or "" if there is none.
+  std::string PostCall(int rank, const OpSignature& signature);
+
+  Session& session() const { return *session_; }
+  const std::shared_ptr<Session>& shared_session() const { return session_; }
+  int size() const { return int(world_ranks_.size()); }
+  int world_rank(int rank) const { return world_ranks_[rank]; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::shared_ptr<Session> session_;
+  std::vector<int> world_ranks_;
+  std::string name_;
+  std::unique_ptr<Channel[]> channels_;
+
+  // The call board: each rank's last kBoardDepth collective calls, by sequence number.
+  // Ranks drift apart by at most a call or two (every collective waits on its peers), so a
+  // rank entering call s still finds its peers' call s here.
+  static constexpr int kBoardDepth = 16;
+  std::mutex board_mu_;
+  std::vector<std::optional<OpSignature>> board_;  // [rank * kBoardDepth + seq % kBoardDepth]
+
+  std::mutex splits_mu_;
+  struct PendingSplit {
+    std::shared_ptr<Hub> hub;
+    int joined = 0;
+  };
+  std::map<std::pair<uint64_t, std::vector<int>>, PendingSplit> splits_;
+};
+
+class ThreadsTransport : public Transport {
+ public:
+  ThreadsTransport(std::shared_ptr<Hub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return hub_->size(); }
+  int world_rank(int group_rank) const override { return hub_->world_rank(group_rank); }
+  const std::string& name() const override { return hub_->name(); }
+
+  absl::Status Announce(const OpSignature& signature) override;
+  std::unique_ptr<Request> Isend(int peer, const void* data, size_t bytes,
+                                 const OpSignature& signature) override;
+  std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes, const OpSignature& signature,
+                                 std::optional<Reduction> reduction) override;
+  absl::StatusOr<std::unique_ptr<Transport>> Split(std::span<const int> members, uint64_t split_id,
+                                                   const std::string& name) override;
+
+ private:
+  absl::Status CheckPeer(int peer, const OpSignature& signature) const;
+  // Moves the bytes of a matched pair and completes both. `queued` is the one that was
+  // waiting on the channel (posted by the other rank); the caller owns the other.
+  void Transfer(PendingOp& send, int sender, PendingOp& recv, int receiver, PendingOp& queued);
+  std::unique_ptr<Request> MakeRequest(std::shared_ptr<PendingOp> op, int peer, bool is_send);
+
+  std::shared_ptr<Hub> hub_;
+  int rank_;
+};
+
+}  // namespace tally::comm::threads

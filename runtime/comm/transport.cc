@@ -1,0 +1,53 @@
+#include "runtime/comm/transport.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tally::comm {
+namespace {
+
+class FailedRequestImpl : public Request {
+ public:
+  explicit FailedRequestImpl(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<Request> FailedRequest(absl::Status status) {
+  return std::make_unique<FailedRequestImpl>(std::move(status));
+}
+
+std::string DescribeMismatch(const std::string& group, int my_rank, const OpSignature& mine,
+                             int their_rank, const OpSignature& theirs) {
+  std::string head = absl::StrCat("[", Title(mine.primitive), " on '", group, "'] ");
+  auto both = [&](auto my_value, auto their_value, const char* what) {
+    return absl::StrCat(head, "rank ", their_rank, " ", what, " ", their_value, ", rank ",
+                        my_rank, " ", what, " ", my_value);
+  };
+  if (mine.seq != theirs.seq) {
+    return absl::StrCat(head, "rank ", their_rank, " is at collective call #", theirs.seq,
+                        " of this group, rank ", my_rank, " at #", mine.seq,
+                        " (a rank skipped or added a call)");
+  }
+  if (mine.primitive != theirs.primitive) {
+    return both(Title(mine.primitive), Title(theirs.primitive), "called");
+  }
+  if (mine.algorithm != theirs.algorithm) {
+    return both(Name(mine.algorithm), Name(theirs.algorithm), "uses algorithm");
+  }
+  if (mine.root != theirs.root) return both(mine.root, theirs.root, "passed root");
+  if (mine.dtype != theirs.dtype) return both(Name(mine.dtype), Name(theirs.dtype), "passed dtype");
+  if (mine.op != theirs.op) return both(Name(mine.op), Name(theirs.op), "passed reduce op");
+  if (mine.count != theirs.count) {
+    return absl::StrCat(head, "rank ", their_rank, " passed ", theirs.count, " elements, rank ",
+                        my_rank, " passed ", mine.count);
+  }
+  return "";
+}
+
+}  // namespace tally::comm

@@ -1,0 +1,91 @@
+#include "runtime/comm/types.h"
+
+#include <string>
+
+namespace tally::comm {
+
+const char* Name(Primitive p) {
+  switch (p) {
+    case Primitive::kBroadcast: return "broadcast";
+    case Primitive::kScatter: return "scatter";
+    case Primitive::kGather: return "gather";
+    case Primitive::kReduce: return "reduce";
+    case Primitive::kAllGather: return "all_gather";
+    case Primitive::kReduceScatter: return "reduce_scatter";
+    case Primitive::kAllReduce: return "all_reduce";
+    case Primitive::kAllToAll: return "alltoall";
+    case Primitive::kSendRecv: return "sendrecv";
+    case Primitive::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* Title(Primitive p) {
+  switch (p) {
+    case Primitive::kBroadcast: return "Broadcast";
+    case Primitive::kScatter: return "Scatter";
+    case Primitive::kGather: return "Gather";
+    case Primitive::kReduce: return "Reduce";
+    case Primitive::kAllGather: return "AllGather";
+    case Primitive::kReduceScatter: return "ReduceScatter";
+    case Primitive::kAllReduce: return "AllReduce";
+    case Primitive::kAllToAll: return "AllToAll";
+    case Primitive::kSendRecv: return "SendRecv";
+    case Primitive::kBarrier: return "Barrier";
+  }
+  return "?";
+}
+
+const char* Name(Algorithm a) { return a == Algorithm::kRing ? "ring" : "naive"; }
+
+const char* Name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kProd: return "prod";
+  }
+  return "?";
+}
+
+const char* Name(Phase phase) {
+  switch (phase) {
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kSetup: return "setup";
+    case Phase::kEval: return "eval";
+    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kOther: return "other";
+  }
+  return "?";
+}
+
+absl::StatusOr<Primitive> ParsePrimitive(std::string_view name) {
+  for (Primitive p : kAllPrimitives) {
+    if (name == Name(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      "[comm] unknown primitive '" + std::string(name) +
+      "'; expected broadcast, scatter, gather, reduce, all_gather, reduce_scatter, all_reduce, "
+      "alltoall, sendrecv or barrier");
+}
+
+absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "naive") return Algorithm::kNaive;
+  return absl::InvalidArgumentError("[comm] unknown algorithm '" + std::string(name) +
+                                    "'; expected ring or naive");
+}
+
+absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
+                      ReduceOp::kProd}) {
+    if (name == Name(op)) return op;
+  }
+  return absl::InvalidArgumentError("[comm] unknown reduce op '" + std::string(name) +
+                                    "'; expected sum, avg, max, min or prod");
+}
+
+}  // namespace tally::comm

@@ -1,0 +1,88 @@
+#include "runtime/comm/wire.h"
+
+#include <algorithm>
+
+namespace tally::comm {
+
+Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator,
+           const OpSignature& signature, size_t max_chunk_bytes)
+    : transport_(transport),
+      ledger_(ledger),
+      allocator_(allocator),
+      signature_(signature),
+      max_chunk_bytes_(max_chunk_bytes),
+      key_{transport.name(), signature.primitive, signature.algorithm, ledger.phase(),
+           ledger.label()} {}
+
+std::vector<Wire::Segment> Wire::Segments(size_t bytes) const {
+  size_t element = element_size();
+  size_t piece = std::max(element, max_chunk_bytes_ / element * element);
+  std::vector<Segment> segments;
+  size_t offset = 0;
+  do {
+    size_t n = std::min(piece, bytes - offset);
+    segments.push_back({offset, n});
+    offset += n;
+  } while (offset < bytes);
+  return segments;
+}
+
+void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending) {
+  int peer_world = transport_.world_rank(peer);
+  for (Segment s : Segments(bytes)) {
+    ledger_.RecordSend(key_, peer_world, int64_t(s.bytes));
+    pending.entries_.push_back(
+        {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_),
+         peer_world, absl::Now(), false, absl::OkStatus()});
+  }
+}
+
+void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending) {
+  int peer_world = transport_.world_rank(peer);
+  std::optional<Reduction> reduction;
+  if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
+  for (Segment s : Segments(bytes)) {
+    ledger_.RecordRecv(key_, peer_world, int64_t(s.bytes));
+    pending.entries_.push_back({transport_.Irecv(peer, static_cast<char*>(data) + s.offset,
+                                                 s.bytes, signature_, reduction),
+                                peer_world, absl::Now(), false, absl::OkStatus()});
+  }
+}
+
+void Wire::Recv(int peer, void* data, size_t bytes, Pending& pending) {
+  PostRecv(peer, data, bytes, /*reduce=*/false, pending);
+}
+
+void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
+  PostRecv(peer, data, bytes, /*reduce=*/true, pending);
+}
+
+void Wire::RecordCall(int64_t payload_bytes, absl::Time started) {
+  ledger_.RecordCall(key_, payload_bytes, absl::ToDoubleSeconds(absl::Now() - started));
+}
+
+absl::StatusOr<Tensor> Wire::Scratch(int64_t count) {
+  return Tensor::Empty({count}, signature_.dtype, allocator_, MemoryCategory::kComm);
+}
+
+absl::Status Pending::Wait(size_t i) {
+  Entry& e = entries_[i];
+  if (!e.waited) {
+    e.status = e.request->Wait();
+    e.waited = true;
+    wire_.ledger_.RecordWait(wire_.key_, e.peer_world_rank,
+                             absl::ToDoubleSeconds(absl::Now() - e.posted));
+  }
+  return e.status;
+}
+
+absl::Status Pending::WaitAll() {
+  absl::Status first;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    absl::Status s = Wait(i);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace tally::comm

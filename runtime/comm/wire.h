@@ -1,0 +1,102 @@
+// Wire: the collective algorithms' view of a transport, and the place every byte is booked.
+//
+// A Communicator makes one Wire per call. The algorithm posts sends and receives through
+// it; the Wire splits each into messages of at most max_chunk_bytes, stamps them with the
+// call's signature, books each in the rank's TrafficLedger, and hands them to the
+// transport. Because booking happens here, on the only path to the transport, the ledger
+// counts every byte by construction.
+//
+//   Pending step(wire);
+//   wire.Send(wire.right(), chunk, bytes, step);
+//   wire.RecvReduce(wire.left(), into, bytes, step);
+//   RETURN_IF_ERROR(step.WaitAll());
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/comm/ledger.h"
+#include "runtime/comm/transport.h"
+#include "runtime/tensor.h"
+
+namespace tally::comm {
+
+class Pending;
+
+class Wire {
+ public:
+  Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator,
+       const OpSignature& signature, size_t max_chunk_bytes);
+
+  int rank() const { return transport_.rank(); }
+  int size() const { return transport_.size(); }
+  int right() const { return (rank() + 1) % size(); }
+  int left() const { return (rank() + size() - 1) % size(); }
+  // The rank `distance` steps after `from` around the ring.
+  int RingRank(int from, int distance) const { return ((from + distance) % size() + size()) % size(); }
+
+  const OpSignature& signature() const { return signature_; }
+  size_t element_size() const { return SizeOf(signature_.dtype); }
+
+  // Messages of one transfer: [offset, offset + bytes) pieces of at most max_chunk_bytes
+  // (whole elements). A zero-byte transfer is one zero-byte message, so that every rank
+  // still meets its peer and the signatures are still compared.
+  struct Segment {
+    size_t offset, bytes;
+  };
+  std::vector<Segment> Segments(size_t bytes) const;
+
+  // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
+  void Send(int peer, const void* data, size_t bytes, Pending& pending);
+  void Recv(int peer, void* data, size_t bytes, Pending& pending);
+  // data = op(data, message), the op and dtype of the call.
+  void RecvReduce(int peer, void* data, size_t bytes, Pending& pending);
+
+  // Books one call of the collective (payload: the caller's buffer size) in the ledger.
+  void RecordCall(int64_t payload_bytes, absl::Time started);
+
+  // Scratch space for `count` elements of the call's dtype, charged to comm memory.
+  absl::StatusOr<Tensor> Scratch(int64_t count);
+
+ private:
+  friend class Pending;
+  void PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending);
+
+  Transport& transport_;
+  TrafficLedger& ledger_;
+  Allocator& allocator_;
+  OpSignature signature_;
+  size_t max_chunk_bytes_;
+  LedgerKey key_;
+};
+
+// Requests posted together and waited for together.
+class Pending {
+ public:
+  explicit Pending(Wire& wire) : wire_(wire) {}
+
+  size_t size() const { return entries_.size(); }
+  // Waits for the i-th posted message.
+  absl::Status Wait(size_t i);
+  // Waits for all of them; returns the first error.
+  absl::Status WaitAll();
+
+ private:
+  friend class Wire;
+  struct Entry {
+    std::unique_ptr<Request> request;
+    int peer_world_rank;
+    absl::Time posted;
+    bool waited = false;
+    absl::Status status;
+  };
+  Wire& wire_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace tally::comm

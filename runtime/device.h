@@ -1,0 +1,21 @@
+// Where a tensor's bytes live. CPU memory now; CUDA device memory when built with CUDA.
+#pragma once
+
+#include <string>
+
+namespace tally {
+
+enum class DeviceType { kCPU, kCUDA };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;  // GPU ordinal for kCUDA; 0 for the CPU
+
+  static Device CPU() { return Device{}; }
+  bool operator==(const Device&) const = default;
+  std::string ToString() const {
+    return type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(index);
+  }
+};
+
+}  // namespace tally

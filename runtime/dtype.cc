@@ -1,0 +1,37 @@
+#include "runtime/dtype.h"
+
+#include <string>
+
+namespace tally {
+
+size_t SizeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF64: return 8;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* Name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseDType(std::string_view name) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF64, DType::kI32, DType::kI64}) {
+    if (name == Name(d)) return d;
+  }
+  return absl::InvalidArgumentError("[dtype] unknown dtype '" + std::string(name) +
+                                    "'; expected f32, bf16, f64, i32 or i64");
+}
+
+}  // namespace tally

@@ -1,0 +1,42 @@
+#include "runtime/memory_ledger.h"
+
+#include <algorithm>
+
+#include "runtime/status_macros.h"
+
+namespace tally {
+
+const char* Name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParams: return "params";
+    case MemoryCategory::kGrads: return "grads";
+    case MemoryCategory::kOptimizer: return "optimizer";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kComm: return "comm";
+    case MemoryCategory::kOther: return "other";
+  }
+  return "?";
+}
+
+void MemoryLedger::Charge(MemoryCategory category, int64_t bytes) {
+  int i = Index(category);
+  current_[i] += bytes;
+  peak_[i] = std::max(peak_[i], current_[i]);
+  current_total_ += bytes;
+  peak_total_ = std::max(peak_total_, current_total_);
+}
+
+void MemoryLedger::Release(MemoryCategory category, int64_t bytes) {
+  int i = Index(category);
+  CHECK(current_[i] >= bytes) << "releasing " << bytes << " bytes of " << Name(category)
+                              << " but only " << current_[i] << " are held";
+  current_[i] -= bytes;
+  current_total_ -= bytes;
+}
+
+void MemoryLedger::ResetPeaks() {
+  peak_ = current_;
+  peak_total_ = current_total_;
+}
+
+}  // namespace tally

@@ -1,0 +1,56 @@
+// The memory ledger: how many bytes one rank holds, now and at its peak, by category.
+//
+// Every allocation made through an Allocator is charged to one category and released when
+// its storage dies, so the savings of a sharding strategy (ZeRO, sequence parallel) are
+// read off the ledger rather than asserted:
+//
+//   MemoryLedger ledger;
+//   Allocator alloc(&ledger);
+//   { Tensor t = ...Empty({1024}, DType::kF32, alloc, MemoryCategory::kParams); }
+//   ledger.peak(MemoryCategory::kParams) == 4096, ledger.current(MemoryCategory::kParams) == 0
+//
+// One ledger belongs to one rank; it is not shared between threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace tally {
+
+enum class MemoryCategory : uint8_t {
+  kParams,
+  kGrads,
+  kOptimizer,
+  kActivations,
+  kComm,
+  kOther,
+};
+inline constexpr int kNumMemoryCategories = 6;
+
+const char* Name(MemoryCategory category);  // "params", "grads", ...
+
+class MemoryLedger {
+ public:
+  void Charge(MemoryCategory category, int64_t bytes);
+  void Release(MemoryCategory category, int64_t bytes);
+
+  int64_t current(MemoryCategory category) const { return current_[Index(category)]; }
+  int64_t peak(MemoryCategory category) const { return peak_[Index(category)]; }
+  int64_t current_total() const { return current_total_; }
+  // The largest total held at any one moment (not the sum of the per-category peaks).
+  int64_t peak_total() const { return peak_total_; }
+
+  // Starts a new measurement window: peaks restart from what is held now.
+  void ResetPeaks();
+
+ private:
+  static int Index(MemoryCategory c) { return static_cast<int>(c); }
+
+  std::array<int64_t, kNumMemoryCategories> current_{};
+  std::array<int64_t, kNumMemoryCategories> peak_{};
+  int64_t current_total_ = 0;
+  int64_t peak_total_ = 0;
+};
+
+}  // namespace tally

@@ -1,0 +1,67 @@
+#include "runtime/tensor.h"
+
+#include <utility>
+
+namespace tally {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + ")";
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shape, DType dtype)
+    : storage_(std::move(storage)),
+      offset_bytes_(offset_bytes),
+      shape_(std::move(shape)),
+      numel_(NumElements(shape_)),
+      dtype_(dtype) {}
+
+absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Allocator& alloc,
+                                     MemoryCategory category) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError("[Tensor::Empty] negative dimension in shape " +
+                                        ShapeToString(shape));
+    }
+  }
+  size_t bytes = static_cast<size_t>(NumElements(shape)) * SizeOf(dtype);
+  ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, alloc.Allocate(bytes, category));
+  return Tensor(std::move(storage), 0, std::move(shape), dtype);
+}
+
+Tensor Tensor::Slice(int64_t begin, int64_t end) const {
+  CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= dim(0))
+      << "Slice(" << begin << ", " << end << ") of shape " << ShapeToString(shape_);
+  Shape shape = shape_;
+  shape[0] = end - begin;
+  int64_t row = dim(0) == 0 ? 0 : numel_ / dim(0);
+  return Tensor(storage_, offset_bytes_ + static_cast<size_t>(begin * row) * SizeOf(dtype_),
+                std::move(shape), dtype_);
+}
+
+Tensor Tensor::Flat(int64_t begin, int64_t end) const {
+  CHECK(0 <= begin && begin <= end && end <= numel_)
+      << "Flat(" << begin << ", " << end << ") of " << numel_ << " elements";
+  return Tensor(storage_, offset_bytes_ + static_cast<size_t>(begin) * SizeOf(dtype_),
+                Shape{end - begin}, dtype_);
+}
+
+absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
+  if (NumElements(shape) != numel_) {
+    return absl::InvalidArgumentError("[Reshape] cannot view " + ShapeToString(shape_) + " as " +
+                                      ShapeToString(shape));
+  }
+  return Tensor(storage_, offset_bytes_, std::move(shape), dtype_);
+}
+
+}  // namespace tally
