@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     }
   }
   RETURN_IF_ERROR(transport_->Announce(signature));
-  return std::make_unique<Wire>(*transport_, ledger(), allocator(), signature,
+  return std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
                                 options_.max_chunk_bytes);
 }
 
@@ -190,7 +190,7 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   OpSignature signature{Primitive::kSendRecv, options_.algorithm, data.dtype(), ReduceOp::kSum,
                         -1, data.numel(), 0};
   auto work = std::unique_ptr<Work>(new Work(
-      std::make_unique<Wire>(*transport_, ledger(), allocator(), signature,
+      std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
                              options_.max_chunk_bytes),
       data.nbytes(), started));
   if (send) {

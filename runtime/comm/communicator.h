@@ -129,6 +129,7 @@ class Communicator {
   std::unique_ptr<Transport> transport_;
   RankResources* resources_;
   CommOptions options_;
+  Tensor scratch_;                 // the comm buffer the algorithms borrow (Wire::Scratch)
   uint64_t collective_calls_ = 0;  // the sequence number of the next collective
   uint64_t splits_ = 0;
 };

@@ -63,8 +63,8 @@ RankTraffic Naive(Primitive primitive, const Sizes& s, int r, int root) {
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
                          int root, int64_t count, size_t element_size) {
   Sizes s{group_size, count, int64_t(element_size)};
-  if (primitive == Primitive::kSendRecv) return {s.Whole(), 0};
   if (group_size <= 1 || primitive == Primitive::kBarrier) return {};
+  if (primitive == Primitive::kSendRecv) return {s.Whole(), s.Whole()};
   if (primitive == Primitive::kAllToAll) {  // both algorithms: every peer's chunk once
     return {s.Whole() - s.Chunk(rank), (group_size - 1) * s.Chunk(rank)};
   }

@@ -23,8 +23,8 @@ struct RankTraffic {
 // `count` is the full buffer as the Communicator call names it: the data of Broadcast,
 // Reduce and AllReduce, the input of ReduceScatter and AllToAll (per rank), the output of
 // AllGather, the root's buffer of Scatter and Gather. `root` is ignored where there is
-// none. kSendRecv and kBarrier: a point-to-point message is count·element_size each way
-// for its two ends (this returns the sender's share); a barrier moves nothing.
+// none. kSendRecv is the ring exchange of nccl-tests' sendrecv (every rank sends `count`
+// to its right neighbour and receives as much from its left one); a barrier moves nothing.
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
                          int root, int64_t count, size_t element_size);
 

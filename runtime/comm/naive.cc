@@ -96,12 +96,12 @@ absl::Status AllGather(Wire& wire, const void* input, void* output, int64_t coun
 }
 
 absl::Status ReduceScatter(Wire& wire, const void* input, void* output, int64_t count) {
-  Tensor reduced;
+  void* reduced = nullptr;  // the full reduction, on the hub only
   if (wire.rank() == kHub) {
     ASSIGN_OR_RETURN(reduced, wire.Scratch(count));
   }
-  RETURN_IF_ERROR(Reduce(wire, input, reduced.raw_data(), count, kHub));
-  return Scatter(wire, reduced.raw_data(), output, count, kHub);
+  RETURN_IF_ERROR(Reduce(wire, input, reduced, count, kHub));
+  return Scatter(wire, reduced, output, count, kHub);
 }
 
 absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count) {

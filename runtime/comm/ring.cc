@@ -78,12 +78,14 @@ absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
 absl::Status ReduceScatter(Wire& wire, const void* input, void* output, int64_t count) {
   int p = wire.size(), r = wire.rank();
   Chunk own = ChunkOf(count, p, r);
-  ASSIGN_OR_RETURN(Tensor scratch, wire.Scratch(p > 1 ? 2 * ChunkOf(count, p, 0).count : 0));
+  // Two scratch chunks (chunk 0 is the largest).
+  int64_t largest = ChunkOf(count, p, 0).count;
+  ASSIGN_OR_RETURN(void* scratch, wire.Scratch(p > 1 ? 2 * largest : 0));
   const void* send = At(input, ChunkOf(count, p, wire.RingRank(r, -1)).offset, wire);
   for (int s = 0; s < p - 1; ++s) {
     Chunk send_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 1));
     Chunk recv_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 2));
-    void* into = (s == p - 2) ? output : At(scratch.raw_data(), (s % 2) * scratch.numel() / 2, wire);
+    void* into = (s == p - 2) ? output : At(scratch, (s % 2) * largest, wire);
     CopyElements(into, At(input, recv_chunk.offset, wire), recv_chunk.count, wire);
     RETURN_IF_ERROR(Step(wire, send, Bytes(send_chunk.count, wire), into,
                          Bytes(recv_chunk.count, wire), /*reduce=*/true));
@@ -127,11 +129,10 @@ absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
 // segment by segment, until the root adds the last contribution.
 absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, int root) {
   int p = wire.size(), d = Distance(wire, root);
-  Tensor scratch;
+  void* partial = output;
   if (d > 0) {
-    ASSIGN_OR_RETURN(scratch, wire.Scratch(count));
+    ASSIGN_OR_RETURN(partial, wire.Scratch(count));
   }
-  void* partial = d == 0 ? output : scratch.raw_data();
   CopyElements(partial, input, count, wire);
   std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
   Pending from_right(wire), to_left(wire);
@@ -172,7 +173,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   // Relay space for the chunks of the ranks behind this one (distances d+1 .. p-1).
   int64_t relay_count = 0;
   for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
-  ASSIGN_OR_RETURN(Tensor relay, wire.Scratch(relay_count));
+  ASSIGN_OR_RETURN(void* relay, wire.Scratch(relay_count));
   std::deque<Pending> relayed;
   Pending to_right(wire);
   int64_t offset = 0;
@@ -180,7 +181,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   for (int j = p - 1; j > d; --j) {
     relay_offset[j] = offset;
     relayed.emplace_back(wire);
-    wire.Recv(wire.left(), At(relay.raw_data(), offset, wire), Bytes(chunk_at(j).count, wire),
+    wire.Recv(wire.left(), At(relay, offset, wire), Bytes(chunk_at(j).count, wire),
               relayed.back());
     offset += chunk_at(j).count;
   }
@@ -188,7 +189,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   wire.Recv(wire.left(), output, Bytes(chunk_at(d).count, wire), own);
   for (int j = p - 1, k = 0; j > d; --j, ++k) {
     RETURN_IF_ERROR(relayed[k].WaitAll());
-    wire.Send(wire.right(), At(relay.raw_data(), relay_offset[j], wire),
+    wire.Send(wire.right(), At(relay, relay_offset[j], wire),
               Bytes(chunk_at(j).count, wire), to_right);
   }
   RETURN_IF_ERROR(own.WaitAll());
@@ -213,14 +214,14 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
   }
   int64_t relay_count = 0;
   for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
-  ASSIGN_OR_RETURN(Tensor relay, wire.Scratch(relay_count));
+  ASSIGN_OR_RETURN(void* relay, wire.Scratch(relay_count));
   std::deque<Pending> relayed;
   std::vector<int64_t> relay_offset(p, 0);
   int64_t offset = 0;
   for (int j = d + 1; j < p; ++j) {
     relay_offset[j] = offset;
     relayed.emplace_back(wire);
-    wire.Recv(wire.right(), At(relay.raw_data(), offset, wire), Bytes(chunk_at(j).count, wire),
+    wire.Recv(wire.right(), At(relay, offset, wire), Bytes(chunk_at(j).count, wire),
               relayed.back());
     offset += chunk_at(j).count;
   }
@@ -228,7 +229,7 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
   wire.Send(wire.left(), input, Bytes(chunk_at(d).count, wire), to_left);
   for (int j = d + 1, k = 0; j < p; ++j, ++k) {
     RETURN_IF_ERROR(relayed[k].WaitAll());
-    wire.Send(wire.left(), At(relay.raw_data(), relay_offset[j], wire),
+    wire.Send(wire.left(), At(relay, relay_offset[j], wire),
               Bytes(chunk_at(j).count, wire), to_left);
   }
   return to_left.WaitAll();

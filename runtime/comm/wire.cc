@@ -4,11 +4,12 @@
 
 namespace tally::comm {
 
-Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator,
+Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
            const OpSignature& signature, size_t max_chunk_bytes)
     : transport_(transport),
       ledger_(ledger),
       allocator_(allocator),
+      scratch_(scratch),
       signature_(signature),
       max_chunk_bytes_(max_chunk_bytes),
       key_{transport.name(), signature.primitive, signature.algorithm, ledger.phase(),
@@ -61,8 +62,15 @@ void Wire::RecordCall(int64_t payload_bytes, absl::Time started) {
   ledger_.RecordCall(key_, payload_bytes, absl::ToDoubleSeconds(absl::Now() - started));
 }
 
-absl::StatusOr<Tensor> Wire::Scratch(int64_t count) {
-  return Tensor::Empty({count}, signature_.dtype, allocator_, MemoryCategory::kComm);
+absl::StatusOr<void*> Wire::Scratch(int64_t count) {
+  size_t bytes = size_t(count) * element_size();
+  if (scratch_->nbytes() < bytes) {
+    *scratch_ = Tensor();  // give the old buffer back before taking the larger one
+    // Kept as 8-byte words, which hold any dtype's elements at any alignment they need.
+    ASSIGN_OR_RETURN(*scratch_, Tensor::Empty({int64_t((bytes + 7) / 8)}, DType::kF64,
+                                              allocator_, MemoryCategory::kComm));
+  }
+  return scratch_->raw_data();
 }
 
 absl::Status Pending::Wait(size_t i) {

@@ -30,7 +30,8 @@ class Pending;
 
 class Wire {
  public:
-  Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator,
+  // `scratch` is the communicator's reusable comm buffer (see Scratch).
+  Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
        const OpSignature& signature, size_t max_chunk_bytes);
 
   int rank() const { return transport_.rank(); }
@@ -60,8 +61,10 @@ class Wire {
   // Books one call of the collective (payload: the caller's buffer size) in the ledger.
   void RecordCall(int64_t payload_bytes, absl::Time started);
 
-  // Scratch space for `count` elements of the call's dtype, charged to comm memory.
-  absl::StatusOr<Tensor> Scratch(int64_t count);
+  // Space for `count` elements of the call's dtype, valid until the call returns. It is
+  // the communicator's comm buffer, grown when a call needs more and kept (as NCCL keeps
+  // its buffers), so repeated calls neither allocate nor fault in pages. One per call.
+  absl::StatusOr<void*> Scratch(int64_t count);
 
  private:
   friend class Pending;
@@ -70,6 +73,7 @@ class Wire {
   Transport& transport_;
   TrafficLedger& ledger_;
   Allocator& allocator_;
+  Tensor* scratch_;
   OpSignature signature_;
   size_t max_chunk_bytes_;
   LedgerKey key_;
