@@ -21,10 +21,12 @@
 #define TALLY_CONCAT(a, b) TALLY_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                                 \
-  do {                                                        \
-    ::absl::Status tally_status_ = (expr);                    \
-    if (!tally_status_.ok()) return tally_status_;            \
+#define RETURN_IF_ERROR(expr) \
+  TALLY_RETURN_IF_ERROR_IMPL(TALLY_CONCAT(tally_status_, __LINE__), expr)
+#define TALLY_RETURN_IF_ERROR_IMPL(status, expr) \
+  do {                                           \
+    ::absl::Status status = (expr);              \
+    if (!status.ok()) return status;             \
   } while (false)
 
 // `lhs = value of expr` if `expr` (a StatusOr) is OK, else returns its status.

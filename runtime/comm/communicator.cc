@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/clock.h"
 #include "runtime/comm/naive.h"
 #include "runtime/comm/partition.h"
 #include "runtime/comm/ring.h"
@@ -12,8 +13,8 @@
 
 namespace tally::comm {
 
-Work::Work(std::unique_ptr<Wire> wire, size_t bytes, absl::Time started)
-    : wire_(std::move(wire)), pending_(*wire_), bytes_(bytes), started_(started) {}
+Work::Work(std::unique_ptr<Wire> wire, size_t bytes, int64_t started_nanos)
+    : wire_(std::move(wire)), pending_(*wire_), bytes_(bytes), started_nanos_(started_nanos) {}
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, RankResources* resources,
                            CommOptions options)
@@ -53,14 +54,14 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
                                 options_.max_chunk_bytes);
 }
 
-absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, absl::Time started,
+absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                                   absl::Status status) {
   wire.RecordCall(payload_bytes, started);
   return status;
 }
 
 absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBroadcast, algorithm, data.dtype(), ReduceOp::kSum,
                                     root, data.numel(), {&data}));
   absl::Status s = wire->signature().algorithm == Algorithm::kRing
@@ -71,7 +72,7 @@ absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice alg
 
 absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
                                   AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   bool is_root = rank() == root;
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kReduce, "output", output, input.numel()));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduce, algorithm, input.dtype(), op, root,
@@ -84,7 +85,7 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
 }
 
 absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}));
   absl::Status s = wire->signature().algorithm == Algorithm::kRing
@@ -95,7 +96,7 @@ absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice 
 
 absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
                                          AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   int64_t n = input.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kReduceScatter, "output", output,
                              ChunkOf(n, size(), rank()).count));
@@ -109,7 +110,7 @@ absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, Re
 
 absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
                                      AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   int64_t n = output.numel();
   RETURN_IF_ERROR(
       CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
@@ -123,7 +124,7 @@ absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
 
 absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t count, int root,
                                    AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   bool is_root = rank() == root;
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kScatter, "input", input, count));
   if (root >= 0 && root < size() && count >= 0) {
@@ -142,7 +143,7 @@ absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t 
 
 absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t count, int root,
                                   AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   bool is_root = rank() == root;
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kGather, "output", output, count));
   if (root >= 0 && root < size() && count >= 0) {
@@ -160,7 +161,7 @@ absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t c
 
 absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
                                     AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   int64_t n = input.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kAllToAll, "output", output,
                              size() * ChunkOf(n, size(), rank()).count));
@@ -173,7 +174,7 @@ absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
 }
 
 absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBarrier, algorithm, DType::kF32, ReduceOp::kSum,
                                     -1, 0, {}));
   absl::Status s = wire->signature().algorithm == Algorithm::kRing ? ring::Barrier(*wire)
@@ -184,7 +185,7 @@ absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
 // ---------------------------------------------------------------------------- point-to-point
 
 std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, bool send) {
-  absl::Time started = absl::Now();
+  int64_t started = MonotonicNanos();
   // Point-to-point messages are not collective calls: they carry no sequence number, and
   // only the count and dtype are compared at the receiver.
   OpSignature signature{Primitive::kSendRecv, options_.algorithm, data.dtype(), ReduceOp::kSum,
@@ -203,7 +204,7 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
 
 absl::Status Work::Wait() {
   absl::Status status = pending_.WaitAll();
-  wire_->RecordCall(int64_t(bytes_), started_);
+  wire_->RecordCall(int64_t(bytes_), started_nanos_);
   return status;
 }
 

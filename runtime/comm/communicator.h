@@ -31,7 +31,7 @@ struct CommOptions {
   Algorithm algorithm = Algorithm::kRing;  // used when a call names none
   // Messages are cut into pieces of at most this many bytes: the pipelining grain of the
   // chain broadcast and reduce, and a knob that lets a small test run a multi-piece ring.
-  size_t max_chunk_bytes = size_t(4) << 20;
+  size_t max_chunk_bytes = size_t(1) << 20;
 };
 
 // What one rank owns, shared by all its communicators: its ledgers and its allocator.
@@ -51,11 +51,11 @@ class Work {
 
  private:
   friend class Communicator;
-  Work(std::unique_ptr<Wire> wire, size_t bytes, absl::Time started);
+  Work(std::unique_ptr<Wire> wire, size_t bytes, int64_t started_nanos);
   std::unique_ptr<Wire> wire_;
   Pending pending_;
   size_t bytes_;
-  absl::Time started_;
+  int64_t started_nanos_;
 };
 
 class Communicator {
@@ -120,7 +120,7 @@ class Communicator {
                                               DType dtype, ReduceOp op, int root, int64_t count,
                                               std::initializer_list<const Tensor*> tensors);
   // Books the call in the ledger and passes on its status.
-  absl::Status Finish(Wire& wire, int64_t payload_bytes, absl::Time started,
+  absl::Status Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                       absl::Status status);
   absl::Status CheckCount(Primitive primitive, const char* what, const Tensor& t,
                           int64_t expected) const;

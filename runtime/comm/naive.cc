@@ -114,7 +114,8 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
       CopyElements(At(output, r * own.count, wire), At(input, own.offset, wire), own.count, wire);
       continue;
     }
-    wire.Send(peer, At(input, chunk.offset, wire), Bytes(chunk.count, wire), pending);
+    wire.Send(peer, At(input, chunk.offset, wire), Bytes(chunk.count, wire), pending,
+              SendMode::kExchange);
     wire.Recv(peer, At(output, peer * own.count, wire), Bytes(own.count, wire), pending);
   }
   return pending.WaitAll();

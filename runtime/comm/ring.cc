@@ -10,11 +10,12 @@ namespace tally::comm::ring {
 namespace {
 
 // One ring step: send a range to the right neighbour while receiving (or receive-reducing)
-// a range from the left one, and wait for both.
+// a range from the left one, and wait for both. Every rank receives in every step, so the
+// send may be an exchange (small messages go eagerly).
 absl::Status Step(Wire& wire, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
                   bool reduce) {
   Pending step(wire);
-  wire.Send(wire.right(), send, send_bytes, step);
+  wire.Send(wire.right(), send, send_bytes, step, SendMode::kExchange);
   if (reduce) {
     wire.RecvReduce(wire.left(), recv, recv_bytes, step);
   } else {
@@ -246,7 +247,8 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
     int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
     Chunk to_chunk = ChunkOf(count, p, to);
     Pending step(wire);
-    wire.Send(to, At(input, to_chunk.offset, wire), Bytes(to_chunk.count, wire), step);
+    wire.Send(to, At(input, to_chunk.offset, wire), Bytes(to_chunk.count, wire), step,
+              SendMode::kExchange);
     wire.Recv(from, At(output, from * own.count, wire), Bytes(own.count, wire), step);
     RETURN_IF_ERROR(step.WaitAll());
   }

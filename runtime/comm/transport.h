@@ -2,7 +2,8 @@
 //
 // Point-to-point, non-blocking, byte ranges, within one group of ranks:
 //
-//   std::unique_ptr<Request> s = transport.Isend(right, chunk, bytes, signature);
+//   std::unique_ptr<Request> s = transport.Isend(right, chunk, bytes, signature,
+//                                                SendMode::kRendezvous);
 //   std::unique_ptr<Request> r = transport.Irecv(left, into, bytes, signature, &sum_f32);
 //   RETURN_IF_ERROR(r->Wait());
 //   RETURN_IF_ERROR(s->Wait());
@@ -56,6 +57,12 @@ struct Reduction {
   DType dtype;
 };
 
+// How a send may complete. kRendezvous: when the receiver has the bytes. kExchange: a
+// small message may be buffered and the send completed at once; allowed only where every
+// rank of the call also receives afterwards (a ring step, an all-to-all), so that no rank
+// finishes a call without hearing from its peers, and a mismatch still reaches everyone.
+enum class SendMode { kRendezvous, kExchange };
+
 // One posted send or receive.
 class Request {
  public:
@@ -82,7 +89,7 @@ class Transport {
   // Posts a send of `bytes` bytes at `data` to group rank `peer`. The buffer must stay
   // valid and unchanged until the request completes.
   virtual std::unique_ptr<Request> Isend(int peer, const void* data, size_t bytes,
-                                         const OpSignature& signature) = 0;
+                                         const OpSignature& signature, SendMode mode) = 0;
   // Posts a receive of exactly `bytes` bytes from `peer` into `data`; with `reduction`, the
   // message is combined into `data` instead of copied.
   virtual std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes,

@@ -28,25 +28,30 @@ std::vector<Wire::Segment> Wire::Segments(size_t bytes) const {
   return segments;
 }
 
-void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending) {
-  int peer_world = transport_.world_rank(peer);
+int Wire::PeerWorldRank(int peer) const {
+  return peer >= 0 && peer < size() ? transport_.world_rank(peer) : -1;  // -1: the transport refuses it
+}
+
+void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, SendMode mode) {
+  int peer_world = PeerWorldRank(peer);
   for (Segment s : Segments(bytes)) {
     ledger_.RecordSend(key_, peer_world, int64_t(s.bytes));
     pending.entries_.push_back(
-        {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_),
-         peer_world, absl::Now(), false, absl::OkStatus()});
+        {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,
+                          mode),
+         peer_world, MonotonicNanos(), false, absl::OkStatus()});
   }
 }
 
 void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending) {
-  int peer_world = transport_.world_rank(peer);
+  int peer_world = PeerWorldRank(peer);
   std::optional<Reduction> reduction;
   if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
   for (Segment s : Segments(bytes)) {
     ledger_.RecordRecv(key_, peer_world, int64_t(s.bytes));
     pending.entries_.push_back({transport_.Irecv(peer, static_cast<char*>(data) + s.offset,
                                                  s.bytes, signature_, reduction),
-                                peer_world, absl::Now(), false, absl::OkStatus()});
+                                peer_world, MonotonicNanos(), false, absl::OkStatus()});
   }
 }
 
@@ -58,8 +63,8 @@ void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
   PostRecv(peer, data, bytes, /*reduce=*/true, pending);
 }
 
-void Wire::RecordCall(int64_t payload_bytes, absl::Time started) {
-  ledger_.RecordCall(key_, payload_bytes, absl::ToDoubleSeconds(absl::Now() - started));
+void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos) {
+  ledger_.RecordCall(key_, payload_bytes, SecondsSince(started_nanos));
 }
 
 absl::StatusOr<void*> Wire::Scratch(int64_t count) {
@@ -79,7 +84,7 @@ absl::Status Pending::Wait(size_t i) {
     e.status = e.request->Wait();
     e.waited = true;
     wire_.ledger_.RecordWait(wire_.key_, e.peer_world_rank,
-                             absl::ToDoubleSeconds(absl::Now() - e.posted));
+                             SecondsSince(e.posted_nanos));
   }
   return e.status;
 }

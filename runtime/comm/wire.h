@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "runtime/clock.h"
 #include "runtime/comm/ledger.h"
 #include "runtime/comm/transport.h"
 #include "runtime/tensor.h"
@@ -53,13 +54,14 @@ class Wire {
   std::vector<Segment> Segments(size_t bytes) const;
 
   // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
-  void Send(int peer, const void* data, size_t bytes, Pending& pending);
+  void Send(int peer, const void* data, size_t bytes, Pending& pending,
+            SendMode mode = SendMode::kRendezvous);
   void Recv(int peer, void* data, size_t bytes, Pending& pending);
   // data = op(data, message), the op and dtype of the call.
   void RecvReduce(int peer, void* data, size_t bytes, Pending& pending);
 
   // Books one call of the collective (payload: the caller's buffer size) in the ledger.
-  void RecordCall(int64_t payload_bytes, absl::Time started);
+  void RecordCall(int64_t payload_bytes, int64_t started_nanos);
 
   // Space for `count` elements of the call's dtype, valid until the call returns. It is
   // the communicator's comm buffer, grown when a call needs more and kept (as NCCL keeps
@@ -69,6 +71,7 @@ class Wire {
  private:
   friend class Pending;
   void PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending);
+  int PeerWorldRank(int peer) const;
 
   Transport& transport_;
   TrafficLedger& ledger_;
@@ -95,7 +98,7 @@ class Pending {
   struct Entry {
     std::unique_ptr<Request> request;
     int peer_world_rank;
-    absl::Time posted;
+    int64_t posted_nanos;  // MonotonicNanos() when posted
     bool waited = false;
     absl::Status status;
   };

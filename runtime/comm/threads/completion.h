@@ -1,54 +1,47 @@
-// Completion: a one-shot event carrying a Status, the rendezvous point of one message.
+// Completion: the state word of one posted message, which its owner waits on.
 //
-// The waiter spins for a short while (a message between two awake ranks lands in well
+//   pending -> linked -> done        (the peer posted its half after us: either side may
+//                                     now claim the transfer and move the bytes)
+//   pending -> done                  (the peer found our half queued and moved the bytes)
+//
+// The owner spins for a short while (a message between two awake ranks lands in well
 // under a microsecond) and then sleeps on a futex, so that 64 ranks on 2 cores do not
-// starve each other. It wakes every `slice` to ask `give_up` whether to stop waiting.
-//
-// States: pending -> claimed (a peer is copying) -> done, or pending -> cancelled (the
-// waiter gave up first). A peer must Claim() before it touches the waiter's buffer, and a
-// waiter can only cancel what nobody has claimed, so no copy ever lands in a buffer whose
-// owner has stopped waiting for it.
+// starve each other. Sleepers are woken by Link() and Complete().
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace tally::comm::threads {
 
-struct WaitPolicy {
-  absl::Duration spin = absl::Microseconds(50);  // zero when ranks outnumber cores
-  absl::Duration slice = absl::Milliseconds(20);
-};
-
 class Completion {
  public:
-  // pending -> claimed. False if the waiter already gave up.
-  bool Claim();
-  // -> done with `status`, waking the waiter. Called once, by whoever claimed or owns it.
+  enum State : uint32_t { kPending = 0, kLinked = 1, kDone = 2 };
+
+  State state() const { return State(word_.load(std::memory_order_acquire) & kStateMask); }
+  // pending -> linked, waking the owner so that it can claim the transfer.
+  void Link();
+  // -> done with `status`, waking the owner. Called once.
   void Complete(absl::Status status);
-  bool done() const;
+  // The status passed to Complete(); valid once state() is kDone.
+  const absl::Status& status() const { return status_; }
 
-  // Waits until done and returns the completion's status, or returns the first non-OK
-  // status of `give_up` if the event could be cancelled before anybody claimed it.
-  absl::Status Wait(const WaitPolicy& policy, absl::FunctionRef<absl::Status()> give_up);
-
-  // Gives up at once if nobody has claimed the event; otherwise waits for the transfer
-  // under way to finish. Used when a request is dropped without being waited for.
-  void CancelOrFinish();
+  // Sleeps until the state changes from `seen` or `timeout` passes (spurious wake-ups are
+  // possible; callers re-check).
+  void SleepWhile(State seen, absl::Duration timeout);
 
  private:
-  static constexpr uint32_t kPending = 0, kClaimed = 1, kDone = 2, kCancelled = 3;
   static constexpr uint32_t kStateMask = 3, kSleeper = 4;
+  void Publish(uint32_t state);
 
-  bool TryCancel();
-  void Sleep(uint32_t observed, absl::Duration slice);
-
-  std::atomic<uint32_t> state_{kPending};
+  std::atomic<uint32_t> word_{kPending};
   absl::Status status_;  // written before the release of kDone
 };
+
+// Spins politely for a few cycles.
+void CpuRelax();
 
 }  // namespace tally::comm::threads

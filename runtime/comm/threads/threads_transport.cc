@@ -1,9 +1,13 @@
 #include "runtime/comm/threads/threads_transport.h"
 
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/clock.h"
 #include "runtime/comm/reduce.h"
 
 namespace tally::comm::threads {
@@ -70,65 +74,205 @@ std::shared_ptr<Hub> Hub::JoinSplit(uint64_t split_id, std::span<const int> memb
   return hub;
 }
 
-// ---------------------------------------------------------------------------- Requests
+// ---------------------------------------------------------------------------- Transfers
 
 namespace {
 
-class ThreadsRequest : public Request {
- public:
-  ThreadsRequest(std::shared_ptr<PendingOp> op, std::shared_ptr<Hub> hub, int self, int peer,
-                 bool is_send)
-      : op_(std::move(op)), hub_(std::move(hub)), self_(self), peer_(peer), is_send_(is_send) {}
+// Copies of at least this many bytes bypass the cache on the way in: a large message is
+// not read again soon by the receiver, and streaming stores save the read-for-ownership
+// of every destination line, a third of a copy's memory traffic.
+constexpr size_t kStreamingCopyBytes = size_t(256) << 10;
 
-  // A request dropped without Wait() must not leave its buffer to a peer.
-  ~ThreadsRequest() override {
-    if (!waited_) op_->completion.CancelOrFinish();
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+  if (bytes >= kStreamingCopyBytes) {
+    auto* d = static_cast<char*>(dst);
+    auto* s = static_cast<const char*>(src);
+    size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
+    std::memcpy(d, s, head);
+    size_t body = (bytes - head) / 64 * 64;
+    for (size_t i = head; i < head + body; i += 64) {
+      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    std::memcpy(d + head + body, s + head + body, bytes - head - body);
+    _mm_sfence();  // streaming stores are weakly ordered: publish them before completing
+    return;
   }
+#endif
+  std::memcpy(dst, src, bytes);
+}
 
-  absl::Status Wait() override {
-    waited_ = true;
-    Session& session = hub_->session();
-    absl::Time deadline = absl::Now() + session.timeout();
-    return op_->completion.Wait(session.wait_policy(), [&]() -> absl::Status {
-      if (session.aborted()) return session.abort_status();
-      absl::Status failure;
-      if (session.exited(hub_->world_rank(peer_))) {
-        failure = absl::AbortedError(
-            absl::StrCat(Where(), " rank ", self_, " waits for rank ", peer_, " (",
-                         is_send_ ? "send" : "recv", " of ", op_->bytes,
-                         " bytes), which has already returned"));
-      } else if (absl::Now() > deadline) {
-        failure = absl::DeadlineExceededError(
-            absl::StrCat(Where(), " rank ", self_, " waited ",
-                         absl::FormatDuration(session.timeout()), " for rank ", peer_, " (",
-                         is_send_ ? "send" : "recv", " of ", op_->bytes,
-                         " bytes); deadline exceeded"));
-      } else {
-        return absl::OkStatus();
-      }
-      session.Abort(failure);
-      return session.abort_status();
-    });
+// Checks that the two halves agree, then moves the bytes. Returns the status both
+// halves complete with.
+absl::Status MoveBytes(const PendingOp& send, const PendingOp& recv, Hub& hub) {
+  std::string mismatch = DescribeMismatch(hub.name(), recv.receiver, recv.signature, send.sender,
+                                          send.signature);
+  if (mismatch.empty() && send.bytes != recv.bytes) {
+    mismatch = absl::StrCat("[", Title(recv.signature.primitive), " on '", hub.name(), "'] rank ",
+                            send.sender, " sends ", send.bytes, " bytes to rank ", recv.receiver,
+                            ", which expects ", recv.bytes);
   }
-
- private:
-  std::string Where() const {
-    return absl::StrCat("[", Title(op_->signature.primitive), " on '", hub_->name(), "']");
+  if (!mismatch.empty()) {
+    absl::Status status = absl::InvalidArgumentError(mismatch);
+    hub.session().Abort(status);
+    return status;
   }
+  if (recv.reduction.has_value()) {
+    int64_t count = int64_t(recv.bytes / SizeOf(recv.reduction->dtype));
+    ReduceInto(recv.recv_data, send.send_data, count, recv.reduction->dtype, recv.reduction->op);
+  } else if (recv.bytes > 0) {
+    CopyBytes(recv.recv_data, send.send_data, recv.bytes);
+  }
+  return absl::OkStatus();
+}
 
-  std::shared_ptr<PendingOp> op_;
-  std::shared_ptr<Hub> hub_;
-  int self_, peer_;
-  bool is_send_;
-  bool waited_ = false;
-};
+void MoveAndComplete(PendingOp& send, PendingOp& recv, Hub& hub) {
+  absl::Status status = MoveBytes(send, recv, hub);
+  send.completion.Complete(status);
+  recv.completion.Complete(status);  // neither half may be touched after this
+}
 
 }  // namespace
 
-std::unique_ptr<Request> ThreadsTransport::MakeRequest(std::shared_ptr<PendingOp> op, int peer,
-                                                       bool is_send) {
-  return std::make_unique<ThreadsRequest>(std::move(op), hub_, rank_, peer, is_send);
+class ThreadsRequest : public Request {
+ public:
+  ThreadsRequest(std::shared_ptr<PendingOp> op, std::shared_ptr<Hub> hub)
+      : op_(std::move(op)), hub_(std::move(hub)) {}
+
+  // A request dropped without Wait() must not leave its buffer to a peer.
+  ~ThreadsRequest() override {
+    if (waited_) return;
+    while (op_->completion.state() != Completion::kDone) {
+      if (Withdraw()) {
+        // Its peer would wait for it in vain: end the run rather than let it time out.
+        hub_->session().Abort(absl::AbortedError(
+            absl::StrCat("[", Title(op_->signature.primitive), " on '", hub_->name(), "'] rank ",
+                         self(), " dropped a ", op_->is_send ? "send to" : "receive from",
+                         " rank ", peer(), " before it completed")));
+        return;
+      }
+      op_->completion.SleepWhile(op_->completion.state(), absl::Milliseconds(1));
+    }
+  }
+
+  absl::Status Wait() override;
+  // Nobody will wait for this half (an eager send): dropping it withdraws nothing.
+  void Detach() { waited_ = true; }
+
+ private:
+  enum class Claim { kMoved, kPeerMoving, kCancelled };
+  // Claims a linked transfer and moves the bytes.
+  Claim TryMove();
+  // Takes this half back: off the channel if still queued, or by cancelling its link.
+  // False if a transfer is under way (or done); the caller waits for it to finish.
+  bool Withdraw();
+  // Why to stop waiting, if there is a reason: abort, peer gone, deadline.
+  absl::Status GiveUpReason(int64_t deadline_nanos) const;
+  int peer() const { return op_->is_send ? op_->receiver : op_->sender; }
+  int self() const { return op_->is_send ? op_->sender : op_->receiver; }
+
+  std::shared_ptr<PendingOp> op_;
+  std::shared_ptr<Hub> hub_;
+  bool waited_ = false;
+};
+
+ThreadsRequest::Claim ThreadsRequest::TryMove() {
+  Link& link = *op_->link;
+  int expected = Link::kOpen;
+  if (link.token.compare_exchange_strong(expected, Link::kClaimed, std::memory_order_acq_rel)) {
+    MoveAndComplete(*link.send, *link.recv, *hub_);
+    link.eager_send.reset();
+    return Claim::kMoved;
+  }
+  return expected == Link::kCancelled ? Claim::kCancelled : Claim::kPeerMoving;
 }
+
+bool ThreadsRequest::Withdraw() {
+  if (op_->completion.state() == Completion::kPending) {
+    Hub::Channel& channel = hub_->channel(op_->sender, op_->receiver);
+    std::lock_guard<std::mutex> lock(channel.mu);
+    auto& queue = op_->is_send ? channel.sends : channel.recvs;
+    for (auto it = queue.begin(); it != queue.end(); ++it) {
+      if (it->get() == op_.get()) {
+        queue.erase(it);
+        return true;
+      }
+    }
+    // Not queued any more: the peer has met it and is linking or moving it.
+  }
+  if (op_->completion.state() == Completion::kLinked) {
+    int expected = Link::kOpen;
+    if (op_->link->token.compare_exchange_strong(expected, Link::kCancelled,
+                                                 std::memory_order_acq_rel)) {
+      op_->link->eager_send.reset();
+      return true;
+    }
+    return expected == Link::kCancelled;
+  }
+  return false;
+}
+
+absl::Status ThreadsRequest::GiveUpReason(int64_t deadline_nanos) const {
+  Session& session = hub_->session();
+  if (session.aborted()) return session.abort_status();
+  std::string where = absl::StrCat("[", Title(op_->signature.primitive), " on '", hub_->name(),
+                                   "'] rank ", self());
+  std::string what = absl::StrCat(op_->is_send ? "send" : "recv", " of ", op_->bytes, " bytes");
+  if (session.exited(hub_->world_rank(peer()))) {
+    return absl::AbortedError(absl::StrCat(where, " waits for rank ", peer(), " (", what,
+                                           "), which has already returned"));
+  }
+  if (MonotonicNanos() > deadline_nanos) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(where, " waited ", absl::FormatDuration(session.timeout()), " for rank ",
+                     peer(), " (", what, "); deadline exceeded"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ThreadsRequest::Wait() {
+  waited_ = true;
+  Session& session = hub_->session();
+  const WaitPolicy& policy = session.wait_policy();
+  int64_t now = MonotonicNanos();
+  int64_t deadline = now + absl::ToInt64Nanoseconds(session.timeout());
+  int64_t spin_end = now + absl::ToInt64Nanoseconds(policy.spin);
+  bool spinning = policy.spin > absl::ZeroDuration();
+  bool peer_moving = false;
+  for (int i = 0;; ++i) {
+    Completion::State state = op_->completion.state();
+    if (state == Completion::kDone) return op_->completion.status();
+    // A receiver moves linked bytes at once; a sender leaves them to the receiver while
+    // it spins, and claims them only instead of going to sleep.
+    if (state == Completion::kLinked && !peer_moving && (!op_->is_send || !spinning)) {
+      Claim claim = TryMove();
+      if (claim == Claim::kMoved) return op_->completion.status();
+      if (claim == Claim::kCancelled) return session.abort_status();  // the peer withdrew
+      peer_moving = true;  // the peer claimed it: done soon
+    }
+    if (spinning) {
+      CpuRelax();
+      if ((i & 63) == 63 && MonotonicNanos() > spin_end) spinning = false;
+      continue;
+    }
+    op_->completion.SleepWhile(state, peer_moving ? absl::Milliseconds(1) : policy.slice);
+    // Progress first: only a wait that is still where it was asks whether to give up.
+    if (peer_moving || op_->completion.state() != state) continue;
+    absl::Status stop = GiveUpReason(deadline);
+    if (!stop.ok() && Withdraw()) {
+      session.Abort(stop);
+      return session.abort_status();
+    }
+  }
+}
+
 
 // ---------------------------------------------------------------------------- Transport
 
@@ -151,27 +295,60 @@ absl::Status ThreadsTransport::Announce(const OpSignature& signature) {
   return session.abort_status();
 }
 
-std::unique_ptr<Request> ThreadsTransport::Isend(int peer, const void* data, size_t bytes,
-                                                 const OpSignature& signature) {
-  if (absl::Status s = CheckPeer(peer, signature); !s.ok()) return FailedRequest(s);
-  auto op = std::make_shared<PendingOp>();
-  op->send_data = data;
-  op->bytes = bytes;
-  op->signature = signature;
-
-  Hub::Channel& channel = hub_->channel(rank_, peer);
-  std::shared_ptr<PendingOp> recv;
+std::unique_ptr<ThreadsRequest> ThreadsTransport::Post(std::shared_ptr<PendingOp> op) {
+  Hub::Channel& channel = hub_->channel(op->sender, op->receiver);
+  std::shared_ptr<PendingOp> peer_half;
   {
     std::lock_guard<std::mutex> lock(channel.mu);
-    if (channel.recvs.empty()) {
-      channel.sends.push_back(op);
+    auto& theirs = op->is_send ? channel.recvs : channel.sends;
+    auto& ours = op->is_send ? channel.sends : channel.recvs;
+    if (theirs.empty()) {
+      ours.push_back(op);
     } else {
-      recv = std::move(channel.recvs.front());
-      channel.recvs.pop_front();
+      peer_half = std::move(theirs.front());
+      theirs.pop_front();
+      if (op->is_send) {  // the receive was waiting: link the halves, the receiver copies
+        auto link = std::make_shared<Link>();
+        link->send = op.get();
+        link->recv = peer_half.get();
+        if (op->eager != nullptr) link->eager_send = op;
+        op->link = link;
+        peer_half->link = link;
+      }
     }
   }
-  if (recv != nullptr) Transfer(*op, rank_, *recv, peer, /*queued=*/*recv);
-  return MakeRequest(std::move(op), peer, /*is_send=*/true);
+  if (peer_half != nullptr) {
+    if (op->is_send) {
+      op->completion.Link();
+      peer_half->completion.Link();
+    } else {  // the send was waiting: this receiver moves the bytes now
+      MoveAndComplete(*peer_half, *op, *hub_);
+    }
+  }
+  return std::make_unique<ThreadsRequest>(std::move(op), hub_);
+}
+
+std::unique_ptr<Request> ThreadsTransport::Isend(int peer, const void* data, size_t bytes,
+                                                 const OpSignature& signature, SendMode mode) {
+  if (absl::Status s = CheckPeer(peer, signature); !s.ok()) return FailedRequest(s);
+  auto op = std::make_shared<PendingOp>();
+  op->is_send = true;
+  op->send_data = data;
+  op->bytes = bytes;
+  op->sender = rank_;
+  op->receiver = peer;
+  op->signature = signature;
+  if (mode == SendMode::kExchange && bytes <= kEagerBytes) {
+    op->eager.reset(new char[bytes > 0 ? bytes : 1]);
+    if (bytes > 0) std::memcpy(op->eager.get(), data, bytes);
+    op->send_data = op->eager.get();
+    // The message owns its bytes now: the receiver takes them whenever it comes, and the
+    // sender has nothing to wait for. (A mismatch found then aborts the run, and the
+    // sender learns of it at its next wait.)
+    Post(std::move(op))->Detach();
+    return FailedRequest(absl::OkStatus());
+  }
+  return Post(std::move(op));
 }
 
 std::unique_ptr<Request> ThreadsTransport::Irecv(int peer, void* data, size_t bytes,
@@ -181,51 +358,11 @@ std::unique_ptr<Request> ThreadsTransport::Irecv(int peer, void* data, size_t by
   auto op = std::make_shared<PendingOp>();
   op->recv_data = data;
   op->bytes = bytes;
+  op->sender = peer;
+  op->receiver = rank_;
   op->signature = signature;
   op->reduction = reduction;
-
-  Hub::Channel& channel = hub_->channel(peer, rank_);
-  std::shared_ptr<PendingOp> send;
-  {
-    std::lock_guard<std::mutex> lock(channel.mu);
-    if (channel.sends.empty()) {
-      channel.recvs.push_back(op);
-    } else {
-      send = std::move(channel.sends.front());
-      channel.sends.pop_front();
-    }
-  }
-  if (send != nullptr) Transfer(*send, peer, *op, rank_, /*queued=*/*send);
-  return MakeRequest(std::move(op), peer, /*is_send=*/false);
-}
-
-void ThreadsTransport::Transfer(PendingOp& send, int sender, PendingOp& recv, int receiver,
-                                PendingOp& queued) {
-  PendingOp& own = (&queued == &send) ? recv : send;
-  Session& session = hub_->session();
-  if (!queued.completion.Claim()) {  // its owner gave up: the run is being aborted
-    own.completion.Complete(session.abort_status());
-    return;
-  }
-  std::string mismatch =
-      DescribeMismatch(name(), receiver, recv.signature, sender, send.signature);
-  if (mismatch.empty() && send.bytes != recv.bytes) {
-    mismatch = absl::StrCat("[", Title(recv.signature.primitive), " on '", name(), "'] rank ",
-                            sender, " sends ", send.bytes, " bytes to rank ", receiver,
-                            ", which expects ", recv.bytes);
-  }
-  absl::Status status;
-  if (!mismatch.empty()) {
-    status = absl::InvalidArgumentError(mismatch);
-    session.Abort(status);
-  } else if (recv.reduction.has_value()) {
-    int64_t count = int64_t(recv.bytes / SizeOf(recv.reduction->dtype));
-    ReduceInto(recv.recv_data, send.send_data, count, recv.reduction->dtype, recv.reduction->op);
-  } else if (recv.bytes > 0) {
-    std::memcpy(recv.recv_data, send.send_data, recv.bytes);
-  }
-  queued.completion.Complete(status);
-  own.completion.Complete(status);
+  return Post(std::move(op));
 }
 
 absl::StatusOr<std::unique_ptr<Transport>> ThreadsTransport::Split(std::span<const int> members,

@@ -1,10 +1,20 @@
 // The threads transport: every rank is a thread of one process.
 //
-// A message is a rendezvous. The sender posts (pointer, bytes) on the channel from it to
-// the receiver; the receiver posts (pointer, bytes, reduction) on the same channel; whoever
-// arrives second moves the bytes once, straight from the sender's buffer into the
-// receiver's (or reduces them into it), and completes both sides. There is no staging
-// copy, so a ring all-reduce reads and writes every byte exactly as often as NCCL would.
+// A message is a rendezvous. Each side posts its half (pointer, bytes; the receiver also
+// a reduction) on the channel from sender to receiver, and the bytes move once, straight
+// from the sender's buffer into the receiver's (or reduced into it): no staging copy, so
+// a ring all-reduce reads and writes every byte as often as NCCL's would.
+//
+// Small messages of an exchange (SendMode::kExchange, at most kEagerBytes) are sent eagerly: the sender copies them
+// into the message and goes on at once, as MPI's eager protocol does. That saves the wait
+// for the receiver, which dominates the latency of a small all-reduce.
+//
+// Who moves the bytes of a large message: a receiver that finds the send already posted moves the bytes at once.
+// A sender that finds the receive already posted links the two halves and leaves the
+// copy to the receiver, which is waiting for it; only a sender that would otherwise go to
+// sleep claims the copy itself. So in a ring each rank copies its own incoming data, the
+// work splits evenly across cores, and no pattern of waits can deadlock (whichever side
+// waits can always finish the transfer).
 //
 //   auto session = std::make_shared<Session>(/*world_size=*/4, absl::Seconds(60));
 //   auto world = std::make_shared<Hub>(session, std::vector<int>{0, 1, 2, 3}, "world");
@@ -12,7 +22,9 @@
 //
 // Faults: a wait gives up when its deadline passes, when the run is aborted (any rank
 // failed, or two ranks made different calls), or when the peer it waits for has returned.
-// Each of these aborts the whole session, so every other rank's wait ends too.
+// Each of these aborts the whole session, so every other rank's wait ends too. A half
+// that was given up is withdrawn first, so no copy ever lands in a buffer whose owner has
+// stopped waiting for it.
 #pragma once
 
 #include <atomic>
@@ -32,6 +44,13 @@
 #include "runtime/comm/transport.h"
 
 namespace tally::comm::threads {
+
+// How a rank waits: spin while a core is free to spin on, then sleep on a futex, waking
+// every `slice` to check the deadline, the abort flag and the peer.
+struct WaitPolicy {
+  absl::Duration spin = absl::Microseconds(50);  // zero when ranks outnumber cores
+  absl::Duration slice = absl::Milliseconds(20);
+};
 
 // What all ranks of one run share: the abort flag, who has returned, the wait policy.
 class Session {
@@ -60,14 +79,33 @@ class Session {
   absl::Status abort_status_;
 };
 
-// One posted send or receive, shared by the poster and whoever matches it.
+struct PendingOp;
+class ThreadsRequest;
+
+// Two halves that met with the receiver's half posted first. Either owner may claim the
+// transfer (and move the bytes) or, giving up, cancel it; the token decides who wins.
+struct Link {
+  enum Token : int { kOpen, kClaimed, kCancelled };
+  PendingOp* send;  // owners do not leave while the token is open or claimed
+  PendingOp* recv;
+  std::atomic<int> token{kOpen};
+  // An eager send has no owner left to keep it alive: the link does, until the receiver
+  // has taken its bytes or withdrawn.
+  std::shared_ptr<PendingOp> eager_send;
+};
+
+// One posted send or receive.
 struct PendingOp {
+  bool is_send = false;
+  std::unique_ptr<char[]> eager;  // an eager send's own copy of its bytes
   const void* send_data = nullptr;
   void* recv_data = nullptr;
   size_t bytes = 0;
+  int sender = 0, receiver = 0;  // group ranks
   OpSignature signature;
   std::optional<Reduction> reduction;
   Completion completion;
+  std::shared_ptr<Link> link;  // set (under the channel lock) before completion.Link()
 };
 
 // The mailboxes of one group: a channel per ordered pair of ranks.
@@ -121,6 +159,9 @@ class Hub {
 
 class ThreadsTransport : public Transport {
  public:
+  // Exchange sends of at most this many bytes are eager: buffered, done at once.
+  static constexpr size_t kEagerBytes = 8192;
+
   ThreadsTransport(std::shared_ptr<Hub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
 
   int rank() const override { return rank_; }
@@ -130,7 +171,7 @@ class ThreadsTransport : public Transport {
 
   absl::Status Announce(const OpSignature& signature) override;
   std::unique_ptr<Request> Isend(int peer, const void* data, size_t bytes,
-                                 const OpSignature& signature) override;
+                                 const OpSignature& signature, SendMode mode) override;
   std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes, const OpSignature& signature,
                                  std::optional<Reduction> reduction) override;
   absl::StatusOr<std::unique_ptr<Transport>> Split(std::span<const int> members, uint64_t split_id,
@@ -138,10 +179,8 @@ class ThreadsTransport : public Transport {
 
  private:
   absl::Status CheckPeer(int peer, const OpSignature& signature) const;
-  // Moves the bytes of a matched pair and completes both. `queued` is the one that was
-  // waiting on the channel (posted by the other rank); the caller owns the other.
-  void Transfer(PendingOp& send, int sender, PendingOp& recv, int receiver, PendingOp& queued);
-  std::unique_ptr<Request> MakeRequest(std::shared_ptr<PendingOp> op, int peer, bool is_send);
+  // Posts `op` on its channel, or meets the peer's half already there.
+  std::unique_ptr<ThreadsRequest> Post(std::shared_ptr<PendingOp> op);
 
   std::shared_ptr<Hub> hub_;
   int rank_;

@@ -1,0 +1,207 @@
+#include "examples/bench_report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/comm/collective_check.h"
+#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/launch.h"
+#include "runtime/json_writer.h"
+#include "runtime/status_macros.h"
+
+namespace tally {
+
+using comm::Algorithm;
+using comm::Primitive;
+
+absl::Status BenchConfig::Validate() const {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError("[tally_bench] " + what);
+  };
+  if (min_bytes < 0 || max_bytes < min_bytes) return bad("need 0 <= -b <= -e");
+  if (factor < 2) return bad("-f must be at least 2");
+  if (iterations < 1 || warmup < 0) return bad("-n must be >= 1 and -w >= 0");
+  if (ranks < 1) return bad("--ranks must be >= 1");
+  if (root < 0 || root >= ranks) return bad("--root must be a rank in [0, --ranks)");
+  if (max_chunk_bytes < 4) return bad("--max_chunk_bytes must be at least one element (4)");
+  if (timeout_s <= 0) return bad("--timeout_s must be positive");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
+  int64_t scale = 1;
+  std::string digits = text;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': scale = int64_t(1) << 10; break;
+      case 'M': case 'm': scale = int64_t(1) << 20; break;
+      case 'G': case 'g': scale = int64_t(1) << 30; break;
+      default: scale = 1;
+    }
+    if (scale != 1) digits.pop_back();
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(digits, &value) || value < 0) {
+    return absl::InvalidArgumentError("[tally_bench] '" + text +
+                                      "' is not a size; use bytes with an optional K, M or G");
+  }
+  return value * scale;
+}
+
+double BusFactor(Primitive op, int ranks) {
+  double n = ranks;
+  switch (op) {
+    case Primitive::kAllReduce: return 2 * (n - 1) / n;
+    case Primitive::kAllGather:
+    case Primitive::kReduceScatter:
+    case Primitive::kAllToAll:
+    case Primitive::kGather:
+    case Primitive::kScatter: return (n - 1) / n;
+    default: return 1;
+  }
+}
+
+absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primitive op,
+                                               Algorithm algorithm) {
+  std::vector<int64_t> counts;
+  for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes;
+       bytes = std::max<int64_t>(bytes * config.factor, bytes + 1)) {
+    int64_t count = bytes / 4;
+    if (counts.empty() || counts.back() != count) counts.push_back(count);
+  }
+  int p = config.ranks;
+  int root = config.root;
+  std::vector<BenchRow> rows(counts.size());
+  // seconds[size][rank]: the mean time of one call on that rank.
+  std::vector<std::vector<double>> seconds(counts.size(), std::vector<double>(p));
+  comm::LaunchOptions launch;
+  launch.world_size = p;
+  launch.timeout = absl::Seconds(config.timeout_s);
+  launch.comm.algorithm = algorithm;
+  launch.comm.max_chunk_bytes = size_t(config.max_chunk_bytes);
+  for (BenchRow& row : rows) {
+    row.sent_bytes_per_rank.assign(p, 0);
+    row.recv_bytes_per_rank.assign(p, 0);
+  }
+
+  auto run_rank = [&](comm::Communicator& world) -> absl::Status {
+    int r = world.rank();
+    for (size_t i = 0; i < counts.size(); ++i) {
+      int64_t n = counts[i];
+      ASSIGN_OR_RETURN(comm::CallBuffers buffers, comm::MakeCallBuffers(world, op, n, root));
+      for (int k = 0; k < config.warmup; ++k) {
+        RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
+      }
+      RETURN_IF_ERROR(world.Barrier());
+      absl::Time start = absl::Now();
+      for (int k = 0; k < config.iterations; ++k) {
+        RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
+      }
+      seconds[i][r] = absl::ToDoubleSeconds(absl::Now() - start) / config.iterations;
+
+      // One more call, alone in the ledger, with closed-form data when checking.
+      if (config.check) comm::FillInputs(world, op, buffers, n, root);
+      world.ledger().Clear();
+      RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
+      if (config.check) rows[i].wrong += comm::CountWrong(world, op, buffers, n, root);
+      comm::TransferTotals t = world.ledger().Total();
+      rows[i].sent_bytes_per_rank[r] = t.bytes_sent;
+      rows[i].recv_bytes_per_rank[r] = t.bytes_recv;
+      world.ledger().Clear();
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(comm::RunThreadRanks(launch, run_rank));
+
+  for (size_t i = 0; i < counts.size(); ++i) {
+    BenchRow& row = rows[i];
+    row.op = op;
+    row.algorithm = algorithm;
+    row.ranks = p;
+    row.root = (op == Primitive::kBroadcast || op == Primitive::kReduce ||
+                op == Primitive::kGather || op == Primitive::kScatter)
+                   ? root
+                   : -1;
+    row.count = counts[i];
+    row.size_bytes = counts[i] * 4;
+    row.time_us = *std::max_element(seconds[i].begin(), seconds[i].end()) * 1e6;
+    row.algbw_gbps = row.time_us > 0 ? row.size_bytes / (row.time_us * 1e3) : 0;
+    row.busbw_gbps = row.algbw_gbps * BusFactor(op, p);
+    for (int r = 0; r < p; ++r) {
+      row.exact_sent_bytes_per_rank.push_back(
+          comm::ExactTraffic(op, algorithm, p, r, root, row.count, 4).sent);
+    }
+    row.sent_max = *std::max_element(row.sent_bytes_per_rank.begin(), row.sent_bytes_per_rank.end());
+    row.exact_sent_max = *std::max_element(row.exact_sent_bytes_per_rank.begin(),
+                                           row.exact_sent_bytes_per_rank.end());
+    std::printf("%s", FormatRow(row).c_str());
+    std::fflush(stdout);
+  }
+  return rows;
+}
+
+std::string FormatHeader(const BenchConfig& config) {
+  return absl::StrFormat(
+      "# tally_bench: %d thread ranks, f32, redop sum, max_chunk_bytes %d, %d warm-up + %d timed "
+      "iterations, check %d\n"
+      "# time: the slowest rank's mean per call; busbw: nccl-tests' bus factors; sent/rank: the "
+      "busiest rank's bytes, by the ledger and by the exact formula\n"
+      "#\n"
+      "# %-14s %-5s %12s %11s %4s %5s %4s %11s %10s %10s %6s %14s %14s\n",
+      config.ranks, config.max_chunk_bytes, config.warmup, config.iterations, config.check ? 1 : 0,
+      "op", "algo", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)",
+      "busbw(GB/s)", "#wrong", "sent/rank", "exact");
+}
+
+std::string FormatRow(const BenchRow& row) {
+  bool reduces = row.op == Primitive::kAllReduce || row.op == Primitive::kReduceScatter ||
+                 row.op == Primitive::kReduce;
+  return absl::StrFormat("  %-14s %-5s %12d %11d %4s %5s %4d %11.2f %10.3f %10.3f %6d %14d %14d\n",
+                         comm::Name(row.op), comm::Name(row.algorithm), row.size_bytes, row.count,
+                         "f32", reduces ? "sum" : "none", row.root, row.time_us, row.algbw_gbps,
+                         row.busbw_gbps, row.wrong, row.sent_max, row.exact_sent_max);
+}
+
+std::string FormatSummary(const std::vector<BenchRow>& rows) {
+  double busbw = 0;
+  int64_t wrong = 0, mismatched = 0;
+  for (const BenchRow& row : rows) {
+    busbw += row.busbw_gbps;
+    wrong += row.wrong;
+    mismatched += row.sent_bytes_per_rank != row.exact_sent_bytes_per_rank;
+  }
+  return absl::StrFormat(
+      "# Out of bounds values : %d %s\n# Avg bus bandwidth    : %.3f GB/s\n"
+      "# Ledger vs exact formula: %d of %d rows differ (every rank compared)\n",
+      wrong, wrong == 0 ? "OK" : "WRONG", rows.empty() ? 0.0 : busbw / rows.size(), mismatched,
+      rows.size());
+}
+
+absl::Status WriteBenchJson(const std::string& path, const std::vector<BenchRow>& rows) {
+  JsonWriter w;
+  w.BeginArray();
+  for (const BenchRow& row : rows) {
+    w.BeginObject();
+    w.Key("op").String(comm::Name(row.op));
+    w.Key("algorithm").String(comm::Name(row.algorithm));
+    w.Key("ranks").Int(row.ranks);
+    w.Key("root").Int(row.root);
+    w.Key("size_bytes").Int(row.size_bytes);
+    w.Key("count").Int(row.count);
+    w.Key("time_us").Double(row.time_us);
+    w.Key("algbw_gbps").Double(row.algbw_gbps);
+    w.Key("busbw_gbps").Double(row.busbw_gbps);
+    w.Key("wrong").Int(row.wrong);
+    w.Key("sent_bytes_per_rank").IntArray(row.sent_bytes_per_rank);
+    w.Key("recv_bytes_per_rank").IntArray(row.recv_bytes_per_rank);
+    w.Key("exact_sent_bytes_per_rank").IntArray(row.exact_sent_bytes_per_rank);
+    w.EndObject();
+  }
+  w.EndArray();
+  return WriteTextFile(path, w.str() + "\n");
+}
+
+}  // namespace tally

@@ -1,0 +1,60 @@
+// The machinery of tally_bench: the configuration, the size sweep on thread ranks, and the
+// nccl-tests style table and JSON rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/comm/types.h"
+
+namespace tally {
+
+struct BenchConfig {
+  int64_t min_bytes = 8, max_bytes = int64_t(64) << 20;
+  int factor = 2;
+  int iterations = 20, warmup = 5;
+  bool check = true;
+  int ranks = 2;
+  int root = 0;
+  int64_t max_chunk_bytes = int64_t(1) << 20;
+  double timeout_s = 60;
+  std::vector<comm::Primitive> ops;
+  std::vector<comm::Algorithm> algorithms;
+
+  absl::Status Validate() const;
+};
+
+// "8", "1K", "64M", "1G" (powers of 1024) -> bytes.
+absl::StatusOr<int64_t> ParseBytes(const std::string& text);
+
+struct BenchRow {
+  comm::Primitive op;
+  comm::Algorithm algorithm;
+  int ranks = 0;
+  int root = -1;
+  int64_t size_bytes = 0;
+  int64_t count = 0;
+  double time_us = 0;
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+  int64_t wrong = 0;
+  std::vector<int64_t> sent_bytes_per_rank, recv_bytes_per_rank, exact_sent_bytes_per_rank;
+  int64_t sent_max = 0, exact_sent_max = 0;
+};
+
+// nccl-tests' factor from algorithm bandwidth to bus bandwidth for `ranks` ranks.
+double BusFactor(comm::Primitive op, int ranks);
+
+// Runs every size of the sweep for one op and algorithm.
+absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, comm::Primitive op,
+                                               comm::Algorithm algorithm);
+
+std::string FormatHeader(const BenchConfig& config);
+std::string FormatRow(const BenchRow& row);
+std::string FormatSummary(const std::vector<BenchRow>& rows);
+absl::Status WriteBenchJson(const std::string& path, const std::vector<BenchRow>& rows);
+
+}  // namespace tally

@@ -1,0 +1,123 @@
+// tally_bench: the collective benchmark, in nccl-tests' conventions.
+//
+//   tally_bench --op=all_reduce --algorithm=ring --ranks=2 -b 8 -e 64M -f 4 -n 20 -w 5 -c 1
+//
+// For each size it runs -w warm-up calls and -n timed calls on --ranks thread ranks, then
+// one checked call with closed-form data (-c 1) whose bytes it takes from the ledger and
+// sets beside the exact formula. Columns: size (bytes of the full buffer), count
+// (elements), type, redop, root, time (us, the slowest rank's mean), algbw = size/time,
+// busbw = algbw x nccl-tests' bus factor, #wrong, and bytes sent per rank (the busiest
+// rank) by the ledger and by the formula.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "examples/bench_report.h"
+#include "runtime/comm/collective_check.h"
+#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/launch.h"
+#include "runtime/status_macros.h"
+
+ABSL_FLAG(std::string, b, "8", "minimum size in bytes (K, M, G suffixes allowed)");
+ABSL_FLAG(std::string, e, "64M", "maximum size in bytes");
+ABSL_FLAG(int, f, 2, "multiplication factor between sizes");
+ABSL_FLAG(int, n, 20, "timed iterations per size");
+ABSL_FLAG(int, w, 5, "warm-up iterations per size");
+ABSL_FLAG(int, c, 1, "check results (1) or not (0)");
+ABSL_FLAG(std::string, op, "all_reduce",
+          "all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, gather, scatter, "
+          "sendrecv, or all");
+ABSL_FLAG(std::string, algorithm, "ring", "ring, naive, or all");
+ABSL_FLAG(int, ranks, 2, "thread ranks");
+ABSL_FLAG(int, root, 0, "root of the rooted collectives");
+ABSL_FLAG(int64_t, max_chunk_bytes, int64_t(1) << 20, "largest message; larger transfers are split");
+ABSL_FLAG(double, timeout_s, 60, "the longest any single wait may take, in seconds");
+ABSL_FLAG(std::string, J, "", "write the rows as JSON to this file");
+
+namespace tally {
+namespace {
+
+using comm::Algorithm;
+using comm::Primitive;
+
+absl::StatusOr<std::vector<Primitive>> ParseOps(const std::string& text) {
+  if (text == "all") {
+    return std::vector<Primitive>{Primitive::kAllReduce, Primitive::kAllGather,
+                                  Primitive::kReduceScatter, Primitive::kAllToAll,
+                                  Primitive::kBroadcast, Primitive::kReduce,
+                                  Primitive::kGather, Primitive::kScatter, Primitive::kSendRecv};
+  }
+  ASSIGN_OR_RETURN(Primitive p, comm::ParsePrimitive(text));
+  if (p == Primitive::kBarrier) {
+    return absl::InvalidArgumentError("[tally_bench] --op=barrier moves no bytes; nothing to measure");
+  }
+  return std::vector<Primitive>{p};
+}
+
+absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text) {
+  if (text == "all") return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive};
+  ASSIGN_OR_RETURN(Algorithm a, comm::ParseAlgorithm(text));
+  return std::vector<Algorithm>{a};
+}
+
+absl::StatusOr<BenchConfig> ConfigFromFlags() {
+  BenchConfig config;
+  ASSIGN_OR_RETURN(config.min_bytes, ParseBytes(absl::GetFlag(FLAGS_b)));
+  ASSIGN_OR_RETURN(config.max_bytes, ParseBytes(absl::GetFlag(FLAGS_e)));
+  config.factor = absl::GetFlag(FLAGS_f);
+  config.iterations = absl::GetFlag(FLAGS_n);
+  config.warmup = absl::GetFlag(FLAGS_w);
+  config.check = absl::GetFlag(FLAGS_c) != 0;
+  config.ranks = absl::GetFlag(FLAGS_ranks);
+  config.root = absl::GetFlag(FLAGS_root);
+  config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  config.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  ASSIGN_OR_RETURN(config.ops, ParseOps(absl::GetFlag(FLAGS_op)));
+  ASSIGN_OR_RETURN(config.algorithms, ParseAlgorithms(absl::GetFlag(FLAGS_algorithm)));
+  RETURN_IF_ERROR(config.Validate());
+  return config;
+}
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(BenchConfig config, ConfigFromFlags());
+  std::printf("%s", FormatHeader(config).c_str());
+  std::vector<BenchRow> all_rows;
+  for (Primitive op : config.ops) {
+    for (Algorithm algorithm : config.algorithms) {
+      ASSIGN_OR_RETURN(std::vector<BenchRow> rows, RunSweep(config, op, algorithm));
+      for (const BenchRow& row : rows) all_rows.push_back(row);
+    }
+  }
+  std::printf("%s", FormatSummary(all_rows).c_str());
+  if (!absl::GetFlag(FLAGS_J).empty()) {
+    RETURN_IF_ERROR(WriteBenchJson(absl::GetFlag(FLAGS_J), all_rows));
+  }
+  int64_t wrong = 0;
+  for (const BenchRow& row : all_rows) wrong += row.wrong + (row.sent_max != row.exact_sent_max);
+  if (wrong > 0) return absl::DataLossError(absl::StrCat("[tally_bench] ", wrong, " wrong results"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tally
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "collective benchmark: tally_bench --op=all_reduce --algorithm=ring --ranks=2 -b 8 -e 64M");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "tally_bench: unexpected argument '%s'\n", positional[1]);
+    return 2;
+  }
+  absl::Status status = tally::Main();
+  if (!status.ok()) {
+    std::fprintf(stderr, "tally_bench: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
