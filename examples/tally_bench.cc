@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   }
   absl::Status status = tally::Main();
   if (!status.ok()) {
-    std::fprintf(stderr, "tally_bench: %s\n", std::string(status.message()).c_str());
+    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
     return 1;
   }
   return 0;
