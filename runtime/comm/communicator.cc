@@ -14,7 +14,7 @@
 namespace tally::comm {
 
 Work::Work(std::unique_ptr<Wire> wire, size_t bytes, int64_t started_nanos)
-    : wire_(std::move(wire)), pending_(*wire_), bytes_(bytes), started_nanos_(started_nanos) {}
+    : wire_(std::move(wire)), bytes_(bytes), started_nanos_(started_nanos) {}
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, RankResources* resources,
                            CommOptions options)

@@ -9,22 +9,6 @@
 
 namespace tally::comm {
 
-void TrafficLedger::RecordSend(const LedgerKey& key, int peer_world_rank, int64_t bytes) {
-  TransferTotals& t = transfers_[{key, peer_world_rank}];
-  t.bytes_sent += bytes;
-  t.messages_sent += 1;
-}
-
-void TrafficLedger::RecordRecv(const LedgerKey& key, int peer_world_rank, int64_t bytes) {
-  TransferTotals& t = transfers_[{key, peer_world_rank}];
-  t.bytes_recv += bytes;
-  t.messages_recv += 1;
-}
-
-void TrafficLedger::RecordWait(const LedgerKey& key, int peer_world_rank, double seconds) {
-  transfers_[{key, peer_world_rank}].seconds += seconds;
-}
-
 void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds) {
   CallTotals& c = calls_[key];
   c.calls += 1;

@@ -63,9 +63,11 @@ class TrafficLedger {
   Phase phase() const { return phase_; }
   const std::string& label() const { return label_; }
 
-  void RecordSend(const LedgerKey& key, int peer_world_rank, int64_t bytes);
-  void RecordRecv(const LedgerKey& key, int peer_world_rank, int64_t bytes);
-  void RecordWait(const LedgerKey& key, int peer_world_rank, double seconds);
+  // The totals of (key, peer), created empty on first use. The reference stays valid
+  // until Clear(), so a call can look its rows up once and book every message into them.
+  TransferTotals& Transfers(const LedgerKey& key, int peer_world_rank) {
+    return transfers_[{key, peer_world_rank}];
+  }
   void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds);
 
   const std::map<std::pair<LedgerKey, int>, TransferTotals>& transfers() const {
@@ -91,6 +93,7 @@ class TrafficLedger {
     return Sum([](const LedgerKey&) { return true; });
   }
 
+  // Forgets everything booked so far. Not while a call is in flight.
   void Clear();
 
  private:

@@ -19,7 +19,7 @@ void FinishAverageOf(Wire& wire, void* data, int64_t count) {
 }  // namespace
 
 absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
-  Pending pending(wire);
+  Pending pending;
   if (wire.rank() == root) {
     for (int peer = 0; peer < wire.size(); ++peer) {
       if (peer != root) wire.Send(peer, data, Bytes(count, wire), pending);
@@ -34,14 +34,14 @@ absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
 // depend on which message happens to arrive first.
 absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, int root) {
   if (wire.rank() != root) {
-    Pending pending(wire);
+    Pending pending;
     wire.Send(root, input, Bytes(count, wire), pending);
     return pending.WaitAll();
   }
   CopyElements(output, input, count, wire);
   for (int peer = 0; peer < wire.size(); ++peer) {
     if (peer == root) continue;
-    Pending pending(wire);
+    Pending pending;
     wire.RecvReduce(peer, output, Bytes(count, wire), pending);
     RETURN_IF_ERROR(pending.WaitAll());
   }
@@ -56,7 +56,7 @@ absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
 
 absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count, int root) {
   int p = wire.size();
-  Pending pending(wire);
+  Pending pending;
   if (wire.rank() == root) {
     for (int peer = 0; peer < p; ++peer) {
       Chunk chunk = ChunkOf(count, p, peer);
@@ -74,7 +74,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
 
 absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, int root) {
   int p = wire.size();
-  Pending pending(wire);
+  Pending pending;
   if (wire.rank() == root) {
     for (int peer = 0; peer < p; ++peer) {
       Chunk chunk = ChunkOf(count, p, peer);
@@ -107,7 +107,7 @@ absl::Status ReduceScatter(Wire& wire, const void* input, void* output, int64_t 
 absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count) {
   int p = wire.size(), r = wire.rank();
   Chunk own = ChunkOf(count, p, r);
-  Pending pending(wire);
+  Pending pending;
   for (int peer = 0; peer < p; ++peer) {
     Chunk chunk = ChunkOf(count, p, peer);
     if (peer == r) {
@@ -122,14 +122,14 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
 }
 
 absl::Status Barrier(Wire& wire) {
-  Pending arrive(wire);
+  Pending arrive;
   if (wire.rank() == kHub) {
     for (int peer = 1; peer < wire.size(); ++peer) wire.Recv(peer, nullptr, 0, arrive);
   } else {
     wire.Send(kHub, nullptr, 0, arrive);
   }
   RETURN_IF_ERROR(arrive.WaitAll());
-  Pending release(wire);
+  Pending release;
   if (wire.rank() == kHub) {
     for (int peer = 1; peer < wire.size(); ++peer) wire.Send(peer, nullptr, 0, release);
   } else {

@@ -14,7 +14,7 @@ namespace {
 // send may be an exchange (small messages go eagerly).
 absl::Status Step(Wire& wire, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
                   bool reduce) {
-  Pending step(wire);
+  Pending step;
   wire.Send(wire.right(), send, send_bytes, step, SendMode::kExchange);
   if (reduce) {
     wire.RecvReduce(wire.left(), recv, recv_bytes, step);
@@ -111,7 +111,7 @@ absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
   int p = wire.size(), d = Distance(wire, root);
   if (p == 1) return absl::OkStatus();
   std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
-  Pending from_left(wire), to_right(wire);
+  Pending from_left, to_right;
   if (d > 0) {
     for (Wire::Segment seg : segments) {
       wire.Recv(wire.left(), At(data, 0, wire) + seg.offset, seg.bytes, from_left);
@@ -136,7 +136,7 @@ absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, 
   }
   CopyElements(partial, input, count, wire);
   std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
-  Pending from_right(wire), to_left(wire);
+  Pending from_right, to_left;
   if (d < p - 1) {
     for (Wire::Segment seg : segments) {
       wire.RecvReduce(wire.right(), At(partial, 0, wire) + seg.offset, seg.bytes, from_right);
@@ -164,7 +164,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   if (d == 0) {
     Chunk own = chunk_at(0);
     CopyElements(output, At(input, own.offset, wire), own.count, wire);
-    Pending to_right(wire);
+    Pending to_right;
     for (int j = p - 1; j >= 1; --j) {
       wire.Send(wire.right(), At(input, chunk_at(j).offset, wire), Bytes(chunk_at(j).count, wire),
                 to_right);
@@ -176,17 +176,17 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
   ASSIGN_OR_RETURN(void* relay, wire.Scratch(relay_count));
   std::deque<Pending> relayed;
-  Pending to_right(wire);
+  Pending to_right;
   int64_t offset = 0;
   std::vector<int64_t> relay_offset(p, 0);
   for (int j = p - 1; j > d; --j) {
     relay_offset[j] = offset;
-    relayed.emplace_back(wire);
+    relayed.emplace_back();
     wire.Recv(wire.left(), At(relay, offset, wire), Bytes(chunk_at(j).count, wire),
               relayed.back());
     offset += chunk_at(j).count;
   }
-  Pending own(wire);
+  Pending own;
   wire.Recv(wire.left(), output, Bytes(chunk_at(d).count, wire), own);
   for (int j = p - 1, k = 0; j > d; --j, ++k) {
     RETURN_IF_ERROR(relayed[k].WaitAll());
@@ -206,7 +206,7 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
   if (d == 0) {
     Chunk own = chunk_at(0);
     CopyElements(At(output, own.offset, wire), input, own.count, wire);
-    Pending from_right(wire);
+    Pending from_right;
     for (int j = 1; j < p; ++j) {
       wire.Recv(wire.right(), At(output, chunk_at(j).offset, wire),
                 Bytes(chunk_at(j).count, wire), from_right);
@@ -221,12 +221,12 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
   int64_t offset = 0;
   for (int j = d + 1; j < p; ++j) {
     relay_offset[j] = offset;
-    relayed.emplace_back(wire);
+    relayed.emplace_back();
     wire.Recv(wire.right(), At(relay, offset, wire), Bytes(chunk_at(j).count, wire),
               relayed.back());
     offset += chunk_at(j).count;
   }
-  Pending to_left(wire);
+  Pending to_left;
   wire.Send(wire.left(), input, Bytes(chunk_at(d).count, wire), to_left);
   for (int j = d + 1, k = 0; j < p; ++j, ++k) {
     RETURN_IF_ERROR(relayed[k].WaitAll());
@@ -246,7 +246,7 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
   for (int s = 1; s < p; ++s) {
     int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
     Chunk to_chunk = ChunkOf(count, p, to);
-    Pending step(wire);
+    Pending step;
     wire.Send(to, At(input, to_chunk.offset, wire), Bytes(to_chunk.count, wire), step,
               SendMode::kExchange);
     wire.Recv(from, At(output, from * own.count, wire), Bytes(own.count, wire), step);
@@ -260,7 +260,7 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
 absl::Status Barrier(Wire& wire) {
   if (wire.size() == 1) return absl::OkStatus();
   for (int lap = 0; lap < 2; ++lap) {
-    Pending token(wire);
+    Pending token;
     if (wire.rank() == 0) {
       wire.Send(wire.right(), nullptr, 0, token);
       wire.Recv(wire.left(), nullptr, 0, token);

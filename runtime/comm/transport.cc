@@ -24,6 +24,7 @@ std::unique_ptr<Request> FailedRequest(absl::Status status) {
 
 std::string DescribeMismatch(const std::string& group, int my_rank, const OpSignature& mine,
                              int their_rank, const OpSignature& theirs) {
+  if (mine == theirs) return "";  // the message path: no strings unless something differs
   std::string head = absl::StrCat("[", Title(mine.primitive), " on '", group, "'] ");
   auto both = [&](auto my_value, auto their_value, const char* what) {
     return absl::StrCat(head, "rank ", their_rank, " ", what, " ", their_value, ", rank ",

@@ -32,26 +32,37 @@ int Wire::PeerWorldRank(int peer) const {
   return peer >= 0 && peer < size() ? transport_.world_rank(peer) : -1;  // -1: the transport refuses it
 }
 
+TransferTotals& Wire::Row(int peer_world) {
+  for (auto& [peer, row] : rows_) {
+    if (peer == peer_world) return *row;
+  }
+  TransferTotals* row = &ledger_.Transfers(key_, peer_world);
+  rows_.push_back({peer_world, row});
+  return *row;
+}
+
 void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, SendMode mode) {
-  int peer_world = PeerWorldRank(peer);
+  TransferTotals& row = Row(PeerWorldRank(peer));
   for (Segment s : Segments(bytes)) {
-    ledger_.RecordSend(key_, peer_world, int64_t(s.bytes));
+    row.bytes_sent += int64_t(s.bytes);
+    row.messages_sent += 1;
     pending.entries_.push_back(
         {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,
                           mode),
-         peer_world, MonotonicNanos(), false, absl::OkStatus()});
+         &row, MonotonicNanos(), false, absl::OkStatus()});
   }
 }
 
 void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending) {
-  int peer_world = PeerWorldRank(peer);
+  TransferTotals& row = Row(PeerWorldRank(peer));
   std::optional<Reduction> reduction;
   if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
   for (Segment s : Segments(bytes)) {
-    ledger_.RecordRecv(key_, peer_world, int64_t(s.bytes));
+    row.bytes_recv += int64_t(s.bytes);
+    row.messages_recv += 1;
     pending.entries_.push_back({transport_.Irecv(peer, static_cast<char*>(data) + s.offset,
                                                  s.bytes, signature_, reduction),
-                                peer_world, MonotonicNanos(), false, absl::OkStatus()});
+                                &row, MonotonicNanos(), false, absl::OkStatus()});
   }
 }
 
@@ -83,8 +94,7 @@ absl::Status Pending::Wait(size_t i) {
   if (!e.waited) {
     e.status = e.request->Wait();
     e.waited = true;
-    wire_.ledger_.RecordWait(wire_.key_, e.peer_world_rank,
-                             SecondsSince(e.posted_nanos));
+    e.row->seconds += SecondsSince(e.posted_nanos);
   }
   return e.status;
 }

@@ -6,7 +6,7 @@
 // transport. Because booking happens here, on the only path to the transport, the ledger
 // counts every byte by construction.
 //
-//   Pending step(wire);
+//   Pending step;
 //   wire.Send(wire.right(), chunk, bytes, step);
 //   wire.RecvReduce(wire.left(), into, bytes, step);
 //   RETURN_IF_ERROR(step.WaitAll());
@@ -72,6 +72,8 @@ class Wire {
   friend class Pending;
   void PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending);
   int PeerWorldRank(int peer) const;
+  // The ledger row of this call and peer, looked up once per call.
+  TransferTotals& Row(int peer_world);
 
   Transport& transport_;
   TrafficLedger& ledger_;
@@ -80,13 +82,12 @@ class Wire {
   OpSignature signature_;
   size_t max_chunk_bytes_;
   LedgerKey key_;
+  std::vector<std::pair<int, TransferTotals*>> rows_;  // (peer world rank, its row)
 };
 
 // Requests posted together and waited for together.
 class Pending {
  public:
-  explicit Pending(Wire& wire) : wire_(wire) {}
-
   size_t size() const { return entries_.size(); }
   // Waits for the i-th posted message.
   absl::Status Wait(size_t i);
@@ -97,12 +98,11 @@ class Pending {
   friend class Wire;
   struct Entry {
     std::unique_ptr<Request> request;
-    int peer_world_rank;
+    TransferTotals* row;   // where the wait time is booked
     int64_t posted_nanos;  // MonotonicNanos() when posted
     bool waited = false;
     absl::Status status;
   };
-  Wire& wire_;
   std::vector<Entry> entries_;
 };
 
