@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -9,7 +11,9 @@
 #include "runtime/comm/collective_check.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
+#include "runtime/clock.h"
 #include "runtime/json_writer.h"
+#include "runtime/tensor.h"
 #include "runtime/status_macros.h"
 
 namespace tally {
@@ -141,6 +145,27 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     std::fflush(stdout);
   }
   return rows;
+}
+
+double MemcpyGBps(int64_t bytes, int threads) {
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  std::vector<Tensor> from, to;
+  for (int t = 0; t < threads; ++t) {
+    from.push_back(Tensor::Empty({bytes}, DType::kBF16, alloc).value());
+    to.push_back(Tensor::Empty({bytes}, DType::kBF16, alloc).value());
+  }
+  double best = 0;
+  for (int run = 0; run < 5; ++run) {
+    int64_t start = MonotonicNanos();
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] { std::memcpy(to[t].raw_data(), from[t].raw_data(), size_t(bytes)); });
+    }
+    for (std::thread& w : workers) w.join();
+    best = std::max(best, bytes / (SecondsSince(start) * 1e9));
+  }
+  return best;
 }
 
 std::string FormatHeader(const BenchConfig& config) {

@@ -52,6 +52,10 @@ double BusFactor(comm::Primitive op, int ranks);
 absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, comm::Primitive op,
                                                comm::Algorithm algorithm);
 
+// glibc memcpy of `bytes` on `threads` threads at once (each its own buffers): GB/s copied
+// per thread, best of a few runs. The memory system's ceiling for the collectives above.
+double MemcpyGBps(int64_t bytes, int threads);
+
 std::string FormatHeader(const BenchConfig& config);
 std::string FormatRow(const BenchRow& row);
 std::string FormatSummary(const std::vector<BenchRow>& rows);

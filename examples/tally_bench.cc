@@ -38,6 +38,8 @@ ABSL_FLAG(int, root, 0, "root of the rooted collectives");
 ABSL_FLAG(int64_t, max_chunk_bytes, int64_t(1) << 20, "largest message; larger transfers are split");
 ABSL_FLAG(double, timeout_s, 60, "the longest any single wait may take, in seconds");
 ABSL_FLAG(std::string, J, "", "write the rows as JSON to this file");
+ABSL_FLAG(bool, memcpy_baseline, false,
+          "first measure glibc memcpy of the largest size on 1 and on --ranks threads");
 
 namespace tally {
 namespace {
@@ -86,6 +88,11 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
 absl::Status Main() {
   ASSIGN_OR_RETURN(BenchConfig config, ConfigFromFlags());
   std::printf("%s", FormatHeader(config).c_str());
+  if (absl::GetFlag(FLAGS_memcpy_baseline)) {
+    std::printf("# memcpy baseline, %lld bytes: %.2f GB/s on 1 thread, %.2f GB/s per thread on %d\n",
+                (long long)config.max_bytes, MemcpyGBps(config.max_bytes, 1),
+                MemcpyGBps(config.max_bytes, config.ranks), config.ranks);
+  }
   std::vector<BenchRow> all_rows;
   for (Primitive op : config.ops) {
     for (Algorithm algorithm : config.algorithms) {
