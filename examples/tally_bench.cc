@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "examples/example_main.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "examples/bench_report.h"
@@ -114,17 +113,5 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "collective benchmark: tally_bench --op=all_reduce --algorithm=ring --ranks=2 -b 8 -e 64M");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "tally_bench: unexpected argument '%s'\n", positional[1]);
-    return 2;
-  }
-  absl::Status status = tally::Main();
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  return tally::RunExample(argc, argv, "collective benchmark: tally_bench --op=all_reduce --algorithm=ring --ranks=2 -b 8 -e 64M", tally::Main);
 }

@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "examples/example_main.h"
 #include "absl/strings/str_format.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
@@ -115,16 +114,5 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("collectives of one parallel step, counted: tally_demo --ranks=4");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "tally_demo: unexpected argument '%s'\n", positional[1]);
-    return 2;
-  }
-  absl::Status status = tally::Main();
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  return tally::RunExample(argc, argv, "collectives of one parallel step, counted: tally_demo --ranks=8", tally::Main);
 }

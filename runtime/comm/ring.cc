@@ -1,6 +1,6 @@
 #include "runtime/comm/ring.h"
 
-#include <deque>
+#include <vector>
 
 #include "runtime/comm/buffer_math.h"
 #include "runtime/comm/reduce.h"
@@ -60,6 +60,29 @@ void FinishChunkAverage(Wire& wire, void* data, Chunk chunk) {
   if (wire.signature().op == ReduceOp::kAvg) {
     FinishAverage(At(data, chunk.offset, wire), chunk.count, wire.signature().dtype, wire.size());
   }
+}
+
+// Passes chunks of `counts` elements along the chain: receives them from `from`, in this
+// order, into scratch space, and sends each on to `to` as soon as it has arrived. The
+// sends join `onward`, which the caller waits for.
+absl::Status Relay(Wire& wire, const std::vector<int64_t>& counts, int from, int to,
+                   Pending& onward) {
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  ASSIGN_OR_RETURN(void* relay, wire.Scratch(total));
+  std::vector<Pending> arriving(counts.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    wire.Recv(from, At(relay, offset, wire), Bytes(counts[i], wire), arriving[i]);
+    offset += counts[i];
+  }
+  offset = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    RETURN_IF_ERROR(arriving[i].WaitAll());
+    wire.Send(to, At(relay, offset, wire), Bytes(counts[i], wire), onward);
+    offset += counts[i];
+  }
+  return absl::OkStatus();
 }
 
 // A rank's distance from the root along the ring: the root is 0, its right neighbour 1.
@@ -171,28 +194,13 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
     }
     return to_right.WaitAll();
   }
-  // Relay space for the chunks of the ranks behind this one (distances d+1 .. p-1).
-  int64_t relay_count = 0;
-  for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
-  ASSIGN_OR_RETURN(void* relay, wire.Scratch(relay_count));
-  std::deque<Pending> relayed;
+  // The chunks of the ranks behind this one come first, farthest first; its own is last.
+  std::vector<int64_t> behind;
+  for (int j = p - 1; j > d; --j) behind.push_back(chunk_at(j).count);
   Pending to_right;
-  int64_t offset = 0;
-  std::vector<int64_t> relay_offset(p, 0);
-  for (int j = p - 1; j > d; --j) {
-    relay_offset[j] = offset;
-    relayed.emplace_back();
-    wire.Recv(wire.left(), At(relay, offset, wire), Bytes(chunk_at(j).count, wire),
-              relayed.back());
-    offset += chunk_at(j).count;
-  }
+  RETURN_IF_ERROR(Relay(wire, behind, wire.left(), wire.right(), to_right));
   Pending own;
   wire.Recv(wire.left(), output, Bytes(chunk_at(d).count, wire), own);
-  for (int j = p - 1, k = 0; j > d; --j, ++k) {
-    RETURN_IF_ERROR(relayed[k].WaitAll());
-    wire.Send(wire.right(), At(relay, relay_offset[j], wire),
-              Bytes(chunk_at(j).count, wire), to_right);
-  }
   RETURN_IF_ERROR(own.WaitAll());
   return to_right.WaitAll();
 }
@@ -213,26 +221,11 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
     }
     return from_right.WaitAll();
   }
-  int64_t relay_count = 0;
-  for (int j = d + 1; j < p; ++j) relay_count += chunk_at(j).count;
-  ASSIGN_OR_RETURN(void* relay, wire.Scratch(relay_count));
-  std::deque<Pending> relayed;
-  std::vector<int64_t> relay_offset(p, 0);
-  int64_t offset = 0;
-  for (int j = d + 1; j < p; ++j) {
-    relay_offset[j] = offset;
-    relayed.emplace_back();
-    wire.Recv(wire.right(), At(relay, offset, wire), Bytes(chunk_at(j).count, wire),
-              relayed.back());
-    offset += chunk_at(j).count;
-  }
   Pending to_left;
   wire.Send(wire.left(), input, Bytes(chunk_at(d).count, wire), to_left);
-  for (int j = d + 1, k = 0; j < p; ++j, ++k) {
-    RETURN_IF_ERROR(relayed[k].WaitAll());
-    wire.Send(wire.left(), At(relay, relay_offset[j], wire),
-              Bytes(chunk_at(j).count, wire), to_left);
-  }
+  std::vector<int64_t> behind;
+  for (int j = d + 1; j < p; ++j) behind.push_back(chunk_at(j).count);
+  RETURN_IF_ERROR(Relay(wire, behind, wire.right(), wire.left(), to_left));
   return to_left.WaitAll();
 }
 

@@ -1,0 +1,32 @@
+// The main() of every example program: parse the flags, run, and turn a Status into one
+// line on stderr and a non-zero exit code.
+//
+//   int main(int argc, char** argv) { return tally::RunExample(argc, argv, "usage", Main); }
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+
+namespace tally {
+
+inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*run)()) {
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "unexpected argument '%s' (flags are --name=value)\n", positional[1]);
+    return 2;
+  }
+  absl::Status status = run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tally
