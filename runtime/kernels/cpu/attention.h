@@ -1,0 +1,23 @@
+// Causal multi-head self-attention on a fused QKV tensor.
+//
+// B = batch, T = sequence, C = channels, NH = heads, hs = C / NH.
+//   qkv (B, T, 3C): [q | k | v] along the last dimension; head h uses columns h·hs..(h+1)·hs
+//   of each third.
+//   AttentionForward:  qkv -> y (B, T, C), att (B, NH, T, T) (the softmax, kept for backward)
+//     per (b, h): S = Q·Kᵀ/√hs, masked to t' <= t, P = softmax(S), Y = P·V
+//     4·B·NH·T²·hs flops (two T×T×hs GEMMs)
+//   AttentionBackward: dy (B, T, C) -> dqkv (B, T, 3C) (written);
+//     `scratch` holds T·T elements.
+// Attention is the only layer that mixes information across positions.
+#pragma once
+
+namespace tally::cpu {
+
+template <typename T>
+void AttentionForward(T* y, T* att, const T* qkv, int b, int t, int c, int nh);
+
+template <typename T>
+void AttentionBackward(T* dqkv, T* scratch, const T* dy, const T* qkv, const T* att, int b, int t,
+                       int c, int nh);
+
+}  // namespace tally::cpu

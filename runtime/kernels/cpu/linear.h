@@ -1,0 +1,21 @@
+// The linear layer: y = x · Wᵀ + b, with W stored (out, in) as torch.nn.Linear stores it.
+//
+// N = rows (B·T), C = in features, OC = out features.
+//   LinearForward:  x (N, C), W (OC, C), b (OC) or null  ->  y (N, OC)      2·N·C·OC flops
+//   LinearBackward: dy (N, OC) -> dx (N, C) = dy · W       (written, or added to with
+//                                                            accumulate_dx)
+//                                  dW (OC, C) += dyᵀ · x,  db (OC) += Σ_rows dy
+// Weight and bias gradients always accumulate (micro-batches add up); dx or dW may be
+// null when nobody needs it.
+#pragma once
+
+namespace tally::cpu {
+
+template <typename T>
+void LinearForward(T* y, const T* x, const T* w, const T* b, int n, int c, int oc);
+
+template <typename T>
+void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int n, int c, int oc,
+                    bool accumulate_dx = false);
+
+}  // namespace tally::cpu
