@@ -1,0 +1,67 @@
+// GPT: token + position embedding, n_layer pre-LN blocks, a final LayerNorm, an LM head
+// tied to the token embedding, and the mean cross-entropy.
+//
+//   ASSIGN_OR_RETURN(auto gpt, GPT::Create(config, allocator, /*seed=*/1337));
+//   gpt->ZeroGrad();
+//   ASSIGN_OR_RETURN(float loss, gpt->Forward(tokens, targets, /*b=*/4));   // (4, T) each
+//   gpt->Backward(1.0f / (4 * T));   // d(mean loss over 4·T tokens)/d(each token's loss)
+//
+// Parameters and gradients are flat buffers (parameters.h); Backward adds to the
+// gradients, so micro-batches accumulate until ZeroGrad().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/block.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "runtime/tensor.h"
+
+namespace tally::model {
+
+class GPT {
+ public:
+  // A model with GPT-2's initialisation from the counter RNG (parameters.h).
+  static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
+                                                     uint64_t seed);
+
+  const GPTConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  Tensor& params() { return params_; }
+  Tensor& grads() { return grads_; }
+
+  // tokens, targets: (b, T) row-major, values in [0, V). Returns the mean loss over the
+  // b·T positions. With targets == nullptr only the logits are computed (sampling).
+  absl::StatusOr<float> Forward(const int32_t* tokens, const int32_t* targets, int b);
+  // After a Forward with targets: adds this micro-batch's gradients, each position's loss
+  // weighted by `dloss` (1 / tokens of the global batch, for its mean).
+  void Backward(float dloss);
+  void ZeroGrad();
+
+  // (b, T, V) logits of the last Forward.
+  const float* logits() const { return logits_.data<float>(); }
+
+ private:
+  GPT(const GPTConfig& config, Allocator& alloc);
+  absl::Status EnsureActivations(int b);
+
+  GPTConfig config_;
+  ParameterLayout layout_;
+  Allocator& alloc_;
+  Tensor params_, grads_;
+  GPTTensors w_, g_;
+
+  // Activations of the current micro-batch size.
+  int batch_ = 0;
+  Tensor activations_, logits_, probs_, losses_, tokens_, targets_;
+  float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
+  std::vector<BlockActivations> blocks_;
+  Tensor scratch_;
+  BlockScratch block_scratch_{};
+  float* dresidual_ = nullptr;
+};
+
+}  // namespace tally::model

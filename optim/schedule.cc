@@ -1,0 +1,31 @@
+#include "optim/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tally::optim {
+
+float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, float max_lr,
+                   float min_lr) {
+  if (step < warmup_steps) return max_lr * float(step + 1) / float(warmup_steps);
+  double span = double(std::max<int64_t>(1, total_steps - warmup_steps));
+  double progress = std::clamp(double(step - warmup_steps) / span, 0.0, 1.0);
+  return float(min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (max_lr - min_lr));
+}
+
+double SquaredNorm(const float* grads, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(grads[i]) * grads[i];
+  return sum;
+}
+
+float ClipScale(double global_norm, float max_norm) {
+  double coef = max_norm / (global_norm + 1e-6);
+  return coef < 1.0 ? float(coef) : 1.0f;
+}
+
+void Scale(float* grads, int64_t n, float factor) {
+  for (int64_t i = 0; i < n; ++i) grads[i] *= factor;
+}
+
+}  // namespace tally::optim

@@ -1,0 +1,25 @@
+// Learning-rate schedule and gradient clipping.
+#pragma once
+
+#include <cstdint>
+
+namespace tally::optim {
+
+// Linear warm-up to `max_lr` over `warmup_steps`, then cosine decay to `min_lr` at
+// `total_steps` (nanoGPT's schedule). `step` counts from 0:
+//   step < warmup:  max_lr · (step + 1) / warmup
+//   otherwise:      min_lr + ½·(1 + cos(π·progress))·(max_lr - min_lr),
+//                   progress = (step - warmup) / (total - warmup), clamped to [0, 1]
+float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, float max_lr,
+                   float min_lr);
+
+// Σ g² over grads[0, n), in double.
+double SquaredNorm(const float* grads, int64_t n);
+
+// torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6) when that is below 1,
+// else 1. Returns the factor to multiply every gradient by.
+float ClipScale(double global_norm, float max_norm);
+
+void Scale(float* grads, int64_t n, float factor);
+
+}  // namespace tally::optim

@@ -1,0 +1,116 @@
+// The whole model: shapes, initial loss, and every parameter tensor's gradient against
+// central differences on a tiny config.
+#include "model/gpt.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tally::model {
+namespace {
+
+GPTConfig Tiny() {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.seq_len = 5;
+  c.vocab_size = 11;
+  return c;
+}
+
+TEST(GPTConfig, ValidatesAndCounts) {
+  GPTConfig c;
+  EXPECT_TRUE(c.Validate().ok());
+  EXPECT_EQ(c.NumParams(), 256 * 256 + 128 * 256 + 4 * (12 * 256 * 256 + 13 * 256) + 2 * 256);
+  c.n_head = 3;
+  EXPECT_EQ(c.Validate().message(), "[config] n_embd (256) must be divisible by n_head (3)");
+  c.n_head = 4;
+  c.n_layer = 0;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+TEST(ParameterLayout, NamesOffsetsAndLayerRanges) {
+  GPTConfig c = Tiny();
+  ParameterLayout layout = ParameterLayout::ForGPT(c);
+  EXPECT_EQ(layout.total(), c.NumParams());
+  EXPECT_EQ(layout.specs().front().name, "wte.weight");
+  EXPECT_EQ(layout.Find("h.1.attn.c_attn.weight")->shape, (Shape{24, 8}));
+  EXPECT_TRUE(layout.Find("h.0.mlp.c_fc.weight")->decay);
+  EXPECT_FALSE(layout.Find("h.0.mlp.c_fc.bias")->decay);
+  auto [begin, end] = layout.LayerRange(1);
+  EXPECT_EQ(end - begin, 12 * 64 + 13 * 8);
+  EXPECT_EQ(begin, layout.Find("h.1.ln_1.weight")->offset);
+}
+
+TEST(GPT, InitialLossIsNearLogVocab) {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.seq_len = 16;
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  auto gpt = GPT::Create(c, alloc, 1).value();
+  std::vector<int32_t> tokens(2 * 16), targets(2 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t(i * 37 % 256);
+    targets[i] = int32_t(i * 91 % 256);
+  }
+  float loss = gpt->Forward(tokens.data(), targets.data(), 2).value();
+  EXPECT_NEAR(loss, std::log(256.0f), 0.1f);
+  EXPECT_GT(ledger.current(MemoryCategory::kActivations), 0);
+  EXPECT_EQ(ledger.current(MemoryCategory::kParams), 4 * c.NumParams());
+}
+
+TEST(GPT, RejectsTokensOutsideTheVocabulary) {
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  auto gpt = GPT::Create(Tiny(), alloc, 1).value();
+  std::vector<int32_t> tokens(5, 3), targets(5, 3);
+  tokens[2] = 11;
+  EXPECT_FALSE(gpt->Forward(tokens.data(), targets.data(), 1).ok());
+}
+
+// fp32 central differences with a step of 1e-2: rounding error ~3e-5, truncation ~1e-5.
+TEST(GPT, GradientsMatchFiniteDifferences) {
+  GPTConfig c = Tiny();
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  auto gpt = GPT::Create(c, alloc, 7).value();
+  // Larger weights than GPT-2's 0.02, so every path carries a sizeable gradient.
+  std::mt19937 gen(3);
+  std::normal_distribution<float> dist(0.0f, 0.3f);
+  float* p = gpt->params().data<float>();
+  for (int64_t i = 0; i < gpt->params().numel(); ++i) p[i] += dist(gen);
+  const int b = 2, n = b * c.seq_len;
+  std::vector<int32_t> tokens(n), targets(n);
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = (i * 5 + 1) % c.vocab_size;
+    targets[i] = (i * 3 + 2) % c.vocab_size;
+  }
+  auto loss = [&] { return double(gpt->Forward(tokens.data(), targets.data(), b).value()); };
+  gpt->ZeroGrad();
+  loss();
+  gpt->Backward(1.0f / n);
+  std::vector<float> analytic(gpt->grads().data<float>(),
+                              gpt->grads().data<float>() + gpt->grads().numel());
+  const double eps = 1e-2;
+  for (const ParamSpec& spec : gpt->layout().specs()) {
+    // A few elements of every tensor: first, last, and one in the middle.
+    for (int64_t k : {int64_t(0), spec.numel / 2, spec.numel - 1}) {
+      int64_t i = spec.offset + k;
+      float saved = p[i];
+      p[i] = saved + float(eps);
+      double up = loss();
+      p[i] = saved - float(eps);
+      double down = loss();
+      p[i] = saved;
+      double numeric = (up - down) / (2 * eps);
+      EXPECT_NEAR(analytic[i], numeric, 1e-3 + 2e-2 * std::abs(numeric)) << spec.name << "[" << k << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tally::model
