@@ -6,10 +6,11 @@
 
 namespace tally::optim {
 
-absl::StatusOr<AdamW> AdamW::Create(const AdamWOptions& options, int64_t size, Allocator& alloc) {
+absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const AdamWOptions& options, int64_t size,
+                                                      Allocator& alloc) {
   ASSIGN_OR_RETURN(Tensor m, Tensor::Empty({size}, DType::kF32, alloc, MemoryCategory::kOptimizer));
   ASSIGN_OR_RETURN(Tensor v, Tensor::Empty({size}, DType::kF32, alloc, MemoryCategory::kOptimizer));
-  return AdamW(options, std::move(m), std::move(v));
+  return std::unique_ptr<AdamW>(new AdamW(options, std::move(m), std::move(v)));
 }
 
 void AdamW::Step(float* params, const float* grads, float lr, const std::vector<Segment>& segments) {
@@ -35,9 +36,10 @@ void AdamW::Step(float* params, const float* grads, float lr, const std::vector<
   }
 }
 
-absl::StatusOr<SGD> SGD::Create(const SGDOptions& options, int64_t size, Allocator& alloc) {
+absl::StatusOr<std::unique_ptr<SGD>> SGD::Create(const SGDOptions& options, int64_t size,
+                                                  Allocator& alloc) {
   ASSIGN_OR_RETURN(Tensor buf, Tensor::Empty({size}, DType::kF32, alloc, MemoryCategory::kOptimizer));
-  return SGD(options, std::move(buf));
+  return std::unique_ptr<SGD>(new SGD(options, std::move(buf)));
 }
 
 void SGD::Step(float* params, const float* grads, float lr, const std::vector<Segment>& segments) {

@@ -4,11 +4,14 @@
 // optimizer takes [begin, end) in buffer coordinates, the parameters and gradients of
 // exactly that range, and the segments that say which elements decay:
 //
-//   AdamW adam(options, /*size=*/end - begin, alloc);   // m and v for the range only
-//   adam.Step(params + begin, grads + begin, lr, DecaySegments(layout, begin, end));
+//   ASSIGN_OR_RETURN(auto adam, AdamW::Create(options, /*size=*/end - begin, alloc));
+//   adam->Step(params + begin, grads + begin, lr, segments);   // segments relative to begin
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +25,24 @@ struct Segment {
   bool decay = false;
 };
 
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of params[0, size) from grads[0, size).
+  virtual void Step(float* params, const float* grads, float lr,
+                    const std::vector<Segment>& segments) = 0;
+  // The state buffers over the range, by torch's names ("exp_avg", "momentum_buffer").
+  virtual std::vector<std::pair<std::string, Tensor*>> State() = 0;
+  virtual const char* name() const = 0;
+
+  // Updates made so far (AdamW's t).
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+
+ protected:
+  int64_t step_ = 0;
+};
+
 struct AdamWOptions {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
 };
@@ -29,18 +50,17 @@ struct AdamWOptions {
 // torch.optim.AdamW, to the letter: decoupled decay p -= lr·wd·p, then
 //   m = β1·m + (1-β1)·g,  v = β2·v + (1-β2)·g²
 //   p -= lr/(1-β1^t) · m / (sqrt(v)/sqrt(1-β2^t) + eps)     (eps outside the square root)
-class AdamW {
+class AdamW : public Optimizer {
  public:
-  static absl::StatusOr<AdamW> Create(const AdamWOptions& options, int64_t size, Allocator& alloc);
+  static absl::StatusOr<std::unique_ptr<AdamW>> Create(const AdamWOptions& options, int64_t size,
+                                                       Allocator& alloc);
 
-  // One step (t = step() + 1 afterwards) over params[0, size), grads[0, size).
-  void Step(float* params, const float* grads, float lr, const std::vector<Segment>& segments);
-
-  int64_t step() const { return step_; }
-  void set_step(int64_t step) { step_ = step; }
-  Tensor& m() { return m_; }
-  Tensor& v() { return v_; }
-  const AdamWOptions& options() const { return options_; }
+  void Step(float* params, const float* grads, float lr,
+            const std::vector<Segment>& segments) override;
+  std::vector<std::pair<std::string, Tensor*>> State() override {
+    return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+  }
+  const char* name() const override { return "adamw"; }
 
  private:
   AdamW(const AdamWOptions& options, Tensor m, Tensor v)
@@ -48,7 +68,6 @@ class AdamW {
 
   AdamWOptions options_;
   Tensor m_, v_;  // first and second moments, charged to optimizer memory
-  int64_t step_ = 0;
 };
 
 struct SGDOptions {
@@ -57,21 +76,22 @@ struct SGDOptions {
 
 // torch.optim.SGD with momentum (dampening 0, no Nesterov): g += wd·p; b = μ·b + g
 // (b = g on the first step); p -= lr·b. Its weight decay is L2 on the decaying segments.
-class SGD {
+class SGD : public Optimizer {
  public:
-  static absl::StatusOr<SGD> Create(const SGDOptions& options, int64_t size, Allocator& alloc);
-  void Step(float* params, const float* grads, float lr, const std::vector<Segment>& segments);
-
-  int64_t step() const { return step_; }
-  void set_step(int64_t step) { step_ = step; }
-  Tensor& momentum() { return buf_; }
+  static absl::StatusOr<std::unique_ptr<SGD>> Create(const SGDOptions& options, int64_t size,
+                                                     Allocator& alloc);
+  void Step(float* params, const float* grads, float lr,
+            const std::vector<Segment>& segments) override;
+  std::vector<std::pair<std::string, Tensor*>> State() override {
+    return {{"momentum_buffer", &buf_}};
+  }
+  const char* name() const override { return "sgd"; }
 
  private:
   SGD(const SGDOptions& options, Tensor buf) : options_(options), buf_(std::move(buf)) {}
 
   SGDOptions options_;
   Tensor buf_;
-  int64_t step_ = 0;
 };
 
 }  // namespace tally::optim

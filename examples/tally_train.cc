@@ -1,0 +1,91 @@
+// tally_train: train a GPT-2 style byte-level model.
+//
+//   tally_train --n_layer=4 --n_head=4 --n_embd=256 --seq_len=128 --global_batch_size=8 --steps=200
+//
+// With no --data it trains on the embedded corpus (data/corpus.h). One log line per step;
+// --metrics_json writes the same as JSON lines; --save / --load read and write
+// safetensors checkpoints (model/checkpoint.h).
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "examples/example_main.h"
+#include "runtime/status_macros.h"
+#include "train/trainer.h"
+
+namespace {
+const tally::train::TrainOptions kDefaults;
+}  // namespace
+
+ABSL_FLAG(int, n_layer, kDefaults.model.n_layer, "transformer blocks");
+ABSL_FLAG(int, n_head, kDefaults.model.n_head, "attention heads (must divide n_embd)");
+ABSL_FLAG(int, n_embd, kDefaults.model.n_embd, "channels");
+ABSL_FLAG(int, seq_len, kDefaults.model.seq_len, "tokens per sequence (and positions in the table)");
+ABSL_FLAG(int, global_batch_size, kDefaults.global_batch_size, "sequences per optimizer step");
+ABSL_FLAG(int, micro_batch_size, kDefaults.micro_batch_size,
+          "sequences per forward/backward; global/micro of them are accumulated per step");
+ABSL_FLAG(int64_t, steps, kDefaults.steps, "optimizer steps (0 with --save writes the initial weights)");
+ABSL_FLAG(double, lr, kDefaults.lr, "peak learning rate");
+ABSL_FLAG(double, min_lr, kDefaults.min_lr, "learning rate at the end of the cosine decay");
+ABSL_FLAG(int64_t, warmup_steps, kDefaults.warmup_steps, "linear warm-up steps");
+ABSL_FLAG(double, weight_decay, kDefaults.weight_decay, "decoupled weight decay of 2-D weights");
+ABSL_FLAG(double, grad_clip, kDefaults.grad_clip, "clip the global gradient norm to this (0: off)");
+ABSL_FLAG(std::string, optimizer, kDefaults.optimizer, "adamw or sgd (momentum 0.9)");
+ABSL_FLAG(uint64_t, seed, kDefaults.seed, "initialisation and sampling seed");
+ABSL_FLAG(std::string, data, "", "a file of bytes to train on (default: the embedded corpus)");
+ABSL_FLAG(int64_t, eval_every, kDefaults.eval_every, "validation loss every N steps (0: off)");
+ABSL_FLAG(int, eval_batches, kDefaults.eval_batches, "validation micro-batches per evaluation");
+ABSL_FLAG(int, sample_bytes, kDefaults.sample_bytes, "bytes of text to generate after training (0: off)");
+ABSL_FLAG(double, temperature, kDefaults.temperature, "sampling temperature");
+ABSL_FLAG(int, top_k, kDefaults.top_k, "sample among the k likeliest bytes (0: all)");
+ABSL_FLAG(std::string, save, "", "write a safetensors checkpoint here at the end");
+ABSL_FLAG(int64_t, save_every, 0, "also write it every N steps (0: only at the end)");
+ABSL_FLAG(std::string, load, "", "start from this checkpoint (its step and optimizer state, if any)");
+ABSL_FLAG(std::string, metrics_json, "", "write one JSON object per step (and per evaluation) here");
+ABSL_FLAG(int, threads, 0, "intra-op threads (0: every core)");
+
+namespace tally {
+namespace {
+
+train::TrainOptions OptionsFromFlags() {
+  train::TrainOptions o;
+  o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
+  o.model.n_head = absl::GetFlag(FLAGS_n_head);
+  o.model.n_embd = absl::GetFlag(FLAGS_n_embd);
+  o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
+  o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.lr = float(absl::GetFlag(FLAGS_lr));
+  o.min_lr = float(absl::GetFlag(FLAGS_min_lr));
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.weight_decay = float(absl::GetFlag(FLAGS_weight_decay));
+  o.grad_clip = float(absl::GetFlag(FLAGS_grad_clip));
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.data = absl::GetFlag(FLAGS_data);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
+  o.sample_bytes = absl::GetFlag(FLAGS_sample_bytes);
+  o.temperature = float(absl::GetFlag(FLAGS_temperature));
+  o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.save = absl::GetFlag(FLAGS_save);
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  o.load = absl::GetFlag(FLAGS_load);
+  o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  return o;
+}
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(OptionsFromFlags()));
+  return trainer->Run(std::cout);
+}
+
+}  // namespace
+}  // namespace tally
+
+int main(int argc, char** argv) {
+  return tally::RunExample(argc, argv, "train a byte-level GPT: tally_train --steps=200",
+                           tally::Main);
+}

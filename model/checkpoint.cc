@@ -1,0 +1,109 @@
+#include "model/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/safetensors.h"
+#include "runtime/status_macros.h"
+
+namespace tally::model {
+namespace {
+
+constexpr char kOptimizerPrefix[] = "optimizer.";
+
+std::map<std::string, std::string> Metadata(const GPTConfig& c, const optim::Optimizer* opt,
+                                            int64_t step) {
+  return {{"format", "tally"},
+          {"step", absl::StrCat(step)},
+          {"optimizer", opt != nullptr ? opt->name() : "none"},
+          {"n_layer", absl::StrCat(c.n_layer)},
+          {"n_head", absl::StrCat(c.n_head)},
+          {"n_embd", absl::StrCat(c.n_embd)},
+          {"seq_len", absl::StrCat(c.seq_len)},
+          {"vocab_size", absl::StrCat(c.vocab_size)}};
+}
+
+// Copies tensor `name` of `file` into `into` after checking its shape.
+absl::Status Restore(const std::string& path, const SafetensorsFile& file, const std::string& name,
+                     const ParamSpec& spec, const GPTConfig& config, float* into) {
+  auto it = file.tensors.find(name);
+  if (it == file.tensors.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("[checkpoint] '", path, "' has no tensor '",
+                                                   name, "' (the flags ask for ",
+                                                   config.ToString(), ")"));
+  }
+  if (it->second.shape != spec.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[checkpoint] '", path, "': ", name, " is ", ShapeToString(it->second.shape),
+        " there, but ", ShapeToString(spec.shape), " for the flags (", config.ToString(), ")"));
+  }
+  std::memcpy(into, it->second.data.data(), sizeof(float) * size_t(spec.numel));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& path, GPT& gpt, optim::Optimizer* optimizer,
+                            int64_t step) {
+  std::vector<SafetensorsEntry> entries;
+  const float* params = gpt.params().data<float>();
+  for (const ParamSpec& spec : gpt.layout().specs()) {
+    entries.push_back({spec.name, spec.shape, params + spec.offset});
+  }
+  if (optimizer != nullptr) {
+    for (auto& [state, tensor] : optimizer->State()) {
+      for (const ParamSpec& spec : gpt.layout().specs()) {
+        entries.push_back({absl::StrCat(kOptimizerPrefix, state, ".", spec.name), spec.shape,
+                           tensor->data<float>() + spec.offset});
+      }
+    }
+  }
+  return WriteSafetensors(path, entries, Metadata(gpt.config(), optimizer, step));
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, GPT& gpt,
+                                                optim::Optimizer* optimizer) {
+  ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
+  const GPTConfig& config = gpt.config();
+  // A position table of another length is the likeliest mismatch: say so in its terms.
+  auto wpe = file.tensors.find("wpe.weight");
+  if (wpe != file.tensors.end() && !wpe->second.shape.empty() &&
+      wpe->second.shape[0] != config.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[checkpoint] '", path, "' has a position table of ", wpe->second.shape[0],
+        " positions; --seq_len=", config.seq_len, " needs exactly that many"));
+  }
+  for (const ParamSpec& spec : gpt.layout().specs()) {
+    RETURN_IF_ERROR(Restore(path, file, spec.name, spec, config,
+                            gpt.params().data<float>() + spec.offset));
+  }
+  LoadedCheckpoint loaded;
+  bool has_state = std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
+    return t.first.rfind(kOptimizerPrefix, 0) == 0;
+  });
+  if (!has_state || optimizer == nullptr) return loaded;
+
+  if (file.metadata["optimizer"] != optimizer->name()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[checkpoint] '", path, "' holds ", file.metadata["optimizer"], " state, but --optimizer=",
+        optimizer->name()));
+  }
+  if (!absl::SimpleAtoi(file.metadata["step"], &loaded.step) || loaded.step < 0) {
+    return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' has no valid step"));
+  }
+  for (auto& [state, tensor] : optimizer->State()) {
+    for (const ParamSpec& spec : gpt.layout().specs()) {
+      RETURN_IF_ERROR(Restore(path, file, absl::StrCat(kOptimizerPrefix, state, ".", spec.name),
+                              spec, config, tensor->data<float>() + spec.offset));
+    }
+  }
+  optimizer->set_step(loaded.step);
+  loaded.has_optimizer = true;
+  return loaded;
+}
+
+}  // namespace tally::model

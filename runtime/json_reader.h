@@ -1,0 +1,38 @@
+// A small JSON reader: parses a document into a tree of JsonValue. Enough for the
+// headers of checkpoint files and for tests that read what tally writes.
+//
+//   ASSIGN_OR_RETURN(JsonValue doc, ParseJson(R"({"shape": [2, 3]})"));
+//   const JsonValue* shape = doc.Find("shape");     // null if absent
+//   int64_t rows = shape->array[0].AsInt();
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tally {
+
+struct JsonValue {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string string;
+  std::vector<JsonValue> array;
+  std::map<std::string, JsonValue> object;
+
+  const JsonValue* Find(const std::string& key) const;
+  bool is_number() const { return kind == Kind::kNumber; }
+  bool is_integer() const;  // a number with no fractional part
+  int64_t AsInt() const { return int64_t(number); }
+};
+
+// Parses `text` (one JSON value, surrounded by optional whitespace). Errors name the
+// byte offset: "[json] expected ':' at offset 17".
+absl::StatusOr<JsonValue> ParseJson(std::string_view text);
+
+}  // namespace tally

@@ -1,0 +1,37 @@
+#include "train/options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tally::train {
+
+absl::Status TrainOptions::Validate() const {
+  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
+  if (absl::Status s = model.Validate(); !s.ok()) return s;
+  if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
+  if (global_batch_size <= 0) return bad("--global_batch_size must be positive, got ", global_batch_size);
+  if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
+  if (global_batch_size % micro_batch_size != 0) {
+    return bad("--global_batch_size (", global_batch_size, ") must be a multiple of --micro_batch_size (",
+               micro_batch_size, ")");
+  }
+  if (steps < 0) return bad("--steps must be >= 0, got ", steps);
+  if (!(lr > 0)) return bad("--lr must be positive, got ", lr);
+  if (!(min_lr >= 0) || min_lr > lr) return bad("--min_lr must be in [0, --lr], got ", min_lr);
+  if (warmup_steps < 0) return bad("--warmup_steps must be >= 0, got ", warmup_steps);
+  if (!(weight_decay >= 0)) return bad("--weight_decay must be >= 0, got ", weight_decay);
+  if (!(grad_clip >= 0)) return bad("--grad_clip must be >= 0 (0 turns clipping off), got ", grad_clip);
+  if (optimizer != "adamw" && optimizer != "sgd") {
+    return bad("--optimizer must be adamw or sgd, got '", optimizer, "'");
+  }
+  if (eval_every < 0) return bad("--eval_every must be >= 0, got ", eval_every);
+  if (eval_batches <= 0) return bad("--eval_batches must be positive, got ", eval_batches);
+  if (sample_bytes < 0) return bad("--sample_bytes must be >= 0, got ", sample_bytes);
+  if (!(temperature > 0)) return bad("--temperature must be positive, got ", temperature);
+  if (top_k < 0 || top_k > model.vocab_size) return bad("--top_k must be in [0, 256], got ", top_k);
+  if (save_every < 0) return bad("--save_every must be >= 0, got ", save_every);
+  if (save_every > 0 && save.empty()) return bad("--save_every needs --save=PATH");
+  if (threads < 0) return bad("--threads must be >= 0 (0: every core), got ", threads);
+  return absl::OkStatus();
+}
+
+}  // namespace tally::train

@@ -1,0 +1,38 @@
+// Everything a training run is told, validated in one place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "model/config.h"
+
+namespace tally::train {
+
+struct TrainOptions {
+  model::GPTConfig model;
+  int global_batch_size = 8;  // sequences per optimizer step
+  int micro_batch_size = 8;   // sequences per forward/backward; the rest is accumulation
+  int64_t steps = 200;
+  float lr = 1e-3f, min_lr = 1e-4f;
+  int64_t warmup_steps = 20;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;     // 0: no clipping
+  std::string optimizer = "adamw";  // adamw or sgd
+  uint64_t seed = 1337;
+  std::string data;           // empty: the embedded corpus
+  int64_t eval_every = 50;    // 0: no evaluation
+  int eval_batches = 8;       // micro-batches of the validation split per evaluation
+  int sample_bytes = 200;     // 0: no sample
+  float temperature = 0.8f;
+  int top_k = 40;             // 0: the whole vocabulary
+  std::string save, load, metrics_json;
+  int64_t save_every = 0;     // also save every this many steps (0: only at the end)
+  int threads = 0;            // intra-op threads; 0: every core
+
+  // One clear message for the first thing wrong.
+  absl::Status Validate() const;
+  int accumulation_steps() const { return global_batch_size / micro_batch_size; }
+};
+
+}  // namespace tally::train

@@ -1,0 +1,206 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/checkpoint.h"
+#include "optim/schedule.h"
+#include "runtime/clock.h"
+#include "runtime/json_writer.h"
+#include "runtime/kernels/cpu/gemm.h"
+#include "runtime/rng.h"
+#include "runtime/status_macros.h"
+
+namespace tally::train {
+
+Trainer::Trainer(const TrainOptions& options, data::Dataset data)
+    : options_(options), data_(std::move(data)) {}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(data::Dataset data, data::LoadDataset(options.data, options.model.seq_len));
+  std::unique_ptr<Trainer> t(new Trainer(options, std::move(data)));
+  int threads = options.threads > 0 ? options.threads
+                                    : int(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::SetBlasThreads(threads);
+
+  ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
+  int64_t size = t->gpt_->layout().total();
+  if (options.optimizer == "adamw") {
+    optim::AdamWOptions adam;
+    adam.weight_decay = options.weight_decay;
+    ASSIGN_OR_RETURN(t->optimizer_, optim::AdamW::Create(adam, size, t->alloc_));
+  } else {
+    optim::SGDOptions sgd;
+    sgd.weight_decay = options.weight_decay;
+    ASSIGN_OR_RETURN(t->optimizer_, optim::SGD::Create(sgd, size, t->alloc_));
+  }
+  for (const model::ParamSpec& spec : t->gpt_->layout().specs()) {
+    t->segments_.push_back({spec.offset, spec.offset + spec.numel, spec.decay});
+  }
+  if (!options.load.empty()) {
+    ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
+                     model::LoadCheckpoint(options.load, *t->gpt_, t->optimizer_.get()));
+    t->start_step_ = loaded.step;
+  }
+  size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;
+  t->inputs_.resize(tokens);
+  t->targets_.resize(tokens);
+  return t;
+}
+
+absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
+  const int g = options_.global_batch_size, b = options_.micro_batch_size;
+  const int64_t tokens = int64_t(g) * options_.model.seq_len;
+  int64_t start = MonotonicNanos();
+  gpt_->ZeroGrad();
+  double loss_sum = 0;
+  for (int j = 0; j < options_.accumulation_steps(); ++j) {
+    data_.train.Fill(step * g + int64_t(j) * b, b, inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+    loss_sum += loss;
+    gpt_->Backward(1.0f / float(tokens));
+  }
+  float* grads = gpt_->grads().data<float>();
+  int64_t n = gpt_->grads().numel();
+  StepStats s;
+  s.step = step + 1;
+  s.loss = float(loss_sum / options_.accumulation_steps());
+  s.grad_norm = std::sqrt(optim::SquaredNorm(grads, n));
+  if (options_.grad_clip > 0) {
+    float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
+    if (scale < 1.0f) optim::Scale(grads, n, scale);
+  }
+  s.lr = optim::LearningRate(step, options_.warmup_steps, options_.steps, options_.lr,
+                             options_.min_lr);
+  optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_);
+  double seconds = SecondsSince(start);
+  s.ms = seconds * 1e3;
+  s.tokens_per_s = double(tokens) / seconds;
+  s.gflops = options_.model.FlopsPerToken() * double(tokens) / seconds / 1e9;
+  return s;
+}
+
+absl::StatusOr<float> Trainer::Evaluate() {
+  const int b = options_.micro_batch_size;
+  int batches = int(std::min<int64_t>(options_.eval_batches,
+                                      std::max<int64_t>(1, data_.val.sequences() / b)));
+  double sum = 0;
+  for (int j = 0; j < batches; ++j) {
+    data_.val.Fill(int64_t(j) * b, b, inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+    sum += loss;
+  }
+  return float(sum / batches);
+}
+
+absl::StatusOr<std::string> Trainer::Sample(int bytes) {
+  const int t = options_.model.seq_len, v = options_.model.vocab_size;
+  std::vector<int32_t> context = {'\n'};
+  std::vector<int32_t> window(t, 0);
+  std::string text;
+  const uint64_t stream = StreamOf("sample");
+  std::vector<std::pair<float, int>> scored(v);
+  for (int i = 0; i < bytes; ++i) {
+    // The last (up to) T bytes, left-aligned; causal attention makes the padding after
+    // them irrelevant to the logits at the last real position.
+    int len = std::min<int>(int(context.size()), t);
+    std::copy(context.end() - len, context.end(), window.begin());
+    ASSIGN_OR_RETURN(float unused, gpt_->Forward(window.data(), nullptr, 1));
+    (void)unused;
+    const float* logits = gpt_->logits() + int64_t(len - 1) * v;
+    for (int j = 0; j < v; ++j) scored[j] = {logits[j] / options_.temperature, j};
+    int k = options_.top_k > 0 ? options_.top_k : v;
+    std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), std::greater<>());
+    double total = 0;
+    for (int j = 0; j < k; ++j) total += std::exp(scored[j].first - scored[0].first);
+    double pick = Uniform(options_.seed, stream, uint64_t(i)) * total;
+    int chosen = scored[k - 1].second;
+    for (int j = 0; j < k; ++j) {
+      pick -= std::exp(scored[j].first - scored[0].first);
+      if (pick <= 0) {
+        chosen = scored[j].second;
+        break;
+      }
+    }
+    context.push_back(chosen);
+    text += char(chosen);
+  }
+  return text;
+}
+
+absl::Status Trainer::Save(const std::string& path, int64_t step) {
+  return model::SaveCheckpoint(path, *gpt_, optimizer_.get(), step);
+}
+
+namespace {
+
+std::string StepJson(const StepStats& s) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("step").Int(s.step).Key("loss").Double(s.loss).Key("lr").Double(s.lr);
+  w.Key("grad_norm").Double(s.grad_norm).Key("ms").Double(s.ms);
+  w.Key("tokens_per_s").Double(s.tokens_per_s).Key("gflops").Double(s.gflops);
+  w.EndObject();
+  return w.str();
+}
+
+std::string ValJson(int64_t step, float val_loss) {
+  JsonWriter w;
+  w.BeginObject().Key("step").Int(step).Key("val_loss").Double(val_loss).EndObject();
+  return w.str();
+}
+
+}  // namespace
+
+absl::Status Trainer::Run(std::ostream& log) {
+  const model::GPTConfig& c = options_.model;
+  log << absl::StrFormat(
+      "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens), unigram entropy "
+      "reference ln(256) = %.3f\nbatch: %d sequences x %d tokens per step, micro-batch %d (%d "
+      "accumulation steps); %s, lr %g -> %g, warm-up %d, %d steps\n",
+      c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
+      data_.val.tokens(), std::log(256.0), options_.global_batch_size, c.seq_len,
+      options_.micro_batch_size, options_.accumulation_steps(), optimizer_->name(), options_.lr,
+      options_.min_lr, options_.warmup_steps, options_.steps);
+  if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
+
+  std::ofstream metrics;
+  if (!options_.metrics_json.empty()) {
+    metrics.open(options_.metrics_json, std::ios::trunc);
+    if (!metrics) return absl::InvalidArgumentError("[train] cannot write '" + options_.metrics_json + "'");
+  }
+  for (int64_t k = start_step_; k < options_.steps; ++k) {
+    ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
+    log << absl::StrFormat(
+        "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s\n",
+        s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
+    if (metrics.is_open()) metrics << StepJson(s) << "\n" << std::flush;
+    if (options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps)) {
+      ASSIGN_OR_RETURN(float val, Evaluate());
+      log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val);
+      if (metrics.is_open()) metrics << ValJson(s.step, val) << "\n" << std::flush;
+    }
+    if (options_.save_every > 0 && s.step % options_.save_every == 0 && s.step < options_.steps) {
+      RETURN_IF_ERROR(Save(options_.save, s.step));
+    }
+  }
+  if (!options_.save.empty()) {
+    int64_t step = std::max(start_step_, options_.steps);
+    RETURN_IF_ERROR(Save(options_.save, step));
+    log << "saved '" << options_.save << "' at step " << step << "\n";
+  }
+  if (options_.sample_bytes > 0) {
+    ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
+    log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
+        << "):\n" << text << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tally::train
