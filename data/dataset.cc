@@ -37,6 +37,7 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path, int seq_len) {
   }
   ds.bytes = int64_t(text.size());
   size_t split = text.size() * 9 / 10;
+  ds.unigram_entropy = UnigramEntropy(text.substr(0, split));
   std::vector<int32_t> train(text.begin(), text.begin() + split);
   std::vector<int32_t> val(text.begin() + split, text.end());
   for (int32_t& t : train) t &= 0xff;  // bytes, not signed chars

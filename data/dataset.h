@@ -39,6 +39,7 @@ class Split {
 struct Dataset {
   std::string source;  // the file, or "embedded corpus"
   int64_t bytes = 0;
+  double unigram_entropy = 0;  // of the training bytes, in nats: a context-free model's loss
   Split train, val;
 };
 

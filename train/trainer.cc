@@ -161,11 +161,11 @@ std::string ValJson(int64_t step, float val_loss) {
 absl::Status Trainer::Run(std::ostream& log) {
   const model::GPTConfig& c = options_.model;
   log << absl::StrFormat(
-      "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens), unigram entropy "
-      "reference ln(256) = %.3f\nbatch: %d sequences x %d tokens per step, micro-batch %d (%d "
+      "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
+      "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step, micro-batch %d (%d "
       "accumulation steps); %s, lr %g -> %g, warm-up %d, %d steps\n",
       c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
-      data_.val.tokens(), std::log(256.0), options_.global_batch_size, c.seq_len,
+      data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size, c.seq_len,
       options_.micro_batch_size, options_.accumulation_steps(), optimizer_->name(), options_.lr,
       options_.min_lr, options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";

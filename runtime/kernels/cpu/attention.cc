@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/kernels/cpu/fast_math.h"
 #include "runtime/kernels/cpu/gemm.h"
 
 namespace tally::cpu {
@@ -26,7 +27,7 @@ void AttentionForward(T* y, T* att, const T* qkv, int b, int t, int c, int nh) {
         for (int col = 1; col <= row; ++col) max = std::max(max, s[col]);
         T sum = 0;
         for (int col = 0; col <= row; ++col) {
-          s[col] = std::exp(s[col] - max);
+          s[col] = FastExp(s[col] - max);
           sum += s[col];
         }
         T inv = T(1) / sum;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/kernels/cpu/fast_math.h"
+
 namespace tally::cpu {
 
 template <typename T>
@@ -15,7 +17,7 @@ void CrossEntropyForward(T* losses, T* probs, const T* logits, const int32_t* ta
     for (int j = 1; j < v; ++j) max = std::max(max, row[j]);  // subtract it: exp cannot overflow
     T sum = 0;
     for (int j = 0; j < v; ++j) {
-      p[j] = std::exp(row[j] - max);
+      p[j] = FastExp(row[j] - max);
       sum += p[j];
     }
     T inv = T(1) / sum;

@@ -1,6 +1,6 @@
 #include "runtime/kernels/cpu/gelu.h"
 
-#include <cmath>
+#include "runtime/kernels/cpu/fast_math.h"
 
 namespace tally::cpu {
 namespace {
@@ -14,7 +14,7 @@ template <typename T>
 void GeluForward(T* y, const T* x, long n) {
   for (long i = 0; i < n; ++i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kCubic) * x[i] * x[i] * x[i]);
-    y[i] = T(0.5) * x[i] * (T(1) + std::tanh(u));
+    y[i] = T(0.5) * x[i] * (T(1) + FastTanh(u));
   }
 }
 
@@ -23,7 +23,7 @@ void GeluBackward(T* dx, const T* x, const T* dy, long n) {
   for (long i = 0; i < n; ++i) {
     T xi = x[i];
     T u = T(kSqrt2OverPi) * (xi + T(kCubic) * xi * xi * xi);
-    T th = std::tanh(u);
+    T th = FastTanh(u);
     T sech2 = T(1) - th * th;
     T du = T(kSqrt2OverPi) * (T(1) + T(3 * kCubic) * xi * xi);
     dx[i] = (T(0.5) * (T(1) + th) + T(0.5) * xi * sech2 * du) * dy[i];
