@@ -1,0 +1,96 @@
+// The programs as a user runs them: bad input is one clear line on stderr and a non-zero
+// exit, never a crash; a small run writes its log, metrics and checkpoint.
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "runtime/json_reader.h"
+
+namespace tally {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+Result RunCommand(const std::string& command) {
+  Result r{-1, ""};
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+const std::string kTrain = TALLY_TRAIN_BINARY;
+const std::string kTiny = " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1";
+
+TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
+  std::string truncated = ::testing::TempDir() + "/truncated.safetensors";
+  std::ofstream(truncated, std::ios::binary) << std::string("\x40\x00\x00\x00\x00\x00\x00\x00{\"a\"", 12);
+  struct Case {
+    std::string flags, message;
+  };
+  Case cases[] = {
+      {"--n_head=3", "n_embd (256) must be divisible by n_head (3)"},
+      {"--n_embd=0", "n_embd must be positive"},
+      {"--steps=-1", "--steps must be >= 0"},
+      {"--micro_batch_size=3", "must be a multiple of --micro_batch_size"},
+      {"--optimizer=lamb", "--optimizer must be adamw or sgd"},
+      {"--data=/no/such/file", "cannot open '/no/such/file'"},
+      {"--load=" + truncated, "is not a valid safetensors file"},
+      {"--steps=abc", "Illegal value"},
+      {"--no_such_flag=1", "Unknown command line flag"},
+  };
+  for (const Case& c : cases) {
+    Result r = RunCommand(kTrain + " " + c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_TRUE(absl::StrContains(r.output, c.message)) << c.flags << ": " << r.output;
+    EXPECT_FALSE(absl::StrContains(r.output, "CHECK failed")) << r.output;
+  }
+}
+
+TEST(TallyTrain, SmallRunLogsWritesMetricsAndSamples) {
+  std::string metrics = ::testing::TempDir() + "/metrics.jsonl";
+  std::string ckpt = ::testing::TempDir() + "/run.safetensors";
+  Result r = RunCommand(kTrain + kTiny + " --steps=4 --eval_every=2 --sample_bytes=20 --metrics_json=" +
+                 metrics + " --save=" + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "step     4/4 | loss")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "val loss")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "sample (temperature 0.8, top-k 40)")) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  int steps = 0, evals = 0;
+  while (std::getline(in, line)) {
+    JsonValue v = ParseJson(line).value();
+    if (v.Find("val_loss") != nullptr) {
+      ++evals;
+      continue;
+    }
+    ++steps;
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s"}) {
+      EXPECT_NE(v.Find(key), nullptr) << key << " in " << line;
+    }
+  }
+  EXPECT_EQ(steps, 4);
+  EXPECT_EQ(evals, 2);
+  // Resuming from the final checkpoint with more steps continues at step 5.
+  Result more = RunCommand(kTrain + kTiny + " --steps=5 --eval_every=0 --sample_bytes=0 --load=" + ckpt);
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_TRUE(absl::StrContains(more.output, "resumed from")) << more.output;
+  EXPECT_TRUE(absl::StrContains(more.output, "step     5/5")) << more.output;
+  EXPECT_FALSE(absl::StrContains(more.output, "step     4/5")) << more.output;
+}
+
+}  // namespace
+}  // namespace tally
