@@ -8,10 +8,9 @@ namespace {
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kCubic = 0.044715;
 
-}  // namespace
-
+// Always inlined, so that each clone below compiles the loop for its own target.
 template <typename T>
-void GeluForward(T* y, const T* x, long n) {
+[[gnu::always_inline]] inline void Forward(T* y, const T* x, long n) {
   for (long i = 0; i < n; ++i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kCubic) * x[i] * x[i] * x[i]);
     y[i] = T(0.5) * x[i] * (T(1) + FastTanh(u));
@@ -19,7 +18,7 @@ void GeluForward(T* y, const T* x, long n) {
 }
 
 template <typename T>
-void GeluBackward(T* dx, const T* x, const T* dy, long n) {
+[[gnu::always_inline]] inline void Backward(T* dx, const T* x, const T* dy, long n) {
   for (long i = 0; i < n; ++i) {
     T xi = x[i];
     T u = T(kSqrt2OverPi) * (xi + T(kCubic) * xi * xi * xi);
@@ -30,9 +29,18 @@ void GeluBackward(T* dx, const T* x, const T* dy, long n) {
   }
 }
 
-template void GeluForward(float*, const float*, long);
-template void GeluForward(double*, const double*, long);
-template void GeluBackward(float*, const float*, const float*, long);
-template void GeluBackward(double*, const double*, const double*, long);
+}  // namespace
+
+// The float versions (the training path) are compiled twice, for AVX2 + FMA and for the
+// baseline, and the loader picks one for the CPU it runs on (GCC's target_clones): one
+// binary runs everywhere and uses the wide registers where they exist.
+#define TALLY_CPU_CLONES __attribute__((target_clones("arch=haswell", "default")))
+
+TALLY_CPU_CLONES void GeluForward(float* y, const float* x, long n) { Forward(y, x, n); }
+TALLY_CPU_CLONES void GeluBackward(float* dx, const float* x, const float* dy, long n) {
+  Backward(dx, x, dy, n);
+}
+void GeluForward(double* y, const double* x, long n) { Forward(y, x, n); }
+void GeluBackward(double* dx, const double* x, const double* dy, long n) { Backward(dx, x, dy, n); }
 
 }  // namespace tally::cpu

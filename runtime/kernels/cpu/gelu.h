@@ -1,14 +1,14 @@
 // GELU, tanh approximation (GPT-2's):
 //   y = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-// GeluForward: x (n) -> y (n).  GeluBackward: dx (n) = gelu'(x) · dy (n), written.
+// GeluForward: x (n) -> y (n).  GeluBackward: dx (n) = gelu'(x) · dy (n), written (dx may
+// be dy). The double versions are exact (std::tanh) and serve the gradient tests.
 #pragma once
 
 namespace tally::cpu {
 
-template <typename T>
-void GeluForward(T* y, const T* x, long n);
-
-template <typename T>
-void GeluBackward(T* dx, const T* x, const T* dy, long n);
+void GeluForward(float* y, const float* x, long n);
+void GeluForward(double* y, const double* x, long n);
+void GeluBackward(float* dx, const float* x, const float* dy, long n);
+void GeluBackward(double* dx, const double* x, const double* dy, long n);
 
 }  // namespace tally::cpu
