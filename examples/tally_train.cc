@@ -23,7 +23,8 @@ ABSL_FLAG(int, n_embd, kDefaults.model.n_embd, "channels");
 ABSL_FLAG(int, seq_len, kDefaults.model.seq_len, "tokens per sequence (and positions in the table)");
 ABSL_FLAG(int, global_batch_size, kDefaults.global_batch_size, "sequences per optimizer step");
 ABSL_FLAG(int, micro_batch_size, kDefaults.micro_batch_size,
-          "sequences per forward/backward; global/micro of them are accumulated per step");
+          "sequences per forward/backward per rank (0: global / dp); the rest of a rank's "
+          "share is gradient accumulation");
 ABSL_FLAG(int64_t, steps, kDefaults.steps, "optimizer steps (0 with --save writes the initial weights)");
 ABSL_FLAG(double, lr, kDefaults.lr, "peak learning rate");
 ABSL_FLAG(double, min_lr, kDefaults.min_lr, "learning rate at the end of the cosine decay");
@@ -42,7 +43,11 @@ ABSL_FLAG(std::string, save, "", "write a safetensors checkpoint here at the end
 ABSL_FLAG(int64_t, save_every, 0, "also write it every N steps (0: only at the end)");
 ABSL_FLAG(std::string, load, "", "start from this checkpoint (its step and optimizer state, if any)");
 ABSL_FLAG(std::string, metrics_json, "", "write one JSON object per step (and per evaluation) here");
-ABSL_FLAG(int, threads, 0, "intra-op threads (0: every core)");
+ABSL_FLAG(int, threads, 0, "intra-op threads per rank (0: the cores shared out among the ranks)");
+ABSL_FLAG(int, dp, 1, "data-parallel ranks (threads of this process)");
+ABSL_FLAG(std::string, allreduce, "ring", "gradient all-reduce: ring, or naive (reduce to rank 0, then broadcast)");
+ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
+ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
 
 namespace tally {
 namespace {
@@ -74,13 +79,14 @@ train::TrainOptions OptionsFromFlags() {
   o.load = absl::GetFlag(FLAGS_load);
   o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.dp = absl::GetFlag(FLAGS_dp);
+  o.allreduce = absl::GetFlag(FLAGS_allreduce);
+  o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  o.traffic_json = absl::GetFlag(FLAGS_traffic_json);
   return o;
 }
 
-absl::Status Main() {
-  ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(OptionsFromFlags()));
-  return trainer->Run(std::cout);
-}
+absl::Status Main() { return train::Train(OptionsFromFlags(), std::cout); }
 
 }  // namespace
 }  // namespace tally

@@ -114,10 +114,13 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
   return float(sum / n);
 }
 
-void GPT::Backward(float dloss) {
+absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
   const int b = batch_, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
   const int n = b * t;
   const int32_t* targets = targets_.data<int32_t>();
+  auto report = [&](int64_t begin, int64_t end) {
+    return ready ? ready(begin, end) : absl::OkStatus();
+  };
   // dlogits overwrites probs, which nothing needs afterwards.
   float* dlogits = probs_.data<float>();
   CrossEntropyBackward(dlogits, dlogits, targets, dloss, n, v);
@@ -127,12 +130,18 @@ void GPT::Backward(float dloss) {
   std::memset(dresidual_, 0, sizeof(float) * size_t(n) * c);
   LayerNormBackward(dresidual_, g_.lnf_w, g_.lnf_b, dlnf, last, w_.lnf_w, lnf_mean_, lnf_rstd_, n,
                     c);
+  const ParamSpec* lnf = layout_.Find("ln_f.weight");
+  RETURN_IF_ERROR(report(lnf->offset, layout_.total()));
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const float* x = l == 0 ? encoded_ : blocks_[l - 1].out;
     BlockBackward(config_, b, w_.blocks[l], g_.blocks[l], x, blocks_[l], block_scratch_,
                   dresidual_);
+    auto [begin, end] = layout_.LayerRange(l);
+    RETURN_IF_ERROR(report(begin, end));
   }
   EmbeddingBackward(g_.wte, g_.wpe, dresidual_, tokens_.data<int32_t>(), b, t, c);
+  const ParamSpec* wpe = layout_.Find("wpe.weight");
+  return report(0, wpe->offset + wpe->numel);
 }
 
 void GPT::ZeroGrad() { std::memset(grads_.raw_data(), 0, grads_.nbytes()); }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,9 +37,15 @@ class GPT {
   // tokens, targets: (b, T) row-major, values in [0, V). Returns the mean loss over the
   // b·T positions. With targets == nullptr only the logits are computed (sampling).
   absl::StatusOr<float> Forward(const int32_t* tokens, const int32_t* targets, int b);
+  // Called during Backward as ranges [begin, end) of the gradient buffer become final,
+  // from the end of the buffer toward its start: ln_f, then h.{L-1} ... h.0, then the
+  // embeddings (wte last, since the tied LM head adds to it first). Data parallelism
+  // reduces gradient buckets from here while the rest of backward still runs.
+  using GradientsReady = std::function<absl::Status(int64_t begin, int64_t end)>;
+
   // After a Forward with targets: adds this micro-batch's gradients, each position's loss
   // weighted by `dloss` (1 / tokens of the global batch, for its mean).
-  void Backward(float dloss);
+  absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
   void ZeroGrad();
 
   // (b, T, V) logits of the last Forward.

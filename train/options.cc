@@ -4,16 +4,30 @@
 
 namespace tally::train {
 
+TrainOptions TrainOptions::Resolved() const {
+  TrainOptions o = *this;
+  if (o.micro_batch_size == 0 && o.dp > 0 && o.global_batch_size % o.dp == 0) {
+    o.micro_batch_size = o.global_batch_size / o.dp;
+  }
+  return o;
+}
+
 absl::Status TrainOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
   if (absl::Status s = model.Validate(); !s.ok()) return s;
   if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
   if (global_batch_size <= 0) return bad("--global_batch_size must be positive, got ", global_batch_size);
   if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
-  if (global_batch_size % micro_batch_size != 0) {
-    return bad("--global_batch_size (", global_batch_size, ") must be a multiple of --micro_batch_size (",
-               micro_batch_size, ")");
+  if (dp < 1) return bad("--dp must be >= 1, got ", dp);
+  if (global_batch_size % (dp * micro_batch_size) != 0) {
+    return bad("--global_batch_size (", global_batch_size,
+               ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,
+               " = ", dp * micro_batch_size, ")");
   }
+  if (allreduce != "ring" && allreduce != "naive") {
+    return bad("--allreduce must be ring or naive, got '", allreduce, "'");
+  }
+  if (!(bucket_mb > 0)) return bad("--bucket_mb must be positive, got ", bucket_mb);
   if (steps < 0) return bad("--steps must be >= 0, got ", steps);
   if (!(lr > 0)) return bad("--lr must be positive, got ", lr);
   if (!(min_lr >= 0) || min_lr > lr) return bad("--min_lr must be in [0, --lr], got ", min_lr);

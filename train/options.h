@@ -12,7 +12,8 @@ namespace tally::train {
 struct TrainOptions {
   model::GPTConfig model;
   int global_batch_size = 8;  // sequences per optimizer step
-  int micro_batch_size = 8;   // sequences per forward/backward; the rest is accumulation
+  int micro_batch_size = 0;   // sequences per forward/backward per rank (0: global / dp);
+                              // the rest of each rank's share is gradient accumulation
   int64_t steps = 200;
   float lr = 1e-3f, min_lr = 1e-4f;
   int64_t warmup_steps = 20;
@@ -28,11 +29,20 @@ struct TrainOptions {
   int top_k = 40;             // 0: the whole vocabulary
   std::string save, load, metrics_json;
   int64_t save_every = 0;     // also save every this many steps (0: only at the end)
-  int threads = 0;            // intra-op threads; 0: every core
+  int threads = 0;            // intra-op threads per rank; 0: the cores shared out among ranks
 
-  // One clear message for the first thing wrong.
+  // Data parallelism (parallel/data_parallel.h).
+  int dp = 1;                        // data-parallel ranks (threads of this process)
+  std::string allreduce = "ring";    // ring or naive (reduce to one rank, then broadcast)
+  double bucket_mb = 25;             // gradient bucket size, MiB
+  std::string traffic_json;          // every rank's traffic and memory, as JSON
+
+  // A copy with the defaults that depend on other fields filled in (micro_batch_size).
+  TrainOptions Resolved() const;
+  // One clear message for the first thing wrong (of the resolved options).
   absl::Status Validate() const;
-  int accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // Micro-batches per rank per step.
+  int accumulation_steps() const { return global_batch_size / (dp * micro_batch_size); }
 };
 
 }  // namespace tally::train

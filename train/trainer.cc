@@ -14,20 +14,33 @@
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/rng.h"
+#include "runtime/comm/launch.h"
+#include "runtime/json_writer.h"
 #include "runtime/status_macros.h"
+#include "train/report.h"
 
 namespace tally::train {
 
-Trainer::Trainer(const TrainOptions& options, data::Dataset data)
-    : options_(options), data_(std::move(data)) {}
+Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world)
+    : options_(options),
+      world_(world),
+      data_(std::move(data)),
+      alloc_(world != nullptr ? world->allocator() : own_alloc_) {}
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& requested,
+                                                         comm::Communicator* world) {
+  const TrainOptions options = requested.Resolved();
   RETURN_IF_ERROR(options.Validate());
+  int world_size = world != nullptr ? world->size() : 1;
+  if (world_size != options.dp) {
+    return absl::InvalidArgumentError(absl::StrCat("[train] ", world_size,
+                                                   " ranks cannot run --dp=", options.dp));
+  }
   ASSIGN_OR_RETURN(data::Dataset data, data::LoadDataset(options.data, options.model.seq_len));
-  std::unique_ptr<Trainer> t(new Trainer(options, std::move(data)));
-  int threads = options.threads > 0 ? options.threads
-                                    : int(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::SetBlasThreads(threads);
+  std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
+  // Ranks share the cores: each gets its part, so that ranks x BLAS threads <= cores.
+  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / world_size));
 
   ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
   int64_t size = t->gpt_->layout().total();
@@ -48,29 +61,60 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
                      model::LoadCheckpoint(options.load, *t->gpt_, t->optimizer_.get()));
     t->start_step_ = loaded.step;
   }
+  if (world != nullptr) {
+    // The data-parallel group: every rank of the world, for now.
+    ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/0, world->rank(), "dp"));
+    ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
+    t->sync_ = std::make_unique<parallel::GradientSync>(
+        t->dp_.get(), size, int64_t(options.bucket_mb * (1 << 20)), algorithm);
+  }
   size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
   return t;
 }
 
+absl::StatusOr<float> Trainer::GlobalMean(float local) {
+  if (dp_ == nullptr) return local;
+  comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
+  comm::LabelScope label(world_->ledger(), "loss");
+  ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
+  value.data<float>()[0] = local;
+  RETURN_IF_ERROR(dp_->AllReduce(value, comm::ReduceOp::kAvg));
+  return value.data<float>()[0];
+}
+
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   const int g = options_.global_batch_size, b = options_.micro_batch_size;
+  const int micro_batches = options_.accumulation_steps();
   const int64_t tokens = int64_t(g) * options_.model.seq_len;
+  // This rank's share of global batch `step`: the dp_rank-th run of g / dp sequences.
+  const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
+  const int64_t first = step * g + int64_t(dp_rank) * (g / options_.dp);
   int64_t start = MonotonicNanos();
   gpt_->ZeroGrad();
   double loss_sum = 0;
-  for (int j = 0; j < options_.accumulation_steps(); ++j) {
-    data_.train.Fill(step * g + int64_t(j) * b, b, inputs_.data(), targets_.data());
+  for (int j = 0; j < micro_batches; ++j) {
+    data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
     ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
     loss_sum += loss;
-    gpt_->Backward(1.0f / float(tokens));
+    if (sync_ == nullptr || j + 1 < micro_batches) {
+      RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens)));
+      continue;
+    }
+    // The last micro-batch: sum each gradient bucket over the ranks as soon as it is final.
+    comm::PhaseScope phase(world_->ledger(), comm::Phase::kBackward);
+    sync_->BeginStep();
+    RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens), [&](int64_t begin, int64_t end) {
+      return sync_->Ready(gpt_->grads(), begin, end);
+    }));
+    RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
   }
   float* grads = gpt_->grads().data<float>();
   int64_t n = gpt_->grads().numel();
   StepStats s;
   s.step = step + 1;
-  s.loss = float(loss_sum / options_.accumulation_steps());
+  ASSIGN_OR_RETURN(s.loss, GlobalMean(float(loss_sum / micro_batches)));
   s.grad_norm = std::sqrt(optim::SquaredNorm(grads, n));
   if (options_.grad_clip > 0) {
     float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
@@ -159,15 +203,21 @@ std::string ValJson(int64_t step, float val_loss) {
 }  // namespace
 
 absl::Status Trainer::Run(std::ostream& log) {
+  // Every rank trains; rank 0 alone logs, evaluates, saves and samples (its replica is
+  // every rank's replica), so none of that adds traffic.
+  if (!logs()) {
+    for (int64_t k = start_step_; k < options_.steps; ++k) RETURN_IF_ERROR(TrainStep(k).status());
+    return absl::OkStatus();
+  }
   const model::GPTConfig& c = options_.model;
   log << absl::StrFormat(
       "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
-      "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step, micro-batch %d (%d "
-      "accumulation steps); %s, lr %g -> %g, warm-up %d, %d steps\n",
+      "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step over dp=%d "
+      "ranks, micro-batch %d (%d accumulation steps); %s, lr %g -> %g, warm-up %d, %d steps\n",
       c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
-      data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size, c.seq_len,
-      options_.micro_batch_size, options_.accumulation_steps(), optimizer_->name(), options_.lr,
-      options_.min_lr, options_.warmup_steps, options_.steps);
+      data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size,
+      c.seq_len, options_.dp, options_.micro_batch_size, options_.accumulation_steps(),
+      optimizer_->name(), options_.lr, options_.min_lr, options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
 
   std::ofstream metrics;
@@ -199,6 +249,35 @@ absl::Status Trainer::Run(std::ostream& log) {
     ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
     log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
         << "):\n" << text << "\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Train(const TrainOptions& requested, std::ostream& log) {
+  const TrainOptions options = requested.Resolved();
+  RETURN_IF_ERROR(options.Validate());
+  if (options.dp == 1) {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
+    return trainer->Run(log);
+  }
+  std::vector<comm::TrafficLedger> traffic(options.dp);
+  std::vector<MemoryLedger> memory(options.dp);
+  int64_t start_step = 0;
+  comm::LaunchOptions launch;
+  launch.world_size = options.dp;
+  RETURN_IF_ERROR(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
+    RETURN_IF_ERROR(trainer->Run(log));
+    traffic[world.rank()] = world.ledger();
+    memory[world.rank()] = world.memory();
+    if (world.rank() == 0) start_step = trainer->start_step();
+    return absl::OkStatus();
+  }));
+  int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
+  ReportInputs report{options, steps, traffic, memory};
+  log << "\n" << FormatReport(report);
+  if (!options.traffic_json.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
   }
   return absl::OkStatus();
 }

@@ -1,14 +1,18 @@
 // The training loop of one rank: data, model, optimizer, schedule, evaluation, sampling,
 // checkpoints, and the per-step log.
 //
-//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
+//   RETURN_IF_ERROR(Train(options, std::cout));        // every rank, and the report
+//
+//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));   // one rank
 //   RETURN_IF_ERROR(trainer->Run(std::cout));
 //
-// Step k trains on the global batch k of the documented batch order (data/dataset.h):
-// global_batch_size / micro_batch_size micro-batches, their gradients accumulated with
-// each token weighted 1 / (global_batch_size · seq_len), so the loss is the mean over the
-// global batch. Then the gradients are clipped to --grad_clip by their global norm and the
-// optimizer steps with the scheduled learning rate (optim/schedule.h).
+// Step k trains on the global batch k of the documented batch order (data/dataset.h).
+// With dp data-parallel ranks, rank r takes the r-th contiguous share of G/dp sequences
+// of it, in micro-batches of micro_batch_size; every token's loss is weighted
+// 1 / (G · seq_len), so the sum of the ranks' gradients (parallel/data_parallel.h) is the
+// gradient of the mean loss over the global batch, as on one rank. Then the gradients are
+// clipped to --grad_clip by their global norm and the optimizer steps with the scheduled
+// learning rate (optim/schedule.h).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,8 @@
 #include "data/dataset.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
+#include "parallel/data_parallel.h"
+#include "runtime/comm/communicator.h"
 #include "train/options.h"
 
 namespace tally::train {
@@ -34,7 +40,10 @@ struct StepStats {
 
 class Trainer {
  public:
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainOptions& options);
+  // `world` is this rank's communicator (null for a run of one rank); it must outlive the
+  // trainer.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainOptions& options,
+                                                         comm::Communicator* world = nullptr);
 
   // Trains from the loaded step to options.steps, logging one line per step, then saves
   // and samples as the options ask.
@@ -49,22 +58,35 @@ class Trainer {
   absl::Status Save(const std::string& path, int64_t step);
 
   model::GPT& model() { return *gpt_; }
+  MemoryLedger& memory() { return *alloc_.ledger(); }
   optim::Optimizer& optimizer() { return *optimizer_; }
   int64_t start_step() const { return start_step_; }
   const data::Dataset& dataset() const { return data_; }
 
  private:
-  Trainer(const TrainOptions& options, data::Dataset data);
+  Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world);
+  bool logs() const { return world_ == nullptr || world_->rank() == 0; }
+  // The mean of the ranks' losses (every rank's share of the batch is the same size).
+  absl::StatusOr<float> GlobalMean(float local);
 
   TrainOptions options_;
+  comm::Communicator* world_;
+  // Allocations are charged to the rank's memory ledger: the world's, or this one.
+  MemoryLedger own_memory_;
+  Allocator own_alloc_{&own_memory_};
+  std::unique_ptr<comm::Communicator> dp_;
+  std::unique_ptr<parallel::GradientSync> sync_;
   data::Dataset data_;
-  MemoryLedger memory_;
-  Allocator alloc_{&memory_};
+  Allocator& alloc_;
   std::unique_ptr<model::GPT> gpt_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<optim::Segment> segments_;  // the whole buffer, decay per tensor
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
 };
+
+// Runs options.dp ranks (one when dp == 1) and prints, after the run, the traffic and
+// memory report of every rank; writes --traffic_json.
+absl::Status Train(const TrainOptions& options, std::ostream& log);
 
 }  // namespace tally::train

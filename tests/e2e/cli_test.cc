@@ -44,7 +44,7 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--n_head=3", "n_embd (256) must be divisible by n_head (3)"},
       {"--n_embd=0", "n_embd must be positive"},
       {"--steps=-1", "--steps must be >= 0"},
-      {"--micro_batch_size=3", "must be a multiple of --micro_batch_size"},
+      {"--micro_batch_size=3", "must be a multiple of --dp x --micro_batch_size"},
       {"--optimizer=lamb", "--optimizer must be adamw or sgd"},
       {"--data=/no/such/file", "cannot open '/no/such/file'"},
       {"--load=" + truncated, "is not a valid safetensors file"},
@@ -90,6 +90,32 @@ TEST(TallyTrain, SmallRunLogsWritesMetricsAndSamples) {
   EXPECT_TRUE(absl::StrContains(more.output, "resumed from")) << more.output;
   EXPECT_TRUE(absl::StrContains(more.output, "step     5/5")) << more.output;
   EXPECT_FALSE(absl::StrContains(more.output, "step     4/5")) << more.output;
+}
+
+TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
+  std::string json = ::testing::TempDir() + "/traffic.json";
+  Result r = RunCommand(kTrain + kTiny + " --dp=2 --global_batch_size=4 --steps=2 --eval_every=0 "
+                        "--sample_bytes=0 --traffic_json=" + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "over dp=2 ranks")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "traffic over 2 steps")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "memory per rank")) << r.output;
+  std::ifstream in(json);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  JsonValue doc = ParseJson(text).value();
+  EXPECT_EQ(doc.Find("config")->Find("dp")->AsInt(), 2);
+  EXPECT_EQ(doc.Find("steps")->AsInt(), 2);
+  ASSERT_EQ(doc.Find("ranks")->array.size(), 2u);
+  const JsonValue& rank1 = doc.Find("ranks")->array[1];
+  EXPECT_GT(rank1.Find("memory")->Find("peak_total")->AsInt(), 0);
+  bool found = false;
+  for (const JsonValue& row : rank1.Find("traffic")->array) {
+    if (row.Find("group")->string == "dp" && row.Find("phase")->string == "backward") {
+      found = true;
+      EXPECT_GT(row.Find("bytes_sent")->AsInt(), 0);
+    }
+  }
+  EXPECT_TRUE(found) << text;
 }
 
 }  // namespace

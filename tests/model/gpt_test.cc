@@ -72,6 +72,23 @@ TEST(GPT, RejectsTokensOutsideTheVocabulary) {
   EXPECT_FALSE(gpt->Forward(tokens.data(), targets.data(), 1).ok());
 }
 
+TEST(GPT, BackwardReportsEveryGradientRangeOnceFromTheEnd) {
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  auto gpt = GPT::Create(Tiny(), alloc, 1).value();
+  std::vector<int32_t> tokens(5, 1), targets(5, 2);
+  ASSERT_TRUE(gpt->Forward(tokens.data(), targets.data(), 1).ok());
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ASSERT_TRUE(gpt->Backward(0.2f, [&](int64_t begin, int64_t end) {
+                   ranges.push_back({begin, end});
+                   return absl::OkStatus();
+                 }).ok());
+  ASSERT_EQ(ranges.size(), 4u);  // ln_f, h.1, h.0, embeddings
+  EXPECT_EQ(ranges.front().second, gpt->layout().total());
+  EXPECT_EQ(ranges.back().first, 0);
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].second, ranges[i - 1].first);
+}
+
 // fp32 central differences with a step of 1e-2: rounding error ~3e-5, truncation ~1e-5.
 TEST(GPT, GradientsMatchFiniteDifferences) {
   GPTConfig c = Tiny();
@@ -92,7 +109,7 @@ TEST(GPT, GradientsMatchFiniteDifferences) {
   auto loss = [&] { return double(gpt->Forward(tokens.data(), targets.data(), b).value()); };
   gpt->ZeroGrad();
   loss();
-  gpt->Backward(1.0f / n);
+  ASSERT_TRUE(gpt->Backward(1.0f / n).ok());
   std::vector<float> analytic(gpt->grads().data<float>(),
                               gpt->grads().data<float>() + gpt->grads().numel());
   const double eps = 1e-2;

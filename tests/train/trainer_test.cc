@@ -157,7 +157,7 @@ TEST(TrainOptions, EveryBadValueHasItsMessage) {
       {[](TrainOptions& o) { o.model.n_layer = 0; }, "n_layer must be positive"},
       {[](TrainOptions& o) { o.model.seq_len = -4; }, "seq_len must be positive"},
       {[](TrainOptions& o) { o.steps = -1; }, "--steps must be >= 0"},
-      {[](TrainOptions& o) { o.micro_batch_size = 3; }, "must be a multiple of --micro_batch_size"},
+      {[](TrainOptions& o) { o.micro_batch_size = 3; }, "must be a multiple of --dp x --micro_batch_size"},
       {[](TrainOptions& o) { o.global_batch_size = 0; }, "--global_batch_size must be positive"},
       {[](TrainOptions& o) { o.lr = 0; }, "--lr must be positive"},
       {[](TrainOptions& o) { o.optimizer = "lamb"; }, "--optimizer must be adamw or sgd"},

@@ -1,0 +1,42 @@
+#include "parallel/data_parallel.h"
+
+#include <algorithm>
+
+#include "runtime/status_macros.h"
+
+namespace tally::parallel {
+
+std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements) {
+  std::vector<comm::Chunk> buckets;
+  int64_t size = std::max<int64_t>(1, bucket_elements);
+  for (int64_t end = total; end > 0; end -= size) {
+    int64_t begin = std::max<int64_t>(0, end - size);
+    buckets.push_back({begin, end - begin});
+  }
+  return buckets;
+}
+
+GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
+                           comm::Algorithm algorithm)
+    : dp_(dp),
+      algorithm_(algorithm),
+      buckets_(GradientBuckets(total, bucket_bytes / int64_t(sizeof(float)))) {}
+
+absl::Status GradientSync::ReduceBucketsFrom(const Tensor& grads, int64_t ready_from) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].offset >= ready_from) {
+    const comm::Chunk& bucket = buckets_[next_bucket_++];
+    Tensor view = grads.Flat(bucket.offset, bucket.end());
+    RETURN_IF_ERROR(dp_->AllReduce(view, comm::ReduceOp::kSum, algorithm_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::Ready(const Tensor& grads, int64_t begin, int64_t /*end*/) {
+  // Backward reports ranges from the end of the buffer down, so everything from `begin`
+  // to the end is final now.
+  return ReduceBucketsFrom(grads, begin);
+}
+
+absl::Status GradientSync::Finish(const Tensor& grads) { return ReduceBucketsFrom(grads, 0); }
+
+}  // namespace tally::parallel

@@ -1,0 +1,62 @@
+// Data parallelism: every rank holds the whole model, trains on its share of the global
+// batch, and the gradients are summed over the data-parallel group before the update.
+//
+// Each token's loss is weighted 1 / (tokens of the global batch) on every rank (the
+// trainer does that), so the SUM of the ranks' gradients is the gradient of the global
+// mean loss, the same as one rank computing the whole batch.
+//
+// Gradients are summed bucket by bucket, in the order backward finishes them (the end of
+// the flat buffer first: ln_f, the last layer, ..., the embeddings), as PyTorch DDP
+// does: a bucket is all-reduced as soon as every gradient in it is final. The bytes do
+// not depend on the bucket size; the number of calls does.
+//
+//   GradientSync sync(dp, layout.total(), /*bucket_bytes=*/25 << 20, Algorithm::kRing);
+//   sync.BeginStep();
+//   RETURN_IF_ERROR(gpt.Backward(dloss, [&](int64_t b, int64_t e) {
+//     return sync.Ready(gpt.grads(), b, e);
+//   }));
+//   RETURN_IF_ERROR(sync.Finish(grads));
+//
+// Bytes per rank per step, Φ parameters, p ranks, ring: Σ over buckets of 2(p-1)/p of the
+// bucket's bytes (exactly: exact_traffic.h per bucket), i.e. 2(p-1)/p·4Φ when p divides
+// every bucket; naive: 2(p-1)·4Φ on the root, 2·4Φ elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/partition.h"
+
+namespace tally::parallel {
+
+// The buckets of a flat buffer of `total` elements: ranges of at most `bucket_elements`,
+// cut from the end of the buffer toward its start, in that order.
+std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements);
+
+class GradientSync {
+ public:
+  GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
+               comm::Algorithm algorithm);
+
+  // Call before the backward of the last micro-batch of a step (the earlier micro-batches
+  // only accumulate, like DDP's no_sync()).
+  void BeginStep() { next_bucket_ = 0; }
+  // Gradients [begin, end) are final; all-reduces every bucket that is now complete.
+  absl::Status Ready(const Tensor& grads, int64_t begin, int64_t end);
+  // All-reduces whatever is left (everything, when Ready was never called).
+  absl::Status Finish(const Tensor& grads);
+
+  const std::vector<comm::Chunk>& buckets() const { return buckets_; }
+
+ private:
+  absl::Status ReduceBucketsFrom(const Tensor& grads, int64_t ready_from);
+
+  comm::Communicator* dp_;
+  comm::Algorithm algorithm_;
+  std::vector<comm::Chunk> buckets_;
+  size_t next_bucket_ = 0;
+};
+
+}  // namespace tally::parallel

@@ -1,0 +1,162 @@
+#include "train/report.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "parallel/data_parallel.h"
+#include "runtime/comm/exact_traffic.h"
+#include "runtime/json_writer.h"
+
+namespace tally::train {
+namespace {
+
+int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
+
+comm::Algorithm GradientAlgorithm(const TrainOptions& o) {
+  return o.allreduce == "naive" ? comm::Algorithm::kNaive : comm::Algorithm::kRing;
+}
+
+// The exact bytes a rank sends under `key` over the run, when the report knows the row;
+// -1 otherwise.
+int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
+  const TrainOptions& o = in.options;
+  if (key.group == "dp" && key.primitive == comm::Primitive::kAllReduce) {
+    if (key.phase == comm::Phase::kBackward) {
+      return in.steps * GradientSyncBytesPerStep(o.model.NumParams(), o.dp, rank, BucketBytes(o),
+                                                 GradientAlgorithm(o));
+    }
+    if (key.phase == comm::Phase::kOther && key.label == "loss") {  // one float per step
+      return in.steps * comm::ExactTraffic(key.primitive, key.algorithm, o.dp, rank, -1, 1, 4).sent;
+    }
+  }
+  return -1;
+}
+
+// The seed article's figure for the row: 2Φ·4 bytes per step for the gradient sum.
+int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
+  if (key.group == "dp" && key.primitive == comm::Primitive::kAllReduce &&
+      key.phase == comm::Phase::kBackward) {
+    return in.steps * 2 * in.options.model.NumParams() * 4;
+  }
+  return -1;
+}
+
+struct Row {
+  int64_t calls = 0;
+  int64_t sent_min = std::numeric_limits<int64_t>::max(), sent_max = 0;
+  int64_t exact_min = std::numeric_limits<int64_t>::max(), exact_max = 0;
+  bool exact_known = true;
+};
+
+std::string Range(int64_t lo, int64_t hi) {
+  return lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, "..", hi);
+}
+
+}  // namespace
+
+int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
+                                 comm::Algorithm algorithm) {
+  int64_t sent = 0;
+  for (const comm::Chunk& bucket : parallel::GradientBuckets(params, bucket_bytes / 4)) {
+    sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
+                               bucket.count, 4).sent;
+  }
+  return sent;
+}
+
+std::string FormatReport(const ReportInputs& in) {
+  std::map<comm::LedgerKey, Row> rows;
+  for (size_t r = 0; r < in.traffic.size(); ++r) {
+    std::map<comm::LedgerKey, int64_t> sent;
+    for (const auto& [key_peer, t] : in.traffic[r].transfers()) sent[key_peer.first] += t.bytes_sent;
+    for (const auto& [key, c] : in.traffic[r].calls()) {
+      Row& row = rows[key];
+      row.calls = std::max(row.calls, c.calls);
+      int64_t s = sent[key];
+      row.sent_min = std::min(row.sent_min, s);
+      row.sent_max = std::max(row.sent_max, s);
+      int64_t exact = ExactSent(in, key, int(r));
+      row.exact_known &= exact >= 0;
+      row.exact_min = std::min(row.exact_min, exact);
+      row.exact_max = std::max(row.exact_max, exact);
+    }
+  }
+  const TrainOptions& o = in.options;
+  std::string out = absl::StrFormat(
+      "traffic over %d steps (dp=%d, Φ = %d parameters, 4 bytes each; bytes sent per rank, min..max over ranks)\n"
+      "%-6s %-15s %-6s %-10s %-8s %6s %22s %22s %14s %14s\n",
+      in.steps, o.dp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
+      "measured", "exact formula", "seed formula", "measured/seed");
+  for (const auto& [key, row] : rows) {
+    int64_t seed = SeedSent(in, key);
+    out += absl::StrFormat(
+        "%-6s %-15s %-6s %-10s %-8s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
+        comm::Name(key.algorithm), comm::Name(key.phase), key.label.empty() ? "-" : key.label,
+        row.calls, Range(row.sent_min, row.sent_max),
+        row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
+        seed >= 0 ? absl::StrCat(seed) : "-",
+        seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-");
+  }
+  int64_t phi = o.model.NumParams();
+  out += absl::StrFormat(
+      "\nmemory per rank, peak bytes (formula: params 4Φ = %d, grads 4Φ = %d, %s state %s = %d)\n"
+      "%4s %12s %12s %12s %12s %12s %12s\n",
+      4 * phi, 4 * phi, o.optimizer, o.optimizer == "adamw" ? "8Φ" : "4Φ",
+      (o.optimizer == "adamw" ? 8 : 4) * phi, "rank", "params", "grads", "optimizer",
+      "activations", "comm", "peak total");
+  for (size_t r = 0; r < in.memory.size(); ++r) {
+    const MemoryLedger& m = in.memory[r];
+    out += absl::StrFormat("%4d %12d %12d %12d %12d %12d %12d\n", r, m.peak(MemoryCategory::kParams),
+                           m.peak(MemoryCategory::kGrads), m.peak(MemoryCategory::kOptimizer),
+                           m.peak(MemoryCategory::kActivations), m.peak(MemoryCategory::kComm),
+                           m.peak_total());
+  }
+  return out;
+}
+
+std::string ReportJson(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  JsonWriter w;
+  w.BeginObject().Key("config").BeginObject();
+  w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
+  w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
+  w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
+  w.Key("allreduce").String(o.allreduce).Key("bucket_mb").Double(o.bucket_mb);
+  w.Key("world").Int(o.dp).Key("dp").Int(o.dp).Key("tp").Int(1).Key("pp").Int(1).Key("zero").Int(0);
+  w.Key("params").Int(o.model.NumParams());
+  w.EndObject();
+  w.Key("steps").Int(in.steps);
+  w.Key("ranks").BeginArray();
+  for (size_t r = 0; r < in.traffic.size(); ++r) {
+    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(int64_t(r)).Key("tp").Int(0).Key("pp").Int(0);
+    std::map<comm::LedgerKey, comm::TransferTotals> totals;
+    for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
+      totals[key_peer.first].bytes_sent += t.bytes_sent;
+      totals[key_peer.first].bytes_recv += t.bytes_recv;
+    }
+    w.Key("traffic").BeginArray();
+    for (const auto& [key, c] : in.traffic[r].calls()) {
+      w.BeginObject();
+      w.Key("group").String(key.group).Key("op").String(comm::Name(key.primitive));
+      w.Key("algorithm").String(comm::Name(key.algorithm)).Key("phase").String(comm::Name(key.phase));
+      w.Key("scope").String(key.label).Key("calls").Int(c.calls);
+      w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
+      w.EndObject();
+    }
+    w.EndArray();
+    const MemoryLedger& m = in.memory[r];
+    w.Key("memory").BeginObject();
+    w.Key("params").Int(m.peak(MemoryCategory::kParams)).Key("grads").Int(m.peak(MemoryCategory::kGrads));
+    w.Key("optimizer").Int(m.peak(MemoryCategory::kOptimizer));
+    w.Key("activations").Int(m.peak(MemoryCategory::kActivations));
+    w.Key("comm").Int(m.peak(MemoryCategory::kComm)).Key("peak_total").Int(m.peak_total());
+    w.EndObject().EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str();
+}
+
+}  // namespace tally::train

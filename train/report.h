@@ -1,0 +1,38 @@
+// The end-of-run report of a multi-rank run: traffic per group, primitive and phase next to
+// its exact formula and the seed article's, and memory per rank next to its formula.
+//
+//   group op          algo phase     scope calls  bytes sent/rank   exact formula  seed formula  measured/seed
+//   dp    all_reduce  ring backward  -        20       234567890      234567890     260628480          0.900
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/ledger.h"
+#include "runtime/memory_ledger.h"
+#include "train/options.h"
+
+namespace tally::train {
+
+struct ReportInputs {
+  const TrainOptions& options;
+  int64_t steps;  // optimizer steps this run made
+  const std::vector<comm::TrafficLedger>& traffic;  // by world rank
+  const std::vector<MemoryLedger>& memory;          // by world rank
+};
+
+std::string FormatReport(const ReportInputs& in);
+
+// {"config": {..., "world", "dp", "tp", "pp", "zero", "params"}, "steps": S,
+//  "ranks": [{"rank", "dp", "tp", "pp", "traffic": [{"group", "op", "algorithm", "phase",
+//  "scope", "calls", "bytes_sent", "bytes_recv"}], "memory": {"params", "grads",
+//  "optimizer", "activations", "comm", "peak_total"}}]}
+std::string ReportJson(const ReportInputs& in);
+
+// Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
+// parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket).
+int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
+                                 comm::Algorithm algorithm);
+
+}  // namespace tally::train
