@@ -29,7 +29,8 @@
     if (!status.ok()) return status;             \
   } while (false)
 
-// `lhs = value of expr` if `expr` (a StatusOr) is OK, else returns its status.
+// `lhs = value of expr` if `expr` (a StatusOr) is OK, else returns its status. It expands
+// to several statements: after an `if`, put it in braces.
 #define ASSIGN_OR_RETURN(lhs, expr) \
   TALLY_ASSIGN_OR_RETURN_IMPL(TALLY_CONCAT(tally_statusor_, __LINE__), lhs, expr)
 #define TALLY_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

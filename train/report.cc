@@ -15,31 +15,43 @@ namespace {
 
 int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
 
-comm::Algorithm GradientAlgorithm(const TrainOptions& o) {
-  return o.allreduce == "naive" ? comm::Algorithm::kNaive : comm::Algorithm::kRing;
-}
-
 // The exact bytes a rank sends under `key` over the run, when the report knows the row;
 // -1 otherwise.
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
   const TrainOptions& o = in.options;
-  if (key.group == "dp" && key.primitive == comm::Primitive::kAllReduce) {
-    if (key.phase == comm::Phase::kBackward) {
-      return in.steps * GradientSyncBytesPerStep(o.model.NumParams(), o.dp, rank, BucketBytes(o),
-                                                 GradientAlgorithm(o));
-    }
-    if (key.phase == comm::Phase::kOther && key.label == "loss") {  // one float per step
-      return in.steps * comm::ExactTraffic(key.primitive, key.algorithm, o.dp, rank, -1, 1, 4).sent;
-    }
+  const int64_t phi = o.model.NumParams();
+  if (key.group != "dp") return -1;
+  auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
+    return in.steps * comm::ExactTraffic(p, key.algorithm, o.dp, rank, -1, count, element).sent;
+  };
+  switch (key.primitive) {
+    case comm::Primitive::kAllReduce:
+      if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
+        return in.steps * GradientSyncBytesPerStep(phi, o.dp, rank, BucketBytes(o), key.algorithm);
+      }
+      if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
+      if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
+      return -1;
+    case comm::Primitive::kReduceScatter:  // ZeRO: the gradients, once per step
+      return key.phase == comm::Phase::kBackward ? per_step(key.primitive, phi, 4) : -1;
+    case comm::Primitive::kAllGather:  // ZeRO: the parameters, once per step
+      return key.phase == comm::Phase::kOptimizer ? per_step(key.primitive, phi, 4) : -1;
+    default:
+      return -1;
   }
-  return -1;
 }
 
-// The seed article's figure for the row: 2Φ·4 bytes per step for the gradient sum.
+// The seed article's figure for the row: 2Φ·4 bytes per step for the gradient all-reduce,
+// Φ·4 for each of ZeRO's reduce-scatter and all-gather (2Φ together).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
-  if (key.group == "dp" && key.primitive == comm::Primitive::kAllReduce &&
-      key.phase == comm::Phase::kBackward) {
-    return in.steps * 2 * in.options.model.NumParams() * 4;
+  const int64_t phi_bytes = in.steps * in.options.model.NumParams() * 4;
+  if (key.group != "dp") return -1;
+  if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
+    return 2 * phi_bytes;
+  }
+  if ((key.primitive == comm::Primitive::kReduceScatter && key.phase == comm::Phase::kBackward) ||
+      (key.primitive == comm::Primitive::kAllGather && key.phase == comm::Phase::kOptimizer)) {
+    return phi_bytes;
   }
   return -1;
 }
@@ -102,11 +114,12 @@ std::string FormatReport(const ReportInputs& in) {
   }
   int64_t phi = o.model.NumParams();
   out += absl::StrFormat(
-      "\nmemory per rank, peak bytes (formula: params 4Φ = %d, grads 4Φ = %d, %s state %s = %d)\n"
+      "\nmemory per rank, peak bytes (formula: params 4Φ = %d, grads 4Φ = %d%s, %s state %s = %d)\n"
       "%4s %12s %12s %12s %12s %12s %12s\n",
-      4 * phi, 4 * phi, o.optimizer, o.optimizer == "adamw" ? "8Φ" : "4Φ",
-      (o.optimizer == "adamw" ? 8 : 4) * phi, "rank", "params", "grads", "optimizer",
-      "activations", "comm", "peak total");
+      4 * phi, 4 * phi, o.zero >= 1 ? " + the reduced shard 4Φ/p" : "", o.optimizer,
+      absl::StrCat(o.optimizer == "adamw" ? "8Φ" : "4Φ", o.zero >= 1 ? "/p" : ""),
+      (o.optimizer == "adamw" ? 8 : 4) * phi / (o.zero >= 1 ? o.dp : 1), "rank", "params", "grads",
+      "optimizer", "activations", "comm", "peak total");
   for (size_t r = 0; r < in.memory.size(); ++r) {
     const MemoryLedger& m = in.memory[r];
     out += absl::StrFormat("%4d %12d %12d %12d %12d %12d %12d\n", r, m.peak(MemoryCategory::kParams),
@@ -125,7 +138,7 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
   w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
   w.Key("allreduce").String(o.allreduce).Key("bucket_mb").Double(o.bucket_mb);
-  w.Key("world").Int(o.dp).Key("dp").Int(o.dp).Key("tp").Int(1).Key("pp").Int(1).Key("zero").Int(0);
+  w.Key("world").Int(o.dp).Key("dp").Int(o.dp).Key("tp").Int(1).Key("pp").Int(1).Key("zero").Int(o.zero);
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);

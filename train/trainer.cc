@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -20,6 +21,20 @@
 #include "train/report.h"
 
 namespace tally::train {
+
+absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
+                                                                int64_t size, Allocator& alloc) {
+  if (options.optimizer == "adamw") {
+    optim::AdamWOptions adam;
+    adam.weight_decay = options.weight_decay;
+    ASSIGN_OR_RETURN(auto opt, optim::AdamW::Create(adam, size, alloc));
+    return std::unique_ptr<optim::Optimizer>(std::move(opt));
+  }
+  optim::SGDOptions sgd;
+  sgd.weight_decay = options.weight_decay;
+  ASSIGN_OR_RETURN(auto opt, optim::SGD::Create(sgd, size, alloc));
+  return std::unique_ptr<optim::Optimizer>(std::move(opt));
+}
 
 Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world)
     : options_(options),
@@ -44,30 +59,28 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
 
   ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
   int64_t size = t->gpt_->layout().total();
-  if (options.optimizer == "adamw") {
-    optim::AdamWOptions adam;
-    adam.weight_decay = options.weight_decay;
-    ASSIGN_OR_RETURN(t->optimizer_, optim::AdamW::Create(adam, size, t->alloc_));
-  } else {
-    optim::SGDOptions sgd;
-    sgd.weight_decay = options.weight_decay;
-    ASSIGN_OR_RETURN(t->optimizer_, optim::SGD::Create(sgd, size, t->alloc_));
-  }
   for (const model::ParamSpec& spec : t->gpt_->layout().specs()) {
     t->segments_.push_back({spec.offset, spec.offset + spec.numel, spec.decay});
-  }
-  if (!options.load.empty()) {
-    ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
-                     model::LoadCheckpoint(options.load, *t->gpt_, t->optimizer_.get()));
-    t->start_step_ = loaded.step;
   }
   if (world != nullptr) {
     // The data-parallel group: every rank of the world, for now.
     ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/0, world->rank(), "dp"));
-    ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
-    t->sync_ = std::make_unique<parallel::GradientSync>(
-        t->dp_.get(), size, int64_t(options.bucket_mb * (1 << 20)), algorithm);
   }
+  ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
+  if (t->dp_ != nullptr && options.zero >= 1) {
+    Allocator& alloc = t->alloc_;
+    ASSIGN_OR_RETURN(t->zero_, parallel::ShardedOptimizer::Create(
+                                   t->dp_.get(), size, t->segments_,
+                                   [&](int64_t n) { return MakeOptimizer(options, n, alloc); },
+                                   algorithm, alloc));
+  } else {
+    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, size, t->alloc_));
+    if (t->dp_ != nullptr) {
+      t->sync_ = std::make_unique<parallel::GradientSync>(
+          t->dp_.get(), size, int64_t(options.bucket_mb * (1 << 20)), algorithm);
+    }
+  }
+  if (!options.load.empty()) RETURN_IF_ERROR(t->Load(options.load));
   size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
@@ -98,7 +111,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
     ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
     loss_sum += loss;
-    if (sync_ == nullptr || j + 1 < micro_batches) {
+    if (sync_ == nullptr || j + 1 < micro_batches) {  // ZeRO reduces after backward
       RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens)));
       continue;
     }
@@ -110,19 +123,23 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     }));
     RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
   }
-  float* grads = gpt_->grads().data<float>();
-  int64_t n = gpt_->grads().numel();
   StepStats s;
   s.step = step + 1;
   ASSIGN_OR_RETURN(s.loss, GlobalMean(float(loss_sum / micro_batches)));
-  s.grad_norm = std::sqrt(optim::SquaredNorm(grads, n));
-  if (options_.grad_clip > 0) {
-    float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
-    if (scale < 1.0f) optim::Scale(grads, n, scale);
-  }
   s.lr = optim::LearningRate(step, options_.warmup_steps, options_.steps, options_.lr,
                              options_.min_lr);
-  optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_);
+  if (zero_ != nullptr) {
+    ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(gpt_->params(), gpt_->grads(), s.lr, options_.grad_clip));
+  } else {
+    float* grads = gpt_->grads().data<float>();
+    int64_t n = gpt_->grads().numel();
+    s.grad_norm = std::sqrt(optim::SquaredNorm(grads, n));
+    if (options_.grad_clip > 0) {
+      float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
+      if (scale < 1.0f) optim::Scale(grads, n, scale);
+    }
+    optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_);
+  }
   double seconds = SecondsSince(start);
   s.ms = seconds * 1e3;
   s.tokens_per_s = double(tokens) / seconds;
@@ -179,7 +196,50 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
 }
 
 absl::Status Trainer::Save(const std::string& path, int64_t step) {
-  return model::SaveCheckpoint(path, *gpt_, optimizer_.get(), step);
+  if (zero_ == nullptr) {
+    return logs() ? model::SaveCheckpoint(path, *gpt_, optimizer_.get(), step) : absl::OkStatus();
+  }
+  // Checkpoints are whole: rank 0 gathers every shard of the optimizer state first.
+  comm::PhaseScope phase(world_->ledger(), comm::Phase::kCheckpoint);
+  const int64_t total = gpt_->layout().total();
+  Allocator unaccounted(nullptr);  // a transient copy, not part of the training footprint
+  std::unique_ptr<optim::Optimizer> whole;
+  if (logs()) {
+    ASSIGN_OR_RETURN(whole, MakeOptimizer(options_, total, unaccounted));
+  }
+  auto shards = zero_->optimizer().State();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    Tensor nothing;
+    Tensor& into = logs() ? *whole->State()[i].second : nothing;
+    RETURN_IF_ERROR(dp_->Gather(*shards[i].second, into, total, /*root=*/0));
+  }
+  if (!logs()) return absl::OkStatus();
+  whole->set_step(zero_->optimizer().step());
+  return model::SaveCheckpoint(path, *gpt_, whole.get(), step);
+}
+
+absl::Status Trainer::Load(const std::string& path) {
+  if (zero_ == nullptr) {
+    ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
+                     model::LoadCheckpoint(path, *gpt_, optimizer_.get()));
+    start_step_ = loaded.step;
+    return absl::OkStatus();
+  }
+  // Every rank reads the whole file and keeps its shard of the optimizer state.
+  Allocator unaccounted(nullptr);
+  ASSIGN_OR_RETURN(auto whole, MakeOptimizer(options_, gpt_->layout().total(), unaccounted));
+  ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded, model::LoadCheckpoint(path, *gpt_, whole.get()));
+  start_step_ = loaded.step;
+  if (!loaded.has_optimizer) return absl::OkStatus();
+  const comm::Chunk& shard = zero_->shard();
+  auto full = whole->State();
+  auto mine = zero_->optimizer().State();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    std::memcpy(mine[i].second->raw_data(), full[i].second->data<float>() + shard.offset,
+                sizeof(float) * size_t(shard.count));
+  }
+  zero_->optimizer().set_step(loaded.step);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -202,26 +262,26 @@ std::string ValJson(int64_t step, float val_loss) {
 
 }  // namespace
 
-absl::Status Trainer::Run(std::ostream& log) {
-  // Every rank trains; rank 0 alone logs, evaluates, saves and samples (its replica is
-  // every rank's replica), so none of that adds traffic.
-  if (!logs()) {
-    for (int64_t k = start_step_; k < options_.steps; ++k) RETURN_IF_ERROR(TrainStep(k).status());
-    return absl::OkStatus();
-  }
+absl::Status Trainer::Run(std::ostream& out) {
+  // Every rank trains and takes part in saving (ZeRO gathers the optimizer state); rank 0
+  // alone logs, evaluates and samples (its replica is every rank's), which adds no traffic.
+  std::ostream null(nullptr);
+  std::ostream& log = logs() ? out : null;
   const model::GPTConfig& c = options_.model;
   log << absl::StrFormat(
       "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
       "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step over dp=%d "
-      "ranks, micro-batch %d (%d accumulation steps); %s, lr %g -> %g, warm-up %d, %d steps\n",
+      "ranks (zero=%d), micro-batch %d (%d accumulation steps); %s, lr %g -> %g, warm-up %d, "
+      "%d steps\n",
       c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
       data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size,
-      c.seq_len, options_.dp, options_.micro_batch_size, options_.accumulation_steps(),
-      optimizer_->name(), options_.lr, options_.min_lr, options_.warmup_steps, options_.steps);
+      c.seq_len, options_.dp, options_.zero, options_.micro_batch_size,
+      options_.accumulation_steps(), optimizer().name(), options_.lr, options_.min_lr,
+      options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
 
   std::ofstream metrics;
-  if (!options_.metrics_json.empty()) {
+  if (logs() && !options_.metrics_json.empty()) {
     metrics.open(options_.metrics_json, std::ios::trunc);
     if (!metrics) return absl::InvalidArgumentError("[train] cannot write '" + options_.metrics_json + "'");
   }
@@ -231,7 +291,8 @@ absl::Status Trainer::Run(std::ostream& log) {
         "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s\n",
         s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
     if (metrics.is_open()) metrics << StepJson(s) << "\n" << std::flush;
-    if (options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps)) {
+    bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
+    if (logs() && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());
       log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val);
       if (metrics.is_open()) metrics << ValJson(s.step, val) << "\n" << std::flush;
@@ -245,7 +306,7 @@ absl::Status Trainer::Run(std::ostream& log) {
     RETURN_IF_ERROR(Save(options_.save, step));
     log << "saved '" << options_.save << "' at step " << step << "\n";
   }
-  if (options_.sample_bytes > 0) {
+  if (logs() && options_.sample_bytes > 0) {
     ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
     log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
         << "):\n" << text << "\n";

@@ -26,6 +26,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "parallel/zero.h"
 #include "runtime/comm/communicator.h"
 #include "train/options.h"
 
@@ -55,17 +56,20 @@ class Trainer {
   absl::StatusOr<float> Evaluate();
   // `bytes` bytes generated after a newline, with the options' temperature and top-k.
   absl::StatusOr<std::string> Sample(int bytes);
+  // Writes a whole checkpoint (rank 0 writes; with ZeRO every rank must call it).
   absl::Status Save(const std::string& path, int64_t step);
 
   model::GPT& model() { return *gpt_; }
   MemoryLedger& memory() { return *alloc_.ledger(); }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  // This rank's optimizer: over the whole buffer, or (ZeRO) over its shard.
+  optim::Optimizer& optimizer() { return zero_ != nullptr ? zero_->optimizer() : *optimizer_; }
   int64_t start_step() const { return start_step_; }
   const data::Dataset& dataset() const { return data_; }
 
  private:
   Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world);
   bool logs() const { return world_ == nullptr || world_->rank() == 0; }
+  absl::Status Load(const std::string& path);
   // The mean of the ranks' losses (every rank's share of the batch is the same size).
   absl::StatusOr<float> GlobalMean(float local);
 
@@ -79,11 +83,16 @@ class Trainer {
   data::Dataset data_;
   Allocator& alloc_;
   std::unique_ptr<model::GPT> gpt_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;           // without ZeRO
+  std::unique_ptr<parallel::ShardedOptimizer> zero_;       // with ZeRO (dp > 1)
   std::vector<optim::Segment> segments_;  // the whole buffer, decay per tensor
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
 };
+
+// An AdamW or SGD (options.optimizer) over `size` elements.
+absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
+                                                                int64_t size, Allocator& alloc);
 
 // Runs options.dp ranks (one when dp == 1) and prints, after the run, the traffic and
 // memory report of every rank; writes --traffic_json.
