@@ -1,10 +1,9 @@
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
-#include <numeric>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -12,15 +11,20 @@
 #include "model/checkpoint.h"
 #include "optim/schedule.h"
 #include "runtime/clock.h"
+#include "runtime/comm/launch.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/rng.h"
-#include "runtime/comm/launch.h"
-#include "runtime/json_writer.h"
 #include "runtime/status_macros.h"
 #include "train/report.h"
 
 namespace tally::train {
+
+void SetIntraOpThreads(const TrainOptions& options) {
+  // Ranks share the cores: each gets its part, so that ranks x BLAS threads <= cores.
+  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / options.dp));
+}
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc) {
@@ -53,9 +57,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   }
   ASSIGN_OR_RETURN(data::Dataset data, data::LoadDataset(options.data, options.model.seq_len));
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
-  // Ranks share the cores: each gets its part, so that ranks x BLAS threads <= cores.
-  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / world_size));
+  // The BLAS thread count is process-wide: set here for one rank, by Train() before it
+  // starts the ranks of a multi-rank run.
+  if (world == nullptr) SetIntraOpThreads(options);
 
   ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
   int64_t size = t->gpt_->layout().total();
@@ -321,6 +325,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     return trainer->Run(log);
   }
+  SetIntraOpThreads(options);
   std::vector<comm::TrafficLedger> traffic(options.dp);
   std::vector<MemoryLedger> memory(options.dp);
   int64_t start_step = 0;

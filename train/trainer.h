@@ -90,6 +90,10 @@ class Trainer {
   int64_t start_step_ = 0;
 };
 
+// OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.
+// Process-wide; call before the ranks start.
+void SetIntraOpThreads(const TrainOptions& options);
+
 // An AdamW or SGD (options.optimizer) over `size` elements.
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc);

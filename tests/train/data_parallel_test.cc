@@ -51,6 +51,7 @@ RunResult RunRanks(const TrainOptions& o) {
   result.memory.resize(o.dp);
   comm::LaunchOptions launch;
   launch.world_size = o.dp;
+  SetIntraOpThreads(o);
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.dp > 1 ? &world : nullptr));
     world.ledger().Clear();  // count the steps only
