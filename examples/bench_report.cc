@@ -100,11 +100,11 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
         RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
       }
       RETURN_IF_ERROR(world.Barrier());
-      absl::Time start = absl::Now();
+      int64_t start = MonotonicNanos();
       for (int k = 0; k < config.iterations; ++k) {
         RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
       }
-      seconds[i][r] = absl::ToDoubleSeconds(absl::Now() - start) / config.iterations;
+      seconds[i][r] = SecondsSince(start) / config.iterations;
 
       // One more call, alone in the ledger, with closed-form data when checking.
       if (config.check) comm::FillInputs(world, op, buffers, n, root);

@@ -274,13 +274,12 @@ absl::Status Trainer::Run(std::ostream& out) {
   const model::GPTConfig& c = options_.model;
   log << absl::StrFormat(
       "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
-      "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step over dp=%d "
-      "ranks (zero=%d), micro-batch %d (%d accumulation steps); %s, lr %g -> %g, warm-up %d, "
-      "%d steps\n",
+      "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step; dp=%d "
+      "(zero=%d), each rank %d micro-batch(es) of %d; %s, lr %g -> %g, warm-up %d, %d steps\n",
       c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
       data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size,
-      c.seq_len, options_.dp, options_.zero, options_.micro_batch_size,
-      options_.accumulation_steps(), optimizer().name(), options_.lr, options_.min_lr,
+      c.seq_len, options_.dp, options_.zero, options_.accumulation_steps(),
+      options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
 
