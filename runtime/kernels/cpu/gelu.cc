@@ -34,7 +34,13 @@ template <typename T>
 // The float versions (the training path) are compiled twice, for AVX2 + FMA and for the
 // baseline, and the loader picks one for the CPU it runs on (GCC's target_clones): one
 // binary runs everywhere and uses the wide registers where they exist.
+// (ThreadSanitizer would instrument the loader's resolver, which runs before the
+// sanitizer's runtime exists; its builds keep the baseline only.)
+#if defined(__SANITIZE_THREAD__)
+#define TALLY_CPU_CLONES
+#else
 #define TALLY_CPU_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#endif
 
 TALLY_CPU_CLONES void GeluForward(float* y, const float* x, long n) { Forward(y, x, n); }
 TALLY_CPU_CLONES void GeluBackward(float* dx, const float* x, const float* dy, long n) {
