@@ -15,9 +15,7 @@ namespace tally::comm::threads {
 // ---------------------------------------------------------------------------- Session
 
 Session::Session(int world_size, absl::Duration timeout)
-    : world_size_(world_size),
-      timeout_(timeout),
-      exited_(new std::atomic<bool>[world_size]) {
+    : timeout_(timeout), exited_(new std::atomic<bool>[world_size]) {
   for (int r = 0; r < world_size; ++r) exited_[r].store(false);
   // Spinning only pays while every rank has a core to spin on; with more ranks than cores
   // a spinning waiter would steal the very core its peer needs to make progress.

@@ -65,12 +65,10 @@ class Session {
   void MarkExited(int world_rank) { exited_[world_rank].store(true, std::memory_order_release); }
   bool exited(int world_rank) const { return exited_[world_rank].load(std::memory_order_acquire); }
 
-  int world_size() const { return world_size_; }
   absl::Duration timeout() const { return timeout_; }
   const WaitPolicy& wait_policy() const { return wait_policy_; }
 
  private:
-  int world_size_;
   absl::Duration timeout_;
   WaitPolicy wait_policy_;
   std::unique_ptr<std::atomic<bool>[]> exited_;
@@ -131,7 +129,6 @@ class Hub {
   std::string PostCall(int rank, const OpSignature& signature);
 
   Session& session() const { return *session_; }
-  const std::shared_ptr<Session>& shared_session() const { return session_; }
   int size() const { return int(world_ranks_.size()); }
   int world_rank(int rank) const { return world_ranks_[rank]; }
   const std::string& name() const { return name_; }

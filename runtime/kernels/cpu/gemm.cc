@@ -3,6 +3,5 @@
 namespace tally::cpu {
 
 void SetBlasThreads(int threads) { openblas_set_num_threads(threads < 1 ? 1 : threads); }
-int BlasThreads() { return openblas_get_num_threads(); }
 
 }  // namespace tally::cpu

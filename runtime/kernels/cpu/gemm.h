@@ -28,6 +28,5 @@ inline void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const do
 // The threads OpenBLAS may use inside one call. Ranks that share the cores set it so that
 // ranks x BLAS threads does not exceed the cores.
 void SetBlasThreads(int threads);
-int BlasThreads();
 
 }  // namespace tally::cpu
