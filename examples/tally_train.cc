@@ -45,7 +45,9 @@ ABSL_FLAG(std::string, load, "", "start from this checkpoint (its step and optim
 ABSL_FLAG(std::string, metrics_json, "", "write one JSON object per step (and per evaluation) here");
 ABSL_FLAG(int, threads, 0, "intra-op threads per rank (0: the cores shared out among the ranks)");
 ABSL_FLAG(int, dp, 1, "data-parallel ranks (threads of this process)");
-ABSL_FLAG(int, zero, 0, "ZeRO stage over the dp group: 0 (none) or 1 (optimizer state sharded)");
+ABSL_FLAG(int, zero, 0,
+          "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
+          "gradients), 3 (and parameters)");
 ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring, or naive (through rank 0: reduce, then broadcast)");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "model/parameters.h"
 #include "runtime/safetensors.h"
 #include "runtime/status_macros.h"
 
@@ -47,28 +48,28 @@ absl::Status Restore(const std::string& path, const SafetensorsFile& file, const
 
 }  // namespace
 
-absl::Status SaveCheckpoint(const std::string& path, GPT& gpt, optim::Optimizer* optimizer,
-                            int64_t step) {
+absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
+                            const float* params, optim::Optimizer* optimizer, int64_t step) {
+  const ParameterLayout layout = ParameterLayout::ForGPT(config);
   std::vector<SafetensorsEntry> entries;
-  const float* params = gpt.params().data<float>();
-  for (const ParamSpec& spec : gpt.layout().specs()) {
+  for (const ParamSpec& spec : layout.specs()) {
     entries.push_back({spec.name, spec.shape, params + spec.offset});
   }
   if (optimizer != nullptr) {
     for (auto& [state, tensor] : optimizer->State()) {
-      for (const ParamSpec& spec : gpt.layout().specs()) {
+      for (const ParamSpec& spec : layout.specs()) {
         entries.push_back({absl::StrCat(kOptimizerPrefix, state, ".", spec.name), spec.shape,
                            tensor->data<float>() + spec.offset});
       }
     }
   }
-  return WriteSafetensors(path, entries, Metadata(gpt.config(), optimizer, step));
+  return WriteSafetensors(path, entries, Metadata(config, optimizer, step));
 }
 
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, GPT& gpt,
-                                                optim::Optimizer* optimizer) {
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const GPTConfig& config,
+                                                float* params, optim::Optimizer* optimizer) {
   ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
-  const GPTConfig& config = gpt.config();
+  const ParameterLayout layout = ParameterLayout::ForGPT(config);
   // A position table of another length is the likeliest mismatch: say so in its terms.
   auto wpe = file.tensors.find("wpe.weight");
   if (wpe != file.tensors.end() && !wpe->second.shape.empty() &&
@@ -77,9 +78,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, GPT& gp
         "[checkpoint] '", path, "' has a position table of ", wpe->second.shape[0],
         " positions; --seq_len=", config.seq_len, " needs exactly that many"));
   }
-  for (const ParamSpec& spec : gpt.layout().specs()) {
-    RETURN_IF_ERROR(Restore(path, file, spec.name, spec, config,
-                            gpt.params().data<float>() + spec.offset));
+  for (const ParamSpec& spec : layout.specs()) {
+    RETURN_IF_ERROR(Restore(path, file, spec.name, spec, config, params + spec.offset));
   }
   LoadedCheckpoint loaded;
   bool has_state = std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
@@ -96,7 +96,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, GPT& gp
     return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' has no valid step"));
   }
   for (auto& [state, tensor] : optimizer->State()) {
-    for (const ParamSpec& spec : gpt.layout().specs()) {
+    for (const ParamSpec& spec : layout.specs()) {
       RETURN_IF_ERROR(Restore(path, file, absl::StrCat(kOptimizerPrefix, state, ".", spec.name),
                               spec, config, tensor->data<float>() + spec.offset));
     }

@@ -15,24 +15,25 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/gpt.h"
+#include "model/config.h"
 #include "optim/optimizer.h"
 
 namespace tally::model {
 
+// `params`: the whole flat buffer of a model of `config` (ParameterLayout::ForGPT).
 // `optimizer` may be null (parameters only); its state covers the whole buffer.
-absl::Status SaveCheckpoint(const std::string& path, GPT& gpt, optim::Optimizer* optimizer,
-                            int64_t step);
+absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
+                            const float* params, optim::Optimizer* optimizer, int64_t step);
 
 struct LoadedCheckpoint {
   int64_t step = 0;             // optimizer steps taken before the save
   bool has_optimizer = false;   // whether the optimizer state was restored
 };
 
-// Loads the parameters into `gpt` (every tensor must be there with the shape the
-// config gives) and, if the file has them and `optimizer` is not null, the optimizer's
-// state and step.
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, GPT& gpt,
-                                                optim::Optimizer* optimizer);
+// Loads the parameters into `params`, the whole buffer (every tensor must be there with
+// the shape `config` gives) and, if the file has them and `optimizer` is not null, the
+// optimizer's state and step.
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const GPTConfig& config,
+                                                float* params, optim::Optimizer* optimizer);
 
 }  // namespace tally::model

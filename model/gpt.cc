@@ -20,13 +20,16 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
                                                  uint64_t seed) {
   RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<GPT> gpt(new GPT(config, alloc));
-  ASSIGN_OR_RETURN(gpt->params_, Tensor::Empty({gpt->layout_.total()}, DType::kF32, alloc,
-                                               MemoryCategory::kParams));
-  ASSIGN_OR_RETURN(gpt->grads_, Tensor::Empty({gpt->layout_.total()}, DType::kF32, alloc,
-                                              MemoryCategory::kGrads));
-  InitializeParameters(gpt->layout_, seed, gpt->params_.data<float>());
-  gpt->w_ = BindTensors(gpt->layout_, config, gpt->params_.data<float>());
-  gpt->g_ = BindTensors(gpt->layout_, config, gpt->grads_.data<float>());
+  ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc));
+  gpt->weights_ = gpt->replica_.get();
+  return gpt;
+}
+
+absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
+                                                 WeightStore* weights) {
+  RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc));
+  gpt->weights_ = weights;
   return gpt;
 }
 
@@ -95,15 +98,29 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
     }
   }
   std::memcpy(tokens_.raw_data(), tokens, sizeof(int32_t) * n);
-  EmbeddingForward(encoded_, tokens, w_.wte, w_.wpe, b, t, c);
+  // The embeddings stay until the LM head, which is the token embedding transposed.
+  constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
+  ASSIGN_OR_RETURN(float* embeddings, weights_->Params(kEmbeddings));
+  const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+  EmbeddingForward(encoded_, tokens, e.wte, e.wpe, b, t, c);
   const float* x = encoded_;
   for (int l = 0; l < config_.n_layer; ++l) {
-    BlockForward(config_, b, w_.blocks[l], x, blocks_[l]);
+    const int unit = ParameterLayout::LayerUnit(l);
+    ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
+    BlockForward(config_, b, BindBlock(layout_, l, w), x, blocks_[l]);
+    RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = blocks_[l].out;
   }
-  LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, x, w_.lnf_w, w_.lnf_b, n, c);
-  // The LM head is the token embedding, transposed: logits = lnf · wteᵀ.
-  LinearForward(logits_.data<float>(), lnf_, w_.wte, static_cast<const float*>(nullptr), n, c, v);
+  {
+    const int unit = layout_.final_norm_unit();
+    ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
+    const NormTensors lnf = BindFinalNorm(layout_, w);
+    LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, x, lnf.w, lnf.b, n, c);
+    RETURN_IF_ERROR(weights_->ReleaseParams(unit));
+  }
+  // logits = lnf · wteᵀ
+  LinearForward(logits_.data<float>(), lnf_, e.wte, static_cast<const float*>(nullptr), n, c, v);
+  RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
   std::memcpy(targets_.raw_data(), targets, sizeof(int32_t) * n);
@@ -118,32 +135,46 @@ absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
   const int b = batch_, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
   const int n = b * t;
   const int32_t* targets = targets_.data<int32_t>();
-  auto report = [&](int64_t begin, int64_t end) {
-    return ready ? ready(begin, end) : absl::OkStatus();
+  // Closes the gradients of `unit`, releases its parameters, and tells `ready`.
+  auto finish = [&](int unit) -> absl::Status {
+    RETURN_IF_ERROR(weights_->CloseGrads(unit));
+    RETURN_IF_ERROR(weights_->ReleaseParams(unit));
+    const ParamUnit& u = layout_.units()[unit];
+    return ready ? ready(u.begin, u.end) : absl::OkStatus();
   };
+  // The embeddings are open from the LM head (first) to the embedding lookup (last).
+  constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
+  ASSIGN_OR_RETURN(float* embeddings, weights_->Params(kEmbeddings));
+  ASSIGN_OR_RETURN(float* embedding_grads, weights_->OpenGrads(kEmbeddings));
+  const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+  const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
+
   // dlogits overwrites probs, which nothing needs afterwards.
   float* dlogits = probs_.data<float>();
   CrossEntropyBackward(dlogits, dlogits, targets, dloss, n, v);
   float* dlnf = block_scratch_.dc;
-  LinearBackward(dlnf, g_.wte, static_cast<float*>(nullptr), dlogits, lnf_, w_.wte, n, c, v);
+  LinearBackward(dlnf, ge.wte, static_cast<float*>(nullptr), dlogits, lnf_, e.wte, n, c, v);
   const float* last = config_.n_layer > 0 ? blocks_.back().out : encoded_;
   std::memset(dresidual_, 0, sizeof(float) * size_t(n) * c);
-  LayerNormBackward(dresidual_, g_.lnf_w, g_.lnf_b, dlnf, last, w_.lnf_w, lnf_mean_, lnf_rstd_, n,
-                    c);
-  const ParamSpec* lnf = layout_.Find("ln_f.weight");
-  RETURN_IF_ERROR(report(lnf->offset, layout_.total()));
-  for (int l = config_.n_layer - 1; l >= 0; --l) {
-    const float* x = l == 0 ? encoded_ : blocks_[l - 1].out;
-    BlockBackward(config_, b, w_.blocks[l], g_.blocks[l], x, blocks_[l], block_scratch_,
-                  dresidual_);
-    auto [begin, end] = layout_.LayerRange(l);
-    RETURN_IF_ERROR(report(begin, end));
+  {
+    const int unit = layout_.final_norm_unit();
+    ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
+    ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
+    const NormTensors lnf = BindFinalNorm(layout_, w), glnf = BindFinalNorm(layout_, g);
+    LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, last, lnf.w, lnf_mean_, lnf_rstd_, n, c);
+    RETURN_IF_ERROR(finish(unit));
   }
-  EmbeddingBackward(g_.wte, g_.wpe, dresidual_, tokens_.data<int32_t>(), b, t, c);
-  const ParamSpec* wpe = layout_.Find("wpe.weight");
-  return report(0, wpe->offset + wpe->numel);
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    const int unit = ParameterLayout::LayerUnit(l);
+    ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
+    ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
+    const float* x = l == 0 ? encoded_ : blocks_[l - 1].out;
+    BlockBackward(config_, b, BindBlock(layout_, l, w), BindBlock(layout_, l, g), x, blocks_[l],
+                  block_scratch_, dresidual_);
+    RETURN_IF_ERROR(finish(unit));
+  }
+  EmbeddingBackward(ge.wte, ge.wpe, dresidual_, tokens_.data<int32_t>(), b, t, c);
+  return finish(kEmbeddings);
 }
-
-void GPT::ZeroGrad() { std::memset(grads_.raw_data(), 0, grads_.nbytes()); }
 
 }  // namespace tally::model

@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config) {
   ParameterLayout layout;
   layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true);
   layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true);
+  layout.CloseUnit("embeddings");
   for (int i = 0; i < config.n_layer; ++i) {
     std::string h = absl::StrCat("h.", i, ".");
     layout.Add(h + "ln_1.weight", {c}, 0, 1, false);
@@ -45,9 +47,11 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config) {
     layout.Add(h + "mlp.c_fc.bias", {4 * c}, 0, 0, false);
     layout.Add(h + "mlp.c_proj.weight", {c, 4 * c}, residual_std, 0, true);
     layout.Add(h + "mlp.c_proj.bias", {c}, 0, 0, false);
+    layout.CloseUnit(absl::StrCat("h.", i));
   }
   layout.Add("ln_f.weight", {c}, 0, 1, false);
   layout.Add("ln_f.bias", {c}, 0, 0, false);
+  layout.CloseUnit("ln_f");
   return layout;
 }
 
@@ -58,49 +62,89 @@ const ParamSpec* ParameterLayout::Find(const std::string& name) const {
   return nullptr;
 }
 
-std::pair<int64_t, int64_t> ParameterLayout::LayerRange(int layer) const {
-  const ParamSpec* first = Find(absl::StrCat("h.", layer, ".ln_1.weight"));
-  const ParamSpec* last = Find(absl::StrCat("h.", layer, ".mlp.c_proj.bias"));
-  CHECK(first != nullptr && last != nullptr) << "no layer " << layer;
-  return {first->offset, last->offset + last->numel};
+void ParameterLayout::CloseUnit(std::string name) {
+  int64_t begin = units_.empty() ? 0 : units_.back().end;
+  units_.push_back({std::move(name), begin, total_});
 }
 
-void InitializeParameters(const ParameterLayout& layout, uint64_t seed, float* params) {
+void InitializeParameters(const ParameterLayout& layout, uint64_t seed, int64_t begin,
+                          int64_t end, float* out) {
   for (const ParamSpec& spec : layout.specs()) {
-    float* p = params + spec.offset;
+    int64_t lo = std::max(begin, spec.offset), hi = std::min(end, spec.offset + spec.numel);
+    if (lo >= hi) continue;
+    float* p = out + (lo - begin);
     if (spec.init_std > 0) {
-      FillNormal(p, spec.numel, seed, StreamOf(spec.name), 0, 0.0f, spec.init_std);
+      FillNormal(p, hi - lo, seed, StreamOf(spec.name), uint64_t(lo - spec.offset), 0.0f,
+                 spec.init_std);
     } else {
-      for (int64_t i = 0; i < spec.numel; ++i) p[i] = spec.init_value;
+      std::fill(p, p + (hi - lo), spec.init_value);
     }
   }
 }
 
-GPTTensors BindTensors(const ParameterLayout& layout, const GPTConfig& config, float* base) {
-  const std::vector<ParamSpec>& s = layout.specs();
-  size_t k = 0;
-  auto next = [&]() { return base + s[k++].offset; };
-  GPTTensors t;
-  t.wte = next();
-  t.wpe = next();
-  for (int i = 0; i < config.n_layer; ++i) {
-    BlockTensors b;
-    b.ln1_w = next();
-    b.ln1_b = next();
-    b.qkv_w = next();
-    b.qkv_b = next();
-    b.proj_w = next();
-    b.proj_b = next();
-    b.ln2_w = next();
-    b.ln2_b = next();
-    b.fc_w = next();
-    b.fc_b = next();
-    b.fcproj_w = next();
-    b.fcproj_b = next();
-    t.blocks.push_back(b);
+std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout) {
+  std::vector<optim::Segment> segments;
+  for (const ParamSpec& spec : layout.specs()) {
+    segments.push_back({spec.offset, spec.offset + spec.numel, spec.decay});
   }
-  t.lnf_w = next();
-  t.lnf_b = next();
+  return segments;
+}
+
+namespace {
+
+// The tensors of a unit in layout order, as pointers into `unit`.
+class UnitCursor {
+ public:
+  UnitCursor(const ParameterLayout& layout, const ParamUnit& unit, float* data)
+      : specs_(layout.specs()), unit_(unit), data_(data) {
+    while (specs_[next_].offset < unit.begin) ++next_;
+  }
+  float* Next() {
+    const ParamSpec& spec = specs_[next_++];
+    CHECK(spec.offset + spec.numel <= unit_.end) << "past unit " << unit_.name;
+    return data_ + (spec.offset - unit_.begin);
+  }
+
+ private:
+  const std::vector<ParamSpec>& specs_;
+  const ParamUnit& unit_;
+  float* data_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+EmbeddingTensors BindEmbeddings(const ParameterLayout& layout, float* unit) {
+  UnitCursor next(layout, layout.units()[ParameterLayout::kEmbeddings], unit);
+  EmbeddingTensors t;
+  t.wte = next.Next();
+  t.wpe = next.Next();
+  return t;
+}
+
+BlockTensors BindBlock(const ParameterLayout& layout, int layer, float* unit) {
+  UnitCursor next(layout, layout.units()[ParameterLayout::LayerUnit(layer)], unit);
+  BlockTensors b;
+  b.ln1_w = next.Next();
+  b.ln1_b = next.Next();
+  b.qkv_w = next.Next();
+  b.qkv_b = next.Next();
+  b.proj_w = next.Next();
+  b.proj_b = next.Next();
+  b.ln2_w = next.Next();
+  b.ln2_b = next.Next();
+  b.fc_w = next.Next();
+  b.fc_b = next.Next();
+  b.fcproj_w = next.Next();
+  b.fcproj_b = next.Next();
+  return b;
+}
+
+NormTensors BindFinalNorm(const ParameterLayout& layout, float* unit) {
+  UnitCursor next(layout, layout.units()[layout.final_norm_unit()], unit);
+  NormTensors t;
+  t.w = next.Next();
+  t.b = next.Next();
   return t;
 }
 

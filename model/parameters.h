@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "optim/optimizer.h"
 #include "runtime/tensor.h"
 
 namespace tally::model {
@@ -36,6 +37,15 @@ struct ParamSpec {
   bool decay = false;
 };
 
+// Tensors that forward and backward take as a whole, contiguous in the buffer: the
+// embeddings (wte, wpe), each layer h.i, and the final LayerNorm. ZeRO-3 gathers one unit
+// at a time; ZeRO-2 reduces the gradients of one unit at a time.
+struct ParamUnit {
+  std::string name;          // "embeddings", "h.3", "ln_f"
+  int64_t begin = 0, end = 0;  // elements of the flat buffer
+  int64_t count() const { return end - begin; }
+};
+
 class ParameterLayout {
  public:
   static ParameterLayout ForGPT(const GPTConfig& config);
@@ -43,34 +53,46 @@ class ParameterLayout {
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
   const ParamSpec* Find(const std::string& name) const;
-  // Elements [begin, end) of the tensors of layer i (h.{i}.*).
-  std::pair<int64_t, int64_t> LayerRange(int layer) const;
+
+  // The units in buffer order: embeddings, h.0 ... h.{L-1}, ln_f.
+  const std::vector<ParamUnit>& units() const { return units_; }
+  static constexpr int kEmbeddings = 0;
+  static int LayerUnit(int layer) { return 1 + layer; }
+  int final_norm_unit() const { return int(units_.size()) - 1; }
 
  private:
   void Add(std::string name, Shape shape, float init_std, float init_value, bool decay);
+  void CloseUnit(std::string name);  // the tensors added since the last unit form one
 
   std::vector<ParamSpec> specs_;
+  std::vector<ParamUnit> units_;
   int64_t total_ = 0;
 };
 
-// Fills `params` (the flat buffer, total() floats) with the initial values: N(0, std) from
-// the counter RNG keyed by (seed, tensor name, element index), so that any shard can be
-// initialised on its own and agree with the serial model.
-void InitializeParameters(const ParameterLayout& layout, uint64_t seed, float* params);
+// Writes the initial values of buffer elements [begin, end) to out[0, end - begin):
+// N(0, std) from the counter RNG keyed by (seed, tensor name, element index), so that a
+// shard initialised on its own agrees with the serial model.
+void InitializeParameters(const ParameterLayout& layout, uint64_t seed, int64_t begin,
+                          int64_t end, float* out);
 
-// Pointers to one layer's tensors inside a flat buffer (parameters or gradients).
+// The optimizer's segments over the whole buffer: one per tensor, decaying as its spec says.
+std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout);
+
+// Pointers to the tensors of one unit, given where the unit's data starts (parameters or
+// gradients, in the flat buffer or in a gathered copy of the unit).
+struct EmbeddingTensors {
+  float *wte, *wpe;
+};
 struct BlockTensors {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 };
-
-struct GPTTensors {
-  float *wte, *wpe;
-  std::vector<BlockTensors> blocks;
-  float *lnf_w, *lnf_b;
+struct NormTensors {
+  float *w, *b;
 };
 
-// The named tensors of `base`, laid out by `layout` for `config`.
-GPTTensors BindTensors(const ParameterLayout& layout, const GPTConfig& config, float* base);
+EmbeddingTensors BindEmbeddings(const ParameterLayout& layout, float* unit);
+BlockTensors BindBlock(const ParameterLayout& layout, int layer, float* unit);
+NormTensors BindFinalNorm(const ParameterLayout& layout, float* unit);
 
 }  // namespace tally::model

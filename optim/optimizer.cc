@@ -25,13 +25,14 @@ void AdamW::Step(float* params, const float* grads, float lr, const std::vector<
   for (const Segment& seg : segments) {
     // torch forms 1 - lr·wd in double and multiplies by it in float.
     const float keep = seg.decay ? float(1.0 - double(lr) * options_.weight_decay) : 1.0f;
+    float* w = params + seg.param_shift;
     for (int64_t i = seg.begin; i < seg.end; ++i) {
       float g = grads[i];
-      float p = params[i] * keep;
+      float p = w[i] * keep;
       m[i] = m[i] + (1.0f - b1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
       v[i] = v[i] * b2 + (1.0f - b2) * g * g;
       float denom = std::sqrt(v[i]) / bias2_sqrt + eps;
-      params[i] = p - step_size * (m[i] / denom);
+      w[i] = p - step_size * (m[i] / denom);
     }
   }
 }
@@ -47,10 +48,11 @@ void SGD::Step(float* params, const float* grads, float lr, const std::vector<Se
   float* b = buf_.data<float>();
   for (const Segment& seg : segments) {
     const float wd = seg.decay ? options_.weight_decay : 0.0f;
+    float* w = params + seg.param_shift;
     for (int64_t i = seg.begin; i < seg.end; ++i) {
-      float g = grads[i] + wd * params[i];
+      float g = grads[i] + wd * w[i];
       b[i] = step_ == 1 ? g : options_.momentum * b[i] + g;
-      params[i] -= lr * b[i];
+      w[i] -= lr * b[i];
     }
   }
 }

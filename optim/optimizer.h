@@ -19,16 +19,19 @@
 
 namespace tally::optim {
 
-// Elements [begin, end) of the optimizer's range, and whether weight decay applies.
+// Elements [begin, end) of the optimizer's range, and whether weight decay applies. The
+// gradients and state of element i sit at index i; its parameter at i + param_shift (a
+// ZeRO shard packs pieces of the buffer whose parameters may stay where they are).
 struct Segment {
   int64_t begin = 0, end = 0;
   bool decay = false;
+  int64_t param_shift = 0;
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update of params[0, size) from grads[0, size).
+  // One update of the parameters of `segments` from grads[0, size).
   virtual void Step(float* params, const float* grads, float lr,
                     const std::vector<Segment>& segments) = 0;
   // The state buffers over the range, by torch's names ("exp_avg", "momentum_buffer").

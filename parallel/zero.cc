@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "optim/schedule.h"
+#include "runtime/comm/exact_traffic.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -18,31 +22,165 @@ std::vector<optim::Segment> SegmentsInRange(const std::vector<optim::Segment>& s
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
-    comm::Communicator* dp, int64_t total, const std::vector<optim::Segment>& segments,
-    const MakeOptimizer& make_optimizer, comm::Algorithm algorithm, Allocator& alloc) {
-  comm::Chunk shard = comm::ChunkOf(total, dp->size(), dp->rank());
-  std::unique_ptr<ShardedOptimizer> z(new ShardedOptimizer(
-      dp, shard, SegmentsInRange(segments, shard.offset, shard.end()), algorithm));
-  ASSIGN_OR_RETURN(z->optimizer_, make_optimizer(shard.count));
-  ASSIGN_OR_RETURN(z->grad_shard_,
-                   Tensor::Empty({shard.count}, DType::kF32, alloc, MemoryCategory::kGrads));
+Sharding::Sharding(const std::vector<comm::Chunk>& units, int ranks, int rank) {
+  for (const comm::Chunk& unit : units) {
+    comm::Chunk own = comm::ChunkOf(unit.count, ranks, rank);
+    own.offset += unit.offset;
+    pieces_.push_back({unit, own, size_});
+    size_ += own.count;
+  }
+}
+
+std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int stage) {
+  if (stage <= 1) return {comm::Chunk{0, layout.total()}};
+  std::vector<comm::Chunk> units;
+  for (const model::ParamUnit& u : layout.units()) units.push_back({u.begin, u.count()});
+  return units;
+}
+
+int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase) {
+  using comm::Phase;
+  if (stage < 1) return 0;
+  if (primitive == comm::Primitive::kReduceScatter && phase == Phase::kBackward) {
+    return stage == 1 ? 1 : micro_batches;  // ZeRO-1 once after backward; else per backward
+  }
+  if (primitive == comm::Primitive::kAllGather) {
+    if (phase == Phase::kOptimizer && stage <= 2) return 1;
+    if ((phase == Phase::kForward || phase == Phase::kBackward) && stage == 3) return micro_batches;
+  }
+  return 0;
+}
+
+int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ranks, int rank,
+                         int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
+                         comm::Phase phase) {
+  const int calls = ZeroCallsPerStep(stage, micro_batches, primitive, phase);
+  int64_t sent = 0;
+  for (const comm::Chunk& unit : ZeroUnits(layout, stage)) {
+    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, sizeof(float)).sent;
+  }
+  return calls * sent;
+}
+
+ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
+                         MakeOptimizer make_optimizer, comm::Algorithm algorithm)
+    : dp_(dp),
+      stage_(stage),
+      layout_(layout),
+      sharding_(ZeroUnits(layout, stage), dp->size(), dp->rank()),
+      make_optimizer_(std::move(make_optimizer)),
+      algorithm_(algorithm),
+      gathered_(layout.units().size()),
+      open_grads_(layout.units().size()) {}
+
+absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
+    comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
+    MakeOptimizer make_optimizer, comm::Algorithm algorithm) {
+  if (stage < 1 || stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("[zero] no stage ", stage, " (1, 2 or 3)"));
+  }
+  std::unique_ptr<ZeroWeights> z(
+      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm));
+  Allocator& alloc = dp->allocator();
+  const int64_t total = layout.total(), shard = z->sharding_.size();
+  auto empty = [&](int64_t n, MemoryCategory category) {
+    return Tensor::Empty({n}, DType::kF32, alloc, category);
+  };
+  ASSIGN_OR_RETURN(z->params_, empty(stage == 3 ? shard : total, MemoryCategory::kParams));
+  if (stage == 1) {
+    ASSIGN_OR_RETURN(z->grads_, empty(total, MemoryCategory::kGrads));
+  }
+  ASSIGN_OR_RETURN(z->grad_shard_, empty(shard, MemoryCategory::kGrads));
+  if (stage >= 2) {
+    int64_t largest = 0;
+    for (const Sharding::Piece& p : z->sharding_.pieces()) largest = std::max(largest, p.own.count);
+    ASSIGN_OR_RETURN(z->reduced_, empty(largest, MemoryCategory::kGrads));
+  }
+  ASSIGN_OR_RETURN(z->optimizer_, z->make_optimizer_(shard, alloc));
+
+  // Parameters and segments: ZeRO-3 holds and updates the packed shard; ZeRO-1/2 update
+  // their chunks where they are, in the whole buffer.
+  std::vector<optim::Segment> buffer_segments = model::OptimizerSegments(layout);
+  for (const Sharding::Piece& p : z->sharding_.pieces()) {
+    for (optim::Segment s : SegmentsInRange(buffer_segments, p.own.offset, p.own.end())) {
+      s.begin += p.packed;
+      s.end += p.packed;
+      s.param_shift = stage == 3 ? 0 : p.own.offset - p.packed;
+      z->segments_.push_back(s);
+    }
+    if (stage == 3) {
+      model::InitializeParameters(layout, seed, p.own.offset, p.own.end(),
+                                  z->params_.data<float>() + p.packed);
+    }
+  }
+  if (stage < 3) model::InitializeParameters(layout, seed, 0, total, z->params_.data<float>());
   return z;
 }
 
-absl::StatusOr<double> ShardedOptimizer::Step(Tensor& params, const Tensor& grads, float lr,
-                                              float clip) {
+absl::StatusOr<float*> ZeroWeights::Params(int unit) {
+  const model::ParamUnit& u = layout_.units()[unit];
+  if (stage_ < 3) return params_.data<float>() + u.begin;
+  Tensor& whole = gathered_[unit];
+  if (!whole.defined()) {
+    ASSIGN_OR_RETURN(whole, Tensor::Empty({u.count()}, DType::kF32, dp_->allocator(),
+                                          MemoryCategory::kParams));
+    RETURN_IF_ERROR(dp_->AllGather(Own(params_, unit), whole, algorithm_));
+  }
+  return whole.data<float>();
+}
+
+absl::Status ZeroWeights::ReleaseParams(int unit) {
+  gathered_[unit] = Tensor();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
+  const model::ParamUnit& u = layout_.units()[unit];
+  if (stage_ == 1) return grads_.data<float>() + u.begin;
+  Tensor& grads = open_grads_[unit];
+  if (!grads.defined()) {  // zero-filled
+    ASSIGN_OR_RETURN(grads, Tensor::Empty({u.count()}, DType::kF32, dp_->allocator(),
+                                          MemoryCategory::kGrads));
+  }
+  return grads.data<float>();
+}
+
+absl::Status ZeroWeights::CloseGrads(int unit) {
+  if (stage_ == 1) return absl::OkStatus();
+  Tensor grads = std::move(open_grads_[unit]);
+  open_grads_[unit] = Tensor();
+  const Sharding::Piece& piece = sharding_.pieces()[unit];
+  Tensor reduced = reduced_.Flat(0, piece.own.count);
+  RETURN_IF_ERROR(dp_->ReduceScatter(grads, reduced, comm::ReduceOp::kSum, algorithm_));
+  float* into = grad_shard_.data<float>() + piece.packed;
+  const float* add = reduced.data<float>();
+  for (int64_t i = 0; i < piece.own.count; ++i) into[i] += add[i];
+  return absl::OkStatus();
+}
+
+void ZeroWeights::ZeroGrad() {
+  Tensor& accumulated = stage_ == 1 ? grads_ : grad_shard_;
+  std::memset(accumulated.raw_data(), 0, accumulated.nbytes());
+}
+
+absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::TrafficLedger& ledger = dp_->ledger();
-  {
+  const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
+  if (stage_ == 1) {
     // The gradient sum belongs to backward: DDP and ZeRO alike reduce there.
     comm::PhaseScope phase(ledger, comm::Phase::kBackward);
-    RETURN_IF_ERROR(dp_->ReduceScatter(grads, grad_shard_, comm::ReduceOp::kSum, algorithm_));
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      Tensor unit = grads_.Flat(pieces[i].unit.offset, pieces[i].unit.end());
+      Tensor own = Own(grad_shard_, i);
+      RETURN_IF_ERROR(dp_->ReduceScatter(unit, own, comm::ReduceOp::kSum, algorithm_));
+    }
   }
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   float* g = grad_shard_.data<float>();
+  const int64_t n = grad_shard_.numel();
   ASSIGN_OR_RETURN(Tensor squares, Tensor::Empty({1}, DType::kF64, dp_->allocator(),
                                                  MemoryCategory::kComm));
-  squares.data<double>()[0] = optim::SquaredNorm(g, shard_.count);
+  squares.data<double>()[0] = optim::SquaredNorm(g, n);
   {
     comm::LabelScope label(ledger, "grad_norm");
     RETURN_IF_ERROR(dp_->AllReduce(squares, comm::ReduceOp::kSum, algorithm_));
@@ -50,14 +188,83 @@ absl::StatusOr<double> ShardedOptimizer::Step(Tensor& params, const Tensor& grad
   double norm = std::sqrt(squares.data<double>()[0]);
   if (clip > 0) {
     float scale = optim::ClipScale(norm, clip);
-    if (scale < 1.0f) optim::Scale(g, shard_.count, scale);
+    if (scale < 1.0f) optim::Scale(g, n, scale);
   }
-  optimizer_->Step(params.data<float>() + shard_.offset, g, lr, segments_);
-  // Every rank's updated shard to every rank: the all-gather's input is the own shard
-  // inside the output buffer, so it moves only the other ranks' shards.
-  Tensor own = params.Flat(shard_.offset, shard_.end());
-  RETURN_IF_ERROR(dp_->AllGather(own, params, algorithm_));
+  optimizer_->Step(params_.data<float>(), g, lr, segments_);
+  if (stage_ == 3) return norm;
+  // Every rank's updated chunks to every rank: each all-gather's input is the own chunk
+  // inside its output, so it moves only the other ranks' chunks.
+  for (const Sharding::Piece& p : pieces) {
+    Tensor unit = params_.Flat(p.unit.offset, p.unit.end());
+    RETURN_IF_ERROR(dp_->AllGather(params_.Flat(p.own.offset, p.own.end()), unit, algorithm_));
+  }
   return norm;
+}
+
+absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
+  Allocator unaccounted(nullptr);
+  const bool is_root = dp_->rank() == root;
+  Tensor whole;
+  if (is_root) {
+    ASSIGN_OR_RETURN(whole, Tensor::Empty({layout_.total()}, DType::kF32, unaccounted));
+  }
+  if (stage_ < 3) {
+    if (is_root) std::memcpy(whole.raw_data(), params_.raw_data(), params_.nbytes());
+    return whole;
+  }
+  const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    Tensor unit = is_root ? whole.Flat(pieces[i].unit.offset, pieces[i].unit.end()) : Tensor();
+    RETURN_IF_ERROR(dp_->Gather(Own(params_, i), unit, pieces[i].unit.count, root, algorithm_));
+  }
+  return whole;
+}
+
+absl::StatusOr<std::unique_ptr<optim::Optimizer>> ZeroWeights::GatherOptimizer(int root) {
+  Allocator unaccounted(nullptr);
+  const bool is_root = dp_->rank() == root;
+  std::unique_ptr<optim::Optimizer> whole;
+  if (is_root) {
+    ASSIGN_OR_RETURN(whole, make_optimizer_(layout_.total(), unaccounted));
+    whole->set_step(optimizer_->step());
+  }
+  auto shards = optimizer_->State();
+  const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      Tensor unit = is_root ? whole->State()[s].second->Flat(pieces[i].unit.offset,
+                                                              pieces[i].unit.end())
+                            : Tensor();
+      RETURN_IF_ERROR(
+          dp_->Gather(Own(*shards[s].second, i), unit, pieces[i].unit.count, root, algorithm_));
+    }
+  }
+  return whole;
+}
+
+absl::Status ZeroWeights::Load(const float* params, optim::Optimizer* optimizer) {
+  // Copies this rank's chunks of a whole buffer into a packed shard.
+  auto keep = [&](const float* whole, Tensor& shard) {
+    for (const Sharding::Piece& p : sharding_.pieces()) {
+      std::memcpy(shard.data<float>() + p.packed, whole + p.own.offset,
+                  sizeof(float) * size_t(p.own.count));
+    }
+  };
+  if (stage_ == 3) {
+    keep(params, params_);
+  } else if (params != params_.data<float>()) {
+    std::memcpy(params_.raw_data(), params, params_.nbytes());
+  }
+  if (optimizer == nullptr) return absl::OkStatus();
+  if (std::string(optimizer->name()) != optimizer_->name()) {
+    return absl::InvalidArgumentError(absl::StrCat("[zero] cannot load ", optimizer->name(),
+                                                   " state into ", optimizer_->name()));
+  }
+  auto whole = optimizer->State();
+  auto mine = optimizer_->State();
+  for (size_t s = 0; s < mine.size(); ++s) keep(whole[s].second->data<float>(), *mine[s].second);
+  optimizer_->set_step(optimizer->step());
+  return absl::OkStatus();
 }
 
 }  // namespace tally::parallel

@@ -1,19 +1,36 @@
-// ZeRO (Rajbhandari et al., 2020) over the data-parallel group: each of the p ranks owns
-// one shard of the flat parameter buffer, ChunkOf(Φ, p, rank) (shards need not be equal),
-// and keeps the optimizer state of that shard only.
+// ZeRO (Rajbhandari et al., 2020) over the data-parallel group of p ranks.
 //
-// Stage 1, one step:
-//   1. backward as usual: every rank accumulates the full gradient of its micro-batches;
-//   2. reduce-scatter the gradients: rank r receives the sum of everyone's shard r;
-//   3. the global gradient norm from the shards: each rank's Σg² of its shard, all-reduced;
-//   4. clip and update the own shard of the parameters with the own optimizer state;
-//   5. all-gather the parameters, so every rank holds the whole updated model again.
-// Bytes per rank per step (ring; naive goes through rank 0, see naive.h): reduce-scatter (p-1)/p·4Φ + all-gather (p-1)/p·4Φ, the
-// same 2(p-1)/p·4Φ as data parallelism, with the optimizer memory cut from 8Φ to 8Φ/p.
+// The flat buffer is a list of units, each cut among the ranks by ChunkOf (so shards need
+// not be equal). Rank r's shard is its chunk of every unit, packed in buffer order, and the
+// rank keeps the optimizer state of its shard only. ZeRO-1 cuts the whole buffer as one
+// unit; ZeRO-2 and ZeRO-3 cut each of the model's units (the embeddings, each layer, ln_f)
+// on its own, so that a unit's gradients can be reduced, and its parameters gathered,
+// while the rest of the model is elsewhere — as PyTorch FSDP shards the flat parameter
+// of each wrapped module.
 //
-//   ASSIGN_OR_RETURN(auto zero, ShardedOptimizer::Create(dp, total, segments, make_optimizer,
-//                                                         Algorithm::kRing, alloc));
-//   ASSIGN_OR_RETURN(double norm, zero->Step(params, grads, lr, grad_clip));
+//           parameters                 gradients                    optimizer state
+//   ZeRO-1  whole (4Φ)                 whole (4Φ) + shard (4Φ/p)    shard (8Φ/p with AdamW)
+//   ZeRO-2  whole (4Φ)                 shard + the open units       shard
+//   ZeRO-3  shard + the gathered units shard + the open units       shard
+//
+// A step, and the bytes one rank sends with the ring when p divides every unit (the
+// exact count, any p, is exact_traffic.h per call):
+//   ZeRO-1  backward accumulates the whole gradients; Step reduce-scatters them once
+//           (phase backward), (p-1)/p·4Φ.
+//   ZeRO-2  as backward closes a unit's gradients, they are reduce-scattered and the own
+//           chunk is added to the gradient shard: (p-1)/p·4Φ per micro-batch.
+//   ZeRO-3  the same, and every unit's parameters are all-gathered before its forward
+//           and again before its backward, then released: 2·(p-1)/p·4Φ per micro-batch.
+//   then Step: the global gradient norm (each rank's Σg² of its shard, all-reduced, label
+//   grad_norm), clipping, the update of the own shard, and for ZeRO-1/2 the all-gather
+//   of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one micro-batch:
+//   2(p-1)/p·4Φ for ZeRO-1 and 2, as data parallelism; 3(p-1)/p·4Φ for ZeRO-3.
+//
+//   ASSIGN_OR_RETURN(auto zero, ZeroWeights::Create(dp, /*stage=*/3, layout, seed,
+//                                                   make_optimizer, Algorithm::kRing));
+//   ASSIGN_OR_RETURN(auto gpt, GPT::Create(config, alloc, zero.get()));
+//   ... gpt->Forward / Backward ...
+//   ASSIGN_OR_RETURN(double norm, zero->Step(lr, grad_clip));
 #pragma once
 
 #include <cstdint>
@@ -22,6 +39,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/parameters.h"
+#include "model/weights.h"
 #include "optim/optimizer.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/partition.h"
@@ -32,34 +51,92 @@ namespace tally::parallel {
 std::vector<optim::Segment> SegmentsInRange(const std::vector<optim::Segment>& segments,
                                             int64_t begin, int64_t end);
 
-class ShardedOptimizer {
+// Rank `rank`'s shard of a buffer cut into `units` (which tile it, in order).
+class Sharding {
  public:
-  using MakeOptimizer =
-      std::function<absl::StatusOr<std::unique_ptr<optim::Optimizer>>(int64_t size)>;
+  struct Piece {
+    comm::Chunk unit;    // the unit, in buffer coordinates
+    comm::Chunk own;     // the rank's chunk of it, in buffer coordinates
+    int64_t packed = 0;  // where the chunk starts in the packed shard
+  };
+  Sharding(const std::vector<comm::Chunk>& units, int ranks, int rank);
 
-  // `segments` cover the whole buffer of `total` elements (which decay).
-  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(
-      comm::Communicator* dp, int64_t total, const std::vector<optim::Segment>& segments,
-      const MakeOptimizer& make_optimizer, comm::Algorithm algorithm, Allocator& alloc);
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  int64_t size() const { return size_; }  // elements of the packed shard
 
-  // Steps 2-5 above on the full `params` and `grads` (Φ each). Returns the global gradient
-  // norm before clipping (clip 0: no clipping).
-  absl::StatusOr<double> Step(Tensor& params, const Tensor& grads, float lr, float clip);
+ private:
+  std::vector<Piece> pieces_;
+  int64_t size_ = 0;
+};
 
-  const comm::Chunk& shard() const { return shard_; }
+// The units stage `stage` cuts `layout`'s buffer into.
+std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int stage);
+
+// How many times one step of stage `stage` calls `primitive` on each unit under `phase`,
+// with `micro_batches` micro-batches per rank (0: never).
+int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase);
+// The exact bytes rank `rank` of `ranks` sends in those calls in one step: exact_traffic.h
+// summed over the units, times the calls.
+int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ranks, int rank,
+                         int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
+                         comm::Phase phase);
+
+class ZeroWeights : public model::WeightStore {
+ public:
+  using MakeOptimizer = std::function<absl::StatusOr<std::unique_ptr<optim::Optimizer>>(
+      int64_t size, Allocator& alloc)>;
+
+  // Parameters initialised from `seed` as the serial model's (ZeRO-3: the own shard only).
+  // Memory is charged to dp's allocator.
+  static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
+      comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
+      MakeOptimizer make_optimizer, comm::Algorithm algorithm);
+
+  absl::StatusOr<float*> Params(int unit) override;
+  absl::Status ReleaseParams(int unit) override;
+  absl::StatusOr<float*> OpenGrads(int unit) override;
+  absl::Status CloseGrads(int unit) override;
+  void ZeroGrad() override;
+
+  // After the last backward of a step: the rest of the step above. Returns the global
+  // gradient norm before clipping (clip 0: no clipping).
+  absl::StatusOr<double> Step(float lr, float clip);
+
+  // The whole parameters, or optimizer state, on `root` (empty / null elsewhere), in
+  // memory no ledger counts: what a checkpoint holds. Collective over the group.
+  absl::StatusOr<Tensor> GatherParams(int root);
+  absl::StatusOr<std::unique_ptr<optim::Optimizer>> GatherOptimizer(int root);
+  // Keeps this rank's part of whole parameters and (if not null) optimizer state.
+  absl::Status Load(const float* params, optim::Optimizer* optimizer);
+
+  int stage() const { return stage_; }
+  const Sharding& sharding() const { return sharding_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:
-  ShardedOptimizer(comm::Communicator* dp, comm::Chunk shard, std::vector<optim::Segment> segments,
-                   comm::Algorithm algorithm)
-      : dp_(dp), shard_(shard), segments_(std::move(segments)), algorithm_(algorithm) {}
+  ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
+              MakeOptimizer make_optimizer, comm::Algorithm algorithm);
+  // Piece `i` of a packed shard.
+  Tensor Own(const Tensor& shard, size_t i) const {
+    const Sharding::Piece& p = sharding_.pieces()[i];
+    return shard.Flat(p.packed, p.packed + p.own.count);
+  }
 
   comm::Communicator* dp_;
-  comm::Chunk shard_;
-  std::vector<optim::Segment> segments_;  // of the shard, from 0
-  comm::Algorithm algorithm_;              // of every collective here
+  const int stage_;
+  const model::ParameterLayout layout_;
+  const Sharding sharding_;
+  MakeOptimizer make_optimizer_;
+  const comm::Algorithm algorithm_;  // of every collective here
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<optim::Segment> segments_;  // of the packed shard
+
+  Tensor params_;      // ZeRO-1/2: the whole buffer; ZeRO-3: the packed shard
+  Tensor grads_;       // ZeRO-1: the whole buffer
   Tensor grad_shard_;  // the reduced gradients of the own shard
+  Tensor reduced_;     // ZeRO-2/3: one micro-batch's reduced chunk of a unit
+  std::vector<Tensor> gathered_;    // ZeRO-3: by model unit, while in use
+  std::vector<Tensor> open_grads_;  // ZeRO-2/3: by model unit, while open
 };
 
 }  // namespace tally::parallel

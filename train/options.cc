@@ -28,7 +28,6 @@ absl::Status TrainOptions::Validate() const {
     return bad("--allreduce must be ring or naive, got '", allreduce, "'");
   }
   if (zero < 0 || zero > 3) return bad("--zero must be 0, 1, 2 or 3, got ", zero);
-  if (zero > 1) return bad("--zero=", zero, " is not built yet; stages 0 and 1 are");
   if (!(bucket_mb > 0)) return bad("--bucket_mb must be positive, got ", bucket_mb);
   if (steps < 0) return bad("--steps must be >= 0, got ", steps);
   if (!(lr > 0)) return bad("--lr must be positive, got ", lr);

@@ -36,7 +36,7 @@ struct TrainOptions {
   std::string allreduce = "ring";    // ring or naive (reduce to one rank, then broadcast)
   double bucket_mb = 25;             // gradient bucket size, MiB
   std::string traffic_json;          // every rank's traffic and memory, as JSON
-  int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0 or 1
+  int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;

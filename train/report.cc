@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/parameters.h"
 #include "parallel/data_parallel.h"
+#include "parallel/zero.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/json_writer.h"
 
@@ -14,6 +16,11 @@ namespace tally::train {
 namespace {
 
 int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
+
+// ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
+int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
+  return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
+}
 
 // The exact bytes a rank sends under `key` over the run, when the report knows the row;
 // -1 otherwise.
@@ -32,28 +39,28 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
       if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
       if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
       return -1;
-    case comm::Primitive::kReduceScatter:  // ZeRO: the gradients, once per step
-      return key.phase == comm::Phase::kBackward ? per_step(key.primitive, phi, 4) : -1;
-    case comm::Primitive::kAllGather:  // ZeRO: the parameters, once per step
-      return key.phase == comm::Phase::kOptimizer ? per_step(key.primitive, phi, 4) : -1;
+    case comm::Primitive::kReduceScatter:  // ZeRO: the gradients
+    case comm::Primitive::kAllGather:      // ZeRO: the parameters
+      if (ZeroCalls(o, key) == 0) return -1;
+      return in.steps * parallel::ZeroBytesPerStep(model::ParameterLayout::ForGPT(o.model), o.zero,
+                                                   o.dp, rank, o.accumulation_steps(),
+                                                   key.algorithm, key.primitive, key.phase);
     default:
       return -1;
   }
 }
 
 // The seed article's figure for the row: 2Φ·4 bytes per step for the gradient all-reduce,
-// Φ·4 for each of ZeRO's reduce-scatter and all-gather (2Φ together).
+// Φ·4 for each pass of ZeRO's reduce-scatter and all-gather over the whole buffer (2Φ
+// together for ZeRO-1/2, 3Φ for ZeRO-3, with one micro-batch).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const int64_t phi_bytes = in.steps * in.options.model.NumParams() * 4;
   if (key.group != "dp") return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
     return 2 * phi_bytes;
   }
-  if ((key.primitive == comm::Primitive::kReduceScatter && key.phase == comm::Phase::kBackward) ||
-      (key.primitive == comm::Primitive::kAllGather && key.phase == comm::Phase::kOptimizer)) {
-    return phi_bytes;
-  }
-  return -1;
+  int calls = ZeroCalls(in.options, key);
+  return calls > 0 ? calls * phi_bytes : -1;
 }
 
 struct Row {
@@ -77,6 +84,30 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
                                bucket.count, 4).sent;
   }
   return sent;
+}
+
+MemoryFormula PredictedMemory(const TrainOptions& o, int dp_rank) {
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
+  const int64_t phi = layout.total();
+  const int64_t state_per_element = o.optimizer == "adamw" ? 8 : 4;
+  MemoryFormula f;
+  if (o.zero == 0) return {4 * phi, 4 * phi, state_per_element * phi};
+  const parallel::Sharding sharding(parallel::ZeroUnits(layout, o.zero), o.dp, dp_rank);
+  int64_t largest_chunk = 0;
+  for (const parallel::Sharding::Piece& p : sharding.pieces()) {
+    largest_chunk = std::max(largest_chunk, p.own.count);
+  }
+  // The units open at once: the embeddings, with the largest of the others.
+  int64_t largest_other = 0;
+  for (size_t u = 1; u < layout.units().size(); ++u) {
+    largest_other = std::max(largest_other, layout.units()[u].count());
+  }
+  const int64_t open = layout.units()[model::ParameterLayout::kEmbeddings].count() + largest_other;
+  const int64_t shard = sharding.size();
+  f.params = 4 * (o.zero == 3 ? shard + open : phi);
+  f.grads = 4 * (o.zero == 1 ? phi + shard : shard + largest_chunk + open);
+  f.optimizer = state_per_element * shard;
+  return f;
 }
 
 std::string FormatReport(const ReportInputs& in) {
@@ -112,20 +143,25 @@ std::string FormatReport(const ReportInputs& in) {
         seed >= 0 ? absl::StrCat(seed) : "-",
         seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-");
   }
-  int64_t phi = o.model.NumParams();
+  const char* formulas[] = {
+      "params 4Φ, grads 4Φ, optimizer state 8Φ (adamw) or 4Φ (sgd)",
+      "params 4Φ, grads 4Φ + the reduced shard 4Φ/p, optimizer state on the shard",
+      "params 4Φ, grads: the shard + the open units + one reduced chunk, optimizer state on the shard",
+      "params: the shard + the gathered units, grads: the shard + the open units + one reduced "
+      "chunk, optimizer state on the shard"};
   out += absl::StrFormat(
-      "\nmemory per rank, peak bytes (formula: params 4Φ = %d, grads 4Φ = %d%s, %s state %s = %d)\n"
-      "%4s %12s %12s %12s %12s %12s %12s\n",
-      4 * phi, 4 * phi, o.zero >= 1 ? " + the reduced shard 4Φ/p" : "", o.optimizer,
-      absl::StrCat(o.optimizer == "adamw" ? "8Φ" : "4Φ", o.zero >= 1 ? "/p" : ""),
-      (o.optimizer == "adamw" ? 8 : 4) * phi / (o.zero >= 1 ? o.dp : 1), "rank", "params", "grads",
-      "optimizer", "activations", "comm", "peak total");
+      "\nmemory per rank, peak bytes (zero=%d: %s)\n%-12s %12s %12s %12s %12s %12s %12s\n",
+      o.zero, formulas[std::clamp(o.zero, 0, 3)], "rank", "params", "grads", "optimizer",
+      "activations", "comm", "peak total");
   for (size_t r = 0; r < in.memory.size(); ++r) {
     const MemoryLedger& m = in.memory[r];
-    out += absl::StrFormat("%4d %12d %12d %12d %12d %12d %12d\n", r, m.peak(MemoryCategory::kParams),
-                           m.peak(MemoryCategory::kGrads), m.peak(MemoryCategory::kOptimizer),
-                           m.peak(MemoryCategory::kActivations), m.peak(MemoryCategory::kComm),
-                           m.peak_total());
+    out += absl::StrFormat("%-12d %12d %12d %12d %12d %12d %12d\n", r,
+                           m.peak(MemoryCategory::kParams), m.peak(MemoryCategory::kGrads),
+                           m.peak(MemoryCategory::kOptimizer), m.peak(MemoryCategory::kActivations),
+                           m.peak(MemoryCategory::kComm), m.peak_total());
+    MemoryFormula f = PredictedMemory(o, int(r));
+    out += absl::StrFormat("%-12s %12d %12d %12d %12s %12s %12s\n", "  formula", f.params, f.grads,
+                           f.optimizer, "-", "-", "-");
   }
   return out;
 }

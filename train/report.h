@@ -30,6 +30,17 @@ std::string FormatReport(const ReportInputs& in);
 //  "optimizer", "activations", "comm", "peak_total"}}]}
 std::string ReportJson(const ReportInputs& in);
 
+// The peak bytes the memory formulas predict for one rank (fp32): params 4Φ, grads 4Φ,
+// AdamW's m and v 8Φ (SGD's buffer 4Φ); ZeRO divides what its stage shards by p (exactly:
+// the rank's shard, parallel/zero.h) and adds what it holds for a while: ZeRO-1 the
+// reduced gradient shard; ZeRO-2/3 the open gradient units (the embeddings, open through
+// all of backward, and the largest other unit) and one reduced chunk; ZeRO-3 the gathered
+// parameter units (the same two).
+struct MemoryFormula {
+  int64_t params = 0, grads = 0, optimizer = 0;
+};
+MemoryFormula PredictedMemory(const TrainOptions& options, int dp_rank);
+
 // Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
 // parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket).
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                                          comm::Communicator* world) {
   const TrainOptions options = requested.Resolved();
   RETURN_IF_ERROR(options.Validate());
-  int world_size = world != nullptr ? world->size() : 1;
+  const int world_size = world != nullptr ? world->size() : 1;
   if (world_size != options.dp) {
     return absl::InvalidArgumentError(absl::StrCat("[train] ", world_size,
                                                    " ranks cannot run --dp=", options.dp));
@@ -61,27 +61,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   // starts the ranks of a multi-rank run.
   if (world == nullptr) SetIntraOpThreads(options);
 
-  ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
-  int64_t size = t->gpt_->layout().total();
-  for (const model::ParamSpec& spec : t->gpt_->layout().specs()) {
-    t->segments_.push_back({spec.offset, spec.offset + spec.numel, spec.decay});
-  }
   if (world != nullptr) {
     // The data-parallel group: every rank of the world, for now.
     ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/0, world->rank(), "dp"));
   }
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(options.model);
   if (t->dp_ != nullptr && options.zero >= 1) {
-    Allocator& alloc = t->alloc_;
-    ASSIGN_OR_RETURN(t->zero_, parallel::ShardedOptimizer::Create(
-                                   t->dp_.get(), size, t->segments_,
-                                   [&](int64_t n) { return MakeOptimizer(options, n, alloc); },
-                                   algorithm, alloc));
+    auto make_optimizer = [options](int64_t n, Allocator& alloc) {
+      return MakeOptimizer(options, n, alloc);
+    };
+    ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
+                                                             options.seed, make_optimizer,
+                                                             algorithm));
+    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, t->zero_.get()));
   } else {
-    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, size, t->alloc_));
+    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
+    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
+    t->segments_ = model::OptimizerSegments(layout);
     if (t->dp_ != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(
-          t->dp_.get(), size, int64_t(options.bucket_mb * (1 << 20)), algorithm);
+          t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
     }
   }
   if (!options.load.empty()) RETURN_IF_ERROR(t->Load(options.load));
@@ -113,14 +113,17 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   double loss_sum = 0;
   for (int j = 0; j < micro_batches; ++j) {
     data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
-    ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
-    loss_sum += loss;
-    if (sync_ == nullptr || j + 1 < micro_batches) {  // ZeRO reduces after backward
+    {
+      comm::PhaseScope phase(traffic(), comm::Phase::kForward);
+      ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+      loss_sum += loss;
+    }
+    comm::PhaseScope phase(traffic(), comm::Phase::kBackward);
+    if (sync_ == nullptr || j + 1 < micro_batches) {  // ZeRO reduces in its weight store
       RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens)));
       continue;
     }
     // The last micro-batch: sum each gradient bucket over the ranks as soon as it is final.
-    comm::PhaseScope phase(world_->ledger(), comm::Phase::kBackward);
     sync_->BeginStep();
     RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens), [&](int64_t begin, int64_t end) {
       return sync_->Ready(gpt_->grads(), begin, end);
@@ -133,7 +136,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   s.lr = optim::LearningRate(step, options_.warmup_steps, options_.steps, options_.lr,
                              options_.min_lr);
   if (zero_ != nullptr) {
-    ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(gpt_->params(), gpt_->grads(), s.lr, options_.grad_clip));
+    ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
   } else {
     float* grads = gpt_->grads().data<float>();
     int64_t n = gpt_->grads().numel();
@@ -152,6 +155,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
 }
 
 absl::StatusOr<float> Trainer::Evaluate() {
+  comm::PhaseScope phase(traffic(), comm::Phase::kEval);
   const int b = options_.micro_batch_size;
   int batches = int(std::min<int64_t>(options_.eval_batches,
                                       std::max<int64_t>(1, data_.val.sequences() / b)));
@@ -165,6 +169,7 @@ absl::StatusOr<float> Trainer::Evaluate() {
 }
 
 absl::StatusOr<std::string> Trainer::Sample(int bytes) {
+  comm::PhaseScope phase(traffic(), comm::Phase::kEval);
   const int t = options_.model.seq_len, v = options_.model.vocab_size;
   std::vector<int32_t> context = {'\n'};
   std::vector<int32_t> window(t, 0);
@@ -199,51 +204,42 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
   return text;
 }
 
+absl::StatusOr<Tensor> Trainer::Parameters() {
+  if (zero_ != nullptr) return zero_->GatherParams(/*root=*/0);
+  return logs() ? gpt_->params() : Tensor();
+}
+
 absl::Status Trainer::Save(const std::string& path, int64_t step) {
   if (zero_ == nullptr) {
-    return logs() ? model::SaveCheckpoint(path, *gpt_, optimizer_.get(), step) : absl::OkStatus();
+    return logs() ? model::SaveCheckpoint(path, options_.model, gpt_->params().data<float>(),
+                                          optimizer_.get(), step)
+                  : absl::OkStatus();
   }
-  // Checkpoints are whole: rank 0 gathers every shard of the optimizer state first.
-  comm::PhaseScope phase(world_->ledger(), comm::Phase::kCheckpoint);
-  const int64_t total = gpt_->layout().total();
-  Allocator unaccounted(nullptr);  // a transient copy, not part of the training footprint
-  std::unique_ptr<optim::Optimizer> whole;
-  if (logs()) {
-    ASSIGN_OR_RETURN(whole, MakeOptimizer(options_, total, unaccounted));
-  }
-  auto shards = zero_->optimizer().State();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    Tensor nothing;
-    Tensor& into = logs() ? *whole->State()[i].second : nothing;
-    RETURN_IF_ERROR(dp_->Gather(*shards[i].second, into, total, /*root=*/0));
-  }
+  // Checkpoints are whole: rank 0 gathers every shard first.
+  comm::PhaseScope phase(traffic(), comm::Phase::kCheckpoint);
+  ASSIGN_OR_RETURN(Tensor params, zero_->GatherParams(/*root=*/0));
+  ASSIGN_OR_RETURN(auto optimizer, zero_->GatherOptimizer(/*root=*/0));
   if (!logs()) return absl::OkStatus();
-  whole->set_step(zero_->optimizer().step());
-  return model::SaveCheckpoint(path, *gpt_, whole.get(), step);
+  return model::SaveCheckpoint(path, options_.model, params.data<float>(), optimizer.get(), step);
 }
 
 absl::Status Trainer::Load(const std::string& path) {
   if (zero_ == nullptr) {
     ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
-                     model::LoadCheckpoint(path, *gpt_, optimizer_.get()));
+                     model::LoadCheckpoint(path, options_.model, gpt_->params().data<float>(),
+                                           optimizer_.get()));
     start_step_ = loaded.step;
     return absl::OkStatus();
   }
-  // Every rank reads the whole file and keeps its shard of the optimizer state.
+  // Every rank reads the whole file and keeps its shard.
   Allocator unaccounted(nullptr);
-  ASSIGN_OR_RETURN(auto whole, MakeOptimizer(options_, gpt_->layout().total(), unaccounted));
-  ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded, model::LoadCheckpoint(path, *gpt_, whole.get()));
+  const int64_t total = gpt_->layout().total();
+  ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({total}, DType::kF32, unaccounted));
+  ASSIGN_OR_RETURN(auto whole, MakeOptimizer(options_, total, unaccounted));
+  ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
+                   model::LoadCheckpoint(path, options_.model, params.data<float>(), whole.get()));
   start_step_ = loaded.step;
-  if (!loaded.has_optimizer) return absl::OkStatus();
-  const comm::Chunk& shard = zero_->shard();
-  auto full = whole->State();
-  auto mine = zero_->optimizer().State();
-  for (size_t i = 0; i < mine.size(); ++i) {
-    std::memcpy(mine[i].second->raw_data(), full[i].second->data<float>() + shard.offset,
-                sizeof(float) * size_t(shard.count));
-  }
-  zero_->optimizer().set_step(loaded.step);
-  return absl::OkStatus();
+  return zero_->Load(params.data<float>(), loaded.has_optimizer ? whole.get() : nullptr);
 }
 
 namespace {
@@ -267,8 +263,9 @@ std::string ValJson(int64_t step, float val_loss) {
 }  // namespace
 
 absl::Status Trainer::Run(std::ostream& out) {
-  // Every rank trains and takes part in saving (ZeRO gathers the optimizer state); rank 0
-  // alone logs, evaluates and samples (its replica is every rank's), which adds no traffic.
+  // Every rank trains and takes part in saving (ZeRO gathers the shards); rank 0 alone
+  // logs, and evaluates and samples on its replica, which adds no traffic. ZeRO-3 ranks
+  // have no replica: they all evaluate and sample, gathering the parameters (phase eval).
   std::ostream null(nullptr);
   std::ostream& log = logs() ? out : null;
   const model::GPTConfig& c = options_.model;
@@ -295,7 +292,7 @@ absl::Status Trainer::Run(std::ostream& out) {
         s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
     if (metrics.is_open()) metrics << StepJson(s) << "\n" << std::flush;
     bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
-    if (logs() && evaluate) {
+    if ((logs() || forward_is_collective()) && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());
       log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val);
       if (metrics.is_open()) metrics << ValJson(s.step, val) << "\n" << std::flush;
@@ -309,7 +306,7 @@ absl::Status Trainer::Run(std::ostream& out) {
     RETURN_IF_ERROR(Save(options_.save, step));
     log << "saved '" << options_.save << "' at step " << step << "\n";
   }
-  if (logs() && options_.sample_bytes > 0) {
+  if ((logs() || forward_is_collective()) && options_.sample_bytes > 0) {
     ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
     log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
         << "):\n" << text << "\n";
@@ -320,7 +317,7 @@ absl::Status Trainer::Run(std::ostream& out) {
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   RETURN_IF_ERROR(options.Validate());
-  if (options.dp == 1) {
+  if (options.dp == 1 && options.zero == 0) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     return trainer->Run(log);
   }

@@ -58,11 +58,15 @@ class Trainer {
   absl::StatusOr<std::string> Sample(int bytes);
   // Writes a whole checkpoint (rank 0 writes; with ZeRO every rank must call it).
   absl::Status Save(const std::string& path, int64_t step);
+  // The whole parameters on rank 0 (empty elsewhere); with ZeRO every rank must call it.
+  absl::StatusOr<Tensor> Parameters();
 
   model::GPT& model() { return *gpt_; }
   MemoryLedger& memory() { return *alloc_.ledger(); }
   // This rank's optimizer: over the whole buffer, or (ZeRO) over its shard.
   optim::Optimizer& optimizer() { return zero_ != nullptr ? zero_->optimizer() : *optimizer_; }
+  // This rank's traffic: the world's ledger, or this trainer's own.
+  comm::TrafficLedger& traffic() { return world_ != nullptr ? world_->ledger() : own_traffic_; }
   int64_t start_step() const { return start_step_; }
   const data::Dataset& dataset() const { return data_; }
 
@@ -72,20 +76,23 @@ class Trainer {
   absl::Status Load(const std::string& path);
   // The mean of the ranks' losses (every rank's share of the batch is the same size).
   absl::StatusOr<float> GlobalMean(float local);
+  // ZeRO-3 ranks hold a shard of the parameters: every rank must take part in a forward.
+  bool forward_is_collective() const { return zero_ != nullptr && zero_->stage() == 3; }
 
   TrainOptions options_;
   comm::Communicator* world_;
   // Allocations are charged to the rank's memory ledger: the world's, or this one.
   MemoryLedger own_memory_;
   Allocator own_alloc_{&own_memory_};
+  comm::TrafficLedger own_traffic_{0};
   std::unique_ptr<comm::Communicator> dp_;
   std::unique_ptr<parallel::GradientSync> sync_;
   data::Dataset data_;
   Allocator& alloc_;
+  std::unique_ptr<parallel::ZeroWeights> zero_;  // with ZeRO (dp > 1): the model's weights
   std::unique_ptr<model::GPT> gpt_;
-  std::unique_ptr<optim::Optimizer> optimizer_;           // without ZeRO
-  std::unique_ptr<parallel::ShardedOptimizer> zero_;       // with ZeRO (dp > 1)
-  std::vector<optim::Segment> segments_;  // the whole buffer, decay per tensor
+  std::unique_ptr<optim::Optimizer> optimizer_;  // without ZeRO
+  std::vector<optim::Segment> segments_;         // the whole buffer, decay per tensor
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
 };

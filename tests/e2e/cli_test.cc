@@ -118,5 +118,27 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
   EXPECT_TRUE(found) << text;
 }
 
+// ZeRO-3 from the command line: every rank evaluates and samples (no rank holds the
+// model), rank 0 alone prints; the whole checkpoint resumes on one plain rank.
+TEST(TallyTrain, ZeroThreeEvaluatesSamplesAndSavesAWholeCheckpoint) {
+  std::string ckpt = ::testing::TempDir() + "/zero3.safetensors";
+  Result r = RunCommand(kTrain + kTiny + " --dp=2 --zero=3 --global_batch_size=4 --steps=2 "
+                        "--eval_every=1 --sample_bytes=16 --save=" + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = r.output.find(needle); at != std::string::npos; at = r.output.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("val loss"), 2u) << r.output;
+  EXPECT_EQ(count("sample (temperature"), 1u) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "all_gather      ring   forward")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "all_gather      ring   eval")) << r.output;
+  Result more = RunCommand(kTrain + kTiny + " --steps=3 --eval_every=0 --sample_bytes=0 --load=" + ckpt);
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_TRUE(absl::StrContains(more.output, "resumed from")) << more.output;
+  EXPECT_TRUE(absl::StrContains(more.output, "step     3/3")) << more.output;
+}
+
 }  // namespace
 }  // namespace tally

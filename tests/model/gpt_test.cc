@@ -3,6 +3,8 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -40,9 +42,18 @@ TEST(ParameterLayout, NamesOffsetsAndLayerRanges) {
   EXPECT_EQ(layout.Find("h.1.attn.c_attn.weight")->shape, (Shape{24, 8}));
   EXPECT_TRUE(layout.Find("h.0.mlp.c_fc.weight")->decay);
   EXPECT_FALSE(layout.Find("h.0.mlp.c_fc.bias")->decay);
-  auto [begin, end] = layout.LayerRange(1);
-  EXPECT_EQ(end - begin, 12 * 64 + 13 * 8);
-  EXPECT_EQ(begin, layout.Find("h.1.ln_1.weight")->offset);
+  // Units: embeddings, h.0, h.1, ln_f, tiling the buffer in order.
+  ASSERT_EQ(layout.units().size(), size_t(c.n_layer + 2));
+  const ParamUnit& h1 = layout.units()[ParameterLayout::LayerUnit(1)];
+  EXPECT_EQ(h1.name, "h.1");
+  EXPECT_EQ(h1.count(), 12 * 64 + 13 * 8);
+  EXPECT_EQ(h1.begin, layout.Find("h.1.ln_1.weight")->offset);
+  EXPECT_EQ(layout.units().front().begin, 0);
+  EXPECT_EQ(layout.units()[ParameterLayout::kEmbeddings].end, layout.Find("h.0.ln_1.weight")->offset);
+  for (size_t u = 1; u < layout.units().size(); ++u) {
+    EXPECT_EQ(layout.units()[u].begin, layout.units()[u - 1].end);
+  }
+  EXPECT_EQ(layout.units().back().end, layout.total());
 }
 
 TEST(GPT, InitialLossIsNearLogVocab) {
@@ -87,6 +98,53 @@ TEST(GPT, BackwardReportsEveryGradientRangeOnceFromTheEnd) {
   EXPECT_EQ(ranges.front().second, gpt->layout().total());
   EXPECT_EQ(ranges.back().first, 0);
   for (size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].second, ranges[i - 1].first);
+}
+
+// A WeightStore that records the model's calls and hands out a Replica's buffers.
+class RecordingStore : public WeightStore {
+ public:
+  explicit RecordingStore(Replica* replica) : replica_(replica) {}
+  absl::StatusOr<float*> Params(int unit) override { return Log("P", unit, replica_->Params(unit)); }
+  absl::Status ReleaseParams(int unit) override { return Log("R", unit, absl::OkStatus()); }
+  absl::StatusOr<float*> OpenGrads(int unit) override { return Log("O", unit, replica_->OpenGrads(unit)); }
+  absl::Status CloseGrads(int unit) override { return Log("C", unit, absl::OkStatus()); }
+  void ZeroGrad() override { replica_->ZeroGrad(); }
+  std::string calls;
+
+ private:
+  template <typename T>
+  T Log(const char* what, int unit, T result) {
+    calls += std::string(what) + std::to_string(unit) + " ";
+    return result;
+  }
+  Replica* replica_;
+};
+
+// The contract ZeRO builds on: each unit is fetched just before its use and released
+// right after, in forward and again in backward; its gradients are opened and closed
+// around its backward, the embeddings' through the whole of it (the tied LM head first,
+// the lookup last). Units: 0 embeddings, 1 h.0, 2 h.1, 3 ln_f.
+TEST(GPT, FetchesAndReleasesEachUnitAroundItsUse) {
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  const ParameterLayout layout = ParameterLayout::ForGPT(Tiny());
+  auto replica = Replica::Create(layout, 1, alloc).value();
+  RecordingStore store(replica.get());
+  auto gpt = GPT::Create(Tiny(), alloc, &store).value();
+  auto reference = GPT::Create(Tiny(), alloc, 1).value();
+  std::vector<int32_t> tokens(5, 1), targets(5, 2);
+  float loss = gpt->Forward(tokens.data(), targets.data(), 1).value();
+  EXPECT_EQ(store.calls, "P0 P1 R1 P2 R2 P3 R3 R0 ");
+  store.calls.clear();
+  ASSERT_TRUE(gpt->Backward(0.2f).ok());
+  EXPECT_EQ(store.calls, "P0 O0 P3 O3 C3 R3 P2 O2 C2 R2 P1 O1 C1 R1 C0 R0 ");
+  // Through the store, the same numbers as with the model's own replica.
+  EXPECT_EQ(loss, reference->Forward(tokens.data(), targets.data(), 1).value());
+  reference->ZeroGrad();
+  ASSERT_TRUE(reference->Backward(0.2f).ok());
+  EXPECT_EQ(std::memcmp(replica->grads().raw_data(), reference->grads().raw_data(),
+                        replica->grads().nbytes()),
+            0);
 }
 
 // fp32 central differences with a step of 1e-2: rounding error ~3e-5, truncation ~1e-5.

@@ -8,7 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/parameters.h"
 #include "parallel/data_parallel.h"
+#include "parallel/zero.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
 #include "train/report.h"
@@ -53,18 +55,19 @@ RunResult RunRanks(const TrainOptions& o) {
   launch.world_size = o.dp;
   SetIntraOpThreads(o);
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.dp > 1 ? &world : nullptr));
+    // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank.
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.dp > 1 || o.zero > 0 ? &world : nullptr));
     world.ledger().Clear();  // count the steps only
     for (int64_t k = 0; k < o.steps; ++k) {
       ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(k));
       if (world.rank() == 0) result.losses.push_back(s.loss);
     }
-    if (world.rank() == 0) {
-      const float* p = trainer->model().params().data<float>();
-      result.params.assign(p, p + trainer->model().params().numel());
-    }
     result.traffic[world.rank()] = world.ledger();
     result.memory[world.rank()] = world.memory();
+    ASSIGN_OR_RETURN(Tensor params, trainer->Parameters());  // gathered, with ZeRO
+    if (world.rank() == 0) {
+      result.params.assign(params.data<float>(), params.data<float>() + params.numel());
+    }
     if (!o.save.empty()) RETURN_IF_ERROR(trainer->Save(o.save, o.steps));
     return absl::OkStatus();
   });
@@ -127,95 +130,168 @@ void ExpectSameRun(const RunResult& a, const RunResult& b) {
   }
 }
 
-class ZeroOneTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+// The serial reference every parallel run is held to.
+const RunResult& Serial() {
+  static const RunResult* serial = new RunResult(RunRanks(Tiny(1, "ring")));
+  return *serial;
+}
 
-// ZeRO-1: same losses and parameters as one rank; reduce-scatter and all-gather each move
-// (p-1)/p of the buffer, exactly; the optimizer state is the own shard's only.
-TEST_P(ZeroOneTest, MatchesTheSingleRankRunWithShardedOptimizerState) {
-  auto [dp, allreduce] = GetParam();
-  RunResult serial = RunRanks(Tiny(1, "ring"));
+class ZeroTest : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
+
+// Every ZeRO stage reproduces the serial run; every reduce-scatter and all-gather moves
+// exactly the bytes of its formula, in its phase; each rank's memory peaks are the
+// formula's, and show what the stage shards.
+TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
+  auto [stage, dp, allreduce] = GetParam();
   TrainOptions o = Tiny(dp, allreduce);
-  o.zero = 1;
+  o.zero = stage;
   RunResult zero = RunRanks(o);
-  ExpectSameRun(zero, serial);
+  ExpectSameRun(zero, Serial());
+
   comm::Algorithm algorithm = allreduce == "ring" ? comm::Algorithm::kRing : comm::Algorithm::kNaive;
-  const int64_t phi = o.model.NumParams();
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
+  const int64_t phi = layout.total();
+  const int micro_batches = o.accumulation_steps();
+  using comm::Phase;
+  using comm::Primitive;
+  const std::pair<Primitive, Phase> moves[] = {{Primitive::kReduceScatter, Phase::kBackward},
+                                               {Primitive::kAllGather, Phase::kForward},
+                                               {Primitive::kAllGather, Phase::kBackward},
+                                               {Primitive::kAllGather, Phase::kOptimizer}};
   for (int r = 0; r < dp; ++r) {
-    auto sent = [&](comm::Primitive p) {
-      return zero.traffic[r].Sum([&](const comm::LedgerKey& k) {
-        return k.group == "dp" && k.primitive == p;
+    int64_t expected_total = 0;
+    for (auto [primitive, phase] : moves) {
+      int64_t exact = o.steps * parallel::ZeroBytesPerStep(layout, stage, dp, r, micro_batches,
+                                                           algorithm, primitive, phase);
+      int64_t sent = zero.traffic[r].Sum([&](const comm::LedgerKey& k) {
+        return k.group == "dp" && k.primitive == primitive && k.phase == phase;
       }).bytes_sent;
-    };
-    EXPECT_EQ(sent(comm::Primitive::kReduceScatter),
-              o.steps * comm::ExactTraffic(comm::Primitive::kReduceScatter, algorithm, dp, r, -1, phi, 4).sent);
-    EXPECT_EQ(sent(comm::Primitive::kAllGather),
-              o.steps * comm::ExactTraffic(comm::Primitive::kAllGather, algorithm, dp, r, -1, phi, 4).sent);
-    // AdamW's m and v for the own shard only: 8·|shard| bytes.
-    EXPECT_EQ(zero.memory[r].peak(MemoryCategory::kOptimizer), 8 * comm::ChunkOf(phi, dp, r).count);
+      EXPECT_EQ(sent, exact) << comm::Name(primitive) << " " << comm::Name(phase) << " rank " << r;
+      expected_total += exact;
+    }
+    // Nothing else reduce-scatters or gathers during training.
+    int64_t all = zero.traffic[r].Sum([](const comm::LedgerKey& k) {
+      return k.primitive == comm::Primitive::kReduceScatter || k.primitive == comm::Primitive::kAllGather;
+    }).bytes_sent;
+    EXPECT_EQ(all, expected_total) << "rank " << r;
+    if (algorithm == comm::Algorithm::kRing) {
+      // Near the closed form: one pass of the buffer is (p-1)/p·4Φ; ZeRO-1 makes 2 a step,
+      // ZeRO-2 one per micro-batch and one, ZeRO-3 three per micro-batch. Not equal: the
+      // units do not split evenly (at most one element per unit and pass off).
+      int passes = stage == 1 ? 2 : stage == 2 ? micro_batches + 1 : 3 * micro_batches;
+      double closed = double(passes) * (dp - 1) / dp * 4 * phi;
+      EXPECT_NEAR(double(all) / o.steps, closed, 4.0 * passes * layout.units().size());
+    }
+
+    MemoryFormula f = PredictedMemory(o, r);
+    const MemoryLedger& m = zero.memory[r];
+    EXPECT_EQ(m.peak(MemoryCategory::kParams), f.params) << "rank " << r;
+    EXPECT_EQ(m.peak(MemoryCategory::kGrads), f.grads) << "rank " << r;
+    EXPECT_EQ(m.peak(MemoryCategory::kOptimizer), f.optimizer) << "rank " << r;
+    const int64_t shard = parallel::Sharding(parallel::ZeroUnits(layout, stage), dp, r).size();
+    EXPECT_EQ(f.optimizer, 8 * shard);  // AdamW's m and v of the own shard only
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DpAndAlgorithm, ZeroOneTest,
-                         ::testing::Combine(::testing::Values(2, 3, 4),
+std::string ZeroName(const ::testing::TestParamInfo<std::tuple<int, int, std::string>>& info) {
+  return absl::StrCat("zero", std::get<0>(info.param), "_dp", std::get<1>(info.param), "_",
+                      std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(StageDpAndAlgorithm, ZeroTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2, 3, 4),
                                             ::testing::Values("ring", "naive")),
-                         Name);
+                         ZeroName);
 
-// Checkpoints are whole: saved under ZeRO-1 on 3 ranks, resumed on 1 rank (and the other
-// way), the run continues as the uninterrupted one does.
-TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
-  TrainOptions straight = Tiny(1, "ring");
-  straight.steps = 6;
-  RunResult reference = RunRanks(straight);
+// With 4 layers the embeddings are no longer most of the model (they are in Tiny), and
+// each stage's savings show: on 4 ranks ZeRO-1 cuts the optimizer state to a quarter,
+// ZeRO-2 the gradients and ZeRO-3 the parameters to a quarter plus the units in use.
+TEST(ZeroMemory, EachStageShardsWhatItShould) {
+  std::vector<MemoryLedger> peaks;
+  TrainOptions o = Tiny(4, "ring");
+  o.model.n_layer = 4;
+  o.model.n_embd = 32;
+  o.steps = 2;
+  const int64_t phi = o.model.NumParams();
+  for (int stage = 0; stage <= 3; ++stage) {
+    o.zero = stage;
+    RunResult run = RunRanks(o);
+    for (int r = 0; r < 4; ++r) {
+      const MemoryLedger& m = run.memory[r];
+      MemoryFormula f = PredictedMemory(o, r);
+      EXPECT_EQ(m.peak(MemoryCategory::kParams), f.params) << stage;
+      EXPECT_EQ(m.peak(MemoryCategory::kGrads), f.grads) << stage;
+      EXPECT_EQ(m.peak(MemoryCategory::kOptimizer), f.optimizer) << stage;
+    }
+    peaks.push_back(run.memory[0]);
+  }
+  auto peak = [&](int stage, MemoryCategory c) { return double(peaks[stage].peak(c)); };
+  EXPECT_EQ(peak(0, MemoryCategory::kOptimizer), 8.0 * phi);
+  EXPECT_NEAR(peak(1, MemoryCategory::kOptimizer), 8.0 * phi / 4, 8.0);  // one element off at most
+  EXPECT_EQ(peak(1, MemoryCategory::kGrads), peak(0, MemoryCategory::kGrads) + 4.0 * comm::ChunkOf(phi, 4, 0).count);
+  EXPECT_LT(peak(2, MemoryCategory::kGrads), 0.75 * peak(0, MemoryCategory::kGrads));
+  EXPECT_EQ(peak(2, MemoryCategory::kParams), 4.0 * phi);
+  EXPECT_LT(peak(3, MemoryCategory::kParams), 0.75 * 4.0 * phi);
+}
 
-  TrainOptions first = Tiny(3, "ring");
-  first.zero = 1;
-  first.steps = 6;  // the schedule of the whole run
-  first.save = ::testing::TempDir() + "/zero3ranks.safetensors";
-  // Train 3 of the 6 steps on 3 ZeRO-1 ranks, saving at step 3.
-  {
-    comm::LaunchOptions launch;
-    launch.world_size = 3;
-    ASSERT_TRUE(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-      ASSIGN_OR_RETURN(auto trainer, Trainer::Create(first, &world));
-      for (int64_t k = 0; k < 3; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
-      return trainer->Save(first.save, 3);
-    }).ok());
-  }
-  TrainOptions resumed = Tiny(1, "ring");
-  resumed.steps = 6;
-  resumed.load = first.save;
-  auto trainer = Trainer::Create(resumed).value();
-  ASSERT_EQ(trainer->start_step(), 3);
-  for (int64_t k = 3; k < 6; ++k) {
-    float loss = trainer->TrainStep(k).value().loss;
-    EXPECT_NEAR(loss, reference.losses[k], 1e-5 * reference.losses[k]) << k;
-  }
-  // And back: the single rank's checkpoint of step 3 into 4 ZeRO-1 ranks.
-  std::string serial_path = ::testing::TempDir() + "/serial.safetensors";
-  {
-    TrainOptions o = Tiny(1, "ring");
-    o.steps = 6;
-    auto t = Trainer::Create(o).value();
-    for (int64_t k = 0; k < 3; ++k) ASSERT_TRUE(t->TrainStep(k).ok());
-    ASSERT_TRUE(t->Save(serial_path, 3).ok());
-  }
-  TrainOptions four = Tiny(4, "ring");
-  four.zero = 1;
-  four.steps = 6;
-  four.load = serial_path;
+// Trains the first `steps` steps of `o` on o.dp ranks and saves at `path`.
+void TrainAndSave(TrainOptions o, int64_t steps, const std::string& path) {
   comm::LaunchOptions launch;
-  launch.world_size = 4;
+  launch.world_size = o.dp;
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.dp > 1 || o.zero > 0 ? &world : nullptr));
+    for (int64_t k = 0; k < steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    return trainer->Save(path, steps);
+  });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+// Resumes `o` from o.load and returns the losses of the remaining steps.
+std::vector<float> Resume(const TrainOptions& o) {
+  comm::LaunchOptions launch;
+  launch.world_size = o.dp;
   std::vector<float> losses;
-  ASSERT_TRUE(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto t, Trainer::Create(four, &world));
-    for (int64_t k = t->start_step(); k < 6; ++k) {
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto t, Trainer::Create(o, o.dp > 1 || o.zero > 0 ? &world : nullptr));
+    for (int64_t k = t->start_step(); k < o.steps; ++k) {
       ASSIGN_OR_RETURN(StepStats s, t->TrainStep(k));
       if (world.rank() == 0) losses.push_back(s.loss);
     }
     return absl::OkStatus();
-  }).ok());
-  ASSERT_EQ(losses.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return losses;
+}
+
+// Checkpoints are whole: saved under one (dp, zero) after 3 of 6 steps and resumed under
+// another, the run continues as the uninterrupted one does.
+TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
+  TrainOptions straight = Tiny(1, "ring");
+  straight.steps = 6;
+  RunResult reference = RunRanks(straight);
+  struct Layout {
+    int dp, zero;
+  };
+  const std::pair<Layout, Layout> moves[] = {
+      {{3, 1}, {1, 0}}, {{1, 0}, {4, 1}}, {{3, 3}, {2, 2}}, {{2, 2}, {4, 3}}, {{4, 3}, {1, 0}}};
+  for (auto [from, to] : moves) {
+    SCOPED_TRACE(absl::StrCat("dp", from.dp, " zero", from.zero, " -> dp", to.dp, " zero", to.zero));
+    TrainOptions first = Tiny(from.dp, "ring");
+    first.zero = from.zero;
+    first.steps = 6;  // the schedule of the whole run
+    const std::string path = ::testing::TempDir() + absl::StrCat("/dp", from.dp, "zero", from.zero,
+                                                                  ".safetensors");
+    TrainAndSave(first, 3, path);
+    TrainOptions second = Tiny(to.dp, "ring");
+    second.zero = to.zero;
+    second.steps = 6;
+    second.load = path;
+    std::vector<float> losses = Resume(second);
+    ASSERT_EQ(losses.size(), 3u);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]) << k;
+    }
+  }
 }
 
 TEST(GradientBuckets, CutFromTheEndAndCoverTheBuffer) {
