@@ -45,6 +45,8 @@ ABSL_FLAG(std::string, load, "", "start from this checkpoint (its step and optim
 ABSL_FLAG(std::string, metrics_json, "", "write one JSON object per step (and per evaluation) here");
 ABSL_FLAG(int, threads, 0, "intra-op threads per rank (0: the cores shared out among the ranks)");
 ABSL_FLAG(int, dp, 1, "data-parallel ranks (threads of this process)");
+ABSL_FLAG(int, tp, 1,
+          "tensor-parallel ranks: every layer split Megatron-style (world = dp x tp threads)");
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
@@ -84,6 +86,7 @@ train::TrainOptions OptionsFromFlags() {
   o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.dp = absl::GetFlag(FLAGS_dp);
+  o.tp = absl::GetFlag(FLAGS_tp);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

@@ -9,10 +9,17 @@
 // Backward takes d(out) in `dresidual` and leaves d(x) there (the residual stream's
 // gradient flows straight through both additions), adding to the block's weight
 // gradients in `grads`.
+//
+// Over tp tensor-parallel ranks (parallel/tensor_parallel.h) each rank holds NH/tp whole
+// heads of c_attn and 4C/tp columns of c_fc: the attention branch and the MLP branch are
+// each a column-parallel linear after f and a row-parallel one before g, so the widths
+// marked "/tp" below are this rank's slice, and x, out and the LayerNorms are whole.
 #pragma once
 
+#include "absl/status/status.h"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tally::model {
 
@@ -21,31 +28,34 @@ struct BlockActivations {
   float* ln1;        // (N, C)
   float* ln1_mean;   // (N)
   float* ln1_rstd;   // (N)
-  float* qkv;        // (N, 3C)
-  float* att;        // (B, NH, T, T) softmax probabilities
-  float* atty;       // (N, C) attention output, before c_proj
+  float* qkv;        // (N, 3C/tp)
+  float* att;        // (B, NH/tp, T, T) softmax probabilities
+  float* atty;       // (N, C/tp) attention output, before c_proj
   float* residual2;  // (N, C) x + attention branch
   float* ln2;        // (N, C)
   float* ln2_mean;   // (N)
   float* ln2_rstd;   // (N)
-  float* fch;        // (N, 4C) c_fc output
-  float* fch_gelu;   // (N, 4C)
+  float* fch;        // (N, 4C/tp) c_fc output
+  float* fch_gelu;   // (N, 4C/tp)
   float* out;        // (N, C) residual2 + MLP branch: the next block's input
 };
 
 // Scratch the backward reuses from layer to layer.
 struct BlockScratch {
-  float* d4c;   // (N, 4C)
-  float* dqkv;  // (N, 3C)
+  float* d4c;   // (N, 4C/tp)
+  float* dqkv;  // (N, 3C/tp)
   float* dc;    // (N, C)
   float* dtt;   // (T, T)
 };
 
-void BlockForward(const GPTConfig& config, int b, const BlockTensors& w, const float* x,
-                  const BlockActivations& acts);
+// Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp.
+absl::Status BlockForward(const GPTConfig& config, const parallel::TensorParallel& tp, int layer,
+                          int b, const BlockTensors& w, const float* x,
+                          const BlockActivations& acts);
 
-void BlockBackward(const GPTConfig& config, int b, const BlockTensors& w, const BlockTensors& g,
-                   const float* x, const BlockActivations& acts, const BlockScratch& scratch,
-                   float* dresidual);
+absl::Status BlockBackward(const GPTConfig& config, const parallel::TensorParallel& tp, int layer,
+                           int b, const BlockTensors& w, const BlockTensors& g, const float* x,
+                           const BlockActivations& acts, const BlockScratch& scratch,
+                           float* dresidual);
 
 }  // namespace tally::model

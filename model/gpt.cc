@@ -3,32 +3,46 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels/cpu/cross_entropy.h"
-#include "runtime/kernels/cpu/embedding.h"
 #include "runtime/kernels/cpu/layernorm.h"
-#include "runtime/kernels/cpu/linear.h"
 #include "runtime/status_macros.h"
 
 namespace tally::model {
 
 using namespace tally::cpu;  // the kernels
 
-GPT::GPT(const GPTConfig& config, Allocator& alloc)
-    : config_(config), layout_(ParameterLayout::ForGPT(config)), alloc_(alloc) {}
+GPT::GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp)
+    : config_(config),
+      tp_(tp),
+      layout_(ParameterLayout::ForGPT(config, tp.size(), tp.rank())),
+      alloc_(alloc) {}
+
+namespace {
+
+absl::Status Validate(const GPTConfig& config, const parallel::TensorParallel& tp) {
+  RETURN_IF_ERROR(config.Validate());
+  if (config.n_head % tp.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("[GPT] n_head=", config.n_head,
+                                                   " is not divisible by tp=", tp.size(),
+                                                   " (each rank takes whole heads)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
-                                                 uint64_t seed) {
-  RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc));
+                                                 uint64_t seed, parallel::TensorParallel tp) {
+  RETURN_IF_ERROR(Validate(config, tp));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp));
   ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc));
   gpt->weights_ = gpt->replica_.get();
   return gpt;
 }
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
-                                                 WeightStore* weights) {
-  RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc));
+                                                 WeightStore* weights, parallel::TensorParallel tp) {
+  RETURN_IF_ERROR(Validate(config, tp));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp));
   gpt->weights_ = weights;
   return gpt;
 }
@@ -36,9 +50,11 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 // Carves one buffer into the activations of every block for micro-batch size b.
 absl::Status GPT::EnsureActivations(int b) {
   if (b == batch_) return absl::OkStatus();
-  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head;
-  const int64_t n = b * t, v = config_.vocab_size, layers = config_.n_layer;
-  const int64_t per_block = n * c * 5 + n * 4 + n * 3 * c + b * nh * t * t + n * 4 * c * 2;
+  // Tensor parallelism cuts the attention and MLP widths and the vocabulary (block.h).
+  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / tp_.size();
+  const int64_t cl = c / tp_.size(), hidden = 4 * c / tp_.size();
+  const int64_t n = b * t, v = vocab_local(), layers = config_.n_layer;
+  const int64_t per_block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * hidden * 2;
   const int64_t total = n * c * 2 + n * 2 + layers * per_block;
   ASSIGN_OR_RETURN(activations_, Tensor::Empty({total}, DType::kF32, alloc_,
                                                MemoryCategory::kActivations));
@@ -55,15 +71,15 @@ absl::Status GPT::EnsureActivations(int b) {
     a.ln1 = take(n * c);
     a.ln1_mean = take(n);
     a.ln1_rstd = take(n);
-    a.qkv = take(n * 3 * c);
+    a.qkv = take(n * 3 * cl);
     a.att = take(b * nh * t * t);
-    a.atty = take(n * c);
+    a.atty = take(n * cl);
     a.residual2 = take(n * c);
     a.ln2 = take(n * c);
     a.ln2_mean = take(n);
     a.ln2_rstd = take(n);
-    a.fch = take(n * 4 * c);
-    a.fch_gelu = take(n * 4 * c);
+    a.fch = take(n * hidden);
+    a.fch_gelu = take(n * hidden);
     a.out = take(n * c);
     blocks_.push_back(a);
   }
@@ -77,11 +93,13 @@ absl::Status GPT::EnsureActivations(int b) {
   ASSIGN_OR_RETURN(losses_, Tensor::Empty({n}, DType::kF32, alloc_, MemoryCategory::kActivations));
   ASSIGN_OR_RETURN(tokens_, Tensor::Empty({n}, DType::kI32, alloc_, MemoryCategory::kActivations));
   ASSIGN_OR_RETURN(targets_, Tensor::Empty({n}, DType::kI32, alloc_, MemoryCategory::kActivations));
-  // Backward scratch: d4c (N, 4C), dqkv (N, 3C), dc (N, C), dtt (T, T), dresidual (N, C).
-  ASSIGN_OR_RETURN(scratch_, Tensor::Empty({n * 4 * c + n * 3 * c + n * c + t * t + n * c},
+  ASSIGN_OR_RETURN(loss_scratch_,
+                   Tensor::Empty({3 * n}, DType::kF32, alloc_, MemoryCategory::kActivations));
+  // Backward scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (T, T), dresidual (N, C).
+  ASSIGN_OR_RETURN(scratch_, Tensor::Empty({n * hidden + n * 3 * cl + n * c + t * t + n * c},
                                            DType::kF32, alloc_, MemoryCategory::kActivations));
   p = scratch_.data<float>();
-  block_scratch_ = {take(n * 4 * c), take(n * 3 * c), take(n * c), take(t * t)};
+  block_scratch_ = {take(n * hidden), take(n * 3 * cl), take(n * c), take(t * t)};
   dresidual_ = take(n * c);
   batch_ = b;
   return absl::OkStatus();
@@ -91,6 +109,7 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
   if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("[GPT::Forward] batch ", b));
   RETURN_IF_ERROR(EnsureActivations(b));
   const int t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size, n = b * t;
+  const int vl = vocab_local();
   for (int i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= v || (targets != nullptr && (targets[i] < 0 || targets[i] >= v))) {
       return absl::InvalidArgumentError(
@@ -102,12 +121,13 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
   ASSIGN_OR_RETURN(float* embeddings, weights_->Params(kEmbeddings));
   const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  EmbeddingForward(encoded_, tokens, e.wte, e.wpe, b, t, c);
+  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(tp_, encoded_, tokens, e.wte, e.wpe, b,
+                                                          t, c, vl, "embedding"));
   const float* x = encoded_;
   for (int l = 0; l < config_.n_layer; ++l) {
     const int unit = ParameterLayout::LayerUnit(l);
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    BlockForward(config_, b, BindBlock(layout_, l, w), x, blocks_[l]);
+    RETURN_IF_ERROR(BlockForward(config_, tp_, l, b, BindBlock(layout_, l, w), x, blocks_[l]));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = blocks_[l].out;
   }
@@ -118,21 +138,22 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
     LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, x, lnf.w, lnf.b, n, c);
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
   }
-  // logits = lnf · wteᵀ
-  LinearForward(logits_.data<float>(), lnf_, e.wte, static_cast<const float*>(nullptr), n, c, v);
+  // logits = lnf · wteᵀ, each rank its vocabulary slice: the LM head is column-parallel.
+  parallel::ColumnParallelLinearForward(logits_.data<float>(), lnf_, e.wte, nullptr, n, c, vl);
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
   std::memcpy(targets_.raw_data(), targets, sizeof(int32_t) * n);
-  CrossEntropyForward(losses_.data<float>(), probs_.data<float>(), logits_.data<float>(), targets,
-                      n, v);
+  RETURN_IF_ERROR(parallel::VocabParallelCrossEntropyForward(
+      tp_, losses_.data<float>(), probs_.data<float>(), loss_scratch_.data<float>(),
+      logits_.data<float>(), targets, n, vl, v, "cross_entropy"));
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += losses_.data<float>()[i];
   return float(sum / n);
 }
 
 absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
-  const int b = batch_, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
+  const int b = batch_, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
   const int n = b * t;
   const int32_t* targets = targets_.data<int32_t>();
   // Closes the gradients of `unit`, releases its parameters, and tells `ready`.
@@ -151,9 +172,10 @@ absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
 
   // dlogits overwrites probs, which nothing needs afterwards.
   float* dlogits = probs_.data<float>();
-  CrossEntropyBackward(dlogits, dlogits, targets, dloss, n, v);
+  parallel::VocabParallelCrossEntropyBackward(tp_, dlogits, dlogits, targets, dloss, n, vl);
   float* dlnf = block_scratch_.dc;
-  LinearBackward(dlnf, ge.wte, static_cast<float*>(nullptr), dlogits, lnf_, e.wte, n, c, v);
+  RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(tp_, dlnf, ge.wte, nullptr, dlogits, lnf_,
+                                                         e.wte, n, c, vl, "lm_head"));
   const float* last = config_.n_layer > 0 ? blocks_.back().out : encoded_;
   std::memset(dresidual_, 0, sizeof(float) * size_t(n) * c);
   {
@@ -169,11 +191,13 @@ absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = l == 0 ? encoded_ : blocks_[l - 1].out;
-    BlockBackward(config_, b, BindBlock(layout_, l, w), BindBlock(layout_, l, g), x, blocks_[l],
-                  block_scratch_, dresidual_);
+    RETURN_IF_ERROR(BlockBackward(config_, tp_, l, b, BindBlock(layout_, l, w),
+                                  BindBlock(layout_, l, g), x, blocks_[l], block_scratch_,
+                                  dresidual_));
     RETURN_IF_ERROR(finish(unit));
   }
-  EmbeddingBackward(ge.wte, ge.wpe, dresidual_, tokens_.data<int32_t>(), b, t, c);
+  parallel::VocabParallelEmbeddingBackward(tp_, ge.wte, ge.wpe, dresidual_, tokens_.data<int32_t>(),
+                                           b, t, c, vl);
   return finish(kEmbeddings);
 }
 

@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/weights.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/status_macros.h"
 #include "runtime/tensor.h"
 
@@ -29,13 +30,16 @@ namespace tally::model {
 
 class GPT {
  public:
-  // A model with its own Replica, GPT-2's initialisation from the counter RNG.
+  // A model with its own Replica, GPT-2's initialisation from the counter RNG; over `tp`
+  // tensor-parallel ranks, this rank's part of every layer (parameters.h).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
-                                                     uint64_t seed);
+                                                     uint64_t seed,
+                                                     parallel::TensorParallel tp = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
-  // the model and be laid out by ParameterLayout::ForGPT(config)).
+  // the model and be laid out by ParameterLayout::ForGPT(config, tp.size(), tp.rank())).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
-                                                     WeightStore* weights);
+                                                     WeightStore* weights,
+                                                     parallel::TensorParallel tp = {});
 
   const GPTConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -58,11 +62,14 @@ class GPT {
   absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
   void ZeroGrad() { weights_->ZeroGrad(); }
 
-  // (b, T, V) logits of the last Forward.
+  // (b, T, vocab_local()) logits of the last Forward: this rank's vocabulary slice
+  // (tensor-parallel rank r holds entries [r·vocab_local, ...); all of them on one rank).
   const float* logits() const { return logits_.data<float>(); }
+  int vocab_local() const { return int(layout_.specs().front().shape[0]); }
+  const parallel::TensorParallel& tp() const { return tp_; }
 
  private:
-  GPT(const GPTConfig& config, Allocator& alloc);
+  GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp);
   absl::Status EnsureActivations(int b);
   Replica* replica() {
     CHECK(replica_ != nullptr) << "the model's weights are not a replica";
@@ -70,6 +77,7 @@ class GPT {
   }
 
   GPTConfig config_;
+  parallel::TensorParallel tp_;
   ParameterLayout layout_;
   Allocator& alloc_;
   std::unique_ptr<Replica> replica_;  // when the model owns its weights
@@ -77,7 +85,7 @@ class GPT {
 
   // Activations of the current micro-batch size.
   int batch_ = 0;
-  Tensor activations_, logits_, probs_, losses_, tokens_, targets_;
+  Tensor activations_, logits_, probs_, losses_, tokens_, targets_, loss_scratch_;
   float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   std::vector<BlockActivations> blocks_;
   Tensor scratch_;

@@ -9,48 +9,62 @@
 
 namespace tally::model {
 
-void ParameterLayout::Add(std::string name, Shape shape, float init_std, float init_value,
-                          bool decay) {
+void ParameterLayout::Add(std::string name, Shape global_shape, float init_std, float init_value,
+                          bool decay, int split_dim, int split_blocks) {
   ParamSpec spec;
   spec.name = std::move(name);
-  spec.numel = NumElements(shape);
-  spec.shape = std::move(shape);
+  spec.global_shape = global_shape;
+  spec.shape = std::move(global_shape);
+  if (tp_ > 1 && split_dim >= 0) {
+    // Each of the blocks of this dimension is cut into tp parts (rounded up: padding).
+    int64_t& dim = spec.shape[split_dim];
+    dim = split_blocks * ((dim / split_blocks + tp_ - 1) / tp_);
+    spec.split_dim = split_dim;
+    spec.split_blocks = split_blocks;
+  }
+  spec.numel = NumElements(spec.shape);
   spec.offset = total_;
   spec.init_std = init_std;
   spec.init_value = init_value;
   spec.decay = decay;
+  global_offsets_.push_back(global_offsets_.empty() ? 0
+                                                    : global_offsets_.back() +
+                                                          NumElements(specs_.back().global_shape));
   total_ += spec.numel;
   specs_.push_back(std::move(spec));
 }
 
-ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config) {
+ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_rank) {
   const int64_t c = config.n_embd;
   // GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains; the
   // projections into the residual stream scaled by 1/sqrt(2·L) (two per layer).
   const float std = 0.02f;
   const float residual_std = std / std::sqrt(2.0f * config.n_layer);
+  constexpr int kRows = 0, kColumns = 1, kWhole = -1;
   ParameterLayout layout;
-  layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true);
-  layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true);
+  layout.tp_ = tp;
+  layout.tp_rank_ = tp_rank;
+  layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true, kRows);
+  layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true, kWhole);
   layout.CloseUnit("embeddings");
   for (int i = 0; i < config.n_layer; ++i) {
     std::string h = absl::StrCat("h.", i, ".");
-    layout.Add(h + "ln_1.weight", {c}, 0, 1, false);
-    layout.Add(h + "ln_1.bias", {c}, 0, 0, false);
-    layout.Add(h + "attn.c_attn.weight", {3 * c, c}, std, 0, true);
-    layout.Add(h + "attn.c_attn.bias", {3 * c}, 0, 0, false);
-    layout.Add(h + "attn.c_proj.weight", {c, c}, residual_std, 0, true);
-    layout.Add(h + "attn.c_proj.bias", {c}, 0, 0, false);
-    layout.Add(h + "ln_2.weight", {c}, 0, 1, false);
-    layout.Add(h + "ln_2.bias", {c}, 0, 0, false);
-    layout.Add(h + "mlp.c_fc.weight", {4 * c, c}, std, 0, true);
-    layout.Add(h + "mlp.c_fc.bias", {4 * c}, 0, 0, false);
-    layout.Add(h + "mlp.c_proj.weight", {c, 4 * c}, residual_std, 0, true);
-    layout.Add(h + "mlp.c_proj.bias", {c}, 0, 0, false);
+    layout.Add(h + "ln_1.weight", {c}, 0, 1, false, kWhole);
+    layout.Add(h + "ln_1.bias", {c}, 0, 0, false, kWhole);
+    layout.Add(h + "attn.c_attn.weight", {3 * c, c}, std, 0, true, kRows, 3);
+    layout.Add(h + "attn.c_attn.bias", {3 * c}, 0, 0, false, kRows, 3);
+    layout.Add(h + "attn.c_proj.weight", {c, c}, residual_std, 0, true, kColumns);
+    layout.Add(h + "attn.c_proj.bias", {c}, 0, 0, false, kWhole);
+    layout.Add(h + "ln_2.weight", {c}, 0, 1, false, kWhole);
+    layout.Add(h + "ln_2.bias", {c}, 0, 0, false, kWhole);
+    layout.Add(h + "mlp.c_fc.weight", {4 * c, c}, std, 0, true, kRows);
+    layout.Add(h + "mlp.c_fc.bias", {4 * c}, 0, 0, false, kRows);
+    layout.Add(h + "mlp.c_proj.weight", {c, 4 * c}, residual_std, 0, true, kColumns);
+    layout.Add(h + "mlp.c_proj.bias", {c}, 0, 0, false, kWhole);
     layout.CloseUnit(absl::StrCat("h.", i));
   }
-  layout.Add("ln_f.weight", {c}, 0, 1, false);
-  layout.Add("ln_f.bias", {c}, 0, 0, false);
+  layout.Add("ln_f.weight", {c}, 0, 1, false, kWhole);
+  layout.Add("ln_f.bias", {c}, 0, 0, false, kWhole);
   layout.CloseUnit("ln_f");
   return layout;
 }
@@ -69,23 +83,47 @@ void ParameterLayout::CloseUnit(std::string name) {
 
 void InitializeParameters(const ParameterLayout& layout, uint64_t seed, int64_t begin,
                           int64_t end, float* out) {
-  for (const ParamSpec& spec : layout.specs()) {
-    int64_t lo = std::max(begin, spec.offset), hi = std::min(end, spec.offset + spec.numel);
-    if (lo >= hi) continue;
-    float* p = out + (lo - begin);
-    if (spec.init_std > 0) {
-      FillNormal(p, hi - lo, seed, StreamOf(spec.name), uint64_t(lo - spec.offset), 0.0f,
-                 spec.init_std);
-    } else {
-      std::fill(p, p + (hi - lo), spec.init_value);
-    }
+  const std::vector<ParamSpec>& specs = layout.specs();
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const ParamSpec& spec = specs[k];
+    if (spec.offset >= end || spec.offset + spec.numel <= begin) continue;
+    // Element g of the whole tensor gets Normal(seed, stream, g), wherever it lives.
+    const uint64_t stream = StreamOf(spec.name);
+    layout.ForEachRun(spec, 0, [&](int64_t local, int64_t global, int64_t count) {
+      int64_t lo = std::max(begin, local), hi = std::min(end, local + count);
+      if (lo >= hi) return;
+      float* p = out + (lo - begin);
+      if (spec.init_std > 0) {
+        FillNormal(p, hi - lo, seed, stream, uint64_t(global + (lo - local)), 0.0f, spec.init_std);
+      } else {
+        std::fill(p, p + (hi - lo), spec.init_value);
+      }
+    });
+  }
+}
+
+void ParameterLayout::ToGlobal(const float* local, float* global) const {
+  for (size_t k = 0; k < specs_.size(); ++k) {
+    ForEachRun(specs_[k], global_offsets_[k], [&](int64_t l, int64_t g, int64_t count) {
+      std::copy(local + l, local + l + count, global + g);
+    });
+  }
+}
+
+void ParameterLayout::FromGlobal(const float* global, float* local) const {
+  for (size_t k = 0; k < specs_.size(); ++k) {
+    ForEachRun(specs_[k], global_offsets_[k], [&](int64_t l, int64_t g, int64_t count) {
+      std::copy(global + g, global + g + count, local + l);
+    });
   }
 }
 
 std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout) {
   std::vector<optim::Segment> segments;
   for (const ParamSpec& spec : layout.specs()) {
-    segments.push_back({spec.offset, spec.offset + spec.numel, spec.decay});
+    optim::Segment segment{spec.offset, spec.offset + spec.numel, spec.decay};
+    segment.replica = layout.tp() > 1 && spec.replicated();
+    segments.push_back(segment);
   }
   return segments;
 }

@@ -13,8 +13,16 @@
 //   h.{i}.mlp.c_fc.weight (4C, C)      h.{i}.mlp.c_fc.bias (4C)
 //   h.{i}.mlp.c_proj.weight (C, 4C)    h.{i}.mlp.c_proj.bias (C)
 //   ln_f.weight (C)              ln_f.bias (C)
+//
+// Under tensor parallelism over tp ranks (Megatron-LM's split) each rank's buffer holds
+// its part of every tensor, in the same order: c_attn and c_fc split by output rows
+// (column-parallel; c_attn as three blocks Q, K, V, so each rank has whole heads of
+// each), the two c_proj split by input columns (row-parallel), wte split by vocabulary
+// rows (padded to a multiple of tp with zero rows no token uses), and the LayerNorms,
+// wpe and the c_proj biases replicated on every rank.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,6 +43,14 @@ struct ParamSpec {
   float init_value = 0;
   // AdamW decays 2-D weights only (not biases, not LayerNorm gains), as nanoGPT does.
   bool decay = false;
+
+  // Tensor parallelism: the whole tensor's shape, and how this rank's part is cut from it:
+  // along dimension split_dim (-1: replicated, the whole tensor on every rank) into tp
+  // parts, each of split_blocks equal blocks separately (c_attn's Q, K, V).
+  Shape global_shape;
+  int split_dim = -1;
+  int split_blocks = 1;
+  bool replicated() const { return split_dim < 0; }
 };
 
 // Tensors that forward and backward take as a whole, contiguous in the buffer: the
@@ -48,7 +64,9 @@ struct ParamUnit {
 
 class ParameterLayout {
  public:
-  static ParameterLayout ForGPT(const GPTConfig& config);
+  // Tensor-parallel rank `tp_rank` of `tp` (the whole model: tp = 1). n_embd and n_head
+  // must be divisible by tp (TrainOptions::Validate says so).
+  static ParameterLayout ForGPT(const GPTConfig& config, int tp = 1, int tp_rank = 0);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
@@ -60,14 +78,54 @@ class ParameterLayout {
   static int LayerUnit(int layer) { return 1 + layer; }
   int final_norm_unit() const { return int(units_.size()) - 1; }
 
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  // Calls run(local, global, count) for each run of `count` elements at `local` in this
+  // rank's buffer and `global` in the whole model's (ForGPT(config)) buffer that hold the
+  // same values; vocabulary padding belongs to no run.
+  template <typename Run>
+  void ForEachRun(const ParamSpec& spec, int64_t global_offset, Run run) const;
+  // Copies this rank's part between a whole-model buffer and its own buffer.
+  void ToGlobal(const float* local, float* global) const;
+  void FromGlobal(const float* global, float* local) const;
+
  private:
-  void Add(std::string name, Shape shape, float init_std, float init_value, bool decay);
+  void Add(std::string name, Shape global_shape, float init_std, float init_value, bool decay,
+           int split_dim, int split_blocks = 1);
   void CloseUnit(std::string name);  // the tensors added since the last unit form one
 
   std::vector<ParamSpec> specs_;
   std::vector<ParamUnit> units_;
+  std::vector<int64_t> global_offsets_;  // of each spec in the whole model's buffer
   int64_t total_ = 0;
+  int tp_ = 1, tp_rank_ = 0;
 };
+
+template <typename Run>
+void ParameterLayout::ForEachRun(const ParamSpec& spec, int64_t global_offset, Run run) const {
+  if (spec.replicated()) {
+    run(spec.offset, global_offset, spec.numel);
+    return;
+  }
+  const int64_t rows = spec.shape[0], cols = spec.numel / rows;
+  const int64_t global_rows = spec.global_shape[0];
+  if (spec.split_dim == 1) {  // columns [tp_rank·cols, ...) of every row
+    const int64_t global_cols = spec.global_shape[1];
+    for (int64_t i = 0; i < rows; ++i) {
+      run(spec.offset + i * cols, global_offset + i * global_cols + tp_rank_ * cols, cols);
+    }
+    return;
+  }
+  // Rows: block k of the local rows is part tp_rank of block k of the global rows.
+  const int64_t local_block = rows / spec.split_blocks;
+  const int64_t global_block = (global_rows + spec.split_blocks - 1) / spec.split_blocks;
+  for (int64_t k = 0; k < spec.split_blocks; ++k) {
+    int64_t first = k * global_block + tp_rank_ * local_block;
+    int64_t count = std::min(local_block, (k + 1) * global_block - first);  // padding cut
+    count = std::min(count, global_rows - first);
+    if (count > 0) run(spec.offset + k * local_block * cols, global_offset + first * cols, count * cols);
+  }
+}
 
 // Writes the initial values of buffer elements [begin, end) to out[0, end - begin):
 // N(0, std) from the counter RNG keyed by (seed, tensor name, element index), so that a
@@ -75,7 +133,8 @@ class ParameterLayout {
 void InitializeParameters(const ParameterLayout& layout, uint64_t seed, int64_t begin,
                           int64_t end, float* out);
 
-// The optimizer's segments over the whole buffer: one per tensor, decaying as its spec says.
+// The optimizer's segments over the whole buffer: one per tensor, decaying as its spec
+// says, and marked replica where tp > 1 and the tensor is replicated.
 std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout);
 
 // Pointers to the tensors of one unit, given where the unit's data starts (parameters or

@@ -26,6 +26,9 @@ struct Segment {
   int64_t begin = 0, end = 0;
   bool decay = false;
   int64_t param_shift = 0;
+  // Values every tensor-parallel rank holds alike: the global gradient norm counts them
+  // on one rank only.
+  bool replica = false;
 };
 
 class Optimizer {

@@ -19,6 +19,15 @@ double SquaredNorm(const float* grads, int64_t n) {
   return sum;
 }
 
+double SquaredNorm(const float* grads, const std::vector<Segment>& segments, bool count_replicas) {
+  double sum = 0;
+  for (const Segment& s : segments) {
+    if (s.replica && !count_replicas) continue;
+    for (int64_t i = s.begin; i < s.end; ++i) sum += double(grads[i]) * grads[i];
+  }
+  return sum;
+}
+
 float ClipScale(double global_norm, float max_norm) {
   double coef = max_norm / (global_norm + 1e-6);
   return coef < 1.0 ? float(coef) : 1.0f;

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "optim/optimizer.h"
 
 namespace tally::optim {
 
@@ -15,6 +18,9 @@ float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, floa
 
 // Σ g² over grads[0, n), in double.
 double SquaredNorm(const float* grads, int64_t n);
+// The same over `segments` of grads, skipping the segments marked replica unless
+// `count_replicas` (tensor-parallel copies count on one rank only).
+double SquaredNorm(const float* grads, const std::vector<Segment>& segments, bool count_replicas);
 
 // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6) when that is below 1,
 // else 1. Returns the factor to multiply every gradient by.

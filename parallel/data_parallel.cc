@@ -1,6 +1,9 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "optim/schedule.h"
 
 #include "runtime/status_macros.h"
 
@@ -14,6 +17,24 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
     buckets.push_back({begin, end - begin});
   }
   return buckets;
+}
+
+absl::StatusOr<double> GlobalGradientNorm(const float* grads,
+                                          const std::vector<optim::Segment>& segments,
+                                          comm::Communicator* shards, const TensorParallel& tp,
+                                          comm::Algorithm algorithm) {
+  double squares = optim::SquaredNorm(grads, segments, /*count_replicas=*/tp.rank() == 0);
+  for (comm::Communicator* group : {shards, tp.group()}) {
+    if (group == nullptr) continue;
+    comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
+    comm::LabelScope label(group->ledger(), "grad_norm");
+    ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty({1}, DType::kF64, group->allocator(),
+                                               MemoryCategory::kComm));
+    sum.data<double>()[0] = squares;
+    RETURN_IF_ERROR(group->AllReduce(sum, comm::ReduceOp::kSum, algorithm));
+    squares = sum.data<double>()[0];
+  }
+  return std::sqrt(squares);
 }
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,

@@ -27,6 +27,8 @@
 
 #include "absl/status/status.h"
 #include "runtime/comm/communicator.h"
+#include "optim/optimizer.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/comm/partition.h"
 
 namespace tally::parallel {
@@ -34,6 +36,15 @@ namespace tally::parallel {
 // The buckets of a flat buffer of `total` elements: ranges of at most `bucket_elements`,
 // cut from the end of the buffer toward its start, in that order.
 std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements);
+
+// The global gradient norm, for clipping: Σ g² of this rank's `grads` over `segments`
+// (tensor-parallel replicas counted on tp rank 0 only), summed over `shards` (the dp group
+// when each rank holds a ZeRO shard of the gradients; null when it holds them all) and
+// over the tp group, in double; booked under phase optimizer, scope grad_norm.
+absl::StatusOr<double> GlobalGradientNorm(const float* grads,
+                                          const std::vector<optim::Segment>& segments,
+                                          comm::Communicator* shards, const TensorParallel& tp,
+                                          comm::Algorithm algorithm);
 
 class GradientSync {
  public:

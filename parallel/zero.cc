@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "optim/schedule.h"
+#include "parallel/data_parallel.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/status_macros.h"
 
@@ -17,7 +18,12 @@ std::vector<optim::Segment> SegmentsInRange(const std::vector<optim::Segment>& s
   std::vector<optim::Segment> out;
   for (const optim::Segment& s : segments) {
     int64_t lo = std::max(s.begin, begin), hi = std::min(s.end, end);
-    if (lo < hi) out.push_back({lo - begin, hi - begin, s.decay});
+    if (lo < hi) {
+      optim::Segment part = s;
+      part.begin = lo - begin;
+      part.end = hi - begin;
+      out.push_back(part);
+    }
   }
   return out;
 }
@@ -63,8 +69,10 @@ int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ra
 }
 
 ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
-                         MakeOptimizer make_optimizer, comm::Algorithm algorithm)
+                         MakeOptimizer make_optimizer, comm::Algorithm algorithm,
+                         TensorParallel tp)
     : dp_(dp),
+      tp_(tp),
       stage_(stage),
       layout_(layout),
       sharding_(ZeroUnits(layout, stage), dp->size(), dp->rank()),
@@ -75,12 +83,12 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::Paramet
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
-    MakeOptimizer make_optimizer, comm::Algorithm algorithm) {
+    MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp) {
   if (stage < 1 || stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("[zero] no stage ", stage, " (1, 2 or 3)"));
   }
   std::unique_ptr<ZeroWeights> z(
-      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm));
+      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp));
   Allocator& alloc = dp->allocator();
   const int64_t total = layout.total(), shard = z->sharding_.size();
   auto empty = [&](int64_t n, MemoryCategory category) {
@@ -178,14 +186,7 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   float* g = grad_shard_.data<float>();
   const int64_t n = grad_shard_.numel();
-  ASSIGN_OR_RETURN(Tensor squares, Tensor::Empty({1}, DType::kF64, dp_->allocator(),
-                                                 MemoryCategory::kComm));
-  squares.data<double>()[0] = optim::SquaredNorm(g, n);
-  {
-    comm::LabelScope label(ledger, "grad_norm");
-    RETURN_IF_ERROR(dp_->AllReduce(squares, comm::ReduceOp::kSum, algorithm_));
-  }
-  double norm = std::sqrt(squares.data<double>()[0]);
+  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(g, segments_, dp_, tp_, algorithm_));
   if (clip > 0) {
     float scale = optim::ClipScale(norm, clip);
     if (scale < 1.0f) optim::Scale(g, n, scale);

@@ -42,6 +42,7 @@
 #include "model/parameters.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/partition.h"
 
@@ -87,10 +88,11 @@ class ZeroWeights : public model::WeightStore {
       int64_t size, Allocator& alloc)>;
 
   // Parameters initialised from `seed` as the serial model's (ZeRO-3: the own shard only).
-  // Memory is charged to dp's allocator.
+  // `layout` is this rank's (under tensor parallelism, its part of the model; `tp` then
+  // joins the gradient norm). Memory is charged to dp's allocator.
   static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
       comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
-      MakeOptimizer make_optimizer, comm::Algorithm algorithm);
+      MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {});
 
   absl::StatusOr<float*> Params(int unit) override;
   absl::Status ReleaseParams(int unit) override;
@@ -115,7 +117,7 @@ class ZeroWeights : public model::WeightStore {
 
  private:
   ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
-              MakeOptimizer make_optimizer, comm::Algorithm algorithm);
+              MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp);
   // Piece `i` of a packed shard.
   Tensor Own(const Tensor& shard, size_t i) const {
     const Sharding::Piece& p = sharding_.pieces()[i];
@@ -123,6 +125,7 @@ class ZeroWeights : public model::WeightStore {
   }
 
   comm::Communicator* dp_;
+  const TensorParallel tp_;
   const int stage_;
   const model::ParameterLayout layout_;
   const Sharding sharding_;

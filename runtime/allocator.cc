@@ -14,8 +14,14 @@ Storage::Storage(void* data, size_t bytes, Device device, MemoryLedger* ledger,
   if (ledger_ != nullptr) ledger_->Charge(category_, static_cast<int64_t>(bytes_));
 }
 
+std::shared_ptr<Storage> Storage::Borrow(void* data, size_t bytes, Device device) {
+  auto storage = std::make_shared<Storage>(data, bytes, device, nullptr, MemoryCategory::kOther);
+  storage->owned_ = false;
+  return storage;
+}
+
 Storage::~Storage() {
-  std::free(data_);
+  if (owned_) std::free(data_);
   if (ledger_ != nullptr) ledger_->Release(category_, static_cast<int64_t>(bytes_));
 }
 

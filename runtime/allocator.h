@@ -22,6 +22,8 @@ namespace tally {
 class Storage {
  public:
   Storage(void* data, size_t bytes, Device device, MemoryLedger* ledger, MemoryCategory category);
+  // Memory somebody else owns: never freed here, never charged to a ledger.
+  static std::shared_ptr<Storage> Borrow(void* data, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -37,6 +39,7 @@ class Storage {
   Device device_;
   MemoryLedger* ledger_;  // not owned; may be null
   MemoryCategory category_;
+  bool owned_ = true;
 };
 
 class Allocator {

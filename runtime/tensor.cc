@@ -26,6 +26,11 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shap
       numel_(NumElements(shape_)),
       dtype_(dtype) {}
 
+Tensor Tensor::Borrow(float* data, int64_t count) {
+  return Tensor(Storage::Borrow(data, sizeof(float) * size_t(count), Device::CPU()), 0, {count},
+                DType::kF32);
+}
+
 absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Allocator& alloc,
                                      MemoryCategory category) {
   for (int64_t d : shape) {

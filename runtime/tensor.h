@@ -37,6 +37,10 @@ class Tensor {
   static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype, Allocator& alloc,
                                        MemoryCategory category = MemoryCategory::kOther);
 
+  // A 1-D view of `count` floats that the tensor neither owns nor counts (an activation
+  // inside a buffer the model carved up); the memory must outlive the view.
+  static Tensor Borrow(float* data, int64_t count);
+
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }
   int rank() const { return static_cast<int>(shape_.size()); }

@@ -19,6 +19,11 @@ absl::Status TrainOptions::Validate() const {
   if (global_batch_size <= 0) return bad("--global_batch_size must be positive, got ", global_batch_size);
   if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
   if (dp < 1) return bad("--dp must be >= 1, got ", dp);
+  if (tp < 1) return bad("--tp must be >= 1, got ", tp);
+  if (model.n_head % tp != 0) {
+    return bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,
+               " (each rank takes whole heads)");
+  }
   if (global_batch_size % (dp * micro_batch_size) != 0) {
     return bad("--global_batch_size (", global_batch_size,
                ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,

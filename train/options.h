@@ -38,6 +38,11 @@ struct TrainOptions {
   std::string traffic_json;          // every rank's traffic and memory, as JSON
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
 
+  // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks.
+  int tp = 1;
+
+  int world() const { return dp * tp; }
+
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;
   // One clear message for the first thing wrong (of the resolved options).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,19 +23,56 @@ int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
   return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
 }
 
-// The exact bytes a rank sends under `key` over the run, when the report knows the row;
-// -1 otherwise.
+// A row's all-reduce as the step makes it: calls per step, elements and bytes each.
+struct AllReducePattern {
+  int64_t calls = 0, count = 0;
+  size_t element = 4;
+};
+
+// The tensor-parallel all-reduces of a training step by scope (tensor_parallel.h): each
+// layer's attention and MLP once forward and once backward, the embedding forward, the
+// LM head backward, over the (micro-batch·seq_len, n_embd) activations of each
+// micro-batch; cross-entropy's three per micro-batch over one float per row; the norm.
+std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
+                                                      const comm::LedgerKey& key) {
+  using comm::Phase;
+  const int64_t m = o.accumulation_steps(), rows = int64_t(o.micro_batch_size) * o.model.seq_len;
+  const bool training = key.phase == Phase::kForward || key.phase == Phase::kBackward;
+  if (key.primitive != comm::Primitive::kAllReduce) return std::nullopt;
+  if (key.label.rfind("layer", 0) == 0 && training) return AllReducePattern{m, rows * o.model.n_embd};
+  if (key.label == "embedding" && key.phase == Phase::kForward) {
+    return AllReducePattern{m, rows * o.model.n_embd};
+  }
+  if (key.label == "lm_head" && key.phase == Phase::kBackward) {
+    return AllReducePattern{m, rows * o.model.n_embd};
+  }
+  if (key.label == "cross_entropy" && key.phase == Phase::kForward) return AllReducePattern{3 * m, rows};
+  if (key.label == "grad_norm" && key.phase == Phase::kOptimizer) return AllReducePattern{1, 1, 8};
+  return std::nullopt;
+}
+
+// The exact bytes world rank `rank` sends under `key` over the run, when the report knows
+// the row; -1 otherwise.
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
   const TrainOptions& o = in.options;
-  const int64_t phi = o.model.NumParams();
+  const int dp_rank = rank / o.tp, tp_rank = rank % o.tp;
+  if (key.group == "tp") {
+    std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
+    if (!p) return -1;
+    return in.steps * p->calls *
+           comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
+  }
   if (key.group != "dp") return -1;
+  // This rank's part of the model: the buffer the dp group reduces or shards.
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank);
   auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
-    return in.steps * comm::ExactTraffic(p, key.algorithm, o.dp, rank, -1, count, element).sent;
+    return in.steps * comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element).sent;
   };
   switch (key.primitive) {
     case comm::Primitive::kAllReduce:
       if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
-        return in.steps * GradientSyncBytesPerStep(phi, o.dp, rank, BucketBytes(o), key.algorithm);
+        return in.steps * GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank, BucketBytes(o),
+                                                   key.algorithm);
       }
       if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
       if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
@@ -42,25 +80,33 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     case comm::Primitive::kReduceScatter:  // ZeRO: the gradients
     case comm::Primitive::kAllGather:      // ZeRO: the parameters
       if (ZeroCalls(o, key) == 0) return -1;
-      return in.steps * parallel::ZeroBytesPerStep(model::ParameterLayout::ForGPT(o.model), o.zero,
-                                                   o.dp, rank, o.accumulation_steps(),
-                                                   key.algorithm, key.primitive, key.phase);
+      return in.steps * parallel::ZeroBytesPerStep(layout, o.zero, o.dp, dp_rank,
+                                                   o.accumulation_steps(), key.algorithm,
+                                                   key.primitive, key.phase);
     default:
       return -1;
   }
 }
 
-// The seed article's figure for the row: 2Φ·4 bytes per step for the gradient all-reduce,
-// Φ·4 for each pass of ZeRO's reduce-scatter and all-gather over the whole buffer (2Φ
-// together for ZeRO-1/2, 3Φ for ZeRO-3, with one micro-batch).
+// The seed article's figure for the row: an all-reduce of M bytes moves 2M; so 2Φ·4/tp
+// per step for the gradient all-reduce, and 2·b·s·h·4 for each tensor-parallel
+// all-reduce of the activations (8bsh per layer and step); Φ·4/tp for each pass of
+// ZeRO's reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for
+// ZeRO-3, with one micro-batch).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
-  const int64_t phi_bytes = in.steps * in.options.model.NumParams() * 4;
+  const TrainOptions& o = in.options;
+  const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / o.tp;
+  if (key.group == "tp") {
+    std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
+    if (!p || key.label == "cross_entropy" || key.label == "grad_norm") return -1;
+    return in.steps * p->calls * 2 * p->count * int64_t(p->element);
+  }
   if (key.group != "dp") return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
-    return 2 * phi_bytes;
+    return 2 * part_bytes;
   }
   int calls = ZeroCalls(in.options, key);
-  return calls > 0 ? calls * phi_bytes : -1;
+  return calls > 0 ? calls * part_bytes : -1;
 }
 
 struct Row {
@@ -86,8 +132,9 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
   return sent;
 }
 
-MemoryFormula PredictedMemory(const TrainOptions& o, int dp_rank) {
-  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
+MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
+  const int dp_rank = rank / o.tp;
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model, o.tp, rank % o.tp);
   const int64_t phi = layout.total();
   const int64_t state_per_element = o.optimizer == "adamw" ? 8 : 4;
   MemoryFormula f;
@@ -129,14 +176,15 @@ std::string FormatReport(const ReportInputs& in) {
   }
   const TrainOptions& o = in.options;
   std::string out = absl::StrFormat(
-      "traffic over %d steps (dp=%d, Φ = %d parameters, 4 bytes each; bytes sent per rank, min..max over ranks)\n"
-      "%-6s %-15s %-6s %-10s %-8s %6s %22s %22s %14s %14s\n",
-      in.steps, o.dp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
+      "traffic over %d steps (dp=%d x tp=%d, Φ = %d parameters, 4 bytes each; bytes sent per "
+      "rank, min..max over ranks)\n"
+      "%-6s %-15s %-6s %-10s %-13s %6s %22s %22s %14s %14s\n",
+      in.steps, o.dp, o.tp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
       "measured", "exact formula", "seed formula", "measured/seed");
   for (const auto& [key, row] : rows) {
     int64_t seed = SeedSent(in, key);
     out += absl::StrFormat(
-        "%-6s %-15s %-6s %-10s %-8s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
+        "%-6s %-15s %-6s %-10s %-13s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
         comm::Name(key.algorithm), comm::Name(key.phase), key.label.empty() ? "-" : key.label,
         row.calls, Range(row.sent_min, row.sent_max),
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
@@ -174,13 +222,15 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
   w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
   w.Key("allreduce").String(o.allreduce).Key("bucket_mb").Double(o.bucket_mb);
-  w.Key("world").Int(o.dp).Key("dp").Int(o.dp).Key("tp").Int(1).Key("pp").Int(1).Key("zero").Int(o.zero);
+  w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(1);
+  w.Key("zero").Int(o.zero);
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);
   w.Key("ranks").BeginArray();
   for (size_t r = 0; r < in.traffic.size(); ++r) {
-    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(int64_t(r)).Key("tp").Int(0).Key("pp").Int(0);
+    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(int64_t(r) / o.tp);
+    w.Key("tp").Int(int64_t(r) % o.tp).Key("pp").Int(0);
     std::map<comm::LedgerKey, comm::TransferTotals> totals;
     for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
       totals[key_peer.first].bytes_sent += t.bytes_sent;

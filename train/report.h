@@ -39,7 +39,7 @@ std::string ReportJson(const ReportInputs& in);
 struct MemoryFormula {
   int64_t params = 0, grads = 0, optimizer = 0;
 };
-MemoryFormula PredictedMemory(const TrainOptions& options, int dp_rank);
+MemoryFormula PredictedMemory(const TrainOptions& options, int world_rank);
 
 // Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
 // parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket).

@@ -23,7 +23,17 @@ namespace tally::train {
 void SetIntraOpThreads(const TrainOptions& options) {
   // Ranks share the cores: each gets its part, so that ranks x BLAS threads <= cores.
   int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / options.dp));
+  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / options.world()));
+}
+
+void CopyState(optim::Optimizer& from, optim::Optimizer& to) {
+  auto source = from.State();
+  auto target = to.State();
+  for (size_t i = 0; i < target.size(); ++i) {
+    std::memcpy(target[i].second->raw_data(), source[i].second->raw_data(),
+                target[i].second->nbytes());
+  }
+  to.set_step(from.step());
 }
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
@@ -51,9 +61,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   const TrainOptions options = requested.Resolved();
   RETURN_IF_ERROR(options.Validate());
   const int world_size = world != nullptr ? world->size() : 1;
-  if (world_size != options.dp) {
-    return absl::InvalidArgumentError(absl::StrCat("[train] ", world_size,
-                                                   " ranks cannot run --dp=", options.dp));
+  if (world_size != options.world()) {
+    return absl::InvalidArgumentError(absl::StrCat("[train] ", world_size, " ranks cannot run --dp=",
+                                                   options.dp, " x --tp=", options.tp));
   }
   ASSIGN_OR_RETURN(data::Dataset data, data::LoadDataset(options.data, options.model.seq_len));
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
@@ -62,21 +72,31 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world == nullptr) SetIntraOpThreads(options);
 
   if (world != nullptr) {
-    // The data-parallel group: every rank of the world, for now.
-    ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/0, world->rank(), "dp"));
+    // The grid, tp fastest (Megatron's order): world rank = dp_rank · tp + tp_rank. The
+    // ranks of one dp group hold the same part of the model; those of one tp group split
+    // one replica.
+    const int tp_rank = world->rank() % options.tp, dp_rank = world->rank() / options.tp;
+    if (options.dp > 1 || options.zero > 0) {
+      ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/tp_rank, world->rank(), "dp"));
+    }
+    if (options.tp > 1) {
+      ASSIGN_OR_RETURN(t->tp_, world->Split(/*color=*/dp_rank, world->rank(), "tp"));
+    }
   }
+  const parallel::TensorParallel tp(t->tp_.get());
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
-  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(options.model);
+  const model::ParameterLayout layout =
+      model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank());
   if (t->dp_ != nullptr && options.zero >= 1) {
     auto make_optimizer = [options](int64_t n, Allocator& alloc) {
       return MakeOptimizer(options, n, alloc);
     };
     ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
                                                              options.seed, make_optimizer,
-                                                             algorithm));
-    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, t->zero_.get()));
+                                                             algorithm, tp));
+    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp));
   } else {
-    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed));
+    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp));
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
     t->segments_ = model::OptimizerSegments(layout);
     if (t->dp_ != nullptr) {
@@ -140,7 +160,8 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   } else {
     float* grads = gpt_->grads().data<float>();
     int64_t n = gpt_->grads().numel();
-    s.grad_norm = std::sqrt(optim::SquaredNorm(grads, n));
+    ASSIGN_OR_RETURN(s.grad_norm, parallel::GlobalGradientNorm(grads, segments_, nullptr, gpt_->tp(),
+                                                               comm::Algorithm::kRing));
     if (options_.grad_clip > 0) {
       float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
       if (scale < 1.0f) optim::Scale(grads, n, scale);
@@ -152,6 +173,12 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   s.tokens_per_s = double(tokens) / seconds;
   s.gflops = options_.model.FlopsPerToken() * double(tokens) / seconds / 1e9;
   return s;
+}
+
+bool Trainer::Evaluates() const {
+  if (zero_ != nullptr && zero_->stage() == 3) return true;
+  if (tp_ != nullptr) return world_->rank() / options_.tp == 0;  // dp rank 0's tp group
+  return logs();
 }
 
 absl::StatusOr<float> Trainer::Evaluate() {
@@ -176,6 +203,12 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
   std::string text;
   const uint64_t stream = StreamOf("sample");
   std::vector<std::pair<float, int>> scored(v);
+  // The last position's logits over the whole vocabulary (tensor parallelism: gathered
+  // from the ranks' slices).
+  const int vl = gpt_->vocab_local();
+  Tensor last;
+  ASSIGN_OR_RETURN(last, Tensor::Empty({int64_t(vl) * gpt_->tp().size()}, DType::kF32, alloc_,
+                                       MemoryCategory::kActivations));
   for (int i = 0; i < bytes; ++i) {
     // The last (up to) T bytes, left-aligned; causal attention makes the padding after
     // them irrelevant to the logits at the last real position.
@@ -183,7 +216,13 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
     std::copy(context.end() - len, context.end(), window.begin());
     ASSIGN_OR_RETURN(float unused, gpt_->Forward(window.data(), nullptr, 1));
     (void)unused;
-    const float* logits = gpt_->logits() + int64_t(len - 1) * v;
+    Tensor mine = Tensor::Borrow(const_cast<float*>(gpt_->logits()) + int64_t(len - 1) * vl, vl);
+    if (tp_ != nullptr) {
+      RETURN_IF_ERROR(tp_->AllGather(mine, last));
+    } else {
+      std::memcpy(last.raw_data(), mine.raw_data(), mine.nbytes());
+    }
+    const float* logits = last.data<float>();
     for (int j = 0; j < v; ++j) scored[j] = {logits[j] / options_.temperature, j};
     int k = options_.top_k > 0 ? options_.top_k : v;
     std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), std::greater<>());
@@ -205,41 +244,100 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
 }
 
 absl::StatusOr<Tensor> Trainer::Parameters() {
-  if (zero_ != nullptr) return zero_->GatherParams(/*root=*/0);
-  return logs() ? gpt_->params() : Tensor();
+  ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/false));
+  return std::move(whole.params);
+}
+
+// Whole parameters (and optimizer state) on rank 0: ZeRO gathers each dp group's shards to
+// its dp rank 0, then tensor parallelism gathers the parts of the model to tp rank 0,
+// which puts them in their places in the whole model's buffer.
+absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
+  Allocator unaccounted(nullptr);
+  Whole local;  // this rank's part of the model, on dp rank 0
+  if (zero_ != nullptr) {
+    ASSIGN_OR_RETURN(local.params, zero_->GatherParams(/*root=*/0));
+    if (with_optimizer) {
+      ASSIGN_OR_RETURN(local.gathered, zero_->GatherOptimizer(/*root=*/0));
+      local.optimizer = local.gathered.get();
+    }
+  } else if (dp_ == nullptr || dp_->rank() == 0) {
+    local.params = gpt_->params();
+    if (with_optimizer) local.optimizer = optimizer_.get();
+  }
+  if (!local.params.defined()) return Whole{};  // dp ranks > 0
+  if (tp_ == nullptr) return local;
+  const model::GPTConfig& config = options_.model;
+  const int64_t whole_total = config.NumParams(), part = local.params.numel();
+  const bool root = tp_->rank() == 0;
+  Whole whole;
+  auto gather = [&](const Tensor& mine, float* into) -> absl::Status {
+    Tensor parts;
+    if (root) {
+      ASSIGN_OR_RETURN(parts, Tensor::Empty({part * tp_->size()}, DType::kF32, unaccounted));
+    }
+    RETURN_IF_ERROR(tp_->Gather(mine, parts, part * tp_->size(), /*root=*/0));
+    if (!root) return absl::OkStatus();
+    for (int r = 0; r < tp_->size(); ++r) {
+      model::ParameterLayout::ForGPT(config, tp_->size(), r)
+          .ToGlobal(parts.data<float>() + r * part, into);
+    }
+    return absl::OkStatus();
+  };
+  if (root) {
+    ASSIGN_OR_RETURN(whole.params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
+  }
+  RETURN_IF_ERROR(gather(local.params, root ? whole.params.data<float>() : nullptr));
+  if (local.optimizer != nullptr) {
+    if (root) {
+      ASSIGN_OR_RETURN(whole.gathered, MakeOptimizer(options_, whole_total, unaccounted));
+      whole.optimizer = whole.gathered.get();
+      whole.optimizer->set_step(local.optimizer->step());
+    }
+    auto states = local.optimizer->State();
+    for (size_t i = 0; i < states.size(); ++i) {
+      RETURN_IF_ERROR(gather(*states[i].second,
+                             root ? whole.optimizer->State()[i].second->data<float>() : nullptr));
+    }
+  }
+  if (!root) return Whole{};
+  return whole;
 }
 
 absl::Status Trainer::Save(const std::string& path, int64_t step) {
-  if (zero_ == nullptr) {
-    return logs() ? model::SaveCheckpoint(path, options_.model, gpt_->params().data<float>(),
-                                          optimizer_.get(), step)
-                  : absl::OkStatus();
-  }
-  // Checkpoints are whole: rank 0 gathers every shard first.
   comm::PhaseScope phase(traffic(), comm::Phase::kCheckpoint);
-  ASSIGN_OR_RETURN(Tensor params, zero_->GatherParams(/*root=*/0));
-  ASSIGN_OR_RETURN(auto optimizer, zero_->GatherOptimizer(/*root=*/0));
+  ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/true));
   if (!logs()) return absl::OkStatus();
-  return model::SaveCheckpoint(path, options_.model, params.data<float>(), optimizer.get(), step);
+  return model::SaveCheckpoint(path, options_.model, whole.params.data<float>(), whole.optimizer,
+                               step);
 }
 
 absl::Status Trainer::Load(const std::string& path) {
-  if (zero_ == nullptr) {
-    ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
-                     model::LoadCheckpoint(path, options_.model, gpt_->params().data<float>(),
-                                           optimizer_.get()));
-    start_step_ = loaded.step;
-    return absl::OkStatus();
-  }
-  // Every rank reads the whole file and keeps its shard.
+  // Every rank reads the whole file and keeps its part: its tensor-parallel slice of
+  // every tensor, and with ZeRO its shard of that.
   Allocator unaccounted(nullptr);
-  const int64_t total = gpt_->layout().total();
-  ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({total}, DType::kF32, unaccounted));
-  ASSIGN_OR_RETURN(auto whole, MakeOptimizer(options_, total, unaccounted));
+  const int64_t whole_total = options_.model.NumParams();
+  ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
+  ASSIGN_OR_RETURN(auto optimizer, MakeOptimizer(options_, whole_total, unaccounted));
   ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
-                   model::LoadCheckpoint(path, options_.model, params.data<float>(), whole.get()));
+                   model::LoadCheckpoint(path, options_.model, params.data<float>(), optimizer.get()));
   start_step_ = loaded.step;
-  return zero_->Load(params.data<float>(), loaded.has_optimizer ? whole.get() : nullptr);
+  const model::ParameterLayout& layout = gpt_->layout();
+  ASSIGN_OR_RETURN(Tensor local_params, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
+  layout.FromGlobal(params.data<float>(), local_params.data<float>());
+  std::unique_ptr<optim::Optimizer> local_optimizer;
+  if (loaded.has_optimizer) {
+    ASSIGN_OR_RETURN(local_optimizer, MakeOptimizer(options_, layout.total(), unaccounted));
+    auto whole = optimizer->State();
+    auto mine = local_optimizer->State();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      layout.FromGlobal(whole[i].second->data<float>(), mine[i].second->data<float>());
+    }
+    local_optimizer->set_step(loaded.step);
+  }
+  if (zero_ != nullptr) return zero_->Load(local_params.data<float>(), local_optimizer.get());
+  std::memcpy(gpt_->params().raw_data(), local_params.raw_data(), local_params.nbytes());
+  if (local_optimizer != nullptr) CopyState(*local_optimizer, *optimizer_);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -272,10 +370,11 @@ absl::Status Trainer::Run(std::ostream& out) {
   log << absl::StrFormat(
       "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
       "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step; dp=%d "
-      "(zero=%d), each rank %d micro-batch(es) of %d; %s, lr %g -> %g, warm-up %d, %d steps\n",
+      "(zero=%d) x tp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, warm-up %d, "
+      "%d steps\n",
       c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
       data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size,
-      c.seq_len, options_.dp, options_.zero, options_.accumulation_steps(),
+      c.seq_len, options_.dp, options_.zero, options_.tp, options_.accumulation_steps(),
       options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
@@ -292,7 +391,7 @@ absl::Status Trainer::Run(std::ostream& out) {
         s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
     if (metrics.is_open()) metrics << StepJson(s) << "\n" << std::flush;
     bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
-    if ((logs() || forward_is_collective()) && evaluate) {
+    if (Evaluates() && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());
       log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val);
       if (metrics.is_open()) metrics << ValJson(s.step, val) << "\n" << std::flush;
@@ -306,7 +405,7 @@ absl::Status Trainer::Run(std::ostream& out) {
     RETURN_IF_ERROR(Save(options_.save, step));
     log << "saved '" << options_.save << "' at step " << step << "\n";
   }
-  if ((logs() || forward_is_collective()) && options_.sample_bytes > 0) {
+  if (Evaluates() && options_.sample_bytes > 0) {
     ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
     log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
         << "):\n" << text << "\n";
@@ -317,16 +416,16 @@ absl::Status Trainer::Run(std::ostream& out) {
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   RETURN_IF_ERROR(options.Validate());
-  if (options.dp == 1 && options.zero == 0) {
+  if (options.world() == 1 && options.zero == 0) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     return trainer->Run(log);
   }
   SetIntraOpThreads(options);
-  std::vector<comm::TrafficLedger> traffic(options.dp);
-  std::vector<MemoryLedger> memory(options.dp);
+  std::vector<comm::TrafficLedger> traffic(options.world());
+  std::vector<MemoryLedger> memory(options.world());
   int64_t start_step = 0;
   comm::LaunchOptions launch;
-  launch.world_size = options.dp;
+  launch.world_size = options.world();
   RETURN_IF_ERROR(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     RETURN_IF_ERROR(trainer->Run(log));

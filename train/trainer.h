@@ -74,10 +74,20 @@ class Trainer {
   Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world);
   bool logs() const { return world_ == nullptr || world_->rank() == 0; }
   absl::Status Load(const std::string& path);
+  // The whole model's parameters and (if asked) optimizer state on rank 0, in memory no
+  // ledger counts; empty elsewhere. Every rank must call it.
+  struct Whole {
+    Tensor params;
+    optim::Optimizer* optimizer = nullptr;  // the live one, or `gathered`
+    std::unique_ptr<optim::Optimizer> gathered;
+  };
+  absl::StatusOr<Whole> GatherWhole(bool with_optimizer);
   // The mean of the ranks' losses (every rank's share of the batch is the same size).
   absl::StatusOr<float> GlobalMean(float local);
-  // ZeRO-3 ranks hold a shard of the parameters: every rank must take part in a forward.
-  bool forward_is_collective() const { return zero_ != nullptr && zero_->stage() == 3; }
+  // Whether this rank runs the evaluation and sampling forwards. Rank 0 does, on its
+  // replica; a replica split by tensor parallelism needs its whole tp group; ZeRO-3 ranks
+  // hold shards of the parameters, so every rank must take part.
+  bool Evaluates() const;
 
   TrainOptions options_;
   comm::Communicator* world_;
@@ -85,7 +95,8 @@ class Trainer {
   MemoryLedger own_memory_;
   Allocator own_alloc_{&own_memory_};
   comm::TrafficLedger own_traffic_{0};
-  std::unique_ptr<comm::Communicator> dp_;
+  std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
+  std::unique_ptr<comm::Communicator> tp_;  // when tp > 1
   std::unique_ptr<parallel::GradientSync> sync_;
   data::Dataset data_;
   Allocator& alloc_;
@@ -100,6 +111,9 @@ class Trainer {
 // OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.
 // Process-wide; call before the ranks start.
 void SetIntraOpThreads(const TrainOptions& options);
+
+// Copies the state and step of one optimizer into another of the same kind and size.
+void CopyState(optim::Optimizer& from, optim::Optimizer& to);
 
 // An AdamW or SGD (options.optimizer) over `size` elements.
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,

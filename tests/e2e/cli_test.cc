@@ -97,7 +97,7 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --global_batch_size=4 --steps=2 --eval_every=0 "
                         "--sample_bytes=0 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0)")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "traffic over 2 steps")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "memory per rank")) << r.output;
   std::ifstream in(json);

@@ -14,6 +14,7 @@
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
 #include "train/report.h"
+#include "tests/train/run_ranks.h"
 #include "train/trainer.h"
 
 namespace tally::train {
@@ -38,41 +39,6 @@ TrainOptions Tiny(int dp, const std::string& allreduce) {
   o.allreduce = allreduce;
   o.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them
   return o;
-}
-
-struct RunResult {
-  std::vector<float> losses;
-  std::vector<float> params;
-  std::vector<comm::TrafficLedger> traffic;
-  std::vector<MemoryLedger> memory;
-};
-
-RunResult RunRanks(const TrainOptions& o) {
-  RunResult result;
-  result.traffic.resize(o.dp);
-  result.memory.resize(o.dp);
-  comm::LaunchOptions launch;
-  launch.world_size = o.dp;
-  SetIntraOpThreads(o);
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank.
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.dp > 1 || o.zero > 0 ? &world : nullptr));
-    world.ledger().Clear();  // count the steps only
-    for (int64_t k = 0; k < o.steps; ++k) {
-      ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(k));
-      if (world.rank() == 0) result.losses.push_back(s.loss);
-    }
-    result.traffic[world.rank()] = world.ledger();
-    result.memory[world.rank()] = world.memory();
-    ASSIGN_OR_RETURN(Tensor params, trainer->Parameters());  // gathered, with ZeRO
-    if (world.rank() == 0) {
-      result.params.assign(params.data<float>(), params.data<float>() + params.numel());
-    }
-    if (!o.save.empty()) RETURN_IF_ERROR(trainer->Save(o.save, o.steps));
-    return absl::OkStatus();
-  });
-  EXPECT_TRUE(status.ok()) << status;
-  return result;
 }
 
 class DataParallelTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
@@ -118,17 +84,6 @@ INSTANTIATE_TEST_SUITE_P(DpAndAlgorithm, DataParallelTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values("ring", "naive")),
                          Name);
-
-void ExpectSameRun(const RunResult& a, const RunResult& b) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t k = 0; k < a.losses.size(); ++k) {
-    EXPECT_NEAR(a.losses[k], b.losses[k], 1e-5 * std::abs(b.losses[k])) << "step " << k;
-  }
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i) {
-    ASSERT_NEAR(a.params[i], b.params[i], 1e-5 * std::max(1.0f, std::abs(b.params[i]))) << i;
-  }
-}
 
 // The serial reference every parallel run is held to.
 const RunResult& Serial() {
@@ -232,35 +187,6 @@ TEST(ZeroMemory, EachStageShardsWhatItShould) {
   EXPECT_LT(peak(2, MemoryCategory::kGrads), 0.75 * peak(0, MemoryCategory::kGrads));
   EXPECT_EQ(peak(2, MemoryCategory::kParams), 4.0 * phi);
   EXPECT_LT(peak(3, MemoryCategory::kParams), 0.75 * 4.0 * phi);
-}
-
-// Trains the first `steps` steps of `o` on o.dp ranks and saves at `path`.
-void TrainAndSave(TrainOptions o, int64_t steps, const std::string& path) {
-  comm::LaunchOptions launch;
-  launch.world_size = o.dp;
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.dp > 1 || o.zero > 0 ? &world : nullptr));
-    for (int64_t k = 0; k < steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
-    return trainer->Save(path, steps);
-  });
-  ASSERT_TRUE(status.ok()) << status;
-}
-
-// Resumes `o` from o.load and returns the losses of the remaining steps.
-std::vector<float> Resume(const TrainOptions& o) {
-  comm::LaunchOptions launch;
-  launch.world_size = o.dp;
-  std::vector<float> losses;
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto t, Trainer::Create(o, o.dp > 1 || o.zero > 0 ? &world : nullptr));
-    for (int64_t k = t->start_step(); k < o.steps; ++k) {
-      ASSIGN_OR_RETURN(StepStats s, t->TrainStep(k));
-      if (world.rank() == 0) losses.push_back(s.loss);
-    }
-    return absl::OkStatus();
-  });
-  EXPECT_TRUE(status.ok()) << status;
-  return losses;
 }
 
 // Checkpoints are whole: saved under one (dp, zero) after 3 of 6 steps and resumed under

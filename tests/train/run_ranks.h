@@ -1,0 +1,91 @@
+// What the multi-rank training tests share: run a configuration on its ranks (threads)
+// and collect each rank's losses, parameters, traffic and memory; compare two runs.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/comm/launch.h"
+#include "train/trainer.h"
+
+namespace tally::train {
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<float> params;
+  std::vector<comm::TrafficLedger> traffic;
+  std::vector<MemoryLedger> memory;
+};
+
+inline RunResult RunRanks(const TrainOptions& o) {
+  RunResult result;
+  result.traffic.resize(o.world());
+  result.memory.resize(o.world());
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  SetIntraOpThreads(o);
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank.
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));
+    world.ledger().Clear();  // count the steps only
+    for (int64_t k = 0; k < o.steps; ++k) {
+      ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(k));
+      if (world.rank() == 0) result.losses.push_back(s.loss);
+    }
+    result.traffic[world.rank()] = world.ledger();
+    result.memory[world.rank()] = world.memory();
+    ASSIGN_OR_RETURN(Tensor params, trainer->Parameters());  // whole: gathered from the parts
+    if (world.rank() == 0) {
+      result.params.assign(params.data<float>(), params.data<float>() + params.numel());
+    }
+    if (!o.save.empty()) RETURN_IF_ERROR(trainer->Save(o.save, o.steps));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return result;
+}
+
+inline void ExpectSameRun(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t k = 0; k < a.losses.size(); ++k) {
+    EXPECT_NEAR(a.losses[k], b.losses[k], 1e-5 * std::abs(b.losses[k])) << "step " << k;
+  }
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    ASSERT_NEAR(a.params[i], b.params[i], 1e-5 * std::max(1.0f, std::abs(b.params[i]))) << i;
+  }
+}
+
+// Trains the first `steps` steps of `o` on its ranks and saves at `path`.
+inline void TrainAndSave(TrainOptions o, int64_t steps, const std::string& path) {
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));
+    for (int64_t k = 0; k < steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    return trainer->Save(path, steps);
+  });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+// Resumes `o` from o.load and returns the losses of the remaining steps.
+inline std::vector<float> Resume(const TrainOptions& o) {
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  std::vector<float> losses;
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto t, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));
+    for (int64_t k = t->start_step(); k < o.steps; ++k) {
+      ASSIGN_OR_RETURN(StepStats s, t->TrainStep(k));
+      if (world.rank() == 0) losses.push_back(s.loss);
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return losses;
+}
+
+}  // namespace tally::train
