@@ -47,6 +47,9 @@ ABSL_FLAG(int, threads, 0, "intra-op threads per rank (0: the cores shared out a
 ABSL_FLAG(int, dp, 1, "data-parallel ranks (threads of this process)");
 ABSL_FLAG(int, tp, 1,
           "tensor-parallel ranks: every layer split Megatron-style (world = dp x tp threads)");
+ABSL_FLAG(bool, sequence_parallel, false,
+          "Megatron sequence parallelism: between the split layers each tp rank keeps seq_len/tp "
+          "positions (all-gather + reduce-scatter instead of all-reduce)");
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
@@ -87,6 +90,7 @@ train::TrainOptions OptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.dp = absl::GetFlag(FLAGS_dp);
   o.tp = absl::GetFlag(FLAGS_tp);
+  o.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

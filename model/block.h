@@ -13,7 +13,9 @@
 // Over tp tensor-parallel ranks (parallel/tensor_parallel.h) each rank holds NH/tp whole
 // heads of c_attn and 4C/tp columns of c_fc: the attention branch and the MLP branch are
 // each a column-parallel linear after f and a row-parallel one before g, so the widths
-// marked "/tp" below are this rank's slice, and x, out and the LayerNorms are whole.
+// marked "/tp" below are this rank's slice. The residual stream (x, residual2, out) and
+// the LayerNorms' statistics have R rows: N, or N/tp under sequence parallelism, where
+// ln1 and ln2 keep the whole N rows the linears read (gathered by f).
 #pragma once
 
 #include "absl/status/status.h"
@@ -26,32 +28,37 @@ namespace tally::model {
 // The block's saved activations, each (N, ·) for one micro-batch.
 struct BlockActivations {
   float* ln1;        // (N, C)
-  float* ln1_mean;   // (N)
-  float* ln1_rstd;   // (N)
+  float* ln1_mean;   // (R)
+  float* ln1_rstd;   // (R)
   float* qkv;        // (N, 3C/tp)
   float* att;        // (B, NH/tp, T, T) softmax probabilities
   float* atty;       // (N, C/tp) attention output, before c_proj
-  float* residual2;  // (N, C) x + attention branch
+  float* residual2;  // (R, C) x + attention branch
   float* ln2;        // (N, C)
-  float* ln2_mean;   // (N)
-  float* ln2_rstd;   // (N)
+  float* ln2_mean;   // (R)
+  float* ln2_rstd;   // (R)
   float* fch;        // (N, 4C/tp) c_fc output
   float* fch_gelu;   // (N, 4C/tp)
-  float* out;        // (N, C) residual2 + MLP branch: the next block's input
+  float* out;        // (R, C) residual2 + MLP branch: the next block's input
 };
 
-// Scratch the backward reuses from layer to layer.
+// Scratch reused from layer to layer.
 struct BlockScratch {
   float* d4c;   // (N, 4C/tp)
   float* dqkv;  // (N, 3C/tp)
   float* dc;    // (N, C)
   float* dtt;   // (T, T)
+  // Sequence parallelism only (null otherwise): a LayerNorm's output on this rank's rows
+  // (N/tp, C), a whole (N, C) activation or gradient, and the collectives' (N, C).
+  float* rows = nullptr;
+  float* whole = nullptr;
+  float* comm = nullptr;
 };
 
 // Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp.
 absl::Status BlockForward(const GPTConfig& config, const parallel::TensorParallel& tp, int layer,
                           int b, const BlockTensors& w, const float* x,
-                          const BlockActivations& acts);
+                          const BlockActivations& acts, const BlockScratch& scratch);
 
 absl::Status BlockBackward(const GPTConfig& config, const parallel::TensorParallel& tp, int layer,
                            int b, const BlockTensors& w, const BlockTensors& g, const float* x,

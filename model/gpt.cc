@@ -50,12 +50,19 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 // Carves one buffer into the activations of every block for micro-batch size b.
 absl::Status GPT::EnsureActivations(int b) {
   if (b == batch_) return absl::OkStatus();
-  // Tensor parallelism cuts the attention and MLP widths and the vocabulary (block.h).
+  if (config_.seq_len % tp_.size() != 0 && tp_.sequence_parallel()) {
+    return absl::InvalidArgumentError(absl::StrCat("[GPT] seq_len=", config_.seq_len,
+                                                   " is not divisible by tp=", tp_.size(),
+                                                   " (sequence parallelism splits it)"));
+  }
+  // Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
+  // parallelism the residual stream's rows to r (block.h).
   const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / tp_.size();
   const int64_t cl = c / tp_.size(), hidden = 4 * c / tp_.size();
-  const int64_t n = b * t, v = vocab_local(), layers = config_.n_layer;
-  const int64_t per_block = n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * nh * t * t + n * hidden * 2;
-  const int64_t total = n * c * 2 + n * 2 + layers * per_block;
+  const int64_t n = b * t, v = vocab_local(), layers = config_.n_layer, r = tp_.Rows(int(n));
+  const int64_t per_block =
+      n * c * 2 + r * c * 2 + r * 4 + n * cl + n * 3 * cl + b * nh * t * t + n * hidden * 2;
+  const int64_t total = r * c + n * c + r * 2 + layers * per_block;
   ASSIGN_OR_RETURN(activations_, Tensor::Empty({total}, DType::kF32, alloc_,
                                                MemoryCategory::kActivations));
   float* p = activations_.data<float>();
@@ -64,28 +71,28 @@ absl::Status GPT::EnsureActivations(int b) {
     p += count;
     return q;
   };
-  encoded_ = take(n * c);
+  encoded_ = take(r * c);
   blocks_.clear();
   for (int64_t l = 0; l < layers; ++l) {
     BlockActivations a;
     a.ln1 = take(n * c);
-    a.ln1_mean = take(n);
-    a.ln1_rstd = take(n);
+    a.ln1_mean = take(r);
+    a.ln1_rstd = take(r);
     a.qkv = take(n * 3 * cl);
     a.att = take(b * nh * t * t);
     a.atty = take(n * cl);
-    a.residual2 = take(n * c);
+    a.residual2 = take(r * c);
     a.ln2 = take(n * c);
-    a.ln2_mean = take(n);
-    a.ln2_rstd = take(n);
+    a.ln2_mean = take(r);
+    a.ln2_rstd = take(r);
     a.fch = take(n * hidden);
     a.fch_gelu = take(n * hidden);
-    a.out = take(n * c);
+    a.out = take(r * c);
     blocks_.push_back(a);
   }
-  lnf_ = take(n * c);
-  lnf_mean_ = take(n);
-  lnf_rstd_ = take(n);
+  lnf_ = take(n * c);  // whole: the LM head reads every row
+  lnf_mean_ = take(r);
+  lnf_rstd_ = take(r);
   CHECK(p == activations_.data<float>() + total) << "activation layout";
 
   ASSIGN_OR_RETURN(logits_, Tensor::Empty({n, v}, DType::kF32, alloc_, MemoryCategory::kActivations));
@@ -95,12 +102,23 @@ absl::Status GPT::EnsureActivations(int b) {
   ASSIGN_OR_RETURN(targets_, Tensor::Empty({n}, DType::kI32, alloc_, MemoryCategory::kActivations));
   ASSIGN_OR_RETURN(loss_scratch_,
                    Tensor::Empty({3 * n}, DType::kF32, alloc_, MemoryCategory::kActivations));
-  // Backward scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (T, T), dresidual (N, C).
-  ASSIGN_OR_RETURN(scratch_, Tensor::Empty({n * hidden + n * 3 * cl + n * c + t * t + n * c},
-                                           DType::kF32, alloc_, MemoryCategory::kActivations));
+  // Scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (T, T), dresidual (R, C); with
+  // sequence parallelism also rows (R, C) and whole (N, C), and the collectives' (N, C).
+  const bool sp = tp_.sequence_parallel();
+  const int64_t sequence = sp ? r * c + n * c : 0;
+  ASSIGN_OR_RETURN(scratch_,
+                   Tensor::Empty({n * hidden + n * 3 * cl + n * c + t * t + r * c + sequence},
+                                 DType::kF32, alloc_, MemoryCategory::kActivations));
   p = scratch_.data<float>();
   block_scratch_ = {take(n * hidden), take(n * 3 * cl), take(n * c), take(t * t)};
-  dresidual_ = take(n * c);
+  dresidual_ = take(r * c);
+  if (sp) {
+    block_scratch_.rows = take(r * c);
+    block_scratch_.whole = take(n * c);
+    ASSIGN_OR_RETURN(comm_scratch_,
+                     Tensor::Empty({n * c}, DType::kF32, alloc_, MemoryCategory::kComm));
+    block_scratch_.comm = comm_scratch_.data<float>();
+  }
   batch_ = b;
   return absl::OkStatus();
 }
@@ -121,25 +139,29 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
   ASSIGN_OR_RETURN(float* embeddings, weights_->Params(kEmbeddings));
   const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(tp_, encoded_, tokens, e.wte, e.wpe, b,
-                                                          t, c, vl, "embedding"));
+  const BlockScratch& s = block_scratch_;
+  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(tp_, encoded_, s.whole, tokens, e.wte,
+                                                          e.wpe, b, t, c, vl, s.comm, "embedding"));
   const float* x = encoded_;
   for (int l = 0; l < config_.n_layer; ++l) {
     const int unit = ParameterLayout::LayerUnit(l);
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    RETURN_IF_ERROR(BlockForward(config_, tp_, l, b, BindBlock(layout_, l, w), x, blocks_[l]));
+    RETURN_IF_ERROR(BlockForward(config_, tp_, l, b, BindBlock(layout_, l, w), x, blocks_[l], s));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = blocks_[l].out;
   }
+  float* lnf_rows = tp_.sequence_parallel() ? s.rows : lnf_;  // f gathers it into lnf_
   {
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w);
-    LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, x, lnf.w, lnf.b, n, c);
+    LayerNormForward(lnf_rows, lnf_mean_, lnf_rstd_, x, lnf.w, lnf.b, tp_.Rows(n), c);
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
   }
   // logits = lnf · wteᵀ, each rank its vocabulary slice: the LM head is column-parallel.
-  parallel::ColumnParallelLinearForward(logits_.data<float>(), lnf_, e.wte, nullptr, n, c, vl);
+  RETURN_IF_ERROR(parallel::ColumnParallelLinearForward(tp_, logits_.data<float>(), lnf_rows, lnf_,
+                                                        e.wte, nullptr, b, t, c, vl, s.comm,
+                                                        "lm_head"));
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
@@ -173,17 +195,20 @@ absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
   // dlogits overwrites probs, which nothing needs afterwards.
   float* dlogits = probs_.data<float>();
   parallel::VocabParallelCrossEntropyBackward(tp_, dlogits, dlogits, targets, dloss, n, vl);
-  float* dlnf = block_scratch_.dc;
-  RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(tp_, dlnf, ge.wte, nullptr, dlogits, lnf_,
-                                                         e.wte, n, c, vl, "lm_head"));
+  const BlockScratch& s = block_scratch_;
+  const int rows = tp_.Rows(n);
+  float* dlnf = s.dc;
+  RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(tp_, dlnf, s.whole, ge.wte, nullptr,
+                                                         dlogits, lnf_, e.wte, b, t, c, vl, s.comm,
+                                                         "lm_head"));
   const float* last = config_.n_layer > 0 ? blocks_.back().out : encoded_;
-  std::memset(dresidual_, 0, sizeof(float) * size_t(n) * c);
+  std::memset(dresidual_, 0, sizeof(float) * size_t(rows) * c);
   {
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w), glnf = BindFinalNorm(layout_, g);
-    LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, last, lnf.w, lnf_mean_, lnf_rstd_, n, c);
+    LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, last, lnf.w, lnf_mean_, lnf_rstd_, rows, c);
     RETURN_IF_ERROR(finish(unit));
   }
   for (int l = config_.n_layer - 1; l >= 0; --l) {
@@ -192,12 +217,12 @@ absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = l == 0 ? encoded_ : blocks_[l - 1].out;
     RETURN_IF_ERROR(BlockBackward(config_, tp_, l, b, BindBlock(layout_, l, w),
-                                  BindBlock(layout_, l, g), x, blocks_[l], block_scratch_,
-                                  dresidual_));
+                                  BindBlock(layout_, l, g), x, blocks_[l], s, dresidual_));
     RETURN_IF_ERROR(finish(unit));
   }
-  parallel::VocabParallelEmbeddingBackward(tp_, ge.wte, ge.wpe, dresidual_, tokens_.data<int32_t>(),
-                                           b, t, c, vl);
+  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingBackward(tp_, ge.wte, ge.wpe, dresidual_, s.whole,
+                                                           tokens_.data<int32_t>(), b, t, c, vl,
+                                                           s.comm, "embedding"));
   return finish(kEmbeddings);
 }
 

@@ -85,7 +85,7 @@ class GPT {
 
   // Activations of the current micro-batch size.
   int batch_ = 0;
-  Tensor activations_, logits_, probs_, losses_, tokens_, targets_, loss_scratch_;
+  Tensor activations_, logits_, probs_, losses_, tokens_, targets_, loss_scratch_, comm_scratch_;
   float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   std::vector<BlockActivations> blocks_;
   Tensor scratch_;

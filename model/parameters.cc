@@ -66,6 +66,9 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   layout.Add("ln_f.weight", {c}, 0, 1, false, kWhole);
   layout.Add("ln_f.bias", {c}, 0, 0, false, kWhole);
   layout.CloseUnit("ln_f");
+  for (ParamSpec& spec : layout.specs_) {
+    spec.per_token = spec.name == "wpe.weight" || spec.name.find("ln_") != std::string::npos;
+  }
   return layout;
 }
 
@@ -74,6 +77,12 @@ const ParamSpec* ParameterLayout::Find(const std::string& name) const {
     if (spec.name == name) return &spec;
   }
   return nullptr;
+}
+
+int64_t ParameterLayout::per_token_count() const {
+  int64_t count = 0;
+  for (const ParamSpec& spec : specs_) count += spec.per_token ? spec.numel : 0;
+  return count;
 }
 
 void ParameterLayout::CloseUnit(std::string name) {
@@ -123,6 +132,7 @@ std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout) {
   for (const ParamSpec& spec : layout.specs()) {
     optim::Segment segment{spec.offset, spec.offset + spec.numel, spec.decay};
     segment.replica = layout.tp() > 1 && spec.replicated();
+    segment.per_token = layout.tp() > 1 && spec.per_token;
     segments.push_back(segment);
   }
   return segments;

@@ -51,6 +51,9 @@ struct ParamSpec {
   int split_dim = -1;
   int split_blocks = 1;
   bool replicated() const { return split_dim < 0; }
+  // Applied token by token on the residual stream (the LayerNorms, the position table):
+  // under sequence parallelism each rank's gradient covers its own tokens only.
+  bool per_token = false;
 };
 
 // Tensors that forward and backward take as a whole, contiguous in the buffer: the
@@ -77,6 +80,9 @@ class ParameterLayout {
   static constexpr int kEmbeddings = 0;
   static int LayerUnit(int layer) { return 1 + layer; }
   int final_norm_unit() const { return int(units_.size()) - 1; }
+
+  // Elements of the per-token tensors (ParamSpec::per_token).
+  int64_t per_token_count() const;
 
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }

@@ -29,6 +29,9 @@ struct Segment {
   // Values every tensor-parallel rank holds alike: the global gradient norm counts them
   // on one rank only.
   bool replica = false;
+  // A replica whose gradient, under sequence parallelism, each rank has for its own
+  // tokens only: summed over the tensor-parallel group before the step.
+  bool per_token = false;
 };
 
 class Optimizer {

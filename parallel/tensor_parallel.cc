@@ -18,30 +18,90 @@ absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string
   return group_->AllReduce(view, op);
 }
 
-void ColumnParallelLinearForward(float* y, const float* x, const float* w, const float* b,
-                                 int n, int in, int out_local) {
-  cpu::LinearForward(y, x, w, b, n, in, out_local);
+absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, float* scratch,
+                                               int b, int t, int c, const std::string& scope) const {
+  const int n = size(), tl = t / n;
+  const int64_t run = int64_t(tl) * c, chunk = b * run;
+  {
+    comm::LabelScope label(group_->ledger(), scope);
+    Tensor mine = Tensor::Borrow(const_cast<float*>(part), chunk);
+    Tensor all = Tensor::Borrow(scratch, n * chunk);
+    RETURN_IF_ERROR(group_->AllGather(mine, all));
+  }
+  // Rank-major (rank, b, t/N, c) to (b, t, c).
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < b; ++i) {
+      std::memcpy(whole + (int64_t(i) * t + int64_t(r) * tl) * c, scratch + (int64_t(r) * b + i) * run,
+                  sizeof(float) * size_t(run));
+    }
+  }
+  return absl::OkStatus();
 }
 
-absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, float* dw,
-                                          float* db, const float* dy, const float* x,
-                                          const float* w, int n, int in, int out_local,
+absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* part, float* scratch,
+                                                   int b, int t, int c,
+                                                   const std::string& scope) const {
+  const int n = size(), tl = t / n;
+  const int64_t run = int64_t(tl) * c, chunk = b * run;
+  // (b, t, c) to rank-major (rank, b, t/N, c): chunk r is what rank r keeps.
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < b; ++i) {
+      std::memcpy(scratch + (int64_t(r) * b + i) * run, whole + (int64_t(i) * t + int64_t(r) * tl) * c,
+                  sizeof(float) * size_t(run));
+    }
+  }
+  comm::LabelScope label(group_->ledger(), scope);
+  Tensor all = Tensor::Borrow(scratch, n * chunk);
+  Tensor mine = Tensor::Borrow(part, chunk);
+  return group_->ReduceScatter(all, mine, comm::ReduceOp::kSum);
+}
+
+absl::Status ColumnParallelLinearForward(const TensorParallel& tp, float* y, const float* x,
+                                         float* x_whole, const float* w, const float* b,
+                                         int batch, int t, int in, int out_local, float* scratch,
+                                         const std::string& scope) {
+  const float* input = x;
+  if (tp.sequence_parallel()) {  // f: gather the sequence
+    RETURN_IF_ERROR(tp.SequenceAllGather(x, x_whole, scratch, batch, t, in, scope));
+    input = x_whole;
+  }
+  cpu::LinearForward(y, input, w, b, batch * t, in, out_local);
+  return absl::OkStatus();
+}
+
+absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, float* dx_whole,
+                                          float* dw, float* db, const float* dy,
+                                          const float* x_whole, const float* w, int batch, int t,
+                                          int in, int out_local, float* scratch,
                                           const std::string& scope) {
-  cpu::LinearBackward(dx, dw, db, dy, x, w, n, in, out_local);
-  return tp.AllReduce(dx, int64_t(n) * in, scope);  // f
+  const int n = batch * t;
+  float* whole = tp.sequence_parallel() ? dx_whole : dx;
+  cpu::LinearBackward(whole, dw, db, dy, x_whole, w, n, in, out_local);
+  // f's backward: the input's gradient summed over the group.
+  if (tp.sequence_parallel()) {
+    return tp.SequenceReduceScatter(whole, dx, scratch, batch, t, in, scope);
+  }
+  return tp.AllReduce(dx, int64_t(n) * in, scope);
 }
 
-absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, const float* x,
-                                      const float* w, const float* b, int n, int in_local,
-                                      int out, const std::string& scope) {
+absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, float* y_whole,
+                                      const float* x, const float* w, const float* b, int batch,
+                                      int t, int in_local, int out, float* scratch,
+                                      const std::string& scope) {
+  const int n = batch * t;
   if (tp.size() == 1) {
     cpu::LinearForward(y, x, w, b, n, in_local, out);
     return absl::OkStatus();
   }
-  cpu::LinearForward(y, x, w, static_cast<const float*>(nullptr), n, in_local, out);
-  RETURN_IF_ERROR(tp.AllReduce(y, int64_t(n) * out, scope));  // g
+  float* whole = tp.sequence_parallel() ? y_whole : y;
+  cpu::LinearForward(whole, x, w, static_cast<const float*>(nullptr), n, in_local, out);
+  if (tp.sequence_parallel()) {  // g
+    RETURN_IF_ERROR(tp.SequenceReduceScatter(whole, y, scratch, batch, t, out, scope));
+  } else {
+    RETURN_IF_ERROR(tp.AllReduce(y, int64_t(n) * out, scope));
+  }
   if (b != nullptr) {
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < tp.Rows(n); ++i) {
       float* row = y + int64_t(i) * out;
       for (int j = 0; j < out; ++j) row[j] += b[j];
     }
@@ -49,18 +109,40 @@ absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, const 
   return absl::OkStatus();
 }
 
-void RowParallelLinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                               const float* w, int n, int in_local, int out) {
-  cpu::LinearBackward(dx, dw, db, dy, x, w, n, in_local, out);
+absl::Status RowParallelLinearBackward(const TensorParallel& tp, float* dx, float* dw, float* db,
+                                       const float* dy, float* dy_whole, const float* x,
+                                       const float* w, int batch, int t, int in_local, int out,
+                                       float* scratch, const std::string& scope) {
+  const float* grad = dy;
+  if (tp.sequence_parallel()) {  // g's backward: gather the sequence
+    RETURN_IF_ERROR(tp.SequenceAllGather(dy, dy_whole, scratch, batch, t, out, scope));
+    grad = dy_whole;
+  }
+  cpu::LinearBackward(dx, dw, db, grad, x, w, batch * t, in_local, out);
+  return absl::OkStatus();
 }
 
-absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x,
+namespace {
+
+// The position of row i of this rank's activations (sequence parallelism: its part of
+// each sequence).
+int PositionOf(const TensorParallel& tp, int64_t i, int t) {
+  if (!tp.sequence_parallel()) return int(i % t);
+  const int tl = t / tp.size();
+  return tp.rank() * tl + int(i % tl);
+}
+
+}  // namespace
+
+absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x, float* x_whole,
                                            const int32_t* tokens, const float* wte_local,
-                                           const float* wpe, int b, int t, int c,
-                                           int vocab_local, const std::string& scope) {
-  const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(b) * t;
+                                           const float* wpe, int batch, int t, int c,
+                                           int vocab_local, float* scratch,
+                                           const std::string& scope) {
+  const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(batch) * t;
+  float* whole = tp.sequence_parallel() ? x_whole : x;
   for (int64_t i = 0; i < n; ++i) {
-    float* out = x + i * c;
+    float* out = whole + i * c;
     const int64_t row = tokens[i] - first;
     if (row >= 0 && row < vocab_local) {
       std::memcpy(out, wte_local + row * c, sizeof(float) * size_t(c));
@@ -68,29 +150,44 @@ absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x,
       std::fill(out, out + c, 0.0f);
     }
   }
-  RETURN_IF_ERROR(tp.AllReduce(x, n * c, scope));  // g: each row comes from one rank
-  for (int64_t i = 0; i < n; ++i) {
-    const float* pos = wpe + (i % t) * c;
+  // g: each row comes from one rank.
+  if (tp.sequence_parallel()) {
+    RETURN_IF_ERROR(tp.SequenceReduceScatter(whole, x, scratch, batch, t, c, scope));
+  } else {
+    RETURN_IF_ERROR(tp.AllReduce(x, n * c, scope));
+  }
+  for (int64_t i = 0; i < tp.Rows(int(n)); ++i) {
+    const float* pos = wpe + int64_t(PositionOf(tp, i, t)) * c;
     float* out = x + i * c;
     for (int k = 0; k < c; ++k) out[k] += pos[k];
   }
   return absl::OkStatus();
 }
 
-void VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwte_local, float* dwpe,
-                                    const float* dx, const int32_t* tokens, int b, int t, int c,
-                                    int vocab_local) {
-  const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(b) * t;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* g = dx + i * c;
-    float* pos = dwpe + (i % t) * c;
-    const int64_t row = tokens[i] - first;
-    float* tok = row >= 0 && row < vocab_local ? dwte_local + row * c : nullptr;
-    for (int k = 0; k < c; ++k) {
-      if (tok != nullptr) tok[k] += g[k];
-      pos[k] += g[k];
-    }
+absl::Status VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwte_local,
+                                            float* dwpe, const float* dx, float* dx_whole,
+                                            const int32_t* tokens, int batch, int t, int c,
+                                            int vocab_local, float* scratch,
+                                            const std::string& scope) {
+  const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(batch) * t;
+  const float* all = dx;
+  if (tp.sequence_parallel()) {
+    RETURN_IF_ERROR(tp.SequenceAllGather(dx, dx_whole, scratch, batch, t, c, scope));
+    all = dx_whole;
   }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = tokens[i] - first;
+    if (row < 0 || row >= vocab_local) continue;
+    const float* g = all + i * c;
+    float* tok = dwte_local + row * c;
+    for (int k = 0; k < c; ++k) tok[k] += g[k];
+  }
+  for (int64_t i = 0; i < tp.Rows(int(n)); ++i) {
+    const float* g = dx + i * c;
+    float* pos = dwpe + int64_t(PositionOf(tp, i, t)) * c;
+    for (int k = 0; k < c; ++k) pos[k] += g[k];
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VocabParallelCrossEntropyForward(const TensorParallel& tp, float* losses,
@@ -146,6 +243,24 @@ void VocabParallelCrossEntropyBackward(const TensorParallel& tp, float* dlogits,
     const int64_t column = targets[i] - first;
     if (column >= 0 && column < vocab_local) d[column] -= dloss;
   }
+}
+
+absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
+                                  const std::vector<optim::Segment>& segments) {
+  if (!tp.sequence_parallel()) return absl::OkStatus();
+  std::vector<float> packed;
+  for (const optim::Segment& s : segments) {
+    if (s.per_token) packed.insert(packed.end(), grads + s.begin, grads + s.end);
+  }
+  comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
+  RETURN_IF_ERROR(tp.AllReduce(packed.data(), int64_t(packed.size()), "sequence_parallel"));
+  const float* next = packed.data();
+  for (const optim::Segment& s : segments) {
+    if (!s.per_token) continue;
+    std::copy(next, next + (s.end - s.begin), grads + s.begin);
+    next += s.end - s.begin;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tally::parallel

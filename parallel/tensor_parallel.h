@@ -23,64 +23,115 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "optim/optimizer.h"
 #include "runtime/comm/communicator.h"
 
 namespace tally::parallel {
 
-// A rank's tensor-parallel group, or none (one rank).
+// A rank's tensor-parallel group, or none (one rank), and whether it runs Megatron's
+// sequence parallelism.
+//
+// Sequence parallelism (Korthikanti et al., 2022): between the parallel linears, where
+// every rank used to hold the same whole activations, each rank holds its part of the
+// sequence instead: positions [r·t/N, (r+1)·t/N) of every sequence, stored (b, t/N, c),
+// and runs the LayerNorms, the residual additions and the embedding's position term on
+// them. f becomes an all-gather along the sequence (backward: reduce-scatter) and g a
+// reduce-scatter (backward: all-gather): the same bytes as the two all-reduces, since an
+// all-reduce is a reduce-scatter and an all-gather, with less activation memory. The
+// LayerNorm gains and biases and the position table then see only their rank's tokens:
+// their gradients are summed over the group once per step (ReduceSequenceParallelGrads).
 class TensorParallel {
  public:
   TensorParallel() = default;
-  explicit TensorParallel(comm::Communicator* group) : group_(group) {}
+  explicit TensorParallel(comm::Communicator* group, bool sequence_parallel = false)
+      : group_(group), sequence_parallel_(sequence_parallel && group != nullptr) {}
 
   int size() const { return group_ != nullptr ? group_->size() : 1; }
   int rank() const { return group_ != nullptr ? group_->rank() : 0; }
   comm::Communicator* group() const { return group_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
+  // Rows of the activations between the parallel linears for n = b·t tokens: this rank's
+  // n/N under sequence parallelism, all n otherwise.
+  int Rows(int n) const { return sequence_parallel_ ? n / size() : n; }
 
-  // data[0, n) reduced over the group in place (f's backward, g's forward), booked in the
-  // ledger under `scope`. One rank: nothing.
+  // data[0, n) reduced over the group in place, booked in the ledger under `scope`. One
+  // rank: nothing.
   absl::Status AllReduce(float* data, int64_t n, const std::string& scope,
                          comm::ReduceOp op = comm::ReduceOp::kSum) const;
+  // Sequence parallelism's collectives over (b, t, c) activations: every rank's
+  // (b, t/N, c) part into the whole (b, t, c); the whole's sum over the group, each rank
+  // keeping its part. `scratch` holds b·t·c floats.
+  absl::Status SequenceAllGather(const float* part, float* whole, float* scratch, int b, int t,
+                                 int c, const std::string& scope) const;
+  absl::Status SequenceReduceScatter(const float* whole, float* part, float* scratch, int b, int t,
+                                     int c, const std::string& scope) const;
 
  private:
   comm::Communicator* group_ = nullptr;
+  bool sequence_parallel_ = false;
 };
 
-// y (n, out_local) = x (n, in) · W_rᵀ + b_r: rank r holds rows [r·out_local, ...) of W
-// (out, in) and of b (b may be null). No communication: x arrives through f.
-void ColumnParallelLinearForward(float* y, const float* x, const float* w, const float* b,
-                                 int n, int in, int out_local);
-// dx = Σ over ranks of dy_r · W_r (f's backward: an all-reduce under `scope`);
-// dW_r += dy_rᵀ · x; db_r += Σ_rows dy_r (db may be null).
-absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, float* dw,
-                                          float* db, const float* dy, const float* x,
-                                          const float* w, int n, int in, int out_local,
+// The shapes of one call: b sequences of t tokens. `rows` is the activations' rows on
+// this rank between the parallel layers (TensorParallel::Rows), n = b·t those inside.
+// `scratch` (b·t·c floats, c the widest activation passed) is needed under sequence
+// parallelism only; pass null otherwise.
+
+// Column-parallel: W (out, in) split by output rows, rank r holding rows
+// [r·out_local, ...) of W and of b (b may be null). Forward: x_whole = f(x), then
+// y (n, out_local) = x_whole · W_rᵀ + b_r. Without sequence parallelism f is the identity
+// and x_whole is x itself (pass null); with it, x (rows, in) is gathered into x_whole
+// (n, in), which backward needs.
+absl::Status ColumnParallelLinearForward(const TensorParallel& tp, float* y, const float* x,
+                                         float* x_whole, const float* w, const float* b,
+                                         int batch, int t, int in, int out_local, float* scratch,
+                                         const std::string& scope);
+// dx_whole (n, in) = dy_r · W_r, the rank's part of the input's gradient, then f's
+// backward: the sum over the group into dx (rows, in) — an all-reduce in place (dx is
+// dx_whole) or a reduce-scatter. dW_r += dy_rᵀ · x_whole; db_r += Σ_rows dy_r (db may be
+// null).
+absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, float* dx_whole,
+                                          float* dw, float* db, const float* dy,
+                                          const float* x_whole, const float* w, int batch, int t,
+                                          int in, int out_local, float* scratch,
                                           const std::string& scope);
 
-// y (n, out) = g(Σ over ranks of x_r · W_rᵀ) + b: rank r holds columns [r·in_local, ...)
-// of W (out, in) and x_r (n, in_local), the matching slice of the input; b (replicated,
-// may be null) is added once, after the all-reduce.
-absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, const float* x,
-                                      const float* w, const float* b, int n, int in_local,
-                                      int out, const std::string& scope);
-// dx_r = dy · W_r; dW_r += dyᵀ · x_r; db += Σ_rows dy. No communication: dy is the same
-// on every rank (g's backward is the identity).
-void RowParallelLinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                               const float* w, int n, int in_local, int out);
+// Row-parallel: W (out, in) split by input columns, rank r holding columns
+// [r·in_local, ...) and x_r (n, in_local), the matching slice of the input. Forward:
+// y_whole (n, out) = x_r · W_rᵀ, then g: the sum over the group into y (rows, out) — an
+// all-reduce in place (y is y_whole) or a reduce-scatter — and b (replicated, may be
+// null) added once, after the sum.
+absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, float* y_whole,
+                                      const float* x, const float* w, const float* b, int batch,
+                                      int t, int in_local, int out, float* scratch,
+                                      const std::string& scope);
+// g's backward: dy (rows, out) gathered into dy_whole (n, out) under sequence
+// parallelism (otherwise dy_whole is dy; pass null). Then dx_r = dy_whole · W_r,
+// dW_r += dy_wholeᵀ · x_r, db += Σ_rows dy_whole.
+absl::Status RowParallelLinearBackward(const TensorParallel& tp, float* dx, float* dw, float* db,
+                                       const float* dy, float* dy_whole, const float* x,
+                                       const float* w, int batch, int t, int in_local, int out,
+                                       float* scratch, const std::string& scope);
 
-// x[i] (n = b·t rows, c) = wte[tokens[i]] + wpe[i % t]: rank r holds vocabulary rows
-// [r·vocab_local, ...) of wte; each rank looks up its own tokens (zero rows for the
-// others), the all-reduce completes every row, and wpe (replicated) is added after it.
-absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x,
+// x (rows, c) = wte[token] + wpe[position] over the rank's rows: rank r holds vocabulary
+// rows [r·vocab_local, ...) of wte; each rank looks up its own tokens into x_whole (n, c)
+// (zero rows for the others), the sum over the group completes every row (into x: an
+// all-reduce in place, x_whole null, or a reduce-scatter), and wpe (replicated) is added
+// after it.
+absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x, float* x_whole,
                                            const int32_t* tokens, const float* wte_local,
-                                           const float* wpe, int b, int t, int c,
-                                           int vocab_local, const std::string& scope);
-// dwte_r += dx of the rank's own tokens; dwpe += dx. No communication.
-void VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwte_local, float* dwpe,
-                                    const float* dx, const int32_t* tokens, int b, int t, int c,
-                                    int vocab_local);
+                                           const float* wpe, int batch, int t, int c,
+                                           int vocab_local, float* scratch,
+                                           const std::string& scope);
+// dwte_r += dx of the rank's own tokens (gathered into dx_whole first under sequence
+// parallelism); dwpe += dx of the rank's rows.
+absl::Status VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwte_local,
+                                            float* dwpe, const float* dx, float* dx_whole,
+                                            const int32_t* tokens, int batch, int t, int c,
+                                            int vocab_local, float* scratch,
+                                            const std::string& scope);
 
 // The softmax cross-entropy over the whole vocabulary (its first `vocab` entries; the
 // padding after them takes no part) from each rank's logits (n, vocab_local): losses (n)
@@ -94,5 +145,11 @@ absl::Status VocabParallelCrossEntropyForward(const TensorParallel& tp, float* l
 void VocabParallelCrossEntropyBackward(const TensorParallel& tp, float* dlogits,
                                        const float* probs, const int32_t* targets, float dloss,
                                        int n, int vocab_local);
+
+// Under sequence parallelism: sums the gradients of the per-token replicas (the
+// segments marked per_token: LayerNorms, position table) over the group, in place, once
+// per step (label sequence_parallel, phase backward). Otherwise nothing.
+absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
+                                  const std::vector<optim::Segment>& segments);
 
 }  // namespace tally::parallel

@@ -183,9 +183,10 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
       RETURN_IF_ERROR(dp_->ReduceScatter(unit, own, comm::ReduceOp::kSum, algorithm_));
     }
   }
-  comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   float* g = grad_shard_.data<float>();
   const int64_t n = grad_shard_.numel();
+  RETURN_IF_ERROR(SumPerTokenGradients(tp_, g, segments_));
+  comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(g, segments_, dp_, tp_, algorithm_));
   if (clip > 0) {
     float scale = optim::ClipScale(norm, clip);

@@ -24,6 +24,10 @@ absl::Status TrainOptions::Validate() const {
     return bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,
                " (each rank takes whole heads)");
   }
+  if (sequence_parallel && model.seq_len % tp != 0) {
+    return bad("--seq_len=", model.seq_len, " must be divisible by --tp=", tp,
+               " under --sequence_parallel (each rank takes seq_len/tp positions)");
+  }
   if (global_batch_size % (dp * micro_batch_size) != 0) {
     return bad("--global_batch_size (", global_batch_size,
                ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,

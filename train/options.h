@@ -38,8 +38,10 @@ struct TrainOptions {
   std::string traffic_json;          // every rank's traffic and memory, as JSON
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
 
-  // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks.
+  // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
+  // with sequence_parallel, the activations between the split layers split by sequence.
   int tp = 1;
+  bool sequence_parallel = false;
 
   int world() const { return dp * tp; }
 

@@ -29,25 +29,45 @@ struct AllReducePattern {
   size_t element = 4;
 };
 
-// The tensor-parallel all-reduces of a training step by scope (tensor_parallel.h): each
-// layer's attention and MLP once forward and once backward, the embedding forward, the
-// LM head backward, over the (micro-batch·seq_len, n_embd) activations of each
-// micro-batch; cross-entropy's three per micro-batch over one float per row; the norm.
+// The tensor-parallel collectives of a training step by scope (tensor_parallel.h), per
+// micro-batch of (micro_batch_size·seq_len, n_embd) activations: each layer's attention
+// and MLP once forward and once backward, the embedding forward, the LM head backward,
+// each an all-reduce — or under sequence parallelism an all-gather and a reduce-scatter
+// (the embedding's reduce-scatter forward and all-gather backward, the LM head's the
+// other way round) — and cross-entropy's three all-reduces of one float per row. Once a
+// step: the gradient norm, and under sequence parallelism the per-token replicas' sum.
 std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
                                                       const comm::LedgerKey& key) {
   using comm::Phase;
+  using comm::Primitive;
   const int64_t m = o.accumulation_steps(), rows = int64_t(o.micro_batch_size) * o.model.seq_len;
-  const bool training = key.phase == Phase::kForward || key.phase == Phase::kBackward;
-  if (key.primitive != comm::Primitive::kAllReduce) return std::nullopt;
-  if (key.label.rfind("layer", 0) == 0 && training) return AllReducePattern{m, rows * o.model.n_embd};
-  if (key.label == "embedding" && key.phase == Phase::kForward) {
-    return AllReducePattern{m, rows * o.model.n_embd};
+  const int64_t activations = rows * o.model.n_embd;
+  const bool forward = key.phase == Phase::kForward, backward = key.phase == Phase::kBackward;
+  const bool sp = o.sequence_parallel;
+  const Primitive whole = Primitive::kAllReduce;
+  if (key.label == "cross_entropy" && forward && key.primitive == whole) return AllReducePattern{3 * m, rows};
+  if (key.label == "grad_norm" && key.phase == Phase::kOptimizer && key.primitive == whole) {
+    return AllReducePattern{1, 1, 8};
   }
-  if (key.label == "lm_head" && key.phase == Phase::kBackward) {
-    return AllReducePattern{m, rows * o.model.n_embd};
+  if (key.label == "sequence_parallel" && backward && key.primitive == whole) {
+    return AllReducePattern{1, model::ParameterLayout::ForGPT(o.model).per_token_count()};
   }
-  if (key.label == "cross_entropy" && key.phase == Phase::kForward) return AllReducePattern{3 * m, rows};
-  if (key.label == "grad_norm" && key.phase == Phase::kOptimizer) return AllReducePattern{1, 1, 8};
+  // Which collective a scope makes in this phase: (without, with) sequence parallelism.
+  auto expect = [&](Primitive plain, Primitive split) -> std::optional<AllReducePattern> {
+    if (key.primitive != (sp ? split : plain)) return std::nullopt;
+    return AllReducePattern{m, activations};
+  };
+  if (key.label.rfind("layer", 0) == 0 && (forward || backward)) {
+    if (!sp) return expect(whole, whole);
+    if (key.primitive == Primitive::kAllGather || key.primitive == Primitive::kReduceScatter) {
+      return AllReducePattern{m, activations};
+    }
+    return std::nullopt;
+  }
+  if (key.label == "embedding" && forward) return expect(whole, Primitive::kReduceScatter);
+  if (key.label == "embedding" && backward && sp) return expect(whole, Primitive::kAllGather);
+  if (key.label == "lm_head" && backward) return expect(whole, Primitive::kReduceScatter);
+  if (key.label == "lm_head" && forward && sp) return expect(whole, Primitive::kAllGather);
   return std::nullopt;
 }
 
@@ -90,7 +110,8 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
 
 // The seed article's figure for the row: an all-reduce of M bytes moves 2M; so 2Φ·4/tp
 // per step for the gradient all-reduce, and 2·b·s·h·4 for each tensor-parallel
-// all-reduce of the activations (8bsh per layer and step); Φ·4/tp for each pass of
+// all-reduce of the activations (8bsh per layer and step; b·s·h·4 for each all-gather
+// and reduce-scatter of sequence parallelism); Φ·4/tp for each pass of
 // ZeRO's reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for
 // ZeRO-3, with one micro-batch).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
@@ -98,8 +119,13 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / o.tp;
   if (key.group == "tp") {
     std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
-    if (!p || key.label == "cross_entropy" || key.label == "grad_norm") return -1;
-    return in.steps * p->calls * 2 * p->count * int64_t(p->element);
+    if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
+        key.label == "sequence_parallel") {
+      return -1;
+    }
+    // An all-reduce of M bytes is 2M; an all-gather or reduce-scatter, its half, M.
+    const int64_t passes = key.primitive == comm::Primitive::kAllReduce ? 2 : 1;
+    return in.steps * p->calls * passes * p->count * int64_t(p->element);
   }
   if (key.group != "dp") return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
@@ -178,13 +204,13 @@ std::string FormatReport(const ReportInputs& in) {
   std::string out = absl::StrFormat(
       "traffic over %d steps (dp=%d x tp=%d, Φ = %d parameters, 4 bytes each; bytes sent per "
       "rank, min..max over ranks)\n"
-      "%-6s %-15s %-6s %-10s %-13s %6s %22s %22s %14s %14s\n",
+      "%-6s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s\n",
       in.steps, o.dp, o.tp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
       "measured", "exact formula", "seed formula", "measured/seed");
   for (const auto& [key, row] : rows) {
     int64_t seed = SeedSent(in, key);
     out += absl::StrFormat(
-        "%-6s %-15s %-6s %-10s %-13s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
+        "%-6s %-15s %-6s %-10s %-17s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
         comm::Name(key.algorithm), comm::Name(key.phase), key.label.empty() ? "-" : key.label,
         row.calls, Range(row.sent_min, row.sent_max),
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",

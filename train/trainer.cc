@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
       ASSIGN_OR_RETURN(t->tp_, world->Split(/*color=*/dp_rank, world->rank(), "tp"));
     }
   }
-  const parallel::TensorParallel tp(t->tp_.get());
+  const parallel::TensorParallel tp(t->tp_.get(), options.sequence_parallel);
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
   const model::ParameterLayout layout =
       model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank());
@@ -160,6 +160,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   } else {
     float* grads = gpt_->grads().data<float>();
     int64_t n = gpt_->grads().numel();
+    RETURN_IF_ERROR(parallel::SumPerTokenGradients(gpt_->tp(), grads, segments_));
     ASSIGN_OR_RETURN(s.grad_norm, parallel::GlobalGradientNorm(grads, segments_, nullptr, gpt_->tp(),
                                                                comm::Algorithm::kRing));
     if (options_.grad_clip > 0) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -49,55 +50,86 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, c
   }
 }
 
+// This rank's part of the sequence of (b, t, cols) activations: (b, t/N, cols).
+std::vector<float> SequencePart(const std::vector<float>& m, int b, int t, int cols, int ranks,
+                                int rank) {
+  const int tl = t / ranks;
+  std::vector<float> out;
+  for (int i = 0; i < b; ++i) {
+    auto first = m.begin() + (int64_t(i) * t + int64_t(rank) * tl) * cols;
+    out.insert(out.end(), first, first + int64_t(tl) * cols);
+  }
+  return out;
+}
+
 // Runs `fn` on `n` thread ranks, each with a tensor-parallel group of all of them.
-void OnRanks(int n, const std::function<void(const TensorParallel&)>& fn) {
+void OnRanks(int n, bool sequence_parallel, const std::function<void(const TensorParallel&)>& fn) {
   comm::LaunchOptions launch;
   launch.world_size = n;
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    fn(TensorParallel(n > 1 ? &world : nullptr));
+    fn(TensorParallel(n > 1 ? &world : nullptr, sequence_parallel));
     return absl::OkStatus();
   });
   ASSERT_TRUE(status.ok()) << status;
 }
 
-class TensorParallelLayers : public ::testing::TestWithParam<int> {};
+// (ranks, sequence parallelism)
+class TensorParallelLayers : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int ranks() const { return std::get<0>(GetParam()); }
+  bool sp() const { return std::get<1>(GetParam()); }
+  // What a rank holds of (b, t, cols) activations between the parallel layers.
+  std::vector<float> Held(const std::vector<float>& m, int b, int t, int cols, const TensorParallel& tp) const {
+    return tp.sequence_parallel() ? SequencePart(m, b, t, cols, tp.size(), tp.rank()) : m;
+  }
+};
 
 TEST_P(TensorParallelLayers, ColumnParallelLinearEqualsLinear) {
-  const int ranks = GetParam(), n = 6, in = 5, out = 8, out_local = out / ranks;
-  auto x = Random(n * in, 1), w = Random(out * in, 2), b = Random(out, 3), dy = Random(n * out, 4);
+  const int b = 2, t = 4, n = b * t, in = 5, out = 8, out_local = out / ranks();
+  auto x = Random(n * in, 1), w = Random(out * in, 2), bias = Random(out, 3), dy = Random(n * out, 4);
   std::vector<float> y(n * out), dx(n * in), dw(out * in, 0.0f), db(out, 0.0f);
-  cpu::LinearForward(y.data(), x.data(), w.data(), b.data(), n, in, out);
+  cpu::LinearForward(y.data(), x.data(), w.data(), bias.data(), n, in, out);
   cpu::LinearBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out);
-  OnRanks(ranks, [&](const TensorParallel& tp) {
+  OnRanks(ranks(), sp(), [&](const TensorParallel& tp) {
     const int first = tp.rank() * out_local;
-    auto w_r = Rows(w, in, first, out_local), b_r = Rows(b, 1, first, out_local);
+    auto w_r = Rows(w, in, first, out_local), b_r = Rows(bias, 1, first, out_local);
     auto dy_r = Columns(dy, n, out, first, out_local);
-    std::vector<float> y_r(n * out_local), dx_r(n * in), dw_r(out_local * in, 0.0f), db_r(out_local, 0.0f);
-    ColumnParallelLinearForward(y_r.data(), x.data(), w_r.data(), b_r.data(), n, in, out_local);
-    ASSERT_TRUE(ColumnParallelLinearBackward(tp, dx_r.data(), dw_r.data(), db_r.data(), dy_r.data(),
-                                             x.data(), w_r.data(), n, in, out_local, "test").ok());
+    auto x_r = Held(x, b, t, in, tp);
+    std::vector<float> y_r(n * out_local), x_whole(n * in), dx_r(n * in), dx_whole(n * in);
+    std::vector<float> dw_r(out_local * in, 0.0f), db_r(out_local, 0.0f), scratch(n * in);
+    ASSERT_TRUE(ColumnParallelLinearForward(tp, y_r.data(), x_r.data(), x_whole.data(), w_r.data(),
+                                            b_r.data(), b, t, in, out_local, scratch.data(), "test").ok());
+    const float* input = tp.sequence_parallel() ? x_whole.data() : x.data();
+    ASSERT_TRUE(ColumnParallelLinearBackward(tp, dx_r.data(), dx_whole.data(), dw_r.data(), db_r.data(),
+                                             dy_r.data(), input, w_r.data(), b, t, in, out_local,
+                                             scratch.data(), "test").ok());
     ExpectNear(y_r, Columns(y, n, out, first, out_local), "y", tp.rank());
-    ExpectNear(dx_r, dx, "dx", tp.rank());  // whole, after f's all-reduce
+    dx_r.resize(tp.Rows(n) * in);
+    ExpectNear(dx_r, Held(dx, b, t, in, tp), "dx", tp.rank());  // after f's sum
     ExpectNear(dw_r, Rows(dw, in, first, out_local), "dW", tp.rank());
     ExpectNear(db_r, Rows(db, 1, first, out_local), "db", tp.rank());
   });
 }
 
 TEST_P(TensorParallelLayers, RowParallelLinearEqualsLinear) {
-  const int ranks = GetParam(), n = 6, in = 8, out = 5, in_local = in / ranks;
-  auto x = Random(n * in, 5), w = Random(out * in, 6), b = Random(out, 7), dy = Random(n * out, 8);
+  const int b = 2, t = 4, n = b * t, in = 8, out = 5, in_local = in / ranks();
+  auto x = Random(n * in, 5), w = Random(out * in, 6), bias = Random(out, 7), dy = Random(n * out, 8);
   std::vector<float> y(n * out), dx(n * in), dw(out * in, 0.0f), db(out, 0.0f);
-  cpu::LinearForward(y.data(), x.data(), w.data(), b.data(), n, in, out);
+  cpu::LinearForward(y.data(), x.data(), w.data(), bias.data(), n, in, out);
   cpu::LinearBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out);
-  OnRanks(ranks, [&](const TensorParallel& tp) {
+  OnRanks(ranks(), sp(), [&](const TensorParallel& tp) {
     const int first = tp.rank() * in_local;
     auto w_r = Columns(w, out, in, first, in_local), x_r = Columns(x, n, in, first, in_local);
-    std::vector<float> y_r(n * out), dx_r(n * in_local), dw_r(out * in_local, 0.0f), db_r(out, 0.0f);
-    ASSERT_TRUE(RowParallelLinearForward(tp, y_r.data(), x_r.data(), w_r.data(), b.data(), n,
-                                         in_local, out, "test").ok());
-    RowParallelLinearBackward(dx_r.data(), dw_r.data(), db_r.data(), dy.data(), x_r.data(),
-                              w_r.data(), n, in_local, out);
-    ExpectNear(y_r, y, "y", tp.rank());  // whole, after g's all-reduce and the bias once
+    auto dy_r = Held(dy, b, t, out, tp);
+    std::vector<float> y_r(n * out), y_whole(n * out), dy_whole(n * out), scratch(n * out);
+    std::vector<float> dx_r(n * in_local), dw_r(out * in_local, 0.0f), db_r(out, 0.0f);
+    ASSERT_TRUE(RowParallelLinearForward(tp, y_r.data(), y_whole.data(), x_r.data(), w_r.data(),
+                                         bias.data(), b, t, in_local, out, scratch.data(), "test").ok());
+    ASSERT_TRUE(RowParallelLinearBackward(tp, dx_r.data(), dw_r.data(), db_r.data(), dy_r.data(),
+                                          dy_whole.data(), x_r.data(), w_r.data(), b, t, in_local, out,
+                                          scratch.data(), "test").ok());
+    y_r.resize(tp.Rows(n) * out);
+    ExpectNear(y_r, Held(y, b, t, out, tp), "y", tp.rank());  // after g's sum, the bias once
     ExpectNear(dx_r, Columns(dx, n, in, first, in_local), "dx", tp.rank());
     ExpectNear(dw_r, Columns(dw, out, in, first, in_local), "dW", tp.rank());
     ExpectNear(db_r, db, "db", tp.rank());
@@ -109,14 +141,13 @@ TEST_P(TensorParallelLayers, RowParallelLinearEqualsLinear) {
 // model's buffer through the tensor-parallel layout, and its gradients go back the same
 // way, so the test also checks the layout's mapping.
 TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
-  const int ranks = GetParam();
   model::GPTConfig config;
   config.n_layer = 1;
   config.n_head = 4;
   config.n_embd = 8;
-  config.seq_len = 5;
+  config.seq_len = 4;
   config.vocab_size = 11;
-  const int b = 2, n = b * config.seq_len, c = config.n_embd;
+  const int b = 2, t = config.seq_len, n = b * t, c = config.n_embd;
   const model::ParameterLayout whole = model::ParameterLayout::ForGPT(config);
   // All random, LayerNorm gains too, at the scale of a trained model's weights.
   std::vector<float> params = Random(whole.total(), 9);
@@ -124,66 +155,81 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
   const model::ParamUnit& unit = whole.units()[model::ParameterLayout::LayerUnit(0)];
   auto x = Random(n * c, 10), dout = Random(n * c, 11);
 
-  // Runs the block on one rank's part; returns out, dx and the whole-model gradients of
-  // this rank's part (zero elsewhere).
+  // Runs the block on one rank's part: out and dx of the rank's rows, and its gradients.
   struct Result {
-    std::vector<float> out, dx, grads;
+    std::vector<float> out, dx, local_grads;
   };
   auto run = [&](const TensorParallel& tp) {
     const model::ParameterLayout layout = model::ParameterLayout::ForGPT(config, tp.size(), tp.rank());
     const model::ParamUnit& mine = layout.units()[model::ParameterLayout::LayerUnit(0)];
-    std::vector<float> local(layout.total()), local_grads(layout.total(), 0.0f);
+    std::vector<float> local(layout.total());
+    Result r;
+    r.local_grads.assign(layout.total(), 0.0f);
     layout.FromGlobal(params.data(), local.data());
-    const int cl = c / tp.size(), heads = config.n_head / tp.size(), hidden = 4 * c / tp.size();
-    std::vector<float> acts(n * c * 4 + n * cl + n * 4 + n * 3 * cl + b * heads * 25 + n * hidden * 2);
+    const int rows = tp.Rows(n), cl = c / tp.size(), heads = config.n_head / tp.size();
+    const int hidden = 4 * c / tp.size();
+    std::vector<float> acts(n * c * 2 + rows * c * 2 + rows * 4 + n * cl + n * 3 * cl +
+                            b * heads * t * t + n * hidden * 2);
     float* p = acts.data();
     auto take = [&p](int64_t k) { float* q = p; p += k; return q; };
     model::BlockActivations a;
-    a.ln1 = take(n * c), a.ln1_mean = take(n), a.ln1_rstd = take(n), a.qkv = take(n * 3 * cl);
-    a.att = take(b * heads * 25), a.atty = take(n * cl), a.residual2 = take(n * c);
-    a.ln2 = take(n * c), a.ln2_mean = take(n), a.ln2_rstd = take(n);
-    a.fch = take(n * hidden), a.fch_gelu = take(n * hidden), a.out = take(n * c);
-    std::vector<float> scratch(n * hidden + n * 3 * cl + n * c + 25);
-    model::BlockScratch s{scratch.data(), scratch.data() + n * hidden,
-                          scratch.data() + n * hidden + n * 3 * cl,
-                          scratch.data() + n * hidden + n * 3 * cl + n * c};
+    a.ln1 = take(n * c), a.ln1_mean = take(rows), a.ln1_rstd = take(rows), a.qkv = take(n * 3 * cl);
+    a.att = take(b * heads * t * t), a.atty = take(n * cl), a.residual2 = take(rows * c);
+    a.ln2 = take(n * c), a.ln2_mean = take(rows), a.ln2_rstd = take(rows);
+    a.fch = take(n * hidden), a.fch_gelu = take(n * hidden), a.out = take(rows * c);
+    std::vector<float> scratch(n * hidden + n * 3 * cl + n * c + t * t + rows * c + 2 * n * c);
+    float* q = scratch.data();
+    model::BlockScratch s{q, q + n * hidden, q + n * hidden + n * 3 * cl,
+                          q + n * hidden + n * 3 * cl + n * c};
+    s.rows = s.dtt + t * t, s.whole = s.rows + rows * c, s.comm = s.whole + n * c;
     model::BlockTensors w = model::BindBlock(layout, 0, local.data() + mine.begin);
-    model::BlockTensors g = model::BindBlock(layout, 0, local_grads.data() + mine.begin);
-    Result r;
-    EXPECT_TRUE(model::BlockForward(config, tp, 0, b, w, x.data(), a).ok());
-    r.out.assign(a.out, a.out + n * c);
-    r.dx = dout;
-    EXPECT_TRUE(model::BlockBackward(config, tp, 0, b, w, g, x.data(), a, s, r.dx.data()).ok());
-    r.grads.assign(whole.total(), 0.0f);
-    layout.ToGlobal(local_grads.data(), r.grads.data());
+    model::BlockTensors g = model::BindBlock(layout, 0, r.local_grads.data() + mine.begin);
+    auto x_r = Held(x, b, t, c, tp);
+    EXPECT_TRUE(model::BlockForward(config, tp, 0, b, w, x_r.data(), a, s).ok());
+    r.out.assign(a.out, a.out + rows * c);
+    r.dx = Held(dout, b, t, c, tp);
+    EXPECT_TRUE(model::BlockBackward(config, tp, 0, b, w, g, x_r.data(), a, s, r.dx.data()).ok());
     return r;
   };
   Result serial = run(TensorParallel());
-  std::vector<Result> parts(ranks);
-  OnRanks(ranks, [&](const TensorParallel& tp) { parts[tp.rank()] = run(tp); });
-  // Every rank's part of the gradient, laid into the whole buffer: split tensors fill
-  // their own places; replicated ones (LayerNorms, c_proj biases) are whole on each rank.
+  std::vector<Result> parts(ranks());
+  OnRanks(ranks(), sp(), [&](const TensorParallel& tp) { parts[tp.rank()] = run(tp); });
+  // The ranks' gradients in the whole buffer: split tensors each in their own place;
+  // replicated ones whole on every rank, except that under sequence parallelism the
+  // LayerNorms' cover each rank's tokens and sum over the ranks.
   std::vector<float> grads(whole.total(), 0.0f);
-  for (int r = 0; r < ranks; ++r) {
-    ExpectNear(parts[r].out, serial.out, "out", r);
-    ExpectNear(parts[r].dx, serial.dx, "dx", r);
-    const model::ParameterLayout layout = model::ParameterLayout::ForGPT(config, ranks, r);
-    std::vector<float> local(layout.total());
-    layout.FromGlobal(parts[r].grads.data(), local.data());
-    layout.ToGlobal(local.data(), grads.data());
+  for (int r = 0; r < ranks(); ++r) {
+    const model::ParameterLayout layout = model::ParameterLayout::ForGPT(config, ranks(), r);
+    const bool sequence = sp() && ranks() > 1;
+    auto held = [&](const std::vector<float>& m) {
+      return sequence ? SequencePart(m, b, t, c, ranks(), r) : m;
+    };
+    ExpectNear(parts[r].out, held(serial.out), "out", r);
+    ExpectNear(parts[r].dx, held(serial.dx), "dx", r);
+    for (size_t k = 0; k < layout.specs().size(); ++k) {
+      const model::ParamSpec& spec = layout.specs()[k];
+      const int64_t global = whole.specs()[k].offset;
+      const bool sum = sequence && spec.per_token;
+      if (spec.replicated() && r > 0 && !sum) continue;
+      layout.ForEachRun(spec, global, [&](int64_t l, int64_t g, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) grads[g + i] += parts[r].local_grads[l + i];
+      });
+    }
   }
+  std::vector<float> serial_grads(whole.total());
+  whole.ToGlobal(serial.local_grads.data(), serial_grads.data());
   ExpectNear(std::vector<float>(grads.begin() + unit.begin, grads.begin() + unit.end),
-             std::vector<float>(serial.grads.begin() + unit.begin, serial.grads.begin() + unit.end),
+             std::vector<float>(serial_grads.begin() + unit.begin, serial_grads.begin() + unit.end),
              "block gradients", -1);
 }
 
 // The tied LM head's loss from vocabulary slices: V = 11, so 2 and 4 ranks pad it.
 TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
-  const int ranks = GetParam(), n = 6, t = 3, b = 2, c = 4, vocab = 11;
-  const int vocab_local = (vocab + ranks - 1) / ranks;
+  const int b = 2, t = 4, n = b * t, c = 4, vocab = 11;
+  const int vocab_local = (vocab + ranks() - 1) / ranks();
   auto logits = Random(n * vocab, 12), wte = Random(vocab * c, 13), wpe = Random(t * c, 14);
   auto dx = Random(n * c, 15);
-  std::vector<int32_t> tokens = {0, 10, 5, 3, 7, 10}, targets = {10, 0, 4, 6, 9, 1};
+  std::vector<int32_t> tokens = {0, 10, 5, 3, 7, 10, 2, 10}, targets = {10, 0, 4, 6, 9, 1, 10, 3};
   std::vector<float> losses(n), probs(n * vocab);
   cpu::CrossEntropyForward(losses.data(), probs.data(), logits.data(), targets.data(), n, vocab);
   cpu::CrossEntropyBackward(probs.data(), probs.data(), targets.data(), 0.5f, n, vocab);
@@ -195,7 +241,8 @@ TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
       dwpe[(i % t) * c + k] += dx[i * c + k];
     }
   }
-  OnRanks(ranks, [&](const TensorParallel& tp) {
+  std::vector<std::vector<float>> dwpe_parts(ranks());
+  OnRanks(ranks(), sp(), [&](const TensorParallel& tp) {
     const int first = tp.rank() * vocab_local, valid = std::max(0, std::min(vocab_local, vocab - first));
     // This rank's slice, padded with columns (rows of wte) past the vocabulary.
     std::vector<float> logits_r(n * vocab_local, 123.0f), wte_r(vocab_local * c, 0.0f);
@@ -217,23 +264,39 @@ TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
     }
     ExpectNear(dlogits_r, Columns(probs, n, vocab, first, valid), "dlogits", tp.rank());
 
-    std::vector<float> x_r(n * c), dwte_r(vocab_local * c, 0.0f), dwpe_r(t * c, 0.0f);
-    ASSERT_TRUE(VocabParallelEmbeddingForward(tp, x_r.data(), tokens.data(), wte_r.data(),
-                                              wpe.data(), b, t, c, vocab_local, "emb").ok());
-    VocabParallelEmbeddingBackward(tp, dwte_r.data(), dwpe_r.data(), dx.data(), tokens.data(), b, t,
-                                   c, vocab_local);
-    ExpectNear(x_r, x, "embedding", tp.rank());
+    const int rows = tp.Rows(n);
+    std::vector<float> x_r(rows * c), whole(n * c), comm(n * c), dwte_r(vocab_local * c, 0.0f);
+    std::vector<float> dwpe_r(t * c, 0.0f);
+    auto dx_r = Held(dx, b, t, c, tp);
+    ASSERT_TRUE(VocabParallelEmbeddingForward(tp, x_r.data(), whole.data(), tokens.data(), wte_r.data(),
+                                              wpe.data(), b, t, c, vocab_local, comm.data(), "emb").ok());
+    ASSERT_TRUE(VocabParallelEmbeddingBackward(tp, dwte_r.data(), dwpe_r.data(), dx_r.data(),
+                                               whole.data(), tokens.data(), b, t, c, vocab_local,
+                                               comm.data(), "emb").ok());
+    ExpectNear(x_r, Held(x, b, t, c, tp), "embedding", tp.rank());
     ExpectNear(std::vector<float>(dwte_r.begin(), dwte_r.begin() + valid * c),
                Rows(dwte, c, first, valid), "dwte", tp.rank());
-    ExpectNear(dwpe_r, dwpe, "dwpe", tp.rank());
+    dwpe_parts[tp.rank()] = dwpe_r;
   });
+  // The position table's gradient: whole on every rank, or (sequence parallelism) each
+  // rank's positions, summing to it.
+  std::vector<float> sum(t * c, 0.0f);
+  for (int r = 0; r < ranks(); ++r) {
+    if (!(sp() && ranks() > 1)) {
+      ExpectNear(dwpe_parts[r], dwpe, "dwpe", r);
+      continue;
+    }
+    for (int i = 0; i < t * c; ++i) sum[i] += dwpe_parts[r][i];
+  }
+  if (sp() && ranks() > 1) ExpectNear(sum, dwpe, "dwpe summed", -1);
 }
 
-std::string RanksName(const ::testing::TestParamInfo<int>& info) {
-  return "tp" + std::to_string(info.param);
+std::string LayersName(const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+  return "tp" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_sp" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelLayers, ::testing::Values(1, 2, 4), RanksName);
+INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelLayers,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Bool()), LayersName);
 
 // The layout of a part: shapes, and every whole-model element in exactly one rank's part
 // (or replicated in all), with the vocabulary padded.
