@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: install, build (Release), run every test; then rebuild the
-# communication and multi-rank training tests under ThreadSanitizer and run them again.
+# communication, tensor-parallel and multi-rank training tests under ThreadSanitizer and
+# run them again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 ctest --test-dir build -j2 --output-on-failure
 
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTALLY_SANITIZE=thread > /dev/null
-cmake --build build-tsan -j2 --target comm_test train_test
-TSAN_OPTIONS="halt_on_error=1" ctest --test-dir build-tsan -L "comm|train" -j2 --output-on-failure
+cmake --build build-tsan -j2 --target comm_test parallel_test train_test
+TSAN_OPTIONS="halt_on_error=1" ctest --test-dir build-tsan -L "comm|parallel|train" -j2 --output-on-failure

@@ -17,9 +17,9 @@ absl::Status TrainOptions::Validate() const {
   if (absl::Status s = model.Validate(); !s.ok()) return s;
   if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
   if (global_batch_size <= 0) return bad("--global_batch_size must be positive, got ", global_batch_size);
-  if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
   if (dp < 1) return bad("--dp must be >= 1, got ", dp);
   if (tp < 1) return bad("--tp must be >= 1, got ", tp);
+  if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
   if (model.n_head % tp != 0) {
     return bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,
                " (each rank takes whole heads)");

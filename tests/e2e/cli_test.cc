@@ -49,6 +49,10 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--data=/no/such/file", "cannot open '/no/such/file'"},
       {"--load=" + truncated, "is not a valid safetensors file"},
       {"--steps=abc", "Illegal value"},
+      {"--tp=3", "--n_head=4 must be divisible by --tp=3"},
+      {"--tp=2 --sequence_parallel --seq_len=33", "--seq_len=33 must be divisible by --tp=2"},
+      {"--zero=4", "--zero must be 0, 1, 2 or 3"},
+      {"--dp=0", "--dp must be >= 1"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
   for (const Case& c : cases) {
@@ -138,6 +142,26 @@ TEST(TallyTrain, ZeroThreeEvaluatesSamplesAndSavesAWholeCheckpoint) {
   ASSERT_EQ(more.exit_code, 0) << more.output;
   EXPECT_TRUE(absl::StrContains(more.output, "resumed from")) << more.output;
   EXPECT_TRUE(absl::StrContains(more.output, "step     3/3")) << more.output;
+}
+
+// dp x tp from the command line: the tensor-parallel rows per layer in the report and
+// the grid coordinates in the JSON.
+TEST(TallyTrain, TensorParallelRunReportsPerLayerRows) {
+  std::string json = ::testing::TempDir() + "/tp.json";
+  Result r = RunCommand(kTrain + kTiny + " --dp=2 --tp=2 --sequence_parallel --global_batch_size=4 "
+                        "--steps=2 --eval_every=0 --sample_bytes=8 --traffic_json=" + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=2")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "tp     all_gather      ring   forward    layer0.attn")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "tp     reduce_scatter  ring   backward   layer0.mlp")) << r.output;
+  std::ifstream in(json);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  JsonValue doc = ParseJson(text).value();
+  EXPECT_EQ(doc.Find("config")->Find("world")->AsInt(), 4);
+  EXPECT_EQ(doc.Find("config")->Find("tp")->AsInt(), 2);
+  const JsonValue& rank3 = doc.Find("ranks")->array[3];
+  EXPECT_EQ(rank3.Find("dp")->AsInt(), 1);
+  EXPECT_EQ(rank3.Find("tp")->AsInt(), 1);
 }
 
 }  // namespace

@@ -22,19 +22,13 @@ namespace {
 
 // Φ = C·(V + T + 12C + 15) = 10·(256 + 16 + 120 + 15) = 4070: divisible by neither 3 nor 4.
 TrainOptions Tiny(int dp, const std::string& allreduce) {
-  TrainOptions o;
+  TrainOptions o = ShortRun();
   o.model.n_layer = 1;
   o.model.n_head = 2;
   o.model.n_embd = 10;
   o.model.seq_len = 16;
   o.global_batch_size = 12;
   o.micro_batch_size = 1;  // 12 / dp micro-batches per rank: accumulation everywhere
-  o.steps = 5;
-  o.lr = 1e-2f;
-  o.warmup_steps = 1;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
   o.dp = dp;
   o.allreduce = allreduce;
   o.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them

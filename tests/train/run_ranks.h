@@ -13,6 +13,19 @@
 
 namespace tally::train {
 
+// A short, quiet run: 5 steps at a high learning rate (the runs must move), one BLAS
+// thread per rank, no evaluation or sample.
+inline TrainOptions ShortRun() {
+  TrainOptions o;
+  o.steps = 5;
+  o.lr = 1e-2f;
+  o.warmup_steps = 1;
+  o.eval_every = 0;
+  o.sample_bytes = 0;
+  o.threads = 1;
+  return o;
+}
+
 struct RunResult {
   std::vector<float> losses;
   std::vector<float> params;

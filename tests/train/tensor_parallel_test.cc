@@ -28,7 +28,7 @@ namespace {
 // c_attn has one here) shows as a parameter difference of 1e-3 relative; AdamW runs are
 // compared by their losses.
 TrainOptions Small(int dp, int tp) {
-  TrainOptions o;
+  TrainOptions o = ShortRun();
   o.optimizer = "sgd";
   o.model.n_layer = 2;
   o.model.n_head = 12;
@@ -36,12 +36,6 @@ TrainOptions Small(int dp, int tp) {
   o.model.seq_len = 24;  // divisible by every tp: sequence parallelism splits it
   o.global_batch_size = 4 * dp;
   o.micro_batch_size = 2;
-  o.steps = 5;
-  o.lr = 1e-2f;
-  o.warmup_steps = 1;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
   o.dp = dp;
   o.tp = tp;
   return o;
