@@ -331,8 +331,9 @@ TEST(TensorParallelLayout, PartsCoverTheWholeModel) {
     EXPECT_EQ(local[qkv->offset], float(qkv_global + 4 * r * 12));                   // Q
     EXPECT_EQ(local[qkv->offset + 4 * 12], float(qkv_global + (12 + 4 * r) * 12));  // K
   }
+  const model::ParameterLayout part0 = model::ParameterLayout::ForGPT(config, tp, 0);
   for (const model::ParamSpec& spec : whole.specs()) {
-    const model::ParamSpec* part = model::ParameterLayout::ForGPT(config, tp, 0).Find(spec.name);
+    const model::ParamSpec* part = part0.Find(spec.name);
     for (int64_t i = spec.offset; i < spec.offset + spec.numel; ++i) {
       ASSERT_EQ(seen[i], part->replicated() ? tp : 1) << spec.name << " element " << i - spec.offset;
     }
