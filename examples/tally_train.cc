@@ -7,8 +7,10 @@
 // safetensors checkpoints (model/checkpoint.h).
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "examples/example_main.h"
 #include "runtime/status_macros.h"
 #include "train/trainer.h"
@@ -50,6 +52,13 @@ ABSL_FLAG(int, tp, 1,
 ABSL_FLAG(bool, sequence_parallel, false,
           "Megatron sequence parallelism: between the split layers each tp rank keeps seq_len/tp "
           "positions (all-gather + reduce-scatter instead of all-reduce)");
+ABSL_FLAG(int, pp, 1, "pipeline stages: the layers split into pp stages (threads)");
+ABSL_FLAG(std::vector<std::string>, pp_layers, {},
+          "layers per pipeline stage, e.g. 3,3,2 (default: balanced)");
+ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
+ABSL_FLAG(bool, recompute, false,
+          "pipeline: keep only each stage's input per micro-batch, recompute in backward");
+ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
@@ -61,7 +70,7 @@ ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory 
 namespace tally {
 namespace {
 
-train::TrainOptions OptionsFromFlags() {
+absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   train::TrainOptions o;
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
@@ -91,6 +100,17 @@ train::TrainOptions OptionsFromFlags() {
   o.dp = absl::GetFlag(FLAGS_dp);
   o.tp = absl::GetFlag(FLAGS_tp);
   o.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  o.pp = absl::GetFlag(FLAGS_pp);
+  for (const std::string& n : absl::GetFlag(FLAGS_pp_layers)) {
+    int layers = 0;
+    if (!absl::SimpleAtoi(n, &layers)) {
+      return absl::InvalidArgumentError("[flags] --pp_layers wants integers, got '" + n + "'");
+    }
+    o.pp_layers.push_back(layers);
+  }
+  o.schedule = absl::GetFlag(FLAGS_schedule);
+  o.recompute = absl::GetFlag(FLAGS_recompute);
+  o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
@@ -98,7 +118,10 @@ train::TrainOptions OptionsFromFlags() {
   return o;
 }
 
-absl::Status Main() { return train::Train(OptionsFromFlags(), std::cout); }
+absl::Status Main() {
+  ASSIGN_OR_RETURN(train::TrainOptions options, OptionsFromFlags());
+  return train::Train(options, std::cout);
+}
 
 }  // namespace
 }  // namespace tally

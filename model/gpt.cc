@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,20 +11,25 @@ namespace tally::model {
 
 using namespace tally::cpu;  // the kernels
 
-GPT::GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp)
+GPT::GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp, Stage stage)
     : config_(config),
       tp_(tp),
-      layout_(ParameterLayout::ForGPT(config, tp.size(), tp.rank())),
+      layout_(ParameterLayout::ForGPT(config, tp.size(), tp.rank(), stage.begin, stage.end)),
       alloc_(alloc) {}
 
 namespace {
 
-absl::Status Validate(const GPTConfig& config, const parallel::TensorParallel& tp) {
+absl::Status Validate(const GPTConfig& config, const parallel::TensorParallel& tp, Stage stage) {
   RETURN_IF_ERROR(config.Validate());
   if (config.n_head % tp.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] n_head=", config.n_head,
                                                    " is not divisible by tp=", tp.size(),
                                                    " (each rank takes whole heads)"));
+  }
+  const int end = stage.end < 0 ? config.n_layer : stage.end;
+  if (stage.begin < 0 || stage.begin >= end || end > config.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat("[GPT] no layers [", stage.begin, ", ", end,
+                                                   ") in a model of ", config.n_layer));
   }
   return absl::OkStatus();
 }
@@ -31,9 +37,10 @@ absl::Status Validate(const GPTConfig& config, const parallel::TensorParallel& t
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
-                                                 uint64_t seed, parallel::TensorParallel tp) {
-  RETURN_IF_ERROR(Validate(config, tp));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp));
+                                                 uint64_t seed, parallel::TensorParallel tp,
+                                                 Stage stage) {
+  RETURN_IF_ERROR(Validate(config, tp, stage));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp, stage));
   ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc));
   gpt->weights_ = gpt->replica_.get();
   return gpt;
@@ -41,13 +48,79 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  WeightStore* weights, parallel::TensorParallel tp) {
-  RETURN_IF_ERROR(Validate(config, tp));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp));
+  RETURN_IF_ERROR(Validate(config, tp, {}));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp, {}));
   gpt->weights_ = weights;
   return gpt;
 }
 
-// Carves one buffer into the activations of every block for micro-batch size b.
+void GPT::SetPipelineSlots(int slots, bool recompute) {
+  slot_count_ = std::max(1, slots);
+  recompute_ = recompute;
+  batch_ = 0;  // allocate anew
+}
+
+// Carves one buffer into the activations of the stage's blocks for micro-batch size b.
+// Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
+// parallelism the residual stream's rows to r (block.h). `whole`: everything backward
+// needs; otherwise (recompute) only the stage's input.
+absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
+  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / tp_.size();
+  const int64_t cl = c / tp_.size(), hidden = 4 * c / tp_.size();
+  const int64_t n = b * t, v = vocab_local(), r = tp_.Rows(int(n));
+  const int64_t layers = layout_.layer_end() - layout_.layer_begin();
+  const bool last = layout_.last_stage();
+  auto empty = [&](int64_t count, DType dtype) {
+    return Tensor::Empty({count}, dtype, alloc_, MemoryCategory::kActivations);
+  };
+  Activations a;
+  ASSIGN_OR_RETURN(a.tokens, empty(n, DType::kI32));
+  ASSIGN_OR_RETURN(a.targets, empty(n, DType::kI32));
+  if (!whole) {
+    ASSIGN_OR_RETURN(a.input, empty(r * c, DType::kF32));
+    return a;
+  }
+  const int64_t per_block =
+      n * c * 2 + r * c * 2 + r * 4 + n * cl + n * 3 * cl + b * nh * t * t + n * hidden * 2;
+  const int64_t tail = last ? n * c + r * 2 : 0;  // ln_f
+  const int64_t total = r * c + layers * per_block + tail;
+  ASSIGN_OR_RETURN(a.buffer, empty(total, DType::kF32));
+  float* p = a.buffer.data<float>();
+  auto take = [&p](int64_t count) {
+    float* q = p;
+    p += count;
+    return q;
+  };
+  a.encoded = take(r * c);  // the stage's input: the embeddings, or the previous stage's output
+  for (int64_t l = 0; l < layers; ++l) {
+    BlockActivations x;
+    x.ln1 = take(n * c);
+    x.ln1_mean = take(r);
+    x.ln1_rstd = take(r);
+    x.qkv = take(n * 3 * cl);
+    x.att = take(b * nh * t * t);
+    x.atty = take(n * cl);
+    x.residual2 = take(r * c);
+    x.ln2 = take(n * c);
+    x.ln2_mean = take(r);
+    x.ln2_rstd = take(r);
+    x.fch = take(n * hidden);
+    x.fch_gelu = take(n * hidden);
+    x.out = take(r * c);
+    a.blocks.push_back(x);
+  }
+  if (last) {
+    a.lnf = take(n * c);  // whole: the LM head reads every row
+    a.lnf_mean = take(r);
+    a.lnf_rstd = take(r);
+    ASSIGN_OR_RETURN(a.logits, empty(n * v, DType::kF32));
+    ASSIGN_OR_RETURN(a.probs, empty(n * v, DType::kF32));
+    ASSIGN_OR_RETURN(a.losses, empty(n, DType::kF32));
+  }
+  CHECK(p == a.buffer.data<float>() + total) << "activation layout";
+  return a;
+}
+
 absl::Status GPT::EnsureActivations(int b) {
   if (b == batch_) return absl::OkStatus();
   if (config_.seq_len % tp_.size() != 0 && tp_.sequence_parallel()) {
@@ -55,51 +128,19 @@ absl::Status GPT::EnsureActivations(int b) {
                                                    " is not divisible by tp=", tp_.size(),
                                                    " (sequence parallelism splits it)"));
   }
-  // Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
-  // parallelism the residual stream's rows to r (block.h).
-  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / tp_.size();
-  const int64_t cl = c / tp_.size(), hidden = 4 * c / tp_.size();
-  const int64_t n = b * t, v = vocab_local(), layers = config_.n_layer, r = tp_.Rows(int(n));
-  const int64_t per_block =
-      n * c * 2 + r * c * 2 + r * 4 + n * cl + n * 3 * cl + b * nh * t * t + n * hidden * 2;
-  const int64_t total = r * c + n * c + r * 2 + layers * per_block;
-  ASSIGN_OR_RETURN(activations_, Tensor::Empty({total}, DType::kF32, alloc_,
-                                               MemoryCategory::kActivations));
-  float* p = activations_.data<float>();
-  auto take = [&p](int64_t count) {
-    float* q = p;
-    p += count;
-    return q;
-  };
-  encoded_ = take(r * c);
-  blocks_.clear();
-  for (int64_t l = 0; l < layers; ++l) {
-    BlockActivations a;
-    a.ln1 = take(n * c);
-    a.ln1_mean = take(r);
-    a.ln1_rstd = take(r);
-    a.qkv = take(n * 3 * cl);
-    a.att = take(b * nh * t * t);
-    a.atty = take(n * cl);
-    a.residual2 = take(r * c);
-    a.ln2 = take(n * c);
-    a.ln2_mean = take(r);
-    a.ln2_rstd = take(r);
-    a.fch = take(n * hidden);
-    a.fch_gelu = take(n * hidden);
-    a.out = take(r * c);
-    blocks_.push_back(a);
+  // Recompute: one whole set (slots_[0]) that every slot's backward recomputes into, and
+  // each slot's input.
+  slots_.clear();
+  for (int i = 0; i < slot_count_; ++i) {
+    ASSIGN_OR_RETURN(Activations a, NewActivations(b, /*whole=*/!recompute_ || i == 0));
+    if (recompute_ && i == 0) {
+      ASSIGN_OR_RETURN(a.input, Tensor::Empty({tp_.Rows(b * config_.seq_len) * int64_t(config_.n_embd)},
+                                              DType::kF32, alloc_, MemoryCategory::kActivations));
+    }
+    slots_.push_back(std::move(a));
   }
-  lnf_ = take(n * c);  // whole: the LM head reads every row
-  lnf_mean_ = take(r);
-  lnf_rstd_ = take(r);
-  CHECK(p == activations_.data<float>() + total) << "activation layout";
-
-  ASSIGN_OR_RETURN(logits_, Tensor::Empty({n, v}, DType::kF32, alloc_, MemoryCategory::kActivations));
-  ASSIGN_OR_RETURN(probs_, Tensor::Empty({n, v}, DType::kF32, alloc_, MemoryCategory::kActivations));
-  ASSIGN_OR_RETURN(losses_, Tensor::Empty({n}, DType::kF32, alloc_, MemoryCategory::kActivations));
-  ASSIGN_OR_RETURN(tokens_, Tensor::Empty({n}, DType::kI32, alloc_, MemoryCategory::kActivations));
-  ASSIGN_OR_RETURN(targets_, Tensor::Empty({n}, DType::kI32, alloc_, MemoryCategory::kActivations));
+  const int64_t t = config_.seq_len, c = config_.n_embd, n = b * t, r = tp_.Rows(int(n));
+  const int64_t cl = c / tp_.size(), hidden = 4 * c / tp_.size();
   ASSIGN_OR_RETURN(loss_scratch_,
                    Tensor::Empty({3 * n}, DType::kF32, alloc_, MemoryCategory::kActivations));
   // Scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (T, T), dresidual (R, C); with
@@ -109,7 +150,12 @@ absl::Status GPT::EnsureActivations(int b) {
   ASSIGN_OR_RETURN(scratch_,
                    Tensor::Empty({n * hidden + n * 3 * cl + n * c + t * t + r * c + sequence},
                                  DType::kF32, alloc_, MemoryCategory::kActivations));
-  p = scratch_.data<float>();
+  float* p = scratch_.data<float>();
+  auto take = [&p](int64_t count) {
+    float* q = p;
+    p += count;
+    return q;
+  };
   block_scratch_ = {take(n * hidden), take(n * 3 * cl), take(n * c), take(t * t)};
   dresidual_ = take(r * c);
   if (sp) {
@@ -124,60 +170,117 @@ absl::Status GPT::EnsureActivations(int b) {
 }
 
 absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets, int b) {
+  return ForwardStage(0, tokens, nullptr, targets, b);
+}
+
+absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
+  return BackwardStage(0, dloss, nullptr, nullptr, ready);
+}
+
+absl::StatusOr<float> GPT::ForwardStage(int slot, const int32_t* tokens, const float* input,
+                                        const int32_t* targets, int b) {
   if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("[GPT::Forward] batch ", b));
   RETURN_IF_ERROR(EnsureActivations(b));
-  const int t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size, n = b * t;
-  const int vl = vocab_local();
-  for (int i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= v || (targets != nullptr && (targets[i] < 0 || targets[i] >= v))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("[GPT::Forward] token or target out of [0, ", v, ") at position ", i));
+  const int v = config_.vocab_size, n = b * config_.seq_len;
+  for (const int32_t* ids : {tokens, targets}) {
+    for (int i = 0; ids != nullptr && i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= v) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("[GPT::Forward] token or target out of [0, ", v, ") at position ", i));
+      }
     }
   }
-  std::memcpy(tokens_.raw_data(), tokens, sizeof(int32_t) * n);
-  // The embeddings stay until the LM head, which is the token embedding transposed.
-  constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
-  ASSIGN_OR_RETURN(float* embeddings, weights_->Params(kEmbeddings));
-  const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  const BlockScratch& s = block_scratch_;
-  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(tp_, encoded_, s.whole, tokens, e.wte,
-                                                          e.wpe, b, t, c, vl, s.comm, "embedding"));
-  const float* x = encoded_;
-  for (int l = 0; l < config_.n_layer; ++l) {
-    const int unit = ParameterLayout::LayerUnit(l);
-    ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    RETURN_IF_ERROR(BlockForward(config_, tp_, l, b, BindBlock(layout_, l, w), x, blocks_[l], s));
-    RETURN_IF_ERROR(weights_->ReleaseParams(unit));
-    x = blocks_[l].out;
+  Activations& mine = slots_[slot];
+  if (tokens != nullptr) std::memcpy(mine.tokens.raw_data(), tokens, sizeof(int32_t) * n);
+  if (targets != nullptr) std::memcpy(mine.targets.raw_data(), targets, sizeof(int32_t) * n);
+  if (recompute_ && input != nullptr) std::memcpy(mine.input.raw_data(), input, mine.input.nbytes());
+  return RunForward(slots_[recompute_ ? 0 : slot], tokens, input, targets);
+}
+
+const float* GPT::StageOutput(int slot) const {
+  const Activations& a = slots_[recompute_ ? 0 : slot];
+  return a.blocks.back().out;
+}
+
+absl::Status GPT::BackwardStage(int slot, float dloss, const float* d_output, float* d_input,
+                                const GradientsReady& ready) {
+  if (recompute_) {  // the forward again, from the slot's input, into the whole set
+    Activations& saved = slots_[slot];
+    const bool first = layout_.first_stage(), last = layout_.last_stage();
+    ASSIGN_OR_RETURN(float unused,
+                     RunForward(slots_[0], first ? saved.tokens.data<int32_t>() : nullptr,
+                                first ? nullptr : saved.input.data<float>(),
+                                last ? saved.targets.data<int32_t>() : nullptr));
+    (void)unused;
+    return RunBackward(slots_[0], saved, dloss, d_output, d_input, ready);
   }
-  float* lnf_rows = tp_.sequence_parallel() ? s.rows : lnf_;  // f gathers it into lnf_
+  return RunBackward(slots_[slot], slots_[slot], dloss, d_output, d_input, ready);
+}
+
+absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, const float* input,
+                                      const int32_t* targets) {
+  const int b = batch_, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
+  const int n = b * t, vl = vocab_local();
+  const BlockScratch& s = block_scratch_;
+  constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
+  const bool first = layout_.first_stage(), last = layout_.last_stage();
+  // The embeddings stay from the lookup to the LM head, the token embedding transposed.
+  float* embeddings = nullptr;
+  if (first) {
+    ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
+    const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+    RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(tp_, a.encoded, s.whole, tokens, e.wte,
+                                                            e.wpe, b, t, c, vl, s.comm,
+                                                            "embedding"));
+  } else {
+    std::memcpy(a.encoded, input, sizeof(float) * size_t(tp_.Rows(n)) * c);
+  }
+  const float* x = a.encoded;
+  for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
+    const int unit = layout_.layer_unit(l);
+    BlockActivations& acts = a.blocks[l - layout_.layer_begin()];
+    ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
+    RETURN_IF_ERROR(BlockForward(config_, tp_, l, b, BindBlock(layout_, l, w), x, acts, s));
+    RETURN_IF_ERROR(weights_->ReleaseParams(unit));
+    x = acts.out;
+  }
+  if (!last) {
+    if (first) RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
+    return 0.0f;
+  }
+  float* lnf_rows = tp_.sequence_parallel() ? s.rows : a.lnf;  // f gathers it into a.lnf
   {
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w);
-    LayerNormForward(lnf_rows, lnf_mean_, lnf_rstd_, x, lnf.w, lnf.b, tp_.Rows(n), c);
+    LayerNormForward(lnf_rows, a.lnf_mean, a.lnf_rstd, x, lnf.w, lnf.b, tp_.Rows(n), c);
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
   }
+  if (!first) {
+    ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
+  }
   // logits = lnf · wteᵀ, each rank its vocabulary slice: the LM head is column-parallel.
-  RETURN_IF_ERROR(parallel::ColumnParallelLinearForward(tp_, logits_.data<float>(), lnf_rows, lnf_,
-                                                        e.wte, nullptr, b, t, c, vl, s.comm,
+  const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+  RETURN_IF_ERROR(parallel::ColumnParallelLinearForward(tp_, a.logits.data<float>(), lnf_rows,
+                                                        a.lnf, e.wte, nullptr, b, t, c, vl, s.comm,
                                                         "lm_head"));
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
-  std::memcpy(targets_.raw_data(), targets, sizeof(int32_t) * n);
   RETURN_IF_ERROR(parallel::VocabParallelCrossEntropyForward(
-      tp_, losses_.data<float>(), probs_.data<float>(), loss_scratch_.data<float>(),
-      logits_.data<float>(), targets, n, vl, v, "cross_entropy"));
+      tp_, a.losses.data<float>(), a.probs.data<float>(), loss_scratch_.data<float>(),
+      a.logits.data<float>(), targets, n, vl, v, "cross_entropy"));
   double sum = 0;
-  for (int i = 0; i < n; ++i) sum += losses_.data<float>()[i];
+  for (int i = 0; i < n; ++i) sum += a.losses.data<float>()[i];
   return float(sum / n);
 }
 
-absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
+absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dloss,
+                              const float* d_output, float* d_input, const GradientsReady& ready) {
   const int b = batch_, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
-  const int n = b * t;
-  const int32_t* targets = targets_.data<int32_t>();
+  const int n = b * t, rows = tp_.Rows(n);
+  const BlockScratch& s = block_scratch_;
+  const bool first = layout_.first_stage(), last = layout_.last_stage();
   // Closes the gradients of `unit`, releases its parameters, and tells `ready`.
   auto finish = [&](int unit) -> absl::Status {
     RETURN_IF_ERROR(weights_->CloseGrads(unit));
@@ -187,41 +290,53 @@ absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
   };
   // The embeddings are open from the LM head (first) to the embedding lookup (last).
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
-  ASSIGN_OR_RETURN(float* embeddings, weights_->Params(kEmbeddings));
-  ASSIGN_OR_RETURN(float* embedding_grads, weights_->OpenGrads(kEmbeddings));
-  const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
-
-  // dlogits overwrites probs, which nothing needs afterwards.
-  float* dlogits = probs_.data<float>();
-  parallel::VocabParallelCrossEntropyBackward(tp_, dlogits, dlogits, targets, dloss, n, vl);
-  const BlockScratch& s = block_scratch_;
-  const int rows = tp_.Rows(n);
-  float* dlnf = s.dc;
-  RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(tp_, dlnf, s.whole, ge.wte, nullptr,
-                                                         dlogits, lnf_, e.wte, b, t, c, vl, s.comm,
-                                                         "lm_head"));
-  const float* last = config_.n_layer > 0 ? blocks_.back().out : encoded_;
-  std::memset(dresidual_, 0, sizeof(float) * size_t(rows) * c);
-  {
+  float *embeddings = nullptr, *embedding_grads = nullptr;
+  auto open_embeddings = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
+    ASSIGN_OR_RETURN(embedding_grads, weights_->OpenGrads(kEmbeddings));
+    return absl::OkStatus();
+  };
+  if (last) {
+    RETURN_IF_ERROR(open_embeddings());
+    const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+    const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
+    // dlogits overwrites probs, which nothing needs afterwards.
+    float* dlogits = a.probs.data<float>();
+    parallel::VocabParallelCrossEntropyBackward(tp_, dlogits, dlogits, ids.targets.data<int32_t>(),
+                                                dloss, n, vl);
+    float* dlnf = s.dc;
+    RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(tp_, dlnf, s.whole, ge.wte, nullptr,
+                                                           dlogits, a.lnf, e.wte, b, t, c, vl,
+                                                           s.comm, "lm_head"));
+    if (!first) RETURN_IF_ERROR(finish(kEmbeddings));  // the head's copy of wte is done
+    std::memset(dresidual_, 0, sizeof(float) * size_t(rows) * c);
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w), glnf = BindFinalNorm(layout_, g);
-    LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, last, lnf.w, lnf_mean_, lnf_rstd_, rows, c);
+    LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, a.blocks.back().out, lnf.w, a.lnf_mean,
+                      a.lnf_rstd, rows, c);
     RETURN_IF_ERROR(finish(unit));
+  } else {
+    std::memcpy(dresidual_, d_output, sizeof(float) * size_t(rows) * c);
   }
-  for (int l = config_.n_layer - 1; l >= 0; --l) {
-    const int unit = ParameterLayout::LayerUnit(l);
+  for (int l = layout_.layer_end() - 1; l >= layout_.layer_begin(); --l) {
+    const int unit = layout_.layer_unit(l), i = l - layout_.layer_begin();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
-    const float* x = l == 0 ? encoded_ : blocks_[l - 1].out;
+    const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
     RETURN_IF_ERROR(BlockBackward(config_, tp_, l, b, BindBlock(layout_, l, w),
-                                  BindBlock(layout_, l, g), x, blocks_[l], s, dresidual_));
+                                  BindBlock(layout_, l, g), x, a.blocks[i], s, dresidual_));
     RETURN_IF_ERROR(finish(unit));
   }
+  if (!first) {
+    std::memcpy(d_input, dresidual_, sizeof(float) * size_t(rows) * c);
+    return absl::OkStatus();
+  }
+  if (!last) RETURN_IF_ERROR(open_embeddings());
+  const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
   RETURN_IF_ERROR(parallel::VocabParallelEmbeddingBackward(tp_, ge.wte, ge.wpe, dresidual_, s.whole,
-                                                           tokens_.data<int32_t>(), b, t, c, vl,
+                                                           ids.tokens.data<int32_t>(), b, t, c, vl,
                                                            s.comm, "embedding"));
   return finish(kEmbeddings);
 }

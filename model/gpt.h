@@ -28,13 +28,21 @@
 
 namespace tally::model {
 
+// Layers [begin, end) of a pipeline stage (end -1: to the last layer). The default is
+// the whole model.
+struct Stage {
+  int begin = 0, end = -1;
+};
+
 class GPT {
  public:
   // A model with its own Replica, GPT-2's initialisation from the counter RNG; over `tp`
-  // tensor-parallel ranks, this rank's part of every layer (parameters.h).
+  // tensor-parallel ranks, this rank's part of every layer (parameters.h); as a pipeline
+  // stage, its layers only.
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
-                                                     parallel::TensorParallel tp = {});
+                                                     parallel::TensorParallel tp = {},
+                                                     Stage stage = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
   // the model and be laid out by ParameterLayout::ForGPT(config, tp.size(), tp.rank())).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
@@ -62,15 +70,46 @@ class GPT {
   absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
   void ZeroGrad() { weights_->ZeroGrad(); }
 
+  // Pipeline stages. Up to `slots` micro-batches are in flight at once, each with its
+  // own activations (gpipe: all m; 1f1b: at most the stages from this one on); with
+  // `recompute` a slot keeps only the stage's input and BackwardStage runs the forward
+  // again first (GPipe's re-materialisation).
+  void SetPipelineSlots(int slots, bool recompute);
+  // tokens (first stage) and targets (last stage): (b, T), null elsewhere; input
+  // (b·T, C): the previous stage's output, null on the first. Returns the mean loss on
+  // the last stage, 0 elsewhere; StageOutput(slot) is what the next stage takes.
+  absl::StatusOr<float> ForwardStage(int slot, const int32_t* tokens, const float* input,
+                                     const int32_t* targets, int b);
+  const float* StageOutput(int slot) const;
+  // d_output (b·T, C): the next stage's d_input, null on the last stage (which starts
+  // from dloss); d_input (b·T, C), filled except on the first stage.
+  absl::Status BackwardStage(int slot, float dloss, const float* d_output, float* d_input,
+                             const GradientsReady& ready = nullptr);
+
   // (b, T, vocab_local()) logits of the last Forward: this rank's vocabulary slice
   // (tensor-parallel rank r holds entries [r·vocab_local, ...); all of them on one rank).
-  const float* logits() const { return logits_.data<float>(); }
+  const float* logits() const { return slots_[0].logits.data<float>(); }
   int vocab_local() const { return int(layout_.specs().front().shape[0]); }
   const parallel::TensorParallel& tp() const { return tp_; }
 
  private:
-  GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp);
+  // One micro-batch's activations, for this stage's layers.
+  struct Activations {
+    Tensor buffer, logits, probs, losses, tokens, targets;
+    Tensor input;  // with recompute: the stage's input (or tokens on the first stage)
+    float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    std::vector<BlockActivations> blocks;
+  };
+
+  GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp, Stage stage);
   absl::Status EnsureActivations(int b);
+  absl::StatusOr<Activations> NewActivations(int b, bool whole);
+  absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,
+                                   const int32_t* targets);
+  // `ids`: the activations holding the micro-batch's tokens and targets (with recompute,
+  // its slot; `a` is then the set recomputed into).
+  absl::Status RunBackward(Activations& a, const Activations& ids, float dloss,
+                           const float* d_output, float* d_input, const GradientsReady& ready);
   Replica* replica() {
     CHECK(replica_ != nullptr) << "the model's weights are not a replica";
     return replica_.get();
@@ -83,12 +122,11 @@ class GPT {
   std::unique_ptr<Replica> replica_;  // when the model owns its weights
   WeightStore* weights_ = nullptr;
 
-  // Activations of the current micro-batch size.
-  int batch_ = 0;
-  Tensor activations_, logits_, probs_, losses_, tokens_, targets_, loss_scratch_, comm_scratch_;
-  float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
-  std::vector<BlockActivations> blocks_;
-  Tensor scratch_;
+  int batch_ = 0;  // of the activations
+  int slot_count_ = 1;
+  bool recompute_ = false;
+  std::vector<Activations> slots_;  // recompute: slots_[0] is the one whole set
+  Tensor scratch_, loss_scratch_, comm_scratch_;
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;
 };

@@ -27,15 +27,14 @@ void ParameterLayout::Add(std::string name, Shape global_shape, float init_std, 
   spec.init_std = init_std;
   spec.init_value = init_value;
   spec.decay = decay;
-  global_offsets_.push_back(global_offsets_.empty() ? 0
-                                                    : global_offsets_.back() +
-                                                          NumElements(specs_.back().global_shape));
   total_ += spec.numel;
   specs_.push_back(std::move(spec));
 }
 
-ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_rank) {
+ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_rank,
+                                        int layer_begin, int layer_end) {
   const int64_t c = config.n_embd;
+  if (layer_end < 0) layer_end = config.n_layer;
   // GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains; the
   // projections into the residual stream scaled by 1/sqrt(2·L) (two per layer).
   const float std = 0.02f;
@@ -44,10 +43,15 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   ParameterLayout layout;
   layout.tp_ = tp;
   layout.tp_rank_ = tp_rank;
-  layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true, kRows);
-  layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true, kWhole);
+  layout.layer_begin_ = layer_begin;
+  layout.layer_end_ = layer_end;
+  layout.last_stage_ = layer_end == config.n_layer;
+  if (layout.first_stage() || layout.last_stage()) {
+    layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true, kRows);
+  }
+  if (layout.first_stage()) layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true, kWhole);
   layout.CloseUnit("embeddings");
-  for (int i = 0; i < config.n_layer; ++i) {
+  for (int i = layer_begin; i < layer_end; ++i) {
     std::string h = absl::StrCat("h.", i, ".");
     layout.Add(h + "ln_1.weight", {c}, 0, 1, false, kWhole);
     layout.Add(h + "ln_1.bias", {c}, 0, 0, false, kWhole);
@@ -63,11 +67,17 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
     layout.Add(h + "mlp.c_proj.bias", {c}, 0, 0, false, kWhole);
     layout.CloseUnit(absl::StrCat("h.", i));
   }
-  layout.Add("ln_f.weight", {c}, 0, 1, false, kWhole);
-  layout.Add("ln_f.bias", {c}, 0, 0, false, kWhole);
+  if (layout.last_stage()) {
+    layout.Add("ln_f.weight", {c}, 0, 1, false, kWhole);
+    layout.Add("ln_f.bias", {c}, 0, 0, false, kWhole);
+  }
   layout.CloseUnit("ln_f");
+  // Where each tensor sits in the whole model's buffer.
+  const bool whole = tp == 1 && layer_begin == 0 && layout.last_stage();
+  const ParameterLayout reference = whole ? ParameterLayout() : ForGPT(config);
   for (ParamSpec& spec : layout.specs_) {
     spec.per_token = spec.name == "wpe.weight" || spec.name.find("ln_") != std::string::npos;
+    layout.global_offsets_.push_back(whole ? spec.offset : reference.Find(spec.name)->offset);
   }
   return layout;
 }
@@ -133,6 +143,7 @@ std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout) {
     optim::Segment segment{spec.offset, spec.offset + spec.numel, spec.decay};
     segment.replica = layout.tp() > 1 && spec.replicated();
     segment.per_token = layout.tp() > 1 && spec.per_token;
+    segment.tied_copy = spec.name == "wte.weight" && !layout.first_stage();
     segments.push_back(segment);
   }
   return segments;
@@ -145,7 +156,7 @@ class UnitCursor {
  public:
   UnitCursor(const ParameterLayout& layout, const ParamUnit& unit, float* data)
       : specs_(layout.specs()), unit_(unit), data_(data) {
-    while (specs_[next_].offset < unit.begin) ++next_;
+    while (next_ < specs_.size() && specs_[next_].offset < unit.begin) ++next_;
   }
   float* Next() {
     const ParamSpec& spec = specs_[next_++];
@@ -166,12 +177,12 @@ EmbeddingTensors BindEmbeddings(const ParameterLayout& layout, float* unit) {
   UnitCursor next(layout, layout.units()[ParameterLayout::kEmbeddings], unit);
   EmbeddingTensors t;
   t.wte = next.Next();
-  t.wpe = next.Next();
+  t.wpe = layout.first_stage() ? next.Next() : nullptr;
   return t;
 }
 
 BlockTensors BindBlock(const ParameterLayout& layout, int layer, float* unit) {
-  UnitCursor next(layout, layout.units()[ParameterLayout::LayerUnit(layer)], unit);
+  UnitCursor next(layout, layout.units()[layout.layer_unit(layer)], unit);
   BlockTensors b;
   b.ln1_w = next.Next();
   b.ln1_b = next.Next();

@@ -68,18 +68,27 @@ struct ParamUnit {
 class ParameterLayout {
  public:
   // Tensor-parallel rank `tp_rank` of `tp` (the whole model: tp = 1). n_embd and n_head
-  // must be divisible by tp (TrainOptions::Validate says so).
-  static ParameterLayout ForGPT(const GPTConfig& config, int tp = 1, int tp_rank = 0);
+  // must be divisible by tp (TrainOptions::Validate says so). A pipeline stage holds
+  // layers [layer_begin, layer_end) (-1: to the last); the first stage the embeddings,
+  // the last ln_f and, for the tied LM head, its own copy of wte.
+  static ParameterLayout ForGPT(const GPTConfig& config, int tp = 1, int tp_rank = 0,
+                                int layer_begin = 0, int layer_end = -1);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
   const ParamSpec* Find(const std::string& name) const;
 
-  // The units in buffer order: embeddings, h.0 ... h.{L-1}, ln_f.
+  // The units in buffer order: embeddings, h.0 ... h.{L-1}, ln_f. A pipeline stage has
+  // the same frame with its own layers; its first unit is empty in the middle stages and
+  // wte alone on a last stage, and its last unit empty but on the last stage.
   const std::vector<ParamUnit>& units() const { return units_; }
   static constexpr int kEmbeddings = 0;
-  static int LayerUnit(int layer) { return 1 + layer; }
+  int layer_unit(int layer) const { return 1 + layer - layer_begin_; }
   int final_norm_unit() const { return int(units_.size()) - 1; }
+  int layer_begin() const { return layer_begin_; }
+  int layer_end() const { return layer_end_; }
+  bool first_stage() const { return layer_begin_ == 0; }
+  bool last_stage() const { return last_stage_; }
 
   // Elements of the per-token tensors (ParamSpec::per_token).
   int64_t per_token_count() const;
@@ -105,6 +114,8 @@ class ParameterLayout {
   std::vector<int64_t> global_offsets_;  // of each spec in the whole model's buffer
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
+  int layer_begin_ = 0, layer_end_ = 0;
+  bool last_stage_ = true;
 };
 
 template <typename Run>
@@ -146,7 +157,7 @@ std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout);
 // Pointers to the tensors of one unit, given where the unit's data starts (parameters or
 // gradients, in the flat buffer or in a gathered copy of the unit).
 struct EmbeddingTensors {
-  float *wte, *wpe;
+  float *wte, *wpe;  // wpe: null on a last pipeline stage, which holds wte for the head
 };
 struct BlockTensors {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;

@@ -32,6 +32,9 @@ struct Segment {
   // A replica whose gradient, under sequence parallelism, each rank has for its own
   // tokens only: summed over the tensor-parallel group before the step.
   bool per_token = false;
+  // The last pipeline stage's copy of the tied embedding: the first stage's counts in the
+  // norm, this one never.
+  bool tied_copy = false;
 };
 
 class Optimizer {

@@ -22,7 +22,7 @@ double SquaredNorm(const float* grads, int64_t n) {
 double SquaredNorm(const float* grads, const std::vector<Segment>& segments, bool count_replicas) {
   double sum = 0;
   for (const Segment& s : segments) {
-    if (s.replica && !count_replicas) continue;
+    if ((s.replica && !count_replicas) || s.tied_copy) continue;
     for (int64_t i = s.begin; i < s.end; ++i) sum += double(grads[i]) * grads[i];
   }
   return sum;

@@ -22,9 +22,10 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 absl::StatusOr<double> GlobalGradientNorm(const float* grads,
                                           const std::vector<optim::Segment>& segments,
                                           comm::Communicator* shards, const TensorParallel& tp,
-                                          comm::Algorithm algorithm) {
+                                          comm::Algorithm algorithm,
+                                          comm::Communicator* stages) {
   double squares = optim::SquaredNorm(grads, segments, /*count_replicas=*/tp.rank() == 0);
-  for (comm::Communicator* group : {shards, tp.group()}) {
+  for (comm::Communicator* group : {shards, tp.group(), stages}) {
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
     comm::LabelScope label(group->ledger(), "grad_norm");

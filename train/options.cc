@@ -1,6 +1,7 @@
 #include "train/options.h"
 
 #include "absl/strings/str_cat.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace tally::train {
 
@@ -19,6 +20,14 @@ absl::Status TrainOptions::Validate() const {
   if (global_batch_size <= 0) return bad("--global_batch_size must be positive, got ", global_batch_size);
   if (dp < 1) return bad("--dp must be >= 1, got ", dp);
   if (tp < 1) return bad("--tp must be >= 1, got ", tp);
+  if (pp < 1) return bad("--pp must be >= 1, got ", pp);
+  if (pp > 1 && (dp > 1 || tp > 1 || zero > 0)) {
+    return bad("--pp with --dp, --tp or --zero is not built yet (3D parallelism); run --pp alone");
+  }
+  if (absl::Status s = parallel::StageLayers(model.n_layer, pp, pp_layers).status(); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = parallel::ParsePipelineSchedule(schedule).status(); !s.ok()) return s;
   if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
   if (model.n_head % tp != 0) {
     return bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,

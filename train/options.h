@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "model/config.h"
@@ -43,7 +44,15 @@ struct TrainOptions {
   int tp = 1;
   bool sequence_parallel = false;
 
-  int world() const { return dp * tp; }
+  // Pipeline parallelism (parallel/pipeline_schedule.h): the layers in pp stages, the
+  // micro-batches run by `schedule` (gpipe or 1f1b).
+  int pp = 1;
+  std::vector<int> pp_layers;  // layers per stage; empty: balanced
+  std::string schedule = "1f1b";
+  bool recompute = false;      // keep only each stage's input per micro-batch
+  bool show_schedule = false;  // print the schedule's chart
+
+  int world() const { return dp * tp * pp; }
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;

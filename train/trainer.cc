@@ -85,23 +85,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   }
   const parallel::TensorParallel tp(t->tp_.get(), options.sequence_parallel);
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
-  const model::ParameterLayout layout =
-      model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank());
-  if (t->dp_ != nullptr && options.zero >= 1) {
-    auto make_optimizer = [options](int64_t n, Allocator& alloc) {
-      return MakeOptimizer(options, n, alloc);
-    };
-    ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
-                                                             options.seed, make_optimizer,
-                                                             algorithm, tp));
-    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp));
+  if (options.pp > 1) {
+    RETURN_IF_ERROR(t->SetUpPipeline());
   } else {
-    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp));
-    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
-    t->segments_ = model::OptimizerSegments(layout);
-    if (t->dp_ != nullptr) {
-      t->sync_ = std::make_unique<parallel::GradientSync>(
-          t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
+    const model::ParameterLayout layout =
+        model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank());
+    if (t->dp_ != nullptr && options.zero >= 1) {
+      auto make_optimizer = [options](int64_t n, Allocator& alloc) {
+        return MakeOptimizer(options, n, alloc);
+      };
+      ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
+                                                               options.seed, make_optimizer,
+                                                               algorithm, tp));
+      ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp));
+    } else {
+      ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp));
+      ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
+      t->segments_ = model::OptimizerSegments(layout);
+      if (t->dp_ != nullptr) {
+        t->sync_ = std::make_unique<parallel::GradientSync>(
+            t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
+      }
     }
   }
   if (!options.load.empty()) RETURN_IF_ERROR(t->Load(options.load));
@@ -121,7 +125,165 @@ absl::StatusOr<float> Trainer::GlobalMean(float local) {
   return value.data<float>()[0];
 }
 
+absl::Status Trainer::SetUpPipeline() {
+  const TrainOptions& o = options_;
+  ASSIGN_OR_RETURN(pp_, world_->Split(/*color=*/0, world_->rank(), "pp"));
+  stage_ = pp_->rank();
+  const int last = o.pp - 1;
+  ASSIGN_OR_RETURN(embedding_group_, world_->Split(stage_ == 0 || stage_ == last ? 0 : -1,
+                                                   world_->rank(), "embedding"));
+  ASSIGN_OR_RETURN(schedule_, parallel::ParsePipelineSchedule(o.schedule));
+  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
+                   parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers));
+  const parallel::LayerRange layers = stages[stage_];
+  ASSIGN_OR_RETURN(gpt_, model::GPT::Create(o.model, alloc_, o.seed, {}, {layers.begin, layers.end}));
+  // gpipe keeps every micro-batch in flight; 1f1b at most the stages from here on.
+  const int m = o.accumulation_steps();
+  slots_ = schedule_ == parallel::PipelineSchedule::kGPipe ? m : std::min(m, o.pp - stage_);
+  gpt_->SetPipelineSlots(slots_, o.recompute);
+  const model::ParameterLayout& layout = gpt_->layout();
+  ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(o, layout.total(), alloc_));
+  segments_ = model::OptimizerSegments(layout);
+  const int64_t activation = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+  ASSIGN_OR_RETURN(received_, Tensor::Empty({activation}, DType::kF32, alloc_, MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(d_inputs_, Tensor::Empty({activation * slots_}, DType::kF32, alloc_,
+                                            MemoryCategory::kComm));
+  if (o.recompute) {
+    ASSIGN_OR_RETURN(outputs_, Tensor::Empty({activation * slots_}, DType::kF32, alloc_,
+                                             MemoryCategory::kComm));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string Boundary(int from, int to) { return absl::StrCat("stage", from, "->", to); }
+
+}  // namespace
+
+// One step of the pipeline: this stage's list of forwards and backwards
+// (pipeline_schedule.h), activations to the next stage and gradients to the previous one
+// sent without waiting; a buffer is reused only once its last send is done.
+absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
+  const TrainOptions& o = options_;
+  const int b = o.micro_batch_size, m = o.accumulation_steps(), last = o.pp - 1;
+  const int64_t tokens = int64_t(o.global_batch_size) * o.model.seq_len;
+  const int64_t activation = int64_t(b) * o.model.seq_len * o.model.n_embd;
+  const int64_t start = MonotonicNanos();
+  int64_t busy = 0;
+  comm::TrafficLedger& ledger = traffic();
+  std::vector<std::unique_ptr<comm::Work>> forward_sends(slots_), backward_sends(slots_);
+  auto wait = [](std::unique_ptr<comm::Work>& work) {
+    absl::Status s = work != nullptr ? work->Wait() : absl::OkStatus();
+    work.reset();
+    return s;
+  };
+  gpt_->ZeroGrad();
+  double loss_sum = 0;
+  for (const parallel::PipelineStep& s : parallel::StageSteps(schedule_, o.pp, stage_, m)) {
+    const int slot = s.micro_batch % slots_;
+    data_.train.Fill(step * o.global_batch_size + int64_t(s.micro_batch) * b, b, inputs_.data(),
+                     targets_.data());
+    if (s.kind == parallel::PipelineStep::kForward) {
+      comm::PhaseScope phase(ledger, comm::Phase::kForward);
+      if (stage_ > 0) {
+        comm::LabelScope label(ledger, Boundary(stage_ - 1, stage_));
+        RETURN_IF_ERROR(pp_->Recv(received_, stage_ - 1));
+      }
+      RETURN_IF_ERROR(wait(forward_sends[slot]));  // the slot's last output has left
+      int64_t t0 = MonotonicNanos();
+      ASSIGN_OR_RETURN(float loss, gpt_->ForwardStage(slot, stage_ == 0 ? inputs_.data() : nullptr,
+                                                      stage_ > 0 ? received_.data<float>() : nullptr,
+                                                      stage_ == last ? targets_.data() : nullptr, b));
+      busy += MonotonicNanos() - t0;
+      loss_sum += loss;
+      if (stage_ < last) {
+        comm::LabelScope label(ledger, Boundary(stage_, stage_ + 1));
+        Tensor output = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(slot)), activation);
+        if (o.recompute) {  // the recompute buffer is rewritten by the next forward or backward
+          Tensor copy = outputs_.Flat(slot * activation, (slot + 1) * activation);
+          std::memcpy(copy.raw_data(), output.raw_data(), output.nbytes());
+          output = copy;
+        }
+        forward_sends[slot] = pp_->Isend(output, stage_ + 1);
+      }
+      continue;
+    }
+    comm::PhaseScope phase(ledger, comm::Phase::kBackward);
+    if (stage_ < last) {
+      comm::LabelScope label(ledger, Boundary(stage_ + 1, stage_));
+      RETURN_IF_ERROR(pp_->Recv(received_, stage_ + 1));
+    }
+    RETURN_IF_ERROR(wait(backward_sends[slot]));
+    Tensor d_input = d_inputs_.Flat(slot * activation, (slot + 1) * activation);
+    int64_t t0 = MonotonicNanos();
+    RETURN_IF_ERROR(gpt_->BackwardStage(slot, 1.0f / float(tokens),
+                                        stage_ < last ? received_.data<float>() : nullptr,
+                                        stage_ > 0 ? d_input.data<float>() : nullptr));
+    busy += MonotonicNanos() - t0;
+    if (stage_ > 0) {
+      comm::LabelScope label(ledger, Boundary(stage_, stage_ - 1));
+      backward_sends[slot] = pp_->Isend(d_input, stage_ - 1);
+    }
+  }
+  for (auto& work : forward_sends) RETURN_IF_ERROR(wait(work));
+  for (auto& work : backward_sends) RETURN_IF_ERROR(wait(work));
+  // The tied embedding: the first stage's lookup and the last stage's head each add to
+  // their own copy of wte; the sum goes to both.
+  if (embedding_group_ != nullptr && embedding_group_->size() > 1) {
+    comm::PhaseScope phase(ledger, comm::Phase::kBackward);
+    comm::LabelScope label(ledger, "tied_embedding");
+    const model::ParamSpec* wte = gpt_->layout().Find("wte.weight");
+    Tensor grads = gpt_->grads().Flat(wte->offset, wte->offset + wte->numel);
+    RETURN_IF_ERROR(embedding_group_->AllReduce(grads, comm::ReduceOp::kSum));
+  }
+  StepStats stats;
+  stats.step = step + 1;
+  {  // the last stage's loss to every stage
+    comm::PhaseScope phase(ledger, comm::Phase::kOther);
+    comm::LabelScope label(ledger, "loss");
+    ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
+    value.data<float>()[0] = stage_ == last ? float(loss_sum / m) : 0.0f;
+    RETURN_IF_ERROR(pp_->AllReduce(value, comm::ReduceOp::kSum));
+    stats.loss = value.data<float>()[0];
+  }
+  stats.lr = optim::LearningRate(step, o.warmup_steps, o.steps, o.lr, o.min_lr);
+  float* grads = gpt_->grads().data<float>();
+  ASSIGN_OR_RETURN(stats.grad_norm, parallel::GlobalGradientNorm(grads, segments_, nullptr, {},
+                                                                 comm::Algorithm::kRing, pp_.get()));
+  if (o.grad_clip > 0) {
+    float scale = optim::ClipScale(stats.grad_norm, o.grad_clip);
+    if (scale < 1.0f) optim::Scale(grads, gpt_->grads().numel(), scale);
+  }
+  optimizer_->Step(gpt_->params().data<float>(), grads, stats.lr, segments_);
+  const int64_t elapsed = MonotonicNanos() - start;
+  busy_nanos_ += busy;
+  step_nanos_ += elapsed;
+  stats.ms = double(elapsed) / 1e6;
+  stats.tokens_per_s = double(tokens) / (double(elapsed) / 1e9);
+  stats.gflops = o.model.FlopsPerToken() * double(tokens) / (double(elapsed) / 1e9) / 1e9;
+  return stats;
+}
+
+absl::StatusOr<float> Trainer::PipelineForward(const int32_t* tokens, const int32_t* targets, int b) {
+  const int last = options_.pp - 1;
+  const int64_t activation = int64_t(b) * options_.model.seq_len * options_.model.n_embd;
+  ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, alloc_, MemoryCategory::kComm));
+  if (stage_ > 0) RETURN_IF_ERROR(pp_->Recv(input, stage_ - 1));
+  ASSIGN_OR_RETURN(float loss, gpt_->ForwardStage(0, tokens, stage_ > 0 ? input.data<float>() : nullptr,
+                                                  stage_ == last ? targets : nullptr, b));
+  if (stage_ < last) {
+    Tensor out = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(0)), activation);
+    RETURN_IF_ERROR(pp_->Send(out, stage_ + 1));
+  }
+  ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
+  value.data<float>()[0] = stage_ == last ? loss : 0.0f;
+  RETURN_IF_ERROR(pp_->AllReduce(value, comm::ReduceOp::kSum));
+  return value.data<float>()[0];
+}
+
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
+  if (pp_ != nullptr) return PipelineStep(step);
   const int g = options_.global_batch_size, b = options_.micro_batch_size;
   const int micro_batches = options_.accumulation_steps();
   const int64_t tokens = int64_t(g) * options_.model.seq_len;
@@ -177,6 +339,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
 }
 
 bool Trainer::Evaluates() const {
+  if (pp_ != nullptr) return true;  // every stage holds part of the model
   if (zero_ != nullptr && zero_->stage() == 3) return true;
   if (tp_ != nullptr) return world_->rank() / options_.tp == 0;  // dp rank 0's tp group
   return logs();
@@ -190,7 +353,12 @@ absl::StatusOr<float> Trainer::Evaluate() {
   double sum = 0;
   for (int j = 0; j < batches; ++j) {
     data_.val.Fill(int64_t(j) * b, b, inputs_.data(), targets_.data());
-    ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+    float loss = 0;
+    if (pp_ != nullptr) {
+      ASSIGN_OR_RETURN(loss, PipelineForward(inputs_.data(), targets_.data(), b));
+    } else {
+      ASSIGN_OR_RETURN(loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+    }
     sum += loss;
   }
   return float(sum / batches);
@@ -215,28 +383,41 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
     // them irrelevant to the logits at the last real position.
     int len = std::min<int>(int(context.size()), t);
     std::copy(context.end() - len, context.end(), window.begin());
-    ASSIGN_OR_RETURN(float unused, gpt_->Forward(window.data(), nullptr, 1));
-    (void)unused;
-    Tensor mine = Tensor::Borrow(const_cast<float*>(gpt_->logits()) + int64_t(len - 1) * vl, vl);
-    if (tp_ != nullptr) {
-      RETURN_IF_ERROR(tp_->AllGather(mine, last));
+    const bool holds_logits = pp_ == nullptr || stage_ == options_.pp - 1;
+    if (pp_ != nullptr) {
+      RETURN_IF_ERROR(PipelineForward(window.data(), nullptr, 1).status());
     } else {
-      std::memcpy(last.raw_data(), mine.raw_data(), mine.nbytes());
+      RETURN_IF_ERROR(gpt_->Forward(window.data(), nullptr, 1).status());
     }
-    const float* logits = last.data<float>();
-    for (int j = 0; j < v; ++j) scored[j] = {logits[j] / options_.temperature, j};
-    int k = options_.top_k > 0 ? options_.top_k : v;
-    std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), std::greater<>());
-    double total = 0;
-    for (int j = 0; j < k; ++j) total += std::exp(scored[j].first - scored[0].first);
-    double pick = Uniform(options_.seed, stream, uint64_t(i)) * total;
-    int chosen = scored[k - 1].second;
-    for (int j = 0; j < k; ++j) {
-      pick -= std::exp(scored[j].first - scored[0].first);
-      if (pick <= 0) {
-        chosen = scored[j].second;
-        break;
+    int chosen = 0;
+    if (holds_logits) {
+      Tensor mine = Tensor::Borrow(const_cast<float*>(gpt_->logits()) + int64_t(len - 1) * vl, vl);
+      if (tp_ != nullptr) {
+        RETURN_IF_ERROR(tp_->AllGather(mine, last));
+      } else {
+        std::memcpy(last.raw_data(), mine.raw_data(), mine.nbytes());
       }
+      const float* logits = last.data<float>();
+      for (int j = 0; j < v; ++j) scored[j] = {logits[j] / options_.temperature, j};
+      int k = options_.top_k > 0 ? options_.top_k : v;
+      std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), std::greater<>());
+      double total = 0;
+      for (int j = 0; j < k; ++j) total += std::exp(scored[j].first - scored[0].first);
+      double pick = Uniform(options_.seed, stream, uint64_t(i)) * total;
+      chosen = scored[k - 1].second;
+      for (int j = 0; j < k; ++j) {
+        pick -= std::exp(scored[j].first - scored[0].first);
+        if (pick <= 0) {
+          chosen = scored[j].second;
+          break;
+        }
+      }
+    }
+    if (pp_ != nullptr) {  // the last stage's choice to every stage
+      ASSIGN_OR_RETURN(Tensor token, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
+      token.data<float>()[0] = float(chosen);
+      RETURN_IF_ERROR(pp_->Broadcast(token, options_.pp - 1));
+      chosen = int(token.data<float>()[0]);
     }
     context.push_back(chosen);
     text += char(chosen);
@@ -254,6 +435,44 @@ absl::StatusOr<Tensor> Trainer::Parameters() {
 // which puts them in their places in the whole model's buffer.
 absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
   Allocator unaccounted(nullptr);
+  if (pp_ != nullptr) {
+    // Every stage's buffers to stage 0, which lays them out in the whole model's.
+    const int64_t whole_total = options_.model.NumParams();
+    const std::vector<std::pair<std::string, Tensor*>> states =
+        with_optimizer ? optimizer_->State() : std::vector<std::pair<std::string, Tensor*>>{};
+    if (stage_ > 0) {
+      RETURN_IF_ERROR(pp_->Send(gpt_->params(), 0));
+      for (auto& [name, state] : states) RETURN_IF_ERROR(pp_->Send(*state, 0));
+      return Whole{};
+    }
+    Whole whole;
+    ASSIGN_OR_RETURN(whole.params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
+    if (with_optimizer) {
+      ASSIGN_OR_RETURN(whole.gathered, MakeOptimizer(options_, whole_total, unaccounted));
+      whole.optimizer = whole.gathered.get();
+      whole.optimizer->set_step(optimizer_->step());
+    }
+    ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
+                     parallel::StageLayers(options_.model.n_layer, options_.pp, options_.pp_layers));
+    for (int s = 0; s < options_.pp; ++s) {
+      const model::ParameterLayout layout =
+          model::ParameterLayout::ForGPT(options_.model, 1, 0, stages[s].begin, stages[s].end);
+      auto place = [&](Tensor* mine, float* into) -> absl::Status {
+        Tensor part = mine != nullptr ? *mine : Tensor();
+        if (s > 0) {
+          ASSIGN_OR_RETURN(part, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
+          RETURN_IF_ERROR(pp_->Recv(part, s));
+        }
+        layout.ToGlobal(part.data<float>(), into);
+        return absl::OkStatus();
+      };
+      RETURN_IF_ERROR(place(&gpt_->params(), whole.params.data<float>()));
+      for (size_t i = 0; i < states.size(); ++i) {
+        RETURN_IF_ERROR(place(states[i].second, whole.optimizer->State()[i].second->data<float>()));
+      }
+    }
+    return whole;
+  }
   Whole local;  // this rank's part of the model, on dp rank 0
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(local.params, zero_->GatherParams(/*root=*/0));

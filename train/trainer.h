@@ -26,6 +26,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
 #include "runtime/comm/communicator.h"
 #include "train/options.h"
@@ -97,6 +98,10 @@ class Trainer {
   comm::TrafficLedger own_traffic_{0};
   std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
   std::unique_ptr<comm::Communicator> tp_;  // when tp > 1
+  std::unique_ptr<comm::Communicator> pp_;  // when pp > 1: the stages, in order
+  // The first and last stage, which both hold the tied embedding (Megatron's embedding
+  // group); null elsewhere.
+  std::unique_ptr<comm::Communicator> embedding_group_;
   std::unique_ptr<parallel::GradientSync> sync_;
   data::Dataset data_;
   Allocator& alloc_;
@@ -106,6 +111,23 @@ class Trainer {
   std::vector<optim::Segment> segments_;         // the whole buffer, decay per tensor
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
+
+  // Pipeline parallelism.
+  absl::Status SetUpPipeline();
+  absl::StatusOr<StepStats> PipelineStep(int64_t step);
+  // A forward of the micro-batch through every stage (no backward): the loss on every
+  // stage, the logits on the last.
+  absl::StatusOr<float> PipelineForward(const int32_t* tokens, const int32_t* targets, int b);
+  parallel::PipelineSchedule schedule_ = parallel::PipelineSchedule::k1F1B;
+  int stage_ = 0, slots_ = 1;
+  Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
+  Tensor outputs_;              // recompute: each slot's output, while it is sent
+  int64_t busy_nanos_ = 0, step_nanos_ = 0;  // compute, and whole steps, over the run
+
+ public:
+  // Over the run: nanoseconds this stage computed, and the steps took.
+  int64_t busy_nanos() const { return busy_nanos_; }
+  int64_t step_nanos() const { return step_nanos_; }
 };
 
 // OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.

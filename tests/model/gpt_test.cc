@@ -44,7 +44,7 @@ TEST(ParameterLayout, NamesOffsetsAndLayerRanges) {
   EXPECT_FALSE(layout.Find("h.0.mlp.c_fc.bias")->decay);
   // Units: embeddings, h.0, h.1, ln_f, tiling the buffer in order.
   ASSERT_EQ(layout.units().size(), size_t(c.n_layer + 2));
-  const ParamUnit& h1 = layout.units()[ParameterLayout::LayerUnit(1)];
+  const ParamUnit& h1 = layout.units()[layout.layer_unit(1)];
   EXPECT_EQ(h1.name, "h.1");
   EXPECT_EQ(h1.count(), 12 * 64 + 13 * 8);
   EXPECT_EQ(h1.begin, layout.Find("h.1.ln_1.weight")->offset);

@@ -152,7 +152,7 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
   // All random, LayerNorm gains too, at the scale of a trained model's weights.
   std::vector<float> params = Random(whole.total(), 9);
   for (float& p : params) p *= 0.3f;
-  const model::ParamUnit& unit = whole.units()[model::ParameterLayout::LayerUnit(0)];
+  const model::ParamUnit& unit = whole.units()[whole.layer_unit(0)];
   auto x = Random(n * c, 10), dout = Random(n * c, 11);
 
   // Runs the block on one rank's part: out and dx of the rank's rows, and its gradients.
@@ -161,7 +161,7 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
   };
   auto run = [&](const TensorParallel& tp) {
     const model::ParameterLayout layout = model::ParameterLayout::ForGPT(config, tp.size(), tp.rank());
-    const model::ParamUnit& mine = layout.units()[model::ParameterLayout::LayerUnit(0)];
+    const model::ParamUnit& mine = layout.units()[layout.layer_unit(0)];
     std::vector<float> local(layout.total());
     Result r;
     r.local_grads.assign(layout.total(), 0.0f);

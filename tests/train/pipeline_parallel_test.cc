@@ -1,0 +1,105 @@
+// Pipeline parallelism reproduces the single-rank run with the same micro-batches, for
+// every schedule, micro-batch count and recompute setting; each boundary carries exactly
+// b·s·h·4 bytes a step each way; 1f1b and recompute hold fewer activations than gpipe.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/exact_traffic.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::train {
+namespace {
+
+// 4 layers, so that pp = 4 puts one on each stage; 8 sequences a step.
+TrainOptions Layers4(int pp, int micro_batches) {
+  TrainOptions o = ShortRun();
+  o.optimizer = "sgd";  // parameters compared: see tensor_parallel_test.cc
+  o.model.n_layer = 4;
+  o.model.n_head = 2;
+  o.model.n_embd = 16;
+  o.model.seq_len = 16;
+  o.global_batch_size = 8;
+  o.micro_batch_size = 8 / micro_batches;
+  o.pp = pp;
+  return o;
+}
+
+// (pp, micro-batches, schedule, recompute)
+class PipelineTest : public ::testing::TestWithParam<std::tuple<int, int, std::string, bool>> {};
+
+TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
+  auto [pp, m, schedule, recompute] = GetParam();
+  TrainOptions o = Layers4(pp, m);
+  o.schedule = schedule;
+  o.recompute = recompute;
+  RunResult run = RunRanks(o);
+  ExpectSameRun(run, RunRanks(Layers4(1, m)));
+  // Each boundary: the activations of every micro-batch forward, their gradients back:
+  // b·s·h·4 bytes a step each way, whatever m is.
+  const int64_t bsh_bytes = int64_t(o.global_batch_size) * o.model.seq_len * o.model.n_embd * 4;
+  for (int s = 0; s + 1 < pp; ++s) {
+    auto sent = [&](int rank, const std::string& label) {
+      return run.traffic[rank].Sum([&](const comm::LedgerKey& k) {
+        return k.group == "pp" && k.label == label;
+      }).bytes_sent;
+    };
+    EXPECT_EQ(sent(s, absl::StrCat("stage", s, "->", s + 1)), o.steps * bsh_bytes) << s;
+    EXPECT_EQ(sent(s + 1, absl::StrCat("stage", s + 1, "->", s)), o.steps * bsh_bytes) << s;
+  }
+  if (pp > 1) {
+    // The tied embedding's gradient, summed between the first and the last stage.
+    const int64_t wte = int64_t(o.model.vocab_size) * o.model.n_embd;
+    const int64_t tied = run.traffic[0].Sum([](const comm::LedgerKey& k) {
+      return k.group == "embedding" && k.label == "tied_embedding";
+    }).bytes_sent;
+    EXPECT_EQ(tied, o.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, comm::Algorithm::kRing,
+                                                 2, 0, -1, wte, 4).sent);
+  }
+}
+
+std::string PipelineName(const ::testing::TestParamInfo<std::tuple<int, int, std::string, bool>>& p) {
+  return absl::StrCat("pp", std::get<0>(p.param), "_m", std::get<1>(p.param), "_",
+                      std::get<2>(p.param), std::get<3>(p.param) ? "_recompute" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PipelineTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 4, 8),
+                                            ::testing::Values("gpipe", "1f1b"), ::testing::Bool()),
+                         PipelineName);
+
+// With more micro-batches than stages, 1f1b keeps at most pp of them in flight on stage
+// 0 where gpipe keeps all m; recompute keeps only inputs.
+TEST(PipelineMemory, OneFOneBAndRecomputeHoldFewerActivations) {
+  auto stage0 = [](const std::string& schedule, bool recompute) {
+    TrainOptions o = Layers4(2, 8);
+    o.steps = 1;
+    o.schedule = schedule;
+    o.recompute = recompute;
+    return RunRanks(o).memory[0].peak(MemoryCategory::kActivations);
+  };
+  const int64_t gpipe = stage0("gpipe", false), one_f_one_b = stage0("1f1b", false);
+  EXPECT_LT(one_f_one_b, gpipe);
+  EXPECT_LT(stage0("gpipe", true), gpipe);
+  EXPECT_LT(stage0("1f1b", true), one_f_one_b);
+}
+
+TEST(PipelineOptions, BadValuesAreClearErrors) {
+  TrainOptions o = Layers4(5, 1);
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--pp=5 is more stages than the 4 layers"));
+  o = Layers4(2, 1);
+  o.pp_layers = {3, 2};
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--pp_layers sums to 5 layers"));
+  o = Layers4(2, 1);
+  o.micro_batch_size = 3;
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of"));
+  o = Layers4(2, 1);
+  o.schedule = "interleaved";
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--schedule must be gpipe or 1f1b"));
+}
+
+}  // namespace
+}  // namespace tally::train
