@@ -53,6 +53,11 @@ struct TrainOptions {
   bool show_schedule = false;  // print the schedule's chart
 
   int world() const { return dp * tp * pp; }
+  // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's
+  // order: a tensor-parallel group is neighbouring ranks).
+  int tp_rank(int world_rank) const { return world_rank % tp; }
+  int dp_rank(int world_rank) const { return world_rank / tp % dp; }
+  int pp_rank(int world_rank) const { return world_rank / (tp * dp); }
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;

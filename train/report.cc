@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/json_writer.h"
@@ -17,6 +18,26 @@ namespace tally::train {
 namespace {
 
 int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
+
+// The parameters world rank `rank` holds: its tensor-parallel part of its stage's layers.
+model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
+  const parallel::LayerRange layers =
+      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value()[o.pp_rank(rank)];
+  return model::ParameterLayout::ForGPT(o.model, o.tp, o.tp_rank(rank), layers.begin, layers.end);
+}
+
+// Bytes a pipeline boundary carries each way in a step: every micro-batch's
+// (b·s, h) activations forward and their gradients backward, b·s·h·4 for the dp rank's
+// share of the global batch, whatever the micro-batch count.
+int64_t BoundaryBytesPerStep(const TrainOptions& o) {
+  return int64_t(o.global_batch_size / o.dp) * o.model.seq_len * o.model.n_embd * 4;
+}
+
+bool IsBoundary(const comm::LedgerKey& key) {
+  return key.group == "pp" && key.primitive == comm::Primitive::kSendRecv &&
+         key.label.rfind("stage", 0) == 0 &&
+         (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
+}
 
 // ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
 int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
@@ -75,7 +96,25 @@ std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
 // the row; -1 otherwise.
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
   const TrainOptions& o = in.options;
-  const int dp_rank = rank / o.tp, tp_rank = rank % o.tp;
+  const int dp_rank = o.dp_rank(rank), tp_rank = o.tp_rank(rank), pp_rank = o.pp_rank(rank);
+  auto scalar = [&](int group_size, int group_rank, size_t element) {  // one value a step
+    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, group_size,
+                                         group_rank, -1, 1, element).sent;
+  };
+  if (key.group == "pp") {
+    if (IsBoundary(key)) return in.steps * BoundaryBytesPerStep(o);
+    if (key.primitive != comm::Primitive::kAllReduce) return -1;
+    if (key.label == "loss" && key.phase == comm::Phase::kOther) return scalar(o.pp, pp_rank, 4);
+    if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) return scalar(o.pp, pp_rank, 8);
+    return -1;
+  }
+  if (key.group == "embedding" && key.label == "tied_embedding" &&
+      key.primitive == comm::Primitive::kAllReduce) {
+    // wte's gradient between the first stage (rank 0 of the group) and the last.
+    const int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
+    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
+                                         pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
+  }
   if (key.group == "tp") {
     std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
     if (!p) return -1;
@@ -84,7 +123,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   }
   if (key.group != "dp") return -1;
   // This rank's part of the model: the buffer the dp group reduces or shards.
-  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank);
+  const model::ParameterLayout layout = StageLayout(o, rank);
   auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
     return in.steps * comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element).sent;
   };
@@ -116,7 +155,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
 // ZeRO-3, with one micro-batch).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const TrainOptions& o = in.options;
-  const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / o.tp;
+  const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / (o.tp * o.pp);
   if (key.group == "tp") {
     std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
     if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
@@ -127,6 +166,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
     const int64_t passes = key.primitive == comm::Primitive::kAllReduce ? 2 : 1;
     return in.steps * p->calls * passes * p->count * int64_t(p->element);
   }
+  if (IsBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
   if (key.group != "dp") return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
     return 2 * part_bytes;
@@ -148,6 +188,29 @@ std::string Range(int64_t lo, int64_t hi) {
 
 }  // namespace
 
+std::string PipelineTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const int m = o.accumulation_steps();
+  const std::vector<parallel::LayerRange> stages =
+      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value();
+  std::string out = absl::StrFormat(
+      "\npipeline (%s, %d stages, %d micro-batches of %d%s): time per step; the bubble is the idle "
+      "share of the schedule's time, theory (N-1)/(m+N-1) = %.3f\n%-6s %-8s %10s %10s %8s\n",
+      o.schedule, o.pp, m, o.micro_batch_size, o.recompute ? ", recompute" : "",
+      parallel::TheoreticalBubble(o.pp, m), "stage", "layers", "busy ms", "idle ms", "bubble");
+  const double steps = double(std::max<int64_t>(1, in.steps));
+  for (int r = 0; r < int(in.step_nanos.size()); ++r) {
+    if (o.dp_rank(r) != 0 || o.tp_rank(r) != 0) continue;  // one row per stage
+    const parallel::LayerRange layers = stages[o.pp_rank(r)];
+    const double step_ms = double(in.step_nanos[r]) / 1e6 / steps;
+    const double busy_ms = double(in.busy_nanos[r]) / 1e6 / steps;
+    out += absl::StrFormat("%-6d %-8s %10.1f %10.1f %8.3f\n", o.pp_rank(r),
+                           absl::StrCat(layers.begin, "-", layers.end - 1), busy_ms,
+                           step_ms - busy_ms, step_ms > 0 ? 1.0 - busy_ms / step_ms : 0.0);
+  }
+  return out;
+}
+
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
                                  comm::Algorithm algorithm) {
   int64_t sent = 0;
@@ -159,8 +222,8 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
 }
 
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
-  const int dp_rank = rank / o.tp;
-  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model, o.tp, rank % o.tp);
+  const int dp_rank = o.dp_rank(rank);
+  const model::ParameterLayout layout = StageLayout(o, rank);
   const int64_t phi = layout.total();
   const int64_t state_per_element = o.optimizer == "adamw" ? 8 : 4;
   MemoryFormula f;
@@ -192,6 +255,8 @@ std::string FormatReport(const ReportInputs& in) {
       Row& row = rows[key];
       row.calls = std::max(row.calls, c.calls);
       int64_t s = sent[key];
+      // A point-to-point row is its senders' (the receivers book the same key, sending 0).
+      if (key.primitive == comm::Primitive::kSendRecv && s == 0) continue;
       row.sent_min = std::min(row.sent_min, s);
       row.sent_max = std::max(row.sent_max, s);
       int64_t exact = ExactSent(in, key, int(r));
@@ -202,21 +267,22 @@ std::string FormatReport(const ReportInputs& in) {
   }
   const TrainOptions& o = in.options;
   std::string out = absl::StrFormat(
-      "traffic over %d steps (dp=%d x tp=%d, Φ = %d parameters, 4 bytes each; bytes sent per "
-      "rank, min..max over ranks)\n"
-      "%-6s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s\n",
-      in.steps, o.dp, o.tp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
+      "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, 4 bytes each; bytes sent "
+      "per rank, min..max over ranks)\n"
+      "%-9s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s\n",
+      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
       "measured", "exact formula", "seed formula", "measured/seed");
   for (const auto& [key, row] : rows) {
     int64_t seed = SeedSent(in, key);
     out += absl::StrFormat(
-        "%-6s %-15s %-6s %-10s %-17s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
+        "%-9s %-15s %-6s %-10s %-17s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
         comm::Name(key.algorithm), comm::Name(key.phase), key.label.empty() ? "-" : key.label,
         row.calls, Range(row.sent_min, row.sent_max),
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
         seed >= 0 ? absl::StrCat(seed) : "-",
         seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-");
   }
+  if (o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
   const char* formulas[] = {
       "params 4Φ, grads 4Φ, optimizer state 8Φ (adamw) or 4Φ (sgd)",
       "params 4Φ, grads 4Φ + the reduced shard 4Φ/p, optimizer state on the shard",
@@ -248,15 +314,16 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
   w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
   w.Key("allreduce").String(o.allreduce).Key("bucket_mb").Double(o.bucket_mb);
-  w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(1);
+  w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
+  w.Key("schedule").String(o.schedule).Key("recompute").Bool(o.recompute);
   w.Key("zero").Int(o.zero);
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);
   w.Key("ranks").BeginArray();
   for (size_t r = 0; r < in.traffic.size(); ++r) {
-    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(int64_t(r) / o.tp);
-    w.Key("tp").Int(int64_t(r) % o.tp).Key("pp").Int(0);
+    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(o.dp_rank(int(r)));
+    w.Key("tp").Int(o.tp_rank(int(r))).Key("pp").Int(o.pp_rank(int(r)));
     std::map<comm::LedgerKey, comm::TransferTotals> totals;
     for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
       totals[key_peer.first].bytes_sent += t.bytes_sent;

@@ -20,9 +20,14 @@ struct ReportInputs {
   int64_t steps;  // optimizer steps this run made
   const std::vector<comm::TrafficLedger>& traffic;  // by world rank
   const std::vector<MemoryLedger>& memory;          // by world rank
+  // Pipeline parallelism: each rank's computing time and its steps' time, nanoseconds.
+  std::vector<int64_t> busy_nanos = {}, step_nanos = {};
 };
 
 std::string FormatReport(const ReportInputs& in);
+// Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
+// and the theory's.
+std::string PipelineTable(const ReportInputs& in);
 
 // {"config": {..., "world", "dp", "tp", "pp", "zero", "params"}, "steps": S,
 //  "ranks": [{"rank", "dp", "tp", "pp", "traffic": [{"group", "op", "algorithm", "phase",

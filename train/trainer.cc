@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     // The grid, tp fastest (Megatron's order): world rank = dp_rank · tp + tp_rank. The
     // ranks of one dp group hold the same part of the model; those of one tp group split
     // one replica.
-    const int tp_rank = world->rank() % options.tp, dp_rank = world->rank() / options.tp;
+    const int tp_rank = options.tp_rank(world->rank()), dp_rank = options.dp_rank(world->rank());
     if (options.dp > 1 || options.zero > 0) {
       ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/tp_rank, world->rank(), "dp"));
     }
@@ -228,6 +228,9 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   }
   for (auto& work : forward_sends) RETURN_IF_ERROR(wait(work));
   for (auto& work : backward_sends) RETURN_IF_ERROR(wait(work));
+  // The schedule's time, which the bubble is a share of (the step adds the optimizer).
+  busy_nanos_ += busy;
+  step_nanos_ += MonotonicNanos() - start;
   // The tied embedding: the first stage's lookup and the last stage's head each add to
   // their own copy of wte; the sum goes to both.
   if (embedding_group_ != nullptr && embedding_group_->size() > 1) {
@@ -257,8 +260,6 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   }
   optimizer_->Step(gpt_->params().data<float>(), grads, stats.lr, segments_);
   const int64_t elapsed = MonotonicNanos() - start;
-  busy_nanos_ += busy;
-  step_nanos_ += elapsed;
   stats.ms = double(elapsed) / 1e6;
   stats.tokens_per_s = double(tokens) / (double(elapsed) / 1e9);
   stats.gflops = o.model.FlopsPerToken() * double(tokens) / (double(elapsed) / 1e9) / 1e9;
@@ -341,7 +342,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
 bool Trainer::Evaluates() const {
   if (pp_ != nullptr) return true;  // every stage holds part of the model
   if (zero_ != nullptr && zero_->stage() == 3) return true;
-  if (tp_ != nullptr) return world_->rank() / options_.tp == 0;  // dp rank 0's tp group
+  if (tp_ != nullptr) return options_.dp_rank(world_->rank()) == 0;  // dp rank 0's tp group
   return logs();
 }
 
@@ -598,6 +599,16 @@ absl::Status Trainer::Run(std::ostream& out) {
       options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
+  if (options_.pp > 1) {
+    const int m = options_.accumulation_steps();
+    log << absl::StrFormat("pipeline: %d stages, %s, %d micro-batches of %d per step%s\n", options_.pp,
+                           options_.schedule, m, options_.micro_batch_size,
+                           options_.recompute ? ", recompute" : "");
+    if (options_.show_schedule) {
+      log << "schedule, one slot per forward (F) and per backward (B) of a micro-batch:\n"
+          << parallel::ScheduleChart(parallel::Simulate(schedule_, options_.pp, m));
+    }
+  }
 
   std::ofstream metrics;
   if (logs() && !options_.metrics_json.empty()) {
@@ -643,6 +654,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   SetIntraOpThreads(options);
   std::vector<comm::TrafficLedger> traffic(options.world());
   std::vector<MemoryLedger> memory(options.world());
+  std::vector<int64_t> busy(options.world()), step_time(options.world());
   int64_t start_step = 0;
   comm::LaunchOptions launch;
   launch.world_size = options.world();
@@ -651,11 +663,13 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     RETURN_IF_ERROR(trainer->Run(log));
     traffic[world.rank()] = world.ledger();
     memory[world.rank()] = world.memory();
+    busy[world.rank()] = trainer->busy_nanos();
+    step_time[world.rank()] = trainer->step_nanos();
     if (world.rank() == 0) start_step = trainer->start_step();
     return absl::OkStatus();
   }));
   int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
-  ReportInputs report{options, steps, traffic, memory};
+  ReportInputs report{options, steps, traffic, memory, busy, step_time};
   log << "\n" << FormatReport(report);
   if (!options.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));

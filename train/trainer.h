@@ -122,10 +122,11 @@ class Trainer {
   int stage_ = 0, slots_ = 1;
   Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
   Tensor outputs_;              // recompute: each slot's output, while it is sent
-  int64_t busy_nanos_ = 0, step_nanos_ = 0;  // compute, and whole steps, over the run
+  int64_t busy_nanos_ = 0, step_nanos_ = 0;  // compute, and the schedules, over the run
 
  public:
-  // Over the run: nanoseconds this stage computed, and the steps took.
+  // Over the run: nanoseconds this stage computed, and its schedules took (each step's
+  // forwards, backwards and transfers, without the optimizer).
   int64_t busy_nanos() const { return busy_nanos_; }
   int64_t step_nanos() const { return step_nanos_; }
 };

@@ -52,6 +52,10 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--tp=3", "--n_head=4 must be divisible by --tp=3"},
       {"--tp=2 --sequence_parallel --seq_len=33", "--seq_len=33 must be divisible by --tp=2"},
       {"--zero=4", "--zero must be 0, 1, 2 or 3"},
+      {"--pp=5", "--pp=5 is more stages than the 4 layers"},
+      {"--pp=2 --pp_layers=3,2", "--pp_layers sums to 5 layers"},
+      {"--pp=2 --pp_layers=3,x", "--pp_layers wants integers, got 'x'"},
+      {"--pp=2 --schedule=zb", "--schedule must be gpipe or 1f1b"},
       {"--dp=0", "--dp must be >= 1"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
@@ -152,8 +156,8 @@ TEST(TallyTrain, TensorParallelRunReportsPerLayerRows) {
                         "--steps=2 --eval_every=0 --sample_bytes=8 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=2")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "tp     all_gather      ring   forward    layer0.attn")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "tp     reduce_scatter  ring   backward   layer0.mlp")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "tp        all_gather      ring   forward    layer0.attn")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "tp        reduce_scatter  ring   backward   layer0.mlp")) << r.output;
   std::ifstream in(json);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   JsonValue doc = ParseJson(text).value();
@@ -162,6 +166,18 @@ TEST(TallyTrain, TensorParallelRunReportsPerLayerRows) {
   const JsonValue& rank3 = doc.Find("ranks")->array[3];
   EXPECT_EQ(rank3.Find("dp")->AsInt(), 1);
   EXPECT_EQ(rank3.Find("tp")->AsInt(), 1);
+}
+
+// A pipeline from the command line: the schedule's chart, the boundary rows, the bubble.
+TEST(TallyTrain, PipelineRunShowsTheScheduleBoundariesAndBubble) {
+  Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --pp=2 --global_batch_size=4 "
+                        "--micro_batch_size=1 --schedule=gpipe --recompute --show_schedule "
+                        "--steps=2 --eval_every=2 --sample_bytes=8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "stage 0 | F0 F1 F2 F3 .. .. B0 B1 B2 B3 |  20% idle")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "pp        sendrecv        ring   forward    stage0->1")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "theory (N-1)/(m+N-1) = 0.200")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "val loss")) << r.output;
 }
 
 }  // namespace
