@@ -59,6 +59,8 @@ ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
 ABSL_FLAG(bool, recompute, false,
           "pipeline: keep only each stage's input per micro-batch, recompute in backward");
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
+ABSL_FLAG(bool, print_topology, false,
+          "print every rank's (dp, pp, tp) coordinates and the members of its groups");
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
@@ -111,6 +113,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.schedule = absl::GetFlag(FLAGS_schedule);
   o.recompute = absl::GetFlag(FLAGS_recompute);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
+  o.print_topology = absl::GetFlag(FLAGS_print_topology);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

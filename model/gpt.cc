@@ -47,9 +47,10 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 }
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
-                                                 WeightStore* weights, parallel::TensorParallel tp) {
-  RETURN_IF_ERROR(Validate(config, tp, {}));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp, {}));
+                                                 WeightStore* weights, parallel::TensorParallel tp,
+                                                 Stage stage) {
+  RETURN_IF_ERROR(Validate(config, tp, stage));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp, stage));
   gpt->weights_ = weights;
   return gpt;
 }

@@ -44,10 +44,12 @@ class GPT {
                                                      parallel::TensorParallel tp = {},
                                                      Stage stage = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
-  // the model and be laid out by ParameterLayout::ForGPT(config, tp.size(), tp.rank())).
+  // the model and be laid out by ParameterLayout::ForGPT(config, tp.size(), tp.rank(),
+  // stage.begin, stage.end)).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      WeightStore* weights,
-                                                     parallel::TensorParallel tp = {});
+                                                     parallel::TensorParallel tp = {},
+                                                     Stage stage = {});
 
   const GPTConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }

@@ -70,9 +70,10 @@ int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ra
 
 ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
                          MakeOptimizer make_optimizer, comm::Algorithm algorithm,
-                         TensorParallel tp)
+                         TensorParallel tp, comm::Communicator* stages)
     : dp_(dp),
       tp_(tp),
+      stages_(stages),
       stage_(stage),
       layout_(layout),
       sharding_(ZeroUnits(layout, stage), dp->size(), dp->rank()),
@@ -83,12 +84,13 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::Paramet
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
-    MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp) {
+    MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
+    comm::Communicator* stages) {
   if (stage < 1 || stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("[zero] no stage ", stage, " (1, 2 or 3)"));
   }
   std::unique_ptr<ZeroWeights> z(
-      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp));
+      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp, stages));
   Allocator& alloc = dp->allocator();
   const int64_t total = layout.total(), shard = z->sharding_.size();
   auto empty = [&](int64_t n, MemoryCategory category) {
@@ -187,7 +189,7 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   const int64_t n = grad_shard_.numel();
   RETURN_IF_ERROR(SumPerTokenGradients(tp_, g, segments_));
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
-  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(g, segments_, dp_, tp_, algorithm_));
+  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(g, segments_, dp_, tp_, algorithm_, stages_));
   if (clip > 0) {
     float scale = optim::ClipScale(norm, clip);
     if (scale < 1.0f) optim::Scale(g, n, scale);

@@ -88,11 +88,13 @@ class ZeroWeights : public model::WeightStore {
       int64_t size, Allocator& alloc)>;
 
   // Parameters initialised from `seed` as the serial model's (ZeRO-3: the own shard only).
-  // `layout` is this rank's (under tensor parallelism, its part of the model; `tp` then
-  // joins the gradient norm). Memory is charged to dp's allocator.
+  // `layout` is this rank's (its tensor-parallel part of its pipeline stage); `tp` and
+  // `stages` (the pipeline group) then join the gradient norm. Memory is charged to dp's
+  // allocator.
   static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
       comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
-      MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {});
+      MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {},
+      comm::Communicator* stages = nullptr);
 
   absl::StatusOr<float*> Params(int unit) override;
   absl::Status ReleaseParams(int unit) override;
@@ -117,7 +119,8 @@ class ZeroWeights : public model::WeightStore {
 
  private:
   ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
-              MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp);
+              MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
+              comm::Communicator* stages);
   // Piece `i` of a packed shard.
   Tensor Own(const Tensor& shard, size_t i) const {
     const Sharding::Piece& p = sharding_.pieces()[i];
@@ -126,6 +129,7 @@ class ZeroWeights : public model::WeightStore {
 
   comm::Communicator* dp_;
   const TensorParallel tp_;
+  comm::Communicator* stages_;  // the pipeline group, or null
   const int stage_;
   const model::ParameterLayout layout_;
   const Sharding sharding_;

@@ -51,6 +51,7 @@ struct TrainOptions {
   std::string schedule = "1f1b";
   bool recompute = false;      // keep only each stage's input per micro-batch
   bool show_schedule = false;  // print the schedule's chart
+  bool print_topology = false;  // every rank's coordinates and groups, before the run
 
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
@@ -26,11 +27,33 @@ model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
   return model::ParameterLayout::ForGPT(o.model, o.tp, o.tp_rank(rank), layers.begin, layers.end);
 }
 
+// The per-token replicas' elements in the gradients the optimizer of world rank `rank`
+// sees: its part of the model, or its ZeRO shard of that.
+int64_t PerTokenElements(const TrainOptions& o, int rank) {
+  const model::ParameterLayout layout = StageLayout(o, rank);
+  std::vector<optim::Segment> segments = model::OptimizerSegments(layout);
+  if (o.zero >= 1) {
+    const parallel::Sharding shard(parallel::ZeroUnits(layout, o.zero), o.dp, o.dp_rank(rank));
+    std::vector<optim::Segment> mine;
+    for (const parallel::Sharding::Piece& p : shard.pieces()) {
+      for (const optim::Segment& s : parallel::SegmentsInRange(segments, p.own.offset, p.own.end())) {
+        mine.push_back(s);
+      }
+    }
+    segments = mine;
+  }
+  int64_t count = 0;
+  for (const optim::Segment& s : segments) count += s.per_token ? s.end - s.begin : 0;
+  return count;
+}
+
 // Bytes a pipeline boundary carries each way in a step: every micro-batch's
 // (b·s, h) activations forward and their gradients backward, b·s·h·4 for the dp rank's
-// share of the global batch, whatever the micro-batch count.
+// share of the global batch, whatever the micro-batch count; under sequence parallelism
+// each tensor-parallel rank sends its part of the sequence, 1/tp of it.
 int64_t BoundaryBytesPerStep(const TrainOptions& o) {
-  return int64_t(o.global_batch_size / o.dp) * o.model.seq_len * o.model.n_embd * 4;
+  const int64_t bsh = int64_t(o.global_batch_size / o.dp) * o.model.seq_len * o.model.n_embd;
+  return bsh * 4 / (o.sequence_parallel ? o.tp : 1);
 }
 
 bool IsBoundary(const comm::LedgerKey& key) {
@@ -50,50 +73,73 @@ struct AllReducePattern {
   size_t element = 4;
 };
 
-// The tensor-parallel collectives of a training step by scope (tensor_parallel.h), per
-// micro-batch of (micro_batch_size·seq_len, n_embd) activations: each layer's attention
-// and MLP once forward and once backward, the embedding forward, the LM head backward,
-// each an all-reduce — or under sequence parallelism an all-gather and a reduce-scatter
-// (the embedding's reduce-scatter forward and all-gather backward, the LM head's the
-// other way round) — and cross-entropy's three all-reduces of one float per row. Once a
-// step: the gradient norm, and under sequence parallelism the per-token replicas' sum.
-std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
-                                                      const comm::LedgerKey& key) {
-  using comm::Phase;
+// The tensor-parallel collectives of one micro-batch by scope (tensor_parallel.h), over
+// its (micro_batch_size·seq_len, n_embd) activations: forward, each layer's attention and
+// MLP, and the embedding; backward, each layer's two and the LM head — each an
+// all-reduce, or under sequence parallelism an all-gather and a reduce-scatter (the
+// embedding's reduce-scatter forward and all-gather backward, the LM head's the other way
+// round); and forward, cross-entropy's three all-reduces of one float per row.
+struct ScopeCollective {
+  const char* scope;  // "layer" for every layer's attn and mlp
+  comm::Primitive primitive;
+  bool per_row;  // one float per row (cross-entropy), else the activations
+};
+
+std::vector<ScopeCollective> MicroBatchCollectives(bool sequence_parallel, bool forward) {
   using comm::Primitive;
-  const int64_t m = o.accumulation_steps(), rows = int64_t(o.micro_batch_size) * o.model.seq_len;
-  const int64_t activations = rows * o.model.n_embd;
-  const bool forward = key.phase == Phase::kForward, backward = key.phase == Phase::kBackward;
-  const bool sp = o.sequence_parallel;
-  const Primitive whole = Primitive::kAllReduce;
-  if (key.label == "cross_entropy" && forward && key.primitive == whole) return AllReducePattern{3 * m, rows};
-  if (key.label == "grad_norm" && key.phase == Phase::kOptimizer && key.primitive == whole) {
-    return AllReducePattern{1, 1, 8};
-  }
-  if (key.label == "sequence_parallel" && backward && key.primitive == whole) {
-    return AllReducePattern{1, model::ParameterLayout::ForGPT(o.model).per_token_count()};
-  }
-  // Which collective a scope makes in this phase: (without, with) sequence parallelism.
-  auto expect = [&](Primitive plain, Primitive split) -> std::optional<AllReducePattern> {
-    if (key.primitive != (sp ? split : plain)) return std::nullopt;
-    return AllReducePattern{m, activations};
-  };
-  if (key.label.rfind("layer", 0) == 0 && (forward || backward)) {
-    if (!sp) return expect(whole, whole);
-    if (key.primitive == Primitive::kAllGather || key.primitive == Primitive::kReduceScatter) {
-      return AllReducePattern{m, activations};
+  const Primitive ar = Primitive::kAllReduce, ag = Primitive::kAllGather;
+  const Primitive rs = Primitive::kReduceScatter;
+  if (!sequence_parallel) {
+    if (forward) {
+      return {{"layer", ar, false}, {"embedding", ar, false}, {"cross_entropy", ar, true},
+              {"cross_entropy", ar, true}, {"cross_entropy", ar, true}};
     }
-    return std::nullopt;
+    return {{"layer", ar, false}, {"lm_head", ar, false}};
   }
-  if (key.label == "embedding" && forward) return expect(whole, Primitive::kReduceScatter);
-  if (key.label == "embedding" && backward && sp) return expect(whole, Primitive::kAllGather);
-  if (key.label == "lm_head" && backward) return expect(whole, Primitive::kReduceScatter);
-  if (key.label == "lm_head" && forward && sp) return expect(whole, Primitive::kAllGather);
-  return std::nullopt;
+  if (forward) {
+    return {{"layer", ag, false},        {"layer", rs, false},         {"embedding", rs, false},
+            {"lm_head", ag, false},      {"cross_entropy", ar, true},  {"cross_entropy", ar, true},
+            {"cross_entropy", ar, true}};
+  }
+  return {{"layer", ag, false}, {"layer", rs, false}, {"embedding", ag, false}, {"lm_head", rs, false}};
 }
 
-// The exact bytes world rank `rank` sends under `key` over the run, when the report knows
-// the row; -1 otherwise.
+// The tensor-parallel collectives of a training step under the row's scope and phase:
+// m micro-batches of the lists above — with pipeline recompute the forward's again in
+// backward — and once a step the gradient norm and, under sequence parallelism, the
+// per-token replicas' sum (over the buffer the optimizer sees: the rank's part, or its
+// ZeRO shard of it).
+std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
+                                                      const comm::LedgerKey& key, int rank) {
+  using comm::Phase;
+  const int64_t m = o.accumulation_steps(), rows = int64_t(o.micro_batch_size) * o.model.seq_len;
+  if (key.primitive == comm::Primitive::kAllReduce) {
+    if (key.label == "grad_norm" && key.phase == Phase::kOptimizer) return AllReducePattern{1, 1, 8};
+    if (key.label == "sequence_parallel" && key.phase == Phase::kBackward) {
+      return AllReducePattern{1, PerTokenElements(o, rank)};
+    }
+  }
+  const bool forward = key.phase == Phase::kForward, backward = key.phase == Phase::kBackward;
+  if (!forward && !backward) return std::nullopt;
+  const std::string scope = key.label.rfind("layer", 0) == 0 ? "layer" : key.label;
+  int64_t calls = 0;
+  bool per_row = false;
+  auto count = [&](bool forward_list) {
+    for (const ScopeCollective& c : MicroBatchCollectives(o.sequence_parallel, forward_list)) {
+      if (c.scope == scope && c.primitive == key.primitive) {
+        calls += m;
+        per_row = c.per_row;
+      }
+    }
+  };
+  if (forward || (o.recompute && o.pp > 1)) count(/*forward_list=*/true);
+  if (backward) count(/*forward_list=*/false);
+  if (calls == 0) return std::nullopt;
+  return AllReducePattern{calls, per_row ? rows : rows * o.model.n_embd};
+}
+
+}  // namespace
+
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
   const TrainOptions& o = in.options;
   const int dp_rank = o.dp_rank(rank), tp_rank = o.tp_rank(rank), pp_rank = o.pp_rank(rank);
@@ -116,7 +162,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
                                          pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
   }
   if (key.group == "tp") {
-    std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
+    std::optional<AllReducePattern> p = TensorParallelPattern(o, key, rank);
     if (!p) return -1;
     return in.steps * p->calls *
            comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
@@ -147,6 +193,8 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   }
 }
 
+namespace {
+
 // The seed article's figure for the row: an all-reduce of M bytes moves 2M; so 2Φ·4/tp
 // per step for the gradient all-reduce, and 2·b·s·h·4 for each tensor-parallel
 // all-reduce of the activations (8bsh per layer and step; b·s·h·4 for each all-gather
@@ -157,7 +205,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const TrainOptions& o = in.options;
   const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / (o.tp * o.pp);
   if (key.group == "tp") {
-    std::optional<AllReducePattern> p = TensorParallelPattern(o, key);
+    std::optional<AllReducePattern> p = TensorParallelPattern(o, key, 0);
     if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
         key.label == "sequence_parallel") {
       return -1;
@@ -187,6 +235,30 @@ std::string Range(int64_t lo, int64_t hi) {
 }
 
 }  // namespace
+
+std::string FormatTopology(const TrainOptions& o) {
+  std::string out = absl::StrFormat(
+      "topology: world %d = dp %d x pp %d x tp %d (tp varies fastest, then dp, then pp)\n",
+      o.world(), o.dp, o.pp, o.tp);
+  // The members of a group: the ranks `same` accepts (those that differ from the rank
+  // only along the group's dimension).
+  auto members = [&](auto same) {
+    std::vector<std::string> ranks;
+    for (int q = 0; q < o.world(); ++q) {
+      if (same(q)) ranks.push_back(absl::StrCat(q));
+    }
+    return absl::StrCat("[", absl::StrJoin(ranks, " "), "]");
+  };
+  for (int r = 0; r < o.world(); ++r) {
+    const int dp = o.dp_rank(r), pp = o.pp_rank(r), tp = o.tp_rank(r);
+    out += absl::StrFormat(
+        "rank %d: dp %d pp %d tp %d | dp group %s | tp group %s | pp group %s\n", r, dp, pp, tp,
+        members([&](int q) { return o.pp_rank(q) == pp && o.tp_rank(q) == tp; }),
+        members([&](int q) { return o.pp_rank(q) == pp && o.dp_rank(q) == dp; }),
+        members([&](int q) { return o.dp_rank(q) == dp && o.tp_rank(q) == tp; }));
+  }
+  return out;
+}
 
 std::string PipelineTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;

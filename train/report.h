@@ -25,6 +25,11 @@ struct ReportInputs {
 };
 
 std::string FormatReport(const ReportInputs& in);
+// The exact bytes world rank `rank` sends under `key` over the run, by the formula of the
+// row (ring, naive, uneven chunks: exact_traffic.h); -1 for rows without one.
+int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
+// Every rank's (dp, pp, tp) coordinates and the members of each of its groups.
+std::string FormatTopology(const TrainOptions& options);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);

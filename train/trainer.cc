@@ -63,7 +63,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   const int world_size = world != nullptr ? world->size() : 1;
   if (world_size != options.world()) {
     return absl::InvalidArgumentError(absl::StrCat("[train] ", world_size, " ranks cannot run --dp=",
-                                                   options.dp, " x --tp=", options.tp));
+                                                   options.dp, " x --tp=", options.tp, " x --pp=",
+                                                   options.pp));
   }
   ASSIGN_OR_RETURN(data::Dataset data, data::LoadDataset(options.data, options.model.seq_len));
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
@@ -71,43 +72,53 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   // starts the ranks of a multi-rank run.
   if (world == nullptr) SetIntraOpThreads(options);
 
+  int pp_rank = 0;
   if (world != nullptr) {
-    // The grid, tp fastest (Megatron's order): world rank = dp_rank · tp + tp_rank. The
-    // ranks of one dp group hold the same part of the model; those of one tp group split
-    // one replica.
-    const int tp_rank = options.tp_rank(world->rank()), dp_rank = options.dp_rank(world->rank());
+    // The grid (options.h): tp varies fastest, then dp, then pp. A dp group holds the
+    // same part of the model; a tp group splits one stage of one replica; a pp group is
+    // the stages of one replica's tensor-parallel part.
+    const int rank = world->rank(), tp_rank = options.tp_rank(rank);
+    const int dp_rank = options.dp_rank(rank);
+    pp_rank = options.pp_rank(rank);
     if (options.dp > 1 || options.zero > 0) {
-      ASSIGN_OR_RETURN(t->dp_, world->Split(/*color=*/tp_rank, world->rank(), "dp"));
+      ASSIGN_OR_RETURN(t->dp_, world->Split(pp_rank * options.tp + tp_rank, rank, "dp"));
     }
     if (options.tp > 1) {
-      ASSIGN_OR_RETURN(t->tp_, world->Split(/*color=*/dp_rank, world->rank(), "tp"));
+      ASSIGN_OR_RETURN(t->tp_, world->Split(pp_rank * options.dp + dp_rank, rank, "tp"));
+    }
+    if (options.pp > 1) {
+      const int replica = dp_rank * options.tp + tp_rank;
+      ASSIGN_OR_RETURN(t->pp_, world->Split(replica, rank, "pp"));
+      const bool tied = pp_rank == 0 || pp_rank == options.pp - 1;
+      ASSIGN_OR_RETURN(t->embedding_group_, world->Split(tied ? replica : -1, rank, "embedding"));
     }
   }
   const parallel::TensorParallel tp(t->tp_.get(), options.sequence_parallel);
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
-  if (options.pp > 1) {
-    RETURN_IF_ERROR(t->SetUpPipeline());
+  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
+                   parallel::StageLayers(options.model.n_layer, options.pp, options.pp_layers));
+  const model::Stage stage{stages[pp_rank].begin, stages[pp_rank].end};
+  const model::ParameterLayout layout =
+      model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank(), stage.begin, stage.end);
+  if (t->dp_ != nullptr && options.zero >= 1) {
+    auto make_optimizer = [options](int64_t n, Allocator& alloc) {
+      return MakeOptimizer(options, n, alloc);
+    };
+    ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
+                                                             options.seed, make_optimizer,
+                                                             algorithm, tp, t->pp_.get()));
+    ASSIGN_OR_RETURN(t->gpt_,
+                     model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp, stage));
   } else {
-    const model::ParameterLayout layout =
-        model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank());
-    if (t->dp_ != nullptr && options.zero >= 1) {
-      auto make_optimizer = [options](int64_t n, Allocator& alloc) {
-        return MakeOptimizer(options, n, alloc);
-      };
-      ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
-                                                               options.seed, make_optimizer,
-                                                               algorithm, tp));
-      ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp));
-    } else {
-      ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp));
-      ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
-      t->segments_ = model::OptimizerSegments(layout);
-      if (t->dp_ != nullptr) {
-        t->sync_ = std::make_unique<parallel::GradientSync>(
-            t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
-      }
+    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp, stage));
+    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
+    t->segments_ = model::OptimizerSegments(layout);
+    if (t->dp_ != nullptr) {
+      t->sync_ = std::make_unique<parallel::GradientSync>(
+          t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
     }
   }
+  if (t->pp_ != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.load.empty()) RETURN_IF_ERROR(t->Load(options.load));
   size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
@@ -127,24 +138,13 @@ absl::StatusOr<float> Trainer::GlobalMean(float local) {
 
 absl::Status Trainer::SetUpPipeline() {
   const TrainOptions& o = options_;
-  ASSIGN_OR_RETURN(pp_, world_->Split(/*color=*/0, world_->rank(), "pp"));
   stage_ = pp_->rank();
-  const int last = o.pp - 1;
-  ASSIGN_OR_RETURN(embedding_group_, world_->Split(stage_ == 0 || stage_ == last ? 0 : -1,
-                                                   world_->rank(), "embedding"));
   ASSIGN_OR_RETURN(schedule_, parallel::ParsePipelineSchedule(o.schedule));
-  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
-                   parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers));
-  const parallel::LayerRange layers = stages[stage_];
-  ASSIGN_OR_RETURN(gpt_, model::GPT::Create(o.model, alloc_, o.seed, {}, {layers.begin, layers.end}));
   // gpipe keeps every micro-batch in flight; 1f1b at most the stages from here on.
   const int m = o.accumulation_steps();
   slots_ = schedule_ == parallel::PipelineSchedule::kGPipe ? m : std::min(m, o.pp - stage_);
   gpt_->SetPipelineSlots(slots_, o.recompute);
-  const model::ParameterLayout& layout = gpt_->layout();
-  ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(o, layout.total(), alloc_));
-  segments_ = model::OptimizerSegments(layout);
-  const int64_t activation = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+  const int64_t activation = BoundaryElements(o.micro_batch_size);
   ASSIGN_OR_RETURN(received_, Tensor::Empty({activation}, DType::kF32, alloc_, MemoryCategory::kComm));
   ASSIGN_OR_RETURN(d_inputs_, Tensor::Empty({activation * slots_}, DType::kF32, alloc_,
                                             MemoryCategory::kComm));
@@ -153,6 +153,11 @@ absl::Status Trainer::SetUpPipeline() {
                                              MemoryCategory::kComm));
   }
   return absl::OkStatus();
+}
+
+int64_t Trainer::BoundaryElements(int b) const {
+  // Under sequence parallelism a stage's output is its part of the sequence.
+  return int64_t(gpt_->tp().Rows(b * options_.model.seq_len)) * options_.model.n_embd;
 }
 
 namespace {
@@ -168,7 +173,10 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   const TrainOptions& o = options_;
   const int b = o.micro_batch_size, m = o.accumulation_steps(), last = o.pp - 1;
   const int64_t tokens = int64_t(o.global_batch_size) * o.model.seq_len;
-  const int64_t activation = int64_t(b) * o.model.seq_len * o.model.n_embd;
+  const int64_t activation = BoundaryElements(b);
+  // This replica's share of global batch `step` (as in TrainStep).
+  const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
+  const int64_t first = step * o.global_batch_size + int64_t(dp_rank) * (o.global_batch_size / o.dp);
   const int64_t start = MonotonicNanos();
   int64_t busy = 0;
   comm::TrafficLedger& ledger = traffic();
@@ -182,8 +190,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   double loss_sum = 0;
   for (const parallel::PipelineStep& s : parallel::StageSteps(schedule_, o.pp, stage_, m)) {
     const int slot = s.micro_batch % slots_;
-    data_.train.Fill(step * o.global_batch_size + int64_t(s.micro_batch) * b, b, inputs_.data(),
-                     targets_.data());
+    data_.train.Fill(first + int64_t(s.micro_batch) * b, b, inputs_.data(), targets_.data());
     if (s.kind == parallel::PipelineStep::kForward) {
       comm::PhaseScope phase(ledger, comm::Phase::kForward);
       if (stage_ > 0) {
@@ -233,42 +240,34 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   step_nanos_ += MonotonicNanos() - start;
   // The tied embedding: the first stage's lookup and the last stage's head each add to
   // their own copy of wte; the sum goes to both.
-  if (embedding_group_ != nullptr && embedding_group_->size() > 1) {
-    comm::PhaseScope phase(ledger, comm::Phase::kBackward);
+  comm::PhaseScope backward(ledger, comm::Phase::kBackward);
+  if (embedding_group_ != nullptr) {
     comm::LabelScope label(ledger, "tied_embedding");
-    const model::ParamSpec* wte = gpt_->layout().Find("wte.weight");
-    Tensor grads = gpt_->grads().Flat(wte->offset, wte->offset + wte->numel);
-    RETURN_IF_ERROR(embedding_group_->AllReduce(grads, comm::ReduceOp::kSum));
+    constexpr int kEmbeddings = model::ParameterLayout::kEmbeddings;
+    ASSIGN_OR_RETURN(float* grads, gpt_->weights().OpenGrads(kEmbeddings));
+    Tensor wte = Tensor::Borrow(grads, gpt_->layout().specs()[0].numel);
+    RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
+    RETURN_IF_ERROR(gpt_->weights().CloseGrads(kEmbeddings));
   }
-  StepStats stats;
-  stats.step = step + 1;
+  if (sync_ != nullptr) {  // data parallelism: every bucket, now that the schedule is over
+    sync_->BeginStep();
+    RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
+  }
+  float loss = 0;
   {  // the last stage's loss to every stage
     comm::PhaseScope phase(ledger, comm::Phase::kOther);
     comm::LabelScope label(ledger, "loss");
     ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
     value.data<float>()[0] = stage_ == last ? float(loss_sum / m) : 0.0f;
     RETURN_IF_ERROR(pp_->AllReduce(value, comm::ReduceOp::kSum));
-    stats.loss = value.data<float>()[0];
+    loss = value.data<float>()[0];
   }
-  stats.lr = optim::LearningRate(step, o.warmup_steps, o.steps, o.lr, o.min_lr);
-  float* grads = gpt_->grads().data<float>();
-  ASSIGN_OR_RETURN(stats.grad_norm, parallel::GlobalGradientNorm(grads, segments_, nullptr, {},
-                                                                 comm::Algorithm::kRing, pp_.get()));
-  if (o.grad_clip > 0) {
-    float scale = optim::ClipScale(stats.grad_norm, o.grad_clip);
-    if (scale < 1.0f) optim::Scale(grads, gpt_->grads().numel(), scale);
-  }
-  optimizer_->Step(gpt_->params().data<float>(), grads, stats.lr, segments_);
-  const int64_t elapsed = MonotonicNanos() - start;
-  stats.ms = double(elapsed) / 1e6;
-  stats.tokens_per_s = double(tokens) / (double(elapsed) / 1e9);
-  stats.gflops = o.model.FlopsPerToken() * double(tokens) / (double(elapsed) / 1e9) / 1e9;
-  return stats;
+  return Update(step, loss, start);
 }
 
 absl::StatusOr<float> Trainer::PipelineForward(const int32_t* tokens, const int32_t* targets, int b) {
   const int last = options_.pp - 1;
-  const int64_t activation = int64_t(b) * options_.model.seq_len * options_.model.n_embd;
+  const int64_t activation = BoundaryElements(b);
   ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, alloc_, MemoryCategory::kComm));
   if (stage_ > 0) RETURN_IF_ERROR(pp_->Recv(input, stage_ - 1));
   ASSIGN_OR_RETURN(float loss, gpt_->ForwardStage(0, tokens, stage_ > 0 ? input.data<float>() : nullptr,
@@ -313,9 +312,16 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     }));
     RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
   }
+  return Update(step, float(loss_sum / micro_batches), start);
+}
+
+// The rest of a step, after every micro-batch's backward: the loss averaged over the
+// replicas, the learning rate, the global gradient norm, clipping, the optimizer.
+absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_t start) {
+  const int64_t tokens = int64_t(options_.global_batch_size) * options_.model.seq_len;
   StepStats s;
   s.step = step + 1;
-  ASSIGN_OR_RETURN(s.loss, GlobalMean(float(loss_sum / micro_batches)));
+  ASSIGN_OR_RETURN(s.loss, GlobalMean(local_loss));
   s.lr = optim::LearningRate(step, options_.warmup_steps, options_.steps, options_.lr,
                              options_.min_lr);
   if (zero_ != nullptr) {
@@ -325,7 +331,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     int64_t n = gpt_->grads().numel();
     RETURN_IF_ERROR(parallel::SumPerTokenGradients(gpt_->tp(), grads, segments_));
     ASSIGN_OR_RETURN(s.grad_norm, parallel::GlobalGradientNorm(grads, segments_, nullptr, gpt_->tp(),
-                                                               comm::Algorithm::kRing));
+                                                               comm::Algorithm::kRing, pp_.get()));
     if (options_.grad_clip > 0) {
       float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
       if (scale < 1.0f) optim::Scale(grads, n, scale);
@@ -431,49 +437,11 @@ absl::StatusOr<Tensor> Trainer::Parameters() {
   return std::move(whole.params);
 }
 
-// Whole parameters (and optimizer state) on rank 0: ZeRO gathers each dp group's shards to
-// its dp rank 0, then tensor parallelism gathers the parts of the model to tp rank 0,
-// which puts them in their places in the whole model's buffer.
+// Whole parameters (and optimizer state) on rank 0: ZeRO gathers each dp group's shards
+// to its dp rank 0; every dp rank 0 holds one part of the model (its tensor-parallel part
+// of its stage) and sends it to world rank 0, which lays the parts into the whole model.
 absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
   Allocator unaccounted(nullptr);
-  if (pp_ != nullptr) {
-    // Every stage's buffers to stage 0, which lays them out in the whole model's.
-    const int64_t whole_total = options_.model.NumParams();
-    const std::vector<std::pair<std::string, Tensor*>> states =
-        with_optimizer ? optimizer_->State() : std::vector<std::pair<std::string, Tensor*>>{};
-    if (stage_ > 0) {
-      RETURN_IF_ERROR(pp_->Send(gpt_->params(), 0));
-      for (auto& [name, state] : states) RETURN_IF_ERROR(pp_->Send(*state, 0));
-      return Whole{};
-    }
-    Whole whole;
-    ASSIGN_OR_RETURN(whole.params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
-    if (with_optimizer) {
-      ASSIGN_OR_RETURN(whole.gathered, MakeOptimizer(options_, whole_total, unaccounted));
-      whole.optimizer = whole.gathered.get();
-      whole.optimizer->set_step(optimizer_->step());
-    }
-    ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
-                     parallel::StageLayers(options_.model.n_layer, options_.pp, options_.pp_layers));
-    for (int s = 0; s < options_.pp; ++s) {
-      const model::ParameterLayout layout =
-          model::ParameterLayout::ForGPT(options_.model, 1, 0, stages[s].begin, stages[s].end);
-      auto place = [&](Tensor* mine, float* into) -> absl::Status {
-        Tensor part = mine != nullptr ? *mine : Tensor();
-        if (s > 0) {
-          ASSIGN_OR_RETURN(part, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
-          RETURN_IF_ERROR(pp_->Recv(part, s));
-        }
-        layout.ToGlobal(part.data<float>(), into);
-        return absl::OkStatus();
-      };
-      RETURN_IF_ERROR(place(&gpt_->params(), whole.params.data<float>()));
-      for (size_t i = 0; i < states.size(); ++i) {
-        RETURN_IF_ERROR(place(states[i].second, whole.optimizer->State()[i].second->data<float>()));
-      }
-    }
-    return whole;
-  }
   Whole local;  // this rank's part of the model, on dp rank 0
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(local.params, zero_->GatherParams(/*root=*/0));
@@ -485,42 +453,48 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     local.params = gpt_->params();
     if (with_optimizer) local.optimizer = optimizer_.get();
   }
+  if (world_ == nullptr || (tp_ == nullptr && pp_ == nullptr)) {
+    return logs() ? std::move(local) : Whole{};  // the part is the whole model
+  }
   if (!local.params.defined()) return Whole{};  // dp ranks > 0
-  if (tp_ == nullptr) return local;
-  const model::GPTConfig& config = options_.model;
-  const int64_t whole_total = config.NumParams(), part = local.params.numel();
-  const bool root = tp_->rank() == 0;
+  const std::vector<std::pair<std::string, Tensor*>> no_state;
+  const auto states = local.optimizer != nullptr ? local.optimizer->State() : no_state;
+  if (!logs()) {
+    RETURN_IF_ERROR(world_->Send(local.params, 0));
+    for (auto& [name, state] : states) RETURN_IF_ERROR(world_->Send(*state, 0));
+    return Whole{};
+  }
+  const TrainOptions& o = options_;
+  const int64_t whole_total = o.model.NumParams();
   Whole whole;
-  auto gather = [&](const Tensor& mine, float* into) -> absl::Status {
-    Tensor parts;
-    if (root) {
-      ASSIGN_OR_RETURN(parts, Tensor::Empty({part * tp_->size()}, DType::kF32, unaccounted));
-    }
-    RETURN_IF_ERROR(tp_->Gather(mine, parts, part * tp_->size(), /*root=*/0));
-    if (!root) return absl::OkStatus();
-    for (int r = 0; r < tp_->size(); ++r) {
-      model::ParameterLayout::ForGPT(config, tp_->size(), r)
-          .ToGlobal(parts.data<float>() + r * part, into);
-    }
-    return absl::OkStatus();
-  };
-  if (root) {
-    ASSIGN_OR_RETURN(whole.params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
-  }
-  RETURN_IF_ERROR(gather(local.params, root ? whole.params.data<float>() : nullptr));
+  ASSIGN_OR_RETURN(whole.params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
   if (local.optimizer != nullptr) {
-    if (root) {
-      ASSIGN_OR_RETURN(whole.gathered, MakeOptimizer(options_, whole_total, unaccounted));
-      whole.optimizer = whole.gathered.get();
-      whole.optimizer->set_step(local.optimizer->step());
-    }
-    auto states = local.optimizer->State();
+    ASSIGN_OR_RETURN(whole.gathered, MakeOptimizer(o, whole_total, unaccounted));
+    whole.optimizer = whole.gathered.get();
+    whole.optimizer->set_step(local.optimizer->step());
+  }
+  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
+                   parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers));
+  for (int r = 0; r < o.world(); ++r) {
+    if (o.dp_rank(r) != 0) continue;
+    const parallel::LayerRange layers = stages[o.pp_rank(r)];
+    const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
+        o.model, o.tp, o.tp_rank(r), layers.begin, layers.end);
+    // Rank r's part (ours for r = 0) into its places in the whole model.
+    auto place = [&](Tensor* mine, float* into) -> absl::Status {
+      Tensor part = r == 0 ? *mine : Tensor();
+      if (r > 0) {
+        ASSIGN_OR_RETURN(part, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
+        RETURN_IF_ERROR(world_->Recv(part, r));
+      }
+      layout.ToGlobal(part.data<float>(), into);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(place(&local.params, whole.params.data<float>()));
     for (size_t i = 0; i < states.size(); ++i) {
-      RETURN_IF_ERROR(gather(*states[i].second,
-                             root ? whole.optimizer->State()[i].second->data<float>() : nullptr));
+      RETURN_IF_ERROR(place(states[i].second, whole.optimizer->State()[i].second->data<float>()));
     }
   }
-  if (!root) return Whole{};
   return whole;
 }
 
@@ -591,11 +565,12 @@ absl::Status Trainer::Run(std::ostream& out) {
   log << absl::StrFormat(
       "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
       "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step; dp=%d "
-      "(zero=%d) x tp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, warm-up %d, "
+      "(zero=%d) x tp=%d x pp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, "
+      "warm-up %d, "
       "%d steps\n",
       c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
       data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size,
-      c.seq_len, options_.dp, options_.zero, options_.tp, options_.accumulation_steps(),
+      c.seq_len, options_.dp, options_.zero, options_.tp, options_.pp, options_.accumulation_steps(),
       options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
@@ -652,6 +627,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return trainer->Run(log);
   }
   SetIntraOpThreads(options);
+  if (options.print_topology) log << FormatTopology(options);
   std::vector<comm::TrafficLedger> traffic(options.world());
   std::vector<MemoryLedger> memory(options.world());
   std::vector<int64_t> busy(options.world()), step_time(options.world());

@@ -115,6 +115,9 @@ class Trainer {
   // Pipeline parallelism.
   absl::Status SetUpPipeline();
   absl::StatusOr<StepStats> PipelineStep(int64_t step);
+  // Floats of one micro-batch's activations at a stage boundary.
+  int64_t BoundaryElements(int b) const;
+  absl::StatusOr<StepStats> Update(int64_t step, float local_loss, int64_t start);
   // A forward of the micro-batch through every stage (no backward): the loss on every
   // stage, the logits on the last.
   absl::StatusOr<float> PipelineForward(const int32_t* tokens, const int32_t* targets, int b);

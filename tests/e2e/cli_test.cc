@@ -105,7 +105,7 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --global_batch_size=4 --steps=2 --eval_every=0 "
                         "--sample_bytes=0 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1 x pp=1")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "traffic over 2 steps")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "memory per rank")) << r.output;
   std::ifstream in(json);
@@ -155,7 +155,7 @@ TEST(TallyTrain, TensorParallelRunReportsPerLayerRows) {
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --tp=2 --sequence_parallel --global_batch_size=4 "
                         "--steps=2 --eval_every=0 --sample_bytes=8 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=2")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=2 x pp=1")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "tp        all_gather      ring   forward    layer0.attn")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "tp        reduce_scatter  ring   backward   layer0.mlp")) << r.output;
   std::ifstream in(json);
