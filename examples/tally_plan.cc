@@ -1,0 +1,187 @@
+// tally_plan: the bytes each parallel strategy moves per training step, by the seed
+// article's formula and by the exact one, with time and memory per GPU, for models far
+// beyond this machine (train/plan.h).
+//
+//   tally_plan --model=llama-7b --dp=4                     the strategies for 4 GPUs
+//   tally_plan --model=llama-70b --dp=8 --tp=8 --pp=2 --json
+//   tally_plan --model=llama-7b --sweep=dp:2,4,8,16       one CSV row per value
+//   tally_plan --seed_examples                             the article's numbers, checked
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "examples/example_main.h"
+#include "runtime/json_writer.h"
+#include "runtime/status_macros.h"
+#include "train/plan.h"
+
+ABSL_FLAG(std::string, model, "llama-7b",
+          "preset: toy, gpt2-124m, llama-7b, llama-13b, llama-70b");
+ABSL_FLAG(int64_t, params, 0, "parameters Φ (overrides the preset's)");
+ABSL_FLAG(int, layers, 0, "transformer layers (overrides the preset's)");
+ABSL_FLAG(int, hidden, 0, "hidden size h (overrides the preset's)");
+ABSL_FLAG(int, batch_size, 4, "b: sequences per data-parallel rank per step");
+ABSL_FLAG(int, seq_len, 2048, "s: tokens per sequence");
+ABSL_FLAG(int, bytes_per_value, 2, "e: 2 for fp16/bf16, 4 for fp32");
+ABSL_FLAG(int, dp, 1, "data-parallel GPUs");
+ABSL_FLAG(int, tp, 1, "tensor-parallel GPUs");
+ABSL_FLAG(int, pp, 1, "pipeline stages");
+ABSL_FLAG(int, zero, 0, "ZeRO stage, for the memory per GPU");
+ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
+ABSL_FLAG(std::string, allreduce, "ring", "ring or naive");
+ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
+ABSL_FLAG(std::string, link, "intra",
+          "intra (NVLink: 600 GB/s, 3 us) or inter (InfiniBand 200 Gb/s: 25 GB/s, 10 us)");
+ABSL_FLAG(bool, seed_examples, false, "the seed article's examples, its figures next to ours");
+ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, batch_size) -> CSV");
+ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
+
+namespace tally {
+namespace {
+
+using train::PlanInput;
+using train::PlanRow;
+
+absl::StatusOr<PlanInput> InputFromFlags() {
+  ASSIGN_OR_RETURN(train::PlanModel model, train::ModelPreset(absl::GetFlag(FLAGS_model)));
+  if (absl::GetFlag(FLAGS_params) > 0) model.params = absl::GetFlag(FLAGS_params);
+  if (absl::GetFlag(FLAGS_layers) > 0) model.layers = absl::GetFlag(FLAGS_layers);
+  if (absl::GetFlag(FLAGS_hidden) > 0) model.hidden = absl::GetFlag(FLAGS_hidden);
+  if (absl::GetFlag(FLAGS_params) > 0 || absl::GetFlag(FLAGS_layers) > 0 ||
+      absl::GetFlag(FLAGS_hidden) > 0) {
+    model.gpt = false;  // a shape of its own: the formulas over Φ
+  }
+  PlanInput in{model};
+  in.batch = absl::GetFlag(FLAGS_batch_size);
+  in.seq_len = absl::GetFlag(FLAGS_seq_len);
+  in.bytes_per_value = absl::GetFlag(FLAGS_bytes_per_value);
+  in.dp = absl::GetFlag(FLAGS_dp);
+  in.tp = absl::GetFlag(FLAGS_tp);
+  in.pp = absl::GetFlag(FLAGS_pp);
+  in.zero = absl::GetFlag(FLAGS_zero);
+  in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  const std::string allreduce = absl::GetFlag(FLAGS_allreduce);
+  if (allreduce != "ring" && allreduce != "naive") {
+    return absl::InvalidArgumentError("[flags] --allreduce must be ring or naive, got '" + allreduce + "'");
+  }
+  in.allreduce = allreduce == "ring" ? comm::Algorithm::kRing : comm::Algorithm::kNaive;
+  const std::string link = absl::GetFlag(FLAGS_link);
+  if (link != "intra" && link != "inter") {
+    return absl::InvalidArgumentError("[flags] --link must be intra or inter, got '" + link + "'");
+  }
+  in.link = link == "intra" ? train::kIntraNode : train::kInterNode;
+  auto positive = [](const char* flag, int64_t v) -> absl::Status {
+    if (v >= 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat("[flags] --%s must be >= 1, got %d", flag, v));
+  };
+  RETURN_IF_ERROR(positive("params", in.model.params));
+  RETURN_IF_ERROR(positive("layers", in.model.layers));
+  RETURN_IF_ERROR(positive("hidden", in.model.hidden));
+  RETURN_IF_ERROR(positive("batch_size", in.batch));
+  RETURN_IF_ERROR(positive("seq_len", in.seq_len));
+  RETURN_IF_ERROR(positive("bytes_per_value", in.bytes_per_value));
+  RETURN_IF_ERROR(positive("dp", in.dp));
+  RETURN_IF_ERROR(positive("tp", in.tp));
+  RETURN_IF_ERROR(positive("pp", in.pp));
+  RETURN_IF_ERROR(positive("micro_batches", in.micro_batches));
+  if (in.pp > in.model.layers) {
+    return absl::InvalidArgumentError(absl::StrFormat("[flags] --pp=%d is more stages than the %d layers",
+                                                      in.pp, in.model.layers));
+  }
+  if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("[flags] --zero must be 0, 1, 2 or 3");
+  if (in.batch % in.micro_batches != 0) {
+    return absl::InvalidArgumentError("[flags] --batch_size must be a multiple of --micro_batches");
+  }
+  return in;
+}
+
+void PrintTable(const PlanInput& in) {
+  std::cout << absl::StrFormat(
+      "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d x tp %d x pp %d, "
+      "%d micro-batch(es), %s\n\n",
+      in.model.name, in.model.params, in.model.layers, in.model.hidden, in.batch, in.seq_len,
+      in.bytes_per_value, in.dp, in.tp, in.pp, in.micro_batches,
+      in.allreduce == comm::Algorithm::kRing ? "ring" : "naive");
+  std::cout << absl::StrFormat("%-24s %26s %26s %26s %10s  %s\n", "strategy", "seed formula",
+                               "exact, busiest GPU", "exact, all GPUs", "time (s)", "seed's form");
+  for (const PlanRow& r : train::Plan(in)) {
+    std::cout << absl::StrFormat("%-24s %26s %26s %26s %10.4f  %s\n", r.strategy,
+                                 train::Bytes(r.seed_bytes_per_gpu), train::Bytes(r.exact_bytes_per_gpu),
+                                 train::Bytes(r.total_bytes), r.time_s, r.formula);
+  }
+  const train::PlanMemory mem = train::PlanMemoryPerGpu(in);
+  std::cout << absl::StrFormat(
+      "\nmemory per GPU: %s by the seed's 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (fp16 "
+      "mixed precision); %s for fp32 AdamW with zero=%d\n",
+      train::Bytes(mem.seed_bytes_per_gpu), train::Bytes(mem.fp32_bytes_per_gpu), in.zero);
+}
+
+void PrintJson(const PlanInput& in) {
+  JsonWriter w;
+  w.BeginObject().Key("model").String(in.model.name).Key("params").Int(in.model.params);
+  w.Key("dp").Int(in.dp).Key("tp").Int(in.tp).Key("pp").Int(in.pp);
+  w.Key("strategies").BeginArray();
+  for (const PlanRow& r : train::Plan(in)) {
+    w.BeginObject().Key("strategy").String(r.strategy);
+    w.Key("seed_bytes_per_gpu").Double(r.seed_bytes_per_gpu);
+    w.Key("exact_bytes_per_gpu").Double(r.exact_bytes_per_gpu);
+    w.Key("total_bytes").Double(r.total_bytes).Key("time_s").Double(r.time_s).EndObject();
+  }
+  w.EndArray();
+  const train::PlanMemory mem = train::PlanMemoryPerGpu(in);
+  w.Key("memory_per_gpu").BeginObject().Key("seed_fp16").Double(mem.seed_bytes_per_gpu);
+  w.Key("fp32").Double(mem.fp32_bytes_per_gpu).EndObject().EndObject();
+  std::cout << w.str() << "\n";
+}
+
+absl::Status Sweep(PlanInput in, const std::string& spec) {
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  if (parts.size() != 2) return absl::InvalidArgumentError("[flags] --sweep wants dim:v1,v2,...");
+  int* dim = parts[0] == "dp" ? &in.dp : parts[0] == "tp" ? &in.tp : parts[0] == "pp" ? &in.pp
+             : parts[0] == "batch_size" ? &in.batch : nullptr;
+  if (dim == nullptr) return absl::InvalidArgumentError("[flags] --sweep: dim must be dp, tp, pp or batch_size");
+  std::cout << parts[0] << ",strategy,seed_bytes_per_gpu,exact_bytes_per_gpu,total_bytes,time_s\n";
+  for (absl::string_view value : absl::StrSplit(parts[1], ',')) {
+    if (!absl::SimpleAtoi(value, dim) || *dim < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("[flags] --sweep: bad value '", value, "'"));
+    }
+    for (const PlanRow& r : train::Plan(in)) {
+      std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g\n", *dim, r.strategy,
+                                   r.seed_bytes_per_gpu, r.exact_bytes_per_gpu, r.total_bytes, r.time_s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Main() {
+  if (absl::GetFlag(FLAGS_seed_examples)) {
+    std::cout << absl::StrFormat("%-62s %10s %26s  %s\n", "the seed's example", "its figure",
+                                 "by its formula, here", "note");
+    for (const train::SeedExample& x : train::SeedExamples()) {
+      std::cout << absl::StrFormat("%-62s %10s %26s  %s\n", x.what, x.seed_figure,
+                                   train::Bytes(x.computed_bytes), x.note);
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(PlanInput in, InputFromFlags());
+  if (!absl::GetFlag(FLAGS_sweep).empty()) return Sweep(in, absl::GetFlag(FLAGS_sweep));
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(in);
+  } else {
+    PrintTable(in);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tally
+
+int main(int argc, char** argv) {
+  return tally::RunExample(argc, argv, "bytes per GPU per step by strategy: tally_plan --model=llama-7b --dp=4",
+                           tally::Main);
+}

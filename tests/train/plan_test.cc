@@ -1,0 +1,106 @@
+// tally_plan's numbers: the seed's examples by their formulas, the inconsistency in its
+// 70B example, and for tally's own model the exact bytes an actual run measures.
+#include "train/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::train {
+namespace {
+
+TEST(Plan, ReproducesEverySeedExample) {
+  std::vector<SeedExample> examples = SeedExamples();
+  ASSERT_GE(examples.size(), 13u);
+  for (const SeedExample& x : examples) {
+    // The seed rounds its "≈" figures (4.29 GB as "≈ 4 GB"); the others are exact.
+    const bool rounded = absl::StrContains(x.seed_figure, "≈");
+    EXPECT_NEAR(x.computed_bytes, x.seed_bytes, (rounded ? 0.1 : 1e-9) * x.seed_bytes) << x.what;
+  }
+  // The 70B example's TP and PP figures need different batch sizes, and the planner says so.
+  const SeedExample& pp = examples.back();
+  EXPECT_TRUE(absl::StrContains(pp.note, "different batch sizes")) << pp.note;
+}
+
+TEST(Plan, SeedAndExactFormsForLlama7B) {
+  PlanInput in{ModelPreset("llama-7b").value()};
+  in.dp = 4;
+  std::vector<PlanRow> rows = Plan(in);
+  ASSERT_EQ(rows[0].strategy, "dp all-reduce");
+  EXPECT_DOUBLE_EQ(rows[0].seed_bytes_per_gpu, 28e9);   // 2Φ·e
+  EXPECT_DOUBLE_EQ(rows[0].exact_bytes_per_gpu, 21e9);  // 2(N-1)/N·Φ·e
+  EXPECT_DOUBLE_EQ(rows[3].seed_bytes_per_gpu, 42e9);   // ZeRO-3: 3Φ·e
+  EXPECT_NEAR(PlanMemoryPerGpu(in).seed_bytes_per_gpu, 2 * 7e9 + 2 * 7e9 + 12 * 7e9 / 4, 1);
+  EXPECT_FALSE(ModelPreset("gpt-5").ok());
+}
+
+// A small model of tally's shape: the planner's exact bytes per GPU and step are what
+// tally_train measures with the same flags, for every strategy it plans.
+class PlanAgainstRuns : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
+
+TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
+  auto [dp, tp, pp, zero] = GetParam();
+  PlanModel model{"small", 0, 0, 0, true, {}};
+  model.config.n_layer = 4;
+  model.config.n_head = 2;
+  model.config.n_embd = 16;
+  model.config.seq_len = 16;
+  model.params = model.config.NumParams();
+  model.layers = 4;
+  model.hidden = 16;
+  PlanInput in{model};
+  in.batch = 2;
+  in.seq_len = 16;
+  in.bytes_per_value = 4;
+  in.dp = dp;
+  in.tp = tp;
+  in.pp = pp;
+  in.zero = zero;
+  TrainOptions o = PlanAsTrainOptions(in);
+  o.steps = 1;
+  o.eval_every = 0;
+  o.sample_bytes = 0;
+  o.threads = 1;
+  RunResult run = RunRanks(o);
+  // The busiest rank's bytes in the rows a strategy makes.
+  auto measured = [&](auto match) {
+    int64_t most = 0;
+    for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(match).bytes_sent);
+    return double(most);
+  };
+  int compared = 0;
+  for (const PlanRow& row : Plan(in)) {
+    double bytes = -1;
+    if (row.strategy == "dp all-reduce" && zero == 0) {
+      bytes = measured([](const comm::LedgerKey& k) {
+        return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
+      });
+    } else if (row.strategy == absl::StrCat("zero-", zero)) {
+      bytes = measured([](const comm::LedgerKey& k) {
+        return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
+      });
+    } else if (row.strategy == "tp (layers of a stage)") {
+      bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
+    } else if (row.strategy == "pp (boundaries)") {
+      bytes = measured([](const comm::LedgerKey& k) { return k.group == "pp" && k.label.rfind("stage", 0) == 0; });
+    }
+    if (bytes < 0) continue;  // a strategy this run does not use
+    EXPECT_EQ(bytes, row.exact_bytes_per_gpu) << row.strategy;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
+                         ::testing::Values(std::make_tuple(2, 1, 1, 0), std::make_tuple(3, 1, 1, 1),
+                                           std::make_tuple(2, 1, 1, 2), std::make_tuple(3, 1, 1, 3),
+                                           std::make_tuple(1, 2, 1, 0), std::make_tuple(1, 1, 4, 0),
+                                           std::make_tuple(2, 2, 2, 1)));
+
+}  // namespace
+}  // namespace tally::train

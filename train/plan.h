@@ -1,0 +1,98 @@
+// The analytic planner (tally_plan): bytes per GPU per training step for each parallel
+// strategy, by the seed article's formula and by the exact one, an α-β time estimate, and
+// memory per GPU — for models far beyond this machine.
+//
+// The exact formulas are the ones the traffic report checks against the ledger
+// (exact_traffic.h per collective call): for a model of tally's GPT shape they are the
+// bytes a tally_train run with the same flags measures, to the byte; for a preset of
+// another shape (LLaMA) they are the same collectives over Φ values.
+//
+//   ASSIGN_OR_RETURN(PlanModel model, ModelPreset("llama-7b"));
+//   PlanInput in{model};
+//   in.dp = 4;
+//   for (const PlanRow& row : Plan(in)) ...
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "runtime/comm/types.h"
+#include "train/options.h"
+
+namespace tally::train {
+
+struct PlanModel {
+  std::string name;
+  int64_t params = 0;  // Φ
+  int layers = 0, hidden = 0;
+  // A model of tally's GPT shape (its parameter layout gives the exact counts).
+  bool gpt = false;
+  model::GPTConfig config;
+};
+
+// gpt2-124m, llama-7b, llama-13b, llama-70b, and "toy" (tally_train's default model).
+absl::StatusOr<PlanModel> ModelPreset(const std::string& name);
+
+struct Link {
+  double latency_s;       // α, per message
+  double bytes_per_s;     // β
+};
+// Documented defaults: NVLink 600 GB/s and 3 µs inside a node; 25 GB/s (200 Gb/s
+// InfiniBand) and 10 µs between nodes.
+inline constexpr Link kIntraNode{3e-6, 600e9};
+inline constexpr Link kInterNode{10e-6, 25e9};
+
+struct PlanInput {
+  PlanModel model;
+  int batch = 4;            // b: sequences per data-parallel rank per step
+  int seq_len = 2048;       // s
+  int bytes_per_value = 2;  // e: fp16/bf16
+  int dp = 1, tp = 1, pp = 1, zero = 0;
+  int micro_batches = 1;    // per data-parallel rank and step
+  comm::Algorithm allreduce = comm::Algorithm::kRing;
+  bool sequence_parallel = false;
+  Link link = kIntraNode;
+};
+
+struct PlanRow {
+  std::string strategy;
+  double seed_bytes_per_gpu = 0;   // the seed's formula
+  double exact_bytes_per_gpu = 0;  // sent by the busiest GPU
+  double total_bytes = 0;          // sent by all GPUs
+  double time_s = 0;               // α-β estimate for the busiest GPU
+  std::string formula;             // the seed's, in words
+};
+
+// One row per strategy the input's dp, tp and pp switch on (dp rows for each ZeRO stage
+// when dp > 1).
+std::vector<PlanRow> Plan(const PlanInput& in);
+
+struct PlanMemory {
+  // The seed's fp16 mixed-precision form: 2Φ params + 2Φ grads + 12Φ fp32 master weights
+  // and Adam moments, divided by what shards them.
+  double seed_bytes_per_gpu = 0;
+  // tally's fp32 training: 4Φ params, 4Φ grads, 8Φ AdamW, divided as the ZeRO stage does.
+  double fp32_bytes_per_gpu = 0;
+};
+PlanMemory PlanMemoryPerGpu(const PlanInput& in);
+
+// The seed's numeric examples, each with the figure it prints and the value computed here.
+struct SeedExample {
+  std::string what;
+  std::string seed_figure;  // as the seed writes it
+  double seed_bytes;        // that figure in bytes, in the unit the seed meant
+  double computed_bytes;
+  std::string note;
+};
+std::vector<SeedExample> SeedExamples();
+
+// The training options of a tally_train run that the planner's exact numbers describe.
+TrainOptions PlanAsTrainOptions(const PlanInput& in);
+
+// Units made explicit: "21.00 GB (19.56 GiB)".
+std::string Bytes(double bytes);
+
+}  // namespace tally::train
