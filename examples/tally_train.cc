@@ -61,6 +61,9 @@ ABSL_FLAG(bool, recompute, false,
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
 ABSL_FLAG(bool, print_topology, false,
           "print every rank's (dp, pp, tp) coordinates and the members of its groups");
+ABSL_FLAG(bool, check_against_serial, false,
+          "after the run, train the single-rank model on the same batches and print both "
+          "losses per step with their relative difference");
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
@@ -114,6 +117,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.recompute = absl::GetFlag(FLAGS_recompute);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
+  o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

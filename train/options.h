@@ -52,6 +52,7 @@ struct TrainOptions {
   bool recompute = false;      // keep only each stage's input per micro-batch
   bool show_schedule = false;  // print the schedule's chart
   bool print_topology = false;  // every rank's coordinates and groups, before the run
+  bool check_against_serial = false;  // also train one rank on the same batches, compare
 
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's

@@ -592,6 +592,7 @@ absl::Status Trainer::Run(std::ostream& out) {
   }
   for (int64_t k = start_step_; k < options_.steps; ++k) {
     ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
+    losses_.push_back(s.loss);
     log << absl::StrFormat(
         "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s\n",
         s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
@@ -619,12 +620,47 @@ absl::Status Trainer::Run(std::ostream& out) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// --check_against_serial: the single-rank model trained on the same batches (from the
+// same checkpoint, if any), its loss next to the run's at every step.
+absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
+                                const std::vector<float>& losses, std::ostream& log) {
+  TrainOptions serial = options;
+  serial.dp = serial.tp = serial.pp = 1;
+  serial.zero = 0;
+  serial.sequence_parallel = false;
+  serial.recompute = false;
+  serial.save.clear();
+  serial.metrics_json.clear();
+  serial.traffic_json.clear();
+  SetIntraOpThreads(serial);
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(serial));
+  log << "\ncheck against the single-rank run on the same batches:\n"
+      << absl::StrFormat("%6s %12s %12s %12s\n", "step", "this run", "single rank", "rel. diff");
+  double worst = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const int64_t step = start_step + int64_t(i);
+    ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(step));
+    const double diff = std::abs(double(losses[i]) - s.loss) / std::max(1e-30, std::abs(double(s.loss)));
+    worst = std::max(worst, diff);
+    log << absl::StrFormat("%6d %12.6f %12.6f %12.2e\n", step + 1, losses[i], s.loss, diff);
+  }
+  log << absl::StrFormat("largest relative difference %.2e (%s 1e-5)\n", worst,
+                         worst <= 1e-5 ? "within" : "NOT within");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   RETURN_IF_ERROR(options.Validate());
   if (options.world() == 1 && options.zero == 0) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
-    return trainer->Run(log);
+    RETURN_IF_ERROR(trainer->Run(log));
+    if (!options.check_against_serial) return absl::OkStatus();
+    return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
   }
   SetIntraOpThreads(options);
   if (options.print_topology) log << FormatTopology(options);
@@ -632,6 +668,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   std::vector<MemoryLedger> memory(options.world());
   std::vector<int64_t> busy(options.world()), step_time(options.world());
   int64_t start_step = 0;
+  std::vector<float> losses;
   comm::LaunchOptions launch;
   launch.world_size = options.world();
   RETURN_IF_ERROR(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
@@ -641,7 +678,10 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     memory[world.rank()] = world.memory();
     busy[world.rank()] = trainer->busy_nanos();
     step_time[world.rank()] = trainer->step_nanos();
-    if (world.rank() == 0) start_step = trainer->start_step();
+    if (world.rank() == 0) {
+      start_step = trainer->start_step();
+      losses = trainer->losses();
+    }
     return absl::OkStatus();
   }));
   int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
@@ -650,6 +690,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (!options.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
   }
+  if (options.check_against_serial) RETURN_IF_ERROR(CheckAgainstSerial(options, start_step, losses, log));
   return absl::OkStatus();
 }
 

@@ -69,6 +69,8 @@ class Trainer {
   // This rank's traffic: the world's ledger, or this trainer's own.
   comm::TrafficLedger& traffic() { return world_ != nullptr ? world_->ledger() : own_traffic_; }
   int64_t start_step() const { return start_step_; }
+  // The loss of every step Run made.
+  const std::vector<float>& losses() const { return losses_; }
   const data::Dataset& dataset() const { return data_; }
 
  private:
@@ -111,6 +113,7 @@ class Trainer {
   std::vector<optim::Segment> segments_;         // the whole buffer, decay per tensor
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
+  std::vector<float> losses_;
 
   // Pipeline parallelism.
   absl::Status SetUpPipeline();

@@ -183,11 +183,13 @@ TEST(TallyTrain, PipelineRunShowsTheScheduleBoundariesAndBubble) {
 // The 8-rank 3D grid from the command line, with its topology.
 TEST(TallyTrain, ThreeDRunPrintsTheTopologyAndEveryGroupsRows) {
   Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --dp=2 --tp=2 --pp=2 --zero=1 "
-                        "--sequence_parallel --print_topology --global_batch_size=4 "
+                        "--sequence_parallel --print_topology --check_against_serial --global_batch_size=4 "
                         "--micro_batch_size=1 --steps=2 --eval_every=0 --sample_bytes=0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "rank 5: dp 0 pp 1 tp 1 | dp group [5 7] | tp group [4 5] | pp group [1 5]"))
       << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "check against the single-rank run")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "(within 1e-5)")) << r.output;
   for (const char* group : {"dp        reduce_scatter", "tp        all_gather", "pp        sendrecv",
                             "embedding all_reduce"}) {
     EXPECT_TRUE(absl::StrContains(r.output, group)) << group << "\n" << r.output;
