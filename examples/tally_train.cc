@@ -64,6 +64,9 @@ ABSL_FLAG(bool, print_topology, false,
 ABSL_FLAG(bool, check_against_serial, false,
           "after the run, train the single-rank model on the same batches and print both "
           "losses per step with their relative difference");
+ABSL_FLAG(bool, peer_matrix, false, "print the bytes every rank sent to every rank");
+ABSL_FLAG(std::string, trace, "",
+          "write a Chrome Trace Event file of every rank's run here (Perfetto, chrome://tracing)");
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
@@ -118,6 +121,8 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
+  o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
+  o.trace = absl::GetFlag(FLAGS_trace);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

@@ -53,6 +53,8 @@ struct TrainOptions {
   bool show_schedule = false;  // print the schedule's chart
   bool print_topology = false;  // every rank's coordinates and groups, before the run
   bool check_against_serial = false;  // also train one rank on the same batches, compare
+  bool peer_matrix = false;    // print the bytes from every rank to every rank
+  std::string trace;           // a Chrome Trace Event file of every rank's run
 
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's

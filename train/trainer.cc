@@ -17,6 +17,7 @@
 #include "runtime/rng.h"
 #include "runtime/status_macros.h"
 #include "train/report.h"
+#include "train/trace.h"
 
 namespace tally::train {
 
@@ -126,6 +127,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   return t;
 }
 
+void Trainer::RecordSpan(const char* what, int micro_batch, int64_t start) {
+  if (options_.trace.empty()) return;
+  spans_.push_back({absl::StrCat(what, " ", micro_batch), start, MonotonicNanos()});
+}
+
 absl::StatusOr<float> Trainer::GlobalMean(float local) {
   if (dp_ == nullptr) return local;
   comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
@@ -203,6 +209,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
                                                       stage_ > 0 ? received_.data<float>() : nullptr,
                                                       stage_ == last ? targets_.data() : nullptr, b));
       busy += MonotonicNanos() - t0;
+      RecordSpan("forward", s.micro_batch, t0);
       loss_sum += loss;
       if (stage_ < last) {
         comm::LabelScope label(ledger, Boundary(stage_, stage_ + 1));
@@ -228,6 +235,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
                                         stage_ < last ? received_.data<float>() : nullptr,
                                         stage_ > 0 ? d_input.data<float>() : nullptr));
     busy += MonotonicNanos() - t0;
+    RecordSpan("backward", s.micro_batch, t0);
     if (stage_ > 0) {
       comm::LabelScope label(ledger, Boundary(stage_, stage_ - 1));
       backward_sends[slot] = pp_->Isend(d_input, stage_ - 1);
@@ -297,12 +305,16 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
     {
       comm::PhaseScope phase(traffic(), comm::Phase::kForward);
+      const int64_t t0 = MonotonicNanos();
       ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+      RecordSpan("forward", j, t0);
       loss_sum += loss;
     }
     comm::PhaseScope phase(traffic(), comm::Phase::kBackward);
+    const int64_t t0 = MonotonicNanos();
     if (sync_ == nullptr || j + 1 < micro_batches) {  // ZeRO reduces in its weight store
       RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens)));
+      RecordSpan("backward", j, t0);
       continue;
     }
     // The last micro-batch: sum each gradient bucket over the ranks as soon as it is final.
@@ -310,6 +322,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens), [&](int64_t begin, int64_t end) {
       return sync_->Ready(gpt_->grads(), begin, end);
     }));
+    RecordSpan("backward", j, t0);
     RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
   }
   return Update(step, float(loss_sum / micro_batches), start);
@@ -669,11 +682,14 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   std::vector<int64_t> busy(options.world()), step_time(options.world());
   int64_t start_step = 0;
   std::vector<float> losses;
+  std::vector<std::vector<Trainer::Span>> spans(options.world());
   comm::LaunchOptions launch;
   launch.world_size = options.world();
   RETURN_IF_ERROR(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    world.ledger().set_tracing(!options.trace.empty());
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     RETURN_IF_ERROR(trainer->Run(log));
+    spans[world.rank()] = trainer->spans();
     traffic[world.rank()] = world.ledger();
     memory[world.rank()] = world.memory();
     busy[world.rank()] = trainer->busy_nanos();
@@ -689,6 +705,13 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   log << "\n" << FormatReport(report);
   if (!options.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
+  }
+  if (options.peer_matrix) {
+    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic));
+  }
+  if (!options.trace.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));
+    log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
   }
   if (options.check_against_serial) RETURN_IF_ERROR(CheckAgainstSerial(options, start_step, losses, log));
   return absl::OkStatus();

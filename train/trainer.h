@@ -71,6 +71,12 @@ class Trainer {
   int64_t start_step() const { return start_step_; }
   // The loss of every step Run made.
   const std::vector<float>& losses() const { return losses_; }
+  // With --trace: every forward and backward of a micro-batch this rank ran.
+  struct Span {
+    std::string name;  // "forward 3", "backward 3"
+    int64_t start_nanos, end_nanos;
+  };
+  const std::vector<Span>& spans() const { return spans_; }
   const data::Dataset& dataset() const { return data_; }
 
  private:
@@ -114,6 +120,9 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
   std::vector<float> losses_;
+  std::vector<Span> spans_;
+  // Records a span from `start` to now (with --trace).
+  void RecordSpan(const char* what, int micro_batch, int64_t start);
 
   // Pipeline parallelism.
   absl::Status SetUpPipeline();

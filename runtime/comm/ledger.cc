@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/clock.h"
 #include "runtime/json_writer.h"
 
 namespace tally::comm {
@@ -14,11 +15,16 @@ void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, doub
   c.calls += 1;
   c.payload_bytes += payload_bytes;
   c.seconds += seconds;
+  if (tracing_) {
+    const int64_t end = MonotonicNanos();
+    events_.push_back({key, end - int64_t(seconds * 1e9), end, payload_bytes, sent_});
+  }
 }
 
 void TrafficLedger::Clear() {
   transfers_.clear();
   calls_.clear();
+  events_.clear();
 }
 
 LabelScope::LabelScope(TrafficLedger& ledger, const std::string& part)

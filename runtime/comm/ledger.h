@@ -48,6 +48,15 @@ struct TransferTotals {
   double seconds = 0;  // from post to completion, summed over messages
 };
 
+// One call, kept when the ledger traces (--trace): when it ran, and how many bytes the
+// rank had sent in all when it ended.
+struct CallEvent {
+  LedgerKey key;
+  int64_t start_nanos = 0, end_nanos = 0;  // MonotonicNanos
+  int64_t payload_bytes = 0;
+  int64_t sent_so_far = 0;
+};
+
 // Calls of one collective under one key.
 struct CallTotals {
   int64_t calls = 0;
@@ -69,6 +78,12 @@ class TrafficLedger {
     return transfers_[{key, peer_world_rank}];
   }
   void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds);
+  // Every byte sent, as it is posted (the running total of CallEvent::sent_so_far).
+  void CountSent(int64_t bytes) { sent_ += bytes; }
+
+  // Keep every call from now on (CallEvent).
+  void set_tracing(bool on) { tracing_ = on; }
+  const std::vector<CallEvent>& events() const { return events_; }
 
   const std::map<std::pair<LedgerKey, int>, TransferTotals>& transfers() const {
     return transfers_;
@@ -105,6 +120,9 @@ class TrafficLedger {
   std::string label_;
   std::map<std::pair<LedgerKey, int>, TransferTotals> transfers_;  // (key, peer) -> totals
   std::map<LedgerKey, CallTotals> calls_;
+  bool tracing_ = false;
+  int64_t sent_ = 0;
+  std::vector<CallEvent> events_;
 };
 
 // Sets the ledger's phase for the scope's lifetime.

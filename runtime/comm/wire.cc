@@ -46,6 +46,7 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
   for (Segment s : Segments(bytes)) {
     row.bytes_sent += int64_t(s.bytes);
     row.messages_sent += 1;
+    ledger_.CountSent(int64_t(s.bytes));
     pending.entries_.push_back(
         {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,
                           mode),

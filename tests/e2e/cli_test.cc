@@ -3,7 +3,9 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 #include <sys/wait.h>
 
 #include "absl/strings/match.h"
@@ -194,6 +196,37 @@ TEST(TallyTrain, ThreeDRunPrintsTheTopologyAndEveryGroupsRows) {
                             "embedding all_reduce"}) {
     EXPECT_TRUE(absl::StrContains(r.output, group)) << group << "\n" << r.output;
   }
+}
+
+// --trace: one process per rank, and the schedules' different orders on stage 0.
+TEST(TallyTrain, TraceShowsEachRankAndTheScheduleOrder) {
+  std::map<std::string, std::vector<std::string>> stage0;  // schedule -> compute spans
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    std::string trace = ::testing::TempDir() + "/" + schedule + ".trace.json";
+    Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --pp=2 --global_batch_size=4 "
+                          "--micro_batch_size=1 --steps=1 --eval_every=0 --sample_bytes=0 "
+                          "--peer_matrix --schedule=" + schedule + " --trace=" + trace);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "bytes sent from rank (row) to rank (column)")) << r.output;
+    std::ifstream in(trace);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    JsonValue doc = ParseJson(text).value();
+    int processes = 0, flows = 0;
+    for (const JsonValue& e : doc.Find("traceEvents")->array) {
+      const std::string ph = e.Find("ph")->string;
+      if (ph == "M" && e.Find("name")->string == "process_name") ++processes;
+      if (ph == "s") ++flows;
+      if (ph == "X" && e.Find("pid")->AsInt() == 0 && e.Find("tid")->AsInt() == 1) {
+        stage0[schedule].push_back(e.Find("name")->string);
+      }
+    }
+    EXPECT_EQ(processes, 2);
+    EXPECT_EQ(flows, 8);  // 4 activations forward, 4 gradients back
+  }
+  EXPECT_EQ(stage0["gpipe"], (std::vector<std::string>{"forward 0", "forward 1", "forward 2", "forward 3",
+                                                        "backward 0", "backward 1", "backward 2", "backward 3"}));
+  EXPECT_EQ(stage0["1f1b"], (std::vector<std::string>{"forward 0", "forward 1", "backward 0", "forward 2",
+                                                       "backward 1", "forward 3", "backward 2", "backward 3"}));
 }
 
 }  // namespace
