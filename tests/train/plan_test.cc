@@ -41,10 +41,11 @@ TEST(Plan, SeedAndExactFormsForLlama7B) {
 
 // A small model of tally's shape: the planner's exact bytes per GPU and step are what
 // tally_train measures with the same flags, for every strategy it plans.
-class PlanAgainstRuns : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
+// (dp, tp, pp, zero, sequence parallelism)
+class PlanAgainstRuns : public ::testing::TestWithParam<std::tuple<int, int, int, int, bool>> {};
 
 TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
-  auto [dp, tp, pp, zero] = GetParam();
+  auto [dp, tp, pp, zero, sequence_parallel] = GetParam();
   PlanModel model{"small", 0, 0, 0, true, {}};
   model.config.n_layer = 4;
   model.config.n_head = 2;
@@ -61,6 +62,7 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   in.tp = tp;
   in.pp = pp;
   in.zero = zero;
+  in.sequence_parallel = sequence_parallel;
   TrainOptions o = PlanAsTrainOptions(in);
   o.steps = 1;
   o.eval_every = 0;
@@ -97,10 +99,14 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
-                         ::testing::Values(std::make_tuple(2, 1, 1, 0), std::make_tuple(3, 1, 1, 1),
-                                           std::make_tuple(2, 1, 1, 2), std::make_tuple(3, 1, 1, 3),
-                                           std::make_tuple(1, 2, 1, 0), std::make_tuple(1, 1, 4, 0),
-                                           std::make_tuple(2, 2, 2, 1)));
+                         ::testing::Values(std::make_tuple(2, 1, 1, 0, false),
+                                           std::make_tuple(3, 1, 1, 1, false),
+                                           std::make_tuple(2, 1, 1, 2, false),
+                                           std::make_tuple(3, 1, 1, 3, false),
+                                           std::make_tuple(1, 2, 1, 0, false),
+                                           std::make_tuple(1, 2, 1, 0, true),
+                                           std::make_tuple(1, 1, 4, 0, false),
+                                           std::make_tuple(2, 2, 2, 1, true)));
 
 }  // namespace
 }  // namespace tally::train
