@@ -64,6 +64,8 @@ ABSL_FLAG(bool, print_topology, false,
 ABSL_FLAG(bool, check_against_serial, false,
           "after the run, train the single-rank model on the same batches and print both "
           "losses per step with their relative difference");
+ABSL_FLAG(std::string, report, "text",
+          "the end-of-run report: text (tables), json (as --traffic_json) or csv (traffic rows)");
 ABSL_FLAG(bool, peer_matrix, false, "print the bytes every rank sent to every rank");
 ABSL_FLAG(std::string, trace, "",
           "write a Chrome Trace Event file of every rank's run here (Perfetto, chrome://tracing)");
@@ -122,6 +124,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
+  o.report = absl::GetFlag(FLAGS_report);
   o.trace = absl::GetFlag(FLAGS_trace);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);

@@ -30,6 +30,9 @@ absl::Status TrainOptions::Validate() const {
     return s;
   }
   if (absl::Status s = parallel::ParsePipelineSchedule(schedule).status(); !s.ok()) return s;
+  if (report != "text" && report != "json" && report != "csv") {
+    return bad("--report must be text, json or csv, got '", report, "'");
+  }
   if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
   if (model.n_head % tp != 0) {
     return bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,

@@ -54,6 +54,7 @@ struct TrainOptions {
   bool print_topology = false;  // every rank's coordinates and groups, before the run
   bool check_against_serial = false;  // also train one rank on the same batches, compare
   bool peer_matrix = false;    // print the bytes from every rank to every rank
+  std::string report = "text";  // the end-of-run report: text, json or csv
   std::string trace;           // a Chrome Trace Event file of every rank's run
 
   int world() const { return dp * tp * pp; }

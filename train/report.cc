@@ -318,7 +318,11 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   return f;
 }
 
-std::string FormatReport(const ReportInputs& in) {
+namespace {
+
+// The report's rows: per key, calls and bytes sent per rank (min..max over the ranks that
+// made the call), the formula's.
+std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
   std::map<comm::LedgerKey, Row> rows;
   for (size_t r = 0; r < in.traffic.size(); ++r) {
     std::map<comm::LedgerKey, int64_t> sent;
@@ -337,6 +341,29 @@ std::string FormatReport(const ReportInputs& in) {
       row.exact_max = std::max(row.exact_max, exact);
     }
   }
+  return rows;
+}
+
+}  // namespace
+
+std::string ReportCsv(const ReportInputs& in) {
+  std::string out =
+      "group,op,algorithm,phase,scope,calls,sent_min,sent_max,exact_min,exact_max,seed,measured_over_seed\n";
+  for (const auto& [key, row] : Rows(in)) {
+    const int64_t seed = SeedSent(in, key);
+    out += absl::StrFormat("%s,%s,%s,%s,%s,%d,%d,%d,%s,%s,%s,%s\n", key.group,
+                           comm::Name(key.primitive), comm::Name(key.algorithm),
+                           comm::Name(key.phase), key.label, row.calls, row.sent_min, row.sent_max,
+                           row.exact_known ? absl::StrCat(row.exact_min) : "",
+                           row.exact_known ? absl::StrCat(row.exact_max) : "",
+                           seed >= 0 ? absl::StrCat(seed) : "",
+                           seed > 0 ? absl::StrFormat("%.6f", double(row.sent_max) / double(seed)) : "");
+  }
+  return out;
+}
+
+std::string FormatReport(const ReportInputs& in) {
+  const std::map<comm::LedgerKey, Row> rows = Rows(in);
   const TrainOptions& o = in.options;
   std::string out = absl::StrFormat(
       "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, 4 bytes each; bytes sent "
@@ -361,9 +388,15 @@ std::string FormatReport(const ReportInputs& in) {
       "params 4Φ, grads: the shard + the open units + one reduced chunk, optimizer state on the shard",
       "params: the shard + the gathered units, grads: the shard + the open units + one reduced "
       "chunk, optimizer state on the shard"};
+  // The seed's Q6 form for fp16 mixed precision, which ZeRO-1 over dp and the split over
+  // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (this run's fp32 counterpart is
+  // the formula rows: 4 + 4 + 8 bytes a value, divided as the stage divides them).
+  const double phi = double(o.model.NumParams()), split = double(o.tp) * o.pp;
   out += absl::StrFormat(
-      "\nmemory per rank, peak bytes (zero=%d: %s)\n%-12s %12s %12s %12s %12s %12s %12s\n",
-      o.zero, formulas[std::clamp(o.zero, 0, 3)], "rank", "params", "grads", "optimizer",
+      "\nmemory per rank, peak bytes (zero=%d: %s)\nthe seed's fp16 model states per GPU, "
+      "2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp): %.0f bytes\n%-12s %12s %12s %12s %12s %12s %12s\n",
+      o.zero, formulas[std::clamp(o.zero, 0, 3)],
+      4 * phi / split + 12 * phi / (double(o.dp) * split), "rank", "params", "grads", "optimizer",
       "activations", "comm", "peak total");
   for (size_t r = 0; r < in.memory.size(); ++r) {
     const MemoryLedger& m = in.memory[r];

@@ -25,6 +25,9 @@ struct ReportInputs {
 };
 
 std::string FormatReport(const ReportInputs& in);
+// The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
+// exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula).
+std::string ReportCsv(const ReportInputs& in);
 // The exact bytes world rank `rank` sends under `key` over the run, by the formula of the
 // row (ring, naive, uneven chunks: exact_traffic.h); -1 for rows without one.
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);

@@ -702,7 +702,13 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   }));
   int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
   ReportInputs report{options, steps, traffic, memory, busy, step_time};
-  log << "\n" << FormatReport(report);
+  if (options.report == "json") {
+    log << "\n" << ReportJson(report) << "\n";
+  } else if (options.report == "csv") {
+    log << "\n" << ReportCsv(report);
+  } else {
+    log << "\n" << FormatReport(report);
+  }
   if (!options.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
   }

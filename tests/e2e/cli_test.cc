@@ -63,6 +63,7 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--tp=3", "--n_head=4 must be divisible by --tp=3"},
       {"--tp=2 --sequence_parallel --seq_len=33", "--seq_len=33 must be divisible by --tp=2"},
       {"--zero=4", "--zero must be 0, 1, 2 or 3"},
+      {"--report=xml", "--report must be text, json or csv"},
       {"--pp=5", "--pp=5 is more stages than the 4 layers"},
       {"--pp=2 --pp_layers=3,2", "--pp_layers sums to 5 layers"},
       {"--pp=2 --pp_layers=3,x", "--pp_layers wants integers, got 'x'"},
@@ -191,14 +192,15 @@ TEST(TallyTrain, PipelineRunShowsTheScheduleBoundariesAndBubble) {
 TEST(TallyTrain, ThreeDRunPrintsTheTopologyAndEveryGroupsRows) {
   Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --dp=2 --tp=2 --pp=2 --zero=1 "
                         "--sequence_parallel --print_topology --check_against_serial --global_batch_size=4 "
-                        "--micro_batch_size=1 --steps=2 --eval_every=0 --sample_bytes=0");
+                        "--micro_batch_size=1 --steps=2 --eval_every=0 --sample_bytes=0 --report=csv");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "rank 5: dp 0 pp 1 tp 1 | dp group [5 7] | tp group [4 5] | pp group [1 5]"))
       << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "check against the single-rank run")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "(within 1e-5)")) << r.output;
-  for (const char* group : {"dp        reduce_scatter", "tp        all_gather", "pp        sendrecv",
-                            "embedding all_reduce"}) {
+  EXPECT_TRUE(absl::StrContains(r.output, "group,op,algorithm,phase,scope,calls")) << r.output;
+  for (const char* group : {"dp,reduce_scatter,ring,backward", "tp,all_gather,ring,forward,layer0.attn",
+                            "pp,sendrecv,ring,forward,stage0->1", "embedding,all_reduce"}) {
     EXPECT_TRUE(absl::StrContains(r.output, group)) << group << "\n" << r.output;
   }
 }
