@@ -1,5 +1,6 @@
 // The training loop of one rank: data, model, optimizer, schedule, evaluation, sampling,
-// checkpoints, and the per-step log.
+// checkpoints, and the per-step log (trainer.cc; a pipeline stage's step in
+// pipeline_step.cc; whole checkpoints from any grid in checkpoints.cc).
 //
 //   RETURN_IF_ERROR(Train(options, std::cout));        // every rank, and the report
 //

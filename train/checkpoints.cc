@@ -1,0 +1,116 @@
+// Whole checkpoints from any grid, and into any (trainer.h): the parts of the model are
+// gathered to rank 0 on save, and every rank keeps its part on load.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "runtime/status_macros.h"
+#include "train/trainer.h"
+
+namespace tally::train {
+
+absl::StatusOr<Tensor> Trainer::Parameters() {
+  ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/false));
+  return std::move(whole.params);
+}
+
+// Whole parameters (and optimizer state) on rank 0: ZeRO gathers each dp group's shards
+// to its dp rank 0; every dp rank 0 holds one part of the model (its tensor-parallel part
+// of its stage) and sends it to world rank 0, which lays the parts into the whole model.
+absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
+  Allocator unaccounted(nullptr);
+  Whole local;  // this rank's part of the model, on dp rank 0
+  if (zero_ != nullptr) {
+    ASSIGN_OR_RETURN(local.params, zero_->GatherParams(/*root=*/0));
+    if (with_optimizer) {
+      ASSIGN_OR_RETURN(local.gathered, zero_->GatherOptimizer(/*root=*/0));
+      local.optimizer = local.gathered.get();
+    }
+  } else if (dp_ == nullptr || dp_->rank() == 0) {
+    local.params = gpt_->params();
+    if (with_optimizer) local.optimizer = optimizer_.get();
+  }
+  if (world_ == nullptr || (tp_ == nullptr && pp_ == nullptr)) {
+    return logs() ? std::move(local) : Whole{};  // the part is the whole model
+  }
+  if (!local.params.defined()) return Whole{};  // dp ranks > 0
+  const std::vector<std::pair<std::string, Tensor*>> no_state;
+  const auto states = local.optimizer != nullptr ? local.optimizer->State() : no_state;
+  if (!logs()) {
+    RETURN_IF_ERROR(world_->Send(local.params, 0));
+    for (auto& [name, state] : states) RETURN_IF_ERROR(world_->Send(*state, 0));
+    return Whole{};
+  }
+  const TrainOptions& o = options_;
+  const int64_t whole_total = o.model.NumParams();
+  Whole whole;
+  ASSIGN_OR_RETURN(whole.params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
+  if (local.optimizer != nullptr) {
+    ASSIGN_OR_RETURN(whole.gathered, MakeOptimizer(o, whole_total, unaccounted));
+    whole.optimizer = whole.gathered.get();
+    whole.optimizer->set_step(local.optimizer->step());
+  }
+  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
+                   parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers));
+  for (int r = 0; r < o.world(); ++r) {
+    if (o.dp_rank(r) != 0) continue;
+    const parallel::LayerRange layers = stages[o.pp_rank(r)];
+    const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
+        o.model, o.tp, o.tp_rank(r), layers.begin, layers.end);
+    // Rank r's part (ours for r = 0) into its places in the whole model.
+    auto place = [&](Tensor* mine, float* into) -> absl::Status {
+      Tensor part = r == 0 ? *mine : Tensor();
+      if (r > 0) {
+        ASSIGN_OR_RETURN(part, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
+        RETURN_IF_ERROR(world_->Recv(part, r));
+      }
+      layout.ToGlobal(part.data<float>(), into);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(place(&local.params, whole.params.data<float>()));
+    for (size_t i = 0; i < states.size(); ++i) {
+      RETURN_IF_ERROR(place(states[i].second, whole.optimizer->State()[i].second->data<float>()));
+    }
+  }
+  return whole;
+}
+
+absl::Status Trainer::Save(const std::string& path, int64_t step) {
+  comm::PhaseScope phase(traffic(), comm::Phase::kCheckpoint);
+  ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/true));
+  if (!logs()) return absl::OkStatus();
+  return model::SaveCheckpoint(path, options_.model, whole.params.data<float>(), whole.optimizer,
+                               step);
+}
+
+absl::Status Trainer::Load(const std::string& path) {
+  // Every rank reads the whole file and keeps its part: its tensor-parallel slice of
+  // every tensor, and with ZeRO its shard of that.
+  Allocator unaccounted(nullptr);
+  const int64_t whole_total = options_.model.NumParams();
+  ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
+  ASSIGN_OR_RETURN(auto optimizer, MakeOptimizer(options_, whole_total, unaccounted));
+  ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
+                   model::LoadCheckpoint(path, options_.model, params.data<float>(), optimizer.get()));
+  start_step_ = loaded.step;
+  const model::ParameterLayout& layout = gpt_->layout();
+  ASSIGN_OR_RETURN(Tensor local_params, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
+  layout.FromGlobal(params.data<float>(), local_params.data<float>());
+  std::unique_ptr<optim::Optimizer> local_optimizer;
+  if (loaded.has_optimizer) {
+    ASSIGN_OR_RETURN(local_optimizer, MakeOptimizer(options_, layout.total(), unaccounted));
+    auto whole = optimizer->State();
+    auto mine = local_optimizer->State();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      layout.FromGlobal(whole[i].second->data<float>(), mine[i].second->data<float>());
+    }
+    local_optimizer->set_step(loaded.step);
+  }
+  if (zero_ != nullptr) return zero_->Load(local_params.data<float>(), local_optimizer.get());
+  std::memcpy(gpt_->params().raw_data(), local_params.raw_data(), local_params.nbytes());
+  if (local_optimizer != nullptr) CopyState(*local_optimizer, *optimizer_);
+  return absl::OkStatus();
+}
+
+}  // namespace tally::train
