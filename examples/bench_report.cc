@@ -55,19 +55,6 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
   return value * scale;
 }
 
-double BusFactor(Primitive op, int ranks) {
-  double n = ranks;
-  switch (op) {
-    case Primitive::kAllReduce: return 2 * (n - 1) / n;
-    case Primitive::kAllGather:
-    case Primitive::kReduceScatter:
-    case Primitive::kAllToAll:
-    case Primitive::kGather:
-    case Primitive::kScatter: return (n - 1) / n;
-    default: return 1;
-  }
-}
-
 absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primitive op,
                                                Algorithm algorithm) {
   std::vector<int64_t> counts;
@@ -133,7 +120,7 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     row.size_bytes = counts[i] * 4;
     row.time_us = *std::max_element(seconds[i].begin(), seconds[i].end()) * 1e6;
     row.algbw_gbps = row.time_us > 0 ? row.size_bytes / (row.time_us * 1e3) : 0;
-    row.busbw_gbps = row.algbw_gbps * BusFactor(op, p);
+    row.busbw_gbps = row.algbw_gbps * comm::BusFactor(op, p);
     for (int r = 0; r < p; ++r) {
       row.exact_sent_bytes_per_rank.push_back(
           comm::ExactTraffic(op, algorithm, p, r, root, row.count, 4).sent);

@@ -45,9 +45,6 @@ struct BenchRow {
   int64_t sent_max = 0, exact_sent_max = 0;
 };
 
-// nccl-tests' factor from algorithm bandwidth to bus bandwidth for `ranks` ranks.
-double BusFactor(comm::Primitive op, int ranks);
-
 // Runs every size of the sweep for one op and algorithm.
 absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, comm::Primitive op,
                                                comm::Algorithm algorithm);

@@ -228,7 +228,23 @@ struct Row {
   int64_t sent_min = std::numeric_limits<int64_t>::max(), sent_max = 0;
   int64_t exact_min = std::numeric_limits<int64_t>::max(), exact_max = 0;
   bool exact_known = true;
+  double busbw_min = std::numeric_limits<double>::max(), busbw_max = 0;  // GB/s
 };
+
+// The ranks of a group, by its name.
+int GroupSize(const TrainOptions& o, const std::string& group) {
+  if (group == "dp") return o.dp;
+  if (group == "tp") return o.tp;
+  if (group == "pp") return o.pp;
+  if (group == "embedding") return 2;
+  return o.world();
+}
+
+// nccl-tests' bus bandwidth of a rank's calls under a key, GB/s (0 when they took no time).
+double BusBandwidth(const TrainOptions& o, const comm::LedgerKey& key, const comm::CallTotals& c) {
+  if (c.seconds <= 0) return 0;
+  return double(c.payload_bytes) / c.seconds / 1e9 * comm::BusFactor(key.primitive, GroupSize(o, key.group));
+}
 
 std::string Range(int64_t lo, int64_t hi) {
   return lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, "..", hi);
@@ -339,6 +355,9 @@ std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
       row.exact_known &= exact >= 0;
       row.exact_min = std::min(row.exact_min, exact);
       row.exact_max = std::max(row.exact_max, exact);
+      const double busbw = BusBandwidth(in.options, key, c);
+      row.busbw_min = std::min(row.busbw_min, busbw);
+      row.busbw_max = std::max(row.busbw_max, busbw);
     }
   }
   return rows;
@@ -348,16 +367,18 @@ std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
 
 std::string ReportCsv(const ReportInputs& in) {
   std::string out =
-      "group,op,algorithm,phase,scope,calls,sent_min,sent_max,exact_min,exact_max,seed,measured_over_seed\n";
+      "group,op,algorithm,phase,scope,calls,sent_min,sent_max,exact_min,exact_max,seed,"
+      "measured_over_seed,busbw_gbps_min,busbw_gbps_max\n";
   for (const auto& [key, row] : Rows(in)) {
     const int64_t seed = SeedSent(in, key);
-    out += absl::StrFormat("%s,%s,%s,%s,%s,%d,%d,%d,%s,%s,%s,%s\n", key.group,
+    out += absl::StrFormat("%s,%s,%s,%s,%s,%d,%d,%d,%s,%s,%s,%s,%.4f,%.4f\n", key.group,
                            comm::Name(key.primitive), comm::Name(key.algorithm),
                            comm::Name(key.phase), key.label, row.calls, row.sent_min, row.sent_max,
                            row.exact_known ? absl::StrCat(row.exact_min) : "",
                            row.exact_known ? absl::StrCat(row.exact_max) : "",
                            seed >= 0 ? absl::StrCat(seed) : "",
-                           seed > 0 ? absl::StrFormat("%.6f", double(row.sent_max) / double(seed)) : "");
+                           seed > 0 ? absl::StrFormat("%.6f", double(row.sent_max) / double(seed)) : "",
+                           row.busbw_min, row.busbw_max);
   }
   return out;
 }
@@ -441,6 +462,7 @@ std::string ReportJson(const ReportInputs& in) {
       w.Key("algorithm").String(comm::Name(key.algorithm)).Key("phase").String(comm::Name(key.phase));
       w.Key("scope").String(key.label).Key("calls").Int(c.calls);
       w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
+      w.Key("seconds").Double(c.seconds).Key("busbw_gbps").Double(BusBandwidth(o, key, c));
       w.EndObject();
     }
     w.EndArray();

@@ -26,7 +26,8 @@ struct ReportInputs {
 
 std::string FormatReport(const ReportInputs& in);
 // The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
-// exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula).
+// exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), and
+// the achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks.
 std::string ReportCsv(const ReportInputs& in);
 // The exact bytes world rank `rank` sends under `key` over the run, by the formula of the
 // row (ring, naive, uneven chunks: exact_traffic.h); -1 for rows without one.
@@ -39,8 +40,8 @@ std::string PipelineTable(const ReportInputs& in);
 
 // {"config": {..., "world", "dp", "tp", "pp", "zero", "params"}, "steps": S,
 //  "ranks": [{"rank", "dp", "tp", "pp", "traffic": [{"group", "op", "algorithm", "phase",
-//  "scope", "calls", "bytes_sent", "bytes_recv"}], "memory": {"params", "grads",
-//  "optimizer", "activations", "comm", "peak_total"}}]}
+//  "scope", "calls", "bytes_sent", "bytes_recv", "seconds", "busbw_gbps"}], "memory":
+//  {"params", "grads", "optimizer", "activations", "comm", "peak_total"}}]}
 std::string ReportJson(const ReportInputs& in);
 
 // The peak bytes the memory formulas predict for one rank (fp32): params 4Φ, grads 4Φ,

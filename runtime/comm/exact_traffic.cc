@@ -72,4 +72,20 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
                                        : Naive(primitive, s, rank, root);
 }
 
+double BusFactor(Primitive primitive, int ranks) {
+  const double n = ranks;
+  switch (primitive) {
+    case Primitive::kAllReduce:
+      return 2 * (n - 1) / n;
+    case Primitive::kAllGather:
+    case Primitive::kReduceScatter:
+    case Primitive::kAllToAll:
+    case Primitive::kGather:
+    case Primitive::kScatter:
+      return (n - 1) / n;
+    default:
+      return 1;
+  }
+}
+
 }  // namespace tally::comm

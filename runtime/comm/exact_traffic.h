@@ -28,4 +28,10 @@ struct RankTraffic {
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
                          int root, int64_t count, size_t element_size);
 
+// nccl-tests' bus bandwidth: busbw = algbw (payload bytes / time) × this factor, the share
+// of the payload that crosses each link for an optimal algorithm on `ranks` ranks:
+// 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter, all-to-all, gather and
+// scatter, 1 for broadcast, reduce and point-to-point.
+double BusFactor(Primitive primitive, int ranks);
+
 }  // namespace tally::comm

@@ -131,6 +131,8 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
     if (row.Find("group")->string == "dp" && row.Find("phase")->string == "backward") {
       found = true;
       EXPECT_GT(row.Find("bytes_sent")->AsInt(), 0);
+      EXPECT_GT(row.Find("busbw_gbps")->number, 0.0);
+      EXPECT_GT(row.Find("seconds")->number, 0.0);
     }
   }
   EXPECT_TRUE(found) << "no dp backward row for rank 1";
