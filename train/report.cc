@@ -276,6 +276,28 @@ std::string FormatTopology(const TrainOptions& o) {
   return out;
 }
 
+std::string TimeTable(const ReportInputs& in) {
+  const double steps = double(std::max<int64_t>(1, in.steps));
+  std::string out = absl::StrFormat(
+      "\ntime per step, ms: the step, inside communication calls (transfers and waits for peers; "
+      "in a pipeline the bubble too), the rest (compute)\n%-6s %10s %10s %10s %8s\n",
+      "rank", "step", "comm", "compute", "comm %");
+  for (size_t r = 0; r < in.train_nanos.size(); ++r) {
+    double comm_seconds = 0;
+    for (const auto& [key, c] : in.traffic[r].calls()) {
+      const comm::Phase p = key.phase;
+      const bool training = p == comm::Phase::kForward || p == comm::Phase::kBackward ||
+                            p == comm::Phase::kOptimizer || p == comm::Phase::kOther;
+      if (training) comm_seconds += c.seconds;
+    }
+    const double step_ms = double(in.train_nanos[r]) / 1e6 / steps;
+    const double comm_ms = std::min(step_ms, comm_seconds * 1e3 / steps);
+    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %7.0f%%\n", r, step_ms, comm_ms,
+                           step_ms - comm_ms, step_ms > 0 ? 100 * comm_ms / step_ms : 0.0);
+  }
+  return out;
+}
+
 std::string PipelineTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
   const int m = o.accumulation_steps();
@@ -402,6 +424,7 @@ std::string FormatReport(const ReportInputs& in) {
         seed >= 0 ? absl::StrCat(seed) : "-",
         seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-");
   }
+  if (in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
   const char* formulas[] = {
       "params 4Φ, grads 4Φ, optimizer state 8Φ (adamw) or 4Φ (sgd)",

@@ -20,8 +20,10 @@ struct ReportInputs {
   int64_t steps;  // optimizer steps this run made
   const std::vector<comm::TrafficLedger>& traffic;  // by world rank
   const std::vector<MemoryLedger>& memory;          // by world rank
-  // Pipeline parallelism: each rank's computing time and its steps' time, nanoseconds.
+  // Pipeline parallelism: each rank's computing time and its schedules' time, nanoseconds.
   std::vector<int64_t> busy_nanos = {}, step_nanos = {};
+  // Each rank's training steps, whole, nanoseconds.
+  std::vector<int64_t> train_nanos = {};
 };
 
 std::string FormatReport(const ReportInputs& in);
@@ -34,6 +36,9 @@ std::string ReportCsv(const ReportInputs& in);
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
 // Every rank's (dp, pp, tp) coordinates and the members of each of its groups.
 std::string FormatTopology(const TrainOptions& options);
+// Per rank, time per step: the whole step, inside communication calls (transfers and the
+// waits for peers), and the rest (compute).
+std::string TimeTable(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);

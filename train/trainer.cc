@@ -203,6 +203,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
     optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_);
   }
   double seconds = SecondsSince(start);
+  train_nanos_ += int64_t(seconds * 1e9);
   s.ms = seconds * 1e3;
   s.tokens_per_s = double(tokens) / seconds;
   s.gflops = options_.model.FlopsPerToken() * double(tokens) / seconds / 1e9;
@@ -427,7 +428,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (options.print_topology) log << FormatTopology(options);
   std::vector<comm::TrafficLedger> traffic(options.world());
   std::vector<MemoryLedger> memory(options.world());
-  std::vector<int64_t> busy(options.world()), step_time(options.world());
+  std::vector<int64_t> busy(options.world()), step_time(options.world()), train_time(options.world());
   int64_t start_step = 0;
   std::vector<float> losses;
   std::vector<std::vector<Trainer::Span>> spans(options.world());
@@ -442,6 +443,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     memory[world.rank()] = world.memory();
     busy[world.rank()] = trainer->busy_nanos();
     step_time[world.rank()] = trainer->step_nanos();
+    train_time[world.rank()] = trainer->train_nanos();
     if (world.rank() == 0) {
       start_step = trainer->start_step();
       losses = trainer->losses();
@@ -449,7 +451,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return absl::OkStatus();
   }));
   int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
-  ReportInputs report{options, steps, traffic, memory, busy, step_time};
+  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
   if (options.report == "json") {
     log << "\n" << ReportJson(report) << "\n";
   } else if (options.report == "csv") {

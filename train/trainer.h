@@ -139,12 +139,15 @@ class Trainer {
   Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
   Tensor outputs_;              // recompute: each slot's output, while it is sent
   int64_t busy_nanos_ = 0, step_nanos_ = 0;  // compute, and the schedules, over the run
+  int64_t train_nanos_ = 0;                   // whole steps, over the run
 
  public:
   // Over the run: nanoseconds this stage computed, and its schedules took (each step's
   // forwards, backwards and transfers, without the optimizer).
   int64_t busy_nanos() const { return busy_nanos_; }
   int64_t step_nanos() const { return step_nanos_; }
+  // Over the run: nanoseconds the training steps took, whole (any grid).
+  int64_t train_nanos() const { return train_nanos_; }
 };
 
 // OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.
