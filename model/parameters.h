@@ -94,7 +94,6 @@ class ParameterLayout {
   int64_t per_token_count() const;
 
   int tp() const { return tp_; }
-  int tp_rank() const { return tp_rank_; }
   // Calls run(local, global, count) for each run of `count` elements at `local` in this
   // rank's buffer and `global` in the whole model's (ForGPT(config)) buffer that hold the
   // same values; vocabulary padding belongs to no run.

@@ -114,7 +114,6 @@ class ZeroWeights : public model::WeightStore {
   absl::Status Load(const float* params, optim::Optimizer* optimizer);
 
   int stage() const { return stage_; }
-  const Sharding& sharding() const { return sharding_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:

@@ -128,11 +128,13 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
                     a == Algorithm::kRing ? "2Φ per GPU (2NΦ in all for naive)" : "2NΦ in all"});
     // ZeRO's reduce-scatters and all-gathers over the part, one pass each, for rank r (a
     // tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's exact count per pass).
+    const model::ParameterLayout layout =
+        in.model.gpt ? model::ParameterLayout::ForGPT(
+                           PlanAsTrainOptions(in).model, in.tp, 0, 0,
+                           parallel::StageLayers(in.model.layers, in.pp, {}).value()[0].end)
+                     : model::ParameterLayout();
     auto zero_pass = [&](int stage, Primitive p, comm::Phase phase, int r) {
       if (!in.model.gpt) return Sent(p, a, n, r, part, e);
-      const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
-          PlanAsTrainOptions(in).model, in.tp, 0, 0,
-          parallel::StageLayers(in.model.layers, in.pp, {}).value()[0].end);
       return double(parallel::ZeroBytesPerStep(layout, stage, n, r, 1, a, p, phase)) / 4 * e;
     };
     using comm::Phase;
