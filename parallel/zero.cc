@@ -37,14 +37,37 @@ Sharding::Sharding(const std::vector<comm::Chunk>& units, int ranks, int rank) {
   }
 }
 
+namespace {
+
+// ZeRO-2/3's units, listed by the model's unit they belong to: each model unit whole,
+// except that a first pipeline stage cuts its embeddings into wte and wpe. wte is then a
+// unit on the first and on the last stage alike, so the two copies' shards line up
+// element for element and the embedding group can sum them shard by shard.
+std::vector<std::vector<comm::Chunk>> PartsOfModelUnits(const model::ParameterLayout& layout) {
+  std::vector<std::vector<comm::Chunk>> parts;
+  for (const model::ParamUnit& u : layout.units()) parts.push_back({{u.begin, u.count()}});
+  if (layout.first_stage() && !layout.last_stage()) {
+    const int64_t wte = layout.specs()[0].numel;
+    const model::ParamUnit& embeddings = layout.units()[model::ParameterLayout::kEmbeddings];
+    parts[model::ParameterLayout::kEmbeddings] = {{embeddings.begin, wte},
+                                                  {embeddings.begin + wte, embeddings.count() - wte}};
+  }
+  return parts;
+}
+
+}  // namespace
+
 std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int stage) {
   if (stage <= 1) return {comm::Chunk{0, layout.total()}};
   std::vector<comm::Chunk> units;
-  for (const model::ParamUnit& u : layout.units()) units.push_back({u.begin, u.count()});
+  for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
+    units.insert(units.end(), parts.begin(), parts.end());
+  }
   return units;
 }
 
-int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase) {
+int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
+                     bool recompute) {
   using comm::Phase;
   if (stage < 1) return 0;
   if (primitive == comm::Primitive::kReduceScatter && phase == Phase::kBackward) {
@@ -52,15 +75,17 @@ int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, co
   }
   if (primitive == comm::Primitive::kAllGather) {
     if (phase == Phase::kOptimizer && stage <= 2) return 1;
-    if ((phase == Phase::kForward || phase == Phase::kBackward) && stage == 3) return micro_batches;
+    if (phase == Phase::kForward && stage == 3) return micro_batches;
+    // Backward gathers each unit once more for the recomputed forward.
+    if (phase == Phase::kBackward && stage == 3) return micro_batches * (recompute ? 2 : 1);
   }
   return 0;
 }
 
 int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
-                         comm::Phase phase) {
-  const int calls = ZeroCallsPerStep(stage, micro_batches, primitive, phase);
+                         comm::Phase phase, bool recompute) {
+  const int calls = ZeroCallsPerStep(stage, micro_batches, primitive, phase, recompute);
   int64_t sent = 0;
   for (const comm::Chunk& unit : ZeroUnits(layout, stage)) {
     sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, sizeof(float)).sent;
@@ -80,7 +105,14 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::Paramet
       make_optimizer_(std::move(make_optimizer)),
       algorithm_(algorithm),
       gathered_(layout.units().size()),
-      open_grads_(layout.units().size()) {}
+      open_grads_(layout.units().size()) {
+  size_t piece = 0;
+  for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
+    const size_t first = stage >= 2 ? piece : 0;
+    piece += parts.size();
+    pieces_of_unit_.push_back({first, stage >= 2 ? piece : 1});
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
@@ -134,7 +166,11 @@ absl::StatusOr<float*> ZeroWeights::Params(int unit) {
   if (!whole.defined()) {
     ASSIGN_OR_RETURN(whole, Tensor::Empty({u.count()}, DType::kF32, dp_->allocator(),
                                           MemoryCategory::kParams));
-    RETURN_IF_ERROR(dp_->AllGather(Own(params_, unit), whole, algorithm_));
+    for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+      const comm::Chunk& part = sharding_.pieces()[i].unit;
+      Tensor into = whole.Flat(part.offset - u.begin, part.end() - u.begin);
+      RETURN_IF_ERROR(dp_->AllGather(Own(params_, i), into, algorithm_));
+    }
   }
   return whole.data<float>();
 }
@@ -159,13 +195,21 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
   if (stage_ == 1) return absl::OkStatus();
   Tensor grads = std::move(open_grads_[unit]);
   open_grads_[unit] = Tensor();
-  const Sharding::Piece& piece = sharding_.pieces()[unit];
-  Tensor reduced = reduced_.Flat(0, piece.own.count);
-  RETURN_IF_ERROR(dp_->ReduceScatter(grads, reduced, comm::ReduceOp::kSum, algorithm_));
-  float* into = grad_shard_.data<float>() + piece.packed;
-  const float* add = reduced.data<float>();
-  for (int64_t i = 0; i < piece.own.count; ++i) into[i] += add[i];
+  const int64_t begin = layout_.units()[unit].begin;
+  for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+    const Sharding::Piece& piece = sharding_.pieces()[i];
+    Tensor part = grads.Flat(piece.unit.offset - begin, piece.unit.end() - begin);
+    Tensor reduced = reduced_.Flat(0, piece.own.count);
+    RETURN_IF_ERROR(dp_->ReduceScatter(part, reduced, comm::ReduceOp::kSum, algorithm_));
+    float* into = grad_shard_.data<float>() + piece.packed;
+    const float* add = reduced.data<float>();
+    for (int64_t j = 0; j < piece.own.count; ++j) into[j] += add[j];
+  }
   return absl::OkStatus();
+}
+
+Tensor ZeroWeights::WteGradShard() {
+  return Own(grad_shard_, pieces_of_unit_[model::ParameterLayout::kEmbeddings].first);
 }
 
 void ZeroWeights::ZeroGrad() {

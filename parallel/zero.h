@@ -3,8 +3,8 @@
 // The flat buffer is a list of units, each cut among the ranks by ChunkOf (so shards need
 // not be equal). Rank r's shard is its chunk of every unit, packed in buffer order, and the
 // rank keeps the optimizer state of its shard only. ZeRO-1 cuts the whole buffer as one
-// unit; ZeRO-2 and ZeRO-3 cut each of the model's units (the embeddings, each layer, ln_f)
-// on its own, so that a unit's gradients can be reduced, and its parameters gathered,
+// unit; ZeRO-2 and ZeRO-3 cut each of the model's units (the embeddings, each layer, ln_f;
+// a first pipeline stage's embeddings as two, wte and wpe) on its own, so that a unit's gradients can be reduced, and its parameters gathered,
 // while the rest of the model is elsewhere — as PyTorch FSDP shards the flat parameter
 // of each wrapped module.
 //
@@ -20,7 +20,8 @@
 //   ZeRO-2  as backward closes a unit's gradients, they are reduce-scattered and the own
 //           chunk is added to the gradient shard: (p-1)/p·4Φ per micro-batch.
 //   ZeRO-3  the same, and every unit's parameters are all-gathered before its forward
-//           and again before its backward, then released: 2·(p-1)/p·4Φ per micro-batch.
+//           and again before its backward, then released: 2·(p-1)/p·4Φ per micro-batch
+//           (a pipeline with --recompute gathers a third time, for the recomputed forward).
 //   then Step: the global gradient norm (each rank's Σg² of its shard, all-reduced, label
 //   grad_norm), clipping, the update of the own shard, and for ZeRO-1/2 the all-gather
 //   of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one micro-batch:
@@ -36,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -74,13 +76,15 @@ class Sharding {
 std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int stage);
 
 // How many times one step of stage `stage` calls `primitive` on each unit under `phase`,
-// with `micro_batches` micro-batches per rank (0: never).
-int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase);
+// with `micro_batches` micro-batches per rank (0: never); `recompute`: a pipeline stage
+// recomputes its forward in backward (ZeRO-3 gathers for it too).
+int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
+                     bool recompute = false);
 // The exact bytes rank `rank` of `ranks` sends in those calls in one step: exact_traffic.h
 // summed over the units, times the calls.
 int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
-                         comm::Phase phase);
+                         comm::Phase phase, bool recompute = false);
 
 class ZeroWeights : public model::WeightStore {
  public:
@@ -101,6 +105,11 @@ class ZeroWeights : public model::WeightStore {
   absl::StatusOr<float*> OpenGrads(int unit) override;
   absl::Status CloseGrads(int unit) override;
   void ZeroGrad() override;
+
+  // ZeRO-2/3 on a pipeline stage holding wte: this rank's chunk of wte's reduced gradients
+  // (wte is a unit of its own there, so the first and the last stage's chunks line up;
+  // the embedding group sums them after backward).
+  Tensor WteGradShard();
 
   // After the last backward of a step: the rest of the step above. Returns the global
   // gradient norm before clipping (clip 0: no clipping).
@@ -143,6 +152,8 @@ class ZeroWeights : public model::WeightStore {
   Tensor reduced_;     // ZeRO-2/3: one micro-batch's reduced chunk of a unit
   std::vector<Tensor> gathered_;    // ZeRO-3: by model unit, while in use
   std::vector<Tensor> open_grads_;  // ZeRO-2/3: by model unit, while open
+  // The pieces [first, second) of each model unit (ZeRO-1: all units in piece 0).
+  std::vector<std::pair<size_t, size_t>> pieces_of_unit_;
 };
 
 }  // namespace tally::parallel

@@ -21,11 +21,7 @@ absl::Status TrainOptions::Validate() const {
   if (dp < 1) return bad("--dp must be >= 1, got ", dp);
   if (tp < 1) return bad("--tp must be >= 1, got ", tp);
   if (pp < 1) return bad("--pp must be >= 1, got ", pp);
-  if (pp > 1 && zero > 1) {
-    // The first and last stage's copies of the tied embedding sit in units of different
-    // sizes, so their ZeRO-2/3 shards do not line up for the embedding group's sum.
-    return bad("--pp with --zero=", zero, " is not built yet; --zero=1 is");
-  }
+  if (recompute && pp == 1) return bad("--recompute recomputes each pipeline stage's forward; it needs --pp > 1");
   if (absl::Status s = parallel::StageLayers(model.n_layer, pp, pp_layers).status(); !s.ok()) {
     return s;
   }

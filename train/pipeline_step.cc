@@ -117,15 +117,21 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   busy_nanos_ += busy;
   step_nanos_ += MonotonicNanos() - start;
   // The tied embedding: the first stage's lookup and the last stage's head each add to
-  // their own copy of wte; the sum goes to both.
+  // their own copy of wte; the sum goes to both. Under ZeRO-2/3 the gradients are already
+  // reduced over dp into shards, and the two stages sum their chunks of wte only.
   comm::PhaseScope backward(ledger, comm::Phase::kBackward);
   if (embedding_group_ != nullptr) {
     comm::LabelScope label(ledger, "tied_embedding");
-    constexpr int kEmbeddings = model::ParameterLayout::kEmbeddings;
-    ASSIGN_OR_RETURN(float* grads, gpt_->weights().OpenGrads(kEmbeddings));
-    Tensor wte = Tensor::Borrow(grads, gpt_->layout().specs()[0].numel);
-    RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
-    RETURN_IF_ERROR(gpt_->weights().CloseGrads(kEmbeddings));
+    if (zero_ != nullptr && zero_->stage() >= 2) {
+      Tensor wte = zero_->WteGradShard();
+      RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
+    } else {
+      constexpr int kEmbeddings = model::ParameterLayout::kEmbeddings;
+      ASSIGN_OR_RETURN(float* grads, gpt_->weights().OpenGrads(kEmbeddings));
+      Tensor wte = Tensor::Borrow(grads, gpt_->layout().specs()[0].numel);
+      RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
+      RETURN_IF_ERROR(gpt_->weights().CloseGrads(kEmbeddings));
+    }
   }
   if (sync_ != nullptr) {  // data parallelism: every bucket, now that the schedule is over
     sync_->BeginStep();

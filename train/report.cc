@@ -64,7 +64,8 @@ bool IsBoundary(const comm::LedgerKey& key) {
 
 // ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
 int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
-  return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
+  return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase,
+                                    o.recompute);
 }
 
 // A row's all-reduce as the step makes it: calls per step, elements and bytes each.
@@ -156,8 +157,10 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   }
   if (key.group == "embedding" && key.label == "tied_embedding" &&
       key.primitive == comm::Primitive::kAllReduce) {
-    // wte's gradient between the first stage (rank 0 of the group) and the last.
-    const int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
+    // wte's gradient between the first stage (rank 0 of the group) and the last; under
+    // ZeRO-2/3 the dp rank's chunk of it.
+    int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
+    if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, o.dp_rank(rank)).count;
     return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
                                          pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
   }
@@ -187,7 +190,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
       if (ZeroCalls(o, key) == 0) return -1;
       return in.steps * parallel::ZeroBytesPerStep(layout, o.zero, o.dp, dp_rank,
                                                    o.accumulation_steps(), key.algorithm,
-                                                   key.primitive, key.phase);
+                                                   key.primitive, key.phase, o.recompute);
     default:
       return -1;
   }
@@ -219,7 +222,8 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
     return 2 * part_bytes;
   }
-  int calls = ZeroCalls(in.options, key);
+  // The seed's passes (it knows no recompute).
+  int calls = parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
   return calls > 0 ? calls * part_bytes : -1;
 }
 
@@ -240,9 +244,10 @@ int GroupSize(const TrainOptions& o, const std::string& group) {
   return o.world();
 }
 
-// nccl-tests' bus bandwidth of a rank's calls under a key, GB/s (0 when they took no time).
+// nccl-tests' bus bandwidth of a rank's calls under a key, GB/s (0 when they took no
+// time, and for point-to-point rows: a non-blocking transfer's time overlaps compute).
 double BusBandwidth(const TrainOptions& o, const comm::LedgerKey& key, const comm::CallTotals& c) {
-  if (c.seconds <= 0) return 0;
+  if (c.seconds <= 0 || key.primitive == comm::Primitive::kSendRecv) return 0;
   return double(c.payload_bytes) / c.seconds / 1e9 * comm::BusFactor(key.primitive, GroupSize(o, key.group));
 }
 
@@ -279,21 +284,26 @@ std::string FormatTopology(const TrainOptions& o) {
 std::string TimeTable(const ReportInputs& in) {
   const double steps = double(std::max<int64_t>(1, in.steps));
   std::string out = absl::StrFormat(
-      "\ntime per step, ms: the step, inside communication calls (transfers and waits for peers; "
-      "in a pipeline the bubble too), the rest (compute)\n%-6s %10s %10s %10s %8s\n",
-      "rank", "step", "comm", "compute", "comm %");
+      "\ntime per step, ms: the step; held up in communication calls (collectives, and waits "
+      "for sends and receives); idle at a pipeline stage boundary, waiting for the neighbour "
+      "stage (the bubble); the rest, compute\n%-6s %10s %10s %10s %10s %8s %8s\n",
+      "rank", "step", "compute", "comm", "idle", "comm %", "idle %");
   for (size_t r = 0; r < in.train_nanos.size(); ++r) {
-    double comm_seconds = 0;
+    double comm_seconds = 0, idle_seconds = 0;
     for (const auto& [key, c] : in.traffic[r].calls()) {
       const comm::Phase p = key.phase;
       const bool training = p == comm::Phase::kForward || p == comm::Phase::kBackward ||
                             p == comm::Phase::kOptimizer || p == comm::Phase::kOther;
-      if (training) comm_seconds += c.seconds;
+      if (!training) continue;
+      (IsBoundary(key) ? idle_seconds : comm_seconds) += c.blocked_seconds;
     }
     const double step_ms = double(in.train_nanos[r]) / 1e6 / steps;
-    const double comm_ms = std::min(step_ms, comm_seconds * 1e3 / steps);
-    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %7.0f%%\n", r, step_ms, comm_ms,
-                           step_ms - comm_ms, step_ms > 0 ? 100 * comm_ms / step_ms : 0.0);
+    const double idle_ms = std::min(step_ms, idle_seconds * 1e3 / steps);
+    const double comm_ms = std::min(step_ms - idle_ms, comm_seconds * 1e3 / steps);
+    auto share = [&](double ms) { return step_ms > 0 ? 100 * ms / step_ms : 0.0; };
+    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %10.1f %7.0f%% %7.0f%%\n", r, step_ms,
+                           step_ms - comm_ms - idle_ms, comm_ms, idle_ms, share(comm_ms),
+                           share(idle_ms));
   }
   return out;
 }
@@ -343,15 +353,21 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   for (const parallel::Sharding::Piece& p : sharding.pieces()) {
     largest_chunk = std::max(largest_chunk, p.own.count);
   }
-  // The units open at once: the embeddings, with the largest of the others.
+  // The units open at once (gpt.cc): the embeddings stay open on a first stage from the
+  // lookup through its layers' forwards, and their gradients on a single stage from the LM
+  // head through every backward; otherwise one unit at a time.
   int64_t largest_other = 0;
   for (size_t u = 1; u < layout.units().size(); ++u) {
     largest_other = std::max(largest_other, layout.units()[u].count());
   }
-  const int64_t open = layout.units()[model::ParameterLayout::kEmbeddings].count() + largest_other;
+  const int64_t embeddings = layout.units()[model::ParameterLayout::kEmbeddings].count();
+  auto open = [&](bool embeddings_held) {
+    return embeddings_held ? embeddings + largest_other : std::max(embeddings, largest_other);
+  };
+  const bool first = layout.first_stage(), last = layout.last_stage();
   const int64_t shard = sharding.size();
-  f.params = 4 * (o.zero == 3 ? shard + open : phi);
-  f.grads = 4 * (o.zero == 1 ? phi + shard : shard + largest_chunk + open);
+  f.params = 4 * (o.zero == 3 ? shard + open(first) : phi);
+  f.grads = 4 * (o.zero == 1 ? phi + shard : shard + largest_chunk + open(first && last));
   f.optimizer = state_per_element * shard;
   return f;
 }
@@ -385,6 +401,13 @@ std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
   return rows;
 }
 
+// The row's busbw over its ranks, GB/s ("-" when no call took measurable time).
+std::string BandwidthRange(const Row& row) {
+  if (row.busbw_max <= 0) return "-";
+  const std::string lo = absl::StrFormat("%.2f", row.busbw_min), hi = absl::StrFormat("%.2f", row.busbw_max);
+  return lo == hi ? lo : absl::StrCat(lo, "..", hi);
+}
+
 }  // namespace
 
 std::string ReportCsv(const ReportInputs& in) {
@@ -411,18 +434,19 @@ std::string FormatReport(const ReportInputs& in) {
   std::string out = absl::StrFormat(
       "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, 4 bytes each; bytes sent "
       "per rank, min..max over ranks)\n"
-      "%-9s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s\n",
+      "%-9s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s %14s\n",
       in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
-      "measured", "exact formula", "seed formula", "measured/seed");
+      "measured", "exact formula", "seed formula", "measured/seed", "busbw GB/s");
   for (const auto& [key, row] : rows) {
     int64_t seed = SeedSent(in, key);
     out += absl::StrFormat(
-        "%-9s %-15s %-6s %-10s %-17s %6d %22s %22s %14s %14s\n", key.group, comm::Name(key.primitive),
-        comm::Name(key.algorithm), comm::Name(key.phase), key.label.empty() ? "-" : key.label,
-        row.calls, Range(row.sent_min, row.sent_max),
+        "%-9s %-15s %-6s %-10s %-17s %6d %22s %22s %14s %14s %14s\n", key.group,
+        comm::Name(key.primitive), comm::Name(key.algorithm), comm::Name(key.phase),
+        key.label.empty() ? "-" : key.label, row.calls, Range(row.sent_min, row.sent_max),
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
         seed >= 0 ? absl::StrCat(seed) : "-",
-        seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-");
+        seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-",
+        BandwidthRange(row));
   }
   if (in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
 
 absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                                   absl::Status status) {
-  wire.RecordCall(payload_bytes, started);
+  wire.RecordCall(payload_bytes, started, started);
   return status;
 }
 
@@ -203,8 +203,9 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
 }
 
 absl::Status Work::Wait() {
+  const int64_t waited = MonotonicNanos();
   absl::Status status = pending_.WaitAll();
-  wire_->RecordCall(int64_t(bytes_), started_nanos_);
+  wire_->RecordCall(int64_t(bytes_), started_nanos_, waited);
   return status;
 }
 

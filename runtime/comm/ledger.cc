@@ -10,11 +10,13 @@
 
 namespace tally::comm {
 
-void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds) {
+void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
+                               double blocked_seconds) {
   CallTotals& c = calls_[key];
   c.calls += 1;
   c.payload_bytes += payload_bytes;
   c.seconds += seconds;
+  c.blocked_seconds += blocked_seconds;
   if (tracing_) {
     const int64_t end = MonotonicNanos();
     events_.push_back({key, end - int64_t(seconds * 1e9), end, payload_bytes, sent_});
@@ -150,7 +152,7 @@ std::string TrafficJson(std::span<const TrafficLedger> ledgers) {
       w.BeginObject();
       WriteKey(w, key);
       w.Key("calls").Int(c.calls).Key("payload_bytes").Int(c.payload_bytes);
-      w.Key("seconds").Double(c.seconds);
+      w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
       w.EndObject();
     }
     w.EndArray().EndObject();

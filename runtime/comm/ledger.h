@@ -62,6 +62,9 @@ struct CallTotals {
   int64_t calls = 0;
   int64_t payload_bytes = 0;  // the buffer size the caller passed (nccl-tests' "size")
   double seconds = 0;         // wall time inside the calls
+  // The part of it the caller was held up: all of it for a blocking call, only the time in
+  // Wait() for Isend/Irecv (whose transfer overlaps what the caller does meanwhile).
+  double blocked_seconds = 0;
 };
 
 class TrafficLedger {
@@ -77,7 +80,8 @@ class TrafficLedger {
   TransferTotals& Transfers(const LedgerKey& key, int peer_world_rank) {
     return transfers_[{key, peer_world_rank}];
   }
-  void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds);
+  void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
+                  double blocked_seconds);
   // Every byte sent, as it is posted (the running total of CallEvent::sent_so_far).
   void CountSent(int64_t bytes) { sent_ += bytes; }
 

@@ -75,8 +75,8 @@ void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
   PostRecv(peer, data, bytes, /*reduce=*/true, pending);
 }
 
-void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos) {
-  ledger_.RecordCall(key_, payload_bytes, SecondsSince(started_nanos));
+void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos) {
+  ledger_.RecordCall(key_, payload_bytes, SecondsSince(started_nanos), SecondsSince(blocked_nanos));
 }
 
 absl::StatusOr<void*> Wire::Scratch(int64_t count) {

@@ -60,8 +60,9 @@ class Wire {
   // data = op(data, message), the op and dtype of the call.
   void RecvReduce(int peer, void* data, size_t bytes, Pending& pending);
 
-  // Books one call of the collective (payload: the caller's buffer size) in the ledger.
-  void RecordCall(int64_t payload_bytes, int64_t started_nanos);
+  // Books one call of the collective (payload: the caller's buffer size) in the ledger: it
+  // ran from `started_nanos` until now, and held the caller up from `blocked_nanos`.
+  void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos);
 
   // Space for `count` elements of the call's dtype, valid until the call returns. It is
   // the communicator's comm buffer, grown when a call needs more and kept (as NCCL keeps

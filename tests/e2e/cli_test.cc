@@ -118,7 +118,7 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
                         "--sample_bytes=0 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1 x pp=1")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "time per step, ms: the step, inside communication calls"))
+  EXPECT_TRUE(absl::StrContains(r.output, "time per step, ms: the step; held up in communication calls"))
       << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "traffic over 2 steps")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "memory per rank")) << r.output;

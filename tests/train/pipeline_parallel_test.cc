@@ -45,6 +45,10 @@ TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
   TrainOptions o = Layers4(pp, m);
   o.schedule = schedule;
   o.recompute = recompute;
+  if (pp == 1 && recompute) {
+    EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--recompute"));
+    return;
+  }
   RunResult run = RunRanks(o);
   ExpectSameRun(run, Serial(m));
   // Each boundary: the activations of every micro-batch forward, their gradients back:

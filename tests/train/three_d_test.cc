@@ -1,6 +1,7 @@
 // 3D parallelism: dp × tp × pp (with ZeRO and sequence parallelism) composes and still
 // reproduces the single-rank run; every report row that has a formula measures exactly
-// it; whole checkpoints move between grids.
+// it, and so does every rank's memory for the model states; whole checkpoints move
+// between grids.
 #include <string>
 #include <vector>
 
@@ -66,6 +67,16 @@ void ExpectReportRowsExact(const TrainOptions& o, const RunResult& run) {
   EXPECT_GT(checked, 0);
 }
 
+// Every rank's model-state peaks (parameters, gradients, optimizer state) == the formula.
+void ExpectMemoryFormulaExact(const TrainOptions& o, const RunResult& run) {
+  for (int r = 0; r < o.world(); ++r) {
+    const MemoryFormula f = PredictedMemory(o, r);
+    EXPECT_EQ(run.memory[r].peak(MemoryCategory::kParams), f.params) << "rank " << r;
+    EXPECT_EQ(run.memory[r].peak(MemoryCategory::kGrads), f.grads) << "rank " << r;
+    EXPECT_EQ(run.memory[r].peak(MemoryCategory::kOptimizer), f.optimizer) << "rank " << r;
+  }
+}
+
 class ThreeDTest : public ::testing::TestWithParam<Grid> {};
 
 TEST_P(ThreeDTest, MatchesTheSingleRankRunAndEveryFormula) {
@@ -75,6 +86,7 @@ TEST_P(ThreeDTest, MatchesTheSingleRankRunAndEveryFormula) {
   RunResult run = RunRanks(o);
   ExpectSameRun(run, RunRanks(Model(global_batch)));
   ExpectReportRowsExact(o, run);
+  ExpectMemoryFormulaExact(o, run);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -84,7 +96,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Grid{3, 1, 2, 0, false, "gpipe", {1, 3}, false},  // dp = 3, uneven stages
                       Grid{1, 2, 2, 0, true, "1f1b", {3, 1}, false},
                       Grid{3, 1, 1, 3, false, "1f1b", {}, false},
-                      Grid{1, 4, 1, 0, true, "1f1b", {}, false}),
+                      Grid{1, 4, 1, 0, true, "1f1b", {}, false},
+                      Grid{2, 1, 2, 2, false, "1f1b", {}, false},  // ZeRO-2/3 with stages
+                      Grid{2, 2, 2, 3, true, "gpipe", {}, false},
+                      Grid{2, 1, 3, 3, false, "1f1b", {}, true}),
     [](const ::testing::TestParamInfo<Grid>& p) {
       const Grid& g = p.param;
       return absl::StrCat("dp", g.dp, "_tp", g.tp, "_pp", g.pp, "_zero", g.zero,
@@ -98,32 +113,39 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   straight.steps = 6;
   RunResult reference = RunRanks(straight);
   const std::string path = ::testing::TempDir() + "/3d.safetensors";
-  TrainOptions first = On({2, 2, 2, 1, true, "1f1b", {}, false}, 8);
-  first.steps = 6;
-  TrainAndSave(first, 3, path);
-  TrainOptions serial = Model(8);
-  serial.steps = 6;
-  serial.load = path;
-  std::vector<float> losses = Resume(serial);
-  ASSERT_EQ(losses.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  std::vector<float> losses;
+  for (int zero : {1, 3}) {
+    TrainOptions first = On({2, 2, 2, zero, true, "1f1b", {}, false}, 8);
+    first.steps = 6;
+    TrainAndSave(first, 3, path);
+    TrainOptions serial = Model(8);
+    serial.steps = 6;
+    serial.load = path;
+    losses = Resume(serial);
+    ASSERT_EQ(losses.size(), 3u) << "zero " << zero;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]) << "zero " << zero;
+    }
+  }
 
   const std::string serial_path = ::testing::TempDir() + "/3d_serial.safetensors";
   TrainOptions one = Model(8);
   one.steps = 6;
   TrainAndSave(one, 3, serial_path);
-  TrainOptions grid = On({1, 2, 2, 0, false, "gpipe", {}, false}, 8);
-  grid.steps = 6;
-  grid.load = serial_path;
-  losses = Resume(grid);
-  ASSERT_EQ(losses.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  for (const Grid& g : {Grid{1, 2, 2, 0, false, "gpipe", {}, false}, Grid{2, 1, 2, 2, false, "gpipe", {}, false}}) {
+    TrainOptions grid = On(g, 8);
+    grid.steps = 6;
+    grid.load = serial_path;
+    losses = Resume(grid);
+    ASSERT_EQ(losses.size(), 3u) << "zero " << g.zero;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]) << "zero " << g.zero;
+    }
+  }
 }
 
 TEST(ThreeDOptions, BadGridsAreClearErrors) {
-  TrainOptions o = On({2, 1, 2, 2, false, "1f1b", {}, false}, 8);
-  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--pp with --zero=2 is not built yet"));
-  o = On({1, 3, 1, 0, false, "1f1b", {}, false}, 8);  // 4 heads
+  TrainOptions o = On({1, 3, 1, 0, false, "1f1b", {}, false}, 8);  // 4 heads
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--n_head=4 must be divisible by --tp=3"));
   // Trainer::Create on a world that is not dp x tp x pp.
   o = On({2, 2, 1, 0, false, "1f1b", {}, false}, 8);
