@@ -41,11 +41,12 @@ TEST(Plan, SeedAndExactFormsForLlama7B) {
 
 // A small model of tally's shape: the planner's exact bytes per GPU and step are what
 // tally_train measures with the same flags, for every strategy it plans.
-// (dp, tp, pp, zero, sequence parallelism)
-class PlanAgainstRuns : public ::testing::TestWithParam<std::tuple<int, int, int, int, bool>> {};
+// (dp, tp, pp, zero, sequence parallelism, schedule)
+class PlanAgainstRuns
+    : public ::testing::TestWithParam<std::tuple<int, int, int, int, bool, const char*>> {};
 
 TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
-  auto [dp, tp, pp, zero, sequence_parallel] = GetParam();
+  auto [dp, tp, pp, zero, sequence_parallel, schedule] = GetParam();
   PlanModel model{"small", 0, 0, 0, true, {}};
   model.config.n_layer = 4;
   model.config.n_head = 2;
@@ -68,6 +69,7 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   o.eval_every = 0;
   o.sample_bytes = 0;
   o.threads = 1;
+  o.schedule = schedule;
   RunResult run = RunRanks(o);
   // The busiest rank's bytes in the rows a strategy makes.
   auto measured = [&](auto match) {
@@ -99,14 +101,16 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
-                         ::testing::Values(std::make_tuple(2, 1, 1, 0, false),
-                                           std::make_tuple(3, 1, 1, 1, false),
-                                           std::make_tuple(2, 1, 1, 2, false),
-                                           std::make_tuple(3, 1, 1, 3, false),
-                                           std::make_tuple(1, 2, 1, 0, false),
-                                           std::make_tuple(1, 2, 1, 0, true),
-                                           std::make_tuple(1, 1, 4, 0, false),
-                                           std::make_tuple(2, 2, 2, 1, true)));
+                         ::testing::Values(std::make_tuple(2, 1, 1, 0, false, "1f1b"),
+                                           std::make_tuple(3, 1, 1, 1, false, "1f1b"),
+                                           std::make_tuple(2, 1, 1, 2, false, "1f1b"),
+                                           std::make_tuple(3, 1, 1, 3, false, "1f1b"),
+                                           std::make_tuple(1, 2, 1, 0, false, "1f1b"),
+                                           std::make_tuple(1, 2, 1, 0, true, "1f1b"),
+                                           std::make_tuple(1, 1, 4, 0, false, "1f1b"),
+                                           std::make_tuple(1, 1, 4, 0, false, "gpipe"),
+                                           std::make_tuple(2, 2, 2, 1, true, "gpipe"),
+                                           std::make_tuple(2, 1, 2, 3, false, "1f1b")));
 
 }  // namespace
 }  // namespace tally::train
