@@ -11,6 +11,7 @@
 #include "runtime/comm/collective_check.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
+#include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/clock.h"
 #include "runtime/json_writer.h"
 #include "runtime/tensor.h"
@@ -78,8 +79,16 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     row.recv_bytes_per_rank.assign(p, 0);
   }
 
+  bool holds_rank0 = false;
   auto run_rank = [&](comm::Communicator& world) -> absl::Status {
     int r = world.rank();
+    // This rank's times and ledger bytes, by size; gathered to rank 0 at the end.
+    const int64_t sizes = int64_t(counts.size());
+    Allocator unaccounted(nullptr);
+    ASSIGN_OR_RETURN(Tensor my_seconds, Tensor::Empty({sizes}, DType::kF64, unaccounted));
+    // sent, received and wrong elements, by size
+    ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({3 * sizes}, DType::kI64, unaccounted));
+    int64_t* figures = mine.data<int64_t>();
     for (size_t i = 0; i < counts.size(); ++i) {
       int64_t n = counts[i];
       ASSIGN_OR_RETURN(comm::CallBuffers buffers, comm::MakeCallBuffers(world, op, n, root));
@@ -91,21 +100,45 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
       for (int k = 0; k < config.iterations; ++k) {
         RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
       }
-      seconds[i][r] = SecondsSince(start) / config.iterations;
+      my_seconds.data<double>()[i] = SecondsSince(start) / config.iterations;
 
       // One more call, alone in the ledger, with closed-form data when checking.
       if (config.check) comm::FillInputs(world, op, buffers, n, root);
       world.ledger().Clear();
       RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
-      if (config.check) rows[i].wrong += comm::CountWrong(world, op, buffers, n, root);
+      figures[3 * i + 2] = config.check ? comm::CountWrong(world, op, buffers, n, root) : 0;
       comm::TransferTotals t = world.ledger().Total();
-      rows[i].sent_bytes_per_rank[r] = t.bytes_sent;
-      rows[i].recv_bytes_per_rank[r] = t.bytes_recv;
+      figures[3 * i] = t.bytes_sent;
+      figures[3 * i + 1] = t.bytes_recv;
       world.ledger().Clear();
+    }
+    // Thread ranks and processes alike: every rank's figures to rank 0 (which checks them
+    // too, so a wrong result anywhere counts).
+    const bool root_rank = r == 0;
+    auto on_root = [&](int64_t n, DType dtype) {
+      return Tensor::Empty({root_rank ? n : 0}, dtype, unaccounted);
+    };
+    ASSIGN_OR_RETURN(Tensor all_seconds, on_root(p * sizes, DType::kF64));
+    ASSIGN_OR_RETURN(Tensor all, on_root(3 * p * sizes, DType::kI64));
+    RETURN_IF_ERROR(world.Gather(my_seconds, all_seconds, p * sizes, 0, Algorithm::kNaive));
+    RETURN_IF_ERROR(world.Gather(mine, all, 3 * p * sizes, 0, Algorithm::kNaive));
+    if (!root_rank) return absl::OkStatus();
+    holds_rank0 = true;
+    for (int q = 0; q < p; ++q) {
+      for (int64_t i = 0; i < sizes; ++i) {
+        const int64_t* f = all.data<int64_t>() + 3 * (q * sizes + i);
+        BenchRow& row = rows[size_t(i)];
+        seconds[size_t(i)][size_t(q)] = all_seconds.data<double>()[q * sizes + i];
+        row.sent_bytes_per_rank[size_t(q)] = f[0];
+        row.recv_bytes_per_rank[size_t(q)] = f[1];
+        row.wrong += f[2];
+      }
     }
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(comm::RunThreadRanks(launch, run_rank));
+  RETURN_IF_ERROR(config.mpi ? comm::mpi::RunMpiRank(launch, run_rank)
+                             : comm::RunThreadRanks(launch, run_rank));
+  if (!holds_rank0) return std::vector<BenchRow>();
 
   for (size_t i = 0; i < counts.size(); ++i) {
     BenchRow& row = rows[i];
@@ -157,13 +190,13 @@ double MemcpyGBps(int64_t bytes, int threads) {
 
 std::string FormatHeader(const BenchConfig& config) {
   return absl::StrFormat(
-      "# tally_bench: %d thread ranks, f32, redop sum, max_chunk_bytes %d, %d warm-up + %d timed "
+      "# tally_bench: %d %s, f32, redop sum, max_chunk_bytes %d, %d warm-up + %d timed "
       "iterations, check %d\n"
       "# time: the slowest rank's mean per call; busbw: nccl-tests' bus factors; sent/rank: the "
       "busiest rank's bytes, by the ledger and by the exact formula\n"
       "#\n"
       "# %-14s %-5s %12s %11s %4s %5s %4s %11s %10s %10s %6s %14s %14s\n",
-      config.ranks, config.max_chunk_bytes, config.warmup, config.iterations, config.check ? 1 : 0,
+      config.ranks, config.mpi ? "MPI processes" : "thread ranks", config.max_chunk_bytes, config.warmup, config.iterations, config.check ? 1 : 0,
       "op", "algo", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)",
       "busbw(GB/s)", "#wrong", "sent/rank", "exact");
 }

@@ -1,5 +1,5 @@
-// The machinery of tally_bench: the configuration, the size sweep on thread ranks, and the
-// nccl-tests style table and JSON rows.
+// The machinery of tally_bench: the configuration, the size sweep on thread ranks or MPI
+// processes, and the nccl-tests style table and JSON rows.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@ struct BenchConfig {
   int root = 0;
   int64_t max_chunk_bytes = int64_t(1) << 20;
   double timeout_s = 60;
+  bool mpi = false;  // one MPI process per rank (under mpirun) instead of threads
   std::vector<comm::Primitive> ops;
   std::vector<comm::Algorithm> algorithms;
 
@@ -45,7 +46,8 @@ struct BenchRow {
   int64_t sent_max = 0, exact_sent_max = 0;
 };
 
-// Runs every size of the sweep for one op and algorithm.
+// Runs every size of the sweep for one op and algorithm. Under MPI the process that holds
+// rank 0 gets (and prints) the rows; the others get none.
 absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, comm::Primitive op,
                                                comm::Algorithm algorithm);
 

@@ -23,7 +23,8 @@ inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*r
   }
   absl::Status status = run();
   if (!status.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+    // An error without a message was reported by another process of the job (MPI).
+    if (!status.message().empty()) std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
     return 1;
   }
   return 0;

@@ -2,7 +2,9 @@
 //
 //   tally_bench --op=all_reduce --algorithm=ring --ranks=2 -b 8 -e 64M -f 4 -n 20 -w 5 -c 1
 //
-// For each size it runs -w warm-up calls and -n timed calls on --ranks thread ranks, then
+//   mpirun -np 4 tally_bench --backend=mpi --algorithm=all -b 1M -e 64M
+//
+// For each size it runs -w warm-up calls and -n timed calls on --ranks ranks, then
 // one checked call with closed-form data (-c 1) whose bytes it takes from the ledger and
 // sets beside the exact formula. Columns: size (bytes of the full buffer), count
 // (elements), type, redop, root, time (us, the slowest rank's mean), algbw = size/time,
@@ -20,6 +22,7 @@
 #include "runtime/comm/collective_check.h"
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
+#include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/status_macros.h"
 
 ABSL_FLAG(std::string, b, "8", "minimum size in bytes (K, M, G suffixes allowed)");
@@ -31,8 +34,12 @@ ABSL_FLAG(int, c, 1, "check results (1) or not (0)");
 ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, gather, scatter, "
           "sendrecv, or all");
-ABSL_FLAG(std::string, algorithm, "ring", "ring, naive, or all");
-ABSL_FLAG(int, ranks, 2, "thread ranks");
+ABSL_FLAG(std::string, algorithm, "ring",
+          "ring, naive, native (--backend=mpi: MPI's own collectives), or all");
+ABSL_FLAG(std::string, backend, "threads",
+          "threads (ranks are threads of this process) or mpi (one rank per process: "
+          "mpirun -np N tally_bench --backend=mpi ...)");
+ABSL_FLAG(int, ranks, 0, "ranks (0: 2 threads, or every process of the MPI job)");
 ABSL_FLAG(int, root, 0, "root of the rooted collectives");
 ABSL_FLAG(int64_t, max_chunk_bytes, int64_t(1) << 20, "largest message; larger transfers are split");
 ABSL_FLAG(double, timeout_s, 60, "the longest any single wait may take, in seconds");
@@ -60,9 +67,15 @@ absl::StatusOr<std::vector<Primitive>> ParseOps(const std::string& text) {
   return std::vector<Primitive>{p};
 }
 
-absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text) {
-  if (text == "all") return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive};
+absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text, bool mpi) {
+  if (text == "all") {
+    if (mpi) return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive, Algorithm::kNative};
+    return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive};
+  }
   ASSIGN_OR_RETURN(Algorithm a, comm::ParseAlgorithm(text));
+  if (a == Algorithm::kNative && !mpi) {
+    return absl::InvalidArgumentError("[tally_bench] --algorithm=native needs --backend=mpi");
+  }
   return std::vector<Algorithm>{a};
 }
 
@@ -74,19 +87,30 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.iterations = absl::GetFlag(FLAGS_n);
   config.warmup = absl::GetFlag(FLAGS_w);
   config.check = absl::GetFlag(FLAGS_c) != 0;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "threads" && backend != "mpi") {
+    return absl::InvalidArgumentError("[tally_bench] --backend must be threads or mpi, got '" +
+                                      backend + "'");
+  }
+  config.mpi = backend == "mpi";
   config.ranks = absl::GetFlag(FLAGS_ranks);
+  if (config.ranks == 0) config.ranks = config.mpi ? comm::mpi::ProcessCount() : 2;
   config.root = absl::GetFlag(FLAGS_root);
   config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   config.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   ASSIGN_OR_RETURN(config.ops, ParseOps(absl::GetFlag(FLAGS_op)));
-  ASSIGN_OR_RETURN(config.algorithms, ParseAlgorithms(absl::GetFlag(FLAGS_algorithm)));
+  ASSIGN_OR_RETURN(config.algorithms, ParseAlgorithms(absl::GetFlag(FLAGS_algorithm), config.mpi));
   RETURN_IF_ERROR(config.Validate());
   return config;
 }
 
 absl::Status Main() {
-  ASSIGN_OR_RETURN(BenchConfig config, ConfigFromFlags());
-  std::printf("%s", FormatHeader(config).c_str());
+  absl::StatusOr<BenchConfig> parsed = ConfigFromFlags();
+  // Under MPI every process reads the same flags; the one with rank 0 speaks.
+  const bool speaks = comm::mpi::ProcessRank() == 0;
+  if (!parsed.ok()) return speaks ? parsed.status() : absl::Status(parsed.status().code(), "");
+  const BenchConfig& config = *parsed;
+  if (speaks) std::printf("%s", FormatHeader(config).c_str());
   if (absl::GetFlag(FLAGS_memcpy_baseline)) {
     std::printf("# memcpy baseline, %lld bytes: %.2f GB/s on 1 thread, %.2f GB/s per thread on %d\n",
                 (long long)config.max_bytes, MemcpyGBps(config.max_bytes, 1),
@@ -99,6 +123,7 @@ absl::Status Main() {
       for (const BenchRow& row : rows) all_rows.push_back(row);
     }
   }
+  if (!speaks) return absl::OkStatus();
   std::printf("%s", FormatSummary(all_rows).c_str());
   if (!absl::GetFlag(FLAGS_J).empty()) {
     RETURN_IF_ERROR(WriteBenchJson(absl::GetFlag(FLAGS_J), all_rows));

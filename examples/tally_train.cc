@@ -46,13 +46,13 @@ ABSL_FLAG(int64_t, save_every, 0, "also write it every N steps (0: only at the e
 ABSL_FLAG(std::string, load, "", "start from this checkpoint (its step and optimizer state, if any)");
 ABSL_FLAG(std::string, metrics_json, "", "write one JSON object per step (and per evaluation) here");
 ABSL_FLAG(int, threads, 0, "intra-op threads per rank (0: the cores shared out among the ranks)");
-ABSL_FLAG(int, dp, 1, "data-parallel ranks (threads of this process)");
+ABSL_FLAG(int, dp, 1, "data-parallel ranks");
 ABSL_FLAG(int, tp, 1,
-          "tensor-parallel ranks: every layer split Megatron-style (world = dp x tp threads)");
+          "tensor-parallel ranks: every layer split Megatron-style (world = dp x tp x pp ranks)");
 ABSL_FLAG(bool, sequence_parallel, false,
           "Megatron sequence parallelism: between the split layers each tp rank keeps seq_len/tp "
           "positions (all-gather + reduce-scatter instead of all-reduce)");
-ABSL_FLAG(int, pp, 1, "pipeline stages: the layers split into pp stages (threads)");
+ABSL_FLAG(int, pp, 1, "pipeline stages: the layers split into pp stages");
 ABSL_FLAG(std::vector<std::string>, pp_layers, {},
           "layers per pipeline stage, e.g. 3,3,2 (default: balanced)");
 ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
@@ -76,6 +76,14 @@ ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring, or naive (through rank 0: reduce, then broadcast)");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
 ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
+ABSL_FLAG(std::string, backend, kDefaults.backend,
+          "threads (every rank a thread of this process) or mpi (one process per rank: "
+          "mpirun -np WORLD tally_train --backend=mpi ...)");
+ABSL_FLAG(bool, native_collectives, false,
+          "--backend=mpi: call MPI's own collectives (MPI_Allreduce, ...) instead of ring or "
+          "naive; their bytes are modelled as the ring's");
+ABSL_FLAG(double, timeout_s, kDefaults.timeout_s,
+          "the longest any wait for a peer may take, in seconds (then the run stops, naming it)");
 
 namespace tally {
 namespace {
@@ -126,6 +134,9 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
   o.report = absl::GetFlag(FLAGS_report);
   o.trace = absl::GetFlag(FLAGS_trace);
+  o.backend = absl::GetFlag(FLAGS_backend);
+  o.native_collectives = absl::GetFlag(FLAGS_native_collectives);
+  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

@@ -39,4 +39,20 @@ void MemoryLedger::ResetPeaks() {
   peak_total_ = current_total_;
 }
 
+
+void MemoryLedger::Encode(ByteWriter& w) const {
+  for (int i = 0; i < kNumMemoryCategories; ++i) w.Int(current_[i]).Int(peak_[i]);
+  w.Int(current_total_).Int(peak_total_);
+}
+
+bool MemoryLedger::Decode(ByteReader& r) {
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    current_[i] = r.Int();
+    peak_[i] = r.Int();
+  }
+  current_total_ = r.Int();
+  peak_total_ = r.Int();
+  return r.ok();
+}
+
 }  // namespace tally

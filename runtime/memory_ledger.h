@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/byte_stream.h"
+
 namespace tally {
 
 enum class MemoryCategory : uint8_t {
@@ -43,6 +45,10 @@ class MemoryLedger {
 
   // Starts a new measurement window: peaks restart from what is held now.
   void ResetPeaks();
+
+  // The ledger as bytes, and back (false: not a ledger's bytes).
+  void Encode(ByteWriter& w) const;
+  bool Decode(ByteReader& r);
 
  private:
   static int Index(MemoryCategory c) { return static_cast<int>(c); }

@@ -65,6 +65,13 @@ absl::Status TrainOptions::Validate() const {
   if (save_every < 0) return bad("--save_every must be >= 0, got ", save_every);
   if (save_every > 0 && save.empty()) return bad("--save_every needs --save=PATH");
   if (threads < 0) return bad("--threads must be >= 0 (0: every core), got ", threads);
+  if (backend != "threads" && backend != "mpi") {
+    return bad("--backend must be threads or mpi, got '", backend, "'");
+  }
+  if (native_collectives && backend != "mpi") {
+    return bad("--native_collectives needs --backend=mpi (the threads transport has only ring and naive)");
+  }
+  if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
   return absl::OkStatus();
 }
 

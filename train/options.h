@@ -57,6 +57,13 @@ struct TrainOptions {
   std::string report = "text";  // the end-of-run report: text, json or csv
   std::string trace;           // a Chrome Trace Event file of every rank's run
 
+  // Where the ranks run: "threads" (of this process) or "mpi" (one process per rank,
+  // started by mpirun; runtime/comm/mpi). With native_collectives (mpi only) every
+  // collective is MPI's own and its bytes are modelled.
+  std::string backend = "threads";
+  bool native_collectives = false;
+  double timeout_s = 60;  // the longest any wait for a peer may take
+
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's
   // order: a tensor-parallel group is neighbouring ranks).

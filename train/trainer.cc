@@ -13,17 +13,20 @@
 #include "runtime/comm/launch.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
+#include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/rng.h"
 #include "runtime/status_macros.h"
+#include "train/rank_records.h"
 #include "train/report.h"
 #include "train/trace.h"
 
 namespace tally::train {
 
-void SetIntraOpThreads(const TrainOptions& options) {
-  // Ranks share the cores: each gets its part, so that ranks x BLAS threads <= cores.
+void SetIntraOpThreads(const TrainOptions& options, int ranks_here) {
+  // The ranks on this machine share its cores: each gets its part, so that ranks x BLAS
+  // threads <= cores.
   int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / options.world()));
+  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / ranks_here));
 }
 
 void CopyState(optim::Optimizer& from, optim::Optimizer& to) {
@@ -70,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
   // The BLAS thread count is process-wide: set here for one rank, by Train() before it
   // starts the ranks of a multi-rank run.
-  if (world == nullptr) SetIntraOpThreads(options);
+  if (world == nullptr) SetIntraOpThreads(options, 1);
 
   int pp_rank = 0;
   if (world != nullptr) {
@@ -396,7 +399,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   serial.save.clear();
   serial.metrics_json.clear();
   serial.traffic_json.clear();
-  SetIntraOpThreads(serial);
+  SetIntraOpThreads(serial, 1);
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(serial));
   log << "\ncheck against the single-rank run on the same batches:\n"
       << absl::StrFormat("%6s %12s %12s %12s\n", "step", "this run", "single rank", "rel. diff");
@@ -417,39 +420,56 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
 
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
-  RETURN_IF_ERROR(options.Validate());
-  if (options.world() == 1 && options.zero == 0) {
+  const bool mpi = options.backend == "mpi";
+  if (absl::Status s = options.Validate(); !s.ok()) {
+    // Every process of an MPI job finds the same mistake; rank 0 says it.
+    return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
+  }
+  if (options.world() == 1 && options.zero == 0 && !mpi) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     RETURN_IF_ERROR(trainer->Run(log));
     if (!options.check_against_serial) return absl::OkStatus();
     return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
   }
-  SetIntraOpThreads(options);
-  if (options.print_topology) log << FormatTopology(options);
-  std::vector<comm::TrafficLedger> traffic(options.world());
-  std::vector<MemoryLedger> memory(options.world());
-  std::vector<int64_t> busy(options.world()), step_time(options.world()), train_time(options.world());
+  SetIntraOpThreads(options, mpi ? comm::mpi::LocalProcesses() : options.world());
   int64_t start_step = 0;
   std::vector<float> losses;
-  std::vector<std::vector<Trainer::Span>> spans(options.world());
+  std::vector<RankRecord> records;  // on the process that holds rank 0
   comm::LaunchOptions launch;
   launch.world_size = options.world();
-  RETURN_IF_ERROR(comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+  launch.timeout = absl::Seconds(options.timeout_s);
+  launch.comm.native_collectives = options.native_collectives;
+  auto rank_main = [&](comm::Communicator& world) -> absl::Status {
+    if (world.rank() == 0 && options.print_topology) log << FormatTopology(options);
     world.ledger().set_tracing(!options.trace.empty());
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     RETURN_IF_ERROR(trainer->Run(log));
-    spans[world.rank()] = trainer->spans();
-    traffic[world.rank()] = world.ledger();
-    memory[world.rank()] = world.memory();
-    busy[world.rank()] = trainer->busy_nanos();
-    step_time[world.rank()] = trainer->step_nanos();
-    train_time[world.rank()] = trainer->train_nanos();
+    RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
+                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->spans()};
+    ASSIGN_OR_RETURN(std::vector<RankRecord> all, GatherRecords(world, mine));
     if (world.rank() == 0) {
+      records = std::move(all);
       start_step = trainer->start_step();
       losses = trainer->losses();
     }
     return absl::OkStatus();
-  }));
+  };
+  RETURN_IF_ERROR(mpi ? comm::mpi::RunMpiRank(launch, rank_main)
+                      : comm::RunThreadRanks(launch, rank_main));
+  if (records.empty()) return absl::OkStatus();  // another process reports
+
+  std::vector<comm::TrafficLedger> traffic;
+  std::vector<MemoryLedger> memory;
+  std::vector<int64_t> busy, step_time, train_time;
+  std::vector<std::vector<Trainer::Span>> spans;
+  for (RankRecord& r : records) {
+    traffic.push_back(std::move(r.traffic));
+    memory.push_back(r.memory);
+    busy.push_back(r.busy_nanos);
+    step_time.push_back(r.step_nanos);
+    train_time.push_back(r.train_nanos);
+    spans.push_back(std::move(r.spans));
+  }
   int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
   ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
   if (options.report == "json") {

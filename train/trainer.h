@@ -152,7 +152,7 @@ class Trainer {
 
 // OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.
 // Process-wide; call before the ranks start.
-void SetIntraOpThreads(const TrainOptions& options);
+void SetIntraOpThreads(const TrainOptions& options, int ranks_here);
 
 // Copies the state and step of one optimizer into another of the same kind and size.
 void CopyState(optim::Optimizer& from, optim::Optimizer& to);

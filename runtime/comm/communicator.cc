@@ -31,8 +31,9 @@ absl::Status Communicator::CheckCount(Primitive primitive, const char* what, con
 absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
     int64_t count, std::initializer_list<const Tensor*> tensors) {
-  OpSignature signature{primitive, algorithm.value_or(options_.algorithm), dtype, op, root,
-                        count, collective_calls_++};
+  const Algorithm chosen = options_.native_collectives ? Algorithm::kNative
+                                                       : algorithm.value_or(options_.algorithm);
+  OpSignature signature{primitive, chosen, dtype, op, root, count, collective_calls_++};
   std::string where = absl::StrCat("[", Title(primitive), " on '", name(), "'] rank ", rank());
   if (primitive != Primitive::kSendRecv && root != -1 && (root < 0 || root >= size())) {
     return absl::InvalidArgumentError(
@@ -54,6 +55,19 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
                                 options_.max_chunk_bytes);
 }
 
+absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
+                               absl::FunctionRef<absl::Status()> ring_call,
+                               absl::FunctionRef<absl::Status()> naive_call) {
+  switch (wire.signature().algorithm) {
+    case Algorithm::kRing: return ring_call();
+    case Algorithm::kNaive: return naive_call();
+    case Algorithm::kNative: break;
+  }
+  RETURN_IF_ERROR(transport_->NativeCollective(wire.signature(), input, output));
+  wire.BookModelled();
+  return absl::OkStatus();
+}
+
 absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                                   absl::Status status) {
   wire.RecordCall(payload_bytes, started, started);
@@ -64,9 +78,10 @@ absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice alg
   int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBroadcast, algorithm, data.dtype(), ReduceOp::kSum,
                                     root, data.numel(), {&data}));
-  absl::Status s = wire->signature().algorithm == Algorithm::kRing
-                       ? ring::Broadcast(*wire, data.raw_data(), data.numel(), root)
-                       : naive::Broadcast(*wire, data.raw_data(), data.numel(), root);
+  absl::Status s = Run(
+      *wire, data.raw_data(), data.raw_data(),
+      [&] { return ring::Broadcast(*wire, data.raw_data(), data.numel(), root); },
+      [&] { return naive::Broadcast(*wire, data.raw_data(), data.numel(), root); });
   return Finish(*wire, int64_t(data.nbytes()), started, s);
 }
 
@@ -77,10 +92,10 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kReduce, "output", output, input.numel()));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduce, algorithm, input.dtype(), op, root,
                                     input.numel(), {&input, is_root ? &output : &input}));
-  absl::Status s =
-      wire->signature().algorithm == Algorithm::kRing
-          ? ring::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root)
-          : naive::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root);
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root); },
+      [&] { return naive::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root); });
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 
@@ -88,9 +103,10 @@ absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice 
   int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}));
-  absl::Status s = wire->signature().algorithm == Algorithm::kRing
-                       ? ring::AllReduce(*wire, data.raw_data(), data.numel())
-                       : naive::AllReduce(*wire, data.raw_data(), data.numel());
+  absl::Status s = Run(
+      *wire, data.raw_data(), data.raw_data(),
+      [&] { return ring::AllReduce(*wire, data.raw_data(), data.numel()); },
+      [&] { return naive::AllReduce(*wire, data.raw_data(), data.numel()); });
   return Finish(*wire, int64_t(data.nbytes()), started, s);
 }
 
@@ -102,9 +118,10 @@ absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, Re
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1, n,
                                     {&input, &output}));
-  absl::Status s = wire->signature().algorithm == Algorithm::kRing
-                       ? ring::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n)
-                       : naive::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n);
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); },
+      [&] { return naive::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); });
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 
@@ -116,9 +133,10 @@ absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
       CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
-  absl::Status s = wire->signature().algorithm == Algorithm::kRing
-                       ? ring::AllGather(*wire, input.raw_data(), output.raw_data(), n)
-                       : naive::AllGather(*wire, input.raw_data(), output.raw_data(), n);
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::AllGather(*wire, input.raw_data(), output.raw_data(), n); },
+      [&] { return naive::AllGather(*wire, input.raw_data(), output.raw_data(), n); });
   return Finish(*wire, int64_t(output.nbytes()), started, s);
 }
 
@@ -134,10 +152,10 @@ absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t 
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kScatter, algorithm, output.dtype(),
                                     ReduceOp::kSum, root, count,
                                     {&output, is_root ? &input : &output}));
-  absl::Status s =
-      wire->signature().algorithm == Algorithm::kRing
-          ? ring::Scatter(*wire, input.raw_data(), output.raw_data(), count, root)
-          : naive::Scatter(*wire, input.raw_data(), output.raw_data(), count, root);
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::Scatter(*wire, input.raw_data(), output.raw_data(), count, root); },
+      [&] { return naive::Scatter(*wire, input.raw_data(), output.raw_data(), count, root); });
   return Finish(*wire, count * int64_t(SizeOf(output.dtype())), started, s);
 }
 
@@ -152,10 +170,10 @@ absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t c
   }
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kGather, algorithm, input.dtype(), ReduceOp::kSum,
                                     root, count, {&input, is_root ? &output : &input}));
-  absl::Status s =
-      wire->signature().algorithm == Algorithm::kRing
-          ? ring::Gather(*wire, input.raw_data(), output.raw_data(), count, root)
-          : naive::Gather(*wire, input.raw_data(), output.raw_data(), count, root);
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::Gather(*wire, input.raw_data(), output.raw_data(), count, root); },
+      [&] { return naive::Gather(*wire, input.raw_data(), output.raw_data(), count, root); });
   return Finish(*wire, count * int64_t(SizeOf(input.dtype())), started, s);
 }
 
@@ -167,9 +185,10 @@ absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
                              size() * ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllToAll, algorithm, input.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
-  absl::Status s = wire->signature().algorithm == Algorithm::kRing
-                       ? ring::AllToAll(*wire, input.raw_data(), output.raw_data(), n)
-                       : naive::AllToAll(*wire, input.raw_data(), output.raw_data(), n);
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::AllToAll(*wire, input.raw_data(), output.raw_data(), n); },
+      [&] { return naive::AllToAll(*wire, input.raw_data(), output.raw_data(), n); });
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 
@@ -177,8 +196,8 @@ absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
   int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBarrier, algorithm, DType::kF32, ReduceOp::kSum,
                                     -1, 0, {}));
-  absl::Status s = wire->signature().algorithm == Algorithm::kRing ? ring::Barrier(*wire)
-                                                                   : naive::Barrier(*wire);
+  absl::Status s = Run(*wire, nullptr, nullptr, [&] { return ring::Barrier(*wire); },
+                       [&] { return naive::Barrier(*wire); });
   return Finish(*wire, 0, started, s);
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/comm/ledger.h"
@@ -32,6 +33,9 @@ struct CommOptions {
   // Messages are cut into pieces of at most this many bytes: the pipelining grain of the
   // chain broadcast and reduce, and a knob that lets a small test run a multi-piece ring.
   size_t max_chunk_bytes = size_t(1) << 20;
+  // Every collective calls the transport's own (MPI_Allreduce, ...) instead of ring or
+  // naive; the ledger books the ring's bytes for it under algorithm "native" (modelled).
+  bool native_collectives = false;
 };
 
 // What one rank owns, shared by all its communicators: its ledgers and its allocator.
@@ -119,6 +123,10 @@ class Communicator {
   absl::StatusOr<std::unique_ptr<Wire>> Begin(Primitive primitive, AlgorithmChoice algorithm,
                                               DType dtype, ReduceOp op, int root, int64_t count,
                                               std::initializer_list<const Tensor*> tensors);
+  // The call's algorithm: ring_call, naive_call, or the transport's own collective.
+  absl::Status Run(Wire& wire, const void* input, void* output,
+                   absl::FunctionRef<absl::Status()> ring_call,
+                   absl::FunctionRef<absl::Status()> naive_call);
   // Books the call in the ledger and passes on its status.
   absl::Status Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                       absl::Status status);

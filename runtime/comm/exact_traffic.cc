@@ -68,8 +68,9 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
   if (primitive == Primitive::kAllToAll) {  // both algorithms: every peer's chunk once
     return {s.Whole() - s.Chunk(rank), (group_size - 1) * s.Chunk(rank)};
   }
-  return algorithm == Algorithm::kRing ? Ring(primitive, s, rank, root)
-                                       : Naive(primitive, s, rank, root);
+  // kNative: the transport's own algorithm is unknown; it is modelled as the ring.
+  return algorithm == Algorithm::kNaive ? Naive(primitive, s, rank, root)
+                                        : Ring(primitive, s, rank, root);
 }
 
 double BusFactor(Primitive primitive, int ranks) {

@@ -25,6 +25,7 @@ struct RankTraffic {
 // AllGather, the root's buffer of Scatter and Gather. `root` is ignored where there is
 // none. kSendRecv is the ring exchange of nccl-tests' sendrecv (every rank sends `count`
 // to its right neighbour and receives as much from its left one); a barrier moves nothing.
+// kNative counts as kRing (the model the ledger books for a transport's own collectives).
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
                          int root, int64_t count, size_t element_size);
 

@@ -29,6 +29,77 @@ void TrafficLedger::Clear() {
   events_.clear();
 }
 
+namespace {
+
+void EncodeKey(ByteWriter& w, const LedgerKey& key) {
+  w.String(key.group).Int(int64_t(key.primitive)).Int(int64_t(key.algorithm));
+  w.Int(int64_t(key.phase)).String(key.label);
+}
+
+LedgerKey DecodeKey(ByteReader& r) {
+  LedgerKey key;
+  key.group = r.String();
+  key.primitive = Primitive(r.Int());
+  key.algorithm = Algorithm(r.Int());
+  key.phase = Phase(r.Int());
+  key.label = r.String();
+  return key;
+}
+
+}  // namespace
+
+void TrafficLedger::Encode(ByteWriter& w) const {
+  w.Int(world_rank_).Int(sent_).Int(int64_t(transfers_.size()));
+  for (const auto& [key_peer, t] : transfers_) {
+    EncodeKey(w, key_peer.first);
+    w.Int(key_peer.second).Int(t.bytes_sent).Int(t.bytes_recv).Int(t.messages_sent);
+    w.Int(t.messages_recv).Double(t.seconds);
+  }
+  w.Int(int64_t(calls_.size()));
+  for (const auto& [key, c] : calls_) {
+    EncodeKey(w, key);
+    w.Int(c.calls).Int(c.payload_bytes).Double(c.seconds).Double(c.blocked_seconds);
+  }
+  w.Int(int64_t(events_.size()));
+  for (const CallEvent& e : events_) {
+    EncodeKey(w, e.key);
+    w.Int(e.start_nanos).Int(e.end_nanos).Int(e.payload_bytes).Int(e.sent_so_far);
+  }
+}
+
+bool TrafficLedger::Decode(ByteReader& r) {
+  Clear();
+  world_rank_ = int(r.Int());
+  sent_ = r.Int();
+  for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
+    LedgerKey key = DecodeKey(r);
+    const int peer = int(r.Int());
+    TransferTotals& t = transfers_[{key, peer}];
+    t.bytes_sent = r.Int();
+    t.bytes_recv = r.Int();
+    t.messages_sent = r.Int();
+    t.messages_recv = r.Int();
+    t.seconds = r.Double();
+  }
+  for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
+    CallTotals& c = calls_[DecodeKey(r)];
+    c.calls = r.Int();
+    c.payload_bytes = r.Int();
+    c.seconds = r.Double();
+    c.blocked_seconds = r.Double();
+  }
+  for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
+    CallEvent e;
+    e.key = DecodeKey(r);
+    e.start_nanos = r.Int();
+    e.end_nanos = r.Int();
+    e.payload_bytes = r.Int();
+    e.sent_so_far = r.Int();
+    events_.push_back(std::move(e));
+  }
+  return r.ok();
+}
+
 LabelScope::LabelScope(TrafficLedger& ledger, const std::string& part)
     : ledger_(ledger), saved_size_(ledger.label_.size()) {
   if (!ledger.label_.empty()) ledger.label_ += '.';

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/byte_stream.h"
 #include "runtime/comm/types.h"
 
 namespace tally::comm {
@@ -114,6 +115,10 @@ class TrafficLedger {
 
   // Forgets everything booked so far. Not while a call is in flight.
   void Clear();
+
+  // The ledger's totals and events as bytes, and back (false: not a ledger's bytes).
+  void Encode(ByteWriter& w) const;
+  bool Decode(ByteReader& r);
 
  private:
   friend class PhaseScope;

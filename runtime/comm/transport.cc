@@ -18,6 +18,12 @@ class FailedRequestImpl : public Request {
 
 }  // namespace
 
+absl::Status Transport::NativeCollective(const OpSignature& signature, const void*, void*) {
+  return absl::UnimplementedError(absl::StrCat("[", Title(signature.primitive), " on '", name(),
+                                               "'] this transport has no native collectives "
+                                               "(the MPI transport has)"));
+}
+
 std::unique_ptr<Request> FailedRequest(absl::Status status) {
   return std::make_unique<FailedRequestImpl>(std::move(status));
 }

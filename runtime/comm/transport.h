@@ -13,8 +13,8 @@
 // differs fails with a message that names both sides. A receive may reduce into its
 // buffer instead of overwriting it (NCCL's recv-reduce-copy): `into = op(into, message)`.
 //
-// Implementations: threads/ (ranks are threads of one process; the default). MPI and NCCL
-// transports implement the same interface. The collective algorithms (ring.h, naive.h)
+// Implementations: threads/ (ranks are threads of one process; the default) and mpi/
+// (one process per rank, under mpirun). The collective algorithms (ring.h, naive.h)
 // are written once against it, through the counting layer in wire.h.
 #pragma once
 
@@ -95,6 +95,12 @@ class Transport {
   virtual std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes,
                                          const OpSignature& signature,
                                          std::optional<Reduction> reduction) = 0;
+
+  // The transport's own collective for a call of the Communicator (`signature` names it:
+  // primitive, dtype, op, root, count; the buffers are the Communicator's, with its
+  // layouts), for CommOptions::native_collectives. The default has none.
+  virtual absl::Status NativeCollective(const OpSignature& signature, const void* input,
+                                        void* output);
 
   // A transport for the sub-group `members` (group ranks of this transport, in the new
   // group's rank order), which must contain rank(). Every member calls it with the same

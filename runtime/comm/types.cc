@@ -36,7 +36,14 @@ const char* Title(Primitive p) {
   return "?";
 }
 
-const char* Name(Algorithm a) { return a == Algorithm::kRing ? "ring" : "naive"; }
+const char* Name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kNaive: return "naive";
+    case Algorithm::kNative: return "native";
+  }
+  return "?";
+}
 
 const char* Name(ReduceOp op) {
   switch (op) {
@@ -75,8 +82,9 @@ absl::StatusOr<Primitive> ParsePrimitive(std::string_view name) {
 absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
   if (name == "ring") return Algorithm::kRing;
   if (name == "naive") return Algorithm::kNaive;
+  if (name == "native") return Algorithm::kNative;
   return absl::InvalidArgumentError("[comm] unknown algorithm '" + std::string(name) +
-                                    "'; expected ring or naive");
+                                    "'; expected ring, naive or native");
 }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name) {

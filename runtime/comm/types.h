@@ -30,8 +30,10 @@ inline constexpr Primitive kAllPrimitives[] = {
     Primitive::kBarrier};
 
 // How it is done. kNaive is the root-based star (the seed's "monitor collects") or a
-// direct exchange; kRing passes chunks around the ring (or down a chain for rooted ops).
-enum class Algorithm : uint8_t { kRing, kNaive };
+// direct exchange; kRing passes chunks around the ring (or down a chain for rooted ops);
+// kNative is the transport's own collective (MPI_Allreduce, ...), whose bytes the
+// ledger cannot observe: it books the ring's, marked modelled.
+enum class Algorithm : uint8_t { kRing, kNaive, kNative };
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax, kMin, kProd };
 
@@ -40,7 +42,7 @@ enum class Phase : uint8_t { kForward, kBackward, kOptimizer, kSetup, kEval, kCh
 inline constexpr int kNumPhases = 7;
 
 const char* Name(Primitive p);  // snake_case, as nccl-tests names them: "all_reduce"
-const char* Name(Algorithm a);  // "ring", "naive"
+const char* Name(Algorithm a);  // "ring", "naive", "native"
 const char* Name(ReduceOp op);  // "sum", "avg", ...
 const char* Name(Phase phase);  // "forward", ...
 // The CamelCase name used in error messages: "AllReduce".

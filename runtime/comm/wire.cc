@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/comm/exact_traffic.h"
+
 namespace tally::comm {
 
 Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
@@ -65,6 +67,19 @@ void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pe
                                                  s.bytes, signature_, reduction),
                                 &row, MonotonicNanos(), false, absl::OkStatus()});
   }
+}
+
+void Wire::BookModelled() {
+  if (size() < 2) return;
+  const RankTraffic t = ExactTraffic(signature_.primitive, Algorithm::kRing, size(), rank(),
+                                     signature_.root, signature_.count, element_size());
+  TransferTotals& to = Row(PeerWorldRank(right()));
+  to.bytes_sent += t.sent;
+  to.messages_sent += t.sent > 0 ? 1 : 0;
+  ledger_.CountSent(t.sent);
+  TransferTotals& from = Row(PeerWorldRank(left()));
+  from.bytes_recv += t.recv;
+  from.messages_recv += t.recv > 0 ? 1 : 0;
 }
 
 void Wire::Recv(int peer, void* data, size_t bytes, Pending& pending) {

@@ -60,6 +60,11 @@ class Wire {
   // data = op(data, message), the op and dtype of the call.
   void RecvReduce(int peer, void* data, size_t bytes, Pending& pending);
 
+  // Books what a call of the transport's own collective moved, which the transport does
+  // not tell: the ring's bytes (ExactTraffic), sent to the right neighbour and received
+  // from the left one.
+  void BookModelled();
+
   // Books one call of the collective (payload: the caller's buffer size) in the ledger: it
   // ran from `started_nanos` until now, and held the caller up from `blocked_nanos`.
   void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos);

@@ -1,46 +1,18 @@
 // The programs as a user runs them: bad input is one clear line on stderr and a non-zero
 // exit, never a crash; a small run writes its log, metrics and checkpoint.
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
-#include <sys/wait.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/json_reader.h"
+#include "tests/e2e/run_command.h"
 
 namespace tally {
 namespace {
-
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-Result RunCommand(const std::string& command) {
-  Result r{-1, ""};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-// A JSON file the program wrote (an empty object if it is not valid JSON).
-JsonValue ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  absl::StatusOr<JsonValue> doc = ParseJson(text);
-  EXPECT_TRUE(doc.ok()) << path << ": " << doc.status();
-  return doc.ok() ? *doc : JsonValue();
-}
 
 const std::string kTrain = TALLY_TRAIN_BINARY;
 const std::string kTiny = " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1";

@@ -39,7 +39,7 @@ inline RunResult RunRanks(const TrainOptions& o) {
   result.memory.resize(o.world());
   comm::LaunchOptions launch;
   launch.world_size = o.world();
-  SetIntraOpThreads(o);
+  SetIntraOpThreads(o, o.world());
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank.
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));

@@ -1,0 +1,54 @@
+// Launching ranks as MPI processes: one rank per process, started by mpirun, over the MPI
+// transport (mpi_transport.cc). The collective algorithms, the ledger and everything
+// above them are the very ones the threads transport runs, so a run books the same bytes
+// and adds in the same order on either.
+//
+//   // every process of `mpirun -np 4 prog`:
+//   LaunchOptions options;
+//   options.world_size = 4;  // must equal the process count
+//   absl::Status s = mpi::RunMpiRank(options, [](Communicator& world) -> absl::Status {
+//     ...
+//   });
+//
+// Underneath: MPI_Isend / MPI_Irecv (each message preceded by a small header with the
+// call's OpSignature, which the receiver compares with its own), MPI_Test until done or
+// the deadline, one MPI communicator per group (MPI_Comm_create_group, so only the
+// members of a group take part in making it). With CommOptions::native_collectives the
+// collectives call MPI's own (MPI_Allreduce, ...) instead, and the ledger books the
+// ring's bytes for them, marked modelled.
+//
+// Faults: a rank whose function fails, or throws, or waits past the deadline prints
+// "rank N failed: ..." on stderr and calls MPI_Abort, which ends every process of the
+// job; a process that dies is reported by mpirun, which then ends the others.
+#pragma once
+
+#include "absl/status/status.h"
+#include "runtime/comm/launch.h"
+
+namespace tally::comm::mpi {
+
+// Whether this build has the MPI transport.
+bool Available();
+
+// Whether this process was started by an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE,
+// PMI_SIZE or PMIX_RANK).
+bool LaunchedByMpirun();
+
+// This process's rank in the job as the launcher's environment tells it (0 if none),
+// known before MPI starts.
+int ProcessRank();
+
+// The processes of the job as the launcher's environment tells it (1 if none).
+int ProcessCount();
+
+// The processes of this job on this machine (OMPI_COMM_WORLD_LOCAL_SIZE; 1 if unknown).
+int LocalProcesses();
+
+// Runs `fn` as this process's rank of the job. Initialises MPI on first use (and
+// finalises it at exit). A world size that is not the process count is an error on
+// every rank; it is reported by rank 0 alone (the others return a status with an empty
+// message, which RunExample does not print). A rank that fails does not return: it
+// prints its error and aborts the job.
+absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn);
+
+}  // namespace tally::comm::mpi

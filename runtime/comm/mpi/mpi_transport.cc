@@ -1,0 +1,544 @@
+// The MPI transport (mpi_launch.h): one rank per process, messages over MPI point-to-point.
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "runtime/clock.h"
+#include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/comm/partition.h"
+#include "runtime/comm/reduce.h"
+#include "runtime/comm/transport.h"
+#include "runtime/status_macros.h"
+
+namespace tally::comm::mpi {
+namespace {
+
+// Every message is two MPI messages: its header, then its bytes. MPI keeps the order of
+// the messages between two processes with the same tag on one communicator, so the
+// k-th header and the k-th data message of a channel belong together.
+constexpr int kHeaderTag = 1;
+constexpr int kDataTag = 2;
+
+struct Header {
+  OpSignature signature;
+  uint64_t bytes = 0;
+};
+
+std::string MpiError(const char* call, int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return absl::StrCat(call, " failed: ", std::string(text, size_t(length)));
+}
+
+absl::Status Check(const char* call, int code) {
+  return code == MPI_SUCCESS ? absl::OkStatus() : absl::InternalError(MpiError(call, code));
+}
+
+// A group: its MPI communicator and what error messages name.
+struct Group {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::string name;
+  int rank = 0;
+  std::vector<int> world_ranks;  // by group rank
+  absl::Duration timeout;
+
+  ~Group() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm != MPI_COMM_WORLD && comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm);
+  }
+  int size() const { return int(world_ranks.size()); }
+  std::string Where(const OpSignature& signature) const {
+    return absl::StrCat("[", Title(signature.primitive), " on '", name, "'] rank ", rank);
+  }
+};
+
+// The first failure of any wait in this process. MPI has no way to wake a peer's wait,
+// so each process remembers: once one wait has failed, every later wait fails at once
+// with the same status, and the failure reaches the rank's function without a second
+// deadline per pending message.
+absl::Status& FirstFailure() {
+  static absl::Status* failure = new absl::Status();
+  return *failure;
+}
+
+// Staging buffers of reducing receives, kept for reuse: a fresh buffer per message of
+// a megabyte would be a fresh mmap and its page faults every time. Used by the rank's
+// one thread.
+struct Staging {
+  size_t capacity = 0;
+  std::unique_ptr<char[]> data;
+};
+
+std::vector<Staging>& FreeStaging() {
+  static auto* free = new std::vector<Staging>();
+  return *free;
+}
+
+Staging TakeStaging(size_t bytes) {
+  std::vector<Staging>& free = FreeStaging();
+  for (size_t i = 0; i < free.size(); ++i) {
+    if (free[i].capacity < bytes) continue;
+    Staging s = std::move(free[i]);
+    free.erase(free.begin() + std::ptrdiff_t(i));
+    return s;
+  }
+  const size_t capacity = std::max<size_t>(bytes, 1);
+  return Staging{capacity, std::unique_ptr<char[]>(new char[capacity])};
+}
+
+void GiveStaging(Staging s) {
+  if (s.data != nullptr) FreeStaging().push_back(std::move(s));
+}
+
+// Waiting for MPI_Test: poll without pause at first (each poll also drives MPI's
+// progress), then yield the core between polls (ranks may outnumber cores), and after a
+// second of waiting (a pipeline bubble, a slow peer) sleep a millisecond between polls.
+class Poller {
+ public:
+  explicit Poller(absl::Duration timeout)
+      : start_(MonotonicNanos()), deadline_(start_ + absl::ToInt64Nanoseconds(timeout)) {}
+  // Pauses before the next poll; false once the deadline has passed.
+  bool Next() {
+    const int64_t now = MonotonicNanos();
+    if (now - start_ > 1'000'000'000) {
+      usleep(1000);
+    } else if (now - start_ > 50'000) {
+      sched_yield();
+    }
+    return now < deadline_;
+  }
+
+ private:
+  int64_t start_, deadline_;
+};
+
+class MpiRequest : public Request {
+ public:
+  // A send posts its header and its bytes at once.
+  static std::unique_ptr<Request> Send(std::shared_ptr<const Group> group, int peer,
+                                       const void* data, size_t bytes, const OpSignature& signature) {
+    std::unique_ptr<MpiRequest> r(new MpiRequest(std::move(group), peer, bytes, signature));
+    r->is_send_ = true;
+    r->header_->signature = signature;
+    r->header_->bytes = bytes;
+    const MPI_Comm comm = r->group_->comm;
+    absl::Status s = Check("MPI_Isend", MPI_Isend(r->header_.get(), int(sizeof(Header)), MPI_BYTE,
+                                                  peer, kHeaderTag, comm, &r->requests_[0]));
+    if (s.ok()) {
+      s = Check("MPI_Isend", MPI_Isend(data, int(bytes), MPI_BYTE, peer, kDataTag, comm,
+                                       &r->requests_[1]));
+    }
+    if (!s.ok()) return FailedRequest(s);
+    return r;
+  }
+
+  // A receive posts both; with a reduction the bytes land in a staging buffer and are
+  // combined into `data` once they are all there.
+  static std::unique_ptr<Request> Recv(std::shared_ptr<const Group> group, int peer, void* data,
+                                       size_t bytes, const OpSignature& signature,
+                                       std::optional<Reduction> reduction) {
+    std::unique_ptr<MpiRequest> r(new MpiRequest(std::move(group), peer, bytes, signature));
+    r->data_ = data;
+    r->reduction_ = reduction;
+    void* into = data;
+    if (reduction.has_value()) {
+      r->staging_ = TakeStaging(bytes);
+      into = r->staging_.data.get();
+    }
+    const MPI_Comm comm = r->group_->comm;
+    absl::Status s = Check("MPI_Irecv", MPI_Irecv(r->header_.get(), int(sizeof(Header)), MPI_BYTE,
+                                                  peer, kHeaderTag, comm, &r->requests_[0]));
+    if (s.ok()) {
+      s = Check("MPI_Irecv", MPI_Irecv(into, int(bytes), MPI_BYTE, peer, kDataTag, comm,
+                                       &r->requests_[1]));
+    }
+    if (!s.ok()) return FailedRequest(s);
+    return r;
+  }
+
+  ~MpiRequest() override {
+    if (done_) {
+      GiveStaging(std::move(staging_));
+      return;
+    }
+    // Dropped unfinished (a failed run on its way out): withdraw what can be withdrawn,
+    // and leave the header to MPI, which may still read or write it.
+    for (MPI_Request& request : requests_) {
+      if (request == MPI_REQUEST_NULL) continue;
+      if (!is_send_) MPI_Cancel(&request);
+      MPI_Request_free(&request);
+    }
+    header_.release();
+    staging_.data.release();  // MPI may still write into it
+  }
+
+  absl::Status Wait() override {
+    if (done_) return status_;
+    if (!FirstFailure().ok()) return Finish(FirstFailure());
+    Poller poller(group_->timeout);
+    bool header_checked = is_send_;
+    for (;;) {
+      int flag = 0;
+      if (!header_checked) {
+        absl::Status s = Check("MPI_Test", MPI_Test(&requests_[0], &flag, MPI_STATUS_IGNORE));
+        if (!s.ok()) return Finish(s);
+        if (flag) {
+          header_checked = true;
+          std::string mismatch =
+              DescribeMismatch(group_->name, group_->rank, mine_, peer_, header_->signature);
+          if (!mismatch.empty()) return Finish(absl::InvalidArgumentError(mismatch));
+          if (header_->bytes != bytes_) {
+            return Finish(absl::InvalidArgumentError(
+                absl::StrCat(group_->Where(mine_), " expected ", bytes_, " bytes from rank ",
+                             peer_, ", which sent ", header_->bytes)));
+          }
+        }
+      }
+      if (header_checked) {
+        absl::Status s =
+            Check("MPI_Testall", MPI_Testall(2, requests_, &flag, MPI_STATUSES_IGNORE));
+        if (!s.ok()) return Finish(s);
+        if (flag) break;
+      }
+      if (!poller.Next()) {
+        return Finish(absl::DeadlineExceededError(absl::StrCat(
+            group_->Where(mine_), " waited ", absl::FormatDuration(group_->timeout), " for rank ",
+            peer_, " (", is_send_ ? "send" : "recv", " of ", bytes_, " bytes); deadline exceeded")));
+      }
+    }
+    if (reduction_.has_value()) {
+      const int64_t count = int64_t(bytes_ / SizeOf(reduction_->dtype));
+      ReduceInto(data_, staging_.data.get(), count, reduction_->dtype, reduction_->op);
+    }
+    return Finish(absl::OkStatus());
+  }
+
+ private:
+  MpiRequest(std::shared_ptr<const Group> group, int peer, size_t bytes, const OpSignature& mine)
+      : group_(std::move(group)), peer_(peer), bytes_(bytes), mine_(mine), header_(new Header) {}
+
+  absl::Status Finish(absl::Status status) {
+    done_ = true;
+    status_ = std::move(status);
+    if (!status_.ok() && FirstFailure().ok()) FirstFailure() = status_;
+    return status_;
+  }
+
+  std::shared_ptr<const Group> group_;
+  int peer_;
+  size_t bytes_;
+  OpSignature mine_;
+  bool is_send_ = false;
+  std::unique_ptr<Header> header_;  // sent, or received
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, data
+  void* data_ = nullptr;
+  std::optional<Reduction> reduction_;
+  Staging staging_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
+absl::StatusOr<MPI_Datatype> DatatypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kBF16: break;
+  }
+  return absl::UnimplementedError("[mpi] MPI has no bfloat16 reductions; use ring or naive");
+}
+
+MPI_Op OpOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;  // then divided, as the ring does
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kProd: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+class MpiTransport : public Transport {
+ public:
+  explicit MpiTransport(std::shared_ptr<const Group> group) : group_(std::move(group)) {}
+
+  int rank() const override { return group_->rank; }
+  int size() const override { return group_->size(); }
+  int world_rank(int group_rank) const override { return group_->world_ranks[group_rank]; }
+  const std::string& name() const override { return group_->name; }
+
+  // MPI cannot see what its peers call without a message: each message's header is
+  // compared instead.
+  absl::Status Announce(const OpSignature&) override { return absl::OkStatus(); }
+
+  std::unique_ptr<Request> Isend(int peer, const void* data, size_t bytes,
+                                 const OpSignature& signature, SendMode) override {
+    if (absl::Status s = CheckMessage(peer, bytes, signature); !s.ok()) return FailedRequest(s);
+    return MpiRequest::Send(group_, peer, data, bytes, signature);
+  }
+
+  std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes, const OpSignature& signature,
+                                 std::optional<Reduction> reduction) override {
+    if (absl::Status s = CheckMessage(peer, bytes, signature); !s.ok()) return FailedRequest(s);
+    return MpiRequest::Recv(group_, peer, data, bytes, signature, reduction);
+  }
+
+  absl::Status NativeCollective(const OpSignature& signature, const void* input,
+                                void* output) override;
+
+  absl::StatusOr<std::unique_ptr<Transport>> Split(std::span<const int> members, uint64_t split_id,
+                                                   const std::string& name) override {
+    auto group = std::make_shared<Group>();
+    group->name = name;
+    group->rank = -1;
+    group->timeout = group_->timeout;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0 || members[i] >= size()) {
+        return absl::InvalidArgumentError(absl::StrCat("[Split of '", this->name(), "'] member ",
+                                                       members[i], " is not a rank of the group"));
+      }
+      if (members[i] == rank()) group->rank = int(i);
+      group->world_ranks.push_back(world_rank(members[i]));
+    }
+    if (group->rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("[Split of '", this->name(), "'] rank ", rank(),
+                                                     " is not among the members of '", name, "'"));
+    }
+    // Only the members take part (MPI_Comm_create_group), as only they call Split; the
+    // tag tells apart splits of overlapping member sets made at the same time.
+    MPI_Group parent, sub;
+    RETURN_IF_ERROR(Check("MPI_Comm_group", MPI_Comm_group(group_->comm, &parent)));
+    RETURN_IF_ERROR(Check("MPI_Group_incl",
+                          MPI_Group_incl(parent, int(members.size()), members.data(), &sub)));
+    const int tag = int(split_id % 32768);
+    absl::Status made =
+        Check("MPI_Comm_create_group", MPI_Comm_create_group(group_->comm, sub, tag, &group->comm));
+    MPI_Group_free(&sub);
+    MPI_Group_free(&parent);
+    RETURN_IF_ERROR(made);
+    return std::unique_ptr<Transport>(std::make_unique<MpiTransport>(std::move(group)));
+  }
+
+ private:
+  absl::Status CheckMessage(int peer, size_t bytes, const OpSignature& signature) const {
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError(absl::StrCat(group_->Where(signature),
+                                                     " cannot exchange with rank ", peer,
+                                                     " of a group of ", size()));
+    }
+    if (bytes > size_t(INT_MAX)) {
+      return absl::InvalidArgumentError(absl::StrCat(group_->Where(signature), ": a message of ",
+                                                     bytes, " bytes is over MPI's int count; "
+                                                     "lower max_chunk_bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const Group> group_;
+};
+
+absl::Status MpiTransport::NativeCollective(const OpSignature& signature, const void* input,
+                                            void* output) {
+  ASSIGN_OR_RETURN(MPI_Datatype type, DatatypeOf(signature.dtype));
+  if (signature.count > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(group_->Where(signature), ": ", signature.count, " elements are over MPI's int count"));
+  }
+  const MPI_Comm comm = group_->comm;
+  const MPI_Op op = OpOf(signature.op);
+  const int n = size(), r = rank(), root = signature.root;
+  const int64_t count = signature.count;
+  const size_t element = SizeOf(signature.dtype);
+  // Counts and displacements of the chunks ChunkOf cuts `total` into.
+  auto chunks = [&](int64_t total, std::vector<int>& counts, std::vector<int>& displs) {
+    for (int q = 0; q < n; ++q) {
+      const Chunk c = ChunkOf(total, n, q);
+      counts.push_back(int(c.count));
+      displs.push_back(int(c.offset));
+    }
+  };
+  std::vector<int> counts, displs;
+  int code = MPI_SUCCESS;
+  const char* call = "";
+  switch (signature.primitive) {
+    case Primitive::kAllReduce:
+      call = "MPI_Allreduce";
+      code = MPI_Allreduce(MPI_IN_PLACE, output, int(count), type, op, comm);
+      break;
+    case Primitive::kReduceScatter:
+      call = "MPI_Reduce_scatter";
+      chunks(count, counts, displs);
+      code = MPI_Reduce_scatter(input, output, counts.data(), type, op, comm);
+      break;
+    case Primitive::kAllGather: {
+      call = "MPI_Allgatherv";
+      chunks(count, counts, displs);
+      // ZeRO passes its own chunk inside the output: that is MPI_IN_PLACE.
+      const bool in_place = input == static_cast<char*>(output) + size_t(displs[r]) * element;
+      code = MPI_Allgatherv(in_place ? MPI_IN_PLACE : input, counts[r], type, output,
+                            counts.data(), displs.data(), type, comm);
+      break;
+    }
+    case Primitive::kBroadcast:
+      call = "MPI_Bcast";
+      code = MPI_Bcast(output, int(count), type, root, comm);
+      break;
+    case Primitive::kReduce:
+      call = "MPI_Reduce";
+      code = MPI_Reduce(r == root && input == output ? MPI_IN_PLACE : input, output, int(count),
+                        type, op, root, comm);
+      break;
+    case Primitive::kGather:
+      call = "MPI_Gatherv";
+      chunks(count, counts, displs);
+      code = MPI_Gatherv(input, counts[r], type, output, counts.data(), displs.data(), type, root,
+                         comm);
+      break;
+    case Primitive::kScatter:
+      call = "MPI_Scatterv";
+      chunks(count, counts, displs);
+      code = MPI_Scatterv(input, counts.data(), displs.data(), type, output, counts[r], type, root,
+                          comm);
+      break;
+    case Primitive::kAllToAll: {
+      call = "MPI_Alltoallv";
+      chunks(count, counts, displs);  // what this rank sends to each
+      const int mine = counts[r];
+      std::vector<int> recv_counts(size_t(n), mine), recv_displs;
+      for (int q = 0; q < n; ++q) recv_displs.push_back(q * mine);
+      code = MPI_Alltoallv(input, counts.data(), displs.data(), type, output, recv_counts.data(),
+                           recv_displs.data(), type, comm);
+      break;
+    }
+    case Primitive::kBarrier:
+      call = "MPI_Barrier";
+      code = MPI_Barrier(comm);
+      break;
+    case Primitive::kSendRecv:
+      return absl::InvalidArgumentError("[mpi] point-to-point has no native collective");
+  }
+  if (code != MPI_SUCCESS) {
+    return absl::InternalError(absl::StrCat(group_->Where(signature), ": ", MpiError(call, code)));
+  }
+  if (signature.op == ReduceOp::kAvg) {
+    switch (signature.primitive) {
+      case Primitive::kAllReduce: FinishAverage(output, count, signature.dtype, n); break;
+      case Primitive::kReduceScatter: FinishAverage(output, counts[r], signature.dtype, n); break;
+      case Primitive::kReduce:
+        if (r == root) FinishAverage(output, count, signature.dtype, n);
+        break;
+      default: break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Initialize() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return absl::OkStatus();
+  int provided = 0;
+  RETURN_IF_ERROR(Check("MPI_Init_thread",
+                        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided)));
+  // Errors come back as codes, to become a Status that names the call.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  });
+  return absl::OkStatus();
+}
+
+int EnvInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::atoi(value) : fallback;
+}
+
+}  // namespace
+
+bool Available() { return true; }
+
+bool LaunchedByMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+int ProcessRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return EnvInt(name, 0);
+  }
+  return 0;
+}
+
+int ProcessCount() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (std::getenv(name) != nullptr) return std::max(1, EnvInt(name, 1));
+  }
+  return 1;
+}
+
+int LocalProcesses() { return std::max(1, EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)); }
+
+absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("[launch] the wait timeout must be positive");
+  }
+  RETURN_IF_ERROR(Initialize());
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (options.world_size != size) {
+    if (rank != 0) return absl::InvalidArgumentError("");  // rank 0 says it
+    return absl::InvalidArgumentError(absl::StrCat("[launch] mpirun started ", size,
+                                                   " processes; the run needs ",
+                                                   options.world_size, " (one per rank)"));
+  }
+  absl::Status status;
+  {
+    auto world = std::make_shared<Group>();
+    world->comm = MPI_COMM_WORLD;
+    world->name = "world";
+    world->rank = rank;
+    world->world_ranks.resize(size_t(size));
+    std::iota(world->world_ranks.begin(), world->world_ranks.end(), 0);
+    world->timeout = options.timeout;
+    RankResources resources(rank);
+    Communicator comm(std::make_unique<MpiTransport>(std::move(world)), &resources, options.comm);
+    try {
+      status = fn(comm);
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("threw an exception: ", e.what()));
+    } catch (...) {
+      status = absl::InternalError("threw an exception of unknown type");
+    }
+  }
+  if (!status.ok()) {
+    // The other ranks may be waiting for this one: end the whole job.
+    std::fprintf(stderr, "rank %d failed: %s\n", rank, std::string(status.message()).c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tally::comm::mpi

@@ -1,0 +1,196 @@
+// The MPI transport under mpirun (ctest label mpi, with 2, 3 and 4 processes): every
+// collective gives the closed-form result, and every rank's ledger books, peer by peer,
+// the bytes the same call books on the threads transport — the algorithms are the same
+// code. MPI's own collectives (native) give the same results and book the ring's bytes.
+//
+// Each process runs every test; rank 0 prints. The fault tests end in a failed call, after
+// which the transport fails every later wait on purpose (mpi_launch.h), so ctest runs
+// them in a job of their own (--gtest_filter=MpiFaults.*).
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/collective_check.h"
+#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/launch.h"
+#include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/status_macros.h"
+
+namespace tally::comm {
+namespace {
+
+// (sent, received) bytes by peer world rank.
+std::map<int, std::pair<int64_t, int64_t>> BytesByPeer(const TrafficLedger& ledger) {
+  std::map<int, std::pair<int64_t, int64_t>> bytes;
+  for (const auto& [key_peer, t] : ledger.transfers()) {
+    bytes[key_peer.second].first += t.bytes_sent;
+    bytes[key_peer.second].second += t.bytes_recv;
+  }
+  return bytes;
+}
+
+bool Rooted(Primitive p) {
+  return p == Primitive::kBroadcast || p == Primitive::kReduce || p == Primitive::kGather ||
+         p == Primitive::kScatter;
+}
+
+// One call with closed-form data on `comm`; the count of wrong output elements.
+absl::StatusOr<int64_t> CheckedCall(Communicator& comm, Primitive p, Algorithm a, int64_t count,
+                                    int root) {
+  ASSIGN_OR_RETURN(CallBuffers b, MakeCallBuffers(comm, p, count, root));
+  FillInputs(comm, p, b, count, root);
+  RETURN_IF_ERROR(Call(comm, p, a, b, count, root));
+  return CountWrong(comm, p, b, count, root);
+}
+
+// Rank `rank`'s ledger after the same call on `n` thread ranks.
+absl::StatusOr<TrafficLedger> OnThreads(int n, int rank, Primitive p, Algorithm a, int64_t count,
+                                        int root, const CommOptions& comm_options) {
+  TrafficLedger ledger;
+  LaunchOptions launch;
+  launch.world_size = n;
+  launch.comm = comm_options;
+  RETURN_IF_ERROR(RunThreadRanks(launch, [&](Communicator& comm) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(comm, p, a, count, root));
+    if (wrong != 0) return absl::InternalError("the threads transport got a wrong result");
+    if (comm.rank() == rank) ledger = comm.ledger();
+    return absl::OkStatus();
+  }));
+  return ledger;
+}
+
+LaunchOptions World() {
+  LaunchOptions launch;
+  launch.world_size = mpi::ProcessCount();
+  launch.timeout = absl::Seconds(60);
+  launch.comm.max_chunk_bytes = 4096;  // several messages per transfer
+  return launch;
+}
+
+TEST(MpiCollectives, ResultsAndBytesAreTheThreadsTransports) {
+  const LaunchOptions launch = World();
+  const int n = launch.world_size;
+  int checked = 0;
+  absl::Status status = mpi::RunMpiRank(launch, [&](Communicator& world) -> absl::Status {
+    for (Primitive p : kAllPrimitives) {
+      for (Algorithm a : {Algorithm::kRing, Algorithm::kNaive}) {
+        for (int64_t count : {0, 1, 7, 5000}) {
+          for (int root : Rooted(p) ? std::vector<int>{0, n - 1} : std::vector<int>{-1}) {
+            const std::string what = absl::StrCat(Name(p), " ", Name(a), " count ", count,
+                                                  " root ", root, " rank ", world.rank());
+            world.ledger().Clear();
+            ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(world, p, a, count, root));
+            EXPECT_EQ(wrong, 0) << what;
+            ASSIGN_OR_RETURN(TrafficLedger threads,
+                             OnThreads(n, world.rank(), p, a, count, root, launch.comm));
+            EXPECT_EQ(BytesByPeer(world.ledger()), BytesByPeer(threads)) << what;
+            ++checked;
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_GT(checked, 80);
+}
+
+TEST(MpiCollectives, NativeCollectivesGiveTheResultsAndBookTheRingsBytes) {
+  const LaunchOptions launch = World();
+  const int n = launch.world_size;
+  absl::Status status = mpi::RunMpiRank(launch, [&](Communicator& world) -> absl::Status {
+    for (Primitive p : kAllPrimitives) {
+      if (p == Primitive::kSendRecv) continue;  // point-to-point has no native form
+      for (int64_t count : {0, 1, 7, 5000}) {
+        const int root = Rooted(p) ? n - 1 : -1;
+        const std::string what = absl::StrCat(Name(p), " count ", count, " rank ", world.rank());
+        world.ledger().Clear();
+        ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(world, p, Algorithm::kNative, count, root));
+        EXPECT_EQ(wrong, 0) << what;
+        const RankTraffic ring = ExactTraffic(p, Algorithm::kRing, n, world.rank(), root, count, 4);
+        const TransferTotals booked = world.ledger().Total();
+        EXPECT_EQ(booked.bytes_sent, ring.sent) << what;
+        EXPECT_EQ(booked.bytes_recv, ring.recv) << what;
+        for (const auto& [key, calls] : world.ledger().calls()) {
+          EXPECT_EQ(key.algorithm, Algorithm::kNative) << what;
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+TEST(MpiCollectives, SplitGroupsAreMpiCommunicators) {
+  const LaunchOptions launch = World();
+  const int n = launch.world_size;
+  absl::Status status = mpi::RunMpiRank(launch, [&](Communicator& world) -> absl::Status {
+    // Even and odd ranks, each group ordered by descending world rank.
+    ASSIGN_OR_RETURN(auto group, world.Split(world.rank() % 2, -world.rank(), "parity"));
+    const int members = (n + 1 - world.rank() % 2) / 2;
+    EXPECT_EQ(group->size(), members);
+    EXPECT_EQ(group->name(), "parity");
+    ASSIGN_OR_RETURN(Tensor x, Tensor::Empty({3}, DType::kF32, world.allocator()));
+    for (int i = 0; i < 3; ++i) x.data<float>()[i] = float(world.rank());
+    RETURN_IF_ERROR(group->AllReduce(x, ReduceOp::kSum));
+    float expected = 0;
+    for (int r = world.rank() % 2; r < n; r += 2) expected += float(r);
+    EXPECT_EQ(x.data<float>()[2], expected);
+    // Group rank 0 is the highest world rank of the group.
+    EXPECT_EQ(group->world_rank_of(0), (n - 1) - ((n - 1) % 2 != world.rank() % 2 ? 1 : 0));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+// Rank 0 sums where the others take the maximum: rank 0 and rank 1 learn it from the
+// first header they receive (ctest runs this on 2 processes).
+TEST(MpiFaults, MismatchedCallsFailWithAMessageNamingBothSides) {
+  LaunchOptions launch = World();
+  launch.timeout = absl::Seconds(5);  // more ranks: the others wait for rank 1 in vain
+  absl::Status status = mpi::RunMpiRank(launch, [&](Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(Tensor x, Tensor::Empty({64}, DType::kF32, world.allocator()));
+    absl::Status s = world.rank() == 0 ? world.AllReduce(x, ReduceOp::kSum)
+                                       : world.AllReduce(x, ReduceOp::kMax);
+    if (world.size() > 1 && world.rank() <= 1) {
+      EXPECT_FALSE(s.ok());
+      EXPECT_TRUE(absl::StrContains(s.message(), "reduce op")) << s;
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+}  // namespace
+}  // namespace tally::comm
+
+// The other processes print their failures only, marked with their rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
+                 result.line_number(), result.message());
+  }
+
+ private:
+  int rank_;
+};
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  // Every process runs the tests; rank 0 prints as usual. A failure anywhere fails the job.
+  const int rank = tally::comm::mpi::ProcessRank();
+  if (rank != 0) {
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
+  }
+  return RUN_ALL_TESTS();
+}
