@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/cuda/cuda.h"
+
 namespace tally {
 
 constexpr size_t kAlignment = 64;
@@ -21,15 +23,17 @@ std::shared_ptr<Storage> Storage::Borrow(void* data, size_t bytes, Device device
 }
 
 Storage::~Storage() {
-  if (owned_) std::free(data_);
+  if (owned_) device_.type == DeviceType::kCUDA ? cuda::Free(data_) : std::free(data_);
   if (ledger_ != nullptr) ledger_->Release(category_, static_cast<int64_t>(bytes_));
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> Allocator::Allocate(size_t bytes,
                                                              MemoryCategory category) {
-  if (device_.type != DeviceType::kCPU) {
-    return absl::UnimplementedError("[Allocate] device " + device_.ToString() +
-                                    " has no allocator in this build");
+  if (device_.type == DeviceType::kCUDA) {  // zero-filled device memory (cuda.h)
+    absl::Status on = cuda::SetDevice(device_.index);
+    absl::StatusOr<void*> data = on.ok() ? cuda::Malloc(bytes) : absl::StatusOr<void*>(on);
+    if (!data.ok()) return data.status();
+    return std::make_shared<Storage>(*data, bytes, device_, ledger_, category);
   }
   // aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
   // distinct pointer so that empty tensors have somewhere to point.

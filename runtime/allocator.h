@@ -5,7 +5,8 @@
 //   std::shared_ptr<Storage> s = alloc.Allocate(4096, MemoryCategory::kActivations);
 //
 // Storage is 64-byte aligned (a cache line; enough for any SIMD load) and zero-filled, and
-// gives its bytes back to the ledger when the last reference to it dies. An Allocator
+// gives its bytes back to the ledger when the last reference to it dies. An allocator of
+// a CUDA device hands out device memory (runtime/cuda/cuda.h), charged the same way. An Allocator
 // belongs to one rank and is used from that rank's thread.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Where a tensor's bytes live. CPU memory now; CUDA device memory when built with CUDA.
+// Where a tensor's bytes live: CPU memory, or a CUDA device's (runtime/cuda/cuda.h).
 #pragma once
 
 #include <string>

@@ -72,6 +72,7 @@ absl::Status TrainOptions::Validate() const {
     return bad("--native_collectives needs --backend=mpi (the threads transport has only ring and naive)");
   }
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
+  if (device != "cpu" && device != "cuda") return bad("--device must be cpu or cuda, got '", device, "'");
   return absl::OkStatus();
 }
 

@@ -64,6 +64,10 @@ struct TrainOptions {
   bool native_collectives = false;
   double timeout_s = 60;  // the longest any wait for a peer may take
 
+  // Where the model computes: "cpu", or "cuda" (runtime/cuda; the GPT on CUDA is not
+  // built yet: the run stops with a message that says so, or why there is no GPU).
+  std::string device = "cpu";
+
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's
   // order: a tensor-parallel group is neighbouring ranks).

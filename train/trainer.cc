@@ -14,6 +14,7 @@
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/rng.h"
 #include "runtime/status_macros.h"
 #include "train/rank_records.h"
@@ -424,6 +425,12 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (absl::Status s = options.Validate(); !s.ok()) {
     // Every process of an MPI job finds the same mistake; rank 0 says it.
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
+  }
+  if (options.device == "cuda") {
+    ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());  // no GPU, or no CUDA: it says which
+    return absl::UnimplementedError(absl::StrCat(
+        "[train] --device=cuda: ", gpus, " GPU(s) found, but the GPT does not run on CUDA yet "
+        "(its kernels do: runtime/kernels/cuda); train with --device=cpu"));
   }
   if (options.world() == 1 && options.zero == 0 && !mpi) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));

@@ -11,6 +11,16 @@
 
 namespace tally::comm {
 
+absl::Status CallRank(const RankFunction& fn, Communicator& world) {
+  try {
+    return fn(world);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("threw an exception: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("threw an exception of unknown type");
+  }
+}
+
 absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn) {
   int n = options.world_size;
   if (n < 1) {
@@ -30,13 +40,7 @@ absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn
       RankResources resources(rank);
       Communicator comm(std::make_unique<threads::ThreadsTransport>(world, rank), &resources,
                         options.comm);
-      try {
-        status = fn(comm);
-      } catch (const std::exception& e) {
-        status = absl::InternalError(absl::StrCat("threw an exception: ", e.what()));
-      } catch (...) {
-        status = absl::InternalError("threw an exception of unknown type");
-      }
+      status = CallRank(fn, comm);
     }
     if (!status.ok()) {
       // The first failure names its rank; ranks that fail because of it keep its message.

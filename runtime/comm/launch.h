@@ -30,4 +30,7 @@ using RankFunction = std::function<absl::Status(Communicator& world)>;
 
 absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn);
 
+// fn(world), with an exception it throws turned into an error (for every launcher).
+absl::Status CallRank(const RankFunction& fn, Communicator& world);
+
 }  // namespace tally::comm

@@ -1,5 +1,6 @@
 // The programs as a user runs them: bad input is one clear line on stderr and a non-zero
 // exit, never a crash; a small run writes its log, metrics and checkpoint.
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -29,6 +30,9 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--steps=-1", "--steps must be >= 0"},
       {"--micro_batch_size=3", "must be a multiple of --dp x --micro_batch_size"},
       {"--optimizer=lamb", "--optimizer must be adamw or sgd"},
+      {"--device=tpu", "--device must be cpu or cuda"},
+      {"--backend=nccl", "--backend must be threads or mpi"},
+      {"--native_collectives", "--native_collectives needs --backend=mpi"},
       {"--data=/no/such/file", "cannot open '/no/such/file'"},
       {"--load=" + truncated, "is not a valid safetensors file"},
       {"--steps=abc", "Illegal value"},
@@ -82,6 +86,18 @@ TEST(TallyTrain, SmallRunLogsWritesMetricsAndSamples) {
   EXPECT_TRUE(absl::StrContains(more.output, "resumed from")) << more.output;
   EXPECT_TRUE(absl::StrContains(more.output, "step     5/5")) << more.output;
   EXPECT_FALSE(absl::StrContains(more.output, "step     4/5")) << more.output;
+}
+
+// Without a GPU: why not (no driver, no device, no CUDA in the build); with one: that
+// the GPT does not run on CUDA yet. One line either way.
+TEST(TallyTrain, DeviceCudaSaysWhyItCannotTrain) {
+  Result r = RunCommand(kTrain + kTiny + " --device=cuda --steps=1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[cuda] no GPU") ||
+              absl::StrContains(r.output, "[cuda] this build has no CUDA") ||
+              absl::StrContains(r.output, "does not run on CUDA yet"))
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
 TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -524,13 +523,7 @@ absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
     world->timeout = options.timeout;
     RankResources resources(rank);
     Communicator comm(std::make_unique<MpiTransport>(std::move(world)), &resources, options.comm);
-    try {
-      status = fn(comm);
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("threw an exception: ", e.what()));
-    } catch (...) {
-      status = absl::InternalError("threw an exception of unknown type");
-    }
+    status = CallRank(fn, comm);
   }
   if (!status.ok()) {
     // The other ranks may be waiting for this one: end the whole job.

@@ -1,0 +1,417 @@
+// The CUDA kernels of kernels.h. Each mirrors its CPU kernel line for line where it can:
+// elementwise ops one thread per element (grid-stride loops), row ops (LayerNorm,
+// softmax, cross-entropy) one block per row with block-wide sums, matmuls in cuBLAS.
+//
+// cuBLAS is column-major and our buffers are row-major. A row-major (r, c) matrix is the
+// column-major (c, r) matrix of its transpose, so each row-major product C = A·B is asked
+// of cuBLAS as Cᵀ = Bᵀ·Aᵀ, with the leading dimensions of the row-major buffers.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/kernels/cuda/kernels.h"
+#include "runtime/status_macros.h"
+
+namespace tally::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // per block, a multiple of the warp
+
+int Blocks(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);  // grid-stride beyond
+}
+
+#define TALLY_GRID_STRIDE(i, n)                                                         \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
+       i += int64_t(blockDim.x) * gridDim.x)
+
+// The sum (or maximum) of one value per thread over the block, returned to every thread.
+template <bool kMax>
+__device__ float BlockReduce(float value) {
+  __shared__ float partial[32];
+  __shared__ float result;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_down_sync(0xffffffffu, value, offset);
+    value = kMax ? fmaxf(value, other) : value + other;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    value = lane < warps ? partial[lane] : (kMax ? -INFINITY : 0.0f);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other = __shfl_down_sync(0xffffffffu, value, offset);
+      value = kMax ? fmaxf(value, other) : value + other;
+    }
+    if (lane == 0) result = value;
+  }
+  __syncthreads();
+  const float out = result;
+  __syncthreads();  // before the next call reuses the shared slots
+  return out;
+}
+
+__device__ float BlockSum(float v) { return BlockReduce<false>(v); }
+__device__ float BlockMax(float v) { return BlockReduce<true>(v); }
+
+// ---------------------------------------------------------------------------- elementwise
+
+__global__ void EmbeddingForwardKernel(float* x, const int32_t* tokens, const float* wte,
+                                       const float* wpe, int t, int c, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const int64_t row = i / c;
+    const int k = int(i % c);
+    x[i] = wte[int64_t(tokens[row]) * c + k] + wpe[(row % t) * c + k];
+  }
+}
+
+__global__ void EmbeddingBackwardKernel(float* dwte, float* dwpe, const float* dx,
+                                        const int32_t* tokens, int t, int c, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const int64_t row = i / c;
+    const int k = int(i % c);
+    atomicAdd(&dwte[int64_t(tokens[row]) * c + k], dx[i]);
+    atomicAdd(&dwpe[(row % t) * c + k], dx[i]);
+  }
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+__global__ void GeluForwardKernel(float* y, const float* x, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const float xi = x[i];
+    const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
+    y[i] = 0.5f * xi * (1.0f + tanhf(u));
+  }
+}
+
+__global__ void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const float xi = x[i];
+    const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
+    const float th = tanhf(u);
+    const float sech2 = 1.0f - th * th;
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * xi * xi);
+    dx[i] = (0.5f * (1.0f + th) + 0.5f * xi * sech2 * du) * dy[i];
+  }
+}
+
+__global__ void AddKernel(float* y, const float* a, const float* b, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
+}
+
+__global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float keep,
+                            float step_size, float beta1, float beta2, float eps,
+                            float bias2_sqrt) {
+  TALLY_GRID_STRIDE(i, n) {
+    const float gi = g[i];
+    const float w = p[i] * keep;
+    m[i] = m[i] + (1.0f - beta1) * (gi - m[i]);
+    v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
+    const float denom = sqrtf(v[i]) / bias2_sqrt + eps;
+    p[i] = w - step_size * (m[i] / denom);
+  }
+}
+
+// y's rows start as the bias (or zero), for a product added on top.
+__global__ void FillRowsKernel(float* y, const float* b, int oc, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { y[i] = b != nullptr ? b[i % oc] : 0.0f; }
+}
+
+// db[o] += Σ_i dy[i, o]: one thread per column, reading rows in order (coalesced).
+__global__ void ColumnSumsKernel(float* db, const float* dy, int n, int oc) {
+  TALLY_GRID_STRIDE(o, oc) {
+    float sum = 0;
+    for (int i = 0; i < n; ++i) sum += dy[int64_t(i) * oc + o];
+    db[o] += sum;
+  }
+}
+
+// ---------------------------------------------------------------------------- rows
+
+__global__ void LayerNormForwardKernel(float* y, float* mean, float* rstd, const float* x,
+                                       const float* w, const float* b, int c) {
+  const int64_t row = blockIdx.x;
+  const float* xi = x + row * c;
+  float* yi = y + row * c;
+  float sum = 0;
+  for (int j = threadIdx.x; j < c; j += blockDim.x) sum += xi[j];
+  const float m = BlockSum(sum) / c;
+  float var = 0;
+  for (int j = threadIdx.x; j < c; j += blockDim.x) var += (xi[j] - m) * (xi[j] - m);
+  const float s = 1.0f / sqrtf(BlockSum(var) / c + 1e-5f);
+  for (int j = threadIdx.x; j < c; j += blockDim.x) yi[j] = (xi[j] - m) * s * w[j] + b[j];
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+__global__ void LayerNormBackwardKernel(float* dx, float* dw, float* db, const float* dy,
+                                        const float* x, const float* w, const float* mean,
+                                        const float* rstd, int c) {
+  const int64_t row = blockIdx.x;
+  const float* dyi = dy + row * c;
+  const float* xi = x + row * c;
+  float* dxi = dx + row * c;
+  const float m = mean[row], s = rstd[row];
+  float g_sum = 0, gx_sum = 0;
+  for (int j = threadIdx.x; j < c; j += blockDim.x) {
+    const float xhat = (xi[j] - m) * s;
+    const float g = dyi[j] * w[j];
+    g_sum += g;
+    gx_sum += g * xhat;
+  }
+  const float g_mean = BlockSum(g_sum) / c;
+  const float gx_mean = BlockSum(gx_sum) / c;
+  for (int j = threadIdx.x; j < c; j += blockDim.x) {
+    const float xhat = (xi[j] - m) * s;
+    atomicAdd(&db[j], dyi[j]);
+    atomicAdd(&dw[j], xhat * dyi[j]);
+    dxi[j] += s * (dyi[j] * w[j] - g_mean - xhat * gx_mean);
+  }
+}
+
+__global__ void CrossEntropyForwardKernel(float* losses, float* probs, const float* logits,
+                                          const int32_t* targets, int v) {
+  const int64_t row = blockIdx.x;
+  const float* l = logits + row * v;
+  float* p = probs + row * v;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j < v; j += blockDim.x) max = fmaxf(max, l[j]);
+  max = BlockMax(max);
+  float sum = 0;
+  for (int j = threadIdx.x; j < v; j += blockDim.x) {
+    p[j] = expf(l[j] - max);
+    sum += p[j];
+  }
+  sum = BlockSum(sum);
+  const float inv = 1.0f / sum;
+  for (int j = threadIdx.x; j < v; j += blockDim.x) p[j] *= inv;
+  if (threadIdx.x == 0) losses[row] = logf(sum) - (l[targets[row]] - max);
+}
+
+__global__ void CrossEntropyBackwardKernel(float* dlogits, const float* probs,
+                                           const int32_t* targets, float dloss, int v,
+                                           int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const int64_t row = i / v;
+    const int j = int(i % v);
+    dlogits[i] = probs[i] * dloss - (j == targets[row] ? dloss : 0.0f);
+  }
+}
+
+// Rows of the scores S (nh·t rows of t, row r at position r % t): softmax over the
+// positions up to its own, zero after (the causal mask).
+__global__ void CausalSoftmaxKernel(float* s, int t) {
+  const int64_t row = blockIdx.x;
+  const int pos = int(row % t);
+  float* r = s + row * t;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j <= pos; j += blockDim.x) max = fmaxf(max, r[j]);
+  max = BlockMax(max);
+  float sum = 0;
+  for (int j = threadIdx.x; j <= pos; j += blockDim.x) {
+    r[j] = expf(r[j] - max);
+    sum += r[j];
+  }
+  const float inv = 1.0f / BlockSum(sum);
+  for (int j = threadIdx.x; j < t; j += blockDim.x) r[j] = j <= pos ? r[j] * inv : 0.0f;
+}
+
+// dS = P ⊙ (dP - rowsum(dP ⊙ P)) in place of dP, zero after each row's position.
+__global__ void CausalSoftmaxBackwardKernel(float* ds, const float* p, int t) {
+  const int64_t row = blockIdx.x;
+  const int pos = int(row % t);
+  float* d = ds + row * t;
+  const float* pr = p + row * t;
+  float dot = 0;
+  for (int j = threadIdx.x; j <= pos; j += blockDim.x) dot += d[j] * pr[j];
+  dot = BlockSum(dot);
+  for (int j = threadIdx.x; j < t; j += blockDim.x) d[j] = j <= pos ? pr[j] * (d[j] - dot) : 0.0f;
+}
+
+#define TALLY_LAUNCH(kernel, blocks, ...)                    \
+  do {                                                       \
+    kernel<<<(blocks), kThreads>>>(__VA_ARGS__);             \
+    CUDA_RETURN_IF_ERROR(cudaGetLastError() /* #kernel */);  \
+  } while (false)
+
+cublasHandle_t Handle(Blas& blas) { return static_cast<cublasHandle_t>(blas.handle()); }
+
+// Row-major C (m, n) = alpha · op(A) · op(B) + beta · C, with op(A) (m, k) and op(B) (k, n)
+// and each buffer's row-major leading dimension; batched with strides when batch > 1.
+absl::Status RowMajorGemm(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                          int batch = 1) {
+  // Cᵀ (n, m) = op(B)ᵀ · op(A)ᵀ in column-major terms: B first, then A.
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(Handle(blas), op_b, op_a, n, m, k, &alpha, b,
+                                                   ldb, stride_b, a, lda, stride_a, &beta, c, ldc,
+                                                   stride_c, batch));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- Blas
+
+absl::StatusOr<std::unique_ptr<Blas>> Blas::Create(bool tf32) {
+  cublasHandle_t handle = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  const cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH;
+  if (absl::Status s = CublasStatus(cublasSetMathMode(handle, mode), "cublasSetMathMode"); !s.ok()) {
+    cublasDestroy(handle);
+    return s;
+  }
+  return std::unique_ptr<Blas>(new Blas(handle, tf32));
+}
+
+Blas::~Blas() { cublasDestroy(static_cast<cublasHandle_t>(handle_)); }
+
+// ---------------------------------------------------------------------------- layers
+
+absl::Status LinearForward(Blas& blas, float* y, const float* x, const float* w, const float* b,
+                           int n, int c, int oc) {
+  const int64_t count = int64_t(n) * oc;
+  TALLY_LAUNCH(FillRowsKernel, Blocks(count), y, b, oc, count);
+  // y (n, oc) += x (n, c) · wᵀ
+  return RowMajorGemm(blas, false, true, n, oc, c, 1.0f, x, c, 0, w, c, 0, 1.0f, y, oc, 0);
+}
+
+absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
+                            const float* x, const float* w, int n, int c, int oc,
+                            bool accumulate_dx) {
+  if (dx != nullptr) {  // dx (n, c) = dy (n, oc) · w (oc, c)
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, n, c, oc, 1.0f, dy, oc, 0, w, c, 0,
+                                  accumulate_dx ? 1.0f : 0.0f, dx, c, 0));
+  }
+  if (dw != nullptr) {  // dw (oc, c) += dyᵀ (oc, n) · x (n, c)
+    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, oc, c, n, 1.0f, dy, oc, 0, x, c, 0, 1.0f, dw,
+                                  c, 0));
+  }
+  if (db != nullptr) TALLY_LAUNCH(ColumnSumsKernel, Blocks(oc), db, dy, n, oc);
+  return absl::OkStatus();
+}
+
+absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv, int b, int t,
+                              int c, int nh) {
+  const int hs = c / nh;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  for (int i = 0; i < b; ++i) {
+    const float* q = qkv + int64_t(i) * t * 3 * c;
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    float* p = att + int64_t(i) * nh * t * t;
+    // S_h (t, t) = scale · Q_h · K_hᵀ for every head h at once (heads hs columns apart).
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, scale, q, 3 * c, hs, k, 3 * c, hs,
+                                  0.0f, p, t, int64_t(t) * t, nh));
+    TALLY_LAUNCH(CausalSoftmaxKernel, nh * t, p, t);
+    // Y_h (t, hs) = P_h · V_h, into head h's columns of y.
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, 1.0f, p, t, int64_t(t) * t, v, 3 * c, hs, 0.0f,
+                     y + int64_t(i) * t * c, c, hs, nh));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
+                               const float* qkv, const float* att, int b, int t, int c, int nh) {
+  const int hs = c / nh;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const int64_t tt = int64_t(t) * t;
+  for (int i = 0; i < b; ++i) {
+    const float* q = qkv + int64_t(i) * t * 3 * c;
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    float* dq = dqkv + int64_t(i) * t * 3 * c;
+    float* dk = dq + c;
+    float* dv = dq + 2 * c;
+    const float* p = att + int64_t(i) * nh * tt;
+    const float* dyi = dy + int64_t(i) * t * c;
+    // dV_h = P_hᵀ · dY_h
+    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, 1.0f, p, t, tt, dyi, c, hs, 0.0f,
+                                  dv, 3 * c, hs, nh));
+    // dP_h = dY_h · V_hᵀ, then the softmax backward in place.
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, 1.0f, dyi, c, hs, v, 3 * c, hs, 0.0f, scratch, t,
+                     tt, nh));
+    TALLY_LAUNCH(CausalSoftmaxBackwardKernel, nh * t, scratch, p, t);
+    // dQ_h = scale · dS_h · K_h, dK_h = scale · dS_hᵀ · Q_h
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, scale, scratch, t, tt, k, 3 * c, hs, 0.0f, dq,
+                     3 * c, hs, nh));
+    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, scale, scratch, t, tt, q, 3 * c, hs, 0.0f, dk,
+                     3 * c, hs, nh));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingForward(float* x, const int32_t* tokens, const float* wte, const float* wpe,
+                              int b, int t, int c) {
+  const int64_t n = int64_t(b) * t * c;
+  TALLY_LAUNCH(EmbeddingForwardKernel, Blocks(n), x, tokens, wte, wpe, t, c, n);
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dx, const int32_t* tokens,
+                               int b, int t, int c) {
+  const int64_t n = int64_t(b) * t * c;
+  TALLY_LAUNCH(EmbeddingBackwardKernel, Blocks(n), dwte, dwpe, dx, tokens, t, c, n);
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                              const float* b, int n, int c) {
+  TALLY_LAUNCH(LayerNormForwardKernel, n, y, mean, rstd, x, w, b, c);
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                               const float* w, const float* mean, const float* rstd, int n,
+                               int c) {
+  TALLY_LAUNCH(LayerNormBackwardKernel, n, dx, dw, db, dy, x, w, mean, rstd, c);
+  return absl::OkStatus();
+}
+
+absl::Status GeluForward(float* y, const float* x, int64_t n) {
+  TALLY_LAUNCH(GeluForwardKernel, Blocks(n), y, x, n);
+  return absl::OkStatus();
+}
+
+absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) {
+  TALLY_LAUNCH(GeluBackwardKernel, Blocks(n), dx, x, dy, n);
+  return absl::OkStatus();
+}
+
+absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
+                                 const int32_t* targets, int n, int v) {
+  TALLY_LAUNCH(CrossEntropyForwardKernel, n, losses, probs, logits, targets, v);
+  return absl::OkStatus();
+}
+
+absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                  float dloss, int n, int v) {
+  const int64_t count = int64_t(n) * v;
+  TALLY_LAUNCH(CrossEntropyBackwardKernel, Blocks(count), dlogits, probs, targets, dloss, v, count);
+  return absl::OkStatus();
+}
+
+absl::Status Add(float* y, const float* a, const float* b, int64_t n) {
+  TALLY_LAUNCH(AddKernel, Blocks(n), y, a, b, n);
+  return absl::OkStatus();
+}
+
+absl::Status AdamWStep(float* params, const float* grads, float* m, float* v, int64_t n,
+                       float keep, float step_size, float beta1, float beta2, float eps,
+                       float bias2_sqrt) {
+  TALLY_LAUNCH(AdamWKernel, Blocks(n), params, grads, m, v, n, keep, step_size, beta1, beta2, eps,
+               bias2_sqrt);
+  return absl::OkStatus();
+}
+
+}  // namespace tally::cuda

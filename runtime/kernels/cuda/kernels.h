@@ -1,0 +1,82 @@
+// CUDA kernels, one for each CPU kernel (runtime/kernels/cpu), with the same arguments and
+// the same meaning, on device pointers (fp32). Each is tested against its CPU kernel
+// (tests/runtime/kernels/cuda_kernels_test.cc). They queue work on the current device's
+// default stream; a copy back to the host waits for it. Launch errors come back as a
+// Status naming the kernel; an error inside a kernel shows at the next synchronisation.
+//
+// Matmuls go through cuBLAS (Blas: fp32, or TF32 tensor cores when allowed): the linear
+// layers, and attention's Q·Kᵀ and P·V as strided-batched products over the heads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tally::cuda {
+
+class Blas {
+ public:
+  // A cuBLAS handle on the current device. tf32: let fp32 products use TF32 tensor cores.
+  static absl::StatusOr<std::unique_ptr<Blas>> Create(bool tf32);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  void* handle() const { return handle_; }  // a cublasHandle_t
+  bool tf32() const { return tf32_; }
+
+ private:
+  Blas(void* handle, bool tf32) : handle_(handle), tf32_(tf32) {}
+  void* handle_;
+  bool tf32_;
+};
+
+// y (n, oc) = x (n, c) · wᵀ + b, w stored (oc, c); b may be null.
+absl::Status LinearForward(Blas& blas, float* y, const float* x, const float* w, const float* b,
+                           int n, int c, int oc);
+// dx = dy · w (added to dx when accumulate_dx), dw += dyᵀ · x, db += column sums of dy;
+// a null output is skipped.
+absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
+                            const float* x, const float* w, int n, int c, int oc,
+                            bool accumulate_dx = false);
+
+// Causal self-attention over qkv (b, t, 3c) -> y (b, t, c), keeping the softmax
+// att (b, nh, t, t) for backward. Backward writes dqkv (not added) and needs scratch of
+// nh·t·t floats.
+absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv, int b, int t,
+                              int c, int nh);
+absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
+                               const float* qkv, const float* att, int b, int t, int c, int nh);
+
+absl::Status EmbeddingForward(float* x, const int32_t* tokens, const float* wte, const float* wpe,
+                              int b, int t, int c);
+// dwte and dwpe += (atomic adds: the order of additions varies).
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dx, const int32_t* tokens,
+                               int b, int t, int c);
+
+absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                              const float* b, int n, int c);
+// dx, dw, db +=.
+absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                               const float* w, const float* mean, const float* rstd, int n, int c);
+
+absl::Status GeluForward(float* y, const float* x, int64_t n);
+absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n);
+
+absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
+                                 const int32_t* targets, int n, int v);
+absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                  float dloss, int n, int v);
+
+// y = a + b (the residual stream); y may be a or b.
+absl::Status Add(float* y, const float* a, const float* b, int64_t n);
+
+// One AdamW update of n elements (optim/optimizer.h, torch's order of operations):
+// p = p·keep; m += (1-β1)(g - m); v = β2·v + (1-β2)·g²; p -= step_size·m/(√v/bias2_sqrt + eps).
+absl::Status AdamWStep(float* params, const float* grads, float* m, float* v, int64_t n,
+                       float keep, float step_size, float beta1, float beta2, float eps,
+                       float bias2_sqrt);
+
+}  // namespace tally::cuda
