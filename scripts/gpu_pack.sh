@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Packs the GPU check into gpu_pack/ (ignored by git), built here, for a GPU machine that
+# has the CUDA driver and toolkit but not Abseil, GoogleTest or OpenBLAS: the test
+# binaries, and every shared library they load that is neither CUDA's nor the C
+# library's (about 40 MB). Then run scripts/gpu_check.sh there with gpu_pack/ carried.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh > /dev/null
+rm -rf gpu_pack
+mkdir -p gpu_pack/lib
+binaries=(build/tests/cuda_kernels_test)
+cp "${binaries[@]}" gpu_pack/
+for binary in "${binaries[@]}"; do
+  for lib in $(ldd "$binary" | awk '$3 ~ /^\// {print $3}'); do
+    case "$(basename "$lib")" in
+      libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda* | libcublas*) ;;
+      *) cp -L "$lib" gpu_pack/lib/ ;;
+    esac
+  done
+done
+du -sh gpu_pack
