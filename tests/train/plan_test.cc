@@ -100,6 +100,12 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   EXPECT_GT(compared, 0);
 }
 
+std::string GridName(const ::testing::TestParamInfo<PlanAgainstRuns::ParamType>& info) {
+  const auto& [dp, tp, pp, zero, sequence_parallel, schedule] = info.param;
+  return absl::StrCat("dp", dp, "_tp", tp, "_pp", pp, "_zero", zero,
+                      sequence_parallel ? "_sp_" : "_", schedule);
+}
+
 INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
                          ::testing::Values(std::make_tuple(2, 1, 1, 0, false, "1f1b"),
                                            std::make_tuple(3, 1, 1, 1, false, "1f1b"),
@@ -110,7 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
                                            std::make_tuple(1, 1, 4, 0, false, "1f1b"),
                                            std::make_tuple(1, 1, 4, 0, false, "gpipe"),
                                            std::make_tuple(2, 2, 2, 1, true, "gpipe"),
-                                           std::make_tuple(2, 1, 2, 3, false, "1f1b")));
+                                           std::make_tuple(2, 1, 2, 3, false, "1f1b")),
+                         GridName);
 
 }  // namespace
 }  // namespace tally::train
