@@ -93,6 +93,11 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
                                       backend + "'");
   }
   config.mpi = backend == "mpi";
+  if (config.mpi && !comm::mpi::Available()) {
+    return absl::FailedPreconditionError(
+        "[tally_bench] this build has no MPI transport: install libopenmpi-dev and openmpi-bin "
+        "(scripts/setup.sh does) and build again");
+  }
   config.ranks = absl::GetFlag(FLAGS_ranks);
   if (config.ranks == 0) config.ranks = config.mpi ? comm::mpi::ProcessCount() : 2;
   config.root = absl::GetFlag(FLAGS_root);

@@ -508,9 +508,10 @@ absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (options.world_size != size) {
     if (rank != 0) return absl::InvalidArgumentError("");  // rank 0 says it
-    return absl::InvalidArgumentError(absl::StrCat("[launch] mpirun started ", size,
-                                                   " processes; the run needs ",
-                                                   options.world_size, " (one per rank)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("[launch] ", LaunchedByMpirun() ? "mpirun started " : "without mpirun, ", size,
+                     " processes; the run needs ", options.world_size,
+                     " (one per rank: mpirun -np ", options.world_size, " ...)"));
   }
   absl::Status status;
   {
