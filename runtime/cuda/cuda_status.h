@@ -40,7 +40,3 @@ inline absl::Status CublasStatus(cublasStatus_t code, const char* call) {
     ::absl::Status tally_cublas_status = ::tally::cuda::CublasStatus((call), #call);   \
     if (!tally_cublas_status.ok()) return tally_cublas_status;                         \
   } while (false)
-
-// After a kernel launch: the launch's error (a bad configuration), naming the kernel.
-#define CUDA_RETURN_IF_LAUNCH_FAILED(kernel) \
-  CUDA_RETURN_IF_ERROR(cudaGetLastError() /* launching kernel */)

@@ -24,8 +24,8 @@ int Blocks(int64_t n) {
   return int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);  // grid-stride beyond
 }
 
-#define TALLY_GRID_STRIDE(i, n)                                                         \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
+#define TALLY_GRID_STRIDE(i, n)                                             \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(blockDim.x) * gridDim.x)
 
 // The sum (or maximum) of one value per thread over the block, returned to every thread.
@@ -197,8 +197,7 @@ __global__ void CrossEntropyForwardKernel(float* losses, float* probs, const flo
 }
 
 __global__ void CrossEntropyBackwardKernel(float* dlogits, const float* probs,
-                                           const int32_t* targets, float dloss, int v,
-                                           int64_t n) {
+                                           const int32_t* targets, float dloss, int v, int64_t n) {
   TALLY_GRID_STRIDE(i, n) {
     const int64_t row = i / v;
     const int j = int(i % v);
@@ -236,10 +235,12 @@ __global__ void CausalSoftmaxBackwardKernel(float* ds, const float* p, int t) {
   for (int j = threadIdx.x; j < t; j += blockDim.x) d[j] = j <= pos ? pr[j] * (d[j] - dot) : 0.0f;
 }
 
-#define TALLY_LAUNCH(kernel, blocks, ...)                    \
-  do {                                                       \
-    kernel<<<(blocks), kThreads>>>(__VA_ARGS__);             \
-    CUDA_RETURN_IF_ERROR(cudaGetLastError() /* #kernel */);  \
+// Launches `kernel` on `blocks` blocks of kThreads; a launch error names the kernel.
+#define TALLY_LAUNCH(kernel, blocks, ...)                                                  \
+  do {                                                                                     \
+    kernel<<<(blocks), kThreads>>>(__VA_ARGS__);                                           \
+    ::absl::Status launched = CudaStatus(cudaGetLastError(), "launching " #kernel);        \
+    if (!launched.ok()) return launched;                                                   \
   } while (false)
 
 cublasHandle_t Handle(Blas& blas) { return static_cast<cublasHandle_t>(blas.handle()); }
@@ -267,7 +268,8 @@ absl::StatusOr<std::unique_ptr<Blas>> Blas::Create(bool tf32) {
   cublasHandle_t handle = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
   const cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH;
-  if (absl::Status s = CublasStatus(cublasSetMathMode(handle, mode), "cublasSetMathMode"); !s.ok()) {
+  if (absl::Status s = CublasStatus(cublasSetMathMode(handle, mode), "cublasSetMathMode");
+      !s.ok()) {
     cublasDestroy(handle);
     return s;
   }
@@ -291,11 +293,11 @@ absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const f
                             bool accumulate_dx) {
   if (dx != nullptr) {  // dx (n, c) = dy (n, oc) · w (oc, c)
     RETURN_IF_ERROR(RowMajorGemm(blas, false, false, n, c, oc, 1.0f, dy, oc, 0, w, c, 0,
-                                  accumulate_dx ? 1.0f : 0.0f, dx, c, 0));
+                                 accumulate_dx ? 1.0f : 0.0f, dx, c, 0));
   }
   if (dw != nullptr) {  // dw (oc, c) += dyᵀ (oc, n) · x (n, c)
-    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, oc, c, n, 1.0f, dy, oc, 0, x, c, 0, 1.0f, dw,
-                                  c, 0));
+    RETURN_IF_ERROR(
+        RowMajorGemm(blas, true, false, oc, c, n, 1.0f, dy, oc, 0, x, c, 0, 1.0f, dw, c, 0));
   }
   if (db != nullptr) TALLY_LAUNCH(ColumnSumsKernel, Blocks(oc), db, dy, n, oc);
   return absl::OkStatus();
@@ -312,11 +314,11 @@ absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv
     float* p = att + int64_t(i) * nh * t * t;
     // S_h (t, t) = scale · Q_h · K_hᵀ for every head h at once (heads hs columns apart).
     RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, scale, q, 3 * c, hs, k, 3 * c, hs,
-                                  0.0f, p, t, int64_t(t) * t, nh));
+                                 0.0f, p, t, int64_t(t) * t, nh));
     TALLY_LAUNCH(CausalSoftmaxKernel, nh * t, p, t);
     // Y_h (t, hs) = P_h · V_h, into head h's columns of y.
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, 1.0f, p, t, int64_t(t) * t, v, 3 * c, hs, 0.0f,
-                     y + int64_t(i) * t * c, c, hs, nh));
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, 1.0f, p, t, int64_t(t) * t, v, 3 * c,
+                                 hs, 0.0f, y + int64_t(i) * t * c, c, hs, nh));
   }
   return absl::OkStatus();
 }
@@ -336,17 +338,17 @@ absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const fl
     const float* p = att + int64_t(i) * nh * tt;
     const float* dyi = dy + int64_t(i) * t * c;
     // dV_h = P_hᵀ · dY_h
-    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, 1.0f, p, t, tt, dyi, c, hs, 0.0f,
-                                  dv, 3 * c, hs, nh));
+    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, 1.0f, p, t, tt, dyi, c, hs, 0.0f, dv,
+                                 3 * c, hs, nh));
     // dP_h = dY_h · V_hᵀ, then the softmax backward in place.
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, 1.0f, dyi, c, hs, v, 3 * c, hs, 0.0f, scratch, t,
-                     tt, nh));
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, 1.0f, dyi, c, hs, v, 3 * c, hs, 0.0f,
+                                 scratch, t, tt, nh));
     TALLY_LAUNCH(CausalSoftmaxBackwardKernel, nh * t, scratch, p, t);
     // dQ_h = scale · dS_h · K_h, dK_h = scale · dS_hᵀ · Q_h
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, scale, scratch, t, tt, k, 3 * c, hs, 0.0f, dq,
-                     3 * c, hs, nh));
-    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, scale, scratch, t, tt, q, 3 * c, hs, 0.0f, dk,
-                     3 * c, hs, nh));
+    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, scale, scratch, t, tt, k, 3 * c, hs,
+                                 0.0f, dq, 3 * c, hs, nh));
+    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, scale, scratch, t, tt, q, 3 * c, hs,
+                                 0.0f, dk, 3 * c, hs, nh));
   }
   return absl::OkStatus();
 }
@@ -372,8 +374,7 @@ absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x
 }
 
 absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                               const float* w, const float* mean, const float* rstd, int n,
-                               int c) {
+                               const float* w, const float* mean, const float* rstd, int n, int c) {
   TALLY_LAUNCH(LayerNormBackwardKernel, n, dx, dw, db, dy, x, w, mean, rstd, c);
   return absl::OkStatus();
 }
@@ -406,9 +407,8 @@ absl::Status Add(float* y, const float* a, const float* b, int64_t n) {
   return absl::OkStatus();
 }
 
-absl::Status AdamWStep(float* params, const float* grads, float* m, float* v, int64_t n,
-                       float keep, float step_size, float beta1, float beta2, float eps,
-                       float bias2_sqrt) {
+absl::Status AdamWStep(float* params, const float* grads, float* m, float* v, int64_t n, float keep,
+                       float step_size, float beta1, float beta2, float eps, float bias2_sqrt) {
   TALLY_LAUNCH(AdamWKernel, Blocks(n), params, grads, m, v, n, keep, step_size, beta1, beta2, eps,
                bias2_sqrt);
   return absl::OkStatus();
