@@ -1,4 +1,5 @@
 // The MPI transport (mpi_launch.h): one rank per process, messages over MPI point-to-point.
+// Each message is a header and its bytes; groups are MPI communicators.
 #include <mpi.h>
 #include <sched.h>
 #include <unistd.h>
@@ -6,8 +7,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -18,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "runtime/clock.h"
-#include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/comm/mpi/mpi_transport.h"
 #include "runtime/comm/partition.h"
 #include "runtime/comm/reduce.h"
 #include "runtime/comm/transport.h"
@@ -451,88 +450,21 @@ absl::Status MpiTransport::NativeCollective(const OpSignature& signature, const 
   return absl::OkStatus();
 }
 
-absl::Status Initialize() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) return absl::OkStatus();
-  int provided = 0;
-  RETURN_IF_ERROR(Check("MPI_Init_thread",
-                        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided)));
-  // Errors come back as codes, to become a Status that names the call.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  std::atexit([] {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
-  });
-  return absl::OkStatus();
-}
-
-int EnvInt(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::atoi(value) : fallback;
-}
-
 }  // namespace
 
-bool Available() { return true; }
+absl::Status CheckMpi(const char* call, int code) { return Check(call, code); }
 
-bool LaunchedByMpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
-}
-
-int ProcessRank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-    if (std::getenv(name) != nullptr) return EnvInt(name, 0);
-  }
-  return 0;
-}
-
-int ProcessCount() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (std::getenv(name) != nullptr) return std::max(1, EnvInt(name, 1));
-  }
-  return 1;
-}
-
-int LocalProcesses() { return std::max(1, EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)); }
-
-absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("[launch] the wait timeout must be positive");
-  }
-  RETURN_IF_ERROR(Initialize());
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+std::unique_ptr<Transport> WorldTransport(absl::Duration timeout) {
+  auto world = std::make_shared<Group>();
+  world->comm = MPI_COMM_WORLD;
+  world->name = "world";
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (options.world_size != size) {
-    if (rank != 0) return absl::InvalidArgumentError("");  // rank 0 says it
-    return absl::InvalidArgumentError(
-        absl::StrCat("[launch] ", LaunchedByMpirun() ? "mpirun started " : "without mpirun, ", size,
-                     " processes; the run needs ", options.world_size,
-                     " (one per rank: mpirun -np ", options.world_size, " ...)"));
-  }
-  absl::Status status;
-  {
-    auto world = std::make_shared<Group>();
-    world->comm = MPI_COMM_WORLD;
-    world->name = "world";
-    world->rank = rank;
-    world->world_ranks.resize(size_t(size));
-    std::iota(world->world_ranks.begin(), world->world_ranks.end(), 0);
-    world->timeout = options.timeout;
-    RankResources resources(rank);
-    Communicator comm(std::make_unique<MpiTransport>(std::move(world)), &resources, options.comm);
-    status = CallRank(fn, comm);
-  }
-  if (!status.ok()) {
-    // The other ranks may be waiting for this one: end the whole job.
-    std::fprintf(stderr, "rank %d failed: %s\n", rank, std::string(status.message()).c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return absl::OkStatus();
+  world->world_ranks.resize(size_t(size));
+  std::iota(world->world_ranks.begin(), world->world_ranks.end(), 0);
+  world->timeout = timeout;
+  return std::make_unique<MpiTransport>(std::move(world));
 }
 
 }  // namespace tally::comm::mpi
