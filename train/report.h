@@ -1,5 +1,7 @@
 // The end-of-run report of a multi-rank run: traffic per group, primitive and phase next to
-// its exact formula and the seed article's, and memory per rank next to its formula.
+// its exact formula and the seed article's, time per rank, and memory per rank next to its
+// formula. The tables, CSV and JSON are report.cc; the formulas, from the options alone,
+// report_formulas.cc.
 //
 //   group op          algo phase     scope calls  bytes sent/rank   exact formula  seed formula  measured/seed
 //   dp    all_reduce  ring backward  -        20       234567890      234567890     260628480          0.900
@@ -28,16 +30,23 @@ struct ReportInputs {
 
 std::string FormatReport(const ReportInputs& in);
 // The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
-// exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), and
-// the achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks.
+// exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), the
+// achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks, and
+// modelled (1: MPI's own collective, the ring's bytes booked for it).
 std::string ReportCsv(const ReportInputs& in);
 // The exact bytes world rank `rank` sends under `key` over the run, by the formula of the
 // row (ring, naive, uneven chunks: exact_traffic.h); -1 for rows without one.
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
+// The seed article's figure for the row over the run (its 2M per all-reduce of M bytes,
+// M per all-gather or reduce-scatter); -1 where it has none.
+int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);
+// A pipeline stage boundary's point-to-point row (activations forward, gradients back).
+bool IsPipelineBoundary(const comm::LedgerKey& key);
 // Every rank's (dp, pp, tp) coordinates and the members of each of its groups.
 std::string FormatTopology(const TrainOptions& options);
-// Per rank, time per step: the whole step, inside communication calls (transfers and the
-// waits for peers), and the rest (compute).
+// Per rank, time per step: the whole step; held up in communication calls (collectives,
+// and the waits of sends and receives); idle at a pipeline boundary (the bubble); the
+// rest, compute.
 std::string TimeTable(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
@@ -45,16 +54,18 @@ std::string PipelineTable(const ReportInputs& in);
 
 // {"config": {..., "world", "dp", "tp", "pp", "zero", "params"}, "steps": S,
 //  "ranks": [{"rank", "dp", "tp", "pp", "traffic": [{"group", "op", "algorithm", "phase",
-//  "scope", "calls", "bytes_sent", "bytes_recv", "seconds", "busbw_gbps"}], "memory":
+//  "scope", "calls", "bytes_sent", "bytes_recv", "seconds", "blocked_seconds",
+//  "busbw_gbps", "modelled"}], "memory":
 //  {"params", "grads", "optimizer", "activations", "comm", "peak_total"}}]}
 std::string ReportJson(const ReportInputs& in);
 
 // The peak bytes the memory formulas predict for one rank (fp32): params 4Φ, grads 4Φ,
 // AdamW's m and v 8Φ (SGD's buffer 4Φ); ZeRO divides what its stage shards by p (exactly:
 // the rank's shard, parallel/zero.h) and adds what it holds for a while: ZeRO-1 the
-// reduced gradient shard; ZeRO-2/3 the open gradient units (the embeddings, open through
-// all of backward, and the largest other unit) and one reduced chunk; ZeRO-3 the gathered
-// parameter units (the same two).
+// reduced gradient shard; ZeRO-2/3 the open gradient units and one reduced chunk; ZeRO-3
+// the gathered parameter units. Open at once: the embeddings with the largest other unit
+// where the stage holds the embeddings across its layers (parameters: a first stage;
+// gradients: a single stage), else the larger of the two.
 struct MemoryFormula {
   int64_t params = 0, grads = 0, optimizer = 0;
 };

@@ -1,0 +1,267 @@
+// The report's formulas (report.h): the exact bytes of each row, the seed article's, and
+// the memory of each rank, from the options alone.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/parameters.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/zero.h"
+#include "runtime/comm/exact_traffic.h"
+#include "train/report.h"
+
+namespace tally::train {
+
+bool IsPipelineBoundary(const comm::LedgerKey& key) {
+  return key.group == "pp" && key.primitive == comm::Primitive::kSendRecv &&
+         key.label.rfind("stage", 0) == 0 &&
+         (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
+}
+
+namespace {
+
+int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
+
+// The parameters world rank `rank` holds: its tensor-parallel part of its stage's layers.
+model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
+  const parallel::LayerRange layers =
+      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value()[o.pp_rank(rank)];
+  return model::ParameterLayout::ForGPT(o.model, o.tp, o.tp_rank(rank), layers.begin, layers.end);
+}
+
+// The per-token replicas' elements in the gradients the optimizer of world rank `rank`
+// sees: its part of the model, or its ZeRO shard of that.
+int64_t PerTokenElements(const TrainOptions& o, int rank) {
+  const model::ParameterLayout layout = StageLayout(o, rank);
+  std::vector<optim::Segment> segments = model::OptimizerSegments(layout);
+  if (o.zero >= 1) {
+    const parallel::Sharding shard(parallel::ZeroUnits(layout, o.zero), o.dp, o.dp_rank(rank));
+    std::vector<optim::Segment> mine;
+    for (const parallel::Sharding::Piece& p : shard.pieces()) {
+      for (const optim::Segment& s : parallel::SegmentsInRange(segments, p.own.offset, p.own.end())) {
+        mine.push_back(s);
+      }
+    }
+    segments = mine;
+  }
+  int64_t count = 0;
+  for (const optim::Segment& s : segments) count += s.per_token ? s.end - s.begin : 0;
+  return count;
+}
+
+// Bytes a pipeline boundary carries each way in a step: every micro-batch's
+// (b·s, h) activations forward and their gradients backward, b·s·h·4 for the dp rank's
+// share of the global batch, whatever the micro-batch count; under sequence parallelism
+// each tensor-parallel rank sends its part of the sequence, 1/tp of it.
+int64_t BoundaryBytesPerStep(const TrainOptions& o) {
+  const int64_t bsh = int64_t(o.global_batch_size / o.dp) * o.model.seq_len * o.model.n_embd;
+  return bsh * 4 / (o.sequence_parallel ? o.tp : 1);
+}
+
+// ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
+int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
+  return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase,
+                                    o.recompute);
+}
+
+// A row's all-reduce as the step makes it: calls per step, elements and bytes each.
+struct AllReducePattern {
+  int64_t calls = 0, count = 0;
+  size_t element = 4;
+};
+
+// The tensor-parallel collectives of one micro-batch by scope (tensor_parallel.h), over
+// its (micro_batch_size·seq_len, n_embd) activations: forward, each layer's attention and
+// MLP, and the embedding; backward, each layer's two and the LM head — each an
+// all-reduce, or under sequence parallelism an all-gather and a reduce-scatter (the
+// embedding's reduce-scatter forward and all-gather backward, the LM head's the other way
+// round); and forward, cross-entropy's three all-reduces of one float per row.
+struct ScopeCollective {
+  const char* scope;  // "layer" for every layer's attn and mlp
+  comm::Primitive primitive;
+  bool per_row;  // one float per row (cross-entropy), else the activations
+};
+
+std::vector<ScopeCollective> MicroBatchCollectives(bool sequence_parallel, bool forward) {
+  using comm::Primitive;
+  const Primitive ar = Primitive::kAllReduce, ag = Primitive::kAllGather;
+  const Primitive rs = Primitive::kReduceScatter;
+  if (!sequence_parallel) {
+    if (forward) {
+      return {{"layer", ar, false}, {"embedding", ar, false}, {"cross_entropy", ar, true},
+              {"cross_entropy", ar, true}, {"cross_entropy", ar, true}};
+    }
+    return {{"layer", ar, false}, {"lm_head", ar, false}};
+  }
+  if (forward) {
+    return {{"layer", ag, false},        {"layer", rs, false},         {"embedding", rs, false},
+            {"lm_head", ag, false},      {"cross_entropy", ar, true},  {"cross_entropy", ar, true},
+            {"cross_entropy", ar, true}};
+  }
+  return {{"layer", ag, false}, {"layer", rs, false}, {"embedding", ag, false}, {"lm_head", rs, false}};
+}
+
+// The tensor-parallel collectives of a training step under the row's scope and phase:
+// m micro-batches of the lists above — with pipeline recompute the forward's again in
+// backward — and once a step the gradient norm and, under sequence parallelism, the
+// per-token replicas' sum (over the buffer the optimizer sees: the rank's part, or its
+// ZeRO shard of it).
+std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
+                                                      const comm::LedgerKey& key, int rank) {
+  using comm::Phase;
+  const int64_t m = o.accumulation_steps(), rows = int64_t(o.micro_batch_size) * o.model.seq_len;
+  if (key.primitive == comm::Primitive::kAllReduce) {
+    if (key.label == "grad_norm" && key.phase == Phase::kOptimizer) return AllReducePattern{1, 1, 8};
+    if (key.label == "sequence_parallel" && key.phase == Phase::kBackward) {
+      return AllReducePattern{1, PerTokenElements(o, rank)};
+    }
+  }
+  const bool forward = key.phase == Phase::kForward, backward = key.phase == Phase::kBackward;
+  if (!forward && !backward) return std::nullopt;
+  const std::string scope = key.label.rfind("layer", 0) == 0 ? "layer" : key.label;
+  int64_t calls = 0;
+  bool per_row = false;
+  auto count = [&](bool forward_list) {
+    for (const ScopeCollective& c : MicroBatchCollectives(o.sequence_parallel, forward_list)) {
+      if (c.scope == scope && c.primitive == key.primitive) {
+        calls += m;
+        per_row = c.per_row;
+      }
+    }
+  };
+  if (forward || (o.recompute && o.pp > 1)) count(/*forward_list=*/true);
+  if (backward) count(/*forward_list=*/false);
+  if (calls == 0) return std::nullopt;
+  return AllReducePattern{calls, per_row ? rows : rows * o.model.n_embd};
+}
+
+}  // namespace
+
+int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
+  const TrainOptions& o = in.options;
+  const int dp_rank = o.dp_rank(rank), tp_rank = o.tp_rank(rank), pp_rank = o.pp_rank(rank);
+  auto scalar = [&](int group_size, int group_rank, size_t element) {  // one value a step
+    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, group_size,
+                                         group_rank, -1, 1, element).sent;
+  };
+  if (key.group == "pp") {
+    if (IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);
+    if (key.primitive != comm::Primitive::kAllReduce) return -1;
+    if (key.label == "loss" && key.phase == comm::Phase::kOther) return scalar(o.pp, pp_rank, 4);
+    if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) return scalar(o.pp, pp_rank, 8);
+    return -1;
+  }
+  if (key.group == "embedding" && key.label == "tied_embedding" &&
+      key.primitive == comm::Primitive::kAllReduce) {
+    // wte's gradient between the first stage (rank 0 of the group) and the last; under
+    // ZeRO-2/3 the dp rank's chunk of it.
+    int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
+    if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, o.dp_rank(rank)).count;
+    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
+                                         pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
+  }
+  if (key.group == "tp") {
+    std::optional<AllReducePattern> p = TensorParallelPattern(o, key, rank);
+    if (!p) return -1;
+    return in.steps * p->calls *
+           comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
+  }
+  if (key.group != "dp") return -1;
+  // This rank's part of the model: the buffer the dp group reduces or shards.
+  const model::ParameterLayout layout = StageLayout(o, rank);
+  auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
+    return in.steps * comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element).sent;
+  };
+  switch (key.primitive) {
+    case comm::Primitive::kAllReduce:
+      if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
+        return in.steps * GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank, BucketBytes(o),
+                                                   key.algorithm);
+      }
+      if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
+      if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
+      return -1;
+    case comm::Primitive::kReduceScatter:  // ZeRO: the gradients
+    case comm::Primitive::kAllGather:      // ZeRO: the parameters
+      if (ZeroCalls(o, key) == 0) return -1;
+      return in.steps * parallel::ZeroBytesPerStep(layout, o.zero, o.dp, dp_rank,
+                                                   o.accumulation_steps(), key.algorithm,
+                                                   key.primitive, key.phase, o.recompute);
+    default:
+      return -1;
+  }
+}
+
+// The seed article's figure for the row: an all-reduce of M bytes moves 2M; so 2Φ·4/tp
+// per step for the gradient all-reduce, and 2·b·s·h·4 for each tensor-parallel
+// all-reduce of the activations (8bsh per layer and step; b·s·h·4 for each all-gather
+// and reduce-scatter of sequence parallelism); Φ·4/tp for each pass of
+// ZeRO's reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for
+// ZeRO-3, with one micro-batch).
+int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
+  const TrainOptions& o = in.options;
+  const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / (o.tp * o.pp);
+  if (key.group == "tp") {
+    std::optional<AllReducePattern> p = TensorParallelPattern(o, key, 0);
+    if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
+        key.label == "sequence_parallel") {
+      return -1;
+    }
+    // An all-reduce of M bytes is 2M; an all-gather or reduce-scatter, its half, M.
+    const int64_t passes = key.primitive == comm::Primitive::kAllReduce ? 2 : 1;
+    return in.steps * p->calls * passes * p->count * int64_t(p->element);
+  }
+  if (IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
+  if (key.group != "dp") return -1;
+  if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
+    return 2 * part_bytes;
+  }
+  // The seed's passes (it knows no recompute).
+  int calls = parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
+  return calls > 0 ? calls * part_bytes : -1;
+}
+
+int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
+                                 comm::Algorithm algorithm) {
+  int64_t sent = 0;
+  for (const comm::Chunk& bucket : parallel::GradientBuckets(params, bucket_bytes / 4)) {
+    sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
+                               bucket.count, 4).sent;
+  }
+  return sent;
+}
+
+MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
+  const int dp_rank = o.dp_rank(rank);
+  const model::ParameterLayout layout = StageLayout(o, rank);
+  const int64_t phi = layout.total();
+  const int64_t state_per_element = o.optimizer == "adamw" ? 8 : 4;
+  MemoryFormula f;
+  if (o.zero == 0) return {4 * phi, 4 * phi, state_per_element * phi};
+  const parallel::Sharding sharding(parallel::ZeroUnits(layout, o.zero), o.dp, dp_rank);
+  int64_t largest_chunk = 0;
+  for (const parallel::Sharding::Piece& p : sharding.pieces()) {
+    largest_chunk = std::max(largest_chunk, p.own.count);
+  }
+  // The units open at once (gpt.cc): the embeddings stay open on a first stage from the
+  // lookup through its layers' forwards, and their gradients on a single stage from the LM
+  // head through every backward; otherwise one unit at a time.
+  int64_t largest_other = 0;
+  for (size_t u = 1; u < layout.units().size(); ++u) {
+    largest_other = std::max(largest_other, layout.units()[u].count());
+  }
+  const int64_t embeddings = layout.units()[model::ParameterLayout::kEmbeddings].count();
+  auto open = [&](bool embeddings_held) {
+    return embeddings_held ? embeddings + largest_other : std::max(embeddings, largest_other);
+  };
+  const bool first = layout.first_stage(), last = layout.last_stage();
+  const int64_t shard = sharding.size();
+  f.params = 4 * (o.zero == 3 ? shard + open(first) : phi);
+  f.grads = 4 * (o.zero == 1 ? phi + shard : shard + largest_chunk + open(first && last));
+  f.optimizer = state_per_element * shard;
+  return f;
+}
+
+}  // namespace tally::train
