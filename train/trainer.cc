@@ -10,16 +10,10 @@
 #include "absl/strings/str_format.h"
 #include "optim/schedule.h"
 #include "runtime/clock.h"
-#include "runtime/comm/launch.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
-#include "runtime/comm/mpi/mpi_launch.h"
-#include "runtime/cuda/cuda.h"
 #include "runtime/rng.h"
 #include "runtime/status_macros.h"
-#include "train/rank_records.h"
-#include "train/report.h"
-#include "train/trace.h"
 
 namespace tally::train {
 
@@ -383,120 +377,6 @@ absl::Status Trainer::Run(std::ostream& out) {
     log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
         << "):\n" << text << "\n";
   }
-  return absl::OkStatus();
-}
-
-namespace {
-
-// --check_against_serial: the single-rank model trained on the same batches (from the
-// same checkpoint, if any), its loss next to the run's at every step.
-absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
-                                const std::vector<float>& losses, std::ostream& log) {
-  TrainOptions serial = options;
-  serial.dp = serial.tp = serial.pp = 1;
-  serial.zero = 0;
-  serial.sequence_parallel = false;
-  serial.recompute = false;
-  serial.save.clear();
-  serial.metrics_json.clear();
-  serial.traffic_json.clear();
-  SetIntraOpThreads(serial, 1);
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(serial));
-  log << "\ncheck against the single-rank run on the same batches:\n"
-      << absl::StrFormat("%6s %12s %12s %12s\n", "step", "this run", "single rank", "rel. diff");
-  double worst = 0;
-  for (size_t i = 0; i < losses.size(); ++i) {
-    const int64_t step = start_step + int64_t(i);
-    ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(step));
-    const double diff = std::abs(double(losses[i]) - s.loss) / std::max(1e-30, std::abs(double(s.loss)));
-    worst = std::max(worst, diff);
-    log << absl::StrFormat("%6d %12.6f %12.6f %12.2e\n", step + 1, losses[i], s.loss, diff);
-  }
-  log << absl::StrFormat("largest relative difference %.2e (%s 1e-5)\n", worst,
-                         worst <= 1e-5 ? "within" : "NOT within");
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status Train(const TrainOptions& requested, std::ostream& log) {
-  const TrainOptions options = requested.Resolved();
-  const bool mpi = options.backend == "mpi";
-  if (absl::Status s = options.Validate(); !s.ok()) {
-    // Every process of an MPI job finds the same mistake; rank 0 says it.
-    return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
-  }
-  if (options.device == "cuda") {
-    ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());  // no GPU, or no CUDA: it says which
-    return absl::UnimplementedError(absl::StrCat(
-        "[train] --device=cuda: ", gpus, " GPU(s) found, but the GPT does not run on CUDA yet "
-        "(its kernels do: runtime/kernels/cuda); train with --device=cpu"));
-  }
-  if (options.world() == 1 && options.zero == 0 && !mpi) {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
-    RETURN_IF_ERROR(trainer->Run(log));
-    if (!options.check_against_serial) return absl::OkStatus();
-    return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
-  }
-  SetIntraOpThreads(options, mpi ? comm::mpi::LocalProcesses() : options.world());
-  int64_t start_step = 0;
-  std::vector<float> losses;
-  std::vector<RankRecord> records;  // on the process that holds rank 0
-  comm::LaunchOptions launch;
-  launch.world_size = options.world();
-  launch.timeout = absl::Seconds(options.timeout_s);
-  launch.comm.native_collectives = options.native_collectives;
-  auto rank_main = [&](comm::Communicator& world) -> absl::Status {
-    if (world.rank() == 0 && options.print_topology) log << FormatTopology(options);
-    world.ledger().set_tracing(!options.trace.empty());
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
-    RETURN_IF_ERROR(trainer->Run(log));
-    RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
-                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->spans()};
-    ASSIGN_OR_RETURN(std::vector<RankRecord> all, GatherRecords(world, mine));
-    if (world.rank() == 0) {
-      records = std::move(all);
-      start_step = trainer->start_step();
-      losses = trainer->losses();
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(mpi ? comm::mpi::RunMpiRank(launch, rank_main)
-                      : comm::RunThreadRanks(launch, rank_main));
-  if (records.empty()) return absl::OkStatus();  // another process reports
-
-  std::vector<comm::TrafficLedger> traffic;
-  std::vector<MemoryLedger> memory;
-  std::vector<int64_t> busy, step_time, train_time;
-  std::vector<std::vector<Trainer::Span>> spans;
-  for (RankRecord& r : records) {
-    traffic.push_back(std::move(r.traffic));
-    memory.push_back(r.memory);
-    busy.push_back(r.busy_nanos);
-    step_time.push_back(r.step_nanos);
-    train_time.push_back(r.train_nanos);
-    spans.push_back(std::move(r.spans));
-  }
-  int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
-  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
-  if (options.report == "json") {
-    log << "\n" << ReportJson(report) << "\n";
-  } else if (options.report == "csv") {
-    log << "\n" << ReportCsv(report);
-  } else {
-    log << "\n" << FormatReport(report);
-  }
-  if (!options.traffic_json.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
-  }
-  if (options.peer_matrix) {
-    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic));
-  }
-  if (!options.trace.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));
-    log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
-  }
-  if (options.check_against_serial) RETURN_IF_ERROR(CheckAgainstSerial(options, start_step, losses, log));
   return absl::OkStatus();
 }
 
