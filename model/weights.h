@@ -38,6 +38,10 @@ class WeightStore {
   virtual absl::Status CloseGrads(int unit) = 0;
   // Zeroes the accumulated gradients (the start of a step).
   virtual void ZeroGrad() = 0;
+  // After a step's last backward, on a pipeline stage that holds a copy of the tied token
+  // embedding: this rank's part of wte's gradients, which the first and the last stage
+  // sum. Whole where the store holds whole gradients; a sharding store's own chunk.
+  virtual absl::StatusOr<Tensor> TiedEmbeddingGrads() = 0;
 };
 
 // The whole parameter and gradient buffers, on this rank.
@@ -52,6 +56,9 @@ class Replica : public WeightStore {
   absl::StatusOr<float*> OpenGrads(int unit) override { return At(grads_, unit); }
   absl::Status CloseGrads(int) override { return absl::OkStatus(); }
   void ZeroGrad() override;
+  absl::StatusOr<Tensor> TiedEmbeddingGrads() override {
+    return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
+  }
 
   Tensor& params() { return params_; }
   Tensor& grads() { return grads_; }

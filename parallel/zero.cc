@@ -208,7 +208,8 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
   return absl::OkStatus();
 }
 
-Tensor ZeroWeights::WteGradShard() {
+absl::StatusOr<Tensor> ZeroWeights::TiedEmbeddingGrads() {
+  if (stage_ == 1) return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
   return Own(grad_shard_, pieces_of_unit_[model::ParameterLayout::kEmbeddings].first);
 }
 

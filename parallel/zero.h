@@ -105,11 +105,10 @@ class ZeroWeights : public model::WeightStore {
   absl::StatusOr<float*> OpenGrads(int unit) override;
   absl::Status CloseGrads(int unit) override;
   void ZeroGrad() override;
-
-  // ZeRO-2/3 on a pipeline stage holding wte: this rank's chunk of wte's reduced gradients
-  // (wte is a unit of its own there, so the first and the last stage's chunks line up;
-  // the embedding group sums them after backward).
-  Tensor WteGradShard();
+  // ZeRO-1: wte's whole gradients (reduce-scattered in Step, after the sum). ZeRO-2/3:
+  // this rank's chunk of wte's reduced gradients (wte is a unit of its own on a pipeline
+  // stage, so the first and the last stage's chunks line up).
+  absl::StatusOr<Tensor> TiedEmbeddingGrads() override;
 
   // After the last backward of a step: the rest of the step above. Returns the global
   // gradient norm before clipping (clip 0: no clipping).

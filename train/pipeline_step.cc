@@ -117,21 +117,13 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   busy_nanos_ += busy;
   step_nanos_ += MonotonicNanos() - start;
   // The tied embedding: the first stage's lookup and the last stage's head each add to
-  // their own copy of wte; the sum goes to both. Under ZeRO-2/3 the gradients are already
-  // reduced over dp into shards, and the two stages sum their chunks of wte only.
+  // their own copy of wte; the sum goes to both (under ZeRO-2/3, of the already reduced
+  // chunks only: WeightStore::TiedEmbeddingGrads).
   comm::PhaseScope backward(ledger, comm::Phase::kBackward);
   if (embedding_group_ != nullptr) {
     comm::LabelScope label(ledger, "tied_embedding");
-    if (zero_ != nullptr && zero_->stage() >= 2) {
-      Tensor wte = zero_->WteGradShard();
-      RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
-    } else {
-      constexpr int kEmbeddings = model::ParameterLayout::kEmbeddings;
-      ASSIGN_OR_RETURN(float* grads, gpt_->weights().OpenGrads(kEmbeddings));
-      Tensor wte = Tensor::Borrow(grads, gpt_->layout().specs()[0].numel);
-      RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
-      RETURN_IF_ERROR(gpt_->weights().CloseGrads(kEmbeddings));
-    }
+    ASSIGN_OR_RETURN(Tensor wte, gpt_->weights().TiedEmbeddingGrads());
+    RETURN_IF_ERROR(embedding_group_->AllReduce(wte, comm::ReduceOp::kSum));
   }
   if (sync_ != nullptr) {  // data parallelism: every bucket, now that the schedule is over
     sync_->BeginStep();

@@ -109,6 +109,7 @@ class RecordingStore : public WeightStore {
   absl::StatusOr<float*> OpenGrads(int unit) override { return Log("O", unit, replica_->OpenGrads(unit)); }
   absl::Status CloseGrads(int unit) override { return Log("C", unit, absl::OkStatus()); }
   void ZeroGrad() override { replica_->ZeroGrad(); }
+  absl::StatusOr<Tensor> TiedEmbeddingGrads() override { return replica_->TiedEmbeddingGrads(); }
   std::string calls;
 
  private:
