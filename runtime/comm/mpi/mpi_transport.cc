@@ -136,15 +136,7 @@ class MpiRequest : public Request {
     r->is_send_ = true;
     r->header_->signature = signature;
     r->header_->bytes = bytes;
-    const MPI_Comm comm = r->group_->comm;
-    absl::Status s = Check("MPI_Isend", MPI_Isend(r->header_.get(), int(sizeof(Header)), MPI_BYTE,
-                                                  peer, kHeaderTag, comm, &r->requests_[0]));
-    if (s.ok()) {
-      s = Check("MPI_Isend", MPI_Isend(data, int(bytes), MPI_BYTE, peer, kDataTag, comm,
-                                       &r->requests_[1]));
-    }
-    if (!s.ok()) return FailedRequest(s);
-    return r;
+    return Post(std::move(r), const_cast<void*>(data));  // MPI_Isend only reads it
   }
 
   // A receive posts both; with a reduction the bytes land in a staging buffer and are
@@ -160,15 +152,7 @@ class MpiRequest : public Request {
       r->staging_ = TakeStaging(bytes);
       into = r->staging_.data.get();
     }
-    const MPI_Comm comm = r->group_->comm;
-    absl::Status s = Check("MPI_Irecv", MPI_Irecv(r->header_.get(), int(sizeof(Header)), MPI_BYTE,
-                                                  peer, kHeaderTag, comm, &r->requests_[0]));
-    if (s.ok()) {
-      s = Check("MPI_Irecv", MPI_Irecv(into, int(bytes), MPI_BYTE, peer, kDataTag, comm,
-                                       &r->requests_[1]));
-    }
-    if (!s.ok()) return FailedRequest(s);
-    return r;
+    return Post(std::move(r), into);
   }
 
   ~MpiRequest() override {
@@ -231,6 +215,22 @@ class MpiRequest : public Request {
  private:
   MpiRequest(std::shared_ptr<const Group> group, int peer, size_t bytes, const OpSignature& mine)
       : group_(std::move(group)), peer_(peer), bytes_(bytes), mine_(mine), header_(new Header) {}
+
+  // Posts the header (tag kHeaderTag) and then the bytes at `data` (kDataTag), sending or
+  // receiving as the request does.
+  static std::unique_ptr<Request> Post(std::unique_ptr<MpiRequest> r, void* data) {
+    const MPI_Comm comm = r->group_->comm;
+    auto post = [&](void* buffer, size_t bytes, int tag, MPI_Request* request) {
+      return r->is_send_ ? Check("MPI_Isend", MPI_Isend(buffer, int(bytes), MPI_BYTE, r->peer_,
+                                                        tag, comm, request))
+                         : Check("MPI_Irecv", MPI_Irecv(buffer, int(bytes), MPI_BYTE, r->peer_,
+                                                        tag, comm, request));
+    };
+    absl::Status s = post(r->header_.get(), sizeof(Header), kHeaderTag, &r->requests_[0]);
+    if (s.ok()) s = post(data, r->bytes_, kDataTag, &r->requests_[1]);
+    if (!s.ok()) return FailedRequest(s);
+    return r;
+  }
 
   absl::Status Finish(absl::Status status) {
     done_ = true;
