@@ -1,11 +1,15 @@
 """The tally_model_bench model in PyTorch eager, for a side-by-side tokens/s.
 
     python3 bench/torch_gpt.py --threads 1,2 --steps 10
+    python3 bench/torch_gpt.py --device cuda --tf32 --n_layer 12 --n_head 12 \
+        --n_embd 768 --seq_len 1024 --batch 8        # GPT-2 small on a GPU
 
 Same architecture as tally's GPT (pre-LayerNorm blocks, fused QKV, causal attention,
 4C tanh-GELU MLP, tied LM head, mean cross-entropy), same sizes (L=4, H=4, C=256, T=128,
-batch 8), AdamW(betas 0.9/0.95, weight decay 0.1 on 2-D weights), fp32. Tokens are
-random bytes: throughput does not depend on the data.
+batch 8), AdamW(betas 0.9/0.95, weight decay 0.1 on 2-D weights), gradient clipping at
+1, fp32 (--tf32: TF32 matmuls allowed, as tally_model_bench --tf32). Eager mode, no
+fused kernels: the framework tally is compared with. Tokens are random bytes:
+throughput does not depend on the data.
 """
 import argparse
 import math
@@ -33,7 +37,7 @@ class Block(nn.Module):
         hs = c // self.n_head
         q, k, v = (z.view(b, t, self.n_head, hs).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
         x = x + self.c_proj(y)
@@ -50,7 +54,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
@@ -60,22 +64,26 @@ class GPT(nn.Module):
 def measure(threads, args):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = GPT(args.n_layer, args.n_head, args.n_embd, args.seq_len)
+    device = torch.device(args.device)
+    model = GPT(args.n_layer, args.n_head, args.n_embd, args.seq_len).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    x = torch.randint(0, 256, (args.batch, args.seq_len))
-    y = torch.randint(0, 256, (args.batch, args.seq_len))
+    x = torch.randint(0, 256, (args.batch, args.seq_len), device=device)
+    y = torch.randint(0, 256, (args.batch, args.seq_len), device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     elapsed = 0.0
     for step in range(args.warmup + args.steps):
+        sync()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         if step >= args.warmup:
             elapsed += time.perf_counter() - start
     return args.steps * args.batch * args.seq_len / elapsed
@@ -91,8 +99,14 @@ def main():
     p.add_argument("--n_embd", type=int, default=256)
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--tf32", action="store_true")
     args = p.parse_args()
-    print(f"torch {torch.__version__}")
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    print(f"torch {torch.__version__}, {args.device}, matmuls {'TF32' if args.tf32 else 'fp32'}")
+    if args.device == "cuda":
+        args.threads = "1"
     print(f"{'threads':>8} {'tokens/s':>12}")
     for t in (int(s) for s in args.threads.split(",")):
         print(f"{t:>8} {measure(t, args):>12.0f}", flush=True)

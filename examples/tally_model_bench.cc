@@ -1,12 +1,16 @@
-// tally_model_bench: training throughput of one rank next to the machine's sgemm peak.
+// tally_model_bench: training throughput of one rank next to the machine's matmul peak.
 //
 //   tally_model_bench --threads=1,2 --steps=10
+//   tally_model_bench --device=cuda --tf32 --n_layer=12 --n_head=12 --n_embd=768
+//       --seq_len=1024 --batch=8                             # GPT-2 small on a GPU
 //
-// For each thread count it first measures OpenBLAS sgemm on square matrices (the best
-// GFLOP/s over a few sizes and runs: the peak a GEMM-bound trainer can approach), then
-// trains the model (default L=4, H=4, C=256, T=128, global batch 8, AdamW) for --warmup
-// + --steps steps on the embedded corpus and reports the timed steps' tokens/s and model
-// GFLOP/s (6·params + 12·L·C·T per token), and that as a fraction of the sgemm peak.
+// On the CPU, for each thread count it first measures OpenBLAS sgemm on square matrices
+// (the best GFLOP/s over a few sizes and runs: the peak a GEMM-bound trainer can
+// approach); on a GPU it measures cuBLAS the same way, fp32 and (with --tf32) TF32,
+// through the same Kernels the model uses. Then it trains the model (default L=4, H=4,
+// C=256, T=128, global batch 8, AdamW) for --warmup + --steps steps on the embedded
+// corpus and reports the timed steps' tokens/s and model GFLOP/s (6·params + 12·L·C·T per
+// token), and that as a fraction of the peak (MFU against the measured peak).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,8 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
 #include "runtime/clock.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
 #include "train/trainer.h"
 
@@ -30,6 +36,8 @@ ABSL_FLAG(int, n_embd, 256, "channels");
 ABSL_FLAG(int, seq_len, 128, "sequence length");
 ABSL_FLAG(int, batch, 8, "sequences per step (one micro-batch)");
 ABSL_FLAG(std::string, json, "", "also write the rows as JSON here");
+ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda (GPU 0; --threads is then ignored)");
+ABSL_FLAG(bool, tf32, false, "--device=cuda: train with TF32 matmuls (and measure that peak too)");
 
 namespace tally {
 namespace {
@@ -49,12 +57,40 @@ double SgemmPeakGflops() {
   return best;
 }
 
+// Best cuBLAS GFLOP/s over square sizes 2048..8192 and three runs each, through the
+// CUDA Kernels (a linear layer y = x·wᵀ is one GEMM of 2·n³ flops).
+absl::StatusOr<double> CublasPeakGflops(bool tf32) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Kernels> k, Kernels::Create({DeviceType::kCUDA, 0}, tf32));
+  Allocator alloc(nullptr, k->device());
+  double best = 0;
+  for (int n : {2048, 4096, 8192}) {
+    const size_t bytes = sizeof(float) * size_t(n) * n;
+    ASSIGN_OR_RETURN(auto x, alloc.Allocate(bytes, MemoryCategory::kOther));
+    ASSIGN_OR_RETURN(auto w, alloc.Allocate(bytes, MemoryCategory::kOther));
+    ASSIGN_OR_RETURN(auto y, alloc.Allocate(bytes, MemoryCategory::kOther));
+    std::vector<float> ones(size_t(n) * n, 0.01f);
+    RETURN_IF_ERROR(k->FromHost(x->data(), ones.data(), bytes));
+    RETURN_IF_ERROR(k->FromHost(w->data(), ones.data(), bytes));
+    for (int run = 0; run < 4; ++run) {  // the first warms cuBLAS up
+      RETURN_IF_ERROR(cuda::Synchronize());
+      int64_t start = MonotonicNanos();
+      RETURN_IF_ERROR(k->LinearForward(static_cast<float*>(y->data()),
+                                       static_cast<const float*>(x->data()),
+                                       static_cast<const float*>(w->data()), nullptr, n, n, n));
+      RETURN_IF_ERROR(cuda::Synchronize());
+      if (run > 0) best = std::max(best, 2.0 * n * n * double(n) / SecondsSince(start) / 1e9);
+    }
+  }
+  return best;
+}
+
 struct Row {
+  std::string device;
   int threads = 0;
-  double sgemm_gflops = 0, tokens_per_s = 0, gflops = 0;
+  double peak_gflops = 0, tokens_per_s = 0, gflops = 0;
 };
 
-absl::StatusOr<Row> Measure(int threads) {
+absl::StatusOr<Row> Measure(const std::string& device, int threads) {
   train::TrainOptions o;
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
@@ -65,12 +101,21 @@ absl::StatusOr<Row> Measure(int threads) {
   o.eval_every = 0;
   o.sample_bytes = 0;
   o.threads = threads;
+  o.device = device;
+  o.tf32 = absl::GetFlag(FLAGS_tf32);
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(o));  // sets the BLAS threads
   Row row;
+  row.device = device;
   row.threads = threads;
-  row.sgemm_gflops = SgemmPeakGflops();
+  if (device == "cuda") {
+    ASSIGN_OR_RETURN(row.peak_gflops, CublasPeakGflops(o.tf32));
+  } else {
+    row.peak_gflops = SgemmPeakGflops();
+  }
   double seconds = 0;
   for (int64_t k = 0; k < o.steps; ++k) {
+    // A step's time ends when its loss and gradient norm are on the host; its optimizer
+    // update may still run on a GPU, and then counts in the next step.
     ASSIGN_OR_RETURN(train::StepStats s, trainer->TrainStep(k));
     if (k >= absl::GetFlag(FLAGS_warmup)) seconds += s.ms / 1e3;
   }
@@ -92,18 +137,32 @@ absl::Status Main() {
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError("[tally_model_bench] need --steps >= 1 and --warmup >= 0");
   }
-  std::printf("%8s %14s %12s %14s %16s\n", "threads", "sgemm GFLOP/s", "tokens/s", "model GFLOP/s",
-              "of sgemm peak");
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError("[tally_model_bench] --device must be cpu or cuda");
+  }
+  if (device == "cuda") {
+    RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is no GPU
+    ASSIGN_OR_RETURN(std::string name, cuda::DeviceName(0));
+    std::printf("GPU 0: %s, matmuls %s\n", name.c_str(),
+                absl::GetFlag(FLAGS_tf32) ? "TF32" : "fp32");
+    thread_counts = {0};
+  }
+  const char* peak = device == "cuda" ? "cuBLAS GFLOP/s" : "sgemm GFLOP/s";
+  std::printf("%8s %8s %14s %12s %14s %16s\n", "device", "threads", peak, "tokens/s",
+              "model GFLOP/s", "of the peak");
   JsonWriter w;
   w.BeginArray();
   for (int t : thread_counts) {
-    ASSIGN_OR_RETURN(Row row, Measure(t));
-    std::printf("%8d %14.1f %12.0f %14.1f %15.1f%%\n", row.threads, row.sgemm_gflops,
-                row.tokens_per_s, row.gflops, 100.0 * row.gflops / row.sgemm_gflops);
+    ASSIGN_OR_RETURN(Row row, Measure(device, t));
+    std::printf("%8s %8d %14.1f %12.0f %14.1f %15.1f%%\n", row.device.c_str(), row.threads,
+                row.peak_gflops, row.tokens_per_s, row.gflops,
+                100.0 * row.gflops / row.peak_gflops);
     std::fflush(stdout);
-    w.BeginObject().Key("threads").Int(row.threads).Key("sgemm_gflops").Double(row.sgemm_gflops);
-    w.Key("tokens_per_s").Double(row.tokens_per_s).Key("model_gflops").Double(row.gflops);
-    w.Key("fraction_of_sgemm_peak").Double(row.gflops / row.sgemm_gflops).EndObject();
+    w.BeginObject().Key("device").String(row.device).Key("threads").Int(row.threads);
+    w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
+    w.Key("model_gflops").Double(row.gflops);
+    w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops).EndObject();
   }
   w.EndArray();
   if (!absl::GetFlag(FLAGS_json).empty()) {
@@ -116,6 +175,6 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
-  return tally::RunExample(argc, argv, "training throughput vs sgemm peak: tally_model_bench",
+  return tally::RunExample(argc, argv, "training throughput vs the matmul peak: tally_model_bench",
                            tally::Main);
 }

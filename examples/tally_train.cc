@@ -83,7 +83,8 @@ ABSL_FLAG(bool, native_collectives, false,
           "--backend=mpi: call MPI's own collectives (MPI_Allreduce, ...) instead of ring or "
           "naive; their bytes are modelled as the ring's");
 ABSL_FLAG(std::string, device, kDefaults.device,
-          "cpu, or cuda (not built yet for training: says so, or why there is no GPU)");
+          "cpu, or cuda (GPU 0, one rank so far; says why when there is no GPU)");
+ABSL_FLAG(bool, tf32, kDefaults.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
 ABSL_FLAG(double, timeout_s, kDefaults.timeout_s,
           "the longest any wait for a peer may take, in seconds (then the run stops, naming it)");
 
@@ -140,6 +141,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.native_collectives = absl::GetFlag(FLAGS_native_collectives);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.device = absl::GetFlag(FLAGS_device);
+  o.tf32 = absl::GetFlag(FLAGS_tf32);
   o.zero = absl::GetFlag(FLAGS_zero);
   o.allreduce = absl::GetFlag(FLAGS_allreduce);
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
+#include "runtime/kernels/kernels.h"
 
 namespace tally::model {
 
@@ -55,14 +56,15 @@ struct BlockScratch {
   float* comm = nullptr;
 };
 
-// Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp.
-absl::Status BlockForward(const GPTConfig& config, const parallel::TensorParallel& tp, int layer,
-                          int b, const BlockTensors& w, const float* x,
+// Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp. The
+// block computes with `k` (runtime/kernels/kernels.h); every pointer is on k's device.
+absl::Status BlockForward(Kernels& k, const GPTConfig& config, const parallel::TensorParallel& tp,
+                          int layer, int b, const BlockTensors& w, const float* x,
                           const BlockActivations& acts, const BlockScratch& scratch);
 
-absl::Status BlockBackward(const GPTConfig& config, const parallel::TensorParallel& tp, int layer,
-                           int b, const BlockTensors& w, const BlockTensors& g, const float* x,
-                           const BlockActivations& acts, const BlockScratch& scratch,
-                           float* dresidual);
+absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const parallel::TensorParallel& tp,
+                           int layer, int b, const BlockTensors& w, const BlockTensors& g,
+                           const float* x, const BlockActivations& acts,
+                           const BlockScratch& scratch, float* dresidual);
 
 }  // namespace tally::model

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels/cpu/layernorm.h"
 #include "runtime/status_macros.h"
 
 namespace tally::model {
-
-using namespace tally::cpu;  // the kernels
 
 GPT::GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp, Stage stage)
     : config_(config),
@@ -41,6 +39,7 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
                                                  Stage stage) {
   RETURN_IF_ERROR(Validate(config, tp, stage));
   std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp, stage));
+  ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc));
   gpt->weights_ = gpt->replica_.get();
   return gpt;
@@ -51,8 +50,25 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
                                                  Stage stage) {
   RETURN_IF_ERROR(Validate(config, tp, stage));
   std::unique_ptr<GPT> gpt(new GPT(config, alloc, tp, stage));
+  ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   gpt->weights_ = weights;
   return gpt;
+}
+
+absl::Status GPT::UseKernels(std::unique_ptr<Kernels> kernels) {
+  if (!(kernels->device() == alloc_.device())) {
+    return absl::InvalidArgumentError(absl::StrCat("[GPT] kernels of ",
+                                                   kernels->device().ToString(), " for a model on ",
+                                                   alloc_.device().ToString()));
+  }
+  kernels_ = std::move(kernels);
+  batch_ = 0;  // the attention scratch may differ: allocate anew
+  return absl::OkStatus();
+}
+
+absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
+  const int64_t v = vocab_local();
+  return kernels_->ToHost(host, slots_[0].logits.data<float>() + row * v, sizeof(float) * v);
 }
 
 void GPT::SetPipelineSlots(int slots, bool recompute) {
@@ -144,12 +160,14 @@ absl::Status GPT::EnsureActivations(int b) {
   const int64_t cl = c / tp_.size(), hidden = 4 * c / tp_.size();
   ASSIGN_OR_RETURN(loss_scratch_,
                    Tensor::Empty({3 * n}, DType::kF32, alloc_, MemoryCategory::kActivations));
-  // Scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (T, T), dresidual (R, C); with
-  // sequence parallelism also rows (R, C) and whole (N, C), and the collectives' (N, C).
+  // Scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (attention backward's: T·T
+  // on the CPU), dresidual (R, C); with sequence parallelism also rows (R, C) and whole
+  // (N, C), and the collectives' (N, C).
   const bool sp = tp_.sequence_parallel();
   const int64_t sequence = sp ? r * c + n * c : 0;
+  const int64_t tt = kernels_->AttentionScratch(int(t), config_.n_head / tp_.size());
   ASSIGN_OR_RETURN(scratch_,
-                   Tensor::Empty({n * hidden + n * 3 * cl + n * c + t * t + r * c + sequence},
+                   Tensor::Empty({n * hidden + n * 3 * cl + n * c + tt + r * c + sequence},
                                  DType::kF32, alloc_, MemoryCategory::kActivations));
   float* p = scratch_.data<float>();
   auto take = [&p](int64_t count) {
@@ -157,7 +175,7 @@ absl::Status GPT::EnsureActivations(int b) {
     p += count;
     return q;
   };
-  block_scratch_ = {take(n * hidden), take(n * 3 * cl), take(n * c), take(t * t)};
+  block_scratch_ = {take(n * hidden), take(n * 3 * cl), take(n * c), take(tt)};
   dresidual_ = take(r * c);
   if (sp) {
     block_scratch_.rows = take(r * c);
@@ -191,11 +209,20 @@ absl::StatusOr<float> GPT::ForwardStage(int slot, const int32_t* tokens, const f
       }
     }
   }
+  // The ids to the device, into the slot (its backward reads them again).
   Activations& mine = slots_[slot];
-  if (tokens != nullptr) std::memcpy(mine.tokens.raw_data(), tokens, sizeof(int32_t) * n);
-  if (targets != nullptr) std::memcpy(mine.targets.raw_data(), targets, sizeof(int32_t) * n);
-  if (recompute_ && input != nullptr) std::memcpy(mine.input.raw_data(), input, mine.input.nbytes());
-  return RunForward(slots_[recompute_ ? 0 : slot], tokens, input, targets);
+  Kernels& k = *kernels_;
+  if (tokens != nullptr) {
+    RETURN_IF_ERROR(k.FromHost(mine.tokens.raw_data(), tokens, sizeof(int32_t) * n));
+  }
+  if (targets != nullptr) {
+    RETURN_IF_ERROR(k.FromHost(mine.targets.raw_data(), targets, sizeof(int32_t) * n));
+  }
+  if (recompute_ && input != nullptr) {
+    RETURN_IF_ERROR(k.Copy(mine.input.raw_data(), input, mine.input.nbytes()));
+  }
+  return RunForward(slots_[recompute_ ? 0 : slot], tokens ? mine.tokens.data<int32_t>() : nullptr,
+                    input, targets ? mine.targets.data<int32_t>() : nullptr);
 }
 
 const float* GPT::StageOutput(int slot) const {
@@ -220,6 +247,7 @@ absl::Status GPT::BackwardStage(int slot, float dloss, const float* d_output, fl
 
 absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, const float* input,
                                       const int32_t* targets) {
+  Kernels& k = *kernels_;
   const int b = batch_, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
   const int n = b * t, vl = vocab_local();
   const BlockScratch& s = block_scratch_;
@@ -230,18 +258,17 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   if (first) {
     ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
     const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-    RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(tp_, a.encoded, s.whole, tokens, e.wte,
-                                                            e.wpe, b, t, c, vl, s.comm,
-                                                            "embedding"));
+    RETURN_IF_ERROR(parallel::VocabParallelEmbeddingForward(
+        k, tp_, a.encoded, s.whole, tokens, e.wte, e.wpe, b, t, c, vl, s.comm, "embedding"));
   } else {
-    std::memcpy(a.encoded, input, sizeof(float) * size_t(tp_.Rows(n)) * c);
+    RETURN_IF_ERROR(k.Copy(a.encoded, input, sizeof(float) * size_t(tp_.Rows(n)) * c));
   }
   const float* x = a.encoded;
   for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
     const int unit = layout_.layer_unit(l);
     BlockActivations& acts = a.blocks[l - layout_.layer_begin()];
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    RETURN_IF_ERROR(BlockForward(config_, tp_, l, b, BindBlock(layout_, l, w), x, acts, s));
+    RETURN_IF_ERROR(BlockForward(k, config_, tp_, l, b, BindBlock(layout_, l, w), x, acts, s));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = acts.out;
   }
@@ -254,7 +281,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w);
-    LayerNormForward(lnf_rows, a.lnf_mean, a.lnf_rstd, x, lnf.w, lnf.b, tp_.Rows(n), c);
+    RETURN_IF_ERROR(
+        k.LayerNormForward(lnf_rows, a.lnf_mean, a.lnf_rstd, x, lnf.w, lnf.b, tp_.Rows(n), c));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
   }
   if (!first) {
@@ -262,22 +290,25 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   }
   // logits = lnf · wteᵀ, each rank its vocabulary slice: the LM head is column-parallel.
   const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  RETURN_IF_ERROR(parallel::ColumnParallelLinearForward(tp_, a.logits.data<float>(), lnf_rows,
+  RETURN_IF_ERROR(parallel::ColumnParallelLinearForward(k, tp_, a.logits.data<float>(), lnf_rows,
                                                         a.lnf, e.wte, nullptr, b, t, c, vl, s.comm,
                                                         "lm_head"));
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
   RETURN_IF_ERROR(parallel::VocabParallelCrossEntropyForward(
-      tp_, a.losses.data<float>(), a.probs.data<float>(), loss_scratch_.data<float>(),
+      k, tp_, a.losses.data<float>(), a.probs.data<float>(), loss_scratch_.data<float>(),
       a.logits.data<float>(), targets, n, vl, v, "cross_entropy"));
+  std::vector<float> losses(n);
+  RETURN_IF_ERROR(k.ToHost(losses.data(), a.losses.raw_data(), sizeof(float) * size_t(n)));
   double sum = 0;
-  for (int i = 0; i < n; ++i) sum += a.losses.data<float>()[i];
+  for (float loss : losses) sum += loss;
   return float(sum / n);
 }
 
 absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dloss,
                               const float* d_output, float* d_input, const GradientsReady& ready) {
+  Kernels& k = *kernels_;
   const int b = batch_, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
   const int n = b * t, rows = tp_.Rows(n);
   const BlockScratch& s = block_scratch_;
@@ -303,42 +334,41 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
     // dlogits overwrites probs, which nothing needs afterwards.
     float* dlogits = a.probs.data<float>();
-    parallel::VocabParallelCrossEntropyBackward(tp_, dlogits, dlogits, ids.targets.data<int32_t>(),
-                                                dloss, n, vl);
+    RETURN_IF_ERROR(parallel::VocabParallelCrossEntropyBackward(
+        k, tp_, dlogits, dlogits, ids.targets.data<int32_t>(), dloss, n, vl));
     float* dlnf = s.dc;
-    RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(tp_, dlnf, s.whole, ge.wte, nullptr,
+    RETURN_IF_ERROR(parallel::ColumnParallelLinearBackward(k, tp_, dlnf, s.whole, ge.wte, nullptr,
                                                            dlogits, a.lnf, e.wte, b, t, c, vl,
                                                            s.comm, "lm_head"));
     if (!first) RETURN_IF_ERROR(finish(kEmbeddings));  // the head's copy of wte is done
-    std::memset(dresidual_, 0, sizeof(float) * size_t(rows) * c);
+    RETURN_IF_ERROR(k.Zero(dresidual_, sizeof(float) * size_t(rows) * c));
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w), glnf = BindFinalNorm(layout_, g);
-    LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, a.blocks.back().out, lnf.w, a.lnf_mean,
-                      a.lnf_rstd, rows, c);
+    RETURN_IF_ERROR(k.LayerNormBackward(dresidual_, glnf.w, glnf.b, dlnf, a.blocks.back().out,
+                                        lnf.w, a.lnf_mean, a.lnf_rstd, rows, c));
     RETURN_IF_ERROR(finish(unit));
   } else {
-    std::memcpy(dresidual_, d_output, sizeof(float) * size_t(rows) * c);
+    RETURN_IF_ERROR(k.Copy(dresidual_, d_output, sizeof(float) * size_t(rows) * c));
   }
   for (int l = layout_.layer_end() - 1; l >= layout_.layer_begin(); --l) {
     const int unit = layout_.layer_unit(l), i = l - layout_.layer_begin();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
-    RETURN_IF_ERROR(BlockBackward(config_, tp_, l, b, BindBlock(layout_, l, w),
+    RETURN_IF_ERROR(BlockBackward(k, config_, tp_, l, b, BindBlock(layout_, l, w),
                                   BindBlock(layout_, l, g), x, a.blocks[i], s, dresidual_));
     RETURN_IF_ERROR(finish(unit));
   }
   if (!first) {
-    std::memcpy(d_input, dresidual_, sizeof(float) * size_t(rows) * c);
-    return absl::OkStatus();
+    return k.Copy(d_input, dresidual_, sizeof(float) * size_t(rows) * c);
   }
   if (!last) RETURN_IF_ERROR(open_embeddings());
   const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
-  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingBackward(tp_, ge.wte, ge.wpe, dresidual_, s.whole,
-                                                           ids.tokens.data<int32_t>(), b, t, c, vl,
-                                                           s.comm, "embedding"));
+  RETURN_IF_ERROR(parallel::VocabParallelEmbeddingBackward(k, tp_, ge.wte, ge.wpe, dresidual_,
+                                                           s.whole, ids.tokens.data<int32_t>(), b,
+                                                           t, c, vl, s.comm, "embedding"));
   return finish(kEmbeddings);
 }
 

@@ -2,7 +2,7 @@
 // tied to the token embedding, and the mean cross-entropy.
 //
 //   ASSIGN_OR_RETURN(auto gpt, GPT::Create(config, allocator, /*seed=*/1337));
-//   gpt->ZeroGrad();
+//   RETURN_IF_ERROR(gpt->ZeroGrad());
 //   ASSIGN_OR_RETURN(float loss, gpt->Forward(tokens, targets, /*b=*/4));   // (4, T) each
 //   gpt->Backward(1.0f / (4 * T));   // d(mean loss over 4·T tokens)/d(each token's loss)
 //
@@ -10,6 +10,11 @@
 // (weights.h) that hands them out unit by unit: the model's own Replica, or a ZeRO store
 // that shards them. Backward adds to the gradients, so micro-batches accumulate until
 // ZeroGrad().
+//
+// The model computes on its allocator's device with that device's Kernels
+// (runtime/kernels/kernels.h): the CPU, or a CUDA GPU whose memory then holds the
+// parameters, gradients and activations. Tokens and targets come from the host; the loss
+// goes back to it.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,7 @@
 #include "model/parameters.h"
 #include "model/weights.h"
 #include "parallel/tensor_parallel.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
 #include "runtime/tensor.h"
 
@@ -70,7 +76,12 @@ class GPT {
   // After a Forward with targets: adds this micro-batch's gradients, each position's loss
   // weighted by `dloss` (1 / tokens of the global batch, for its mean).
   absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
-  void ZeroGrad() { weights_->ZeroGrad(); }
+  absl::Status ZeroGrad() { return weights_->ZeroGrad(); }
+
+  // The kernels the model computes with (by default its allocator's device's, fp32);
+  // UseKernels replaces them, e.g. by CUDA kernels that allow TF32. Same device only.
+  Kernels& kernels() { return *kernels_; }
+  absl::Status UseKernels(std::unique_ptr<Kernels> kernels);
 
   // Pipeline stages. Up to `slots` micro-batches are in flight at once, each with its
   // own activations (gpipe: all m; 1f1b: at most the stages from this one on); with
@@ -91,6 +102,8 @@ class GPT {
   // (b, T, vocab_local()) logits of the last Forward: this rank's vocabulary slice
   // (tensor-parallel rank r holds entries [r·vocab_local, ...); all of them on one rank).
   const float* logits() const { return slots_[0].logits.data<float>(); }
+  // Row `row` of those logits (vocab_local() floats) copied to the host.
+  absl::Status LogitsRowToHost(int64_t row, float* host);
   int vocab_local() const { return int(layout_.specs().front().shape[0]); }
   const parallel::TensorParallel& tp() const { return tp_; }
 
@@ -121,6 +134,7 @@ class GPT {
   parallel::TensorParallel tp_;
   ParameterLayout layout_;
   Allocator& alloc_;
+  std::unique_ptr<Kernels> kernels_;
   std::unique_ptr<Replica> replica_;  // when the model owns its weights
   WeightStore* weights_ = nullptr;
 

@@ -1,6 +1,6 @@
 #include "model/weights.h"
 
-#include <cstring>
+#include <vector>
 
 #include "runtime/status_macros.h"
 
@@ -13,11 +13,10 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ParameterLayout& 
                    Tensor::Empty({layout.total()}, DType::kF32, alloc, MemoryCategory::kParams));
   ASSIGN_OR_RETURN(r->grads_,
                    Tensor::Empty({layout.total()}, DType::kF32, alloc, MemoryCategory::kGrads));
-  InitializeParameters(layout, seed, 0, layout.total(), r->params_.data<float>());
-  r->ZeroGrad();
-  return r;
+  std::vector<float> host(size_t(layout.total()));
+  InitializeParameters(layout, seed, 0, layout.total(), host.data());
+  RETURN_IF_ERROR(r->params_.CopyFromHost(host.data()));
+  return r;  // the gradients start zero-filled, as every allocation does
 }
-
-void Replica::ZeroGrad() { std::memset(grads_.raw_data(), 0, grads_.nbytes()); }
 
 }  // namespace tally::model

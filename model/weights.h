@@ -37,7 +37,7 @@ class WeightStore {
   virtual absl::StatusOr<float*> OpenGrads(int unit) = 0;
   virtual absl::Status CloseGrads(int unit) = 0;
   // Zeroes the accumulated gradients (the start of a step).
-  virtual void ZeroGrad() = 0;
+  virtual absl::Status ZeroGrad() = 0;
   // After a step's last backward, on a pipeline stage that holds a copy of the tied token
   // embedding: this rank's part of wte's gradients, which the first and the last stage
   // sum. Whole where the store holds whole gradients; a sharding store's own chunk.
@@ -47,7 +47,8 @@ class WeightStore {
 // The whole parameter and gradient buffers, on this rank.
 class Replica : public WeightStore {
  public:
-  // Parameters initialised from `seed` (parameters.h).
+  // Parameters initialised from `seed` (parameters.h), on the host and then copied to
+  // the allocator's device.
   static absl::StatusOr<std::unique_ptr<Replica>> Create(const ParameterLayout& layout,
                                                          uint64_t seed, Allocator& alloc);
 
@@ -55,7 +56,7 @@ class Replica : public WeightStore {
   absl::Status ReleaseParams(int) override { return absl::OkStatus(); }
   absl::StatusOr<float*> OpenGrads(int unit) override { return At(grads_, unit); }
   absl::Status CloseGrads(int) override { return absl::OkStatus(); }
-  void ZeroGrad() override;
+  absl::Status ZeroGrad() override { return grads_.SetZero(); }
   absl::StatusOr<Tensor> TiedEmbeddingGrads() override {
     return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
   }

@@ -5,7 +5,10 @@
 // exactly that range, and the segments that say which elements decay:
 //
 //   ASSIGN_OR_RETURN(auto adam, AdamW::Create(options, /*size=*/end - begin, alloc));
-//   adam->Step(params + begin, grads + begin, lr, segments);   // segments relative to begin
+//   RETURN_IF_ERROR(adam->Step(params + begin, grads + begin, lr, segments));
+//
+// segments relative to begin. The state lives on the allocator's device, and the update
+// runs there (runtime/kernels/kernels.h): params and grads must be on it too.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/tensor.h"
 
 namespace tally::optim {
@@ -41,8 +45,8 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // One update of the parameters of `segments` from grads[0, size).
-  virtual void Step(float* params, const float* grads, float lr,
-                    const std::vector<Segment>& segments) = 0;
+  virtual absl::Status Step(float* params, const float* grads, float lr,
+                            const std::vector<Segment>& segments) = 0;
   // The state buffers over the range, by torch's names ("exp_avg", "momentum_buffer").
   virtual std::vector<std::pair<std::string, Tensor*>> State() = 0;
   virtual const char* name() const = 0;
@@ -67,19 +71,20 @@ class AdamW : public Optimizer {
   static absl::StatusOr<std::unique_ptr<AdamW>> Create(const AdamWOptions& options, int64_t size,
                                                        Allocator& alloc);
 
-  void Step(float* params, const float* grads, float lr,
-            const std::vector<Segment>& segments) override;
+  absl::Status Step(float* params, const float* grads, float lr,
+                    const std::vector<Segment>& segments) override;
   std::vector<std::pair<std::string, Tensor*>> State() override {
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
   }
   const char* name() const override { return "adamw"; }
 
  private:
-  AdamW(const AdamWOptions& options, Tensor m, Tensor v)
-      : options_(options), m_(std::move(m)), v_(std::move(v)) {}
+  AdamW(const AdamWOptions& options, Tensor m, Tensor v, std::unique_ptr<Kernels> kernels)
+      : options_(options), m_(std::move(m)), v_(std::move(v)), kernels_(std::move(kernels)) {}
 
   AdamWOptions options_;
   Tensor m_, v_;  // first and second moments, charged to optimizer memory
+  std::unique_ptr<Kernels> kernels_;
 };
 
 struct SGDOptions {
@@ -92,18 +97,20 @@ class SGD : public Optimizer {
  public:
   static absl::StatusOr<std::unique_ptr<SGD>> Create(const SGDOptions& options, int64_t size,
                                                      Allocator& alloc);
-  void Step(float* params, const float* grads, float lr,
-            const std::vector<Segment>& segments) override;
+  absl::Status Step(float* params, const float* grads, float lr,
+                    const std::vector<Segment>& segments) override;
   std::vector<std::pair<std::string, Tensor*>> State() override {
     return {{"momentum_buffer", &buf_}};
   }
   const char* name() const override { return "sgd"; }
 
  private:
-  SGD(const SGDOptions& options, Tensor buf) : options_(options), buf_(std::move(buf)) {}
+  SGD(const SGDOptions& options, Tensor buf, std::unique_ptr<Kernels> kernels)
+      : options_(options), buf_(std::move(buf)), kernels_(std::move(kernels)) {}
 
   SGDOptions options_;
   Tensor buf_;
+  std::unique_ptr<Kernels> kernels_;
 };
 
 }  // namespace tally::optim

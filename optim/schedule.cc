@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/status_macros.h"
+
 namespace tally::optim {
 
 float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, float max_lr,
@@ -19,11 +21,12 @@ double SquaredNorm(const float* grads, int64_t n) {
   return sum;
 }
 
-double SquaredNorm(const float* grads, const std::vector<Segment>& segments, bool count_replicas) {
+absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
+                                   const std::vector<Segment>& segments, bool count_replicas) {
   double sum = 0;
   for (const Segment& s : segments) {
     if ((s.replica && !count_replicas) || s.tied_copy) continue;
-    for (int64_t i = s.begin; i < s.end; ++i) sum += double(grads[i]) * grads[i];
+    ASSIGN_OR_RETURN(sum, k.AddSquares(grads + s.begin, s.end - s.begin, sum));
   }
   return sum;
 }

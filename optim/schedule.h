@@ -19,8 +19,10 @@ float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, floa
 // Σ g² over grads[0, n), in double.
 double SquaredNorm(const float* grads, int64_t n);
 // The same over `segments` of grads, skipping the segments marked replica unless
-// `count_replicas` (tensor-parallel copies count on one rank only).
-double SquaredNorm(const float* grads, const std::vector<Segment>& segments, bool count_replicas);
+// `count_replicas` (tensor-parallel copies count on one rank only), with the kernels of
+// the gradients' device.
+absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
+                                   const std::vector<Segment>& segments, bool count_replicas);
 
 // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6) when that is below 1,
 // else 1. Returns the factor to multiply every gradient by.

@@ -19,12 +19,12 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
   return buckets;
 }
 
-absl::StatusOr<double> GlobalGradientNorm(const float* grads,
+absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
                                           const std::vector<optim::Segment>& segments,
                                           comm::Communicator* shards, const TensorParallel& tp,
-                                          comm::Algorithm algorithm,
-                                          comm::Communicator* stages) {
-  double squares = optim::SquaredNorm(grads, segments, /*count_replicas=*/tp.rank() == 0);
+                                          comm::Algorithm algorithm, comm::Communicator* stages) {
+  ASSIGN_OR_RETURN(double squares,
+                   optim::SquaredNorm(k, grads, segments, /*count_replicas=*/tp.rank() == 0));
   for (comm::Communicator* group : {shards, tp.group(), stages}) {
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);

@@ -41,8 +41,9 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 // (tensor-parallel replicas counted on tp rank 0 only), summed over `shards` (the dp group
 // when each rank holds a ZeRO shard of the gradients; null when it holds them all) and
 // over the tp group, in double; booked under phase optimizer, scope grad_norm.
-// `stages`: the pipeline group, whose stages hold different layers (null: none).
-absl::StatusOr<double> GlobalGradientNorm(const float* grads,
+// `stages`: the pipeline group, whose stages hold different layers (null: none). `k`:
+// the kernels of the gradients' device.
+absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
                                           const std::vector<optim::Segment>& segments,
                                           comm::Communicator* shards, const TensorParallel& tp,
                                           comm::Algorithm algorithm,

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/kernels/cpu/fast_math.h"
-#include "runtime/kernels/cpu/linear.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -56,27 +54,26 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
   return group_->ReduceScatter(all, mine, comm::ReduceOp::kSum);
 }
 
-absl::Status ColumnParallelLinearForward(const TensorParallel& tp, float* y, const float* x,
-                                         float* x_whole, const float* w, const float* b,
-                                         int batch, int t, int in, int out_local, float* scratch,
-                                         const std::string& scope) {
+absl::Status ColumnParallelLinearForward(Kernels& k, const TensorParallel& tp, float* y,
+                                         const float* x, float* x_whole, const float* w,
+                                         const float* b, int batch, int t, int in, int out_local,
+                                         float* scratch, const std::string& scope) {
   const float* input = x;
   if (tp.sequence_parallel()) {  // f: gather the sequence
     RETURN_IF_ERROR(tp.SequenceAllGather(x, x_whole, scratch, batch, t, in, scope));
     input = x_whole;
   }
-  cpu::LinearForward(y, input, w, b, batch * t, in, out_local);
-  return absl::OkStatus();
+  return k.LinearForward(y, input, w, b, batch * t, in, out_local);
 }
 
-absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, float* dx_whole,
-                                          float* dw, float* db, const float* dy,
+absl::Status ColumnParallelLinearBackward(Kernels& k, const TensorParallel& tp, float* dx,
+                                          float* dx_whole, float* dw, float* db, const float* dy,
                                           const float* x_whole, const float* w, int batch, int t,
                                           int in, int out_local, float* scratch,
                                           const std::string& scope) {
   const int n = batch * t;
   float* whole = tp.sequence_parallel() ? dx_whole : dx;
-  cpu::LinearBackward(whole, dw, db, dy, x_whole, w, n, in, out_local);
+  RETURN_IF_ERROR(k.LinearBackward(whole, dw, db, dy, x_whole, w, n, in, out_local));
   // f's backward: the input's gradient summed over the group.
   if (tp.sequence_parallel()) {
     return tp.SequenceReduceScatter(whole, dx, scratch, batch, t, in, scope);
@@ -84,33 +81,24 @@ absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, f
   return tp.AllReduce(dx, int64_t(n) * in, scope);
 }
 
-absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, float* y_whole,
-                                      const float* x, const float* w, const float* b, int batch,
-                                      int t, int in_local, int out, float* scratch,
-                                      const std::string& scope) {
+absl::Status RowParallelLinearForward(Kernels& k, const TensorParallel& tp, float* y,
+                                      float* y_whole, const float* x, const float* w,
+                                      const float* b, int batch, int t, int in_local, int out,
+                                      float* scratch, const std::string& scope) {
   const int n = batch * t;
-  if (tp.size() == 1) {
-    cpu::LinearForward(y, x, w, b, n, in_local, out);
-    return absl::OkStatus();
-  }
+  if (tp.size() == 1) return k.LinearForward(y, x, w, b, n, in_local, out);
   float* whole = tp.sequence_parallel() ? y_whole : y;
-  cpu::LinearForward(whole, x, w, static_cast<const float*>(nullptr), n, in_local, out);
+  RETURN_IF_ERROR(k.LinearForward(whole, x, w, nullptr, n, in_local, out));
   if (tp.sequence_parallel()) {  // g
     RETURN_IF_ERROR(tp.SequenceReduceScatter(whole, y, scratch, batch, t, out, scope));
   } else {
     RETURN_IF_ERROR(tp.AllReduce(y, int64_t(n) * out, scope));
   }
-  if (b != nullptr) {
-    for (int i = 0; i < tp.Rows(n); ++i) {
-      float* row = y + int64_t(i) * out;
-      for (int j = 0; j < out; ++j) row[j] += b[j];
-    }
-  }
-  return absl::OkStatus();
+  return b != nullptr ? k.AddBias(y, b, tp.Rows(n), out) : absl::OkStatus();
 }
 
-absl::Status RowParallelLinearBackward(const TensorParallel& tp, float* dx, float* dw, float* db,
-                                       const float* dy, float* dy_whole, const float* x,
+absl::Status RowParallelLinearBackward(Kernels& k, const TensorParallel& tp, float* dx, float* dw,
+                                       float* db, const float* dy, float* dy_whole, const float* x,
                                        const float* w, int batch, int t, int in_local, int out,
                                        float* scratch, const std::string& scope) {
   const float* grad = dy;
@@ -118,53 +106,44 @@ absl::Status RowParallelLinearBackward(const TensorParallel& tp, float* dx, floa
     RETURN_IF_ERROR(tp.SequenceAllGather(dy, dy_whole, scratch, batch, t, out, scope));
     grad = dy_whole;
   }
-  cpu::LinearBackward(dx, dw, db, grad, x, w, batch * t, in_local, out);
-  return absl::OkStatus();
+  return k.LinearBackward(dx, dw, db, grad, x, w, batch * t, in_local, out);
 }
 
 namespace {
 
-// The position of row i of this rank's activations (sequence parallelism: its part of
-// each sequence).
-int PositionOf(const TensorParallel& tp, int64_t i, int t) {
-  if (!tp.sequence_parallel()) return int(i % t);
+// Row i of this rank's activations is position offset + i % period of its sequence (under
+// sequence parallelism a rank holds its part of each sequence).
+struct Positions {
+  int period, offset;
+};
+
+Positions PositionsOf(const TensorParallel& tp, int t) {
+  if (!tp.sequence_parallel()) return {t, 0};
   const int tl = t / tp.size();
-  return tp.rank() * tl + int(i % tl);
+  return {tl, tp.rank() * tl};
 }
 
 }  // namespace
 
-absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x, float* x_whole,
-                                           const int32_t* tokens, const float* wte_local,
-                                           const float* wpe, int batch, int t, int c,
-                                           int vocab_local, float* scratch,
+absl::Status VocabParallelEmbeddingForward(Kernels& k, const TensorParallel& tp, float* x,
+                                           float* x_whole, const int32_t* tokens,
+                                           const float* wte_local, const float* wpe, int batch,
+                                           int t, int c, int vocab_local, float* scratch,
                                            const std::string& scope) {
   const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(batch) * t;
   float* whole = tp.sequence_parallel() ? x_whole : x;
-  for (int64_t i = 0; i < n; ++i) {
-    float* out = whole + i * c;
-    const int64_t row = tokens[i] - first;
-    if (row >= 0 && row < vocab_local) {
-      std::memcpy(out, wte_local + row * c, sizeof(float) * size_t(c));
-    } else {
-      std::fill(out, out + c, 0.0f);
-    }
-  }
+  RETURN_IF_ERROR(k.EmbeddingLookup(whole, tokens, wte_local, first, vocab_local, n, c));
   // g: each row comes from one rank.
   if (tp.sequence_parallel()) {
     RETURN_IF_ERROR(tp.SequenceReduceScatter(whole, x, scratch, batch, t, c, scope));
   } else {
     RETURN_IF_ERROR(tp.AllReduce(x, n * c, scope));
   }
-  for (int64_t i = 0; i < tp.Rows(int(n)); ++i) {
-    const float* pos = wpe + int64_t(PositionOf(tp, i, t)) * c;
-    float* out = x + i * c;
-    for (int k = 0; k < c; ++k) out[k] += pos[k];
-  }
-  return absl::OkStatus();
+  const Positions positions = PositionsOf(tp, t);
+  return k.AddPositions(x, wpe, tp.Rows(int(n)), positions.period, positions.offset, c);
 }
 
-absl::Status VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwte_local,
+absl::Status VocabParallelEmbeddingBackward(Kernels& k, const TensorParallel& tp, float* dwte_local,
                                             float* dwpe, const float* dx, float* dx_whole,
                                             const int32_t* tokens, int batch, int t, int c,
                                             int vocab_local, float* scratch,
@@ -175,22 +154,12 @@ absl::Status VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwt
     RETURN_IF_ERROR(tp.SequenceAllGather(dx, dx_whole, scratch, batch, t, c, scope));
     all = dx_whole;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = tokens[i] - first;
-    if (row < 0 || row >= vocab_local) continue;
-    const float* g = all + i * c;
-    float* tok = dwte_local + row * c;
-    for (int k = 0; k < c; ++k) tok[k] += g[k];
-  }
-  for (int64_t i = 0; i < tp.Rows(int(n)); ++i) {
-    const float* g = dx + i * c;
-    float* pos = dwpe + int64_t(PositionOf(tp, i, t)) * c;
-    for (int k = 0; k < c; ++k) pos[k] += g[k];
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(k.EmbeddingLookupBackward(dwte_local, all, tokens, first, vocab_local, n, c));
+  const Positions positions = PositionsOf(tp, t);
+  return k.AddPositionsBackward(dwpe, dx, tp.Rows(int(n)), positions.period, positions.offset, c);
 }
 
-absl::Status VocabParallelCrossEntropyForward(const TensorParallel& tp, float* losses,
+absl::Status VocabParallelCrossEntropyForward(Kernels& k, const TensorParallel& tp, float* losses,
                                               float* probs, float* scratch, const float* logits,
                                               const int32_t* targets, int n, int vocab_local,
                                               int vocab, const std::string& scope) {
@@ -200,49 +169,21 @@ absl::Status VocabParallelCrossEntropyForward(const TensorParallel& tp, float* l
   float* max = scratch;
   float* sum = scratch + n;
   float* target = scratch + 2 * int64_t(n);
-  for (int i = 0; i < n; ++i) {
-    const float* row = logits + int64_t(i) * vocab_local;
-    float m = -INFINITY;
-    for (int j = 0; j < valid; ++j) m = std::max(m, row[j]);
-    max[i] = m;
-  }
+  RETURN_IF_ERROR(k.LogitMax(max, logits, n, vocab_local, valid));
   RETURN_IF_ERROR(tp.AllReduce(max, n, scope, comm::ReduceOp::kMax));
-  for (int i = 0; i < n; ++i) {
-    const float* row = logits + int64_t(i) * vocab_local;
-    float* p = probs + int64_t(i) * vocab_local;
-    float s = 0;
-    for (int j = 0; j < valid; ++j) {
-      p[j] = cpu::FastExp(row[j] - max[i]);  // the global max: exp cannot overflow
-      s += p[j];
-    }
-    std::fill(p + valid, p + vocab_local, 0.0f);
-    sum[i] = s;
-    const int64_t column = targets[i] - first;
-    target[i] = column >= 0 && column < valid ? row[column] : 0.0f;
-  }
+  // The global max: exp cannot overflow.
+  RETURN_IF_ERROR(
+      k.SoftmaxExp(probs, sum, target, logits, max, targets, first, n, vocab_local, valid));
   RETURN_IF_ERROR(tp.AllReduce(sum, n, scope));
   RETURN_IF_ERROR(tp.AllReduce(target, n, scope));  // one rank holds each target's logit
-  for (int i = 0; i < n; ++i) {
-    float* p = probs + int64_t(i) * vocab_local;
-    const float inv = 1.0f / sum[i];
-    for (int j = 0; j < valid; ++j) p[j] *= inv;
-    // log p[target] from the logits, which keeps precision where p underflows.
-    losses[i] = std::log(sum[i]) - (target[i] - max[i]);
-  }
-  return absl::OkStatus();
+  return k.SoftmaxLoss(probs, losses, sum, target, max, n, vocab_local, valid);
 }
 
-void VocabParallelCrossEntropyBackward(const TensorParallel& tp, float* dlogits,
-                                       const float* probs, const int32_t* targets, float dloss,
-                                       int n, int vocab_local) {
+absl::Status VocabParallelCrossEntropyBackward(Kernels& k, const TensorParallel& tp, float* dlogits,
+                                               const float* probs, const int32_t* targets,
+                                               float dloss, int n, int vocab_local) {
   const int64_t first = int64_t(tp.rank()) * vocab_local;
-  for (int i = 0; i < n; ++i) {
-    const float* p = probs + int64_t(i) * vocab_local;
-    float* d = dlogits + int64_t(i) * vocab_local;
-    for (int j = 0; j < vocab_local; ++j) d[j] = p[j] * dloss;
-    const int64_t column = targets[i] - first;
-    if (column >= 0 && column < vocab_local) d[column] -= dloss;
-  }
+  return k.CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab_local);
 }
 
 absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,

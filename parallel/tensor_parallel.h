@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "optim/optimizer.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/kernels/kernels.h"
 
 namespace tally::parallel {
 
@@ -74,9 +75,10 @@ class TensorParallel {
   bool sequence_parallel_ = false;
 };
 
-// The shapes of one call: b sequences of t tokens. `rows` is the activations' rows on
-// this rank between the parallel layers (TensorParallel::Rows), n = b·t those inside.
-// `scratch` (b·t·c floats, c the widest activation passed) is needed under sequence
+// Each layer computes with `k`, the rank's kernels (runtime/kernels/kernels.h), on
+// pointers of k's device. The shapes of one call: b sequences of t tokens. `rows` is the
+// activations' rows on this rank between the parallel layers (TensorParallel::Rows), n = b·t those
+// inside. `scratch` (b·t·c floats, c the widest activation passed) is needed under sequence
 // parallelism only; pass null otherwise.
 
 // Column-parallel: W (out, in) split by output rows, rank r holding rows
@@ -84,16 +86,16 @@ class TensorParallel {
 // y (n, out_local) = x_whole · W_rᵀ + b_r. Without sequence parallelism f is the identity
 // and x_whole is x itself (pass null); with it, x (rows, in) is gathered into x_whole
 // (n, in), which backward needs.
-absl::Status ColumnParallelLinearForward(const TensorParallel& tp, float* y, const float* x,
-                                         float* x_whole, const float* w, const float* b,
-                                         int batch, int t, int in, int out_local, float* scratch,
-                                         const std::string& scope);
+absl::Status ColumnParallelLinearForward(Kernels& k, const TensorParallel& tp, float* y,
+                                         const float* x, float* x_whole, const float* w,
+                                         const float* b, int batch, int t, int in, int out_local,
+                                         float* scratch, const std::string& scope);
 // dx_whole (n, in) = dy_r · W_r, the rank's part of the input's gradient, then f's
 // backward: the sum over the group into dx (rows, in) — an all-reduce in place (dx is
 // dx_whole) or a reduce-scatter. dW_r += dy_rᵀ · x_whole; db_r += Σ_rows dy_r (db may be
 // null).
-absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, float* dx_whole,
-                                          float* dw, float* db, const float* dy,
+absl::Status ColumnParallelLinearBackward(Kernels& k, const TensorParallel& tp, float* dx,
+                                          float* dx_whole, float* dw, float* db, const float* dy,
                                           const float* x_whole, const float* w, int batch, int t,
                                           int in, int out_local, float* scratch,
                                           const std::string& scope);
@@ -103,15 +105,15 @@ absl::Status ColumnParallelLinearBackward(const TensorParallel& tp, float* dx, f
 // y_whole (n, out) = x_r · W_rᵀ, then g: the sum over the group into y (rows, out) — an
 // all-reduce in place (y is y_whole) or a reduce-scatter — and b (replicated, may be
 // null) added once, after the sum.
-absl::Status RowParallelLinearForward(const TensorParallel& tp, float* y, float* y_whole,
-                                      const float* x, const float* w, const float* b, int batch,
-                                      int t, int in_local, int out, float* scratch,
-                                      const std::string& scope);
+absl::Status RowParallelLinearForward(Kernels& k, const TensorParallel& tp, float* y,
+                                      float* y_whole, const float* x, const float* w,
+                                      const float* b, int batch, int t, int in_local, int out,
+                                      float* scratch, const std::string& scope);
 // g's backward: dy (rows, out) gathered into dy_whole (n, out) under sequence
 // parallelism (otherwise dy_whole is dy; pass null). Then dx_r = dy_whole · W_r,
 // dW_r += dy_wholeᵀ · x_r, db += Σ_rows dy_whole.
-absl::Status RowParallelLinearBackward(const TensorParallel& tp, float* dx, float* dw, float* db,
-                                       const float* dy, float* dy_whole, const float* x,
+absl::Status RowParallelLinearBackward(Kernels& k, const TensorParallel& tp, float* dx, float* dw,
+                                       float* db, const float* dy, float* dy_whole, const float* x,
                                        const float* w, int batch, int t, int in_local, int out,
                                        float* scratch, const std::string& scope);
 
@@ -120,14 +122,14 @@ absl::Status RowParallelLinearBackward(const TensorParallel& tp, float* dx, floa
 // (zero rows for the others), the sum over the group completes every row (into x: an
 // all-reduce in place, x_whole null, or a reduce-scatter), and wpe (replicated) is added
 // after it.
-absl::Status VocabParallelEmbeddingForward(const TensorParallel& tp, float* x, float* x_whole,
-                                           const int32_t* tokens, const float* wte_local,
-                                           const float* wpe, int batch, int t, int c,
-                                           int vocab_local, float* scratch,
+absl::Status VocabParallelEmbeddingForward(Kernels& k, const TensorParallel& tp, float* x,
+                                           float* x_whole, const int32_t* tokens,
+                                           const float* wte_local, const float* wpe, int batch,
+                                           int t, int c, int vocab_local, float* scratch,
                                            const std::string& scope);
 // dwte_r += dx of the rank's own tokens (gathered into dx_whole first under sequence
 // parallelism); dwpe += dx of the rank's rows.
-absl::Status VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwte_local,
+absl::Status VocabParallelEmbeddingBackward(Kernels& k, const TensorParallel& tp, float* dwte_local,
                                             float* dwpe, const float* dx, float* dx_whole,
                                             const int32_t* tokens, int batch, int t, int c,
                                             int vocab_local, float* scratch,
@@ -137,14 +139,14 @@ absl::Status VocabParallelEmbeddingBackward(const TensorParallel& tp, float* dwt
 // padding after them takes no part) from each rank's logits (n, vocab_local): losses (n)
 // on every rank, and this rank's slice of the softmax in probs (n, vocab_local).
 // `scratch` holds 3·n floats.
-absl::Status VocabParallelCrossEntropyForward(const TensorParallel& tp, float* losses,
+absl::Status VocabParallelCrossEntropyForward(Kernels& k, const TensorParallel& tp, float* losses,
                                               float* probs, float* scratch, const float* logits,
                                               const int32_t* targets, int n, int vocab_local,
                                               int vocab, const std::string& scope);
 // dlogits_r = (probs_r - onehot_r(targets)) · dloss (dlogits may be probs itself).
-void VocabParallelCrossEntropyBackward(const TensorParallel& tp, float* dlogits,
-                                       const float* probs, const int32_t* targets, float dloss,
-                                       int n, int vocab_local);
+absl::Status VocabParallelCrossEntropyBackward(Kernels& k, const TensorParallel& tp, float* dlogits,
+                                               const float* probs, const int32_t* targets,
+                                               float dloss, int n, int vocab_local);
 
 // Under sequence parallelism: sums the gradients of the per-token replicas (the
 // segments marked per_token: LayerNorms, position table) over the group, in place, once

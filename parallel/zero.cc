@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
   }
   std::unique_ptr<ZeroWeights> z(
       new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp, stages));
+  ASSIGN_OR_RETURN(z->kernels_, Kernels::Create(dp->allocator().device()));
   Allocator& alloc = dp->allocator();
   const int64_t total = layout.total(), shard = z->sharding_.size();
   auto empty = [&](int64_t n, MemoryCategory category) {
@@ -213,10 +214,7 @@ absl::StatusOr<Tensor> ZeroWeights::TiedEmbeddingGrads() {
   return Own(grad_shard_, pieces_of_unit_[model::ParameterLayout::kEmbeddings].first);
 }
 
-void ZeroWeights::ZeroGrad() {
-  Tensor& accumulated = stage_ == 1 ? grads_ : grad_shard_;
-  std::memset(accumulated.raw_data(), 0, accumulated.nbytes());
-}
+absl::Status ZeroWeights::ZeroGrad() { return (stage_ == 1 ? grads_ : grad_shard_).SetZero(); }
 
 absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::TrafficLedger& ledger = dp_->ledger();
@@ -234,12 +232,13 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   const int64_t n = grad_shard_.numel();
   RETURN_IF_ERROR(SumPerTokenGradients(tp_, g, segments_));
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
-  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(g, segments_, dp_, tp_, algorithm_, stages_));
+  ASSIGN_OR_RETURN(double norm,
+                   GlobalGradientNorm(*kernels_, g, segments_, dp_, tp_, algorithm_, stages_));
   if (clip > 0) {
     float scale = optim::ClipScale(norm, clip);
-    if (scale < 1.0f) optim::Scale(g, n, scale);
+    if (scale < 1.0f) RETURN_IF_ERROR(kernels_->Scale(g, n, scale));
   }
-  optimizer_->Step(params_.data<float>(), g, lr, segments_);
+  RETURN_IF_ERROR(optimizer_->Step(params_.data<float>(), g, lr, segments_));
   if (stage_ == 3) return norm;
   // Every rank's updated chunks to every rank: each all-gather's input is the own chunk
   // inside its output, so it moves only the other ranks' chunks.

@@ -104,7 +104,7 @@ class ZeroWeights : public model::WeightStore {
   absl::Status ReleaseParams(int unit) override;
   absl::StatusOr<float*> OpenGrads(int unit) override;
   absl::Status CloseGrads(int unit) override;
-  void ZeroGrad() override;
+  absl::Status ZeroGrad() override;
   // ZeRO-1: wte's whole gradients (reduce-scattered in Step, after the sum). ZeRO-2/3:
   // this rank's chunk of wte's reduced gradients (wte is a unit of its own on a pipeline
   // stage, so the first and the last stage's chunks line up).
@@ -142,6 +142,7 @@ class ZeroWeights : public model::WeightStore {
   const Sharding sharding_;
   MakeOptimizer make_optimizer_;
   const comm::Algorithm algorithm_;  // of every collective here
+  std::unique_ptr<Kernels> kernels_;  // the gradient norm's and clipping's
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<optim::Segment> segments_;  // of the packed shard
 

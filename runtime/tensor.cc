@@ -1,6 +1,9 @@
 #include "runtime/tensor.h"
 
+#include <cstring>
 #include <utility>
+
+#include "runtime/cuda/cuda.h"
 
 namespace tally {
 
@@ -25,6 +28,24 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shap
       shape_(std::move(shape)),
       numel_(NumElements(shape_)),
       dtype_(dtype) {}
+
+absl::Status Tensor::CopyFromHost(const void* host) const {
+  if (device().type == DeviceType::kCUDA) return cuda::CopyToDevice(raw_data(), host, nbytes());
+  if (nbytes() > 0) std::memcpy(raw_data(), host, nbytes());
+  return absl::OkStatus();
+}
+
+absl::Status Tensor::CopyToHost(void* host) const {
+  if (device().type == DeviceType::kCUDA) return cuda::CopyToHost(host, raw_data(), nbytes());
+  if (nbytes() > 0) std::memcpy(host, raw_data(), nbytes());
+  return absl::OkStatus();
+}
+
+absl::Status Tensor::SetZero() const {
+  if (device().type == DeviceType::kCUDA) return cuda::Zero(raw_data(), nbytes());
+  if (nbytes() > 0) std::memset(raw_data(), 0, nbytes());
+  return absl::OkStatus();
+}
 
 Tensor Tensor::Borrow(float* data, int64_t count) {
   return Tensor(Storage::Borrow(data, sizeof(float) * size_t(count), Device::CPU()), 0, {count},

@@ -60,6 +60,12 @@ class Tensor {
     return static_cast<T*>(raw_data());
   }
 
+  // The tensor's bytes from or to host memory (nbytes() of them), and zeroing them, on
+  // whichever device they live (runtime/cuda/cuda.h for a GPU).
+  absl::Status CopyFromHost(const void* host) const;
+  absl::Status CopyToHost(void* host) const;
+  absl::Status SetZero() const;
+
   // Rows [begin, end) along the first dimension, sharing storage. Requires 0 <= begin <=
   // end <= dim(0).
   Tensor Slice(int64_t begin, int64_t end) const;

@@ -1,11 +1,33 @@
 #!/usr/bin/env bash
-# The GPU check, on a machine with a GPU, from what scripts/gpu_pack.sh packed: the GPU,
-# then every CUDA kernel against its CPU kernel. Output also goes to $OUT when set.
-# (Training on the GPU and its benchmark against PyTorch are not built yet.)
+# The GPU check, on a machine with a GPU, from what scripts/gpu_pack.sh packed (about 8
+# minutes on one H200):
+#   1. the GPU; every CUDA kernel against its CPU kernel; Kernels on CUDA against Kernels
+#      on the CPU; 5 training steps on the GPU against the CPU run (cuda_train_test);
+#   2. GPT-2 small (12 layers, 12 heads, C=768, T=1024, byte vocabulary, batch 8) trained
+#      by tally_model_bench with TF32: tokens/s, the cuBLAS fp32 and TF32 peaks it
+#      measures, and MFU; then, where PyTorch is installed, the same model and batch in
+#      PyTorch eager with TF32 allowed, for the ratio.
+# Every output also goes to $OUT (default /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp}"
+status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/gpu.txt"
 export LD_LIBRARY_PATH="$PWD/gpu_pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-gpu_pack/cuda_kernels_test 2>&1 | tee "$out/cuda_kernels_test.txt"
-exit "${PIPESTATUS[0]}"
+for test in cuda_kernels_test cuda_train_test; do
+  timeout 180 "gpu_pack/$test" 2>&1 | tee "$out/$test.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
+gpt2=(--n_layer=12 --n_head=12 --n_embd=768 --seq_len=1024 --batch=8 --warmup=2 --steps=10)
+for precision in "" "--tf32"; do
+  timeout 150 gpu_pack/tally_model_bench --device=cuda $precision "${gpt2[@]}" \
+    --json="$out/tally_gpt2${precision:+_tf32}.json" 2>&1 | tee -a "$out/tally_gpt2.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
+if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  timeout 150 python3 gpu_pack/torch_gpt.py --device cuda --tf32 --n_layer 12 --n_head 12 \
+    --n_embd 768 --seq_len 1024 --batch 8 --warmup 2 --steps 10 2>&1 | tee "$out/torch_gpt2.txt"
+else
+  echo "PyTorch with CUDA is not installed here: no side-by-side run" | tee "$out/torch_gpt2.txt"
+fi
+exit "$status"

@@ -61,10 +61,8 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
   }
   if (options.device == "cuda") {
-    ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());  // no GPU, or no CUDA: it says which
-    return absl::UnimplementedError(absl::StrCat(
-        "[train] --device=cuda: ", gpus, " GPU(s) found, but the GPT does not run on CUDA yet "
-        "(its kernels do: runtime/kernels/cuda); train with --device=cpu"));
+    // No GPU, or no CUDA in this build: the message says which.
+    RETURN_IF_ERROR(cuda::DeviceCount().status());
   }
   if (options.world() == 1 && options.zero == 0 && !mpi) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));

@@ -73,6 +73,15 @@ absl::Status TrainOptions::Validate() const {
   }
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
   if (device != "cpu" && device != "cuda") return bad("--device must be cpu or cuda, got '", device, "'");
+  if (tf32 && device != "cuda") return bad("--tf32 needs --device=cuda (it is cuBLAS's)");
+  if (device == "cuda" && (world() > 1 || zero > 0 || backend != "threads")) {
+    return bad(
+        "--device=cuda trains one rank so far (--dp=1 --tp=1 --pp=1, no --zero, "
+        "--backend=threads): the collectives on device memory are not built yet");
+  }
+  if (device == "cuda" && (!save.empty() || !load.empty())) {
+    return bad("--save and --load with --device=cuda are not built yet");
+  }
   return absl::OkStatus();
 }
 

@@ -64,9 +64,12 @@ struct TrainOptions {
   bool native_collectives = false;
   double timeout_s = 60;  // the longest any wait for a peer may take
 
-  // Where the model computes: "cpu", or "cuda" (runtime/cuda; the GPT on CUDA is not
-  // built yet: the run stops with a message that says so, or why there is no GPU).
+  // Where the model computes: "cpu", or "cuda" (GPU 0: parameters, gradients, optimizer
+  // state and activations in its memory, runtime/kernels/cuda). One rank so far: the
+  // collectives on device memory are not built yet. tf32: let cuBLAS use TF32 tensor
+  // cores for fp32 matmuls (CUDA only).
   std::string device = "cpu";
+  bool tf32 = false;
 
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's

@@ -62,7 +62,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
     work.reset();
     return s;
   };
-  gpt_->ZeroGrad();
+  RETURN_IF_ERROR(gpt_->ZeroGrad());
   double loss_sum = 0;
   for (const parallel::PipelineStep& s : parallel::StageSteps(schedule_, o.pp, stage_, m)) {
     const int slot = s.micro_batch % slots_;

@@ -51,6 +51,8 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptio
 Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world)
     : options_(options),
       world_(world),
+      own_alloc_(&own_memory_,
+                 options.device == "cuda" ? Device{DeviceType::kCUDA, 0} : Device::CPU()),
       data_(std::move(data)),
       alloc_(world != nullptr ? world->allocator() : own_alloc_) {}
 
@@ -109,6 +111,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                      model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp, stage));
   } else {
     ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp, stage));
+    if (options.tf32) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels, Kernels::Create(t->alloc_.device(), true));
+      RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
+    }
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
     t->segments_ = model::OptimizerSegments(layout);
     if (t->dp_ != nullptr) {
@@ -148,7 +154,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
   const int64_t first = step * g + int64_t(dp_rank) * (g / options_.dp);
   int64_t start = MonotonicNanos();
-  gpt_->ZeroGrad();
+  RETURN_IF_ERROR(gpt_->ZeroGrad());
   double loss_sum = 0;
   for (int j = 0; j < micro_batches; ++j) {
     data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
@@ -192,13 +198,14 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
     float* grads = gpt_->grads().data<float>();
     int64_t n = gpt_->grads().numel();
     RETURN_IF_ERROR(parallel::SumPerTokenGradients(gpt_->tp(), grads, segments_));
-    ASSIGN_OR_RETURN(s.grad_norm, parallel::GlobalGradientNorm(grads, segments_, nullptr, gpt_->tp(),
-                                                               comm::Algorithm::kRing, pp_.get()));
+    ASSIGN_OR_RETURN(s.grad_norm,
+                     parallel::GlobalGradientNorm(gpt_->kernels(), grads, segments_, nullptr,
+                                                  gpt_->tp(), comm::Algorithm::kRing, pp_.get()));
     if (options_.grad_clip > 0) {
       float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
-      if (scale < 1.0f) optim::Scale(grads, n, scale);
+      if (scale < 1.0f) RETURN_IF_ERROR(gpt_->kernels().Scale(grads, n, scale));
     }
-    optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_);
+    RETURN_IF_ERROR(optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_));
   }
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);
@@ -244,10 +251,13 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
   std::vector<std::pair<float, int>> scored(v);
   // The last position's logits over the whole vocabulary (tensor parallelism: gathered
   // from the ranks' slices).
+  // Both on the host, wherever the model runs.
   const int vl = gpt_->vocab_local();
-  Tensor last;
-  ASSIGN_OR_RETURN(last, Tensor::Empty({int64_t(vl) * gpt_->tp().size()}, DType::kF32, alloc_,
-                                       MemoryCategory::kActivations));
+  Allocator host(alloc_.ledger());
+  ASSIGN_OR_RETURN(Tensor mine,
+                   Tensor::Empty({vl}, DType::kF32, host, MemoryCategory::kActivations));
+  ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * gpt_->tp().size()}, DType::kF32, host,
+                                              MemoryCategory::kActivations));
   for (int i = 0; i < bytes; ++i) {
     // The last (up to) T bytes, left-aligned; causal attention makes the padding after
     // them irrelevant to the logits at the last real position.
@@ -261,7 +271,8 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
     }
     int chosen = 0;
     if (holds_logits) {
-      Tensor mine = Tensor::Borrow(const_cast<float*>(gpt_->logits()) + int64_t(len - 1) * vl, vl);
+      // The last position's logits, this rank's slice on the host, then every slice.
+      RETURN_IF_ERROR(gpt_->LogitsRowToHost(len - 1, mine.data<float>()));
       if (tp_ != nullptr) {
         RETURN_IF_ERROR(tp_->AllGather(mine, last));
       } else {

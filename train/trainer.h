@@ -101,9 +101,10 @@ class Trainer {
 
   TrainOptions options_;
   comm::Communicator* world_;
-  // Allocations are charged to the rank's memory ledger: the world's, or this one.
+  // Allocations are charged to the rank's memory ledger: the world's, or this one (on
+  // the GPU with --device=cuda).
   MemoryLedger own_memory_;
-  Allocator own_alloc_{&own_memory_};
+  Allocator own_alloc_;
   comm::TrafficLedger own_traffic_{0};
   std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
   std::unique_ptr<comm::Communicator> tp_;  // when tp > 1

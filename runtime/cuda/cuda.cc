@@ -55,6 +55,11 @@ absl::Status CopyOnDevice(void* to, const void* from, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status Zero(void* device, size_t bytes) {
+  CUDA_RETURN_IF_ERROR(cudaMemset(device, 0, bytes));
+  return absl::OkStatus();
+}
+
 absl::Status Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();

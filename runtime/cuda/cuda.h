@@ -38,6 +38,7 @@ void Free(void* device_pointer);
 absl::Status CopyToDevice(void* device, const void* host, size_t bytes);
 absl::Status CopyToHost(void* host, const void* device, size_t bytes);
 absl::Status CopyOnDevice(void* to, const void* from, size_t bytes);
+absl::Status Zero(void* device, size_t bytes);
 
 // Waits for all work queued on the current device; returns its first error.
 absl::Status Synchronize();

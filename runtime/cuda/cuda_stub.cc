@@ -21,6 +21,7 @@ void Free(void*) {}
 absl::Status CopyToDevice(void*, const void*, size_t) { return NotBuilt(); }
 absl::Status CopyToHost(void*, const void*, size_t) { return NotBuilt(); }
 absl::Status CopyOnDevice(void*, const void*, size_t) { return NotBuilt(); }
+absl::Status Zero(void*, size_t) { return NotBuilt(); }
 absl::Status Synchronize() { return NotBuilt(); }
 
 }  // namespace tally::cuda

@@ -19,6 +19,12 @@
 namespace tally::parallel {
 namespace {
 
+// The CPU's kernels, which hold no state: every thread rank may share them.
+Kernels& Cpu() {
+  static Kernels* kernels = Kernels::Create(Device::CPU()).value().release();
+  return *kernels;
+}
+
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -97,12 +103,15 @@ TEST_P(TensorParallelLayers, ColumnParallelLinearEqualsLinear) {
     auto x_r = Held(x, b, t, in, tp);
     std::vector<float> y_r(n * out_local), x_whole(n * in), dx_r(n * in), dx_whole(n * in);
     std::vector<float> dw_r(out_local * in, 0.0f), db_r(out_local, 0.0f), scratch(n * in);
-    ASSERT_TRUE(ColumnParallelLinearForward(tp, y_r.data(), x_r.data(), x_whole.data(), w_r.data(),
-                                            b_r.data(), b, t, in, out_local, scratch.data(), "test").ok());
+    ASSERT_TRUE(ColumnParallelLinearForward(Cpu(), tp, y_r.data(), x_r.data(), x_whole.data(),
+                                            w_r.data(), b_r.data(), b, t, in, out_local,
+                                            scratch.data(), "test")
+                    .ok());
     const float* input = tp.sequence_parallel() ? x_whole.data() : x.data();
-    ASSERT_TRUE(ColumnParallelLinearBackward(tp, dx_r.data(), dx_whole.data(), dw_r.data(), db_r.data(),
-                                             dy_r.data(), input, w_r.data(), b, t, in, out_local,
-                                             scratch.data(), "test").ok());
+    ASSERT_TRUE(ColumnParallelLinearBackward(Cpu(), tp, dx_r.data(), dx_whole.data(), dw_r.data(),
+                                             db_r.data(), dy_r.data(), input, w_r.data(), b, t, in,
+                                             out_local, scratch.data(), "test")
+                    .ok());
     ExpectNear(y_r, Columns(y, n, out, first, out_local), "y", tp.rank());
     dx_r.resize(tp.Rows(n) * in);
     ExpectNear(dx_r, Held(dx, b, t, in, tp), "dx", tp.rank());  // after f's sum
@@ -123,11 +132,14 @@ TEST_P(TensorParallelLayers, RowParallelLinearEqualsLinear) {
     auto dy_r = Held(dy, b, t, out, tp);
     std::vector<float> y_r(n * out), y_whole(n * out), dy_whole(n * out), scratch(n * out);
     std::vector<float> dx_r(n * in_local), dw_r(out * in_local, 0.0f), db_r(out, 0.0f);
-    ASSERT_TRUE(RowParallelLinearForward(tp, y_r.data(), y_whole.data(), x_r.data(), w_r.data(),
-                                         bias.data(), b, t, in_local, out, scratch.data(), "test").ok());
-    ASSERT_TRUE(RowParallelLinearBackward(tp, dx_r.data(), dw_r.data(), db_r.data(), dy_r.data(),
-                                          dy_whole.data(), x_r.data(), w_r.data(), b, t, in_local, out,
-                                          scratch.data(), "test").ok());
+    ASSERT_TRUE(RowParallelLinearForward(Cpu(), tp, y_r.data(), y_whole.data(), x_r.data(),
+                                         w_r.data(), bias.data(), b, t, in_local, out,
+                                         scratch.data(), "test")
+                    .ok());
+    ASSERT_TRUE(RowParallelLinearBackward(Cpu(), tp, dx_r.data(), dw_r.data(), db_r.data(),
+                                          dy_r.data(), dy_whole.data(), x_r.data(), w_r.data(), b,
+                                          t, in_local, out, scratch.data(), "test")
+                    .ok());
     y_r.resize(tp.Rows(n) * out);
     ExpectNear(y_r, Held(y, b, t, out, tp), "y", tp.rank());  // after g's sum, the bias once
     ExpectNear(dx_r, Columns(dx, n, in, first, in_local), "dx", tp.rank());
@@ -185,10 +197,11 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
     model::BlockTensors w = model::BindBlock(layout, 0, local.data() + mine.begin);
     model::BlockTensors g = model::BindBlock(layout, 0, r.local_grads.data() + mine.begin);
     auto x_r = Held(x, b, t, c, tp);
-    EXPECT_TRUE(model::BlockForward(config, tp, 0, b, w, x_r.data(), a, s).ok());
+    EXPECT_TRUE(model::BlockForward(Cpu(), config, tp, 0, b, w, x_r.data(), a, s).ok());
     r.out.assign(a.out, a.out + rows * c);
     r.dx = Held(dout, b, t, c, tp);
-    EXPECT_TRUE(model::BlockBackward(config, tp, 0, b, w, g, x_r.data(), a, s, r.dx.data()).ok());
+    EXPECT_TRUE(
+        model::BlockBackward(Cpu(), config, tp, 0, b, w, g, x_r.data(), a, s, r.dx.data()).ok());
     return r;
   };
   Result serial = run(TensorParallel());
@@ -251,11 +264,13 @@ TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
     }
     for (int j = 0; j < valid * c; ++j) wte_r[j] = wte[first * c + j];
     std::vector<float> losses_r(n), probs_r(n * vocab_local), scratch(3 * n);
-    ASSERT_TRUE(VocabParallelCrossEntropyForward(tp, losses_r.data(), probs_r.data(), scratch.data(),
-                                                 logits_r.data(), targets.data(), n, vocab_local,
-                                                 vocab, "ce").ok());
-    VocabParallelCrossEntropyBackward(tp, probs_r.data(), probs_r.data(), targets.data(), 0.5f, n,
-                                      vocab_local);
+    ASSERT_TRUE(VocabParallelCrossEntropyForward(Cpu(), tp, losses_r.data(), probs_r.data(),
+                                                 scratch.data(), logits_r.data(), targets.data(), n,
+                                                 vocab_local, vocab, "ce")
+                    .ok());
+    ASSERT_TRUE(VocabParallelCrossEntropyBackward(Cpu(), tp, probs_r.data(), probs_r.data(),
+                                                  targets.data(), 0.5f, n, vocab_local)
+                    .ok());
     ExpectNear(losses_r, losses, "loss", tp.rank());
     std::vector<float> dlogits_r(n * valid);
     for (int i = 0; i < n; ++i) {
@@ -268,11 +283,14 @@ TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
     std::vector<float> x_r(rows * c), whole(n * c), comm(n * c), dwte_r(vocab_local * c, 0.0f);
     std::vector<float> dwpe_r(t * c, 0.0f);
     auto dx_r = Held(dx, b, t, c, tp);
-    ASSERT_TRUE(VocabParallelEmbeddingForward(tp, x_r.data(), whole.data(), tokens.data(), wte_r.data(),
-                                              wpe.data(), b, t, c, vocab_local, comm.data(), "emb").ok());
-    ASSERT_TRUE(VocabParallelEmbeddingBackward(tp, dwte_r.data(), dwpe_r.data(), dx_r.data(),
+    ASSERT_TRUE(VocabParallelEmbeddingForward(Cpu(), tp, x_r.data(), whole.data(), tokens.data(),
+                                              wte_r.data(), wpe.data(), b, t, c, vocab_local,
+                                              comm.data(), "emb")
+                    .ok());
+    ASSERT_TRUE(VocabParallelEmbeddingBackward(Cpu(), tp, dwte_r.data(), dwpe_r.data(), dx_r.data(),
                                                whole.data(), tokens.data(), b, t, c, vocab_local,
-                                               comm.data(), "emb").ok());
+                                               comm.data(), "emb")
+                    .ok());
     ExpectNear(x_r, Held(x, b, t, c, tp), "embedding", tp.rank());
     ExpectNear(std::vector<float>(dwte_r.begin(), dwte_r.begin() + valid * c),
                Rows(dwte, c, first, valid), "dwte", tp.rank());

@@ -8,7 +8,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/kernels/cuda/kernels.h"
@@ -132,6 +134,72 @@ __global__ void ColumnSumsKernel(float* db, const float* dy, int n, int oc) {
   }
 }
 
+// x (n, c): the slice's row of wte for each token in [first, first + vocab), else zeros.
+__global__ void EmbeddingLookupKernel(float* x, const int32_t* tokens, const float* wte,
+                                      int64_t first, int vocab, int c, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const int64_t row = tokens[i / c] - first;
+    x[i] = row >= 0 && row < vocab ? wte[row * c + i % c] : 0.0f;
+  }
+}
+
+__global__ void EmbeddingLookupBackwardKernel(float* dwte, const float* dx, const int32_t* tokens,
+                                              int64_t first, int vocab, int c, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const int64_t row = tokens[i / c] - first;
+    if (row >= 0 && row < vocab) atomicAdd(&dwte[row * c + i % c], dx[i]);
+  }
+}
+
+__global__ void AddPositionsKernel(float* x, const float* wpe, int period, int offset, int c,
+                                   int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { x[i] += wpe[(offset + (i / c) % period) * c + i % c]; }
+}
+
+// One thread per (position, channel) of the period, adding its rows in order: the CPU's
+// sum, without atomics.
+__global__ void AddPositionsBackwardKernel(float* dwpe, const float* dx, int64_t rows, int period,
+                                           int offset, int c) {
+  TALLY_GRID_STRIDE(i, int64_t(period) * c) {
+    const int64_t p = i / c;
+    const int k = int(i % c);
+    float sum = 0;
+    for (int64_t r = p; r < rows; r += period) sum += dx[r * c + k];
+    dwpe[(offset + p) * c + k] += sum;
+  }
+}
+
+__global__ void AddBiasKernel(float* y, const float* b, int c, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { y[i] += b[i % c]; }
+}
+
+__global__ void ScaleKernel(float* x, float factor, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { x[i] *= factor; }
+}
+
+__global__ void SgdKernel(float* p, const float* g, float* b, int64_t n, float lr, float mu,
+                          float wd, bool first) {
+  TALLY_GRID_STRIDE(i, n) {
+    const float gi = g[i] + wd * p[i];
+    b[i] = first ? gi : mu * b[i] + gi;
+    p[i] -= lr * b[i];
+  }
+}
+
+// Each block's Σ x² in double into partial[block] (the host adds the blocks).
+__global__ void SquaresKernel(double* partial, const float* x, int64_t n) {
+  __shared__ double lanes[kThreads];
+  double sum = 0;
+  TALLY_GRID_STRIDE(i, n) { sum += double(x[i]) * x[i]; }
+  lanes[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+    if (threadIdx.x < half) lanes[threadIdx.x] += lanes[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = lanes[0];
+}
+
 // ---------------------------------------------------------------------------- rows
 
 __global__ void LayerNormForwardKernel(float* y, float* mean, float* rstd, const float* x,
@@ -197,12 +265,53 @@ __global__ void CrossEntropyForwardKernel(float* losses, float* probs, const flo
 }
 
 __global__ void CrossEntropyBackwardKernel(float* dlogits, const float* probs,
-                                           const int32_t* targets, float dloss, int v, int64_t n) {
+                                           const int32_t* targets, int64_t first, float dloss,
+                                           int v, int64_t n) {
   TALLY_GRID_STRIDE(i, n) {
     const int64_t row = i / v;
     const int j = int(i % v);
-    dlogits[i] = probs[i] * dloss - (j == targets[row] ? dloss : 0.0f);
+    dlogits[i] = probs[i] * dloss - (j == targets[row] - first ? dloss : 0.0f);
   }
+}
+
+// The vocabulary-parallel softmax's passes (Kernels::LogitMax, SoftmaxExp, SoftmaxLoss),
+// one block per row.
+__global__ void LogitMaxKernel(float* max, const float* logits, int v, int valid) {
+  const int64_t row = blockIdx.x;
+  const float* l = logits + row * v;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, l[j]);
+  m = BlockMax(m);
+  if (threadIdx.x == 0) max[row] = m;
+}
+
+__global__ void SoftmaxExpKernel(float* probs, float* sum, float* target, const float* logits,
+                                 const float* max, const int32_t* targets, int64_t first, int v,
+                                 int valid) {
+  const int64_t row = blockIdx.x;
+  const float* l = logits + row * v;
+  float* p = probs + row * v;
+  const float m = max[row];
+  float s = 0;
+  for (int j = threadIdx.x; j < v; j += blockDim.x) {
+    p[j] = j < valid ? expf(l[j] - m) : 0.0f;
+    s += p[j];
+  }
+  s = BlockSum(s);
+  if (threadIdx.x == 0) {
+    sum[row] = s;
+    const int64_t column = targets[row] - first;
+    target[row] = column >= 0 && column < valid ? l[column] : 0.0f;
+  }
+}
+
+__global__ void SoftmaxLossKernel(float* probs, float* losses, const float* sum,
+                                  const float* target, const float* max, int v, int valid) {
+  const int64_t row = blockIdx.x;
+  float* p = probs + row * v;
+  const float inv = 1.0f / sum[row];
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) p[j] *= inv;
+  if (threadIdx.x == 0) losses[row] = logf(sum[row]) - (target[row] - max[row]);
 }
 
 // Rows of the scores S (nh·t rows of t, row r at position r % t): softmax over the
@@ -396,10 +505,94 @@ absl::Status CrossEntropyForward(float* losses, float* probs, const float* logit
 }
 
 absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
-                                  float dloss, int n, int v) {
+                                  int64_t first, float dloss, int n, int v) {
   const int64_t count = int64_t(n) * v;
-  TALLY_LAUNCH(CrossEntropyBackwardKernel, Blocks(count), dlogits, probs, targets, dloss, v, count);
+  TALLY_LAUNCH(CrossEntropyBackwardKernel, Blocks(count), dlogits, probs, targets, first, dloss, v,
+               count);
   return absl::OkStatus();
+}
+
+absl::Status LogitMax(float* max, const float* logits, int n, int v, int valid) {
+  TALLY_LAUNCH(LogitMaxKernel, n, max, logits, v, valid);
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
+                        const float* max, const int32_t* targets, int64_t first, int n, int v,
+                        int valid) {
+  TALLY_LAUNCH(SoftmaxExpKernel, n, probs, sum, target, logits, max, targets, first, v, valid);
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
+                         const float* max, int n, int v, int valid) {
+  TALLY_LAUNCH(SoftmaxLossKernel, n, probs, losses, sum, target, max, v, valid);
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingLookup(float* x, const int32_t* tokens, const float* wte, int64_t first,
+                             int vocab, int64_t n, int c) {
+  const int64_t count = n * c;
+  TALLY_LAUNCH(EmbeddingLookupKernel, Blocks(count), x, tokens, wte, first, vocab, c, count);
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingLookupBackward(float* dwte, const float* dx, const int32_t* tokens,
+                                     int64_t first, int vocab, int64_t n, int c) {
+  const int64_t count = n * c;
+  TALLY_LAUNCH(EmbeddingLookupBackwardKernel, Blocks(count), dwte, dx, tokens, first, vocab, c,
+               count);
+  return absl::OkStatus();
+}
+
+absl::Status AddPositions(float* x, const float* wpe, int64_t rows, int period, int offset, int c) {
+  const int64_t count = rows * c;
+  TALLY_LAUNCH(AddPositionsKernel, Blocks(count), x, wpe, period, offset, c, count);
+  return absl::OkStatus();
+}
+
+absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, int period,
+                                  int offset, int c) {
+  TALLY_LAUNCH(AddPositionsBackwardKernel, Blocks(int64_t(period) * c), dwpe, dx, rows, period,
+               offset, c);
+  return absl::OkStatus();
+}
+
+absl::Status AddBias(float* y, const float* b, int64_t rows, int c) {
+  const int64_t count = rows * c;
+  TALLY_LAUNCH(AddBiasKernel, Blocks(count), y, b, c, count);
+  return absl::OkStatus();
+}
+
+absl::Status Scale(float* x, int64_t n, float factor) {
+  TALLY_LAUNCH(ScaleKernel, Blocks(n), x, factor, n);
+  return absl::OkStatus();
+}
+
+absl::Status SgdStep(float* params, const float* grads, float* momentum, int64_t n, float lr,
+                     float mu, float wd, bool first) {
+  TALLY_LAUNCH(SgdKernel, Blocks(n), params, grads, momentum, n, lr, mu, wd, first);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) {
+  if (n <= 0) return sum;
+  constexpr int kBlocks = 1024;  // enough to fill an H200; the host adds 1024 doubles
+  const int blocks = int(std::min<int64_t>(kBlocks, Blocks(n)));
+  double* partial = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&partial, sizeof(double) * blocks));
+  std::vector<double> host(blocks);
+  SquaresKernel<<<blocks, kThreads>>>(partial, x, n);
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t copied =
+      launched == cudaSuccess
+          ? cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost)
+          : launched;
+  cudaFree(partial);
+  RETURN_IF_ERROR(CudaStatus(launched, "launching SquaresKernel"));
+  RETURN_IF_ERROR(CudaStatus(copied, "cudaMemcpy(the blocks' sums of squares)"));
+  for (double d : host) sum += d;
+  return sum;
 }
 
 absl::Status Add(float* y, const float* a, const float* b, int64_t n) {

@@ -67,8 +67,33 @@ absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n)
 
 absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
                                  const int32_t* targets, int n, int v);
+// The targets are columns first + j of the whole vocabulary (0 for one slice).
 absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
-                                  float dloss, int n, int v);
+                                  int64_t first, float dloss, int n, int v);
+
+// The pieces of Kernels (runtime/kernels/kernels.h) that have no CPU kernel of their own:
+// the vocabulary-parallel softmax's three passes, the embedding of a vocabulary slice,
+// positions, bias, and the optimizers' elementwise updates. The arguments are Kernels'.
+absl::Status LogitMax(float* max, const float* logits, int n, int v, int valid);
+absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
+                        const float* max, const int32_t* targets, int64_t first, int n, int v,
+                        int valid);
+absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
+                         const float* max, int n, int v, int valid);
+absl::Status EmbeddingLookup(float* x, const int32_t* tokens, const float* wte, int64_t first,
+                             int vocab, int64_t n, int c);
+// Atomic adds: the order of additions varies from run to run.
+absl::Status EmbeddingLookupBackward(float* dwte, const float* dx, const int32_t* tokens,
+                                     int64_t first, int vocab, int64_t n, int c);
+absl::Status AddPositions(float* x, const float* wpe, int64_t rows, int period, int offset, int c);
+absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, int period,
+                                  int offset, int c);
+absl::Status AddBias(float* y, const float* b, int64_t rows, int c);
+absl::Status Scale(float* x, int64_t n, float factor);
+absl::Status SgdStep(float* params, const float* grads, float* momentum, int64_t n, float lr,
+                     float mu, float wd, bool first);
+// sum + Σ x² (blocks' partial sums in double, added on the host).
+absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum);
 
 // y = a + b (the residual stream); y may be a or b.
 absl::Status Add(float* y, const float* a, const float* b, int64_t n);

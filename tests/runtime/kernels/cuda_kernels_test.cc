@@ -213,7 +213,8 @@ TEST_F(CudaKernels, CrossEntropy) {
   int32_t* d_targets = Up(targets);
   ASSERT_TRUE(cuda::CrossEntropyForward(d_losses, d_probs, Up(logits), d_targets, n, v).ok());
   float* d_dlogits = Up(std::vector<float>(n * v));
-  ASSERT_TRUE(cuda::CrossEntropyBackward(d_dlogits, d_probs, d_targets, 0.5f, n, v).ok());
+  ASSERT_TRUE(
+      cuda::CrossEntropyBackward(d_dlogits, d_probs, d_targets, /*first=*/0, 0.5f, n, v).ok());
   ExpectClose(d_losses, losses, 1e-5f, 1e-4f, "losses");
   ExpectClose(d_probs, probs, 1e-6f, 1e-4f, "probs");
   ExpectClose(d_dlogits, dlogits, 1e-6f, 1e-4f, "dlogits");

@@ -1,0 +1,220 @@
+// Kernels on the CPU: the reference kernels of this directory, and the loops the model
+// used to run inline (bias, embedding slices, the vocabulary-parallel softmax, the
+// optimizers), in the order of operations every CPU result so far was computed in.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/kernels/cpu/attention.h"
+#include "runtime/kernels/cpu/fast_math.h"
+#include "runtime/kernels/cpu/gelu.h"
+#include "runtime/kernels/cpu/layernorm.h"
+#include "runtime/kernels/cpu/linear.h"
+#include "runtime/kernels/kernels.h"
+
+namespace tally {
+namespace {
+
+class CpuKernels final : public Kernels {
+ public:
+  Device device() const override { return Device::CPU(); }
+
+  absl::Status Copy(void* to, const void* from, size_t bytes) override {
+    if (to != from) std::memmove(to, from, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status FromHost(void* to, const void* host, size_t bytes) override {
+    return Copy(to, host, bytes);
+  }
+  absl::Status ToHost(void* host, const void* from, size_t bytes) override {
+    return Copy(host, from, bytes);
+  }
+  absl::Status Zero(void* to, size_t bytes) override {
+    std::memset(to, 0, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status LinearForward(float* y, const float* x, const float* w, const float* b, int n, int c,
+                             int oc) override {
+    cpu::LinearForward(y, x, w, b, n, c, oc);
+    return absl::OkStatus();
+  }
+  absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                              const float* w, int n, int c, int oc) override {
+    cpu::LinearBackward(dx, dw, db, dy, x, w, n, c, oc);
+    return absl::OkStatus();
+  }
+  absl::Status AttentionForward(float* y, float* att, const float* qkv, int b, int t, int c,
+                                int nh) override {
+    cpu::AttentionForward(y, att, qkv, b, t, c, nh);
+    return absl::OkStatus();
+  }
+  int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
+  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, const float* qkv,
+                                 const float* att, int b, int t, int c, int nh) override {
+    cpu::AttentionBackward(dqkv, scratch, dy, qkv, att, b, t, c, nh);
+    return absl::OkStatus();
+  }
+  absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                                const float* b, int n, int c) override {
+    cpu::LayerNormForward(y, mean, rstd, x, w, b, n, c);
+    return absl::OkStatus();
+  }
+  absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                                 const float* w, const float* mean, const float* rstd, int n,
+                                 int c) override {
+    cpu::LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c);
+    return absl::OkStatus();
+  }
+  absl::Status GeluForward(float* y, const float* x, int64_t n) override {
+    cpu::GeluForward(y, x, long(n));
+    return absl::OkStatus();
+  }
+  absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) override {
+    cpu::GeluBackward(dx, x, dy, long(n));
+    return absl::OkStatus();
+  }
+  absl::Status AddInPlace(float* y, const float* x, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+    return absl::OkStatus();
+  }
+  absl::Status AddBias(float* y, const float* b, int64_t rows, int c) override {
+    for (int64_t i = 0; i < rows; ++i) {
+      float* row = y + i * c;
+      for (int j = 0; j < c; ++j) row[j] += b[j];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmbeddingLookup(float* x, const int32_t* tokens, const float* wte, int64_t first,
+                               int vocab, int64_t n, int c) override {
+    for (int64_t i = 0; i < n; ++i) {
+      float* out = x + i * c;
+      const int64_t row = tokens[i] - first;
+      if (row >= 0 && row < vocab) {
+        std::memcpy(out, wte + row * c, sizeof(float) * size_t(c));
+      } else {
+        std::fill(out, out + c, 0.0f);
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status EmbeddingLookupBackward(float* dwte, const float* dx, const int32_t* tokens,
+                                       int64_t first, int vocab, int64_t n, int c) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = tokens[i] - first;
+      if (row < 0 || row >= vocab) continue;
+      const float* g = dx + i * c;
+      float* tok = dwte + row * c;
+      for (int k = 0; k < c; ++k) tok[k] += g[k];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status AddPositions(float* x, const float* wpe, int64_t rows, int period, int offset,
+                            int c) override {
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* pos = wpe + (offset + i % period) * c;
+      float* out = x + i * c;
+      for (int k = 0; k < c; ++k) out[k] += pos[k];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, int period,
+                                    int offset, int c) override {
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* g = dx + i * c;
+      float* pos = dwpe + (offset + i % period) * c;
+      for (int k = 0; k < c; ++k) pos[k] += g[k];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LogitMax(float* max, const float* logits, int n, int vocab, int valid) override {
+    for (int i = 0; i < n; ++i) {
+      const float* row = logits + int64_t(i) * vocab;
+      float m = -INFINITY;
+      for (int j = 0; j < valid; ++j) m = std::max(m, row[j]);
+      max[i] = m;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
+                          const float* max, const int32_t* targets, int64_t first, int n, int vocab,
+                          int valid) override {
+    for (int i = 0; i < n; ++i) {
+      const float* row = logits + int64_t(i) * vocab;
+      float* p = probs + int64_t(i) * vocab;
+      float s = 0;
+      for (int j = 0; j < valid; ++j) {
+        p[j] = cpu::FastExp(row[j] - max[i]);  // the global max: exp cannot overflow
+        s += p[j];
+      }
+      std::fill(p + valid, p + vocab, 0.0f);
+      sum[i] = s;
+      const int64_t column = targets[i] - first;
+      target[i] = column >= 0 && column < valid ? row[column] : 0.0f;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
+                           const float* max, int n, int vocab, int valid) override {
+    for (int i = 0; i < n; ++i) {
+      float* p = probs + int64_t(i) * vocab;
+      const float inv = 1.0f / sum[i];
+      for (int j = 0; j < valid; ++j) p[j] *= inv;
+      // log p[target] from the logits, which keeps precision where p underflows.
+      losses[i] = std::log(sum[i]) - (target[i] - max[i]);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                    int64_t first, float dloss, int n, int vocab) override {
+    for (int i = 0; i < n; ++i) {
+      const float* p = probs + int64_t(i) * vocab;
+      float* d = dlogits + int64_t(i) * vocab;
+      for (int j = 0; j < vocab; ++j) d[j] = p[j] * dloss;
+      const int64_t column = targets[i] - first;
+      if (column >= 0 && column < vocab) d[column] -= dloss;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) override {
+    for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+    return sum;
+  }
+  absl::Status Scale(float* x, int64_t n, float factor) override {
+    for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+    return absl::OkStatus();
+  }
+  absl::Status AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
+                     const AdamWArgs& a) override {
+    for (int64_t i = 0; i < n; ++i) {
+      float g = grads[i];
+      float p = params[i] * a.keep;
+      m[i] = m[i] + (1.0f - a.beta1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
+      v[i] = v[i] * a.beta2 + (1.0f - a.beta2) * g * g;
+      float denom = std::sqrt(v[i]) / a.bias2_sqrt + a.eps;
+      params[i] = p - a.step_size * (m[i] / denom);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Sgd(float* params, const float* grads, float* momentum, int64_t n, float lr,
+                   float mu, float wd, bool first) override {
+    for (int64_t i = 0; i < n; ++i) {
+      float g = grads[i] + wd * params[i];
+      momentum[i] = first ? g : mu * momentum[i] + g;
+      params[i] -= lr * momentum[i];
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernels>> Kernels::Create(Device device, bool tf32) {
+  if (device.type == DeviceType::kCUDA) return CreateCudaKernels(device.index, tf32);
+  return std::unique_ptr<Kernels>(new CpuKernels());
+}
+
+}  // namespace tally

@@ -1,0 +1,138 @@
+// Kernels on a CUDA device: the kernels of kernels.cu and cuBLAS, one handle per rank.
+#include <memory>
+#include <string>
+
+#include "runtime/cuda/cuda.h"
+#include "runtime/kernels/cuda/kernels.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/status_macros.h"
+
+namespace tally {
+namespace {
+
+class CudaKernels final : public Kernels {
+ public:
+  CudaKernels(int index, std::unique_ptr<cuda::Blas> blas)
+      : index_(index), blas_(std::move(blas)) {}
+
+  Device device() const override { return Device{DeviceType::kCUDA, index_}; }
+
+  absl::Status Copy(void* to, const void* from, size_t bytes) override {
+    return to == from ? absl::OkStatus() : cuda::CopyOnDevice(to, from, bytes);
+  }
+  absl::Status FromHost(void* to, const void* host, size_t bytes) override {
+    return cuda::CopyToDevice(to, host, bytes);
+  }
+  absl::Status ToHost(void* host, const void* from, size_t bytes) override {
+    return cuda::CopyToHost(host, from, bytes);
+  }
+  absl::Status Zero(void* to, size_t bytes) override { return cuda::Zero(to, bytes); }
+
+  absl::Status LinearForward(float* y, const float* x, const float* w, const float* b, int n, int c,
+                             int oc) override {
+    return cuda::LinearForward(*blas_, y, x, w, b, n, c, oc);
+  }
+  absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                              const float* w, int n, int c, int oc) override {
+    return cuda::LinearBackward(*blas_, dx, dw, db, dy, x, w, n, c, oc);
+  }
+  absl::Status AttentionForward(float* y, float* att, const float* qkv, int b, int t, int c,
+                                int nh) override {
+    return cuda::AttentionForward(*blas_, y, att, qkv, b, t, c, nh);
+  }
+  int64_t AttentionScratch(int t, int nh) const override { return int64_t(nh) * t * t; }
+  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, const float* qkv,
+                                 const float* att, int b, int t, int c, int nh) override {
+    return cuda::AttentionBackward(*blas_, dqkv, scratch, dy, qkv, att, b, t, c, nh);
+  }
+  absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                                const float* b, int n, int c) override {
+    return cuda::LayerNormForward(y, mean, rstd, x, w, b, n, c);
+  }
+  absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                                 const float* w, const float* mean, const float* rstd, int n,
+                                 int c) override {
+    return cuda::LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c);
+  }
+  absl::Status GeluForward(float* y, const float* x, int64_t n) override {
+    return cuda::GeluForward(y, x, n);
+  }
+  absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) override {
+    return cuda::GeluBackward(dx, x, dy, n);
+  }
+  absl::Status AddInPlace(float* y, const float* x, int64_t n) override {
+    return cuda::Add(y, y, x, n);
+  }
+  absl::Status AddBias(float* y, const float* b, int64_t rows, int c) override {
+    return cuda::AddBias(y, b, rows, c);
+  }
+
+  absl::Status EmbeddingLookup(float* x, const int32_t* tokens, const float* wte, int64_t first,
+                               int vocab, int64_t n, int c) override {
+    return cuda::EmbeddingLookup(x, tokens, wte, first, vocab, n, c);
+  }
+  absl::Status EmbeddingLookupBackward(float* dwte, const float* dx, const int32_t* tokens,
+                                       int64_t first, int vocab, int64_t n, int c) override {
+    return cuda::EmbeddingLookupBackward(dwte, dx, tokens, first, vocab, n, c);
+  }
+  absl::Status AddPositions(float* x, const float* wpe, int64_t rows, int period, int offset,
+                            int c) override {
+    return cuda::AddPositions(x, wpe, rows, period, offset, c);
+  }
+  absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, int period,
+                                    int offset, int c) override {
+    return cuda::AddPositionsBackward(dwpe, dx, rows, period, offset, c);
+  }
+
+  absl::Status LogitMax(float* max, const float* logits, int n, int vocab, int valid) override {
+    return cuda::LogitMax(max, logits, n, vocab, valid);
+  }
+  absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
+                          const float* max, const int32_t* targets, int64_t first, int n, int vocab,
+                          int valid) override {
+    return cuda::SoftmaxExp(probs, sum, target, logits, max, targets, first, n, vocab, valid);
+  }
+  absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
+                           const float* max, int n, int vocab, int valid) override {
+    return cuda::SoftmaxLoss(probs, losses, sum, target, max, n, vocab, valid);
+  }
+  absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                    int64_t first, float dloss, int n, int vocab) override {
+    return cuda::CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab);
+  }
+
+  absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) override {
+    return cuda::AddSquares(x, n, sum);
+  }
+  absl::Status Scale(float* x, int64_t n, float factor) override {
+    return cuda::Scale(x, n, factor);
+  }
+  absl::Status AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
+                     const AdamWArgs& a) override {
+    return cuda::AdamWStep(params, grads, m, v, n, a.keep, a.step_size, a.beta1, a.beta2, a.eps,
+                           a.bias2_sqrt);
+  }
+  absl::Status Sgd(float* params, const float* grads, float* momentum, int64_t n, float lr,
+                   float mu, float wd, bool first) override {
+    return cuda::SgdStep(params, grads, momentum, n, lr, mu, wd, first);
+  }
+
+ private:
+  int index_;
+  std::unique_ptr<cuda::Blas> blas_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index, bool tf32) {
+  ASSIGN_OR_RETURN(int count, cuda::DeviceCount());
+  if (device_index < 0 || device_index >= count) {
+    return absl::InvalidArgumentError("[cuda] no device cuda:" + std::to_string(device_index) +
+                                      " (this machine has " + std::to_string(count) + ")");
+  }
+  RETURN_IF_ERROR(cuda::SetDevice(device_index));
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::Blas> blas, cuda::Blas::Create(tf32));
+  return std::unique_ptr<Kernels>(new CudaKernels(device_index, std::move(blas)));
+}
+
+}  // namespace tally

@@ -1,0 +1,11 @@
+// Kernels::Create for a CUDA device in a build without the toolkit.
+#include "runtime/cuda/cuda.h"
+#include "runtime/kernels/kernels.h"
+
+namespace tally {
+
+absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int, bool) {
+  return cuda::DeviceCount().status();  // says that this build has no CUDA
+}
+
+}  // namespace tally
