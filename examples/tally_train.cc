@@ -83,7 +83,7 @@ ABSL_FLAG(bool, native_collectives, false,
           "--backend=mpi: call MPI's own collectives (MPI_Allreduce, ...) instead of ring or "
           "naive; their bytes are modelled as the ring's");
 ABSL_FLAG(std::string, device, kDefaults.device,
-          "cpu, or cuda (GPU 0, one rank so far; says why when there is no GPU)");
+          "cpu, or cuda (every rank on GPU 0; says why when there is no GPU)");
 ABSL_FLAG(bool, tf32, kDefaults.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
 ABSL_FLAG(double, timeout_s, kDefaults.timeout_s,
           "the longest any wait for a peer may take, in seconds (then the run stops, naming it)");

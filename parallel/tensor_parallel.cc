@@ -12,7 +12,7 @@ absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string
                                        comm::ReduceOp op) const {
   if (size() == 1) return absl::OkStatus();
   comm::LabelScope label(group_->ledger(), scope);
-  Tensor view = Tensor::Borrow(data, n);
+  Tensor view = Tensor::Borrow(data, n, device_);
   return group_->AllReduce(view, op);
 }
 
@@ -22,8 +22,8 @@ absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, 
   const int64_t run = int64_t(tl) * c, chunk = b * run;
   {
     comm::LabelScope label(group_->ledger(), scope);
-    Tensor mine = Tensor::Borrow(const_cast<float*>(part), chunk);
-    Tensor all = Tensor::Borrow(scratch, n * chunk);
+    Tensor mine = Tensor::Borrow(const_cast<float*>(part), chunk, device_);
+    Tensor all = Tensor::Borrow(scratch, n * chunk, device_);
     RETURN_IF_ERROR(group_->AllGather(mine, all));
   }
   // Rank-major (rank, b, t/N, c) to (b, t, c).
@@ -49,8 +49,8 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
     }
   }
   comm::LabelScope label(group_->ledger(), scope);
-  Tensor all = Tensor::Borrow(scratch, n * chunk);
-  Tensor mine = Tensor::Borrow(part, chunk);
+  Tensor all = Tensor::Borrow(scratch, n * chunk, device_);
+  Tensor mine = Tensor::Borrow(part, chunk, device_);
   return group_->ReduceScatter(all, mine, comm::ReduceOp::kSum);
 }
 

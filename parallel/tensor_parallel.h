@@ -47,8 +47,11 @@ namespace tally::parallel {
 class TensorParallel {
  public:
   TensorParallel() = default;
-  explicit TensorParallel(comm::Communicator* group, bool sequence_parallel = false)
-      : group_(group), sequence_parallel_(sequence_parallel && group != nullptr) {}
+  // `device`: where the layers' activations are (the model's device), which the
+  // group's collectives are told.
+  explicit TensorParallel(comm::Communicator* group, bool sequence_parallel = false,
+                          Device device = Device::CPU())
+      : group_(group), sequence_parallel_(sequence_parallel && group != nullptr), device_(device) {}
 
   int size() const { return group_ != nullptr ? group_->size() : 1; }
   int rank() const { return group_ != nullptr ? group_->rank() : 0; }
@@ -73,6 +76,7 @@ class TensorParallel {
  private:
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
+  Device device_ = Device::CPU();
 };
 
 // Each layer computes with `k`, the rank's kernels (runtime/kernels/kernels.h), on

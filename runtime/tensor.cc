@@ -47,8 +47,8 @@ absl::Status Tensor::SetZero() const {
   return absl::OkStatus();
 }
 
-Tensor Tensor::Borrow(float* data, int64_t count) {
-  return Tensor(Storage::Borrow(data, sizeof(float) * size_t(count), Device::CPU()), 0, {count},
+Tensor Tensor::Borrow(float* data, int64_t count, Device device) {
+  return Tensor(Storage::Borrow(data, sizeof(float) * size_t(count), device), 0, {count},
                 DType::kF32);
 }
 

@@ -29,6 +29,10 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     }
   } else if (dp_ == nullptr || dp_->rank() == 0) {
     local.params = gpt_->params();
+    if (local.params.device().type != DeviceType::kCPU) {  // a GPU's parameters, to the host
+      ASSIGN_OR_RETURN(local.params, Tensor::Empty({local.params.numel()}, DType::kF32, unaccounted));
+      RETURN_IF_ERROR(gpt_->params().CopyToHost(local.params.raw_data()));
+    }
     if (with_optimizer) local.optimizer = optimizer_.get();
   }
   if (world_ == nullptr || (tp_ == nullptr && pp_ == nullptr)) {

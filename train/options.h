@@ -64,10 +64,11 @@ struct TrainOptions {
   bool native_collectives = false;
   double timeout_s = 60;  // the longest any wait for a peer may take
 
-  // Where the model computes: "cpu", or "cuda" (GPU 0: parameters, gradients, optimizer
-  // state and activations in its memory, runtime/kernels/cuda). One rank so far: the
-  // collectives on device memory are not built yet. tf32: let cuBLAS use TF32 tensor
-  // cores for fp32 matmuls (CUDA only).
+  // Where the model computes: "cpu", or "cuda" (parameters, gradients, optimizer state
+  // and activations in GPU memory, runtime/kernels/cuda). On the threads backend every
+  // rank uses GPU 0, and the collectives move GPU memory (runtime/comm/device_memory.h);
+  // ZeRO, sequence parallelism and MPI on a GPU are not built yet. tf32: let cuBLAS use
+  // TF32 tensor cores for fp32 matmuls (CUDA only).
   std::string device = "cpu";
   bool tf32 = false;
 

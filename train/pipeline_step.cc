@@ -1,7 +1,6 @@
 // The pipeline-parallel parts of the training loop (trainer.h): a stage's set-up, one
 // step of its schedule, and a forward through every stage.
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -21,12 +20,14 @@ absl::Status Trainer::SetUpPipeline() {
   slots_ = schedule_ == parallel::PipelineSchedule::kGPipe ? m : std::min(m, o.pp - stage_);
   gpt_->SetPipelineSlots(slots_, o.recompute);
   const int64_t activation = BoundaryElements(o.micro_batch_size);
-  ASSIGN_OR_RETURN(received_, Tensor::Empty({activation}, DType::kF32, alloc_, MemoryCategory::kComm));
-  ASSIGN_OR_RETURN(d_inputs_, Tensor::Empty({activation * slots_}, DType::kF32, alloc_,
-                                            MemoryCategory::kComm));
+  // The boundary's activations and gradients, on the model's device.
+  Allocator& on = model_alloc_;
+  ASSIGN_OR_RETURN(received_, Tensor::Empty({activation}, DType::kF32, on, MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(d_inputs_,
+                   Tensor::Empty({activation * slots_}, DType::kF32, on, MemoryCategory::kComm));
   if (o.recompute) {
-    ASSIGN_OR_RETURN(outputs_, Tensor::Empty({activation * slots_}, DType::kF32, alloc_,
-                                             MemoryCategory::kComm));
+    ASSIGN_OR_RETURN(outputs_,
+                     Tensor::Empty({activation * slots_}, DType::kF32, on, MemoryCategory::kComm));
   }
   return absl::OkStatus();
 }
@@ -83,10 +84,11 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
       loss_sum += loss;
       if (stage_ < last) {
         comm::LabelScope label(ledger, Boundary(stage_, stage_ + 1));
-        Tensor output = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(slot)), activation);
+        Tensor output = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(slot)), activation,
+                                       model_alloc_.device());
         if (o.recompute) {  // the recompute buffer is rewritten by the next forward or backward
           Tensor copy = outputs_.Flat(slot * activation, (slot + 1) * activation);
-          std::memcpy(copy.raw_data(), output.raw_data(), output.nbytes());
+          RETURN_IF_ERROR(gpt_->kernels().Copy(copy.raw_data(), output.raw_data(), output.nbytes()));
           output = copy;
         }
         forward_sends[slot] = pp_->Isend(output, stage_ + 1);
@@ -144,12 +146,14 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
 absl::StatusOr<float> Trainer::PipelineForward(const int32_t* tokens, const int32_t* targets, int b) {
   const int last = options_.pp - 1;
   const int64_t activation = BoundaryElements(b);
-  ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, alloc_, MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(Tensor input,
+                   Tensor::Empty({activation}, DType::kF32, model_alloc_, MemoryCategory::kComm));
   if (stage_ > 0) RETURN_IF_ERROR(pp_->Recv(input, stage_ - 1));
   ASSIGN_OR_RETURN(float loss, gpt_->ForwardStage(0, tokens, stage_ > 0 ? input.data<float>() : nullptr,
                                                   stage_ == last ? targets : nullptr, b));
   if (stage_ < last) {
-    Tensor out = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(0)), activation);
+    Tensor out = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(0)), activation,
+                                model_alloc_.device());
     RETURN_IF_ERROR(pp_->Send(out, stage_ + 1));
   }
   ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));

@@ -51,10 +51,11 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptio
 Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world)
     : options_(options),
       world_(world),
-      own_alloc_(&own_memory_,
-                 options.device == "cuda" ? Device{DeviceType::kCUDA, 0} : Device::CPU()),
       data_(std::move(data)),
-      alloc_(world != nullptr ? world->allocator() : own_alloc_) {}
+      alloc_(world != nullptr ? world->allocator() : own_alloc_),
+      // Every rank of the threads backend on GPU 0: they share it.
+      model_alloc_(alloc_.ledger(),
+                   options.device == "cuda" ? Device{DeviceType::kCUDA, 0} : Device::CPU()) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& requested,
                                                          comm::Communicator* world) {
@@ -93,7 +94,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
       ASSIGN_OR_RETURN(t->embedding_group_, world->Split(tied ? replica : -1, rank, "embedding"));
     }
   }
-  const parallel::TensorParallel tp(t->tp_.get(), options.sequence_parallel);
+  const parallel::TensorParallel tp(t->tp_.get(), options.sequence_parallel,
+                                    t->model_alloc_.device());
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
   ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
                    parallel::StageLayers(options.model.n_layer, options.pp, options.pp_layers));
@@ -108,14 +110,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                                              options.seed, make_optimizer,
                                                              algorithm, tp, t->pp_.get()));
     ASSIGN_OR_RETURN(t->gpt_,
-                     model::GPT::Create(options.model, t->alloc_, t->zero_.get(), tp, stage));
+                     model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), tp, stage));
   } else {
-    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->alloc_, options.seed, tp, stage));
+    ASSIGN_OR_RETURN(t->gpt_,
+                     model::GPT::Create(options.model, t->model_alloc_, options.seed, tp, stage));
     if (options.tf32) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels, Kernels::Create(t->alloc_.device(), true));
+      ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels,
+                       Kernels::Create(t->model_alloc_.device(), /*tf32=*/true));
       RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
     }
-    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->alloc_));
+    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
     t->segments_ = model::OptimizerSegments(layout);
     if (t->dp_ != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(

@@ -101,10 +101,9 @@ class Trainer {
 
   TrainOptions options_;
   comm::Communicator* world_;
-  // Allocations are charged to the rank's memory ledger: the world's, or this one (on
-  // the GPU with --device=cuda).
+  // Allocations are charged to the rank's memory ledger: the world's, or this one.
   MemoryLedger own_memory_;
-  Allocator own_alloc_;
+  Allocator own_alloc_{&own_memory_};
   comm::TrafficLedger own_traffic_{0};
   std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
   std::unique_ptr<comm::Communicator> tp_;  // when tp > 1
@@ -114,7 +113,8 @@ class Trainer {
   std::unique_ptr<comm::Communicator> embedding_group_;
   std::unique_ptr<parallel::GradientSync> sync_;
   data::Dataset data_;
-  Allocator& alloc_;
+  Allocator& alloc_;       // host memory: what the trainer reads itself, scalars to reduce
+  Allocator model_alloc_;  // the model's device (--device): weights, activations, optimizer
   std::unique_ptr<parallel::ZeroWeights> zero_;  // with ZeRO (dp > 1): the model's weights
   std::unique_ptr<model::GPT> gpt_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // without ZeRO

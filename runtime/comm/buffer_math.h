@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/status/status.h"
+#include "runtime/comm/device_memory.h"
 #include "runtime/comm/partition.h"
+#include "runtime/comm/reduce.h"
 #include "runtime/comm/wire.h"
 
 namespace tally::comm {
@@ -18,9 +21,24 @@ inline const char* At(const void* base, int64_t index, const Wire& wire) {
 }
 inline size_t Bytes(int64_t count, const Wire& wire) { return size_t(count) * wire.element_size(); }
 
+// The local work of a call, on the call's memory: host loops, or CUDA (device_memory.h)
+// when the call's buffers are on a GPU.
+
 // Copies `count` elements unless source and destination are the same buffer.
-inline void CopyElements(void* dst, const void* src, int64_t count, const Wire& wire) {
-  if (dst != src && count > 0) std::memcpy(dst, src, Bytes(count, wire));
+inline absl::Status CopyElements(void* dst, const void* src, int64_t count, const Wire& wire) {
+  if (dst == src || count <= 0) return absl::OkStatus();
+  if (wire.signature().device >= 0) return DeviceCopy(dst, src, Bytes(count, wire));
+  std::memcpy(dst, src, Bytes(count, wire));
+  return absl::OkStatus();
+}
+
+// data[0, count) divided by the group's size when the call averages (its sum is done).
+inline absl::Status FinishAverageOf(const Wire& wire, void* data, int64_t count) {
+  const OpSignature& s = wire.signature();
+  if (s.op != ReduceOp::kAvg || count <= 0) return absl::OkStatus();
+  if (s.device >= 0) return DeviceFinishAverage(data, count, s.dtype, wire.size());
+  FinishAverage(data, count, s.dtype, wire.size());
+  return absl::OkStatus();
 }
 
 }  // namespace tally::comm

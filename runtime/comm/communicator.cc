@@ -41,10 +41,7 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
   }
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative count"));
   for (const Tensor* t : tensors) {
-    if (t->device().type != DeviceType::kCPU) {
-      return absl::UnimplementedError(
-          absl::StrCat(where, ": tensors on ", t->device().ToString(), " need a device transport"));
-    }
+    ASSIGN_OR_RETURN(signature.device, BufferDevice(where, *t, **tensors.begin()));
     if (t->dtype() != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": tensors of dtype ", Name(dtype),
                                                      " and ", Name(t->dtype()), " mixed"));
@@ -53,6 +50,21 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
   RETURN_IF_ERROR(transport_->Announce(signature));
   return std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
                                 options_.max_chunk_bytes);
+}
+
+absl::StatusOr<int> Communicator::BufferDevice(const std::string& where, const Tensor& t,
+                                               const Tensor& first) const {
+  if (t.device() != first.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": tensors on ", first.device().ToString(),
+                                                   " and ", t.device().ToString(), " mixed"));
+  }
+  if (t.device().type == DeviceType::kCPU) return -1;
+  if (!transport_->MovesDeviceMemory()) {
+    return absl::UnimplementedError(absl::StrCat(where, ": tensors on ", t.device().ToString(),
+                                                 " need a transport that moves GPU memory (the "
+                                                 "threads transport does)"));
+  }
+  return t.device().index;
 }
 
 absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
@@ -209,11 +221,16 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   // only the count and dtype are compared at the receiver.
   OpSignature signature{Primitive::kSendRecv, options_.algorithm, data.dtype(), ReduceOp::kSum,
                         -1, data.numel(), 0};
+  absl::StatusOr<int> device = BufferDevice(
+      absl::StrCat("[SendRecv on '", name(), "'] rank ", rank()), data, data);
+  signature.device = device.ok() ? *device : -1;
   auto work = std::unique_ptr<Work>(new Work(
       std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
                              options_.max_chunk_bytes),
       data.nbytes(), started));
-  if (send) {
+  if (!device.ok()) {
+    work->pending_.Fail(device.status());
+  } else if (send) {
     work->wire_->Send(peer, data.raw_data(), data.nbytes(), work->pending_);
   } else {
     work->wire_->Recv(peer, data.raw_data(), data.nbytes(), work->pending_);

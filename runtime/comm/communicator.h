@@ -130,6 +130,10 @@ class Communicator {
   // Books the call in the ledger and passes on its status.
   absl::Status Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                       absl::Status status);
+  // The CUDA device of a call's buffer `t` (-1: host memory), which must be where the
+  // call's `first` buffer is, on a transport that moves GPU memory if it is a GPU.
+  absl::StatusOr<int> BufferDevice(const std::string& where, const Tensor& t,
+                                   const Tensor& first) const;
   absl::Status CheckCount(Primitive primitive, const char* what, const Tensor& t,
                           int64_t expected) const;
   std::unique_ptr<Work> PointToPoint(const Tensor& data, int peer, bool send);

@@ -10,12 +10,6 @@ namespace {
 // The star's centre for the all-* primitives.
 constexpr int kHub = 0;
 
-void FinishAverageOf(Wire& wire, void* data, int64_t count) {
-  if (wire.signature().op == ReduceOp::kAvg) {
-    FinishAverage(data, count, wire.signature().dtype, wire.size());
-  }
-}
-
 }  // namespace
 
 absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
@@ -38,14 +32,14 @@ absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, 
     wire.Send(root, input, Bytes(count, wire), pending);
     return pending.WaitAll();
   }
-  CopyElements(output, input, count, wire);
+  RETURN_IF_ERROR(CopyElements(output, input, count, wire));
   for (int peer = 0; peer < wire.size(); ++peer) {
     if (peer == root) continue;
     Pending pending;
     wire.RecvReduce(peer, output, Bytes(count, wire), pending);
     RETURN_IF_ERROR(pending.WaitAll());
   }
-  FinishAverageOf(wire, output, count);
+  RETURN_IF_ERROR(FinishAverageOf(wire, output, count));
   return absl::OkStatus();
 }
 
@@ -61,7 +55,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
     for (int peer = 0; peer < p; ++peer) {
       Chunk chunk = ChunkOf(count, p, peer);
       if (peer == root) {
-        CopyElements(output, At(input, chunk.offset, wire), chunk.count, wire);
+        RETURN_IF_ERROR(CopyElements(output, At(input, chunk.offset, wire), chunk.count, wire));
       } else {
         wire.Send(peer, At(input, chunk.offset, wire), Bytes(chunk.count, wire), pending);
       }
@@ -79,7 +73,7 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
     for (int peer = 0; peer < p; ++peer) {
       Chunk chunk = ChunkOf(count, p, peer);
       if (peer == root) {
-        CopyElements(At(output, chunk.offset, wire), input, chunk.count, wire);
+        RETURN_IF_ERROR(CopyElements(At(output, chunk.offset, wire), input, chunk.count, wire));
       } else {
         wire.Recv(peer, At(output, chunk.offset, wire), Bytes(chunk.count, wire), pending);
       }
@@ -111,7 +105,7 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
   for (int peer = 0; peer < p; ++peer) {
     Chunk chunk = ChunkOf(count, p, peer);
     if (peer == r) {
-      CopyElements(At(output, r * own.count, wire), At(input, own.offset, wire), own.count, wire);
+      RETURN_IF_ERROR(CopyElements(At(output, r * own.count, wire), At(input, own.offset, wire), own.count, wire));
       continue;
     }
     wire.Send(peer, At(input, chunk.offset, wire), Bytes(chunk.count, wire), pending,

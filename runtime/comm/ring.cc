@@ -56,10 +56,8 @@ absl::Status AllGatherInPlace(Wire& wire, void* data, int64_t count) {
   return absl::OkStatus();
 }
 
-void FinishChunkAverage(Wire& wire, void* data, Chunk chunk) {
-  if (wire.signature().op == ReduceOp::kAvg) {
-    FinishAverage(At(data, chunk.offset, wire), chunk.count, wire.signature().dtype, wire.size());
-  }
+absl::Status FinishChunkAverage(Wire& wire, void* data, Chunk chunk) {
+  return FinishAverageOf(wire, At(data, chunk.offset, wire), chunk.count);
 }
 
 // Passes chunks of `counts` elements along the chain: receives them from `from`, in this
@@ -92,7 +90,7 @@ int Distance(const Wire& wire, int root) { return wire.RingRank(wire.rank(), -ro
 
 absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
   RETURN_IF_ERROR(ReduceScatterInPlace(wire, data, count));
-  FinishChunkAverage(wire, data, ChunkOf(count, wire.size(), wire.rank()));
+  RETURN_IF_ERROR(FinishChunkAverage(wire, data, ChunkOf(count, wire.size(), wire.rank())));
   return AllGatherInPlace(wire, data, count);
 }
 
@@ -110,19 +108,18 @@ absl::Status ReduceScatter(Wire& wire, const void* input, void* output, int64_t 
     Chunk send_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 1));
     Chunk recv_chunk = ChunkOf(count, p, wire.RingRank(r, -s - 2));
     void* into = (s == p - 2) ? output : At(scratch, (s % 2) * largest, wire);
-    CopyElements(into, At(input, recv_chunk.offset, wire), recv_chunk.count, wire);
+    RETURN_IF_ERROR(CopyElements(into, At(input, recv_chunk.offset, wire), recv_chunk.count, wire));
     RETURN_IF_ERROR(Step(wire, send, Bytes(send_chunk.count, wire), into,
                          Bytes(recv_chunk.count, wire), /*reduce=*/true));
     send = into;
   }
-  if (p == 1) CopyElements(output, input, count, wire);
-  FinishChunkAverage(wire, output, Chunk{0, own.count});
-  return absl::OkStatus();
+  if (p == 1) RETURN_IF_ERROR(CopyElements(output, input, count, wire));
+  return FinishChunkAverage(wire, output, Chunk{0, own.count});
 }
 
 absl::Status AllGather(Wire& wire, const void* input, void* output, int64_t count) {
   Chunk own = ChunkOf(count, wire.size(), wire.rank());
-  CopyElements(At(output, own.offset, wire), input, own.count, wire);
+  RETURN_IF_ERROR(CopyElements(At(output, own.offset, wire), input, own.count, wire));
   return AllGatherInPlace(wire, output, count);
 }
 
@@ -157,7 +154,7 @@ absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, 
   if (d > 0) {
     ASSIGN_OR_RETURN(partial, wire.Scratch(count));
   }
-  CopyElements(partial, input, count, wire);
+  RETURN_IF_ERROR(CopyElements(partial, input, count, wire));
   std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
   Pending from_right, to_left;
   if (d < p - 1) {
@@ -174,8 +171,7 @@ absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, 
   }
   RETURN_IF_ERROR(from_right.WaitAll());
   RETURN_IF_ERROR(to_left.WaitAll());
-  if (d == 0) FinishChunkAverage(wire, output, Chunk{0, count});
-  return absl::OkStatus();
+  return d == 0 ? FinishChunkAverage(wire, output, Chunk{0, count}) : absl::OkStatus();
 }
 
 // Scatter down the chain: the root sends the chunks of ranks at distance p-1, p-2, ..., 1
@@ -186,7 +182,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   auto chunk_at = [&](int distance) { return ChunkOf(count, p, wire.RingRank(root, distance)); };
   if (d == 0) {
     Chunk own = chunk_at(0);
-    CopyElements(output, At(input, own.offset, wire), own.count, wire);
+    RETURN_IF_ERROR(CopyElements(output, At(input, own.offset, wire), own.count, wire));
     Pending to_right;
     for (int j = p - 1; j >= 1; --j) {
       wire.Send(wire.right(), At(input, chunk_at(j).offset, wire), Bytes(chunk_at(j).count, wire),
@@ -213,7 +209,7 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
   auto chunk_at = [&](int distance) { return ChunkOf(count, p, wire.RingRank(root, distance)); };
   if (d == 0) {
     Chunk own = chunk_at(0);
-    CopyElements(At(output, own.offset, wire), input, own.count, wire);
+    RETURN_IF_ERROR(CopyElements(At(output, own.offset, wire), input, own.count, wire));
     Pending from_right;
     for (int j = 1; j < p; ++j) {
       wire.Recv(wire.right(), At(output, chunk_at(j).offset, wire),
@@ -235,7 +231,7 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
 absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count) {
   int p = wire.size(), r = wire.rank();
   Chunk own = ChunkOf(count, p, r);
-  CopyElements(At(output, r * own.count, wire), At(input, own.offset, wire), own.count, wire);
+  RETURN_IF_ERROR(CopyElements(At(output, r * own.count, wire), At(input, own.offset, wire), own.count, wire));
   for (int s = 1; s < p; ++s) {
     int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
     Chunk to_chunk = ChunkOf(count, p, to);

@@ -42,6 +42,7 @@ struct OpSignature {
   int root = -1;        // -1: the primitive has no root
   int64_t count = -1;   // elements of the call as every rank sees it; -1: not compared
   uint64_t seq = 0;     // collective calls made on the group before this one
+  int device = -1;      // the CUDA device that holds the call's buffers; -1: host memory
 
   bool operator==(const OpSignature&) const = default;
 };
@@ -95,6 +96,10 @@ class Transport {
   virtual std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes,
                                          const OpSignature& signature,
                                          std::optional<Reduction> reduction) = 0;
+
+  // Whether the transport moves device memory (OpSignature::device >= 0): copies and
+  // reductions between GPU buffers. The default does not.
+  virtual bool MovesDeviceMemory() const { return false; }
 
   // The transport's own collective for a call of the Communicator (`signature` names it:
   // primitive, dtype, op, root, count; the buffers are the Communicator's, with its

@@ -96,13 +96,20 @@ void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t bloc
 
 absl::StatusOr<void*> Wire::Scratch(int64_t count) {
   size_t bytes = size_t(count) * element_size();
-  if (scratch_->nbytes() < bytes) {
+  const Device device = signature_.device >= 0 ? Device{DeviceType::kCUDA, signature_.device}
+                                               : Device::CPU();
+  if (scratch_->nbytes() < bytes || scratch_->device() != device) {
     *scratch_ = Tensor();  // give the old buffer back before taking the larger one
     // Kept as 8-byte words, which hold any dtype's elements at any alignment they need.
-    ASSIGN_OR_RETURN(*scratch_, Tensor::Empty({int64_t((bytes + 7) / 8)}, DType::kF64,
-                                              allocator_, MemoryCategory::kComm));
+    Allocator on(allocator_.ledger(), device);
+    ASSIGN_OR_RETURN(*scratch_, Tensor::Empty({int64_t((bytes + 7) / 8)}, DType::kF64, on,
+                                              MemoryCategory::kComm));
   }
   return scratch_->raw_data();
+}
+
+void Pending::Fail(absl::Status status) {
+  entries_.push_back({FailedRequest(std::move(status)), nullptr, MonotonicNanos(), false, {}});
 }
 
 absl::Status Pending::Wait(size_t i) {
@@ -110,7 +117,7 @@ absl::Status Pending::Wait(size_t i) {
   if (!e.waited) {
     e.status = e.request->Wait();
     e.waited = true;
-    e.row->seconds += SecondsSince(e.posted_nanos);
+    if (e.row != nullptr) e.row->seconds += SecondsSince(e.posted_nanos);
   }
   return e.status;
 }

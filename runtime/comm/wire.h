@@ -69,9 +69,10 @@ class Wire {
   // ran from `started_nanos` until now, and held the caller up from `blocked_nanos`.
   void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos);
 
-  // Space for `count` elements of the call's dtype, valid until the call returns. It is
-  // the communicator's comm buffer, grown when a call needs more and kept (as NCCL keeps
-  // its buffers), so repeated calls neither allocate nor fault in pages. One per call.
+  // Space for `count` elements of the call's dtype, valid until the call returns, in the
+  // call's memory (host, or its GPU). It is the communicator's comm buffer, grown when a
+  // call needs more and kept (as NCCL keeps its buffers), so repeated calls neither
+  // allocate nor fault in pages. One per call.
   absl::StatusOr<void*> Scratch(int64_t count);
 
  private:
@@ -99,12 +100,14 @@ class Pending {
   absl::Status Wait(size_t i);
   // Waits for all of them; returns the first error.
   absl::Status WaitAll();
+  // Adds a request that has failed with `status` (found before anything was posted).
+  void Fail(absl::Status status);
 
  private:
   friend class Wire;
   struct Entry {
     std::unique_ptr<Request> request;
-    TransferTotals* row;   // where the wait time is booked
+    TransferTotals* row;   // where the wait time is booked (null: nowhere)
     int64_t posted_nanos;  // MonotonicNanos() when posted
     bool waited = false;
     absl::Status status;

@@ -102,10 +102,10 @@ TEST(TallyTrain, DeviceCudaWithoutAGpuSaysWhy) {
 }
 
 // What the GPU path does not run yet is refused in one line, GPU or not.
-TEST(TallyTrain, DeviceCudaRefusesSeveralRanksForNow) {
-  Result r = RunCommand(kTrain + kTiny + " --device=cuda --dp=2 --steps=1");
+TEST(TallyTrain, DeviceCudaRefusesZeroForNow) {
+  Result r = RunCommand(kTrain + kTiny + " --device=cuda --dp=2 --zero=1 --steps=1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "--device=cuda trains one rank so far")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "on a GPU are not built yet")) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/clock.h"
+#include "runtime/comm/device_memory.h"
 #include "runtime/comm/reduce.h"
 
 namespace tally::comm::threads {
@@ -121,6 +122,12 @@ absl::Status MoveBytes(const PendingOp& send, const PendingOp& recv, Hub& hub) {
     absl::Status status = absl::InvalidArgumentError(mismatch);
     hub.session().Abort(status);
     return status;
+  }
+  if (recv.signature.device >= 0) {  // GPU buffers: the rank that matched moves them there
+    if (!recv.reduction.has_value()) return DeviceCopy(recv.recv_data, send.send_data, recv.bytes);
+    return DeviceReduceInto(recv.recv_data, send.send_data,
+                            int64_t(recv.bytes / SizeOf(recv.reduction->dtype)),
+                            recv.reduction->dtype, recv.reduction->op);
   }
   if (recv.reduction.has_value()) {
     int64_t count = int64_t(recv.bytes / SizeOf(recv.reduction->dtype));
@@ -336,7 +343,7 @@ std::unique_ptr<Request> ThreadsTransport::Isend(int peer, const void* data, siz
   op->sender = rank_;
   op->receiver = peer;
   op->signature = signature;
-  if (mode == SendMode::kExchange && bytes <= kEagerBytes) {
+  if (mode == SendMode::kExchange && bytes <= kEagerBytes && signature.device < 0) {
     op->eager.reset(new char[bytes > 0 ? bytes : 1]);
     if (bytes > 0) std::memcpy(op->eager.get(), data, bytes);
     op->send_data = op->eager.get();

@@ -167,6 +167,10 @@ class ThreadsTransport : public Transport {
   const std::string& name() const override { return hub_->name(); }
 
   absl::Status Announce(const OpSignature& signature) override;
+  // GPU buffers too (device_memory.h): the ranks share the process's address space, so a
+  // transfer is one cudaMemcpy, or one reduction kernel, from one rank's buffer into the
+  // other's. Small sends are then not buffered (kEagerBytes is for host memory).
+  bool MovesDeviceMemory() const override { return true; }
   std::unique_ptr<Request> Isend(int peer, const void* data, size_t bytes,
                                  const OpSignature& signature, SendMode mode) override;
   std::unique_ptr<Request> Irecv(int peer, void* data, size_t bytes, const OpSignature& signature,

@@ -1,0 +1,108 @@
+// device_memory.h on CUDA: one thread per element (grid-stride), on the default stream,
+// then a synchronisation, so that the bytes are in place when the call's next message
+// or the caller reads them (a transfer completes only when its bytes have landed).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/comm/device_memory.h"
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/status_macros.h"
+
+namespace tally::comm {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) {
+  return int(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
+}
+
+template <typename T>
+__global__ void ReduceKernel(T* dst, const T* src, int64_t n, ReduceOp op) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x) {
+    const T a = dst[i], b = src[i];
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: dst[i] = a + b; break;
+      case ReduceOp::kProd: dst[i] = a * b; break;
+      case ReduceOp::kMax: dst[i] = a > b ? a : b; break;
+      case ReduceOp::kMin: dst[i] = a < b ? a : b; break;
+    }
+  }
+}
+
+template <typename T>
+__global__ void DivideKernel(T* data, int64_t n, int divisor) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x) {
+    data[i] = data[i] / T(divisor);
+  }
+}
+
+// Waits for the kernel just launched; its launch error or its execution error.
+absl::Status Finish(const char* kernel) {
+  RETURN_IF_ERROR(cuda::CudaStatus(cudaGetLastError(), kernel));
+  return cuda::CudaStatus(cudaDeviceSynchronize(), kernel);
+}
+
+absl::Status NotOnDevice(DType dtype, const char* what) {
+  return absl::UnimplementedError(
+      absl::StrCat("[comm] ", what, " of ", Name(dtype), " on a GPU is not built"));
+}
+
+}  // namespace
+
+absl::Status DeviceCopy(void* dst, const void* src, size_t bytes) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceReduceInto(void* dst, const void* src, int64_t count, DType dtype,
+                              ReduceOp op) {
+  if (count <= 0) return absl::OkStatus();
+  switch (dtype) {
+    case DType::kF32:
+      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<float*>(dst),
+                                                static_cast<const float*>(src), count, op);
+      break;
+    case DType::kF64:
+      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<double*>(dst),
+                                                static_cast<const double*>(src), count, op);
+      break;
+    case DType::kI32:
+      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<int32_t*>(dst),
+                                                static_cast<const int32_t*>(src), count, op);
+      break;
+    case DType::kI64:
+      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<int64_t*>(dst),
+                                                static_cast<const int64_t*>(src), count, op);
+      break;
+    default: return NotOnDevice(dtype, "a reduction");
+  }
+  return Finish("ReduceKernel");
+}
+
+absl::Status DeviceFinishAverage(void* data, int64_t count, DType dtype, int divisor) {
+  if (count <= 0) return absl::OkStatus();
+  switch (dtype) {
+    case DType::kF32:
+      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<float*>(data), count, divisor);
+      break;
+    case DType::kF64:
+      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<double*>(data), count, divisor);
+      break;
+    case DType::kI32:
+      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<int32_t*>(data), count, divisor);
+      break;
+    case DType::kI64:
+      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<int64_t*>(data), count, divisor);
+      break;
+    default: return NotOnDevice(dtype, "an average");
+  }
+  return Finish("DivideKernel");
+}
+
+}  // namespace tally::comm
