@@ -94,9 +94,10 @@ int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ra
 }
 
 ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
-                         MakeOptimizer make_optimizer, comm::Algorithm algorithm,
-                         TensorParallel tp, comm::Communicator* stages)
+                         MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
+                         comm::Communicator* stages, Device device)
     : dp_(dp),
+      alloc_(dp->allocator().ledger(), device),
       tp_(tp),
       stages_(stages),
       stage_(stage),
@@ -117,14 +118,14 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::Paramet
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
     MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-    comm::Communicator* stages) {
+    comm::Communicator* stages, Device device) {
   if (stage < 1 || stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("[zero] no stage ", stage, " (1, 2 or 3)"));
   }
   std::unique_ptr<ZeroWeights> z(
-      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp, stages));
-  ASSIGN_OR_RETURN(z->kernels_, Kernels::Create(dp->allocator().device()));
-  Allocator& alloc = dp->allocator();
+      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp, stages, device));
+  ASSIGN_OR_RETURN(z->kernels_, Kernels::Create(device));
+  Allocator& alloc = z->alloc_;
   const int64_t total = layout.total(), shard = z->sharding_.size();
   auto empty = [&](int64_t n, MemoryCategory category) {
     return Tensor::Empty({n}, DType::kF32, alloc, category);
@@ -142,7 +143,9 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
   ASSIGN_OR_RETURN(z->optimizer_, z->make_optimizer_(shard, alloc));
 
   // Parameters and segments: ZeRO-3 holds and updates the packed shard; ZeRO-1/2 update
-  // their chunks where they are, in the whole buffer.
+  // their chunks where they are, in the whole buffer. Initialised on the host, then
+  // copied to the device.
+  std::vector<float> init(size_t(z->params_.numel()));
   std::vector<optim::Segment> buffer_segments = model::OptimizerSegments(layout);
   for (const Sharding::Piece& p : z->sharding_.pieces()) {
     for (optim::Segment s : SegmentsInRange(buffer_segments, p.own.offset, p.own.end())) {
@@ -152,11 +155,11 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
       z->segments_.push_back(s);
     }
     if (stage == 3) {
-      model::InitializeParameters(layout, seed, p.own.offset, p.own.end(),
-                                  z->params_.data<float>() + p.packed);
+      model::InitializeParameters(layout, seed, p.own.offset, p.own.end(), init.data() + p.packed);
     }
   }
-  if (stage < 3) model::InitializeParameters(layout, seed, 0, total, z->params_.data<float>());
+  if (stage < 3) model::InitializeParameters(layout, seed, 0, total, init.data());
+  RETURN_IF_ERROR(z->params_.CopyFromHost(init.data()));
   return z;
 }
 
@@ -165,8 +168,8 @@ absl::StatusOr<float*> ZeroWeights::Params(int unit) {
   if (stage_ < 3) return params_.data<float>() + u.begin;
   Tensor& whole = gathered_[unit];
   if (!whole.defined()) {
-    ASSIGN_OR_RETURN(whole, Tensor::Empty({u.count()}, DType::kF32, dp_->allocator(),
-                                          MemoryCategory::kParams));
+    ASSIGN_OR_RETURN(whole,
+                     Tensor::Empty({u.count()}, DType::kF32, alloc_, MemoryCategory::kParams));
     for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
       const comm::Chunk& part = sharding_.pieces()[i].unit;
       Tensor into = whole.Flat(part.offset - u.begin, part.end() - u.begin);
@@ -186,8 +189,8 @@ absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
   if (stage_ == 1) return grads_.data<float>() + u.begin;
   Tensor& grads = open_grads_[unit];
   if (!grads.defined()) {  // zero-filled
-    ASSIGN_OR_RETURN(grads, Tensor::Empty({u.count()}, DType::kF32, dp_->allocator(),
-                                          MemoryCategory::kGrads));
+    ASSIGN_OR_RETURN(grads,
+                     Tensor::Empty({u.count()}, DType::kF32, alloc_, MemoryCategory::kGrads));
   }
   return grads.data<float>();
 }
@@ -202,9 +205,8 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
     Tensor part = grads.Flat(piece.unit.offset - begin, piece.unit.end() - begin);
     Tensor reduced = reduced_.Flat(0, piece.own.count);
     RETURN_IF_ERROR(dp_->ReduceScatter(part, reduced, comm::ReduceOp::kSum, algorithm_));
-    float* into = grad_shard_.data<float>() + piece.packed;
-    const float* add = reduced.data<float>();
-    for (int64_t j = 0; j < piece.own.count; ++j) into[j] += add[j];
+    RETURN_IF_ERROR(kernels_->AddInPlace(grad_shard_.data<float>() + piece.packed,
+                                         reduced.data<float>(), piece.own.count));
   }
   return absl::OkStatus();
 }
@@ -257,13 +259,22 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
     ASSIGN_OR_RETURN(whole, Tensor::Empty({layout_.total()}, DType::kF32, unaccounted));
   }
   if (stage_ < 3) {
-    if (is_root) std::memcpy(whole.raw_data(), params_.raw_data(), params_.nbytes());
+    if (is_root) RETURN_IF_ERROR(params_.CopyToHost(whole.raw_data()));
     return whole;
+  }
+  // ZeRO-3: the shards gathered on the device, then to the host.
+  Tensor gathered = whole;
+  if (is_root && params_.device() != whole.device()) {
+    Allocator on_device(nullptr, params_.device());
+    ASSIGN_OR_RETURN(gathered, Tensor::Empty({layout_.total()}, DType::kF32, on_device));
   }
   const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
   for (size_t i = 0; i < pieces.size(); ++i) {
-    Tensor unit = is_root ? whole.Flat(pieces[i].unit.offset, pieces[i].unit.end()) : Tensor();
+    Tensor unit = is_root ? gathered.Flat(pieces[i].unit.offset, pieces[i].unit.end()) : Tensor();
     RETURN_IF_ERROR(dp_->Gather(Own(params_, i), unit, pieces[i].unit.count, root, algorithm_));
+  }
+  if (is_root && gathered.raw_data() != whole.raw_data()) {
+    RETURN_IF_ERROR(gathered.CopyToHost(whole.raw_data()));
   }
   return whole;
 }

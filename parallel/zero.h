@@ -93,12 +93,12 @@ class ZeroWeights : public model::WeightStore {
 
   // Parameters initialised from `seed` as the serial model's (ZeRO-3: the own shard only).
   // `layout` is this rank's (its tensor-parallel part of its pipeline stage); `tp` and
-  // `stages` (the pipeline group) then join the gradient norm. Memory is charged to dp's
-  // allocator.
+  // `stages` (the pipeline group) then join the gradient norm. The weights, gradients
+  // and optimizer state live on `device` (the model's), charged to dp's memory ledger.
   static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
       comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
       MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {},
-      comm::Communicator* stages = nullptr);
+      comm::Communicator* stages = nullptr, Device device = Device::CPU());
 
   absl::StatusOr<float*> Params(int unit) override;
   absl::Status ReleaseParams(int unit) override;
@@ -127,7 +127,7 @@ class ZeroWeights : public model::WeightStore {
  private:
   ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
               MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-              comm::Communicator* stages);
+              comm::Communicator* stages, Device device);
   // Piece `i` of a packed shard.
   Tensor Own(const Tensor& shard, size_t i) const {
     const Sharding::Piece& p = sharding_.pieces()[i];
@@ -135,6 +135,7 @@ class ZeroWeights : public model::WeightStore {
   }
 
   comm::Communicator* dp_;
+  Allocator alloc_;  // on the model's device, charged to dp's ledger
   const TensorParallel tp_;
   comm::Communicator* stages_;  // the pipeline group, or null
   const int stage_;
@@ -142,7 +143,7 @@ class ZeroWeights : public model::WeightStore {
   const Sharding sharding_;
   MakeOptimizer make_optimizer_;
   const comm::Algorithm algorithm_;  // of every collective here
-  std::unique_ptr<Kernels> kernels_;  // the gradient norm's and clipping's
+  std::unique_ptr<Kernels> kernels_;  // the device's: gradient sums, norm, clipping
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<optim::Segment> segments_;  // of the packed shard
 

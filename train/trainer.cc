@@ -106,9 +106,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     auto make_optimizer = [options](int64_t n, Allocator& alloc) {
       return MakeOptimizer(options, n, alloc);
     };
-    ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(t->dp_.get(), options.zero, layout,
-                                                             options.seed, make_optimizer,
-                                                             algorithm, tp, t->pp_.get()));
+    ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(
+                                   t->dp_.get(), options.zero, layout, options.seed, make_optimizer,
+                                   algorithm, tp, t->pp_.get(), t->model_alloc_.device()));
     ASSIGN_OR_RETURN(t->gpt_,
                      model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), tp, stage));
   } else {

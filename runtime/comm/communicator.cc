@@ -40,8 +40,12 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
         absl::StrCat(where, ": root ", root, " is not a rank of a group of ", size()));
   }
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative count"));
+  const Tensor* first = nullptr;  // of the buffers this rank passes (a non-root's may be empty)
   for (const Tensor* t : tensors) {
-    ASSIGN_OR_RETURN(signature.device, BufferDevice(where, *t, **tensors.begin()));
+    if (t->defined()) {
+      if (first == nullptr) first = t;
+      ASSIGN_OR_RETURN(signature.device, BufferDevice(where, *t, *first));
+    }
     if (t->dtype() != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": tensors of dtype ", Name(dtype),
                                                      " and ", Name(t->dtype()), " mixed"));

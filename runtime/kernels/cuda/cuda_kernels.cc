@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/allocator.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/kernels/cuda/kernels.h"
 #include "runtime/kernels/kernels.h"
@@ -12,8 +13,8 @@ namespace {
 
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels(int index, std::unique_ptr<cuda::Blas> blas)
-      : index_(index), blas_(std::move(blas)) {}
+  CudaKernels(int index, std::unique_ptr<cuda::Blas> blas, std::shared_ptr<Storage> partials)
+      : index_(index), blas_(std::move(blas)), partials_(std::move(partials)) {}
 
   Device device() const override { return Device{DeviceType::kCUDA, index_}; }
 
@@ -102,7 +103,7 @@ class CudaKernels final : public Kernels {
   }
 
   absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) override {
-    return cuda::AddSquares(x, n, sum);
+    return cuda::AddSquares(x, n, sum, static_cast<double*>(partials_->data()));
   }
   absl::Status Scale(float* x, int64_t n, float factor) override {
     return cuda::Scale(x, n, factor);
@@ -120,6 +121,7 @@ class CudaKernels final : public Kernels {
  private:
   int index_;
   std::unique_ptr<cuda::Blas> blas_;
+  std::shared_ptr<Storage> partials_;  // AddSquares' per-block sums (not in any ledger)
 };
 
 }  // namespace
@@ -132,7 +134,12 @@ absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index, boo
   }
   RETURN_IF_ERROR(cuda::SetDevice(device_index));
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::Blas> blas, cuda::Blas::Create(tf32));
-  return std::unique_ptr<Kernels>(new CudaKernels(device_index, std::move(blas)));
+  Allocator unaccounted(nullptr, {DeviceType::kCUDA, device_index});
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<Storage> partials,
+      unaccounted.Allocate(sizeof(double) * cuda::kSquaresBlocks, MemoryCategory::kOther));
+  return std::unique_ptr<Kernels>(
+      new CudaKernels(device_index, std::move(blas), std::move(partials)));
 }
 
 }  // namespace tally

@@ -125,15 +125,6 @@ __global__ void FillRowsKernel(float* y, const float* b, int oc, int64_t n) {
   TALLY_GRID_STRIDE(i, n) { y[i] = b != nullptr ? b[i % oc] : 0.0f; }
 }
 
-// db[o] += Σ_i dy[i, o]: one thread per column, reading rows in order (coalesced).
-__global__ void ColumnSumsKernel(float* db, const float* dy, int n, int oc) {
-  TALLY_GRID_STRIDE(o, oc) {
-    float sum = 0;
-    for (int i = 0; i < n; ++i) sum += dy[int64_t(i) * oc + o];
-    db[o] += sum;
-  }
-}
-
 // x (n, c): the slice's row of wte for each token in [first, first + vocab), else zeros.
 __global__ void EmbeddingLookupKernel(float* x, const int32_t* tokens, const float* wte,
                                       int64_t first, int vocab, int c, int64_t n) {
@@ -171,6 +162,10 @@ __global__ void AddPositionsBackwardKernel(float* dwpe, const float* dx, int64_t
 
 __global__ void AddBiasKernel(float* y, const float* b, int c, int64_t n) {
   TALLY_GRID_STRIDE(i, n) { y[i] += b[i % c]; }
+}
+
+__global__ void FillKernel(float* x, float value, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { x[i] = value; }
 }
 
 __global__ void ScaleKernel(float* x, float factor, int64_t n) {
@@ -385,7 +380,21 @@ absl::StatusOr<std::unique_ptr<Blas>> Blas::Create(bool tf32) {
   return std::unique_ptr<Blas>(new Blas(handle, tf32));
 }
 
-Blas::~Blas() { cublasDestroy(static_cast<cublasHandle_t>(handle_)); }
+Blas::~Blas() {
+  cublasDestroy(static_cast<cublasHandle_t>(handle_));
+  cudaFree(ones_);
+}
+
+absl::StatusOr<const float*> Blas::Ones(int n) {
+  if (n <= ones_count_) return ones_;
+  cudaFree(ones_);
+  ones_ = nullptr;
+  ones_count_ = 0;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&ones_, sizeof(float) * size_t(n)));
+  TALLY_LAUNCH(FillKernel, Blocks(n), ones_, 1.0f, int64_t(n));
+  ones_count_ = n;
+  return ones_;
+}
 
 // ---------------------------------------------------------------------------- layers
 
@@ -408,7 +417,12 @@ absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const f
     RETURN_IF_ERROR(
         RowMajorGemm(blas, true, false, oc, c, n, 1.0f, dy, oc, 0, x, c, 0, 1.0f, dw, c, 0));
   }
-  if (db != nullptr) TALLY_LAUNCH(ColumnSumsKernel, Blocks(oc), db, dy, n, oc);
+  if (db != nullptr) {  // db (oc) += dyᵀ (oc, n) · ones (n): column-major, dy is (oc, n)
+    ASSIGN_OR_RETURN(const float* ones, blas.Ones(n));
+    const float one = 1.0f;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasSgemv(Handle(blas), CUBLAS_OP_N, oc, n, &one, dy, oc, ones, 1, &one, db, 1));
+  }
   return absl::OkStatus();
 }
 
@@ -575,22 +589,13 @@ absl::Status SgdStep(float* params, const float* grads, float* momentum, int64_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) {
+absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum, double* partials) {
   if (n <= 0) return sum;
-  constexpr int kBlocks = 1024;  // enough to fill an H200; the host adds 1024 doubles
-  const int blocks = int(std::min<int64_t>(kBlocks, Blocks(n)));
-  double* partial = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&partial, sizeof(double) * blocks));
+  const int blocks = std::min(kSquaresBlocks, Blocks(n));
+  TALLY_LAUNCH(SquaresKernel, blocks, partials, x, n);
   std::vector<double> host(blocks);
-  SquaresKernel<<<blocks, kThreads>>>(partial, x, n);
-  const cudaError_t launched = cudaGetLastError();
-  const cudaError_t copied =
-      launched == cudaSuccess
-          ? cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost)
-          : launched;
-  cudaFree(partial);
-  RETURN_IF_ERROR(CudaStatus(launched, "launching SquaresKernel"));
-  RETURN_IF_ERROR(CudaStatus(copied, "cudaMemcpy(the blocks' sums of squares)"));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(host.data(), partials, sizeof(double) * blocks, cudaMemcpyDeviceToHost));
   for (double d : host) sum += d;
   return sum;
 }

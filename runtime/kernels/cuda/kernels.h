@@ -26,11 +26,15 @@ class Blas {
 
   void* handle() const { return handle_; }  // a cublasHandle_t
   bool tf32() const { return tf32_; }
+  // n ones in device memory (a bias gradient is dyᵀ times them), grown on demand.
+  absl::StatusOr<const float*> Ones(int n);
 
  private:
   Blas(void* handle, bool tf32) : handle_(handle), tf32_(tf32) {}
   void* handle_;
   bool tf32_;
+  float* ones_ = nullptr;
+  int ones_count_ = 0;
 };
 
 // y (n, oc) = x (n, c) · wᵀ + b, w stored (oc, c); b may be null.
@@ -92,8 +96,10 @@ absl::Status AddBias(float* y, const float* b, int64_t rows, int c);
 absl::Status Scale(float* x, int64_t n, float factor);
 absl::Status SgdStep(float* params, const float* grads, float* momentum, int64_t n, float lr,
                      float mu, float wd, bool first);
-// sum + Σ x² (blocks' partial sums in double, added on the host).
-absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum);
+// sum + Σ x²: each of up to kSquaresBlocks blocks sums its part in double into
+// `partials` (that many doubles of device memory), and the host adds them.
+inline constexpr int kSquaresBlocks = 1024;
+absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum, double* partials);
 
 // y = a + b (the residual stream); y may be a or b.
 absl::Status Add(float* y, const float* a, const float* b, int64_t n);
