@@ -4,9 +4,18 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cuda/cuda.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
+
+absl::Status TensorParallel::CopyFloats(float* to, const float* from, int64_t count) const {
+  if (device_.type == DeviceType::kCUDA) {
+    return cuda::CopyOnDevice(to, from, sizeof(float) * size_t(count));
+  }
+  std::memcpy(to, from, sizeof(float) * size_t(count));
+  return absl::OkStatus();
+}
 
 absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string& scope,
                                        comm::ReduceOp op) const {
@@ -29,8 +38,8 @@ absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, 
   // Rank-major (rank, b, t/N, c) to (b, t, c).
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < b; ++i) {
-      std::memcpy(whole + (int64_t(i) * t + int64_t(r) * tl) * c, scratch + (int64_t(r) * b + i) * run,
-                  sizeof(float) * size_t(run));
+      RETURN_IF_ERROR(CopyFloats(whole + (int64_t(i) * t + int64_t(r) * tl) * c,
+                                 scratch + (int64_t(r) * b + i) * run, run));
     }
   }
   return absl::OkStatus();
@@ -44,8 +53,8 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
   // (b, t, c) to rank-major (rank, b, t/N, c): chunk r is what rank r keeps.
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < b; ++i) {
-      std::memcpy(scratch + (int64_t(r) * b + i) * run, whole + (int64_t(i) * t + int64_t(r) * tl) * c,
-                  sizeof(float) * size_t(run));
+      RETURN_IF_ERROR(CopyFloats(scratch + (int64_t(r) * b + i) * run,
+                                 whole + (int64_t(i) * t + int64_t(r) * tl) * c, run));
     }
   }
   comm::LabelScope label(group_->ledger(), scope);
@@ -189,16 +198,23 @@ absl::Status VocabParallelCrossEntropyBackward(Kernels& k, const TensorParallel&
 absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
                                   const std::vector<optim::Segment>& segments) {
   if (!tp.sequence_parallel()) return absl::OkStatus();
-  std::vector<float> packed;
-  for (const optim::Segment& s : segments) {
-    if (s.per_token) packed.insert(packed.end(), grads + s.begin, grads + s.end);
-  }
-  comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
-  RETURN_IF_ERROR(tp.AllReduce(packed.data(), int64_t(packed.size()), "sequence_parallel"));
-  const float* next = packed.data();
+  // Packed into one buffer (on the gradients' device), summed, and put back.
+  int64_t count = 0;
+  for (const optim::Segment& s : segments) count += s.per_token ? s.end - s.begin : 0;
+  Allocator on(tp.group()->allocator().ledger(), tp.device());
+  ASSIGN_OR_RETURN(Tensor packed, Tensor::Empty({count}, DType::kF32, on, MemoryCategory::kComm));
+  float* next = packed.data<float>();
   for (const optim::Segment& s : segments) {
     if (!s.per_token) continue;
-    std::copy(next, next + (s.end - s.begin), grads + s.begin);
+    RETURN_IF_ERROR(tp.CopyFloats(next, grads + s.begin, s.end - s.begin));
+    next += s.end - s.begin;
+  }
+  comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
+  RETURN_IF_ERROR(tp.AllReduce(packed.data<float>(), count, "sequence_parallel"));
+  next = packed.data<float>();
+  for (const optim::Segment& s : segments) {
+    if (!s.per_token) continue;
+    RETURN_IF_ERROR(tp.CopyFloats(grads + s.begin, next, s.end - s.begin));
     next += s.end - s.begin;
   }
   return absl::OkStatus();

@@ -60,6 +60,9 @@ class TensorParallel {
   // Rows of the activations between the parallel linears for n = b·t tokens: this rank's
   // n/N under sequence parallelism, all n otherwise.
   int Rows(int n) const { return sequence_parallel_ ? n / size() : n; }
+  Device device() const { return device_; }
+  // to[0, count) = from[0, count), on the activations' device.
+  absl::Status CopyFloats(float* to, const float* from, int64_t count) const;
 
   // data[0, n) reduced over the group in place, booked in the ledger under `scope`. One
   // rank: nothing.

@@ -74,10 +74,10 @@ absl::Status TrainOptions::Validate() const {
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
   if (device != "cpu" && device != "cuda") return bad("--device must be cpu or cuda, got '", device, "'");
   if (tf32 && device != "cuda") return bad("--tf32 needs --device=cuda (it is cuBLAS's)");
-  if (device == "cuda" && (sequence_parallel || backend != "threads")) {
+  if (device == "cuda" && backend != "threads") {
     return bad(
-        "--device=cuda runs --dp, --zero, --tp and --pp on the threads backend, every "
-        "rank on GPU 0; --sequence_parallel and --backend=mpi on a GPU are not built yet");
+        "--device=cuda runs on the threads backend, every rank on GPU 0; --backend=mpi "
+        "on a GPU (and NCCL) is not built yet");
   }
   if (device == "cuda" && (!save.empty() || !load.empty())) {
     return bad("--save and --load with --device=cuda are not built yet");

@@ -102,10 +102,11 @@ TEST(TallyTrain, DeviceCudaWithoutAGpuSaysWhy) {
 }
 
 // What the GPU path does not run yet is refused in one line, GPU or not.
-TEST(TallyTrain, DeviceCudaRefusesSequenceParallelismForNow) {
-  Result r = RunCommand(kTrain + kTiny + " --device=cuda --tp=2 --sequence_parallel --steps=1");
+TEST(TallyTrain, DeviceCudaRefusesMpiForNow) {
+  Result r = RunCommand(kTrain + kTiny + " --device=cuda --backend=mpi --steps=1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "on a GPU are not built yet")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "--backend=mpi on a GPU (and NCCL) is not built yet"))
+      << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
