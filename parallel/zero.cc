@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -251,6 +250,21 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   return norm;
 }
 
+absl::Status ZeroWeights::GatherPiece(const Tensor& shard, size_t i, const Tensor& whole,
+                                      int root) {
+  const Sharding::Piece& p = sharding_.pieces()[i];
+  const bool is_root = dp_->rank() == root;
+  Tensor unit = is_root ? whole.Flat(p.unit.offset, p.unit.end()) : Tensor();
+  if (!is_root || shard.device() == whole.device()) {
+    return dp_->Gather(Own(shard, i), unit, p.unit.count, root, algorithm_);
+  }
+  // A GPU's shards gather on the GPU, then go to the host.
+  Allocator on_device(nullptr, shard.device());
+  ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({p.unit.count}, DType::kF32, on_device));
+  RETURN_IF_ERROR(dp_->Gather(Own(shard, i), gathered, p.unit.count, root, algorithm_));
+  return unit.CopyFrom(gathered);
+}
+
 absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
   Allocator unaccounted(nullptr);
   const bool is_root = dp_->rank() == root;
@@ -259,22 +273,11 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
     ASSIGN_OR_RETURN(whole, Tensor::Empty({layout_.total()}, DType::kF32, unaccounted));
   }
   if (stage_ < 3) {
-    if (is_root) RETURN_IF_ERROR(params_.CopyToHost(whole.raw_data()));
+    if (is_root) RETURN_IF_ERROR(whole.CopyFrom(params_));
     return whole;
   }
-  // ZeRO-3: the shards gathered on the device, then to the host.
-  Tensor gathered = whole;
-  if (is_root && params_.device() != whole.device()) {
-    Allocator on_device(nullptr, params_.device());
-    ASSIGN_OR_RETURN(gathered, Tensor::Empty({layout_.total()}, DType::kF32, on_device));
-  }
-  const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    Tensor unit = is_root ? gathered.Flat(pieces[i].unit.offset, pieces[i].unit.end()) : Tensor();
-    RETURN_IF_ERROR(dp_->Gather(Own(params_, i), unit, pieces[i].unit.count, root, algorithm_));
-  }
-  if (is_root && gathered.raw_data() != whole.raw_data()) {
-    RETURN_IF_ERROR(gathered.CopyToHost(whole.raw_data()));
+  for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
+    RETURN_IF_ERROR(GatherPiece(params_, i, whole, root));
   }
   return whole;
 }
@@ -288,31 +291,27 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> ZeroWeights::GatherOptimizer(i
     whole->set_step(optimizer_->step());
   }
   auto shards = optimizer_->State();
-  const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
   for (size_t s = 0; s < shards.size(); ++s) {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      Tensor unit = is_root ? whole->State()[s].second->Flat(pieces[i].unit.offset,
-                                                              pieces[i].unit.end())
-                            : Tensor();
-      RETURN_IF_ERROR(
-          dp_->Gather(Own(*shards[s].second, i), unit, pieces[i].unit.count, root, algorithm_));
+    const Tensor into = is_root ? *whole->State()[s].second : Tensor();
+    for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
+      RETURN_IF_ERROR(GatherPiece(*shards[s].second, i, into, root));
     }
   }
   return whole;
 }
 
 absl::Status ZeroWeights::Load(const float* params, optim::Optimizer* optimizer) {
-  // Copies this rank's chunks of a whole buffer into a packed shard.
-  auto keep = [&](const float* whole, Tensor& shard) {
-    for (const Sharding::Piece& p : sharding_.pieces()) {
-      std::memcpy(shard.data<float>() + p.packed, whole + p.own.offset,
-                  sizeof(float) * size_t(p.own.count));
+  // Copies this rank's chunks of a whole buffer (host memory) into a packed shard.
+  auto keep = [&](const float* whole, Tensor& shard) -> absl::Status {
+    for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
+      RETURN_IF_ERROR(Own(shard, i).CopyFromHost(whole + sharding_.pieces()[i].own.offset));
     }
+    return absl::OkStatus();
   };
   if (stage_ == 3) {
-    keep(params, params_);
+    RETURN_IF_ERROR(keep(params, params_));
   } else if (params != params_.data<float>()) {
-    std::memcpy(params_.raw_data(), params, params_.nbytes());
+    RETURN_IF_ERROR(params_.CopyFromHost(params));
   }
   if (optimizer == nullptr) return absl::OkStatus();
   if (std::string(optimizer->name()) != optimizer_->name()) {
@@ -321,7 +320,9 @@ absl::Status ZeroWeights::Load(const float* params, optim::Optimizer* optimizer)
   }
   auto whole = optimizer->State();
   auto mine = optimizer_->State();
-  for (size_t s = 0; s < mine.size(); ++s) keep(whole[s].second->data<float>(), *mine[s].second);
+  for (size_t s = 0; s < mine.size(); ++s) {
+    RETURN_IF_ERROR(keep(whole[s].second->data<float>(), *mine[s].second));
+  }
   optimizer_->set_step(optimizer->step());
   return absl::OkStatus();
 }

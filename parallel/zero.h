@@ -128,6 +128,9 @@ class ZeroWeights : public model::WeightStore {
   ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
               MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
               comm::Communicator* stages, Device device);
+  // Piece `i` of every rank's `shard` (the parameters, or a state of the optimizer)
+  // into its place in `whole` on `root` (host memory; empty elsewhere).
+  absl::Status GatherPiece(const Tensor& shard, size_t i, const Tensor& whole, int root);
   // Piece `i` of a packed shard.
   Tensor Own(const Tensor& shard, size_t i) const {
     const Sharding::Piece& p = sharding_.pieces()[i];

@@ -47,6 +47,16 @@ absl::Status Tensor::SetZero() const {
   return absl::OkStatus();
 }
 
+absl::Status Tensor::CopyFrom(const Tensor& from) const {
+  if (from.nbytes() != nbytes()) {
+    return absl::InvalidArgumentError("[Tensor::CopyFrom] " + std::to_string(from.nbytes()) +
+                                      " bytes into " + std::to_string(nbytes()));
+  }
+  if (from.device().type == DeviceType::kCPU) return CopyFromHost(from.raw_data());
+  if (device().type == DeviceType::kCPU) return from.CopyToHost(raw_data());
+  return cuda::CopyOnDevice(raw_data(), from.raw_data(), nbytes());
+}
+
 Tensor Tensor::Borrow(float* data, int64_t count, Device device) {
   return Tensor(Storage::Borrow(data, sizeof(float) * size_t(count), device), 0, {count},
                 DType::kF32);

@@ -65,6 +65,8 @@ class Tensor {
   absl::Status CopyFromHost(const void* host) const;
   absl::Status CopyToHost(void* host) const;
   absl::Status SetZero() const;
+  // This tensor's bytes = `from`'s (the same nbytes(), on any devices).
+  absl::Status CopyFrom(const Tensor& from) const;
 
   // Rows [begin, end) along the first dimension, sharing storage. Requires 0 <= begin <=
   // end <= dim(0).

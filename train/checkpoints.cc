@@ -1,6 +1,5 @@
 // Whole checkpoints from any grid, and into any (trainer.h): the parts of the model are
 // gathered to rank 0 on save, and every rank keeps its part on load.
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -29,11 +28,17 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     }
   } else if (dp_ == nullptr || dp_->rank() == 0) {
     local.params = gpt_->params();
-    if (local.params.device().type != DeviceType::kCPU) {  // a GPU's parameters, to the host
-      ASSIGN_OR_RETURN(local.params, Tensor::Empty({local.params.numel()}, DType::kF32, unaccounted));
-      RETURN_IF_ERROR(gpt_->params().CopyToHost(local.params.raw_data()));
-    }
     if (with_optimizer) local.optimizer = optimizer_.get();
+    if (local.params.device().type != DeviceType::kCPU) {  // a GPU's state, to the host
+      ASSIGN_OR_RETURN(local.params, Tensor::Empty({local.params.numel()}, DType::kF32, unaccounted));
+      RETURN_IF_ERROR(local.params.CopyFrom(gpt_->params()));
+      if (with_optimizer) {
+        ASSIGN_OR_RETURN(local.gathered,
+                         MakeOptimizer(options_, local.params.numel(), unaccounted));
+        RETURN_IF_ERROR(CopyState(*optimizer_, *local.gathered));
+        local.optimizer = local.gathered.get();
+      }
+    }
   }
   if (world_ == nullptr || (tp_ == nullptr && pp_ == nullptr)) {
     return logs() ? std::move(local) : Whole{};  // the part is the whole model
@@ -112,9 +117,8 @@ absl::Status Trainer::Load(const std::string& path) {
     local_optimizer->set_step(loaded.step);
   }
   if (zero_ != nullptr) return zero_->Load(local_params.data<float>(), local_optimizer.get());
-  std::memcpy(gpt_->params().raw_data(), local_params.raw_data(), local_params.nbytes());
-  if (local_optimizer != nullptr) CopyState(*local_optimizer, *optimizer_);
-  return absl::OkStatus();
+  RETURN_IF_ERROR(gpt_->params().CopyFrom(local_params));
+  return local_optimizer != nullptr ? CopyState(*local_optimizer, *optimizer_) : absl::OkStatus();
 }
 
 }  // namespace tally::train

@@ -79,9 +79,6 @@ absl::Status TrainOptions::Validate() const {
         "--device=cuda runs on the threads backend, every rank on GPU 0; --backend=mpi "
         "on a GPU (and NCCL) is not built yet");
   }
-  if (device == "cuda" && (!save.empty() || !load.empty())) {
-    return bad("--save and --load with --device=cuda are not built yet");
-  }
   return absl::OkStatus();
 }
 

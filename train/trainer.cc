@@ -24,14 +24,14 @@ void SetIntraOpThreads(const TrainOptions& options, int ranks_here) {
   cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / ranks_here));
 }
 
-void CopyState(optim::Optimizer& from, optim::Optimizer& to) {
+absl::Status CopyState(optim::Optimizer& from, optim::Optimizer& to) {
   auto source = from.State();
   auto target = to.State();
   for (size_t i = 0; i < target.size(); ++i) {
-    std::memcpy(target[i].second->raw_data(), source[i].second->raw_data(),
-                target[i].second->nbytes());
+    RETURN_IF_ERROR(target[i].second->CopyFrom(*source[i].second));
   }
   to.set_step(from.step());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,

@@ -156,7 +156,7 @@ class Trainer {
 void SetIntraOpThreads(const TrainOptions& options, int ranks_here);
 
 // Copies the state and step of one optimizer into another of the same kind and size.
-void CopyState(optim::Optimizer& from, optim::Optimizer& to);
+absl::Status CopyState(optim::Optimizer& from, optim::Optimizer& to);
 
 // An AdamW or SGD (options.optimizer) over `size` elements.
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
