@@ -20,6 +20,7 @@
 #include "runtime/kernels/cpu/linear.h"
 #include "runtime/kernels/cuda/kernels.h"
 #include "runtime/memory_ledger.h"
+#include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally {
 namespace {
@@ -37,21 +38,6 @@ TEST(Cuda, NoGpuIsAClearError) {
                 absl::StrContains(gpus.status().message(), "no CUDA"))
         << gpus.status();
   }
-}
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
-
-std::vector<int32_t> Tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = int32_t(gen() % uint32_t(vocab));
-  return v;
 }
 
 class CudaKernels : public ::testing::Test {

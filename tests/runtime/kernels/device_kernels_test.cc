@@ -5,7 +5,6 @@
 // rtol·|cpu| element by element. Skipped, with the reason, without a GPU.
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -13,24 +12,10 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/kernels/kernels.h"
+#include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally {
 namespace {
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
-
-std::vector<int32_t> Tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = int32_t(gen() % uint32_t(vocab));
-  return v;
-}
 
 class DeviceKernels : public ::testing::Test {
  protected:
