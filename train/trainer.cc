@@ -114,17 +114,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   } else {
     ASSIGN_OR_RETURN(t->gpt_,
                      model::GPT::Create(options.model, t->model_alloc_, options.seed, tp, stage));
-    if (options.tf32) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels,
-                       Kernels::Create(t->model_alloc_.device(), /*tf32=*/true));
-      RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
-    }
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
     t->segments_ = model::OptimizerSegments(layout);
     if (t->dp_ != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(
           t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
     }
+  }
+  if (options.tf32) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels,
+                     Kernels::Create(t->model_alloc_.device(), /*tf32=*/true));
+    RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
   if (t->pp_ != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.load.empty()) RETURN_IF_ERROR(t->Load(options.load));
@@ -254,8 +254,7 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
   const uint64_t stream = StreamOf("sample");
   std::vector<std::pair<float, int>> scored(v);
   // The last position's logits over the whole vocabulary (tensor parallelism: gathered
-  // from the ranks' slices).
-  // Both on the host, wherever the model runs.
+  // from the ranks' slices), on the host wherever the model runs.
   const int vl = gpt_->vocab_local();
   Allocator host(alloc_.ledger());
   ASSIGN_OR_RETURN(Tensor mine,
