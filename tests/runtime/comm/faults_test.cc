@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/cuda.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {
@@ -191,6 +192,28 @@ TEST(Faults, BadArgumentsAreStatusesNotCrashes) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(run.ok()) << run;
+}
+
+// GPU buffers reach the transport as such: ranks that pass host memory and GPU memory
+// to one call fail naming both sides, and without a GPU (or without CUDA in the build)
+// moving them is the CUDA error, not a crash. The buffers are views whose pointers the
+// transport never touches here: the mismatch is found first, the CUDA call fails first.
+TEST(Faults, GpuBuffersOnAMachineWithoutAGpuAreClearErrors) {
+  std::vector<float> host(8, 1.0f);
+  Outcome mixed = RunCollecting(2, [&](Communicator& comm) -> absl::Status {
+    Device device = comm.rank() == 1 ? Device{DeviceType::kCUDA, 0} : Device::CPU();
+    Tensor t = Tensor::Borrow(host.data() + 4 * comm.rank(), 4, device);
+    return comm.AllReduce(t, ReduceOp::kSum);
+  });
+  EXPECT_TRUE(absl::StrContains(mixed.run.message(), "passed buffers in")) << mixed.run;
+  EXPECT_TRUE(absl::StrContains(mixed.run.message(), "GPU memory")) << mixed.run;
+
+  if (cuda::DeviceCount().ok()) GTEST_SKIP() << "a GPU is here: cuda_train_test moves its memory";
+  Outcome gpu = RunCollecting(2, [&](Communicator& comm) -> absl::Status {
+    Tensor t = Tensor::Borrow(host.data() + 4 * comm.rank(), 4, Device{DeviceType::kCUDA, 0});
+    return comm.AllReduce(t, ReduceOp::kSum);
+  });
+  EXPECT_TRUE(absl::StrContains(gpu.run.message(), "[cuda] ")) << gpu.run;
 }
 
 TEST(Faults, LaunchRejectsBadWorldSize) {
