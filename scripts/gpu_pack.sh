@@ -2,7 +2,7 @@
 # Packs the GPU check into gpu_pack/ (ignored by git), built here, for a GPU machine that
 # has the CUDA driver and toolkit but not Abseil, GoogleTest or OpenBLAS: the test and
 # benchmark binaries, bench/torch_gpt.py, and every shared library they load that is
-# neither CUDA's nor the C library's (about 45 MB). Then run scripts/gpu_check.sh there
+# neither CUDA's nor the C library's (about 50 MB). Then run scripts/gpu_check.sh there
 # with gpu_pack/ carried.
 set -euo pipefail
 cd "$(dirname "$0")/.."
