@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/device_memory.h"
@@ -42,6 +43,28 @@ __global__ void DivideKernel(T* data, int64_t n, int divisor) {
   }
 }
 
+// Calls launch((T*)nullptr) with the element type T of `dtype`; false for a dtype the
+// GPU kernels do not take (bf16).
+template <typename Launch>
+bool ForDType(DType dtype, Launch launch) {
+  switch (dtype) {
+    case DType::kF32:
+      launch(static_cast<float*>(nullptr));
+      return true;
+    case DType::kF64:
+      launch(static_cast<double*>(nullptr));
+      return true;
+    case DType::kI32:
+      launch(static_cast<int32_t*>(nullptr));
+      return true;
+    case DType::kI64:
+      launch(static_cast<int64_t*>(nullptr));
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Waits for the kernel just launched; its launch error or its execution error.
 absl::Status Finish(const char* kernel) {
   RETURN_IF_ERROR(cuda::CudaStatus(cudaGetLastError(), kernel));
@@ -63,46 +86,21 @@ absl::Status DeviceCopy(void* dst, const void* src, size_t bytes) {
 absl::Status DeviceReduceInto(void* dst, const void* src, int64_t count, DType dtype,
                               ReduceOp op) {
   if (count <= 0) return absl::OkStatus();
-  switch (dtype) {
-    case DType::kF32:
-      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<float*>(dst),
-                                                static_cast<const float*>(src), count, op);
-      break;
-    case DType::kF64:
-      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<double*>(dst),
-                                                static_cast<const double*>(src), count, op);
-      break;
-    case DType::kI32:
-      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<int32_t*>(dst),
-                                                static_cast<const int32_t*>(src), count, op);
-      break;
-    case DType::kI64:
-      ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<int64_t*>(dst),
-                                                static_cast<const int64_t*>(src), count, op);
-      break;
-    default: return NotOnDevice(dtype, "a reduction");
-  }
-  return Finish("ReduceKernel");
+  const bool known = ForDType(dtype, [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<T*>(dst), static_cast<const T*>(src),
+                                              count, op);
+  });
+  return known ? Finish("ReduceKernel") : NotOnDevice(dtype, "a reduction");
 }
 
 absl::Status DeviceFinishAverage(void* data, int64_t count, DType dtype, int divisor) {
   if (count <= 0) return absl::OkStatus();
-  switch (dtype) {
-    case DType::kF32:
-      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<float*>(data), count, divisor);
-      break;
-    case DType::kF64:
-      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<double*>(data), count, divisor);
-      break;
-    case DType::kI32:
-      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<int32_t*>(data), count, divisor);
-      break;
-    case DType::kI64:
-      DivideKernel<<<Blocks(count), kThreads>>>(static_cast<int64_t*>(data), count, divisor);
-      break;
-    default: return NotOnDevice(dtype, "an average");
-  }
-  return Finish("DivideKernel");
+  const bool known = ForDType(dtype, [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    DivideKernel<<<Blocks(count), kThreads>>>(static_cast<T*>(data), count, divisor);
+  });
+  return known ? Finish("DivideKernel") : NotOnDevice(dtype, "an average");
 }
 
 }  // namespace tally::comm
