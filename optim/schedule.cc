@@ -15,12 +15,6 @@ float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, floa
   return float(min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (max_lr - min_lr));
 }
 
-double SquaredNorm(const float* grads, int64_t n) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += double(grads[i]) * grads[i];
-  return sum;
-}
-
 absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
                                    const std::vector<Segment>& segments, bool count_replicas) {
   double sum = 0;
@@ -34,10 +28,6 @@ absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
 float ClipScale(double global_norm, float max_norm) {
   double coef = max_norm / (global_norm + 1e-6);
   return coef < 1.0 ? float(coef) : 1.0f;
-}
-
-void Scale(float* grads, int64_t n, float factor) {
-  for (int64_t i = 0; i < n; ++i) grads[i] *= factor;
 }
 
 }  // namespace tally::optim

@@ -16,9 +16,7 @@ namespace tally::optim {
 float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, float max_lr,
                    float min_lr);
 
-// Σ g² over grads[0, n), in double.
-double SquaredNorm(const float* grads, int64_t n);
-// The same over `segments` of grads, skipping the segments marked replica unless
+// Σ g² over `segments` of grads, in double, skipping the segments marked replica unless
 // `count_replicas` (tensor-parallel copies count on one rank only), with the kernels of
 // the gradients' device.
 absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
@@ -27,7 +25,5 @@ absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
 // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6) when that is below 1,
 // else 1. Returns the factor to multiply every gradient by.
 float ClipScale(double global_norm, float max_norm);
-
-void Scale(float* grads, int64_t n, float factor);
 
 }  // namespace tally::optim

@@ -4,17 +4,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/cuda/cuda.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
 
 absl::Status TensorParallel::CopyFloats(float* to, const float* from, int64_t count) const {
-  if (device_.type == DeviceType::kCUDA) {
-    return cuda::CopyOnDevice(to, from, sizeof(float) * size_t(count));
-  }
-  std::memcpy(to, from, sizeof(float) * size_t(count));
-  return absl::OkStatus();
+  return Tensor::Borrow(to, count, device_)
+      .CopyFrom(Tensor::Borrow(const_cast<float*>(from), count, device_));
 }
 
 absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string& scope,

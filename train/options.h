@@ -67,7 +67,7 @@ struct TrainOptions {
   // Where the model computes: "cpu", or "cuda" (parameters, gradients, optimizer state
   // and activations in GPU memory, runtime/kernels/cuda). On the threads backend every
   // rank uses GPU 0, and the collectives move GPU memory (runtime/comm/device_memory.h);
-  // ZeRO, sequence parallelism and MPI on a GPU are not built yet. tf32: let cuBLAS use
+  // every strategy runs; MPI (and NCCL) on a GPU is not built yet. tf32: let cuBLAS use
   // TF32 tensor cores for fp32 matmuls (CUDA only).
   std::string device = "cpu";
   bool tf32 = false;
