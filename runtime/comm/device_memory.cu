@@ -3,27 +3,20 @@
 // or the caller reads them (a transfer completes only when its bytes have landed).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/device_memory.h"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/kernels/cuda/launch.cuh"
 #include "runtime/status_macros.h"
 
 namespace tally::comm {
 namespace {
 
-constexpr int kThreads = 256;
-
-int Blocks(int64_t n) {
-  return int(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
-}
-
 template <typename T>
 __global__ void ReduceKernel(T* dst, const T* src, int64_t n, ReduceOp op) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x) {
+  TALLY_GRID_STRIDE(i, n) {
     const T a = dst[i], b = src[i];
     switch (op) {
       case ReduceOp::kSum:
@@ -37,10 +30,7 @@ __global__ void ReduceKernel(T* dst, const T* src, int64_t n, ReduceOp op) {
 
 template <typename T>
 __global__ void DivideKernel(T* data, int64_t n, int divisor) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x) {
-    data[i] = data[i] / T(divisor);
-  }
+  TALLY_GRID_STRIDE(i, n) { data[i] = data[i] / T(divisor); }
 }
 
 // Calls launch((T*)nullptr) with the element type T of `dtype`; false for a dtype the
@@ -88,8 +78,8 @@ absl::Status DeviceReduceInto(void* dst, const void* src, int64_t count, DType d
   if (count <= 0) return absl::OkStatus();
   const bool known = ForDType(dtype, [&](auto* typed) {
     using T = std::remove_pointer_t<decltype(typed)>;
-    ReduceKernel<<<Blocks(count), kThreads>>>(static_cast<T*>(dst), static_cast<const T*>(src),
-                                              count, op);
+    ReduceKernel<<<cuda::Blocks(count), cuda::kThreads>>>(static_cast<T*>(dst),
+                                                          static_cast<const T*>(src), count, op);
   });
   return known ? Finish("ReduceKernel") : NotOnDevice(dtype, "a reduction");
 }
@@ -98,7 +88,7 @@ absl::Status DeviceFinishAverage(void* data, int64_t count, DType dtype, int div
   if (count <= 0) return absl::OkStatus();
   const bool known = ForDType(dtype, [&](auto* typed) {
     using T = std::remove_pointer_t<decltype(typed)>;
-    DivideKernel<<<Blocks(count), kThreads>>>(static_cast<T*>(data), count, divisor);
+    DivideKernel<<<cuda::Blocks(count), cuda::kThreads>>>(static_cast<T*>(data), count, divisor);
   });
   return known ? Finish("DivideKernel") : NotOnDevice(dtype, "an average");
 }

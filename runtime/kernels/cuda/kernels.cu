@@ -1,11 +1,7 @@
-// The CUDA kernels of kernels.h. Each mirrors its CPU kernel line for line where it can:
-// elementwise ops one thread per element (grid-stride loops), row ops (LayerNorm,
-// softmax, cross-entropy) one block per row with block-wide sums, matmuls in cuBLAS.
-//
-// cuBLAS is column-major and our buffers are row-major. A row-major (r, c) matrix is the
-// column-major (c, r) matrix of its transpose, so each row-major product C = A·B is asked
-// of cuBLAS as Cᵀ = Bᵀ·Aᵀ, with the leading dimensions of the row-major buffers.
-#include <cublas_v2.h>
+// The CUDA kernels of kernels.h that are not matrix products (those are in matmul.cu).
+// Each mirrors its CPU kernel line for line where it can: elementwise ops one thread per
+// element (grid-stride loops), row ops (LayerNorm, the softmax passes) one block per row
+// with block-wide sums.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,72 +10,13 @@
 
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/kernels/cuda/kernels.h"
+#include "runtime/kernels/cuda/launch.cuh"
 #include "runtime/status_macros.h"
 
 namespace tally::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // per block, a multiple of the warp
-
-int Blocks(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);  // grid-stride beyond
-}
-
-#define TALLY_GRID_STRIDE(i, n)                                             \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += int64_t(blockDim.x) * gridDim.x)
-
-// The sum (or maximum) of one value per thread over the block, returned to every thread.
-template <bool kMax>
-__device__ float BlockReduce(float value) {
-  __shared__ float partial[32];
-  __shared__ float result;
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float other = __shfl_down_sync(0xffffffffu, value, offset);
-    value = kMax ? fmaxf(value, other) : value + other;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) partial[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    const int warps = blockDim.x / 32;
-    value = lane < warps ? partial[lane] : (kMax ? -INFINITY : 0.0f);
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_down_sync(0xffffffffu, value, offset);
-      value = kMax ? fmaxf(value, other) : value + other;
-    }
-    if (lane == 0) result = value;
-  }
-  __syncthreads();
-  const float out = result;
-  __syncthreads();  // before the next call reuses the shared slots
-  return out;
-}
-
-__device__ float BlockSum(float v) { return BlockReduce<false>(v); }
-__device__ float BlockMax(float v) { return BlockReduce<true>(v); }
-
 // ---------------------------------------------------------------------------- elementwise
-
-__global__ void EmbeddingForwardKernel(float* x, const int32_t* tokens, const float* wte,
-                                       const float* wpe, int t, int c, int64_t n) {
-  TALLY_GRID_STRIDE(i, n) {
-    const int64_t row = i / c;
-    const int k = int(i % c);
-    x[i] = wte[int64_t(tokens[row]) * c + k] + wpe[(row % t) * c + k];
-  }
-}
-
-__global__ void EmbeddingBackwardKernel(float* dwte, float* dwpe, const float* dx,
-                                        const int32_t* tokens, int t, int c, int64_t n) {
-  TALLY_GRID_STRIDE(i, n) {
-    const int64_t row = i / c;
-    const int k = int(i % c);
-    atomicAdd(&dwte[int64_t(tokens[row]) * c + k], dx[i]);
-    atomicAdd(&dwpe[(row % t) * c + k], dx[i]);
-  }
-}
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
@@ -120,11 +57,6 @@ __global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_
   }
 }
 
-// y's rows start as the bias (or zero), for a product added on top.
-__global__ void FillRowsKernel(float* y, const float* b, int oc, int64_t n) {
-  TALLY_GRID_STRIDE(i, n) { y[i] = b != nullptr ? b[i % oc] : 0.0f; }
-}
-
 // x (n, c): the slice's row of wte for each token in [first, first + vocab), else zeros.
 __global__ void EmbeddingLookupKernel(float* x, const int32_t* tokens, const float* wte,
                                       int64_t first, int vocab, int c, int64_t n) {
@@ -162,10 +94,6 @@ __global__ void AddPositionsBackwardKernel(float* dwpe, const float* dx, int64_t
 
 __global__ void AddBiasKernel(float* y, const float* b, int c, int64_t n) {
   TALLY_GRID_STRIDE(i, n) { y[i] += b[i % c]; }
-}
-
-__global__ void FillKernel(float* x, float value, int64_t n) {
-  TALLY_GRID_STRIDE(i, n) { x[i] = value; }
 }
 
 __global__ void ScaleKernel(float* x, float factor, int64_t n) {
@@ -240,25 +168,6 @@ __global__ void LayerNormBackwardKernel(float* dx, float* dw, float* db, const f
   }
 }
 
-__global__ void CrossEntropyForwardKernel(float* losses, float* probs, const float* logits,
-                                          const int32_t* targets, int v) {
-  const int64_t row = blockIdx.x;
-  const float* l = logits + row * v;
-  float* p = probs + row * v;
-  float max = -INFINITY;
-  for (int j = threadIdx.x; j < v; j += blockDim.x) max = fmaxf(max, l[j]);
-  max = BlockMax(max);
-  float sum = 0;
-  for (int j = threadIdx.x; j < v; j += blockDim.x) {
-    p[j] = expf(l[j] - max);
-    sum += p[j];
-  }
-  sum = BlockSum(sum);
-  const float inv = 1.0f / sum;
-  for (int j = threadIdx.x; j < v; j += blockDim.x) p[j] *= inv;
-  if (threadIdx.x == 0) losses[row] = logf(sum) - (l[targets[row]] - max);
-}
-
 __global__ void CrossEntropyBackwardKernel(float* dlogits, const float* probs,
                                            const int32_t* targets, int64_t first, float dloss,
                                            int v, int64_t n) {
@@ -309,186 +218,7 @@ __global__ void SoftmaxLossKernel(float* probs, float* losses, const float* sum,
   if (threadIdx.x == 0) losses[row] = logf(sum[row]) - (target[row] - max[row]);
 }
 
-// Rows of the scores S (nh·t rows of t, row r at position r % t): softmax over the
-// positions up to its own, zero after (the causal mask).
-__global__ void CausalSoftmaxKernel(float* s, int t) {
-  const int64_t row = blockIdx.x;
-  const int pos = int(row % t);
-  float* r = s + row * t;
-  float max = -INFINITY;
-  for (int j = threadIdx.x; j <= pos; j += blockDim.x) max = fmaxf(max, r[j]);
-  max = BlockMax(max);
-  float sum = 0;
-  for (int j = threadIdx.x; j <= pos; j += blockDim.x) {
-    r[j] = expf(r[j] - max);
-    sum += r[j];
-  }
-  const float inv = 1.0f / BlockSum(sum);
-  for (int j = threadIdx.x; j < t; j += blockDim.x) r[j] = j <= pos ? r[j] * inv : 0.0f;
-}
-
-// dS = P ⊙ (dP - rowsum(dP ⊙ P)) in place of dP, zero after each row's position.
-__global__ void CausalSoftmaxBackwardKernel(float* ds, const float* p, int t) {
-  const int64_t row = blockIdx.x;
-  const int pos = int(row % t);
-  float* d = ds + row * t;
-  const float* pr = p + row * t;
-  float dot = 0;
-  for (int j = threadIdx.x; j <= pos; j += blockDim.x) dot += d[j] * pr[j];
-  dot = BlockSum(dot);
-  for (int j = threadIdx.x; j < t; j += blockDim.x) d[j] = j <= pos ? pr[j] * (d[j] - dot) : 0.0f;
-}
-
-// Launches `kernel` on `blocks` blocks of kThreads; a launch error names the kernel.
-#define TALLY_LAUNCH(kernel, blocks, ...)                                                  \
-  do {                                                                                     \
-    kernel<<<(blocks), kThreads>>>(__VA_ARGS__);                                           \
-    ::absl::Status launched = CudaStatus(cudaGetLastError(), "launching " #kernel);        \
-    if (!launched.ok()) return launched;                                                   \
-  } while (false)
-
-cublasHandle_t Handle(Blas& blas) { return static_cast<cublasHandle_t>(blas.handle()); }
-
-// Row-major C (m, n) = alpha · op(A) · op(B) + beta · C, with op(A) (m, k) and op(B) (k, n)
-// and each buffer's row-major leading dimension; batched with strides when batch > 1.
-absl::Status RowMajorGemm(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                          const float* a, int lda, int64_t stride_a, const float* b, int ldb,
-                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
-                          int batch = 1) {
-  // Cᵀ (n, m) = op(B)ᵀ · op(A)ᵀ in column-major terms: B first, then A.
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(Handle(blas), op_b, op_a, n, m, k, &alpha, b,
-                                                   ldb, stride_b, a, lda, stride_a, &beta, c, ldc,
-                                                   stride_c, batch));
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-// ---------------------------------------------------------------------------- Blas
-
-absl::StatusOr<std::unique_ptr<Blas>> Blas::Create(bool tf32) {
-  cublasHandle_t handle = nullptr;
-  CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
-  const cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH;
-  if (absl::Status s = CublasStatus(cublasSetMathMode(handle, mode), "cublasSetMathMode");
-      !s.ok()) {
-    cublasDestroy(handle);
-    return s;
-  }
-  return std::unique_ptr<Blas>(new Blas(handle, tf32));
-}
-
-Blas::~Blas() {
-  cublasDestroy(static_cast<cublasHandle_t>(handle_));
-  cudaFree(ones_);
-}
-
-absl::StatusOr<const float*> Blas::Ones(int n) {
-  if (n <= ones_count_) return ones_;
-  cudaFree(ones_);
-  ones_ = nullptr;
-  ones_count_ = 0;
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&ones_, sizeof(float) * size_t(n)));
-  TALLY_LAUNCH(FillKernel, Blocks(n), ones_, 1.0f, int64_t(n));
-  ones_count_ = n;
-  return ones_;
-}
-
-// ---------------------------------------------------------------------------- layers
-
-absl::Status LinearForward(Blas& blas, float* y, const float* x, const float* w, const float* b,
-                           int n, int c, int oc) {
-  const int64_t count = int64_t(n) * oc;
-  TALLY_LAUNCH(FillRowsKernel, Blocks(count), y, b, oc, count);
-  // y (n, oc) += x (n, c) · wᵀ
-  return RowMajorGemm(blas, false, true, n, oc, c, 1.0f, x, c, 0, w, c, 0, 1.0f, y, oc, 0);
-}
-
-absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
-                            const float* x, const float* w, int n, int c, int oc,
-                            bool accumulate_dx) {
-  if (dx != nullptr) {  // dx (n, c) = dy (n, oc) · w (oc, c)
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, n, c, oc, 1.0f, dy, oc, 0, w, c, 0,
-                                 accumulate_dx ? 1.0f : 0.0f, dx, c, 0));
-  }
-  if (dw != nullptr) {  // dw (oc, c) += dyᵀ (oc, n) · x (n, c)
-    RETURN_IF_ERROR(
-        RowMajorGemm(blas, true, false, oc, c, n, 1.0f, dy, oc, 0, x, c, 0, 1.0f, dw, c, 0));
-  }
-  if (db != nullptr) {  // db (oc) += dyᵀ (oc, n) · ones (n): column-major, dy is (oc, n)
-    ASSIGN_OR_RETURN(const float* ones, blas.Ones(n));
-    const float one = 1.0f;
-    CUBLAS_RETURN_IF_ERROR(
-        cublasSgemv(Handle(blas), CUBLAS_OP_N, oc, n, &one, dy, oc, ones, 1, &one, db, 1));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv, int b, int t,
-                              int c, int nh) {
-  const int hs = c / nh;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  for (int i = 0; i < b; ++i) {
-    const float* q = qkv + int64_t(i) * t * 3 * c;
-    const float* k = q + c;
-    const float* v = q + 2 * c;
-    float* p = att + int64_t(i) * nh * t * t;
-    // S_h (t, t) = scale · Q_h · K_hᵀ for every head h at once (heads hs columns apart).
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, scale, q, 3 * c, hs, k, 3 * c, hs,
-                                 0.0f, p, t, int64_t(t) * t, nh));
-    TALLY_LAUNCH(CausalSoftmaxKernel, nh * t, p, t);
-    // Y_h (t, hs) = P_h · V_h, into head h's columns of y.
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, 1.0f, p, t, int64_t(t) * t, v, 3 * c,
-                                 hs, 0.0f, y + int64_t(i) * t * c, c, hs, nh));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
-                               const float* qkv, const float* att, int b, int t, int c, int nh) {
-  const int hs = c / nh;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  const int64_t tt = int64_t(t) * t;
-  for (int i = 0; i < b; ++i) {
-    const float* q = qkv + int64_t(i) * t * 3 * c;
-    const float* k = q + c;
-    const float* v = q + 2 * c;
-    float* dq = dqkv + int64_t(i) * t * 3 * c;
-    float* dk = dq + c;
-    float* dv = dq + 2 * c;
-    const float* p = att + int64_t(i) * nh * tt;
-    const float* dyi = dy + int64_t(i) * t * c;
-    // dV_h = P_hᵀ · dY_h
-    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, 1.0f, p, t, tt, dyi, c, hs, 0.0f, dv,
-                                 3 * c, hs, nh));
-    // dP_h = dY_h · V_hᵀ, then the softmax backward in place.
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, 1.0f, dyi, c, hs, v, 3 * c, hs, 0.0f,
-                                 scratch, t, tt, nh));
-    TALLY_LAUNCH(CausalSoftmaxBackwardKernel, nh * t, scratch, p, t);
-    // dQ_h = scale · dS_h · K_h, dK_h = scale · dS_hᵀ · Q_h
-    RETURN_IF_ERROR(RowMajorGemm(blas, false, false, t, hs, t, scale, scratch, t, tt, k, 3 * c, hs,
-                                 0.0f, dq, 3 * c, hs, nh));
-    RETURN_IF_ERROR(RowMajorGemm(blas, true, false, t, hs, t, scale, scratch, t, tt, q, 3 * c, hs,
-                                 0.0f, dk, 3 * c, hs, nh));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EmbeddingForward(float* x, const int32_t* tokens, const float* wte, const float* wpe,
-                              int b, int t, int c) {
-  const int64_t n = int64_t(b) * t * c;
-  TALLY_LAUNCH(EmbeddingForwardKernel, Blocks(n), x, tokens, wte, wpe, t, c, n);
-  return absl::OkStatus();
-}
-
-absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dx, const int32_t* tokens,
-                               int b, int t, int c) {
-  const int64_t n = int64_t(b) * t * c;
-  TALLY_LAUNCH(EmbeddingBackwardKernel, Blocks(n), dwte, dwpe, dx, tokens, t, c, n);
-  return absl::OkStatus();
-}
 
 absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int n, int c) {
@@ -509,12 +239,6 @@ absl::Status GeluForward(float* y, const float* x, int64_t n) {
 
 absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) {
   TALLY_LAUNCH(GeluBackwardKernel, Blocks(n), dx, x, dy, n);
-  return absl::OkStatus();
-}
-
-absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
-                                 const int32_t* targets, int n, int v) {
-  TALLY_LAUNCH(CrossEntropyForwardKernel, n, losses, probs, logits, targets, v);
   return absl::OkStatus();
 }
 

@@ -1,8 +1,9 @@
-// CUDA kernels, one for each CPU kernel (runtime/kernels/cpu), with the same arguments and
-// the same meaning, on device pointers (fp32). Each is tested against its CPU kernel
-// (tests/runtime/kernels/cuda_kernels_test.cc). They queue work on the current device's
-// default stream; a copy back to the host waits for it. Launch errors come back as a
-// Status naming the kernel; an error inside a kernel shows at the next synchronisation.
+// CUDA kernels for what Kernels (runtime/kernels/kernels.h) runs, with the arguments and
+// meaning of the CPU kernels (runtime/kernels/cpu) or of Kernels, on device pointers
+// (fp32): matmul.cu (linear, attention) and kernels.cu (the rest). Each is tested against
+// the CPU (tests/runtime/kernels/cuda_kernels_test.cc, device_kernels_test.cc). They queue work on
+// the current device's default stream; a copy back to the host waits for it. Launch errors come
+// back as a Status naming the kernel; an error inside a kernel shows at the next synchronisation.
 //
 // Matmuls go through cuBLAS (Blas: fp32, or TF32 tensor cores when allowed): the linear
 // layers, and attention's Q·Kᵀ and P·V as strided-batched products over the heads.
@@ -54,12 +55,6 @@ absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv
 absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
                                const float* qkv, const float* att, int b, int t, int c, int nh);
 
-absl::Status EmbeddingForward(float* x, const int32_t* tokens, const float* wte, const float* wpe,
-                              int b, int t, int c);
-// dwte and dwpe += (atomic adds: the order of additions varies).
-absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dx, const int32_t* tokens,
-                               int b, int t, int c);
-
 absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int n, int c);
 // dx, dw, db +=.
@@ -69,21 +64,19 @@ absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy,
 absl::Status GeluForward(float* y, const float* x, int64_t n);
 absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n);
 
-absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
-                                 const int32_t* targets, int n, int v);
-// The targets are columns first + j of the whole vocabulary (0 for one slice).
-absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
-                                  int64_t first, float dloss, int n, int v);
-
-// The pieces of Kernels (runtime/kernels/kernels.h) that have no CPU kernel of their own:
-// the vocabulary-parallel softmax's three passes, the embedding of a vocabulary slice,
-// positions, bias, and the optimizers' elementwise updates. The arguments are Kernels'.
+// The pieces of Kernels that have no CPU kernel of their own, with Kernels' arguments:
+// the softmax cross-entropy's passes over a vocabulary slice (the whole vocabulary is
+// the slice with first 0), the embedding of a vocabulary slice, positions, bias, and the
+// optimizers' elementwise updates.
 absl::Status LogitMax(float* max, const float* logits, int n, int v, int valid);
 absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
                         const float* max, const int32_t* targets, int64_t first, int n, int v,
                         int valid);
 absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
                          const float* max, int n, int v, int valid);
+// The targets are columns first + j of the whole vocabulary.
+absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                  int64_t first, float dloss, int n, int v);
 absl::Status EmbeddingLookup(float* x, const int32_t* tokens, const float* wte, int64_t first,
                              int vocab, int64_t n, int c);
 // Atomic adds: the order of additions varies from run to run.

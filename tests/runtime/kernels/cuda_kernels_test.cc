@@ -140,15 +140,20 @@ TEST_F(CudaKernels, Embedding) {
   std::vector<int32_t> tokens = Tokens(b * t, v, 1);
   std::vector<float> wte = Random(v * c, 2), wpe = Random(t * c, 3), x(b * t * c);
   cpu::EmbeddingForward(x.data(), tokens.data(), wte.data(), wpe.data(), b, t, c);
+  // The whole vocabulary is the slice from 0; positions repeat every t rows.
+  const int64_t n = int64_t(b) * t;
   int32_t* d_tokens = Up(tokens);
   float* dx_ = Up(std::vector<float>(x.size()));
-  ASSERT_TRUE(cuda::EmbeddingForward(dx_, d_tokens, Up(wte), Up(wpe), b, t, c).ok());
+  ASSERT_TRUE(cuda::EmbeddingLookup(dx_, d_tokens, Up(wte), /*first=*/0, v, n, c).ok());
+  ASSERT_TRUE(cuda::AddPositions(dx_, Up(wpe), n, /*period=*/t, /*offset=*/0, c).ok());
   ExpectClose(dx_, x, 0, 0, "x");
 
   std::vector<float> g = Random(x.size(), 4), dwte = Random(wte.size(), 5), dwpe = Random(wpe.size(), 6);
   float *d_dwte = Up(dwte), *d_dwpe = Up(dwpe);
   cpu::EmbeddingBackward(dwte.data(), dwpe.data(), g.data(), tokens.data(), b, t, c);
-  ASSERT_TRUE(cuda::EmbeddingBackward(d_dwte, d_dwpe, Up(g), d_tokens, b, t, c).ok());
+  const float* d_g = Up(g);
+  ASSERT_TRUE(cuda::EmbeddingLookupBackward(d_dwte, d_g, d_tokens, /*first=*/0, v, n, c).ok());
+  ASSERT_TRUE(cuda::AddPositionsBackward(d_dwpe, d_g, n, /*period=*/t, /*offset=*/0, c).ok());
   ExpectClose(d_dwte, dwte, 1e-5f, 1e-5f, "dwte");
   ExpectClose(d_dwpe, dwpe, 1e-5f, 1e-5f, "dwpe");
 }
@@ -195,9 +200,16 @@ TEST_F(CudaKernels, CrossEntropy) {
   std::vector<int32_t> targets = Tokens(n, v, 2);
   cpu::CrossEntropyForward(losses.data(), probs.data(), logits.data(), targets.data(), n, v);
   cpu::CrossEntropyBackward(dlogits.data(), probs.data(), targets.data(), 0.5f, n, v);
+  // The three passes over the whole vocabulary (one slice, from 0, all of it valid).
   float *d_losses = Up(std::vector<float>(n)), *d_probs = Up(std::vector<float>(n * v));
+  float *d_max = Up(std::vector<float>(n)), *d_sum = Up(std::vector<float>(n));
+  float* d_target = Up(std::vector<float>(n));
   int32_t* d_targets = Up(targets);
-  ASSERT_TRUE(cuda::CrossEntropyForward(d_losses, d_probs, Up(logits), d_targets, n, v).ok());
+  const float* d_logits = Up(logits);
+  ASSERT_TRUE(cuda::LogitMax(d_max, d_logits, n, v, v).ok());
+  ASSERT_TRUE(
+      cuda::SoftmaxExp(d_probs, d_sum, d_target, d_logits, d_max, d_targets, 0, n, v, v).ok());
+  ASSERT_TRUE(cuda::SoftmaxLoss(d_probs, d_losses, d_sum, d_target, d_max, n, v, v).ok());
   float* d_dlogits = Up(std::vector<float>(n * v));
   ASSERT_TRUE(
       cuda::CrossEntropyBackward(d_dlogits, d_probs, d_targets, /*first=*/0, 0.5f, n, v).ok());
