@@ -77,13 +77,15 @@ ABSL_FLAG(std::string, allreduce, "ring",
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
 ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
-          "threads (every rank a thread of this process) or mpi (one process per rank: "
-          "mpirun -np WORLD tally_train --backend=mpi ...)");
+          "threads (every rank a thread of this process), mpi (one process per rank: "
+          "mpirun -np WORLD tally_train --backend=mpi ...) or nccl (--device=cuda, a GPU per "
+          "rank, the bytes over NCCL; threads, or processes under mpirun)");
 ABSL_FLAG(bool, native_collectives, false,
-          "--backend=mpi: call MPI's own collectives (MPI_Allreduce, ...) instead of ring or "
-          "naive; their bytes are modelled as the ring's");
+          "--backend=mpi or nccl: call the library's own collectives (MPI_Allreduce, "
+          "ncclAllReduce, ...) instead of ring or naive; their bytes are modelled as the ring's");
 ABSL_FLAG(std::string, device, kDefaults.device,
-          "cpu, or cuda (every rank on GPU 0; says why when there is no GPU)");
+          "cpu, or cuda (--backend=threads: every rank on GPU 0; nccl: rank r on GPU r; says "
+          "why when there is no GPU)");
 ABSL_FLAG(bool, tf32, kDefaults.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
 ABSL_FLAG(double, timeout_s, kDefaults.timeout_s,
           "the longest any wait for a peer may take, in seconds (then the run stops, naming it)");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/comm/nccl/nccl_transport.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/json_writer.h"
 #include "runtime/status_macros.h"
@@ -55,16 +56,19 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
 
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
-  const bool mpi = options.backend == "mpi";
-  if (absl::Status s = options.Validate(); !s.ok()) {
-    // Every process of an MPI job finds the same mistake; rank 0 says it.
+  // NCCL's ranks are processes under mpirun, else threads of this one.
+  const bool mpi =
+      options.backend == "mpi" || (options.backend == "nccl" && comm::mpi::LaunchedByMpirun());
+  // Every process of an MPI job finds the same mistake; rank 0 says it.
+  auto said_once = [mpi](const absl::Status& s) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
-  }
+  };
+  if (absl::Status s = options.Validate(); !s.ok()) return said_once(s);
   if (options.device == "cuda") {
     // No GPU, or no CUDA in this build: the message says which.
-    RETURN_IF_ERROR(cuda::DeviceCount().status());
+    if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);
   }
-  if (options.world() == 1 && options.zero == 0 && !mpi) {
+  if (options.world() == 1 && options.zero == 0 && options.backend == "threads") {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     RETURN_IF_ERROR(trainer->Run(log));
     if (!options.check_against_serial) return absl::OkStatus();
@@ -78,6 +82,18 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   launch.world_size = options.world();
   launch.timeout = absl::Seconds(options.timeout_s);
   launch.comm.native_collectives = options.native_collectives;
+  if (options.backend == "nccl") {
+    launch.world_transport = comm::nccl::WorldTransport;
+    if (!mpi) {  // threads: one rank per GPU of this machine
+      ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());
+      if (options.world() > gpus) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "[train] --backend=nccl puts each rank on a GPU of its own: ", options.world(),
+            " ranks need ", options.world(), " GPUs, and this machine has ", gpus,
+            " (--backend=threads shares one GPU among all the ranks)"));
+      }
+    }
+  }
   auto rank_main = [&](comm::Communicator& world) -> absl::Status {
     if (world.rank() == 0 && options.print_topology) log << FormatTopology(options);
     world.ledger().set_tracing(!options.trace.empty());

@@ -65,19 +65,24 @@ absl::Status TrainOptions::Validate() const {
   if (save_every < 0) return bad("--save_every must be >= 0, got ", save_every);
   if (save_every > 0 && save.empty()) return bad("--save_every needs --save=PATH");
   if (threads < 0) return bad("--threads must be >= 0 (0: every core), got ", threads);
-  if (backend != "threads" && backend != "mpi") {
-    return bad("--backend must be threads or mpi, got '", backend, "'");
+  if (backend != "threads" && backend != "mpi" && backend != "nccl") {
+    return bad("--backend must be threads, mpi or nccl, got '", backend, "'");
   }
-  if (native_collectives && backend != "mpi") {
-    return bad("--native_collectives needs --backend=mpi (the threads transport has only ring and naive)");
+  if (native_collectives && backend == "threads") {
+    return bad(
+        "--native_collectives needs --backend=mpi or nccl (the threads transport has only "
+        "ring and naive)");
   }
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
   if (device != "cpu" && device != "cuda") return bad("--device must be cpu or cuda, got '", device, "'");
   if (tf32 && device != "cuda") return bad("--tf32 needs --device=cuda (it is cuBLAS's)");
-  if (device == "cuda" && backend != "threads") {
+  if (device == "cuda" && backend == "mpi") {
     return bad(
-        "--device=cuda runs on the threads backend, every rank on GPU 0; --backend=mpi "
-        "on a GPU (and NCCL) is not built yet");
+        "--device=cuda runs on --backend=threads (every rank on GPU 0) or --backend=nccl (a GPU "
+        "per rank, under mpirun too); MPI moving GPU memory is not built");
+  }
+  if (backend == "nccl" && device != "cuda") {
+    return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
   }
   return absl::OkStatus();
 }

@@ -57,9 +57,11 @@ struct TrainOptions {
   std::string report = "text";  // the end-of-run report: text, json or csv
   std::string trace;           // a Chrome Trace Event file of every rank's run
 
-  // Where the ranks run: "threads" (of this process) or "mpi" (one process per rank,
-  // started by mpirun; runtime/comm/mpi). With native_collectives (mpi only) every
-  // collective is MPI's own and its bytes are modelled.
+  // Where the ranks run: "threads" (of this process), "mpi" (one process per rank,
+  // started by mpirun; runtime/comm/mpi) or "nccl" (a GPU per rank, the bytes over NCCL;
+  // the ranks are threads of this process, or processes under mpirun;
+  // runtime/comm/nccl). With native_collectives (mpi, nccl) every collective is the
+  // library's own and its bytes are modelled.
   std::string backend = "threads";
   bool native_collectives = false;
   double timeout_s = 60;  // the longest any wait for a peer may take
@@ -67,8 +69,9 @@ struct TrainOptions {
   // Where the model computes: "cpu", or "cuda" (parameters, gradients, optimizer state
   // and activations in GPU memory, runtime/kernels/cuda). On the threads backend every
   // rank uses GPU 0, and the collectives move GPU memory (runtime/comm/device_memory.h);
-  // every strategy runs; MPI (and NCCL) on a GPU is not built yet. tf32: let cuBLAS use
-  // TF32 tensor cores for fp32 matmuls (CUDA only).
+  // on nccl rank r uses GPU r (of its machine, under mpirun); every strategy runs on
+  // both; MPI moving GPU memory is not built. tf32: let cuBLAS use TF32 tensor cores for
+  // fp32 matmuls (CUDA only).
   std::string device = "cpu";
   bool tf32 = false;
 

@@ -53,9 +53,12 @@ Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communic
       world_(world),
       data_(std::move(data)),
       alloc_(world != nullptr ? world->allocator() : own_alloc_),
-      // Every rank of the threads backend on GPU 0: they share it.
+      // On the GPU of the rank's transport (NCCL: one per rank); every rank of the threads
+      // backend on GPU 0, which they share.
       model_alloc_(alloc_.ledger(),
-                   options.device == "cuda" ? Device{DeviceType::kCUDA, 0} : Device::CPU()) {}
+                   options.device == "cuda"
+                       ? Device{DeviceType::kCUDA, world != nullptr ? std::max(0, world->gpu()) : 0}
+                       : Device::CPU()) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& requested,
                                                          comm::Communicator* world) {

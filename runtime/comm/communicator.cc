@@ -68,6 +68,11 @@ absl::StatusOr<int> Communicator::BufferDevice(const std::string& where, const T
                                                  " need a transport that moves GPU memory (the "
                                                  "threads transport does)"));
   }
+  if (gpu() >= 0 && t.device().index != gpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": tensors on ", t.device().ToString(),
+                                                   ", but this rank's transport is on GPU ",
+                                                   gpu()));
+  }
   return t.device().index;
 }
 
@@ -239,6 +244,7 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   } else {
     work->wire_->Recv(peer, data.raw_data(), data.nbytes(), work->pending_);
   }
+  if (absl::Status s = transport_->Flush(); !s.ok()) work->pending_.Fail(s);
   return work;
 }
 

@@ -73,6 +73,8 @@ class Communicator {
   int world_rank() const { return transport_->world_rank(rank()); }
   int world_rank_of(int group_rank) const { return transport_->world_rank(group_rank); }
   const std::string& name() const { return transport_->name(); }
+  // The GPU this rank's transport is bound to (NCCL), where its tensors must live; -1: none.
+  int gpu() const { return transport_->gpu(); }
   const CommOptions& options() const { return options_; }
   void set_options(const CommOptions& options) { options_ = options; }
 

@@ -21,6 +21,13 @@ absl::Status CallRank(const RankFunction& fn, Communicator& world) {
   }
 }
 
+absl::StatusOr<std::unique_ptr<Transport>> MakeWorldTransport(const LaunchOptions& options,
+                                                              std::unique_ptr<Transport> launcher,
+                                                              int local_rank) {
+  if (!options.world_transport) return launcher;
+  return options.world_transport(std::move(launcher), local_rank, options.timeout);
+}
+
 absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn) {
   int n = options.world_size;
   if (n < 1) {
@@ -35,18 +42,21 @@ absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn
   auto world = std::make_shared<threads::Hub>(session, ranks, "world");
 
   auto run_rank = [&](int rank) {
-    absl::Status status;
-    {
-      RankResources resources(rank);
-      Communicator comm(std::make_unique<threads::ThreadsTransport>(world, rank), &resources,
-                        options.comm);
-      status = CallRank(fn, comm);
+    RankResources resources(rank);
+    std::unique_ptr<Communicator> comm;
+    absl::StatusOr<std::unique_ptr<Transport>> transport =
+        MakeWorldTransport(options, std::make_unique<threads::ThreadsTransport>(world, rank), rank);
+    absl::Status status = transport.status();
+    if (status.ok()) {
+      comm = std::make_unique<Communicator>(*std::move(transport), &resources, options.comm);
+      status = CallRank(fn, *comm);
     }
     if (!status.ok()) {
       // The first failure names its rank; ranks that fail because of it keep its message.
       session->Abort(absl::Status(status.code(), absl::StrCat("rank ", rank, " failed: ",
                                                               status.message())));
     }
+    comm.reset();  // after the abort, so that a transport closing down does not wait for peers
     session->MarkExited(rank);
   };
 

@@ -13,9 +13,10 @@
 // differs fails with a message that names both sides. A receive may reduce into its
 // buffer instead of overwriting it (NCCL's recv-reduce-copy): `into = op(into, message)`.
 //
-// Implementations: threads/ (ranks are threads of one process; the default) and mpi/
-// (one process per rank, under mpirun). The collective algorithms (ring.h, naive.h)
-// are written once against it, through the counting layer in wire.h.
+// Implementations: threads/ (ranks are threads of one process; the default), mpi/ (one
+// process per rank, under mpirun) and nccl/ (one GPU per rank, over either launcher).
+// The collective algorithms (ring.h, naive.h) are written once against it, through the
+// counting layer in wire.h.
 #pragma once
 
 #include <cstddef>
@@ -97,9 +98,24 @@ class Transport {
                                          const OpSignature& signature,
                                          std::optional<Reduction> reduction) = 0;
 
+  // Starts the messages posted so far. NCCL queues them until a wait, to launch them as
+  // one group (a ring step's send and receive); a point-to-point Isend, which may not be
+  // waited for until much later, is started at once with this. The default does nothing:
+  // its messages start when posted.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
+
   // Whether the transport moves device memory (OpSignature::device >= 0): copies and
   // reductions between GPU buffers. The default does not.
   virtual bool MovesDeviceMemory() const { return false; }
+
+  // The GPU this rank's transport is bound to (NCCL: one GPU per rank), where the rank's
+  // tensors must live; -1 when it is bound to none.
+  virtual int gpu() const { return -1; }
+
+  // Not OK once the run has been aborted (a rank failed), with the reason. A transport
+  // that waits on something other than its own requests (NCCL waits on a GPU stream)
+  // polls its launcher's transport with it to stop early. The default never knows.
+  virtual absl::Status RunStatus() const { return absl::OkStatus(); }
 
   // The transport's own collective for a call of the Communicator (`signature` names it:
   // primitive, dtype, op, root, count; the buffers are the Communicator's, with its

@@ -31,8 +31,9 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--micro_batch_size=3", "must be a multiple of --dp x --micro_batch_size"},
       {"--optimizer=lamb", "--optimizer must be adamw or sgd"},
       {"--device=tpu", "--device must be cpu or cuda"},
-      {"--backend=nccl", "--backend must be threads or mpi"},
-      {"--native_collectives", "--native_collectives needs --backend=mpi"},
+      {"--backend=gloo", "--backend must be threads, mpi or nccl"},
+      {"--backend=nccl", "--backend=nccl needs --device=cuda"},
+      {"--native_collectives", "--native_collectives needs --backend=mpi or nccl"},
       {"--data=/no/such/file", "cannot open '/no/such/file'"},
       {"--load=" + truncated, "is not a valid safetensors file"},
       {"--steps=abc", "Illegal value"},
@@ -101,11 +102,24 @@ TEST(TallyTrain, DeviceCudaWithoutAGpuSaysWhy) {
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
-// What the GPU path does not run yet is refused in one line, GPU or not.
-TEST(TallyTrain, DeviceCudaRefusesMpiForNow) {
+// What the GPU path does not run is refused in one line, GPU or not.
+TEST(TallyTrain, DeviceCudaRefusesMpi) {
   Result r = RunCommand(kTrain + kTiny + " --device=cuda --backend=mpi --steps=1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "--backend=mpi on a GPU (and NCCL) is not built yet"))
+  EXPECT_TRUE(absl::StrContains(r.output, "MPI moving GPU memory is not built")) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+// NCCL takes a GPU per rank: without a GPU, or with fewer than the ranks, one line says so.
+TEST(TallyTrain, BackendNcclWithoutAGpuPerRankSaysWhy) {
+  Result r = RunCommand(kTrain + kTiny +
+                        " --device=cuda --backend=nccl --dp=2 --global_batch_size=4 --steps=1 "
+                        "--eval_every=0 --sample_bytes=0");
+  if (r.exit_code == 0) GTEST_SKIP() << "two GPUs are here, and the run trained on them";
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[cuda] no GPU") ||
+              absl::StrContains(r.output, "[cuda] this build has no CUDA") ||
+              absl::StrContains(r.output, "2 ranks need 2 GPUs, and this machine has 1"))
       << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }

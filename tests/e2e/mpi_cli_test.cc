@@ -102,6 +102,23 @@ TEST(MpiTrain, AProcessCountThatIsNotTheGridIsOneMessage) {
   EXPECT_EQ(Occurrences(r.output, message), 1) << r.output;  // said by rank 0 alone
 }
 
+// --backend=nccl under mpirun (MPI bootstraps NCCL): without a GPU, or without one per
+// process, the job ends in one line.
+TEST(MpiTrain, NcclWithoutAGpuPerProcessIsOneMessage) {
+  Result r = RunCommand(Mpirun(2, kTrain + kTiny +
+                                      " --device=cuda --backend=nccl --dp=2 "
+                                      "--global_batch_size=4 --steps=1 --eval_every=0"));
+  if (r.exit_code == 0) GTEST_SKIP() << "two GPUs are here, and the job trained on them";
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const bool no_gpu = absl::StrContains(r.output, "[cuda] no GPU") ||
+                      absl::StrContains(r.output, "[cuda] this build has no CUDA");
+  EXPECT_TRUE(no_gpu || absl::StrContains(r.output, "needs GPU 1, and this machine has 1"))
+      << r.output;
+  if (no_gpu) {
+    EXPECT_EQ(Occurrences(r.output, "[cuda]"), 1) << r.output;  // rank 0 alone
+  }
+}
+
 TEST(MpiTrain, AFailingRankEndsTheJobWithItsMessage) {
   Result r = RunCommand(Mpirun(2, kTrain + " --backend=mpi --dp=2" + kTiny +
                                       " --steps=1 --load=/no/such/checkpoint"));

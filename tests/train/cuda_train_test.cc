@@ -2,13 +2,15 @@
 // keeps every step's loss within 1e-4 relative over 5 steps (the kernels differ only in
 // the order of their additions). Several ranks share the one GPU through the threads
 // transport on device memory: DP, TP and PP runs match the single-rank GPU run, and
-// their ledgers book exactly the CPU run's bytes. Skipped, with the reason, without a
-// GPU. The options that the GPU path does not run yet are checked on any machine.
+// their ledgers book exactly the CPU run's bytes; over NCCL, a GPU per rank, the same.
+// Skipped, with the reason, without a GPU (NCCL's grids: without as many GPUs as
+// ranks). The options that the GPU path does not run are checked on any machine.
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/cuda.h"
 #include "tests/train/run_ranks.h"
@@ -81,40 +83,22 @@ TEST(CudaTrain, Tf32TrainsAndSamples) {
   EXPECT_EQ(text->size(), 16u);
 }
 
-// dp=2, tp=2, pp=2, 2×2×2, ZeRO-1/2/3 and sequence parallelism on one GPU: the losses of
-// the single-rank GPU run (within 1e-4: the ranks sum gradients in another order), every
-// traffic row's bytes those of the same grid on the CPU.
-struct Grid {
-  int dp, tp, pp, zero = 0;
-  bool sequence_parallel = false;
-};
-
-class CudaGrid : public ::testing::TestWithParam<Grid> {};
-
-TEST_P(CudaGrid, MatchesOneGpuAndBooksTheCpuBytes) {
-  SkipWithoutGpu();
-  if (::testing::Test::IsSkipped()) return;
-  TrainOptions o = Small("cuda");
-  o.steps = 3;
-  const RunResult one = RunRanks(o);
-  o.dp = GetParam().dp;
-  o.tp = GetParam().tp;
-  o.pp = GetParam().pp;
-  o.zero = GetParam().zero;
-  o.sequence_parallel = GetParam().sequence_parallel;
-  const RunResult gpu = RunRanks(o);
-  o.device = "cpu";
-  const RunResult cpu = RunRanks(o);
-  ASSERT_EQ(gpu.losses.size(), one.losses.size());
-  for (size_t k = 0; k < one.losses.size(); ++k) {
-    EXPECT_NEAR(gpu.losses[k], one.losses[k], 1e-4 * std::fabs(one.losses[k])) << "step " << k;
+// Losses within 1e-4 of `want`'s (the ranks sum gradients in another order).
+void ExpectLossesNear(const RunResult& got, const RunResult& want) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t k = 0; k < want.losses.size(); ++k) {
+    EXPECT_NEAR(got.losses[k], want.losses[k], 1e-4 * std::fabs(want.losses[k])) << "step " << k;
   }
-  ASSERT_EQ(gpu.traffic.size(), cpu.traffic.size());
-  for (size_t r = 0; r < cpu.traffic.size(); ++r) {
-    const auto& want = cpu.traffic[r].transfers();
-    const auto& got = gpu.traffic[r].transfers();
-    ASSERT_EQ(got.size(), want.size()) << "rank " << r;
-    for (auto g = got.begin(), w = want.begin(); w != want.end(); ++g, ++w) {
+}
+
+// Every rank's traffic rows, peer by peer, with `want`'s bytes.
+void ExpectSameBytes(const RunResult& got, const RunResult& want) {
+  ASSERT_EQ(got.traffic.size(), want.traffic.size());
+  for (size_t r = 0; r < want.traffic.size(); ++r) {
+    const auto& w_rows = want.traffic[r].transfers();
+    const auto& g_rows = got.traffic[r].transfers();
+    ASSERT_EQ(g_rows.size(), w_rows.size()) << "rank " << r;
+    for (auto g = g_rows.begin(), w = w_rows.begin(); w != w_rows.end(); ++g, ++w) {
       EXPECT_EQ(g->first, w->first) << "rank " << r;
       EXPECT_EQ(g->second.bytes_sent, w->second.bytes_sent) << "rank " << r;
       EXPECT_EQ(g->second.bytes_recv, w->second.bytes_recv) << "rank " << r;
@@ -122,11 +106,85 @@ TEST_P(CudaGrid, MatchesOneGpuAndBooksTheCpuBytes) {
   }
 }
 
+// A grid of ranks on GPUs (and the transport that joins them): the losses of the
+// single-rank GPU run, and (ring and naive) every traffic row's bytes those of the same
+// grid on the CPU.
+struct Grid {
+  int dp, tp, pp, zero = 0;
+  bool sequence_parallel = false;
+  bool native_collectives = false;  // NCCL's own (then the bytes are modelled)
+};
+
+// "dp2_tp1_pp2_zero3", with "_sp" and "_native" when set: the test's name.
+std::string GridName(const ::testing::TestParamInfo<Grid>& info) {
+  const Grid& g = info.param;
+  return absl::StrCat("dp", g.dp, "_tp", g.tp, "_pp", g.pp, "_zero", g.zero,
+                      g.sequence_parallel ? "_sp" : "", g.native_collectives ? "_native" : "");
+}
+
+RunResult RunGrid(TrainOptions o, const Grid& g) {
+  o.dp = g.dp;
+  o.tp = g.tp;
+  o.pp = g.pp;
+  o.zero = g.zero;
+  o.sequence_parallel = g.sequence_parallel;
+  o.native_collectives = g.native_collectives;
+  return RunRanks(o);
+}
+
+void CheckGrid(TrainOptions o, const Grid& g) {
+  o.steps = 3;
+  TrainOptions one = o;
+  one.backend = "threads";
+  const RunResult single = RunRanks(one);
+  const RunResult gpu = RunGrid(o, g);
+  ExpectLossesNear(gpu, single);
+  if (g.native_collectives) return;
+  o.device = "cpu";
+  o.backend = "threads";
+  ExpectSameBytes(gpu, RunGrid(o, Grid{g.dp, g.tp, g.pp, g.zero, g.sequence_parallel}));
+}
+
+// dp=2, tp=2, pp=2, 2×2×2, ZeRO-1/2/3 and sequence parallelism on one GPU, the ranks
+// sharing it through the threads transport.
+class CudaGrid : public ::testing::TestWithParam<Grid> {};
+
+TEST_P(CudaGrid, MatchesOneGpuAndBooksTheCpuBytes) {
+  SkipWithoutGpu();
+  if (::testing::Test::IsSkipped()) return;
+  CheckGrid(Small("cuda"), GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(OneGpu, CudaGrid,
                          ::testing::Values(Grid{2, 1, 1}, Grid{1, 2, 1}, Grid{1, 1, 2},
                                            Grid{2, 2, 2}, Grid{2, 1, 1, 1}, Grid{2, 1, 1, 2},
                                            Grid{2, 1, 1, 3}, Grid{2, 1, 2, 3},
-                                           Grid{1, 2, 1, 0, true}, Grid{2, 2, 2, 1, true}));
+                                           Grid{1, 2, 1, 0, true}, Grid{2, 2, 2, 1, true}),
+                         GridName);
+
+// --backend=nccl: a GPU per rank, the bytes over NCCL. One GPU runs the one-rank world
+// (NCCL's communicators; ZeRO-1 over it with NCCL's own reduce-scatter and all-gather);
+// the grids of several ranks need as many GPUs and skip, saying so, where there are
+// fewer.
+class NcclGrid : public ::testing::TestWithParam<Grid> {};
+
+TEST_P(NcclGrid, MatchesOneGpuAndBooksTheCpuBytes) {
+  const Grid g = GetParam();
+  absl::StatusOr<int> gpus = cuda::DeviceCount();
+  if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
+  const int world = g.dp * g.tp * g.pp;
+  if (*gpus < world) GTEST_SKIP() << "needs " << world << " GPUs, this machine has " << *gpus;
+  TrainOptions o = Small("cuda");
+  o.backend = "nccl";
+  CheckGrid(o, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(GpuPerRank, NcclGrid,
+                         ::testing::Values(Grid{1, 1, 1}, Grid{1, 1, 1, 1, false, true},
+                                           Grid{2, 1, 1}, Grid{2, 1, 1, 0, false, true},
+                                           Grid{1, 2, 1}, Grid{1, 1, 2}, Grid{2, 1, 1, 3},
+                                           Grid{2, 2, 1, 1, true}, Grid{2, 2, 2}, Grid{2, 1, 2, 3}),
+                         GridName);
 
 // A GPU run's checkpoint (ZeRO-3 over two ranks: the shards gathered on the GPU, then
 // to the host) resumes on the GPU and on the CPU, each continuing the uninterrupted GPU
@@ -154,16 +212,19 @@ TEST(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
   }
 }
 
-TEST(CudaTrain, WhatTheGpuDoesNotRunYetIsAClearError) {
+TEST(CudaTrain, WhatTheGpuDoesNotRunIsAClearError) {
   TrainOptions o = Small("cuda");
   o.backend = "mpi";
   absl::Status s = o.Validate();
-  EXPECT_TRUE(absl::StrContains(s.message(), "--backend=mpi on a GPU (and NCCL) is not built yet"))
-      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "MPI moving GPU memory is not built")) << s;
   o = Small("cpu");
   o.tf32 = true;
   s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "--tf32 needs --device=cuda")) << s;
+  o = Small("cpu");
+  o.backend = "nccl";
+  s = o.Validate();
+  EXPECT_TRUE(absl::StrContains(s.message(), "--backend=nccl needs --device=cuda")) << s;
 }
 
 }  // namespace

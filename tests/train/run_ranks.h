@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/comm/launch.h"
+#include "runtime/comm/nccl/nccl_transport.h"
 #include "train/trainer.h"
 
 namespace tally::train {
@@ -39,10 +40,14 @@ inline RunResult RunRanks(const TrainOptions& o) {
   result.memory.resize(o.world());
   comm::LaunchOptions launch;
   launch.world_size = o.world();
+  launch.comm.native_collectives = o.native_collectives;
+  if (o.backend == "nccl") launch.world_transport = comm::nccl::WorldTransport;
   SetIntraOpThreads(o, o.world());
+  // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank, and
+  // NCCL makes its communicators even for one.
+  const bool communicate = o.world() > 1 || o.zero > 0 || o.backend == "nccl";
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank.
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, communicate ? &world : nullptr));
     world.ledger().Clear();  // count the steps only
     for (int64_t k = 0; k < o.steps; ++k) {
       ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(k));

@@ -63,6 +63,8 @@ int ProcessCount() {
 
 int LocalProcesses() { return std::max(1, EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)); }
 
+int LocalRank() { return std::max(0, EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)); }
+
 absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("[launch] the wait timeout must be positive");
@@ -81,8 +83,13 @@ absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
   absl::Status status;
   {
     RankResources resources(rank);
-    Communicator comm(WorldTransport(options.timeout), &resources, options.comm);
-    status = CallRank(fn, comm);
+    absl::StatusOr<std::unique_ptr<Transport>> transport =
+        MakeWorldTransport(options, WorldTransport(options.timeout), LocalRank());
+    status = transport.status();
+    if (status.ok()) {
+      Communicator comm(*std::move(transport), &resources, options.comm);
+      status = CallRank(fn, comm);
+    }
   }
   if (!status.ok()) {
     // The other ranks may be waiting for this one: end the whole job.

@@ -44,6 +44,10 @@ int ProcessCount();
 // The processes of this job on this machine (OMPI_COMM_WORLD_LOCAL_SIZE; 1 if unknown).
 int LocalProcesses();
 
+// This process's place among the job's processes on this machine
+// (OMPI_COMM_WORLD_LOCAL_RANK; 0 if unknown): its GPU under --backend=nccl.
+int LocalRank();
+
 // Runs `fn` as this process's rank of the job. Initialises MPI on first use (and
 // finalises it at exit). A world size that is not the process count is an error on
 // every rank; it is reported by rank 0 alone (the others return a status with an empty

@@ -13,6 +13,8 @@ int ProcessCount() { return 1; }
 
 int LocalProcesses() { return 1; }
 
+int LocalRank() { return 0; }
+
 absl::Status RunMpiRank(const LaunchOptions&, const RankFunction&) {
   return absl::UnimplementedError(
       "[launch] this build has no MPI transport: install libopenmpi-dev and openmpi-bin "

@@ -1,8 +1,8 @@
 // The MPI transport (mpi_launch.h): one rank per process, messages over MPI point-to-point.
 // Each message is a header and its bytes; groups are MPI communicators.
+#include "runtime/comm/mpi/mpi_transport.h"
+
 #include <mpi.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -16,9 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "runtime/clock.h"
-#include "runtime/comm/mpi/mpi_transport.h"
 #include "runtime/comm/partition.h"
+#include "runtime/comm/poller.h"
 #include "runtime/comm/reduce.h"
 #include "runtime/comm/transport.h"
 #include "runtime/status_macros.h"
@@ -104,28 +103,6 @@ Staging TakeStaging(size_t bytes) {
 void GiveStaging(Staging s) {
   if (s.data != nullptr) FreeStaging().push_back(std::move(s));
 }
-
-// Waiting for MPI_Test: poll without pause at first (each poll also drives MPI's
-// progress), then yield the core between polls (ranks may outnumber cores), and after a
-// second of waiting (a pipeline bubble, a slow peer) sleep a millisecond between polls.
-class Poller {
- public:
-  explicit Poller(absl::Duration timeout)
-      : start_(MonotonicNanos()), deadline_(start_ + absl::ToInt64Nanoseconds(timeout)) {}
-  // Pauses before the next poll; false once the deadline has passed.
-  bool Next() {
-    const int64_t now = MonotonicNanos();
-    if (now - start_ > 1'000'000'000) {
-      usleep(1000);
-    } else if (now - start_ > 50'000) {
-      sched_yield();
-    }
-    return now < deadline_;
-  }
-
- private:
-  int64_t start_, deadline_;
-};
 
 class MpiRequest : public Request {
  public:
