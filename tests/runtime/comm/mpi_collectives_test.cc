@@ -8,9 +8,7 @@
 // them in a job of their own (--gtest_filter=MpiFaults.*).
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <string>
-#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,49 +18,15 @@
 #include "runtime/comm/launch.h"
 #include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/status_macros.h"
+#include "tests/runtime/comm/transport_checks.h"
 
 namespace tally::comm {
 namespace {
 
-// (sent, received) bytes by peer world rank.
-std::map<int, std::pair<int64_t, int64_t>> BytesByPeer(const TrafficLedger& ledger) {
-  std::map<int, std::pair<int64_t, int64_t>> bytes;
-  for (const auto& [key_peer, t] : ledger.transfers()) {
-    bytes[key_peer.second].first += t.bytes_sent;
-    bytes[key_peer.second].second += t.bytes_recv;
-  }
-  return bytes;
-}
-
-bool Rooted(Primitive p) {
-  return p == Primitive::kBroadcast || p == Primitive::kReduce || p == Primitive::kGather ||
-         p == Primitive::kScatter;
-}
-
-// One call with closed-form data on `comm`; the count of wrong output elements.
-absl::StatusOr<int64_t> CheckedCall(Communicator& comm, Primitive p, Algorithm a, int64_t count,
-                                    int root) {
-  ASSIGN_OR_RETURN(CallBuffers b, MakeCallBuffers(comm, p, count, root));
-  FillInputs(comm, p, b, count, root);
-  RETURN_IF_ERROR(Call(comm, p, a, b, count, root));
-  return CountWrong(comm, p, b, count, root);
-}
-
-// Rank `rank`'s ledger after the same call on `n` thread ranks.
-absl::StatusOr<TrafficLedger> OnThreads(int n, int rank, Primitive p, Algorithm a, int64_t count,
-                                        int root, const CommOptions& comm_options) {
-  TrafficLedger ledger;
-  LaunchOptions launch;
-  launch.world_size = n;
-  launch.comm = comm_options;
-  RETURN_IF_ERROR(RunThreadRanks(launch, [&](Communicator& comm) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(comm, p, a, count, root));
-    if (wrong != 0) return absl::InternalError("the threads transport got a wrong result");
-    if (comm.rank() == rank) ledger = comm.ledger();
-    return absl::OkStatus();
-  }));
-  return ledger;
-}
+using test_util::BytesByPeer;
+using test_util::CheckedCall;
+using test_util::LedgerOnThreads;
+using test_util::Rooted;
 
 LaunchOptions World() {
   LaunchOptions launch;
@@ -87,7 +51,7 @@ TEST(MpiCollectives, ResultsAndBytesAreTheThreadsTransports) {
             ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(world, p, a, count, root));
             EXPECT_EQ(wrong, 0) << what;
             ASSIGN_OR_RETURN(TrafficLedger threads,
-                             OnThreads(n, world.rank(), p, a, count, root, launch.comm));
+                             LedgerOnThreads(n, world.rank(), p, a, count, root, launch.comm));
             EXPECT_EQ(BytesByPeer(world.ledger()), BytesByPeer(threads)) << what;
             ++checked;
           }

@@ -6,9 +6,7 @@
 // GPU runs the one-rank world (communicators, staging, NCCL's collectives of one rank),
 // and every machine checks that a world larger than its GPUs fails in one clear line.
 #include <algorithm>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -20,6 +18,7 @@
 #include "runtime/comm/nccl/nccl_transport.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/status_macros.h"
+#include "tests/runtime/comm/transport_checks.h"
 
 namespace tally::comm {
 namespace {
@@ -49,20 +48,9 @@ LaunchOptions NcclWorld(int n) {
   return launch;
 }
 
-bool Rooted(Primitive p) {
-  return p == Primitive::kBroadcast || p == Primitive::kReduce || p == Primitive::kGather ||
-         p == Primitive::kScatter;
-}
-
-// (sent, received) bytes by peer world rank.
-std::map<int, std::pair<int64_t, int64_t>> BytesByPeer(const TrafficLedger& ledger) {
-  std::map<int, std::pair<int64_t, int64_t>> bytes;
-  for (const auto& [key_peer, t] : ledger.transfers()) {
-    bytes[key_peer.second].first += t.bytes_sent;
-    bytes[key_peer.second].second += t.bytes_recv;
-  }
-  return bytes;
-}
+using test_util::BytesByPeer;
+using test_util::LedgerOnThreads;
+using test_util::Rooted;
 
 // A copy of `host` on the rank's GPU (undefined stays undefined).
 absl::StatusOr<Tensor> OnGpu(const Tensor& host, Allocator& gpu) {
@@ -76,12 +64,9 @@ absl::StatusOr<Tensor> OnGpu(const Tensor& host, Allocator& gpu) {
 // the count of wrong output elements.
 absl::StatusOr<int64_t> CheckedCall(Communicator& comm, Primitive p, Algorithm a, int64_t count,
                                     int root, bool on_gpu) {
+  if (!on_gpu) return test_util::CheckedCall(comm, p, a, count, root);
   ASSIGN_OR_RETURN(CallBuffers b, MakeCallBuffers(comm, p, count, root));
   FillInputs(comm, p, b, count, root);
-  if (!on_gpu) {
-    RETURN_IF_ERROR(Call(comm, p, a, b, count, root));
-    return CountWrong(comm, p, b, count, root);
-  }
   Allocator gpu(&comm.memory(), Device{DeviceType::kCUDA, comm.gpu()});
   CallBuffers d;
   ASSIGN_OR_RETURN(d.input, OnGpu(b.input, gpu));
@@ -90,22 +75,6 @@ absl::StatusOr<int64_t> CheckedCall(Communicator& comm, Primitive p, Algorithm a
   if (d.input.defined()) RETURN_IF_ERROR(b.input.CopyFrom(d.input));
   if (d.output.defined()) RETURN_IF_ERROR(b.output.CopyFrom(d.output));
   return CountWrong(comm, p, b, count, root);
-}
-
-// Rank `rank`'s ledger after the same call on `n` ranks of the threads transport.
-absl::StatusOr<TrafficLedger> OnThreads(int n, int rank, Primitive p, Algorithm a, int64_t count,
-                                        int root, const CommOptions& comm_options) {
-  TrafficLedger ledger;
-  LaunchOptions launch;
-  launch.world_size = n;
-  launch.comm = comm_options;
-  RETURN_IF_ERROR(RunThreadRanks(launch, [&](Communicator& comm) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(comm, p, a, count, root, /*on_gpu=*/false));
-    if (wrong != 0) return absl::InternalError("the threads transport got a wrong result");
-    if (comm.rank() == rank) ledger = comm.ledger();
-    return absl::OkStatus();
-  }));
-  return ledger;
 }
 
 // Every collective, ring and naive, host and GPU buffers, on an NCCL world of `n` ranks:
@@ -128,7 +97,7 @@ void CheckEveryCollective(int n) {
               ASSIGN_OR_RETURN(int64_t wrong, CheckedCall(world, p, a, count, root, on_gpu));
               EXPECT_EQ(wrong, 0) << what;
               ASSIGN_OR_RETURN(TrafficLedger threads,
-                               OnThreads(n, world.rank(), p, a, count, root, launch.comm));
+                               LedgerOnThreads(n, world.rank(), p, a, count, root, launch.comm));
               EXPECT_EQ(BytesByPeer(world.ledger()), BytesByPeer(threads)) << what;
               if (world.rank() == 0) ++checked;
             }
