@@ -12,6 +12,7 @@
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/comm/nccl/nccl_transport.h"
 #include "runtime/clock.h"
 #include "runtime/json_writer.h"
 #include "runtime/tensor.h"
@@ -33,6 +34,10 @@ absl::Status BenchConfig::Validate() const {
   if (root < 0 || root >= ranks) return bad("--root must be a rank in [0, --ranks)");
   if (max_chunk_bytes < 4) return bad("--max_chunk_bytes must be at least one element (4)");
   if (timeout_s <= 0) return bad("--timeout_s must be positive");
+  if (nccl && !gpu) return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
+  if (mpi && gpu && !nccl) {
+    return bad("--device=cuda runs on --backend=threads or nccl; MPI moving GPU memory is not built");
+  }
   return absl::OkStatus();
 }
 
@@ -74,6 +79,7 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
   launch.timeout = absl::Seconds(config.timeout_s);
   launch.comm.algorithm = algorithm;
   launch.comm.max_chunk_bytes = size_t(config.max_chunk_bytes);
+  if (config.nccl) launch.world_transport = comm::nccl::WorldTransport;
   for (BenchRow& row : rows) {
     row.sent_bytes_per_rank.assign(p, 0);
     row.recv_bytes_per_rank.assign(p, 0);
@@ -89,9 +95,15 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     // sent, received and wrong elements, by size
     ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({3 * sizes}, DType::kI64, unaccounted));
     int64_t* figures = mine.data<int64_t>();
+    // The calls' memory: the host, or the GPU of the rank's transport (NCCL), else GPU 0.
+    Allocator gpu(&world.memory(), Device{DeviceType::kCUDA, std::max(0, world.gpu())});
     for (size_t i = 0; i < counts.size(); ++i) {
       int64_t n = counts[i];
-      ASSIGN_OR_RETURN(comm::CallBuffers buffers, comm::MakeCallBuffers(world, op, n, root));
+      ASSIGN_OR_RETURN(comm::CallBuffers host, comm::MakeCallBuffers(world, op, n, root));
+      comm::CallBuffers buffers = host;
+      if (config.gpu) {
+        ASSIGN_OR_RETURN(buffers, comm::CopyCallBuffers(host, gpu));
+      }
       for (int k = 0; k < config.warmup; ++k) {
         RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
       }
@@ -103,10 +115,14 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
       my_seconds.data<double>()[i] = SecondsSince(start) / config.iterations;
 
       // One more call, alone in the ledger, with closed-form data when checking.
-      if (config.check) comm::FillInputs(world, op, buffers, n, root);
+      if (config.check) {
+        comm::FillInputs(world, op, host, n, root);
+        if (config.gpu) RETURN_IF_ERROR(comm::CopyContents(host, buffers));
+      }
       world.ledger().Clear();
       RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
-      figures[3 * i + 2] = config.check ? comm::CountWrong(world, op, buffers, n, root) : 0;
+      if (config.check && config.gpu) RETURN_IF_ERROR(comm::CopyContents(buffers, host));
+      figures[3 * i + 2] = config.check ? comm::CountWrong(world, op, host, n, root) : 0;
       comm::TransferTotals t = world.ledger().Total();
       figures[3 * i] = t.bytes_sent;
       figures[3 * i + 1] = t.bytes_recv;
@@ -196,7 +212,10 @@ std::string FormatHeader(const BenchConfig& config) {
       "busiest rank's bytes, by the ledger and by the exact formula\n"
       "#\n"
       "# %-14s %-5s %12s %11s %4s %5s %4s %11s %10s %10s %6s %14s %14s\n",
-      config.ranks, config.mpi ? "MPI processes" : "thread ranks", config.max_chunk_bytes, config.warmup, config.iterations, config.check ? 1 : 0,
+      config.ranks,
+      absl::StrCat(config.mpi ? "MPI processes" : "thread ranks",
+                   config.nccl ? " over NCCL" : "", config.gpu ? ", buffers on GPUs" : ""),
+      config.max_chunk_bytes, config.warmup, config.iterations, config.check ? 1 : 0,
       "op", "algo", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)",
       "busbw(GB/s)", "#wrong", "sent/rank", "exact");
 }

@@ -1,5 +1,6 @@
 // The machinery of tally_bench: the configuration, the size sweep on thread ranks or MPI
-// processes, and the nccl-tests style table and JSON rows.
+// processes (over their own transport or NCCL, on host or GPU buffers), and the
+// nccl-tests style table and JSON rows.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,9 @@ struct BenchConfig {
   int root = 0;
   int64_t max_chunk_bytes = int64_t(1) << 20;
   double timeout_s = 60;
-  bool mpi = false;  // one MPI process per rank (under mpirun) instead of threads
+  bool mpi = false;   // one MPI process per rank (under mpirun) instead of threads
+  bool nccl = false;  // the bytes over NCCL, a GPU per rank (threads, or under mpirun)
+  bool gpu = false;   // the buffers in GPU memory (the rank's transport's GPU, or GPU 0)
   std::vector<comm::Primitive> ops;
   std::vector<comm::Algorithm> algorithms;
 

@@ -3,6 +3,7 @@
 //   tally_bench --op=all_reduce --algorithm=ring --ranks=2 -b 8 -e 64M -f 4 -n 20 -w 5 -c 1
 //
 //   mpirun -np 4 tally_bench --backend=mpi --algorithm=all -b 1M -e 64M
+//   tally_bench --backend=nccl --device=cuda --ranks=8 --algorithm=all   # 8 GPUs
 //
 // For each size it runs -w warm-up calls and -n timed calls on --ranks ranks, then
 // one checked call with closed-form data (-c 1) whose bytes it takes from the ledger and
@@ -23,6 +24,7 @@
 #include "runtime/comm/exact_traffic.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/status_macros.h"
 
 ABSL_FLAG(std::string, b, "8", "minimum size in bytes (K, M, G suffixes allowed)");
@@ -35,10 +37,14 @@ ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, gather, scatter, "
           "sendrecv, or all");
 ABSL_FLAG(std::string, algorithm, "ring",
-          "ring, naive, native (--backend=mpi: MPI's own collectives), or all");
+          "ring, naive, native (--backend=mpi or nccl: the library's own collectives), or all");
 ABSL_FLAG(std::string, backend, "threads",
-          "threads (ranks are threads of this process) or mpi (one rank per process: "
-          "mpirun -np N tally_bench --backend=mpi ...)");
+          "threads (ranks are threads of this process), mpi (one rank per process: "
+          "mpirun -np N tally_bench --backend=mpi ...) or nccl (--device=cuda, a GPU per rank; "
+          "threads, or processes under mpirun)");
+ABSL_FLAG(std::string, device, "cpu",
+          "where the buffers are: cpu, or cuda (--backend=threads: GPU 0, shared; nccl: each "
+          "rank's GPU)");
 ABSL_FLAG(int, ranks, 0, "ranks (0: 2 threads, or every process of the MPI job)");
 ABSL_FLAG(int, root, 0, "root of the rooted collectives");
 ABSL_FLAG(int64_t, max_chunk_bytes, int64_t(1) << 20, "largest message; larger transfers are split");
@@ -67,14 +73,18 @@ absl::StatusOr<std::vector<Primitive>> ParseOps(const std::string& text) {
   return std::vector<Primitive>{p};
 }
 
-absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text, bool mpi) {
+// `native`: whether the backend has collectives of its own (MPI, NCCL).
+absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text, bool native) {
   if (text == "all") {
-    if (mpi) return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive, Algorithm::kNative};
+    if (native) {
+      return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive, Algorithm::kNative};
+    }
     return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive};
   }
   ASSIGN_OR_RETURN(Algorithm a, comm::ParseAlgorithm(text));
-  if (a == Algorithm::kNative && !mpi) {
-    return absl::InvalidArgumentError("[tally_bench] --algorithm=native needs --backend=mpi");
+  if (a == Algorithm::kNative && !native) {
+    return absl::InvalidArgumentError(
+        "[tally_bench] --algorithm=native needs --backend=mpi or nccl");
   }
   return std::vector<Algorithm>{a};
 }
@@ -88,11 +98,19 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.warmup = absl::GetFlag(FLAGS_w);
   config.check = absl::GetFlag(FLAGS_c) != 0;
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend != "threads" && backend != "mpi") {
-    return absl::InvalidArgumentError("[tally_bench] --backend must be threads or mpi, got '" +
-                                      backend + "'");
+  if (backend != "threads" && backend != "mpi" && backend != "nccl") {
+    return absl::InvalidArgumentError(
+        "[tally_bench] --backend must be threads, mpi or nccl, got '" + backend + "'");
   }
-  config.mpi = backend == "mpi";
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError("[tally_bench] --device must be cpu or cuda, got '" +
+                                      device + "'");
+  }
+  config.nccl = backend == "nccl";
+  config.gpu = device == "cuda";
+  // NCCL's ranks are processes under mpirun, else threads of this one.
+  config.mpi = backend == "mpi" || (config.nccl && comm::mpi::LaunchedByMpirun());
   if (config.mpi && !comm::mpi::Available()) {
     return absl::FailedPreconditionError(
         "[tally_bench] this build has no MPI transport: install libopenmpi-dev and openmpi-bin "
@@ -104,8 +122,10 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   config.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   ASSIGN_OR_RETURN(config.ops, ParseOps(absl::GetFlag(FLAGS_op)));
-  ASSIGN_OR_RETURN(config.algorithms, ParseAlgorithms(absl::GetFlag(FLAGS_algorithm), config.mpi));
+  ASSIGN_OR_RETURN(config.algorithms,
+                   ParseAlgorithms(absl::GetFlag(FLAGS_algorithm), backend != "threads"));
   RETURN_IF_ERROR(config.Validate());
+  if (config.gpu) RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is none
   return config;
 }
 

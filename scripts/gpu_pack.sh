@@ -10,7 +10,7 @@ scripts/setup.sh > /dev/null
 rm -rf gpu_pack
 mkdir -p gpu_pack/lib
 binaries=(build/tests/cuda_kernels_test build/tests/cuda_train_test build/tests/nccl_test
-          build/examples/tally_model_bench build/examples/tally_train)
+          build/examples/tally_model_bench build/examples/tally_train build/examples/tally_bench)
 cp "${binaries[@]}" bench/torch_gpt.py gpu_pack/
 for binary in "${binaries[@]}"; do
   for lib in $(ldd "$binary" | awk '$3 ~ /^\// {print $3}'); do

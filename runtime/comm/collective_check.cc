@@ -64,6 +64,19 @@ absl::StatusOr<CallBuffers> MakeCallBuffers(Communicator& comm, Primitive primit
   return b;
 }
 
+absl::StatusOr<CallBuffers> CopyCallBuffers(const CallBuffers& from, Allocator& memory) {
+  CallBuffers b;
+  ASSIGN_OR_RETURN(b.input, Tensor::Empty(from.input.shape(), from.input.dtype(), memory));
+  ASSIGN_OR_RETURN(b.output, Tensor::Empty(from.output.shape(), from.output.dtype(), memory));
+  RETURN_IF_ERROR(CopyContents(from, b));
+  return b;
+}
+
+absl::Status CopyContents(const CallBuffers& from, const CallBuffers& to) {
+  RETURN_IF_ERROR(to.input.CopyFrom(from.input));
+  return to.output.CopyFrom(from.output);
+}
+
 void FillInputs(Communicator& comm, Primitive primitive, CallBuffers& b, int64_t count,
                 int root) {
   int r = comm.rank();

@@ -31,6 +31,10 @@ void FillInputs(Communicator& comm, Primitive primitive, CallBuffers& buffers, i
                 int root);
 absl::Status Call(Communicator& comm, Primitive primitive, Algorithm algorithm,
                   CallBuffers& buffers, int64_t count, int root);
+// The same buffers in `memory` (the rank's GPU, say), contents and all; and contents
+// copied between buffers of the same sizes (back to the host, say).
+absl::StatusOr<CallBuffers> CopyCallBuffers(const CallBuffers& from, Allocator& memory);
+absl::Status CopyContents(const CallBuffers& from, const CallBuffers& to);
 // Wrong elements of this rank's output, plus any input element the call modified.
 int64_t CountWrong(Communicator& comm, Primitive primitive, const CallBuffers& buffers,
                    int64_t count, int root);

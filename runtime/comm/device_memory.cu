@@ -55,10 +55,12 @@ bool ForDType(DType dtype, Launch launch) {
   }
 }
 
-// Waits for the kernel just launched; its launch error or its execution error.
+// Waits for the kernel just launched; its launch error or its execution error. The
+// default stream, not the whole device: an NCCL send that another stream holds open
+// until its peer receives must not hold up this rank's reduction.
 absl::Status Finish(const char* kernel) {
   RETURN_IF_ERROR(cuda::CudaStatus(cudaGetLastError(), kernel));
-  return cuda::CudaStatus(cudaDeviceSynchronize(), kernel);
+  return cuda::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), kernel);
 }
 
 absl::Status NotOnDevice(DType dtype, const char* what) {

@@ -16,6 +16,7 @@ namespace tally {
 namespace {
 
 const std::string kTrain = TALLY_TRAIN_BINARY;
+const std::string kBench = TALLY_BENCH_BINARY;
 const std::string kTiny = " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1";
 
 TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
@@ -122,6 +123,38 @@ TEST(TallyTrain, BackendNcclWithoutAGpuPerRankSaysWhy) {
               absl::StrContains(r.output, "2 ranks need 2 GPUs, and this machine has 1"))
       << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST(TallyBench, BadInputIsOneClearLineAndExitCodeOne) {
+  struct Case {
+    std::string flags, message;
+  };
+  Case cases[] = {
+      {"--backend=gloo", "--backend must be threads, mpi or nccl"},
+      {"--device=tpu", "--device must be cpu or cuda"},
+      {"--backend=nccl", "--backend=nccl needs --device=cuda"},
+      {"--algorithm=native", "--algorithm=native needs --backend=mpi or nccl"},
+      {"-b 1K -e 8", "need 0 <= -b <= -e"},
+  };
+  for (const Case& c : cases) {
+    Result r = RunCommand(kBench + " " + c.flags);
+    EXPECT_EQ(r.exit_code, 1) << c.flags << ": " << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, c.message)) << c.flags << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.flags << ": " << r.output;
+  }
+}
+
+// GPU buffers, over the threads transport or NCCL: without a GPU, one line says why.
+TEST(TallyBench, GpuBuffersWithoutAGpuSayWhy) {
+  for (const char* flags : {" --device=cuda", " --device=cuda --backend=nccl --ranks=1"}) {
+    Result r = RunCommand(kBench + flags + " -b 4 -e 64 -n 1 -w 0");
+    if (r.exit_code == 0) GTEST_SKIP() << "a GPU is here, and the sweep ran on it";
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[cuda] no GPU") ||
+                absl::StrContains(r.output, "[cuda] this build has no CUDA"))
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
 }
 
 TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {

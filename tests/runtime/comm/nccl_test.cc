@@ -52,29 +52,18 @@ using test_util::BytesByPeer;
 using test_util::LedgerOnThreads;
 using test_util::Rooted;
 
-// A copy of `host` on the rank's GPU (undefined stays undefined).
-absl::StatusOr<Tensor> OnGpu(const Tensor& host, Allocator& gpu) {
-  if (!host.defined()) return Tensor();
-  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(host.shape(), host.dtype(), gpu));
-  RETURN_IF_ERROR(t.CopyFrom(host));
-  return t;
-}
-
 // One call with closed-form data on `comm`, its buffers on the host or on the rank's GPU;
 // the count of wrong output elements.
 absl::StatusOr<int64_t> CheckedCall(Communicator& comm, Primitive p, Algorithm a, int64_t count,
                                     int root, bool on_gpu) {
   if (!on_gpu) return test_util::CheckedCall(comm, p, a, count, root);
-  ASSIGN_OR_RETURN(CallBuffers b, MakeCallBuffers(comm, p, count, root));
-  FillInputs(comm, p, b, count, root);
+  ASSIGN_OR_RETURN(CallBuffers host, MakeCallBuffers(comm, p, count, root));
+  FillInputs(comm, p, host, count, root);
   Allocator gpu(&comm.memory(), Device{DeviceType::kCUDA, comm.gpu()});
-  CallBuffers d;
-  ASSIGN_OR_RETURN(d.input, OnGpu(b.input, gpu));
-  ASSIGN_OR_RETURN(d.output, OnGpu(b.output, gpu));
-  RETURN_IF_ERROR(Call(comm, p, a, d, count, root));
-  if (d.input.defined()) RETURN_IF_ERROR(b.input.CopyFrom(d.input));
-  if (d.output.defined()) RETURN_IF_ERROR(b.output.CopyFrom(d.output));
-  return CountWrong(comm, p, b, count, root);
+  ASSIGN_OR_RETURN(CallBuffers b, CopyCallBuffers(host, gpu));
+  RETURN_IF_ERROR(Call(comm, p, a, b, count, root));
+  RETURN_IF_ERROR(CopyContents(b, host));
+  return CountWrong(comm, p, host, count, root);
 }
 
 // Every collective, ring and naive, host and GPU buffers, on an NCCL world of `n` ranks:
