@@ -24,6 +24,13 @@ absl::Status Transport::NativeCollective(const OpSignature& signature, const voi
                                                "(the MPI transport has)"));
 }
 
+absl::Status Transport::CheckPeer(int peer, const OpSignature& signature) const {
+  if (peer >= 0 && peer < size() && peer != rank()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("[", Title(signature.primitive), " on '", name(),
+                                                 "'] rank ", rank(), " cannot exchange with rank ",
+                                                 peer, " of a group of ", size()));
+}
+
 std::unique_ptr<Request> FailedRequest(absl::Status status) {
   return std::make_unique<FailedRequestImpl>(std::move(status));
 }

@@ -104,6 +104,10 @@ class Transport {
   // its messages start when posted.
   virtual absl::Status Flush() { return absl::OkStatus(); }
 
+  // An error unless `peer` is another rank of this group ("[AllReduce on 'tp'] rank 1
+  // cannot exchange with rank 5 of a group of 2"): what every Isend and Irecv checks.
+  absl::Status CheckPeer(int peer, const OpSignature& signature) const;
+
   // Whether the transport moves device memory (OpSignature::device >= 0): copies and
   // reductions between GPU buffers. The default does not.
   virtual bool MovesDeviceMemory() const { return false; }

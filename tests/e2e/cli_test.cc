@@ -19,6 +19,12 @@ const std::string kTrain = TALLY_TRAIN_BINARY;
 const std::string kBench = TALLY_BENCH_BINARY;
 const std::string kTiny = " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1";
 
+// Whether a run's output says, in CUDA's words, that there is no GPU to run on.
+bool SaysThereIsNoGpu(const std::string& output) {
+  return absl::StrContains(output, "[cuda] no GPU") ||
+         absl::StrContains(output, "[cuda] this build has no CUDA");
+}
+
 TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
   std::string truncated = ::testing::TempDir() + "/truncated.safetensors";
   std::ofstream(truncated, std::ios::binary) << std::string("\x40\x00\x00\x00\x00\x00\x00\x00{\"a\"", 12);
@@ -97,9 +103,7 @@ TEST(TallyTrain, DeviceCudaWithoutAGpuSaysWhy) {
       RunCommand(kTrain + kTiny + " --device=cuda --steps=1 --eval_every=0 --sample_bytes=0");
   if (r.exit_code == 0) GTEST_SKIP() << "a GPU is here, and the run trained on it";
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "[cuda] no GPU") ||
-              absl::StrContains(r.output, "[cuda] this build has no CUDA"))
-      << r.output;
+  EXPECT_TRUE(SaysThereIsNoGpu(r.output)) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
@@ -118,8 +122,7 @@ TEST(TallyTrain, BackendNcclWithoutAGpuPerRankSaysWhy) {
                         "--eval_every=0 --sample_bytes=0");
   if (r.exit_code == 0) GTEST_SKIP() << "two GPUs are here, and the run trained on them";
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "[cuda] no GPU") ||
-              absl::StrContains(r.output, "[cuda] this build has no CUDA") ||
+  EXPECT_TRUE(SaysThereIsNoGpu(r.output) ||
               absl::StrContains(r.output, "2 ranks need 2 GPUs, and this machine has 1"))
       << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
@@ -150,9 +153,7 @@ TEST(TallyBench, GpuBuffersWithoutAGpuSayWhy) {
     Result r = RunCommand(kBench + flags + " -b 4 -e 64 -n 1 -w 0");
     if (r.exit_code == 0) GTEST_SKIP() << "a GPU is here, and the sweep ran on it";
     EXPECT_EQ(r.exit_code, 1) << r.output;
-    EXPECT_TRUE(absl::StrContains(r.output, "[cuda] no GPU") ||
-                absl::StrContains(r.output, "[cuda] this build has no CUDA"))
-        << r.output;
+    EXPECT_TRUE(SaysThereIsNoGpu(r.output)) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   }
 }

@@ -315,11 +315,7 @@ class MpiTransport : public Transport {
 
  private:
   absl::Status CheckMessage(int peer, size_t bytes, const OpSignature& signature) const {
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError(absl::StrCat(group_->Where(signature),
-                                                     " cannot exchange with rank ", peer,
-                                                     " of a group of ", size()));
-    }
+    RETURN_IF_ERROR(CheckPeer(peer, signature));
     if (bytes > size_t(INT_MAX)) {
       return absl::InvalidArgumentError(absl::StrCat(group_->Where(signature), ": a message of ",
                                                      bytes, " bytes is over MPI's int count; "

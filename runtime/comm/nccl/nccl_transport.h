@@ -27,6 +27,9 @@
 // ...; an uneven reduce-scatter or all-gather is a group of ncclReduce or ncclBroadcast,
 // one per chunk), and its bytes are the ring's, marked modelled.
 //
+// Inside: group.h (a group's communicators, launches and waits), nccl_transport.cc (the
+// messages), collectives.cc (NCCL's own collectives).
+//
 // NCCL refuses two ranks of one communicator on the same GPU: with one GPU, share it
 // over the threads transport instead (threads/, device_memory.h).
 #pragma once

@@ -281,14 +281,9 @@ absl::Status ThreadsRequest::Wait() {
 
 // ---------------------------------------------------------------------------- Transport
 
-absl::Status ThreadsTransport::CheckPeer(int peer, const OpSignature& signature) const {
-  if (peer < 0 || peer >= size() || peer == rank_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("[", Title(signature.primitive), " on '", name(), "'] rank ", rank_,
-                     " cannot exchange with rank ", peer, " of a group of ", size()));
-  }
-  if (hub_->session().aborted()) return hub_->session().abort_status();
-  return absl::OkStatus();
+absl::Status ThreadsTransport::CheckPost(int peer, const OpSignature& signature) const {
+  if (absl::Status s = CheckPeer(peer, signature); !s.ok()) return s;
+  return RunStatus();
 }
 
 absl::Status ThreadsTransport::Announce(const OpSignature& signature) {
@@ -335,7 +330,7 @@ std::unique_ptr<ThreadsRequest> ThreadsTransport::Post(std::shared_ptr<PendingOp
 
 std::unique_ptr<Request> ThreadsTransport::Isend(int peer, const void* data, size_t bytes,
                                                  const OpSignature& signature, SendMode mode) {
-  if (absl::Status s = CheckPeer(peer, signature); !s.ok()) return FailedRequest(s);
+  if (absl::Status s = CheckPost(peer, signature); !s.ok()) return FailedRequest(s);
   auto op = std::make_shared<PendingOp>();
   op->is_send = true;
   op->send_data = data;
@@ -359,7 +354,7 @@ std::unique_ptr<Request> ThreadsTransport::Isend(int peer, const void* data, siz
 std::unique_ptr<Request> ThreadsTransport::Irecv(int peer, void* data, size_t bytes,
                                                  const OpSignature& signature,
                                                  std::optional<Reduction> reduction) {
-  if (absl::Status s = CheckPeer(peer, signature); !s.ok()) return FailedRequest(s);
+  if (absl::Status s = CheckPost(peer, signature); !s.ok()) return FailedRequest(s);
   auto op = std::make_shared<PendingOp>();
   op->recv_data = data;
   op->bytes = bytes;

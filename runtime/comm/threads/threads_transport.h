@@ -182,7 +182,8 @@ class ThreadsTransport : public Transport {
                                                    const std::string& name) override;
 
  private:
-  absl::Status CheckPeer(int peer, const OpSignature& signature) const;
+  // CheckPeer, and no post once the run is aborted.
+  absl::Status CheckPost(int peer, const OpSignature& signature) const;
   // Posts `op` on its channel, or meets the peer's half already there.
   std::unique_ptr<ThreadsRequest> Post(std::shared_ptr<PendingOp> op);
 
