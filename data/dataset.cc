@@ -2,10 +2,10 @@
 
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "data/corpus.h"
+#include "runtime/files.h"
 
 namespace tally::data {
 
@@ -30,9 +30,13 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path, int seq_len) {
     text = GenerateCorpus(kEmbeddedCorpusBytes);
   } else {
     ds.source = path;
+    absl::StatusOr<int64_t> size = CheckInputFile(path, "[data]", kMaxDataBytes);
+    if (!size.ok()) return size.status();
     std::ifstream file(path, std::ios::binary);
     if (!file) return absl::NotFoundError(absl::StrCat("[data] cannot open '", path, "'"));
-    text.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+    text.resize(size_t(*size));
+    file.read(text.data(), *size);
+    if (file.gcount() != *size) return absl::DataLossError(absl::StrCat("[data] cannot read '", path, "'"));
     if (text.empty()) return absl::InvalidArgumentError(absl::StrCat("[data] '", path, "' is empty"));
   }
   ds.bytes = int64_t(text.size());

@@ -44,8 +44,12 @@ struct Dataset {
 };
 
 // The tokens of `path`, or of the embedded corpus when `path` is empty. Fails with a clear
-// message when the file is missing or empty, or a split is shorter than one sequence.
+// message when the file is missing, empty, not a regular file, or larger than
+// kMaxDataBytes, or a split is shorter than one sequence.
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, int seq_len);
+
+// The largest data file read (each byte becomes a 4-byte token): 1 GiB.
+inline constexpr int64_t kMaxDataBytes = int64_t(1) << 30;
 
 // The bytes of the embedded default corpus.
 inline constexpr int64_t kEmbeddedCorpusBytes = 2'000'000;

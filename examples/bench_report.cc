@@ -1,7 +1,9 @@
 #include "examples/bench_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstring>
 #include <thread>
 
@@ -14,6 +16,7 @@
 #include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/comm/nccl/nccl_transport.h"
 #include "runtime/clock.h"
+#include "runtime/files.h"
 #include "runtime/json_writer.h"
 #include "runtime/tensor.h"
 #include "runtime/status_macros.h"
@@ -31,12 +34,22 @@ absl::Status BenchConfig::Validate() const {
   if (factor < 2) return bad("-f must be at least 2");
   if (iterations < 1 || warmup < 0) return bad("-n must be >= 1 and -w >= 0");
   if (ranks < 1) return bad("--ranks must be >= 1");
+  if (ranks > kMaxRanks) return bad(absl::StrCat("--ranks=", ranks, " is more than the ", kMaxRanks, " ranks tally runs"));
   if (root < 0 || root >= ranks) return bad("--root must be a rank in [0, --ranks)");
   if (max_chunk_bytes < 4) return bad("--max_chunk_bytes must be at least one element (4)");
-  if (timeout_s <= 0) return bad("--timeout_s must be positive");
+  if (!(timeout_s > 0) || !std::isfinite(timeout_s)) return bad("--timeout_s must be a positive number");
   if (nccl && !gpu) return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
   if (mpi && gpu && !nccl) {
     return bad("--device=cuda runs on --backend=threads or nccl; MPI moving GPU memory is not built");
+  }
+  // Every rank of this process holds a send and a receive buffer of the largest size, and
+  // a copy of each to check against (RunSweep): refuse what cannot fit.
+  const int ranks_here = mpi ? 1 : ranks;
+  const double needed = 4.0 * double(max_bytes) * ranks_here;
+  const double machine = double(PhysicalMemoryBytes());
+  if (!gpu && needed > machine) {
+    return bad(absl::StrFormat("-e=%d on %d rank(s) here needs at least %.3g GiB of memory, and the machine has %.3g GiB",
+                               max_bytes, ranks_here, needed / double(1 << 30), machine / double(1 << 30)));
   }
   return absl::OkStatus();
 }
@@ -58,6 +71,9 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
     return absl::InvalidArgumentError("[tally_bench] '" + text +
                                       "' is not a size; use bytes with an optional K, M or G");
   }
+  if (value > std::numeric_limits<int64_t>::max() / scale) {
+    return absl::InvalidArgumentError("[tally_bench] '" + text + "' is more bytes than 64 bits count");
+  }
   return value * scale;
 }
 
@@ -65,7 +81,8 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
                                                Algorithm algorithm) {
   std::vector<int64_t> counts;
   for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes;
-       bytes = std::max<int64_t>(bytes * config.factor, bytes + 1)) {
+       bytes = bytes > config.max_bytes / config.factor ? config.max_bytes + 1
+                                                        : std::max<int64_t>(bytes * config.factor, bytes + 1)) {
     int64_t count = bytes / 4;
     if (counts.empty() || counts.back() != count) counts.push_back(count);
   }

@@ -14,6 +14,8 @@
 namespace tally {
 
 struct BenchConfig {
+  static constexpr int kMaxRanks = 4096;
+
   int64_t min_bytes = 8, max_bytes = int64_t(64) << 20;
   int factor = 2;
   int iterations = 20, warmup = 5;

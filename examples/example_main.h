@@ -1,16 +1,21 @@
 // The main() of every example program: parse the flags, run, and turn a Status into one
-// line on stderr and a non-zero exit code.
+// line on stderr and a non-zero exit code: 1 for an error, and an exception that escapes
+// `run` (std::bad_alloc, ...) is one too; 128 + N for a run stopped by signal N
+// (kCancelled, runtime/signals.h); 2 for a stray argument.
 //
 //   int main(int argc, char** argv) { return tally::RunExample(argc, argv, "usage", Main); }
 #pragma once
 
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "runtime/signals.h"
 
 namespace tally {
 
@@ -21,7 +26,20 @@ inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*r
     std::fprintf(stderr, "unexpected argument '%s' (flags are --name=value)\n", positional[1]);
     return 2;
   }
-  absl::Status status = run();
+  absl::Status status;
+  try {
+    status = run();
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory (std::bad_alloc); try smaller sizes");
+  } catch (const std::exception& e) {
+    status = absl::InternalError(std::string("unexpected error: ") + e.what());
+  } catch (...) {
+    status = absl::InternalError("unexpected error (an unknown exception)");
+  }
+  if (absl::IsCancelled(status) && StopSignal() != 0) {
+    if (!status.message().empty()) std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+    return 128 + StopSignal();
+  }
   if (!status.ok()) {
     // An error without a message was reported by another process of the job (MPI).
     if (!status.message().empty()) std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());

@@ -7,11 +7,13 @@
 //   tally_plan --model=llama-7b --sweep=dp:2,4,8,16       one CSV row per value
 //   tally_plan --seed_examples                             the article's numbers, checked
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
@@ -21,9 +23,9 @@
 
 ABSL_FLAG(std::string, model, "llama-7b",
           "preset: toy, gpt2-124m, llama-7b, llama-13b, llama-70b");
-ABSL_FLAG(int64_t, params, 0, "parameters Φ (overrides the preset's)");
-ABSL_FLAG(int, layers, 0, "transformer layers (overrides the preset's)");
-ABSL_FLAG(int, hidden, 0, "hidden size h (overrides the preset's)");
+ABSL_FLAG(std::optional<int64_t>, params, std::nullopt, "parameters Φ (overrides the preset's)");
+ABSL_FLAG(std::optional<int>, layers, std::nullopt, "transformer layers (overrides the preset's)");
+ABSL_FLAG(std::optional<int>, hidden, std::nullopt, "hidden size h (overrides the preset's)");
 ABSL_FLAG(int, batch_size, 4, "b: sequences per data-parallel rank per step");
 ABSL_FLAG(int, seq_len, 2048, "s: tokens per sequence");
 ABSL_FLAG(int, bytes_per_value, 2, "e: 2 for fp16/bf16, 4 for fp32");
@@ -46,15 +48,47 @@ namespace {
 using train::PlanInput;
 using train::PlanRow;
 
+// The most GPUs a plan may have (dp x tp x pp).
+constexpr int64_t kMaxGpus = int64_t(1) << 20;
+
+// A grid of at most kMaxGpus GPUs whose tensor-parallel ranks split the hidden size.
+absl::Status CheckGrid(const PlanInput& in) {
+  const int64_t gpus = int64_t(in.dp) * in.tp * in.pp;
+  if (gpus > kMaxGpus) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] dp %d x tp %d x pp %d = %d GPUs; tally_plan plans at most %d", in.dp, in.tp,
+        in.pp, gpus, kMaxGpus));
+  }
+  if (in.model.hidden % in.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] the hidden size %d is not divisible by --tp=%d", in.model.hidden, in.tp));
+  }
+  if (in.model.gpt && in.model.config.n_head % in.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] the %d heads of %s are not divisible by --tp=%d", in.model.config.n_head,
+        in.model.name, in.tp));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PlanInput> InputFromFlags() {
   ASSIGN_OR_RETURN(train::PlanModel model, train::ModelPreset(absl::GetFlag(FLAGS_model)));
-  if (absl::GetFlag(FLAGS_params) > 0) model.params = absl::GetFlag(FLAGS_params);
-  if (absl::GetFlag(FLAGS_layers) > 0) model.layers = absl::GetFlag(FLAGS_layers);
-  if (absl::GetFlag(FLAGS_hidden) > 0) model.hidden = absl::GetFlag(FLAGS_hidden);
-  if (absl::GetFlag(FLAGS_params) > 0 || absl::GetFlag(FLAGS_layers) > 0 ||
-      absl::GetFlag(FLAGS_hidden) > 0) {
+  // A size given overrides the preset's; the header then names both.
+  std::string overrides;
+  auto override_with = [&](const char* flag, auto given, auto& field) -> absl::Status {
+    if (!given.has_value()) return absl::OkStatus();
+    if (*given < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("[flags] --", flag, " must be >= 1, got ", *given));
+    }
+    field = *given;
+    absl::StrAppend(&overrides, " --", flag, "=", *given);
     model.gpt = false;  // a shape of its own: the formulas over Φ
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(override_with("params", absl::GetFlag(FLAGS_params), model.params));
+  RETURN_IF_ERROR(override_with("layers", absl::GetFlag(FLAGS_layers), model.layers));
+  RETURN_IF_ERROR(override_with("hidden", absl::GetFlag(FLAGS_hidden), model.hidden));
+  if (!overrides.empty()) model.name = absl::StrCat(model.name, " with", overrides);
   PlanInput in{model};
   in.batch = absl::GetFlag(FLAGS_batch_size);
   in.seq_len = absl::GetFlag(FLAGS_seq_len);
@@ -84,11 +118,16 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(positive("hidden", in.model.hidden));
   RETURN_IF_ERROR(positive("batch_size", in.batch));
   RETURN_IF_ERROR(positive("seq_len", in.seq_len));
-  RETURN_IF_ERROR(positive("bytes_per_value", in.bytes_per_value));
+  if (in.bytes_per_value != 1 && in.bytes_per_value != 2 && in.bytes_per_value != 4 &&
+      in.bytes_per_value != 8) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] --bytes_per_value must be 1, 2, 4 or 8, got %d", in.bytes_per_value));
+  }
   RETURN_IF_ERROR(positive("dp", in.dp));
   RETURN_IF_ERROR(positive("tp", in.tp));
   RETURN_IF_ERROR(positive("pp", in.pp));
   RETURN_IF_ERROR(positive("micro_batches", in.micro_batches));
+  RETURN_IF_ERROR(CheckGrid(in));
   if (in.pp > in.model.layers) {
     return absl::InvalidArgumentError(absl::StrFormat("[flags] --pp=%d is more stages than the %d layers",
                                                       in.pp, in.model.layers));
@@ -145,13 +184,27 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
   int* dim = parts[0] == "dp" ? &in.dp : parts[0] == "tp" ? &in.tp : parts[0] == "pp" ? &in.pp
              : parts[0] == "batch_size" ? &in.batch : nullptr;
   if (dim == nullptr) return absl::InvalidArgumentError("[flags] --sweep: dim must be dp, tp, pp or batch_size");
-  std::cout << parts[0] << ",strategy,seed_bytes_per_gpu,exact_bytes_per_gpu,total_bytes,time_s\n";
+  // Every value is checked before the first row is printed.
+  std::vector<int> values;
   for (absl::string_view value : absl::StrSplit(parts[1], ',')) {
     if (!absl::SimpleAtoi(value, dim) || *dim < 1) {
       return absl::InvalidArgumentError(absl::StrCat("[flags] --sweep: bad value '", value, "'"));
     }
+    RETURN_IF_ERROR(CheckGrid(in));
+    if (in.pp > in.model.layers) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "[flags] --sweep: pp %d is more stages than the %d layers", in.pp, in.model.layers));
+    }
+    if (in.batch % in.micro_batches != 0) {
+      return absl::InvalidArgumentError("[flags] --sweep: batch_size must be a multiple of --micro_batches");
+    }
+    values.push_back(*dim);
+  }
+  std::cout << parts[0] << ",strategy,seed_bytes_per_gpu,exact_bytes_per_gpu,total_bytes,time_s\n";
+  for (int value : values) {
+    *dim = value;
     for (const PlanRow& r : train::Plan(in)) {
-      std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g\n", *dim, r.strategy,
+      std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g\n", value, r.strategy,
                                    r.seed_bytes_per_gpu, r.exact_bytes_per_gpu, r.total_bytes, r.time_s);
     }
   }

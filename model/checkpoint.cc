@@ -1,6 +1,7 @@
 #include "model/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -42,7 +43,15 @@ absl::Status Restore(const std::string& path, const SafetensorsFile& file, const
         "[checkpoint] '", path, "': ", name, " is ", ShapeToString(it->second.shape),
         " there, but ", ShapeToString(spec.shape), " for the flags (", config.ToString(), ")"));
   }
-  std::memcpy(into, it->second.data.data(), sizeof(float) * size_t(spec.numel));
+  const std::vector<float>& values = it->second.data;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "': tensor '", name,
+                                              "' holds a non-finite value (", values[i],
+                                              ") at element ", i));
+    }
+  }
+  std::memcpy(into, values.data(), sizeof(float) * size_t(spec.numel));
   return absl::OkStatus();
 }
 
@@ -68,29 +77,57 @@ absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const GPTConfig& config,
                                                 float* params, optim::Optimizer* optimizer) {
-  ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
+  // The largest file a checkpoint of this model can be: the parameters and two optimizer
+  // states, and a header of at most 512 bytes per tensor. Nothing larger is read.
+  const int64_t tensors = 3 * int64_t(layout.specs().size());
+  const int64_t max_bytes = 8 + 4096 + 512 * tensors + 3 * 4 * layout.total();
+  ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path, max_bytes));
+  auto mismatch = [&](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("[checkpoint] '", path, "' ", parts...));
+  };
+  if (file.metadata["format"] != "tally") {
+    return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' has format '",
+                                            file.metadata["format"],
+                                            "' in its __metadata__; tally reads 'tally'"));
+  }
   // A position table of another length is the likeliest mismatch: say so in its terms.
   auto wpe = file.tensors.find("wpe.weight");
   if (wpe != file.tensors.end() && !wpe->second.shape.empty() &&
       wpe->second.shape[0] != config.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[checkpoint] '", path, "' has a position table of ", wpe->second.shape[0],
-        " positions; --seq_len=", config.seq_len, " needs exactly that many"));
+    return mismatch("has a position table of ", wpe->second.shape[0], " positions; --seq_len=",
+                    config.seq_len, " needs exactly that many");
   }
   for (const ParamSpec& spec : layout.specs()) {
     RETURN_IF_ERROR(Restore(path, file, spec.name, spec, config, params + spec.offset));
+  }
+  // Shapes can agree where the model does not (n_head): the metadata must agree too.
+  for (auto [key, value] : {std::pair{"n_layer", config.n_layer}, {"n_head", config.n_head},
+                            {"n_embd", config.n_embd}, {"seq_len", config.seq_len},
+                            {"vocab_size", config.vocab_size}}) {
+    if (file.metadata[key] != absl::StrCat(value)) {
+      return mismatch("was saved with ", key, "=", file.metadata[key], "; the flags ask for --",
+                      key, "=", value);
+    }
   }
   LoadedCheckpoint loaded;
   bool has_state = std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
     return t.first.rfind(kOptimizerPrefix, 0) == 0;
   });
+  // Every tensor of the file is one the model (or, in this file, its optimizer) has.
+  for (const auto& [name, tensor] : file.tensors) {
+    const std::string base = name.rfind(kOptimizerPrefix, 0) == 0
+                                 ? name.substr(name.find('.', sizeof(kOptimizerPrefix) - 1) + 1)
+                                 : name;
+    if (layout.Find(base) == nullptr) {
+      return mismatch("has a tensor '", name, "' that a model of ", config.ToString(),
+                      " does not have");
+    }
+  }
   if (!has_state || optimizer == nullptr) return loaded;
 
   if (file.metadata["optimizer"] != optimizer->name()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[checkpoint] '", path, "' holds ", file.metadata["optimizer"], " state, but --optimizer=",
-        optimizer->name()));
+    return mismatch("holds ", file.metadata["optimizer"], " state, but --optimizer=", optimizer->name());
   }
   if (!absl::SimpleAtoi(file.metadata["step"], &loaded.step) || loaded.step < 0) {
     return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' has no valid step"));

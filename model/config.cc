@@ -13,6 +13,12 @@ absl::Status GPTConfig::Validate() const {
                          {seq_len, "seq_len"}, {vocab_size, "vocab_size"}}) {
     if (absl::Status s = positive(v, name); !s.ok()) return s;
   }
+  const double params = double(vocab_size + seq_len + 2) * n_embd +
+                        double(n_layer) * (12.0 * n_embd * n_embd + 13.0 * n_embd);
+  if (params > kMaxParams) {
+    return absl::InvalidArgumentError(absl::StrCat("[config] the model would have ", params,
+                                                   " parameters; tally counts at most ", kMaxParams));
+  }
   if (n_embd % n_head != 0) {
     return absl::InvalidArgumentError(absl::StrCat("[config] n_embd (", n_embd,
                                                    ") must be divisible by n_head (", n_head, ")"));

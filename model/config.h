@@ -15,7 +15,11 @@ struct GPTConfig {
   int seq_len = 128;     // T: the longest sequence, and the size of the position table
   int vocab_size = 256;  // V: bytes
 
-  // Every field positive, n_embd divisible by n_head.
+  // Parameter counts beyond this (2^50) are refused, so that every size derived from the
+  // shape fits in 64 bits.
+  static constexpr double kMaxParams = 1125899906842624.0;
+
+  // Every field positive, n_embd divisible by n_head, at most kMaxParams parameters.
   absl::Status Validate() const;
   int head_size() const { return n_embd / n_head; }
   // Parameters: V·C + T·C + L·(12·C² + 13·C) + 2·C.

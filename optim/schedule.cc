@@ -7,12 +7,12 @@
 
 namespace tally::optim {
 
-float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, float max_lr,
+float LearningRate(int64_t k, int64_t warmup_steps, int64_t total_steps, float max_lr,
                    float min_lr) {
-  if (step < warmup_steps) return max_lr * float(step + 1) / float(warmup_steps);
+  if (k <= warmup_steps) return max_lr * float(k) / float(warmup_steps);
   double span = double(std::max<int64_t>(1, total_steps - warmup_steps));
-  double progress = std::clamp(double(step - warmup_steps) / span, 0.0, 1.0);
-  return float(min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (max_lr - min_lr));
+  double progress = std::clamp(double(k - warmup_steps) / span, 0.0, 1.0);
+  return float(min_lr + (double(max_lr) - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
 absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,

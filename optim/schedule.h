@@ -8,12 +8,14 @@
 
 namespace tally::optim {
 
-// Linear warm-up to `max_lr` over `warmup_steps`, then cosine decay to `min_lr` at
-// `total_steps` (nanoGPT's schedule). `step` counts from 0:
-//   step < warmup:  max_lr · (step + 1) / warmup
-//   otherwise:      min_lr + ½·(1 + cos(π·progress))·(max_lr - min_lr),
-//                   progress = (step - warmup) / (total - warmup), clamped to [0, 1]
-float LearningRate(int64_t step, int64_t warmup_steps, int64_t total_steps, float max_lr,
+// The learning rate of 1-based step k of N (the k-th optimizer step), with W warm-up
+// steps: a linear warm-up to `max_lr`, then a cosine decay that reaches `min_lr` exactly
+// at the last step:
+//   k <= W:  max_lr · k / W
+//   k >  W:  min_lr + (max_lr - min_lr) · ½·(1 + cos(π·(k - W) / (N - W)))
+// (the warm-up in float, as written; the decay in double, rounded to float once, with
+// (k - W)/(N - W) clamped to [0, 1]).
+float LearningRate(int64_t k, int64_t warmup_steps, int64_t total_steps, float max_lr,
                    float min_lr);
 
 // Σ g² over `segments` of grads, in double, skipping the segments marked replica unless

@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<LayerRange>> StageLayers(int n_layer, int stages,
     return absl::InvalidArgumentError(absl::StrCat("[flags] --pp_layers has ", counts.size(),
                                                    " entries for --pp=", stages));
   }
-  int sum = 0;
+  int64_t sum = 0;
   for (int c : counts) {
     if (c < 1) return absl::InvalidArgumentError("[flags] --pp_layers: every stage needs a layer");
     sum += c;

@@ -87,6 +87,7 @@ class Parser {
       if (pos_ >= text_.size() || text_[pos_] != '"') return Error("expected a key");
       if (absl::Status s = String(key); !s.ok()) return s;
       if (!Consume(':')) return Error("expected ':'");
+      if (v.object.count(key) > 0) return Error(absl::StrCat("duplicate key '", key, "'"));
       if (absl::Status s = Value(v.object[key], depth + 1); !s.ok()) return s;
     } while (Consume(','));
     if (!Consume('}')) return Error("expected ',' or '}'");

@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/files.h"
 
 namespace tally {
 
@@ -104,12 +104,7 @@ JsonWriter& JsonWriter::IntArray(const std::vector<int64_t>& values) {
 }
 
 absl::Status WriteTextFile(const std::string& path, std::string_view text) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) return absl::InvalidArgumentError("[write] cannot open '" + path + "' for writing");
-  file.write(text.data(), std::streamsize(text.size()));
-  file.close();
-  if (!file) return absl::DataLossError("[write] failed writing '" + path + "'");
-  return absl::OkStatus();
+  return WriteFileAtomically(path, text, "[write]");
 }
 
 }  // namespace tally

@@ -40,7 +40,7 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-// Writes `text` to `path`, replacing it.
+// Writes `text` to `path`, replacing it whole or not at all (runtime/files.h).
 absl::Status WriteTextFile(const std::string& path, std::string_view text);
 
 }  // namespace tally

@@ -1,10 +1,13 @@
 #include "runtime/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <iterator>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/files.h"
 #include "runtime/json_reader.h"
 #include "runtime/json_writer.h"
 #include "runtime/status_macros.h"
@@ -32,31 +35,27 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<Safeten
   std::string text = header.str();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
 
-  // Write to a sibling file and rename, so a crash never leaves half a checkpoint behind.
-  std::string partial = path + ".partial";
-  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("[checkpoint] cannot write '", path, "'"));
+  // Written beside the path and renamed over it, so a crash never leaves half a
+  // checkpoint behind (runtime/files.h).
+  ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::Create(path, "[checkpoint]"));
   uint64_t length = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(length >> (8 * i));
-  out.write(reinterpret_cast<const char*>(le), 8);
-  out.write(text.data(), std::streamsize(text.size()));
+  RETURN_IF_ERROR(out.Write(le, 8));
+  RETURN_IF_ERROR(out.Write(text.data(), int64_t(text.size())));
   for (const SafetensorsEntry& t : tensors) {
-    out.write(reinterpret_cast<const char*>(t.data),
-              std::streamsize(NumElements(t.shape) * int64_t(sizeof(float))));
+    RETURN_IF_ERROR(out.Write(t.data, NumElements(t.shape) * int64_t(sizeof(float))));
   }
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("[checkpoint] failed writing '", path, "'"));
-  if (std::rename(partial.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat("[checkpoint] cannot move '", partial, "' to '", path, "'"));
-  }
-  return absl::OkStatus();
+  return out.Commit();
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes) {
+  ASSIGN_OR_RETURN(int64_t size, CheckInputFile(path, "[checkpoint]", max_bytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("[checkpoint] cannot open '", path, "'"));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes(size_t(size), '\0');
+  in.read(bytes.data(), size);
+  if (in.gcount() != size) return absl::DataLossError(absl::StrCat("[checkpoint] cannot read '", path, "'"));
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' is not a valid safetensors file: ", why));
   };
@@ -73,24 +72,40 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   const uint64_t data_size = bytes.size() - data_start;
 
   SafetensorsFile file;
-  for (const auto& [name, entry] : header->object) {
-    if (name == "__metadata__") {
-      for (const auto& [key, value] : entry.object) file.metadata[key] = value.string;
-      continue;
+  const JsonValue* metadata = header->Find("__metadata__");
+  if (metadata == nullptr) return bad("the header has no __metadata__");
+  if (metadata->kind != JsonValue::Kind::kObject) return bad("__metadata__ is not an object");
+  for (const auto& [key, value] : metadata->object) {
+    if (value.kind != JsonValue::Kind::kString) {
+      return bad(absl::StrCat("__metadata__ '", key, "' is not a string"));
     }
+    file.metadata[key] = value.string;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) of every tensor
+  for (const auto& [name, entry] : header->object) {
+    if (name == "__metadata__") continue;
+    if (entry.kind != JsonValue::Kind::kObject) return bad(absl::StrCat("tensor '", name, "' is not an object"));
     const JsonValue* dtype = entry.Find("dtype");
     const JsonValue* shape = entry.Find("shape");
     const JsonValue* offsets = entry.Find("data_offsets");
-    if (dtype == nullptr || shape == nullptr || offsets == nullptr || offsets->array.size() != 2) {
+    if (dtype == nullptr || shape == nullptr || offsets == nullptr ||
+        shape->kind != JsonValue::Kind::kArray || offsets->kind != JsonValue::Kind::kArray ||
+        offsets->array.size() != 2) {
       return bad(absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
     }
-    if (dtype->string != "F32") {
+    if (dtype->kind != JsonValue::Kind::kString || dtype->string != "F32") {
       return bad(absl::StrCat("tensor '", name, "' has dtype ", dtype->string, "; tally reads F32"));
     }
     SafetensorsFile::Tensor t;
+    uint64_t count = 1;
     for (const JsonValue& d : shape->array) {
       if (!d.is_integer() || d.number < 0) return bad(absl::StrCat("tensor '", name, "' has a bad shape"));
       t.shape.push_back(d.AsInt());
+      // No shape holds more values than the file has bytes (and the product cannot overflow).
+      if (d.AsInt() > 0 && count > data_size / uint64_t(d.AsInt())) {
+        return bad(absl::StrCat("tensor '", name, "' has a shape larger than the file"));
+      }
+      count *= uint64_t(d.AsInt());
     }
     const JsonValue& begin = offsets->array[0];
     const JsonValue& end = offsets->array[1];
@@ -98,14 +113,25 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
         uint64_t(end.AsInt()) > data_size) {
       return bad(absl::StrCat("tensor '", name, "' has data_offsets outside the file (truncated?)"));
     }
-    int64_t count = NumElements(t.shape);
-    if (end.AsInt() - begin.AsInt() != count * int64_t(sizeof(float))) {
+    if (uint64_t(end.AsInt() - begin.AsInt()) != count * sizeof(float)) {
       return bad(absl::StrCat("tensor '", name, "' holds ", end.AsInt() - begin.AsInt(),
-                              " bytes, its shape needs ", count * 4));
+                              " bytes, its shape needs ", count * sizeof(float)));
     }
+    ranges.push_back({uint64_t(begin.AsInt()), uint64_t(end.AsInt())});
     t.data.resize(size_t(count));
     std::memcpy(t.data.data(), bytes.data() + data_start + begin.AsInt(), size_t(count) * sizeof(float));
     file.tensors[name] = std::move(t);
+  }
+  // The packed sequence: sorted by offset, every range starts where the previous ended.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t at = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin < at) return bad(absl::StrCat("tensor data overlaps at byte ", begin));
+    if (begin > at) return bad(absl::StrCat("a gap in the tensor data at byte ", at));
+    at = end;
+  }
+  if (at != data_size) {
+    return bad(absl::StrCat(data_size - at, " trailing bytes after the tensor data"));
   }
   return file;
 }

@@ -6,7 +6,11 @@
 //
 // data_offsets are byte ranges relative to the end of the header. tally writes F32
 // tensors only, in the order given, and reads F32 tensors back with every offset, shape
-// and size checked, so a truncated or corrupted file is an error, never a crash.
+// and size checked, so a truncated or corrupted file is an error, never a crash: the
+// file must be a regular file of at most `max_bytes`, its header valid JSON without
+// duplicate keys, with a `__metadata__` object of strings, and its tensors' byte ranges
+// must be the packed sequence the header declares (sorted by offset they tile the data
+// from 0 to the end of the file: no gap, no overlap, no trailing bytes).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +41,6 @@ struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;
 };
 
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes);
 
 }  // namespace tally

@@ -3,6 +3,8 @@
 // single rank.
 #include <algorithm>
 #include <cmath>
+#include <iostream>
+#include <limits>
 #include <ostream>
 #include <vector>
 
@@ -12,7 +14,9 @@
 #include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/comm/nccl/nccl_transport.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/files.h"
 #include "runtime/json_writer.h"
+#include "runtime/signals.h"
 #include "runtime/status_macros.h"
 #include "train/rank_records.h"
 #include "train/report.h"
@@ -43,12 +47,45 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   for (size_t i = 0; i < losses.size(); ++i) {
     const int64_t step = start_step + int64_t(i);
     ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(step));
+    if (!std::isfinite(losses[i]) || !std::isfinite(s.loss)) {
+      return absl::InternalError(absl::StrFormat(
+          "[check] step %d: the loss is %g in this run and %g on one rank; a non-finite loss "
+          "compares with nothing",
+          step + 1, losses[i], s.loss));
+    }
     const double diff = std::abs(double(losses[i]) - s.loss) / std::max(1e-30, std::abs(double(s.loss)));
     worst = std::max(worst, diff);
     log << absl::StrFormat("%6d %12.6f %12.6f %12.2e\n", step + 1, losses[i], s.loss, diff);
   }
   log << absl::StrFormat("largest relative difference %.2e (%s 1e-5)\n", worst,
                          worst <= 1e-5 ? "within" : "NOT within");
+  return absl::OkStatus();
+}
+
+// What can be known wrong before anything is allocated: the input files are regular
+// files, every output path can be written, and the run fits in this machine's memory.
+absl::Status CheckBeforeTheRun(const TrainOptions& options, int ranks_here) {
+  int64_t data_bytes = data::kEmbeddedCorpusBytes;
+  if (!options.data.empty()) {
+    ASSIGN_OR_RETURN(data_bytes, CheckInputFile(options.data, "[data]", data::kMaxDataBytes));
+  }
+  if (!options.load.empty()) {
+    RETURN_IF_ERROR(CheckInputFile(options.load, "[checkpoint]", std::numeric_limits<int64_t>::max()).status());
+  }
+  for (auto [path, flag] : {std::pair{&options.save, "--save"}, {&options.metrics_json, "--metrics_json"},
+                            {&options.traffic_json, "--traffic_json"}, {&options.trace, "--trace"}}) {
+    if (!path->empty()) RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
+  }
+  if (options.device != "cpu") return absl::OkStatus();  // the model is in GPU memory
+  const double needed = options.EstimatedBytes(ranks_here, data_bytes);
+  const double machine = double(PhysicalMemoryBytes());
+  if (needed > machine) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "[train] this run needs at least %.3g GiB of memory on this machine (%d rank(s): "
+        "parameters, gradients, optimizer state, one micro-batch's activations, the data), "
+        "and the machine has %.3g GiB",
+        needed / double(1 << 30), ranks_here, machine / double(1 << 30)));
+  }
   return absl::OkStatus();
 }
 
@@ -64,12 +101,23 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
   };
   if (absl::Status s = options.Validate(); !s.ok()) return said_once(s);
+  if (!mpi || comm::mpi::ProcessRank() == 0) {
+    for (const std::string& warning : options.Warnings()) std::cerr << warning << "\n";
+  }
+  const int ranks_here = mpi ? std::max(1, options.world() / comm::mpi::ProcessCount() *
+                                                comm::mpi::LocalProcesses())
+                             : options.world();
+  if (absl::Status s = CheckBeforeTheRun(options, ranks_here); !s.ok()) return said_once(s);
   if (options.device == "cuda") {
     // No GPU, or no CUDA in this build: the message says which.
     if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);
   }
+  // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
+  StopSignals signals;
+  StopAgreement stop(/*across_processes=*/mpi);
   if (options.world() == 1 && options.zero == 0 && options.backend == "threads") {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
+    trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));
     if (!options.check_against_serial) return absl::OkStatus();
     return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
@@ -98,6 +146,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     if (world.rank() == 0 && options.print_topology) log << FormatTopology(options);
     world.ledger().set_tracing(!options.trace.empty());
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
+    trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));
     RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
                     trainer->step_nanos(),  trainer->train_nanos(),  trainer->spans()};

@@ -1,5 +1,9 @@
 #include "train/options.h"
 
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -17,10 +21,23 @@ absl::Status TrainOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
   if (absl::Status s = model.Validate(); !s.ok()) return s;
   if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
+  // Every real-valued flag is a finite number (a float flag of 1e39 is inf as a float).
+  for (auto [value, flag] : {std::pair{double(lr), "--lr"}, {double(min_lr), "--min_lr"},
+                             {double(weight_decay), "--weight_decay"}, {double(grad_clip), "--grad_clip"},
+                             {double(temperature), "--temperature"}, {bucket_mb, "--bucket_mb"},
+                             {timeout_s, "--timeout_s"}}) {
+    if (!std::isfinite(value)) return bad(flag, " must be a finite number, got ", value);
+  }
   if (global_batch_size <= 0) return bad("--global_batch_size must be positive, got ", global_batch_size);
   if (dp < 1) return bad("--dp must be >= 1, got ", dp);
   if (tp < 1) return bad("--tp must be >= 1, got ", tp);
   if (pp < 1) return bad("--pp must be >= 1, got ", pp);
+  // Sizes multiply in 64 bits: no product of flags may wrap.
+  const int64_t world_size = int64_t(dp) * tp * pp;
+  if (world_size > kMaxRanks) {
+    return bad("--dp x --tp x --pp = ", dp, " x ", tp, " x ", pp, " = ", world_size,
+               " ranks; tally runs at most ", kMaxRanks);
+  }
   if (recompute && pp == 1) return bad("--recompute recomputes each pipeline stage's forward; it needs --pp > 1");
   if (absl::Status s = parallel::StageLayers(model.n_layer, pp, pp_layers).status(); !s.ok()) {
     return s;
@@ -29,7 +46,11 @@ absl::Status TrainOptions::Validate() const {
   if (report != "text" && report != "json" && report != "csv") {
     return bad("--report must be text, json or csv, got '", report, "'");
   }
-  if (micro_batch_size <= 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
+  if (micro_batch_size < 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
+  if (micro_batch_size == 0) {  // not given, and the global batch does not split over dp
+    return bad("--global_batch_size (", global_batch_size, ") must be a multiple of --dp (", dp,
+               "): each dp rank takes an equal share of every batch");
+  }
   if (model.n_head % tp != 0) {
     return bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,
                " (each rank takes whole heads)");
@@ -38,10 +59,11 @@ absl::Status TrainOptions::Validate() const {
     return bad("--seq_len=", model.seq_len, " must be divisible by --tp=", tp,
                " under --sequence_parallel (each rank takes seq_len/tp positions)");
   }
-  if (global_batch_size % (dp * micro_batch_size) != 0) {
+  const int64_t per_micro_batch = int64_t(dp) * micro_batch_size;
+  if (global_batch_size % per_micro_batch != 0) {
     return bad("--global_batch_size (", global_batch_size,
                ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,
-               " = ", dp * micro_batch_size, ")");
+               " = ", per_micro_batch, ")");
   }
   if (allreduce != "ring" && allreduce != "naive") {
     return bad("--allreduce must be ring or naive, got '", allreduce, "'");
@@ -85,6 +107,48 @@ absl::Status TrainOptions::Validate() const {
     return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> TrainOptions::Warnings() const {
+  const TrainOptions defaults;
+  std::vector<std::string> lines;
+  auto unused = [&](const char* flag, const char* because) {
+    lines.push_back(absl::StrCat("[flags] warning: ", flag, " has no effect ", because));
+  };
+  if (tp == 1 && sequence_parallel) unused("--sequence_parallel", "with --tp=1");
+  if (pp == 1) {
+    if (schedule != defaults.schedule) unused("--schedule", "with --pp=1");
+    if (!pp_layers.empty()) unused("--pp_layers", "with --pp=1");
+    if (show_schedule) unused("--show_schedule", "with --pp=1");
+  }
+  if (dp == 1 && zero == 0) {
+    if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
+    if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
+  }
+  if (eval_every == 0 && eval_batches != defaults.eval_batches) unused("--eval_batches", "with --eval_every=0");
+  if (sample_bytes == 0) {
+    if (temperature != defaults.temperature) unused("--temperature", "with --sample_bytes=0");
+    if (top_k != defaults.top_k) unused("--top_k", "with --sample_bytes=0");
+  }
+  return lines;
+}
+
+double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
+  const double c = model.n_embd, t = model.seq_len, v = model.vocab_size, l = model.n_layer;
+  const double phi = (v + t + 2) * c + l * (12 * c * c + 13 * c);
+  const double state = optimizer == "adamw" ? 8 : 4;
+  // Summed over the world: dp replicas of the model states, less what ZeRO shards.
+  const double states = 4 * phi * (zero >= 3 ? 1 : dp) + 4 * phi * (zero >= 2 ? 1 : dp) +
+                        state * phi * (zero >= 1 ? 1 : dp);
+  // One micro-batch's saved activations on a rank (model/gpt.cc): per layer the
+  // LayerNorm outputs, residuals and block output (N, C), qkv, attention output and the
+  // MLP's two (N, 4C) split over tp, and the attention probabilities (B, NH/tp, T, T).
+  const double n = double(micro_batch_size) * t;
+  const double per_layer = 4 * n * c + (4 * n * c + 8 * n * c) / tp +
+                           double(micro_batch_size) * (model.n_head / double(tp)) * t * t;
+  const double activations = 4 * (per_layer * l / pp + n * v / tp);
+  const double per_rank = states / world() + activations + 5.0 * double(data_bytes);
+  return per_rank * ranks_here;
 }
 
 }  // namespace tally::train

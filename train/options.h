@@ -75,6 +75,9 @@ struct TrainOptions {
   std::string device = "cpu";
   bool tf32 = false;
 
+  // The most ranks a run may have (dp x tp x pp).
+  static constexpr int64_t kMaxRanks = 4096;
+
   int world() const { return dp * tp * pp; }
   // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's
   // order: a tensor-parallel group is neighbouring ranks).
@@ -86,6 +89,15 @@ struct TrainOptions {
   TrainOptions Resolved() const;
   // One clear message for the first thing wrong (of the resolved options).
   absl::Status Validate() const;
+  // One line for each flag that has no effect in this configuration (e.g.
+  // --sequence_parallel with tp = 1), naming it.
+  std::vector<std::string> Warnings() const;
+  // A lower bound on the host memory `ranks_here` ranks of this run take, in bytes (in
+  // double, so that no size wraps): per rank its share of the parameters, gradients and
+  // optimizer state (by the ZeRO stage), the activations of one micro-batch on its
+  // layers, and its copy of the data (`data_bytes` bytes of text, held as text and as
+  // 4-byte tokens).
+  double EstimatedBytes(int ranks_here, int64_t data_bytes) const;
   // Micro-batches per rank per step.
   int accumulation_steps() const { return global_batch_size / (dp * micro_batch_size); }
 };

@@ -13,6 +13,7 @@
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/rng.h"
+#include "runtime/signals.h"
 #include "runtime/status_macros.h"
 
 namespace tally::train {
@@ -130,7 +131,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
   if (t->pp_ != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
-  if (!options.load.empty()) RETURN_IF_ERROR(t->Load(options.load));
+  if (!options.load.empty()) {
+    RETURN_IF_ERROR(t->Load(options.load));
+    if (t->start_step_ > options.steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[train] '", options.load, "' is at step ", t->start_step_, ": --steps=", options.steps,
+          " leaves nothing to train (--steps counts from the first step; ask for more than ",
+          t->start_step_, ")"));
+    }
+  }
   size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
@@ -197,7 +206,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   StepStats s;
   s.step = step + 1;
   ASSIGN_OR_RETURN(s.loss, GlobalMean(local_loss));
-  s.lr = optim::LearningRate(step, options_.warmup_steps, options_.steps, options_.lr,
+  s.lr = optim::LearningRate(s.step, options_.warmup_steps, options_.steps, options_.lr,
                              options_.min_lr);
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
@@ -367,27 +376,56 @@ absl::Status Trainer::Run(std::ostream& out) {
     metrics.open(options_.metrics_json, std::ios::trunc);
     if (!metrics) return absl::InvalidArgumentError("[train] cannot write '" + options_.metrics_json + "'");
   }
+  auto write_metrics = [&](const std::string& line) -> absl::Status {
+    if (!metrics.is_open()) return absl::OkStatus();
+    metrics << line << "\n" << std::flush;
+    if (!metrics) return absl::DataLossError("[train] failed writing '" + options_.metrics_json + "'");
+    return absl::OkStatus();
+  };
+  int64_t done = start_step_;  // steps trained, counted from the first
   for (int64_t k = start_step_; k < options_.steps; ++k) {
+    if (stop_ != nullptr && stop_->StopBefore(k)) break;
     ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
+    if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+      // Every rank holds the same loss (averaged) and norm (all-reduced): all stop here.
+      const int rank = world_ != nullptr ? world_->rank() : 0;
+      auto name = [](double x) { return std::isnan(x) ? std::string("nan") : absl::StrCat(x); };
+      return absl::InternalError(absl::StrCat("[train] step ", s.step, " (rank ", rank, "): loss is ",
+                                              name(s.loss), ", grad norm ", name(s.grad_norm),
+                                              "; stopping (try a lower --lr)"));
+    }
+    done = s.step;
     losses_.push_back(s.loss);
     log << absl::StrFormat(
         "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s\n",
-        s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
-    if (metrics.is_open()) metrics << StepJson(s) << "\n" << std::flush;
+        s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops)
+        << std::flush;
+    RETURN_IF_ERROR(write_metrics(StepJson(s)));
     bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
     if (Evaluates() && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());
-      log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val);
-      if (metrics.is_open()) metrics << ValJson(s.step, val) << "\n" << std::flush;
+      log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val) << std::flush;
+      RETURN_IF_ERROR(write_metrics(ValJson(s.step, val)));
     }
     if (options_.save_every > 0 && s.step % options_.save_every == 0 && s.step < options_.steps) {
       RETURN_IF_ERROR(Save(options_.save, s.step));
     }
   }
+  const int signal = stop_ != nullptr ? stop_->signal() : 0;
   if (!options_.save.empty()) {
-    int64_t step = std::max(start_step_, options_.steps);
+    int64_t step = signal != 0 ? done : std::max(start_step_, options_.steps);
     RETURN_IF_ERROR(Save(options_.save, step));
-    log << "saved '" << options_.save << "' at step " << step << "\n";
+    log << "saved '" << options_.save << "' at step " << step << "\n" << std::flush;
+  }
+  if (signal != 0) {
+    // Every rank returns it; the message is rank 0's.
+    return absl::CancelledError(
+        !logs() ? ""
+                : absl::StrCat("[train] stopped by ", SignalName(signal), " after step ", done,
+                               " of ", options_.steps,
+                               options_.save.empty() ? ""
+                                                     : absl::StrCat(" (checkpoint '", options_.save,
+                                                                    "' at step ", done, ")")));
   }
   if (Evaluates() && options_.sample_bytes > 0) {
     ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));

@@ -31,6 +31,7 @@
 #include "parallel/zero.h"
 #include "runtime/comm/communicator.h"
 #include "train/options.h"
+#include "train/stop.h"
 
 namespace tally::train {
 
@@ -49,8 +50,13 @@ class Trainer {
                                                          comm::Communicator* world = nullptr);
 
   // Trains from the loaded step to options.steps, logging one line per step, then saves
-  // and samples as the options ask.
+  // and samples as the options ask. A step whose loss or gradient norm is not finite
+  // stops the run with an error naming it, before anything is saved. With a stop
+  // agreement (set_stop), a SIGINT or SIGTERM stops the run before the step the ranks
+  // agree on: it saves (with --save) the steps done and returns kCancelled.
   absl::Status Run(std::ostream& log);
+  // Shared by the ranks of this process; must outlive Run.
+  void set_stop(StopAgreement* stop) { stop_ = stop; }
 
   // One optimizer step on global batch `step` (0-based).
   absl::StatusOr<StepStats> TrainStep(int64_t step);
@@ -121,6 +127,7 @@ class Trainer {
   std::vector<optim::Segment> segments_;         // the whole buffer, decay per tensor
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
+  StopAgreement* stop_ = nullptr;
   std::vector<float> losses_;
   std::vector<Span> spans_;
   // Records a span from `start` to now (with --trace).

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -41,6 +42,11 @@ absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn
   std::iota(ranks.begin(), ranks.end(), 0);
   auto world = std::make_shared<threads::Hub>(session, ranks, "world");
 
+  // A run that every rank stops together (kCancelled: a signal, runtime/signals.h) is no
+  // failure: no rank waits for another, so the session is not aborted; rank 0's message
+  // is returned.
+  std::mutex stopped_mu;
+  absl::Status stopped;
   auto run_rank = [&](int rank) {
     RankResources resources(rank);
     std::unique_ptr<Communicator> comm;
@@ -51,7 +57,10 @@ absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn
       comm = std::make_unique<Communicator>(*std::move(transport), &resources, options.comm);
       status = CallRank(fn, *comm);
     }
-    if (!status.ok()) {
+    if (absl::IsCancelled(status)) {
+      std::lock_guard<std::mutex> lock(stopped_mu);
+      if (stopped.ok() || rank == 0) stopped = status;
+    } else if (!status.ok()) {
       // The first failure names its rank; ranks that fail because of it keep its message.
       session->Abort(absl::Status(status.code(), absl::StrCat("rank ", rank, " failed: ",
                                                               status.message())));
@@ -66,7 +75,7 @@ absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn
   for (std::thread& t : threads) t.join();
 
   if (session->aborted()) return session->abort_status();
-  return absl::OkStatus();
+  return stopped;
 }
 
 }  // namespace tally::comm

@@ -9,7 +9,8 @@
 //
 // A rank that returns an error or throws aborts the run: every other rank's pending wait
 // fails with a message naming it, and RunThreadRanks returns the first failure. No rank
-// waits past `timeout` for a peer that never answers.
+// waits past `timeout` for a peer that never answers. Ranks that all return kCancelled
+// (stopped together, e.g. by a signal) end the run cleanly: rank 0's status is returned.
 #pragma once
 
 #include <functional>

@@ -51,14 +51,21 @@ TEST(SGD, MomentumAndL2DecayAsTorch) {
   EXPECT_NEAR(p, 1.43f, 1e-6f);
 }
 
-TEST(Schedule, WarmupThenCosineToMin) {
-  EXPECT_FLOAT_EQ(LearningRate(0, 10, 110, 1.0f, 0.1f), 0.1f);
-  EXPECT_FLOAT_EQ(LearningRate(9, 10, 110, 1.0f, 0.1f), 1.0f);
-  EXPECT_FLOAT_EQ(LearningRate(10, 10, 110, 1.0f, 0.1f), 1.0f);
+TEST(Schedule, WarmupThenCosineToMinAtTheLastStep) {
+  // k is 1-based: step k of N = 110 with W = 10 warm-up steps.
+  EXPECT_FLOAT_EQ(LearningRate(1, 10, 110, 1.0f, 0.1f), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRate(10, 10, 110, 1.0f, 0.1f), 1.0f);  // the peak, once
+  EXPECT_LT(LearningRate(11, 10, 110, 1.0f, 0.1f), 1.0f);
+  EXPECT_NEAR(LearningRate(11, 10, 110, 1.0f, 0.1f),
+              0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 1 / 100)), 1e-7);
   EXPECT_NEAR(LearningRate(60, 10, 110, 1.0f, 0.1f), 0.55f, 1e-6f);  // half way: the mean
-  EXPECT_FLOAT_EQ(LearningRate(110, 10, 110, 1.0f, 0.1f), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRate(110, 10, 110, 1.0f, 0.1f), 0.1f);  // the last step: min_lr
   EXPECT_FLOAT_EQ(LearningRate(500, 10, 110, 1.0f, 0.1f), 0.1f);
-  EXPECT_FLOAT_EQ(LearningRate(0, 0, 10, 1.0f, 0.0f), 1.0f);  // no warm-up
+  // No warm-up: the decay starts at step 1 and ends at min_lr on step N.
+  EXPECT_NEAR(LearningRate(1, 0, 10, 1.0f, 0.0f), 0.5 * (1 + std::cos(M_PI / 10)), 1e-7);
+  EXPECT_FLOAT_EQ(LearningRate(10, 0, 10, 1.0f, 0.0f), 0.0f);
+  // Every step of a 20-step run: a 20-step warm-up ends on the peak.
+  EXPECT_FLOAT_EQ(LearningRate(20, 20, 20, 1e-3f, 1e-4f), 1e-3f);
 }
 
 TEST(Clipping, ScalesOnlyAboveTheMaximum) {

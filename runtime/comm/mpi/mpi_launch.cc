@@ -65,6 +65,12 @@ int LocalProcesses() { return std::max(1, EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1
 
 int LocalRank() { return std::max(0, EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)); }
 
+bool AnyProcess(bool mine) {
+  int in = mine ? 1 : 0, out = 0;
+  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  return out != 0;
+}
+
 absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("[launch] the wait timeout must be positive");
@@ -91,6 +97,7 @@ absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
       status = CallRank(fn, comm);
     }
   }
+  if (absl::IsCancelled(status)) return rank == 0 ? status : absl::CancelledError("");
   if (!status.ok()) {
     // The other ranks may be waiting for this one: end the whole job.
     std::fprintf(stderr, "rank %d failed: %s\n", rank, std::string(status.message()).c_str());

@@ -48,11 +48,17 @@ int LocalProcesses();
 // (OMPI_COMM_WORLD_LOCAL_RANK; 0 if unknown): its GPU under --backend=nccl.
 int LocalRank();
 
+// Whether `mine` is true on any process of the job: a logical-or all-reduce over
+// MPI_COMM_WORLD, a control message outside every group and ledger (it agrees on when
+// to stop after a signal). Every process must call it the same number of times.
+bool AnyProcess(bool mine);
+
 // Runs `fn` as this process's rank of the job. Initialises MPI on first use (and
 // finalises it at exit). A world size that is not the process count is an error on
 // every rank; it is reported by rank 0 alone (the others return a status with an empty
 // message, which RunExample does not print). A rank that fails does not return: it
-// prints its error and aborts the job.
+// prints its error and aborts the job; one that returns kCancelled (a run stopped by a
+// signal, at a step every rank agreed on) returns it, rank 0 with its message.
 absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn);
 
 }  // namespace tally::comm::mpi

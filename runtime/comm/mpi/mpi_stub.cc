@@ -15,6 +15,8 @@ int LocalProcesses() { return 1; }
 
 int LocalRank() { return 0; }
 
+bool AnyProcess(bool mine) { return mine; }
+
 absl::Status RunMpiRank(const LaunchOptions&, const RankFunction&) {
   return absl::UnimplementedError(
       "[launch] this build has no MPI transport: install libopenmpi-dev and openmpi-bin "

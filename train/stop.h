@@ -1,0 +1,40 @@
+// Where a run stopped by SIGINT or SIGTERM (runtime/signals.h) stops: before a step every
+// rank agrees on, so that no rank waits for a peer that has already stopped.
+//
+//   StopAgreement stop(/*across_processes=*/false);   // one per process, shared by its ranks
+//   for (int64_t k = first; k < steps; ++k) {
+//     if (stop.StopBefore(k)) break;                   // every rank, before every step
+//     ...
+//   }
+//
+// Ranks that are threads of one process decide under a lock: the first rank to see the
+// signal sets the stop step to one past the furthest step any rank has begun, so every
+// step begun is finished by every rank and none is begun after it. Ranks that are
+// processes (MPI) agree by a logical-or all-reduce before every step
+// (comm::mpi::AnyProcess), which keeps them in step.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <mutex>
+
+namespace tally::train {
+
+class StopAgreement {
+ public:
+  explicit StopAgreement(bool across_processes) : across_processes_(across_processes) {}
+
+  // Whether this rank stops before 0-based step k. Thread-safe.
+  bool StopBefore(int64_t k);
+  // The signal that stopped the run (0: none).
+  int signal() const;
+
+ private:
+  const bool across_processes_;
+  mutable std::mutex mu_;
+  int64_t furthest_begun_ = -1;
+  int64_t stop_at_ = std::numeric_limits<int64_t>::max();
+  int signal_ = 0;
+};
+
+}  // namespace tally::train
