@@ -114,7 +114,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   }
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
-  StopAgreement stop(/*across_processes=*/mpi);
+  StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.timeout_s));
   if (options.world() == 1 && options.zero == 0 && options.backend == "threads") {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     trainer->set_stop(&stop);

@@ -8,10 +8,12 @@
 
 namespace tally::train {
 
-bool StopAgreement::StopBefore(int64_t k) {
+absl::StatusOr<bool> StopAgreement::StopBefore(int64_t k) {
   const int seen = StopSignal();
   if (across_processes_) {
-    const bool stop = comm::mpi::AnyProcess(seen != 0);
+    absl::StatusOr<bool> any = comm::mpi::AnyProcess(seen != 0, timeout_);
+    if (!any.ok()) return any.status();
+    const bool stop = *any;
     std::lock_guard<std::mutex> lock(mu_);
     if (stop && signal_ == 0) signal_ = seen != 0 ? seen : SIGTERM;  // another process's
     return stop;

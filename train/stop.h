@@ -1,9 +1,10 @@
 // Where a run stopped by SIGINT or SIGTERM (runtime/signals.h) stops: before a step every
 // rank agrees on, so that no rank waits for a peer that has already stopped.
 //
-//   StopAgreement stop(/*across_processes=*/false);   // one per process, shared by its ranks
+//   StopAgreement stop(/*across_processes=*/false, timeout);  // one per process, for its ranks
 //   for (int64_t k = first; k < steps; ++k) {
-//     if (stop.StopBefore(k)) break;                   // every rank, before every step
+//     ASSIGN_OR_RETURN(bool stop_here, stop.StopBefore(k));   // every rank, every step
+//     if (stop_here) break;
 //     ...
 //   }
 //
@@ -18,19 +19,25 @@
 #include <limits>
 #include <mutex>
 
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
 namespace tally::train {
 
 class StopAgreement {
  public:
-  explicit StopAgreement(bool across_processes) : across_processes_(across_processes) {}
+  // `timeout`: the longest the processes' agreement may wait for the slowest.
+  StopAgreement(bool across_processes, absl::Duration timeout)
+      : across_processes_(across_processes), timeout_(timeout) {}
 
   // Whether this rank stops before 0-based step k. Thread-safe.
-  bool StopBefore(int64_t k);
+  absl::StatusOr<bool> StopBefore(int64_t k);
   // The signal that stopped the run (0: none).
   int signal() const;
 
  private:
   const bool across_processes_;
+  const absl::Duration timeout_;
   mutable std::mutex mu_;
   int64_t furthest_begun_ = -1;
   int64_t stop_at_ = std::numeric_limits<int64_t>::max();

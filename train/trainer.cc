@@ -384,7 +384,10 @@ absl::Status Trainer::Run(std::ostream& out) {
   };
   int64_t done = start_step_;  // steps trained, counted from the first
   for (int64_t k = start_step_; k < options_.steps; ++k) {
-    if (stop_ != nullptr && stop_->StopBefore(k)) break;
+    if (stop_ != nullptr) {
+      ASSIGN_OR_RETURN(bool stop_here, stop_->StopBefore(k));
+      if (stop_here) break;
+    }
     ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
     if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
       // Every rank holds the same loss (averaged) and norm (all-reduced): all stop here.

@@ -120,11 +120,20 @@ TEST(MpiTrain, NcclWithoutAGpuPerProcessIsOneMessage) {
 }
 
 TEST(MpiTrain, AFailingRankEndsTheJobWithItsMessage) {
-  Result r = RunCommand(Mpirun(2, kTrain + " --backend=mpi --dp=2" + kTiny +
-                                      " --steps=1 --load=/no/such/checkpoint"));
+  // A file that is there (checked before the run) but no checkpoint (found by the ranks).
+  const std::string bad = ::testing::TempDir() + "/not_a_checkpoint.safetensors";
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not a checkpoint";
+  Result r = RunCommand(Mpirun(2, kTrain + " --backend=mpi --dp=2" + kTiny + " --steps=1 --load=" + bad));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(r.output, " failed: ")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "/no/such/checkpoint")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, bad)) << r.output;
+  // A missing file is found before the run: one line, from rank 0.
+  Result missing = RunCommand(Mpirun(2, kTrain + " --backend=mpi --dp=2" + kTiny +
+                                            " --steps=1 --load=/no/such/checkpoint"));
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_TRUE(absl::StrContains(missing.output, "[checkpoint] cannot open '/no/such/checkpoint'"))
+      << missing.output;
+  EXPECT_EQ(missing.output.find("[checkpoint]"), missing.output.rfind("[checkpoint]")) << missing.output;
 }
 
 // Starts a 2-process run in the background, waits for its second step, sends `signal` to

@@ -126,7 +126,11 @@ TEST(Trainer, BadCheckpointsAreClearErrors) {
   corrupt[8] = '#';  // the header's opening brace
   EXPECT_TRUE(absl::StrContains(load(corrupt, o).message(), "[json]")) << load(corrupt, o);
   corrupt = bytes;
-  corrupt[10] = '#';  // inside the first key
+  corrupt[10] = '#';  // inside the first key, __metadata__
+  EXPECT_TRUE(absl::StrContains(load(corrupt, o).message(), "the header has no __metadata__"))
+      << load(corrupt, o);
+  corrupt = bytes;
+  corrupt[corrupt.find("\"dtype\"") + 1] = '#';  // the first tensor's dtype key
   EXPECT_TRUE(absl::StrContains(load(corrupt, o).message(), "lacks dtype, shape or data_offsets"));
   EXPECT_TRUE(absl::StrContains(load("", o).message(), "shorter than its 8-byte header")) << load("", o);
 

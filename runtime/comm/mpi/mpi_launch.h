@@ -23,6 +23,8 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "runtime/comm/launch.h"
 
 namespace tally::comm::mpi {
@@ -50,8 +52,9 @@ int LocalRank();
 
 // Whether `mine` is true on any process of the job: a logical-or all-reduce over
 // MPI_COMM_WORLD, a control message outside every group and ledger (it agrees on when
-// to stop after a signal). Every process must call it the same number of times.
-bool AnyProcess(bool mine);
+// to stop after a signal). Every process must call it the same number of times; one
+// that does not within `timeout` makes it an error.
+absl::StatusOr<bool> AnyProcess(bool mine, absl::Duration timeout);
 
 // Runs `fn` as this process's rank of the job. Initialises MPI on first use (and
 // finalises it at exit). A world size that is not the process count is an error on
