@@ -35,6 +35,11 @@ StopSignals::~StopSignals() {
 
 int StopSignal() { return received.load(); }
 
+void NoteStopSignal(int signal) {
+  int none = 0;
+  received.compare_exchange_strong(none, signal);
+}
+
 const char* SignalName(int signal) {
   if (signal == SIGINT) return "SIGINT";
   if (signal == SIGTERM) return "SIGTERM";

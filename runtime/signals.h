@@ -25,6 +25,10 @@ class StopSignals {
 // The first SIGINT or SIGTERM received while a StopSignals lived (0: none).
 int StopSignal();
 
+// Records `signal` as received, unless one was (a signal another process of the job
+// received, agreed on by all).
+void NoteStopSignal(int signal);
+
 // "SIGINT", "SIGTERM", or "signal N".
 const char* SignalName(int signal);
 

@@ -1,7 +1,6 @@
 #include "train/stop.h"
 
 #include <algorithm>
-#include <csignal>
 
 #include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/signals.h"
@@ -11,12 +10,13 @@ namespace tally::train {
 absl::StatusOr<bool> StopAgreement::StopBefore(int64_t k) {
   const int seen = StopSignal();
   if (across_processes_) {
-    absl::StatusOr<bool> any = comm::mpi::AnyProcess(seen != 0, timeout_);
-    if (!any.ok()) return any.status();
-    const bool stop = *any;
+    absl::StatusOr<int> agreed = comm::mpi::MaxOverProcesses(seen, timeout_);
+    if (!agreed.ok()) return agreed.status();
+    if (*agreed == 0) return false;
+    NoteStopSignal(*agreed);  // perhaps another process's
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop && signal_ == 0) signal_ = seen != 0 ? seen : SIGTERM;  // another process's
-    return stop;
+    signal_ = *agreed;
+    return true;
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (seen != 0 && signal_ == 0) {

@@ -11,8 +11,8 @@
 // Ranks that are threads of one process decide under a lock: the first rank to see the
 // signal sets the stop step to one past the furthest step any rank has begun, so every
 // step begun is finished by every rank and none is begun after it. Ranks that are
-// processes (MPI) agree by a logical-or all-reduce before every step
-// (comm::mpi::AnyProcess), which keeps them in step.
+// processes (MPI) agree by a max all-reduce of the signal seen before every step
+// (comm::mpi::MaxOverProcesses), which keeps them in step.
 #pragma once
 
 #include <cstdint>

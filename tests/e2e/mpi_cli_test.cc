@@ -1,6 +1,7 @@
 // tally_train and tally_bench under mpirun, as a user runs them (ctest label mpi): a 3D
 // run on 8 processes trains exactly as on 8 threads; a wrong process count, a failing
 // rank, a killed rank and a stopped rank each end the job with a message, not a hang.
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -172,6 +173,21 @@ TEST(MpiFaults, AStoppedRankEndsTheJobAtTheDeadline) {
   EXPECT_TRUE(absl::StrContains(r.output, "deadline exceeded")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "failed: [")) << r.output;
   EXPECT_FALSE(absl::StrContains(r.output, "exit code 0")) << r.output;
+}
+
+// A signal to one rank stops every rank at the same step boundary (they agree before
+// each step); the job saves, says so once, and exits 128 + the signal.
+TEST(MpiFaults, AnInterruptedRankStopsTheJobTogether) {
+  const std::string ckpt = ::testing::TempDir() + "/mpi_interrupted.safetensors";
+  std::remove(ckpt.c_str());
+  Result r = SignalARank("INT", " --save=" + ckpt);
+  EXPECT_TRUE(absl::StrContains(r.output, "[train] stopped by SIGINT after step ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "saved '" + ckpt + "' at step ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "exit code 130")) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "failed")) << r.output;
+  Result resumed = RunCommand(Mpirun(2, kTrain + " --backend=mpi --dp=2" + kTiny +
+                                            " --global_batch_size=4 --eval_every=0 --steps=1 --load=" + ckpt));
+  EXPECT_TRUE(absl::StrContains(resumed.output, "leaves nothing to train")) << resumed.output;
 }
 
 TEST(MpiBench, OurAlgorithmsAndMpisOwnCheckOut) {

@@ -2,6 +2,7 @@
 // truncations, bytes spliced into the header, edited numbers. The loader must never crash
 // (scripts/test.sh runs this under AddressSanitizer and UBSan), and whatever it accepts
 // must have every tensor in the shape the model gives it.
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -39,6 +40,8 @@ std::string ReadAll(const std::string& path) {
 // One random change of `bytes`, of a kind chosen by `rng`.
 std::string Mutate(std::string bytes, size_t header_end, std::mt19937_64& rng) {
   auto pick = [&](size_t n) { return size_t(rng() % std::max<size_t>(1, n)); };
+  if (bytes.size() < 9) return bytes + char(rng());  // truncated already: grow it back
+  header_end = std::min(header_end, bytes.size());
   switch (rng() % 6) {
     case 0: {  // flip a few bits anywhere
       for (int i = 0, n = 1 + int(rng() % 4); i < n; ++i) bytes[pick(bytes.size())] ^= char(1 << (rng() % 8));

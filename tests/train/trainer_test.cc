@@ -133,6 +133,17 @@ TEST(Trainer, BadCheckpointsAreClearErrors) {
   corrupt[corrupt.find("\"dtype\"") + 1] = '#';  // the first tensor's dtype key
   EXPECT_TRUE(absl::StrContains(load(corrupt, o).message(), "lacks dtype, shape or data_offsets"));
   EXPECT_TRUE(absl::StrContains(load("", o).message(), "shorter than its 8-byte header")) << load("", o);
+  corrupt = bytes;
+  corrupt.replace(corrupt.find("\"format\":\"tally\""), 16, "\"format\":\"other\"");
+  EXPECT_TRUE(absl::StrContains(load(corrupt, o).message(), "has format 'other'")) << load(corrupt, o);
+  // A NaN as the first value of the data, wte.weight's first element.
+  corrupt = bytes;
+  const size_t data = 8 + size_t(uint8_t(bytes[0])) + (size_t(uint8_t(bytes[1])) << 8);
+  const uint32_t nan_bits = 0x7fc00000;
+  std::memcpy(&corrupt[data], &nan_bits, 4);
+  EXPECT_TRUE(absl::StrContains(load(corrupt, o).message(),
+                                "tensor 'wte.weight' holds a non-finite value (nan) at element 0"))
+      << load(corrupt, o);
 
   TrainOptions wider = o;
   wider.model.n_embd = 64;

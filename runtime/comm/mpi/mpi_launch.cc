@@ -66,15 +66,15 @@ int LocalProcesses() { return std::max(1, EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1
 
 int LocalRank() { return std::max(0, EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)); }
 
-absl::StatusOr<bool> AnyProcess(bool mine, absl::Duration timeout) {
-  int in = mine ? 1 : 0, out = 0;
+absl::StatusOr<int> MaxOverProcesses(int mine, absl::Duration timeout) {
+  int in = mine, out = 0;
   MPI_Request request;
-  RETURN_IF_ERROR(CheckMpi("MPI_Iallreduce", MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR,
+  RETURN_IF_ERROR(CheckMpi("MPI_Iallreduce", MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX,
                                                             MPI_COMM_WORLD, &request)));
   Poller poller(timeout);
   for (int done = 0;;) {
     RETURN_IF_ERROR(CheckMpi("MPI_Test", MPI_Test(&request, &done, MPI_STATUS_IGNORE)));
-    if (done) return out != 0;
+    if (done) return out;
     if (!poller.Next()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "[launch] deadline exceeded: another process did not reach the step boundary within ",

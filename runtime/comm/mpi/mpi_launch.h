@@ -50,11 +50,11 @@ int LocalProcesses();
 // (OMPI_COMM_WORLD_LOCAL_RANK; 0 if unknown): its GPU under --backend=nccl.
 int LocalRank();
 
-// Whether `mine` is true on any process of the job: a logical-or all-reduce over
-// MPI_COMM_WORLD, a control message outside every group and ledger (it agrees on when
-// to stop after a signal). Every process must call it the same number of times; one
-// that does not within `timeout` makes it an error.
-absl::StatusOr<bool> AnyProcess(bool mine, absl::Duration timeout);
+// The largest of every process's `mine`: a max all-reduce over MPI_COMM_WORLD, a control
+// message outside every group and ledger (the processes agree on the signal that stops
+// a run). Every process must call it the same number of times; one that does not within
+// `timeout` makes it an error.
+absl::StatusOr<int> MaxOverProcesses(int mine, absl::Duration timeout);
 
 // Runs `fn` as this process's rank of the job. Initialises MPI on first use (and
 // finalises it at exit). A world size that is not the process count is an error on

@@ -15,7 +15,7 @@ int LocalProcesses() { return 1; }
 
 int LocalRank() { return 0; }
 
-absl::StatusOr<bool> AnyProcess(bool mine, absl::Duration) { return mine; }
+absl::StatusOr<int> MaxOverProcesses(int mine, absl::Duration) { return mine; }
 
 absl::Status RunMpiRank(const LaunchOptions&, const RankFunction&) {
   return absl::UnimplementedError(

@@ -1,0 +1,246 @@
+// What bad input gets, as a user meets it (the README's table "What bad input gets"):
+// one clear line on stderr and exit code 1, never a crash, a hang, a run that eats the
+// machine, a silent NaN, or a lost or clobbered file. And what a signal gets: the run
+// stops at a step boundary, saves, says so, and exits 128 + the signal.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <new>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "examples/example_main.h"
+#include "gtest/gtest.h"
+#include "runtime/clock.h"
+#include "tests/e2e/run_command.h"
+
+namespace tally {
+namespace {
+
+const std::string kTrain = TALLY_TRAIN_BINARY;
+const std::string kBench = TALLY_BENCH_BINARY;
+const std::string kPlan = TALLY_PLAN_BINARY;
+const std::string kTiny =
+    " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1 --eval_every=0 --sample_bytes=0";
+
+std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+int Lines(const std::string& text) { return int(std::count(text.begin(), text.end(), '\n')); }
+
+struct Case {
+  std::string flags, message;
+};
+
+// Each case: exit code 1, one line that says `message`, within `seconds`.
+void ExpectOneClearLine(const std::string& program, const std::vector<Case>& cases, double seconds = 20) {
+  for (const Case& c : cases) {
+    const int64_t start = MonotonicNanos();
+    Result r = RunCommand("timeout 60 " + program + " " + c.flags);
+    EXPECT_EQ(r.exit_code, 1) << c.flags << ": " << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, c.message)) << c.flags << ": " << r.output;
+    EXPECT_EQ(Lines(r.output), 1) << c.flags << ": " << r.output;
+    EXPECT_LT(SecondsSince(start), seconds) << c.flags;
+  }
+}
+
+TEST(BadInput, SizesThatWouldOverflowOrNotFitAreRefusedAtOnce) {
+  ExpectOneClearLine(kTrain + kTiny, {
+      {"--dp=65536 --micro_batch_size=65536", "65536 ranks; tally runs at most 4096"},
+      {"--dp=46341 --micro_batch_size=46341", "46341 ranks; tally runs at most 4096"},
+      {"--dp=4096 --global_batch_size=2147483647", "must be a multiple of --dp (4096)"},
+      {"--dp=2 --global_batch_size=3", "--global_batch_size (3) must be a multiple of --dp (2)"},
+      {"--n_layer=1000000000", "GiB of memory on this machine"},
+      {"--global_batch_size=1000000000", "GiB of memory on this machine"},
+      {"--n_embd=2000000000 --n_head=1", "parameters; tally counts at most"},
+      {"--pp=2 --n_layer=2 --pp_layers=2147483647,2147483647", "--pp_layers sums to 4294967294 layers"},
+  });
+}
+
+TEST(BadInput, EveryRealFlagIsFinite) {
+  std::vector<Case> cases;
+  for (const char* flag : {"lr", "min_lr", "weight_decay", "grad_clip", "temperature", "bucket_mb", "timeout_s"}) {
+    cases.push_back({absl::StrCat("--", flag, "=inf"), absl::StrCat("--", flag, " must be a finite number, got inf")});
+  }
+  cases.push_back({"--lr=1e39", "--lr must be a finite number, got inf"});  // beyond a float
+  cases.push_back({"--lr=nan", "--lr must be a finite number, got nan"});
+  ExpectOneClearLine(kTrain + kTiny, cases);
+}
+
+TEST(BadInput, InputsAreRegularFilesReadWithoutBlocking) {
+  const std::string fifo = Temp("data.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = ::testing::TempDir();
+  ExpectOneClearLine(kTrain + kTiny, {
+      {"--data=" + dir, "is a directory; a regular file is needed"},
+      {"--data=" + fifo, "is a FIFO; a regular file is needed"},
+      {"--data=/dev/zero", "'/dev/zero' is a character device; a regular file is needed"},
+      {"--data=/no/such/file", "[data] cannot open '/no/such/file'"},
+      {"--load=" + dir, "[checkpoint] '" + dir + "' is a directory"},
+      {"--load=" + fifo, "is a FIFO"},
+      {"--load=/dev/zero", "is a character device"},
+  });
+  // A file far larger than any checkpoint of the model is refused before it is read.
+  const std::string big = Temp("big.safetensors");
+  { std::ofstream(big, std::ios::binary | std::ios::trunc) << std::string(4 << 20, 'x'); }
+  ExpectOneClearLine(kTrain + kTiny, {{"--load=" + big, "this run can read"}});
+}
+
+TEST(BadInput, OutputPathsAreCheckedBeforeTheFirstStep) {
+  const std::string dir = ::testing::TempDir();
+  for (const char* flag : {"--save", "--metrics_json", "--traffic_json", "--trace"}) {
+    ExpectOneClearLine(kTrain + kTiny + " --steps=100000", {
+        {absl::StrCat(flag, "=/dev/null"), "'/dev/null' is a character device; tally writes only regular files"},
+        {absl::StrCat(flag, "=", dir), "is a directory; tally writes only regular files"},
+        {absl::StrCat(flag, "=/no/such/dir/out"), "no directory '/no/such/dir'"},
+    });
+  }
+}
+
+TEST(BadInput, MessagesSayTheRealCause) {
+  const std::string ckpt = Temp("at_step_3.safetensors");
+  Result saved = RunCommand(kTrain + kTiny + " --steps=3 --save=" + ckpt);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  ExpectOneClearLine(kTrain + kTiny, {
+      {"--steps=2 --load=" + ckpt, "is at step 3: --steps=2 leaves nothing to train"},
+      {"--n_head=4 --load=" + ckpt, "was saved with n_head=2; the flags ask for --n_head=4"},
+  });
+  // The same step count resumes to nothing but still runs (to sample, or save again).
+  Result same = RunCommand(kTrain + kTiny + " --steps=3 --load=" + ckpt);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
+TEST(BadInput, AFlagWithoutEffectIsNamedInAWarning) {
+  struct Warned {
+    std::string flags, flag;
+  };
+  for (const Warned& w : std::vector<Warned>{{"--sequence_parallel", "--sequence_parallel"},
+                                             {"--schedule=gpipe", "--schedule"},
+                                             {"--pp_layers=1", "--pp_layers"},
+                                             {"--allreduce=naive", "--allreduce"},
+                                             {"--bucket_mb=1", "--bucket_mb"}}) {
+    Result r = RunCommand(kTrain + kTiny + " --steps=1 " + w.flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[flags] warning: " + w.flag + " has no effect"))
+        << w.flags << ": " << r.output;
+  }
+  Result quiet = RunCommand(kTrain + kTiny + " --steps=1 --dp=2 --allreduce=naive");
+  EXPECT_FALSE(absl::StrContains(quiet.output, "warning")) << quiet.output;
+}
+
+TEST(NonFinite, ALossThatOverflowsStopsTheRunAndSavesNothing) {
+  for (const std::string grid : {"", " --dp=2 --tp=2"}) {
+    const std::string ckpt = Temp("nan.safetensors"), metrics = Temp("nan.jsonl");
+    ::unlink(ckpt.c_str());
+    Result r = RunCommand(kTrain + kTiny + grid + " --steps=20 --lr=1e30 --grad_clip=0 --save=" +
+                          ckpt + " --metrics_json=" + metrics);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[train] step 2 (rank ")) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "loss is nan")) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "stopping (try a lower --lr)")) << r.output;
+    EXPECT_FALSE(Exists(ckpt)) << r.output;
+    std::ifstream in(metrics);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(Lines(text), 1) << text;  // the row of step 1
+    EXPECT_TRUE(absl::StrContains(text, "\"step\":1,")) << text;
+  }
+  Result checked = RunCommand(kTrain + kTiny + " --steps=5 --lr=1e30 --grad_clip=0 --check_against_serial");
+  EXPECT_EQ(checked.exit_code, 1) << checked.output;
+  EXPECT_FALSE(absl::StrContains(checked.output, "largest relative difference")) << checked.output;
+}
+
+// Starts `command` in the background, waits for its step 2, sends `signal`, and returns
+// what it printed and its exit code (as the last line, "exit code N").
+Result SignalAt(const std::string& command, const std::string& signal, const std::string& name) {
+  const std::string log = Temp(name + ".log"), script = Temp(name + ".sh");
+  std::ofstream(script) << "rm -f " << log << "\n" << command << " > " << log << " 2>&1 &\npid=$!\n"
+                        << "for i in $(seq 600); do grep -q 'step     2/' " << log
+                        << " 2>/dev/null && break; sleep 0.1; done\n"
+                        << "kill -" << signal << " $pid\nwait $pid\necho \"exit code $?\" >> " << log
+                        << "\ncat " << log << "\n";
+  return RunCommand("bash " + script);
+}
+
+TEST(Signals, SigintStopsAtAStepBoundarySavesAndResumes) {
+  const std::string ckpt = Temp("interrupted.safetensors");
+  ::unlink(ckpt.c_str());
+  Result r = SignalAt(kTrain + kTiny + " --steps=1000000 --save=" + ckpt, "INT", "sigint");
+  EXPECT_TRUE(absl::StrContains(r.output, "exit code 130")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[train] stopped by SIGINT after step ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "saved '" + ckpt + "' at step ")) << r.output;
+  // The checkpoint's step is the last step trained and logged.
+  std::smatch stopped;
+  ASSERT_TRUE(std::regex_search(r.output, stopped, std::regex("after step (\\d+) of")));
+  const int64_t step = std::stoll(stopped[1]);
+  EXPECT_TRUE(absl::StrContains(r.output, absl::StrFormat("step %5d/1000000 | loss", step))) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, absl::StrFormat("step %5d/1000000 | loss", step + 1))) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat("saved '", ckpt, "' at step ", step))) << r.output;
+  Result resumed = RunCommand(kTrain + kTiny + " --steps=" + std::to_string(step + 1) + " --load=" + ckpt);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(absl::StrContains(resumed.output, absl::StrCat("resumed from '", ckpt, "' at step ", step)))
+      << resumed.output;
+}
+
+TEST(Signals, SigtermStopsEveryThreadRankTogether) {
+  const std::string ckpt = Temp("terminated.safetensors");
+  ::unlink(ckpt.c_str());
+  Result r = SignalAt(kTrain + " --n_layer=2 --n_head=2 --n_embd=32 --seq_len=32 --threads=1 --eval_every=0 "
+                               "--sample_bytes=0 --dp=2 --tp=2 --pp=2 --zero=1 --steps=1000000 --save=" + ckpt,
+                      "TERM", "sigterm");
+  EXPECT_TRUE(absl::StrContains(r.output, "exit code 143")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[train] stopped by SIGTERM after step ")) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "failed")) << r.output;
+  EXPECT_TRUE(Exists(ckpt)) << r.output;
+}
+
+TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
+  ExpectOneClearLine(kPlan, {
+      {"--params=-5", "--params must be >= 1, got -5"},
+      {"--params=0", "--params must be >= 1, got 0"},
+      {"--layers=-1", "--layers must be >= 1"},
+      {"--hidden=0", "--hidden must be >= 1"},
+      {"--batch_size=0", "--batch_size must be >= 1"},
+      {"--hidden=4000 --tp=3", "the hidden size 4000 is not divisible by --tp=3"},
+      {"--bytes_per_value=3", "--bytes_per_value must be 1, 2, 4 or 8, got 3"},
+      {"--dp=65536 --tp=65536 --pp=2", "8589934592 GPUs; tally_plan plans at most 1048576"},
+      {"--sweep=dp:2,2147483647", "2147483647 GPUs; tally_plan plans at most"},
+  }, 5);
+  Result named = RunCommand(kPlan + " --model=llama-7b --params=1000000");
+  EXPECT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_TRUE(absl::StrContains(named.output, "llama-7b with --params=1000000: Φ = 1000000")) << named.output;
+}
+
+TEST(BadInput, TallyBenchRefusesSizesAndRanksThatCannotRun) {
+  ExpectOneClearLine(kBench, {
+      {"--ranks=100000", "--ranks=100000 is more than the 4096 ranks"},
+      {"-e 9999999999G", "is more bytes than 64 bits count"},
+      {"-e 64G", "GiB of memory, and the machine has"},
+      {"--ranks=3000 -e 64M", "on 3000 rank(s) here needs at least"},
+      {"--timeout_s=nan", "--timeout_s must be a positive number"},
+  }, 5);
+}
+
+// No exception escapes a program's main: RunExample turns it into one line and exit 1.
+TEST(BadInput, AnExceptionIsOneLineAndExitCodeOne) {
+  char program[] = "tally_test";
+  char* argv[] = {program, nullptr};
+  ::testing::internal::CaptureStderr();
+  const int code = RunExample(1, argv, "test", []() -> absl::Status { throw std::bad_alloc(); });
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(said, "out of memory (std::bad_alloc); try smaller sizes\n");
+}
+
+}  // namespace
+}  // namespace tally
