@@ -25,6 +25,7 @@
 #include "runtime/comm/launch.h"
 #include "runtime/comm/mpi/mpi_launch.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/files.h"
 #include "runtime/status_macros.h"
 
 ABSL_FLAG(std::string, b, "8", "minimum size in bytes (K, M, G suffixes allowed)");
@@ -125,6 +126,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   ASSIGN_OR_RETURN(config.algorithms,
                    ParseAlgorithms(absl::GetFlag(FLAGS_algorithm), backend != "threads"));
   RETURN_IF_ERROR(config.Validate());
+  if (!absl::GetFlag(FLAGS_J).empty()) RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_J), "[tally_bench] -J"));
   if (config.gpu) RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is none
   return config;
 }

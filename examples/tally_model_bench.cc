@@ -21,6 +21,7 @@
 #include "examples/example_main.h"
 #include "runtime/clock.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/files.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/kernels.h"
@@ -90,7 +91,8 @@ struct Row {
   double peak_gflops = 0, tokens_per_s = 0, gflops = 0;
 };
 
-absl::StatusOr<Row> Measure(const std::string& device, int threads) {
+// The bench's model and batch as training options.
+train::TrainOptions BenchOptions(const std::string& device, int threads) {
   train::TrainOptions o;
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
@@ -103,6 +105,11 @@ absl::StatusOr<Row> Measure(const std::string& device, int threads) {
   o.threads = threads;
   o.device = device;
   o.tf32 = absl::GetFlag(FLAGS_tf32);
+  return o;
+}
+
+absl::StatusOr<Row> Measure(const std::string& device, int threads) {
+  const train::TrainOptions o = BenchOptions(device, threads);
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(o));  // sets the BLAS threads
   Row row;
   row.device = device;
@@ -140,6 +147,13 @@ absl::Status Main() {
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError("[tally_model_bench] --device must be cpu or cuda");
+  }
+  // The model and batch are valid and fit in memory, before anything is measured.
+  const train::TrainOptions options = BenchOptions(device, thread_counts.front()).Resolved();
+  RETURN_IF_ERROR(options.Validate());
+  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1));
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
   }
   if (device == "cuda") {
     RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is no GPU

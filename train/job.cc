@@ -62,9 +62,9 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   return absl::OkStatus();
 }
 
-// What can be known wrong before anything is allocated: the input files are regular
-// files, every output path can be written, and the run fits in this machine's memory.
-absl::Status CheckBeforeTheRun(const TrainOptions& options, int ranks_here) {
+}  // namespace
+
+absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here) {
   int64_t data_bytes = data::kEmbeddedCorpusBytes;
   if (!options.data.empty()) {
     ASSIGN_OR_RETURN(data_bytes, CheckInputFile(options.data, "[data]", data::kMaxDataBytes));
@@ -89,8 +89,6 @@ absl::Status CheckBeforeTheRun(const TrainOptions& options, int ranks_here) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   // NCCL's ranks are processes under mpirun, else threads of this one.
@@ -107,7 +105,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const int ranks_here = mpi ? std::max(1, options.world() / comm::mpi::ProcessCount() *
                                                 comm::mpi::LocalProcesses())
                              : options.world();
-  if (absl::Status s = CheckBeforeTheRun(options, ranks_here); !s.ok()) return said_once(s);
+  if (absl::Status s = CheckBeforeTraining(options, ranks_here); !s.ok()) return said_once(s);
   if (options.device == "cuda") {
     // No GPU, or no CUDA in this build: the message says which.
     if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);

@@ -26,6 +26,7 @@ namespace {
 const std::string kTrain = TALLY_TRAIN_BINARY;
 const std::string kBench = TALLY_BENCH_BINARY;
 const std::string kPlan = TALLY_PLAN_BINARY;
+const std::string kModelBench = TALLY_MODEL_BENCH_BINARY;
 const std::string kTiny =
     " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1 --eval_every=0 --sample_bytes=0";
 
@@ -228,6 +229,16 @@ TEST(BadInput, TallyBenchRefusesSizesAndRanksThatCannotRun) {
       {"-e 64G", "GiB of memory, and the machine has"},
       {"--ranks=3000 -e 64M", "on 3000 rank(s) here needs at least"},
       {"--timeout_s=nan", "--timeout_s must be a positive number"},
+      {"-J /dev/null", "-J '/dev/null' is a character device"},
+  }, 5);
+}
+
+TEST(BadInput, TallyModelBenchRefusesBeforeMeasuring) {
+  ExpectOneClearLine(kModelBench, {
+      {"--n_layer=100000000", "GiB of memory on this machine"},
+      {"--batch=0", "--global_batch_size must be positive, got 0"},
+      {"--threads=0", "--threads must list positive integers"},
+      {"--json=/dev/null", "--json '/dev/null' is a character device"},
   }, 5);
 }
 
