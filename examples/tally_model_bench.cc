@@ -151,7 +151,7 @@ absl::Status Main() {
   // The model and batch are valid and fit in memory, before anything is measured.
   const train::TrainOptions options = BenchOptions(device, thread_counts.front()).Resolved();
   RETURN_IF_ERROR(options.Validate());
-  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1));
+  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1, /*writes_outputs=*/true));
   if (!absl::GetFlag(FLAGS_json).empty()) {
     RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
   }

@@ -64,7 +64,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
 
 }  // namespace
 
-absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here) {
+absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bool writes_outputs) {
   int64_t data_bytes = data::kEmbeddedCorpusBytes;
   if (!options.data.empty()) {
     ASSIGN_OR_RETURN(data_bytes, CheckInputFile(options.data, "[data]", data::kMaxDataBytes));
@@ -74,7 +74,9 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here) {
   }
   for (auto [path, flag] : {std::pair{&options.save, "--save"}, {&options.metrics_json, "--metrics_json"},
                             {&options.traffic_json, "--traffic_json"}, {&options.trace, "--trace"}}) {
-    if (!path->empty()) RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
+    if (writes_outputs && !path->empty()) {
+      RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
+    }
   }
   if (options.device != "cpu") return absl::OkStatus();  // the model is in GPU memory
   const double needed = options.EstimatedBytes(ranks_here, data_bytes);
@@ -102,10 +104,13 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (!mpi || comm::mpi::ProcessRank() == 0) {
     for (const std::string& warning : options.Warnings()) std::cerr << warning << "\n";
   }
-  const int ranks_here = mpi ? std::max(1, options.world() / comm::mpi::ProcessCount() *
-                                                comm::mpi::LocalProcesses())
-                             : options.world();
-  if (absl::Status s = CheckBeforeTraining(options, ranks_here); !s.ok()) return said_once(s);
+  // The ranks on this machine: every rank of a threads run, one per local MPI process.
+  const int ranks_here = mpi ? comm::mpi::LocalProcesses() : options.world();
+  // Rank 0 writes every file; under MPI the other processes may be on other machines.
+  const bool writes_outputs = !mpi || comm::mpi::ProcessRank() == 0;
+  if (absl::Status s = CheckBeforeTraining(options, ranks_here, writes_outputs); !s.ok()) {
+    return said_once(s);
+  }
   if (options.device == "cuda") {
     // No GPU, or no CUDA in this build: the message says which.
     if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);
@@ -120,7 +125,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     if (!options.check_against_serial) return absl::OkStatus();
     return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
   }
-  SetIntraOpThreads(options, mpi ? comm::mpi::LocalProcesses() : options.world());
+  SetIntraOpThreads(options, ranks_here);
   int64_t start_step = 0;
   std::vector<float> losses;
   std::vector<RankRecord> records;  // on the process that holds rank 0
