@@ -383,10 +383,11 @@ absl::Status Trainer::Run(std::ostream& out) {
     return absl::OkStatus();
   };
   int64_t done = start_step_;  // steps trained, counted from the first
+  bool stopped = false;         // by a signal, before the step every rank agreed on
   for (int64_t k = start_step_; k < options_.steps; ++k) {
     if (stop_ != nullptr) {
-      ASSIGN_OR_RETURN(bool stop_here, stop_->StopBefore(k));
-      if (stop_here) break;
+      ASSIGN_OR_RETURN(stopped, stop_->StopBefore(k));
+      if (stopped) break;
     }
     ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
     if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
@@ -414,17 +415,16 @@ absl::Status Trainer::Run(std::ostream& out) {
       RETURN_IF_ERROR(Save(options_.save, s.step));
     }
   }
-  const int signal = stop_ != nullptr ? stop_->signal() : 0;
   if (!options_.save.empty()) {
-    int64_t step = signal != 0 ? done : std::max(start_step_, options_.steps);
+    int64_t step = stopped ? done : std::max(start_step_, options_.steps);
     RETURN_IF_ERROR(Save(options_.save, step));
     log << "saved '" << options_.save << "' at step " << step << "\n" << std::flush;
   }
-  if (signal != 0) {
+  if (stopped) {
     // Every rank returns it; the message is rank 0's.
     return absl::CancelledError(
         !logs() ? ""
-                : absl::StrCat("[train] stopped by ", SignalName(signal), " after step ", done,
+                : absl::StrCat("[train] stopped by ", SignalName(stop_->signal()), " after step ", done,
                                " of ", options_.steps,
                                options_.save.empty() ? ""
                                                      : absl::StrCat(" (checkpoint '", options_.save,

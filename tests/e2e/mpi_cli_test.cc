@@ -144,7 +144,8 @@ Result SignalARank(const std::string& signal, const std::string& extra_flags) {
   const std::string log = ::testing::TempDir() + "/signal_" + signal + ".log";
   const std::string script = ::testing::TempDir() + "/signal_" + signal + ".sh";
   // The seed tells this job's ranks from those of a test running beside it.
-  const std::string command = absl::StrCat(kTrain, " --backend=mpi --seed=", signal == "KILL" ? 101 : 202);
+  const int seed = signal == "KILL" ? 101 : signal == "STOP" ? 202 : 303;
+  const std::string command = absl::StrCat(kTrain, " --backend=mpi --seed=", seed);
   std::ofstream(script) << "rm -f " << log << "\n("
                         << Mpirun(2, command + " --dp=2" + kTiny +
                                          " --global_batch_size=4 --steps=20000 --eval_every=0" + extra_flags)
