@@ -27,7 +27,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/weights.h"
-#include "parallel/tensor_parallel.h"
+#include "model/sharding.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
 #include "runtime/tensor.h"
@@ -42,19 +42,19 @@ struct Stage {
 
 class GPT {
  public:
-  // A model with its own Replica, GPT-2's initialisation from the counter RNG; over `tp`
-  // tensor-parallel ranks, this rank's part of every layer (parameters.h); as a pipeline
-  // stage, its layers only.
+  // A model with its own Replica, GPT-2's initialisation from the counter RNG; with a
+  // `sharding` over several ranks (not owned; it must outlive the model; null: Serial),
+  // this rank's part of every layer (parameters.h); as a pipeline stage, its layers only.
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
-                                                     parallel::TensorParallel tp = {},
+                                                     const Sharding* sharding = nullptr,
                                                      Stage stage = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
-  // the model and be laid out by ParameterLayout::ForGPT(config, tp.size(), tp.rank(),
-  // stage.begin, stage.end)).
+  // the model and be laid out by ParameterLayout::ForGPT(config, sharding.size(),
+  // sharding.rank(), stage.begin, stage.end)).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      WeightStore* weights,
-                                                     parallel::TensorParallel tp = {},
+                                                     const Sharding* sharding = nullptr,
                                                      Stage stage = {});
 
   const GPTConfig& config() const { return config_; }
@@ -105,7 +105,7 @@ class GPT {
   // Row `row` of those logits (vocab_local() floats) copied to the host.
   absl::Status LogitsRowToHost(int64_t row, float* host);
   int vocab_local() const { return int(layout_.specs().front().shape[0]); }
-  const parallel::TensorParallel& tp() const { return tp_; }
+  const Sharding& sharding() const { return sharding_; }
 
  private:
   // One micro-batch's activations, for this stage's layers.
@@ -116,7 +116,7 @@ class GPT {
     std::vector<BlockActivations> blocks;
   };
 
-  GPT(const GPTConfig& config, Allocator& alloc, parallel::TensorParallel tp, Stage stage);
+  GPT(const GPTConfig& config, Allocator& alloc, const Sharding& sharding, Stage stage);
   absl::Status EnsureActivations(int b);
   absl::StatusOr<Activations> NewActivations(int b, bool whole);
   absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,
@@ -131,7 +131,7 @@ class GPT {
   }
 
   GPTConfig config_;
-  parallel::TensorParallel tp_;
+  const Sharding& sharding_;
   ParameterLayout layout_;
   Allocator& alloc_;
   std::unique_ptr<Kernels> kernels_;

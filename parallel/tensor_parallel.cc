@@ -59,56 +59,56 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
   return group_->ReduceScatter(all, mine, comm::ReduceOp::kSum);
 }
 
-absl::Status ColumnParallelLinearForward(Kernels& k, const TensorParallel& tp, float* y,
+absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y,
                                          const float* x, float* x_whole, const float* w,
                                          const float* b, int batch, int t, int in, int out_local,
-                                         float* scratch, const std::string& scope) {
+                                         float* scratch, const std::string& scope) const {
   const float* input = x;
-  if (tp.sequence_parallel()) {  // f: gather the sequence
-    RETURN_IF_ERROR(tp.SequenceAllGather(x, x_whole, scratch, batch, t, in, scope));
+  if (sequence_parallel()) {  // f: gather the sequence
+    RETURN_IF_ERROR(SequenceAllGather(x, x_whole, scratch, batch, t, in, scope));
     input = x_whole;
   }
   return k.LinearForward(y, input, w, b, batch * t, in, out_local);
 }
 
-absl::Status ColumnParallelLinearBackward(Kernels& k, const TensorParallel& tp, float* dx,
+absl::Status TensorParallel::ColumnLinearBackward(Kernels& k, float* dx,
                                           float* dx_whole, float* dw, float* db, const float* dy,
                                           const float* x_whole, const float* w, int batch, int t,
                                           int in, int out_local, float* scratch,
-                                          const std::string& scope) {
+                                          const std::string& scope) const {
   const int n = batch * t;
-  float* whole = tp.sequence_parallel() ? dx_whole : dx;
+  float* whole = sequence_parallel() ? dx_whole : dx;
   RETURN_IF_ERROR(k.LinearBackward(whole, dw, db, dy, x_whole, w, n, in, out_local));
   // f's backward: the input's gradient summed over the group.
-  if (tp.sequence_parallel()) {
-    return tp.SequenceReduceScatter(whole, dx, scratch, batch, t, in, scope);
+  if (sequence_parallel()) {
+    return SequenceReduceScatter(whole, dx, scratch, batch, t, in, scope);
   }
-  return tp.AllReduce(dx, int64_t(n) * in, scope);
+  return AllReduce(dx, int64_t(n) * in, scope);
 }
 
-absl::Status RowParallelLinearForward(Kernels& k, const TensorParallel& tp, float* y,
+absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
                                       float* y_whole, const float* x, const float* w,
                                       const float* b, int batch, int t, int in_local, int out,
-                                      float* scratch, const std::string& scope) {
+                                      float* scratch, const std::string& scope) const {
   const int n = batch * t;
-  if (tp.size() == 1) return k.LinearForward(y, x, w, b, n, in_local, out);
-  float* whole = tp.sequence_parallel() ? y_whole : y;
+  if (size() == 1) return k.LinearForward(y, x, w, b, n, in_local, out);
+  float* whole = sequence_parallel() ? y_whole : y;
   RETURN_IF_ERROR(k.LinearForward(whole, x, w, nullptr, n, in_local, out));
-  if (tp.sequence_parallel()) {  // g
-    RETURN_IF_ERROR(tp.SequenceReduceScatter(whole, y, scratch, batch, t, out, scope));
+  if (sequence_parallel()) {  // g
+    RETURN_IF_ERROR(SequenceReduceScatter(whole, y, scratch, batch, t, out, scope));
   } else {
-    RETURN_IF_ERROR(tp.AllReduce(y, int64_t(n) * out, scope));
+    RETURN_IF_ERROR(AllReduce(y, int64_t(n) * out, scope));
   }
-  return b != nullptr ? k.AddBias(y, b, tp.Rows(n), out) : absl::OkStatus();
+  return b != nullptr ? k.AddBias(y, b, Rows(n), out) : absl::OkStatus();
 }
 
-absl::Status RowParallelLinearBackward(Kernels& k, const TensorParallel& tp, float* dx, float* dw,
+absl::Status TensorParallel::RowLinearBackward(Kernels& k, float* dx, float* dw,
                                        float* db, const float* dy, float* dy_whole, const float* x,
                                        const float* w, int batch, int t, int in_local, int out,
-                                       float* scratch, const std::string& scope) {
+                                       float* scratch, const std::string& scope) const {
   const float* grad = dy;
-  if (tp.sequence_parallel()) {  // g's backward: gather the sequence
-    RETURN_IF_ERROR(tp.SequenceAllGather(dy, dy_whole, scratch, batch, t, out, scope));
+  if (sequence_parallel()) {  // g's backward: gather the sequence
+    RETURN_IF_ERROR(SequenceAllGather(dy, dy_whole, scratch, batch, t, out, scope));
     grad = dy_whole;
   }
   return k.LinearBackward(dx, dw, db, grad, x, w, batch * t, in_local, out);
@@ -130,64 +130,64 @@ Positions PositionsOf(const TensorParallel& tp, int t) {
 
 }  // namespace
 
-absl::Status VocabParallelEmbeddingForward(Kernels& k, const TensorParallel& tp, float* x,
+absl::Status TensorParallel::EmbeddingForward(Kernels& k, float* x,
                                            float* x_whole, const int32_t* tokens,
                                            const float* wte_local, const float* wpe, int batch,
                                            int t, int c, int vocab_local, float* scratch,
-                                           const std::string& scope) {
-  const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(batch) * t;
-  float* whole = tp.sequence_parallel() ? x_whole : x;
+                                           const std::string& scope) const {
+  const int64_t first = int64_t(rank()) * vocab_local, n = int64_t(batch) * t;
+  float* whole = sequence_parallel() ? x_whole : x;
   RETURN_IF_ERROR(k.EmbeddingLookup(whole, tokens, wte_local, first, vocab_local, n, c));
   // g: each row comes from one rank.
-  if (tp.sequence_parallel()) {
-    RETURN_IF_ERROR(tp.SequenceReduceScatter(whole, x, scratch, batch, t, c, scope));
+  if (sequence_parallel()) {
+    RETURN_IF_ERROR(SequenceReduceScatter(whole, x, scratch, batch, t, c, scope));
   } else {
-    RETURN_IF_ERROR(tp.AllReduce(x, n * c, scope));
+    RETURN_IF_ERROR(AllReduce(x, n * c, scope));
   }
-  const Positions positions = PositionsOf(tp, t);
-  return k.AddPositions(x, wpe, tp.Rows(int(n)), positions.period, positions.offset, c);
+  const Positions positions = PositionsOf(*this, t);
+  return k.AddPositions(x, wpe, Rows(int(n)), positions.period, positions.offset, c);
 }
 
-absl::Status VocabParallelEmbeddingBackward(Kernels& k, const TensorParallel& tp, float* dwte_local,
+absl::Status TensorParallel::EmbeddingBackward(Kernels& k, float* dwte_local,
                                             float* dwpe, const float* dx, float* dx_whole,
                                             const int32_t* tokens, int batch, int t, int c,
                                             int vocab_local, float* scratch,
-                                            const std::string& scope) {
-  const int64_t first = int64_t(tp.rank()) * vocab_local, n = int64_t(batch) * t;
+                                            const std::string& scope) const {
+  const int64_t first = int64_t(rank()) * vocab_local, n = int64_t(batch) * t;
   const float* all = dx;
-  if (tp.sequence_parallel()) {
-    RETURN_IF_ERROR(tp.SequenceAllGather(dx, dx_whole, scratch, batch, t, c, scope));
+  if (sequence_parallel()) {
+    RETURN_IF_ERROR(SequenceAllGather(dx, dx_whole, scratch, batch, t, c, scope));
     all = dx_whole;
   }
   RETURN_IF_ERROR(k.EmbeddingLookupBackward(dwte_local, all, tokens, first, vocab_local, n, c));
-  const Positions positions = PositionsOf(tp, t);
-  return k.AddPositionsBackward(dwpe, dx, tp.Rows(int(n)), positions.period, positions.offset, c);
+  const Positions positions = PositionsOf(*this, t);
+  return k.AddPositionsBackward(dwpe, dx, Rows(int(n)), positions.period, positions.offset, c);
 }
 
-absl::Status VocabParallelCrossEntropyForward(Kernels& k, const TensorParallel& tp, float* losses,
+absl::Status TensorParallel::CrossEntropyForward(Kernels& k, float* losses,
                                               float* probs, float* scratch, const float* logits,
                                               const int32_t* targets, int n, int vocab_local,
-                                              int vocab, const std::string& scope) {
-  const int64_t first = int64_t(tp.rank()) * vocab_local;
+                                              int vocab, const std::string& scope) const {
+  const int64_t first = int64_t(rank()) * vocab_local;
   // The columns of this rank that are real vocabulary entries, not padding.
   const int valid = int(std::clamp<int64_t>(vocab - first, 0, vocab_local));
   float* max = scratch;
   float* sum = scratch + n;
   float* target = scratch + 2 * int64_t(n);
   RETURN_IF_ERROR(k.LogitMax(max, logits, n, vocab_local, valid));
-  RETURN_IF_ERROR(tp.AllReduce(max, n, scope, comm::ReduceOp::kMax));
+  RETURN_IF_ERROR(AllReduce(max, n, scope, comm::ReduceOp::kMax));
   // The global max: exp cannot overflow.
   RETURN_IF_ERROR(
       k.SoftmaxExp(probs, sum, target, logits, max, targets, first, n, vocab_local, valid));
-  RETURN_IF_ERROR(tp.AllReduce(sum, n, scope));
-  RETURN_IF_ERROR(tp.AllReduce(target, n, scope));  // one rank holds each target's logit
+  RETURN_IF_ERROR(AllReduce(sum, n, scope));
+  RETURN_IF_ERROR(AllReduce(target, n, scope));  // one rank holds each target's logit
   return k.SoftmaxLoss(probs, losses, sum, target, max, n, vocab_local, valid);
 }
 
-absl::Status VocabParallelCrossEntropyBackward(Kernels& k, const TensorParallel& tp, float* dlogits,
+absl::Status TensorParallel::CrossEntropyBackward(Kernels& k, float* dlogits,
                                                const float* probs, const int32_t* targets,
-                                               float dloss, int n, int vocab_local) {
-  const int64_t first = int64_t(tp.rank()) * vocab_local;
+                                               float dloss, int n, int vocab_local) const {
+  const int64_t first = int64_t(rank()) * vocab_local;
   return k.CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab_local);
 }
 

@@ -34,7 +34,7 @@ absl::Status Trainer::SetUpPipeline() {
 
 int64_t Trainer::BoundaryElements(int b) const {
   // Under sequence parallelism a stage's output is its part of the sequence.
-  return int64_t(gpt_->tp().Rows(b * options_.model.seq_len)) * options_.model.n_embd;
+  return int64_t(sharding_.Rows(b * options_.model.seq_len)) * options_.model.n_embd;
 }
 
 namespace {

@@ -98,8 +98,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
       ASSIGN_OR_RETURN(t->embedding_group_, world->Split(tied ? replica : -1, rank, "embedding"));
     }
   }
-  const parallel::TensorParallel tp(t->tp_.get(), options.sequence_parallel,
-                                    t->model_alloc_.device());
+  t->sharding_ = parallel::TensorParallel(t->tp_.get(), options.sequence_parallel,
+                                          t->model_alloc_.device());
+  const parallel::TensorParallel& tp = t->sharding_;
   ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
   ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
                    parallel::StageLayers(options.model.n_layer, options.pp, options.pp_layers));
@@ -114,10 +115,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                    t->dp_.get(), options.zero, layout, options.seed, make_optimizer,
                                    algorithm, tp, t->pp_.get(), t->model_alloc_.device()));
     ASSIGN_OR_RETURN(t->gpt_,
-                     model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), tp, stage));
+                     model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage));
   } else {
     ASSIGN_OR_RETURN(t->gpt_,
-                     model::GPT::Create(options.model, t->model_alloc_, options.seed, tp, stage));
+                     model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp, stage));
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
     t->segments_ = model::OptimizerSegments(layout);
     if (t->dp_ != nullptr) {
@@ -213,10 +214,10 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   } else {
     float* grads = gpt_->grads().data<float>();
     int64_t n = gpt_->grads().numel();
-    RETURN_IF_ERROR(parallel::SumPerTokenGradients(gpt_->tp(), grads, segments_));
+    RETURN_IF_ERROR(parallel::SumPerTokenGradients(sharding_, grads, segments_));
     ASSIGN_OR_RETURN(s.grad_norm,
                      parallel::GlobalGradientNorm(gpt_->kernels(), grads, segments_, nullptr,
-                                                  gpt_->tp(), comm::Algorithm::kRing, pp_.get()));
+                                                  sharding_, comm::Algorithm::kRing, pp_.get()));
     if (options_.grad_clip > 0) {
       float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
       if (scale < 1.0f) RETURN_IF_ERROR(gpt_->kernels().Scale(grads, n, scale));
@@ -271,7 +272,7 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
   Allocator host(alloc_.ledger());
   ASSIGN_OR_RETURN(Tensor mine,
                    Tensor::Empty({vl}, DType::kF32, host, MemoryCategory::kActivations));
-  ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * gpt_->tp().size()}, DType::kF32, host,
+  ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * sharding_.size()}, DType::kF32, host,
                                               MemoryCategory::kActivations));
   for (int i = 0; i < bytes; ++i) {
     // The last (up to) T bytes, left-aligned; causal attention makes the padding after

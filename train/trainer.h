@@ -28,6 +28,7 @@
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 #include "runtime/comm/communicator.h"
 #include "train/options.h"
@@ -113,6 +114,8 @@ class Trainer {
   comm::TrafficLedger own_traffic_{0};
   std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
   std::unique_ptr<comm::Communicator> tp_;  // when tp > 1
+  // The model's layers over tp_ (one rank when there is none): the model's Sharding.
+  parallel::TensorParallel sharding_;
   std::unique_ptr<comm::Communicator> pp_;  // when pp > 1: the stages, in order
   // The first and last stage, which both hold the tied embedding (Megatron's embedding
   // group); null elsewhere.

@@ -85,7 +85,7 @@ class TensorParallelLayers : public ::testing::TestWithParam<std::tuple<int, boo
   int ranks() const { return std::get<0>(GetParam()); }
   bool sp() const { return std::get<1>(GetParam()); }
   // What a rank holds of (b, t, cols) activations between the parallel layers.
-  std::vector<float> Held(const std::vector<float>& m, int b, int t, int cols, const TensorParallel& tp) const {
+  std::vector<float> Held(const std::vector<float>& m, int b, int t, int cols, const model::Sharding& tp) const {
     return tp.sequence_parallel() ? SequencePart(m, b, t, cols, tp.size(), tp.rank()) : m;
   }
 };
@@ -103,12 +103,12 @@ TEST_P(TensorParallelLayers, ColumnParallelLinearEqualsLinear) {
     auto x_r = Held(x, b, t, in, tp);
     std::vector<float> y_r(n * out_local), x_whole(n * in), dx_r(n * in), dx_whole(n * in);
     std::vector<float> dw_r(out_local * in, 0.0f), db_r(out_local, 0.0f), scratch(n * in);
-    ASSERT_TRUE(ColumnParallelLinearForward(Cpu(), tp, y_r.data(), x_r.data(), x_whole.data(),
+    ASSERT_TRUE(tp.ColumnLinearForward(Cpu(), y_r.data(), x_r.data(), x_whole.data(),
                                             w_r.data(), b_r.data(), b, t, in, out_local,
                                             scratch.data(), "test")
                     .ok());
     const float* input = tp.sequence_parallel() ? x_whole.data() : x.data();
-    ASSERT_TRUE(ColumnParallelLinearBackward(Cpu(), tp, dx_r.data(), dx_whole.data(), dw_r.data(),
+    ASSERT_TRUE(tp.ColumnLinearBackward(Cpu(), dx_r.data(), dx_whole.data(), dw_r.data(),
                                              db_r.data(), dy_r.data(), input, w_r.data(), b, t, in,
                                              out_local, scratch.data(), "test")
                     .ok());
@@ -132,11 +132,11 @@ TEST_P(TensorParallelLayers, RowParallelLinearEqualsLinear) {
     auto dy_r = Held(dy, b, t, out, tp);
     std::vector<float> y_r(n * out), y_whole(n * out), dy_whole(n * out), scratch(n * out);
     std::vector<float> dx_r(n * in_local), dw_r(out * in_local, 0.0f), db_r(out, 0.0f);
-    ASSERT_TRUE(RowParallelLinearForward(Cpu(), tp, y_r.data(), y_whole.data(), x_r.data(),
+    ASSERT_TRUE(tp.RowLinearForward(Cpu(), y_r.data(), y_whole.data(), x_r.data(),
                                          w_r.data(), bias.data(), b, t, in_local, out,
                                          scratch.data(), "test")
                     .ok());
-    ASSERT_TRUE(RowParallelLinearBackward(Cpu(), tp, dx_r.data(), dw_r.data(), db_r.data(),
+    ASSERT_TRUE(tp.RowLinearBackward(Cpu(), dx_r.data(), dw_r.data(), db_r.data(),
                                           dy_r.data(), dy_whole.data(), x_r.data(), w_r.data(), b,
                                           t, in_local, out, scratch.data(), "test")
                     .ok());
@@ -171,7 +171,7 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
   struct Result {
     std::vector<float> out, dx, local_grads;
   };
-  auto run = [&](const TensorParallel& tp) {
+  auto run = [&](const model::Sharding& tp) {
     const model::ParameterLayout layout = model::ParameterLayout::ForGPT(config, tp.size(), tp.rank());
     const model::ParamUnit& mine = layout.units()[layout.layer_unit(0)];
     std::vector<float> local(layout.total());
@@ -204,7 +204,7 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
         model::BlockBackward(Cpu(), config, tp, 0, b, w, g, x_r.data(), a, s, r.dx.data()).ok());
     return r;
   };
-  Result serial = run(TensorParallel());
+  Result serial = run(model::Serial::Instance());  // the model's own serial block
   std::vector<Result> parts(ranks());
   OnRanks(ranks(), sp(), [&](const TensorParallel& tp) { parts[tp.rank()] = run(tp); });
   // The ranks' gradients in the whole buffer: split tensors each in their own place;
@@ -264,11 +264,11 @@ TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
     }
     for (int j = 0; j < valid * c; ++j) wte_r[j] = wte[first * c + j];
     std::vector<float> losses_r(n), probs_r(n * vocab_local), scratch(3 * n);
-    ASSERT_TRUE(VocabParallelCrossEntropyForward(Cpu(), tp, losses_r.data(), probs_r.data(),
+    ASSERT_TRUE(tp.CrossEntropyForward(Cpu(), losses_r.data(), probs_r.data(),
                                                  scratch.data(), logits_r.data(), targets.data(), n,
                                                  vocab_local, vocab, "ce")
                     .ok());
-    ASSERT_TRUE(VocabParallelCrossEntropyBackward(Cpu(), tp, probs_r.data(), probs_r.data(),
+    ASSERT_TRUE(tp.CrossEntropyBackward(Cpu(), probs_r.data(), probs_r.data(),
                                                   targets.data(), 0.5f, n, vocab_local)
                     .ok());
     ExpectNear(losses_r, losses, "loss", tp.rank());
@@ -283,11 +283,11 @@ TEST_P(TensorParallelLayers, VocabParallelCrossEntropyAndEmbeddingEqualSerial) {
     std::vector<float> x_r(rows * c), whole(n * c), comm(n * c), dwte_r(vocab_local * c, 0.0f);
     std::vector<float> dwpe_r(t * c, 0.0f);
     auto dx_r = Held(dx, b, t, c, tp);
-    ASSERT_TRUE(VocabParallelEmbeddingForward(Cpu(), tp, x_r.data(), whole.data(), tokens.data(),
+    ASSERT_TRUE(tp.EmbeddingForward(Cpu(), x_r.data(), whole.data(), tokens.data(),
                                               wte_r.data(), wpe.data(), b, t, c, vocab_local,
                                               comm.data(), "emb")
                     .ok());
-    ASSERT_TRUE(VocabParallelEmbeddingBackward(Cpu(), tp, dwte_r.data(), dwpe_r.data(), dx_r.data(),
+    ASSERT_TRUE(tp.EmbeddingBackward(Cpu(), dwte_r.data(), dwpe_r.data(), dx_r.data(),
                                                whole.data(), tokens.data(), b, t, c, vocab_local,
                                                comm.data(), "emb")
                     .ok());
