@@ -77,6 +77,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   const ParameterLayout reference = whole ? ParameterLayout() : ForGPT(config);
   for (ParamSpec& spec : layout.specs_) {
     spec.per_token = spec.name == "wpe.weight" || spec.name.find("ln_") != std::string::npos;
+    spec.tied_copy = spec.name == "wte.weight" && !layout.first_stage();
     layout.global_offsets_.push_back(whole ? spec.offset : reference.Find(spec.name)->offset);
   }
   return layout;
@@ -137,15 +138,25 @@ void ParameterLayout::FromGlobal(const float* global, float* local) const {
   }
 }
 
-std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout) {
-  std::vector<optim::Segment> segments;
-  for (const ParamSpec& spec : layout.specs()) {
-    optim::Segment segment{spec.offset, spec.offset + spec.numel, spec.decay};
-    segment.replica = layout.tp() > 1 && spec.replicated();
-    segment.per_token = layout.tp() > 1 && spec.per_token;
-    segment.tied_copy = spec.name == "wte.weight" && !layout.first_stage();
-    segments.push_back(segment);
+std::vector<TensorRange> TensorRanges(const ParameterLayout& layout) {
+  std::vector<TensorRange> ranges;
+  for (const ParamSpec& spec : layout.specs()) ranges.push_back({spec.offset, spec.offset + spec.numel, &spec});
+  return ranges;
+}
+
+std::vector<TensorRange> RangesIn(const std::vector<TensorRange>& ranges, int64_t begin, int64_t end) {
+  std::vector<TensorRange> out;
+  for (const TensorRange& r : ranges) {
+    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
+    if (lo < hi) out.push_back({lo - begin, hi - begin, r.spec});
   }
+  return out;
+}
+
+std::vector<optim::Segment> OptimizerSegments(const std::vector<TensorRange>& ranges,
+                                              int64_t param_shift) {
+  std::vector<optim::Segment> segments;
+  for (const TensorRange& r : ranges) segments.push_back({r.begin, r.end, r.spec->decay, param_shift});
   return segments;
 }
 

@@ -54,6 +54,9 @@ struct ParamSpec {
   // Applied token by token on the residual stream (the LayerNorms, the position table):
   // under sequence parallelism each rank's gradient covers its own tokens only.
   bool per_token = false;
+  // The last pipeline stage's copy of the tied embedding (wte for the LM head): the first
+  // stage's copy is the parameter, this one never counts in the gradient norm.
+  bool tied_copy = false;
 };
 
 // Tensors that forward and backward take as a whole, contiguous in the buffer: the
@@ -149,9 +152,24 @@ void ParameterLayout::ForEachRun(const ParamSpec& spec, int64_t global_offset, R
 void InitializeParameters(const ParameterLayout& layout, uint64_t seed, int64_t begin,
                           int64_t end, float* out);
 
-// The optimizer's segments over the whole buffer: one per tensor, decaying as its spec
-// says, and marked replica where tp > 1 and the tensor is replicated.
-std::vector<optim::Segment> OptimizerSegments(const ParameterLayout& layout);
+// A range [begin, end) of a flat buffer inside one tensor, with that tensor's spec: what
+// the optimizer and the gradient norm work on. `spec` points into the layout the range
+// came from, which must outlive it.
+struct TensorRange {
+  int64_t begin = 0, end = 0;
+  const ParamSpec* spec = nullptr;
+};
+
+// One range per tensor of `layout`, over its whole buffer.
+std::vector<TensorRange> TensorRanges(const ParameterLayout& layout);
+
+// The parts of `ranges` inside [begin, end), shifted to start at 0 (a shard of a buffer).
+std::vector<TensorRange> RangesIn(const std::vector<TensorRange>& ranges, int64_t begin, int64_t end);
+
+// The optimizer's segments of `ranges`: decaying as each tensor's spec says, parameter i
+// at i + param_shift.
+std::vector<optim::Segment> OptimizerSegments(const std::vector<TensorRange>& ranges,
+                                              int64_t param_shift = 0);
 
 // Pointers to the tensors of one unit, given where the unit's data starts (parameters or
 // gradients, in the flat buffer or in a gathered copy of the unit).

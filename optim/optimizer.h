@@ -30,15 +30,6 @@ struct Segment {
   int64_t begin = 0, end = 0;
   bool decay = false;
   int64_t param_shift = 0;
-  // Values every tensor-parallel rank holds alike: the global gradient norm counts them
-  // on one rank only.
-  bool replica = false;
-  // A replica whose gradient, under sequence parallelism, each rank has for its own
-  // tokens only: summed over the tensor-parallel group before the step.
-  bool per_token = false;
-  // The last pipeline stage's copy of the tied embedding: the first stage's counts in the
-  // norm, this one never.
-  bool tied_copy = false;
 };
 
 class Optimizer {

@@ -16,10 +16,9 @@ float LearningRate(int64_t k, int64_t warmup_steps, int64_t total_steps, float m
 }
 
 absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
-                                   const std::vector<Segment>& segments, bool count_replicas) {
+                                   const std::vector<Segment>& segments) {
   double sum = 0;
   for (const Segment& s : segments) {
-    if ((s.replica && !count_replicas) || s.tied_copy) continue;
     ASSIGN_OR_RETURN(sum, k.AddSquares(grads + s.begin, s.end - s.begin, sum));
   }
   return sum;

@@ -18,11 +18,10 @@ namespace tally::optim {
 float LearningRate(int64_t k, int64_t warmup_steps, int64_t total_steps, float max_lr,
                    float min_lr);
 
-// Σ g² over `segments` of grads, in double, skipping the segments marked replica unless
-// `count_replicas` (tensor-parallel copies count on one rank only), with the kernels of
+// Σ g² over `segments` of grads, in double, segment after segment, with the kernels of
 // the gradients' device.
 absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
-                                   const std::vector<Segment>& segments, bool count_replicas);
+                                   const std::vector<Segment>& segments);
 
 // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6) when that is below 1,
 // else 1. Returns the factor to multiply every gradient by.

@@ -20,11 +20,15 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 }
 
 absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
-                                          const std::vector<optim::Segment>& segments,
+                                          const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,
                                           comm::Algorithm algorithm, comm::Communicator* stages) {
-  ASSIGN_OR_RETURN(double squares,
-                   optim::SquaredNorm(k, grads, segments, /*count_replicas=*/tp.rank() == 0));
+  std::vector<optim::Segment> counted;
+  for (const model::TensorRange& r : ranges) {
+    if ((r.spec->replicated() && tp.rank() != 0) || r.spec->tied_copy) continue;
+    counted.push_back({r.begin, r.end});
+  }
+  ASSIGN_OR_RETURN(double squares, optim::SquaredNorm(k, grads, counted));
   for (comm::Communicator* group : {shards, tp.group(), stages}) {
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);

@@ -37,14 +37,15 @@ namespace tally::parallel {
 // cut from the end of the buffer toward its start, in that order.
 std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements);
 
-// The global gradient norm, for clipping: Σ g² of this rank's `grads` over `segments`
-// (tensor-parallel replicas counted on tp rank 0 only), summed over `shards` (the dp group
+// The global gradient norm, for clipping: Σ g² of this rank's `grads` over `ranges`
+// (tensors every tp rank holds alike counted on tp rank 0 only, the last stage's copy of
+// the tied embedding never), summed over `shards` (the dp group
 // when each rank holds a ZeRO shard of the gradients; null when it holds them all) and
 // over the tp group, in double; booked under phase optimizer, scope grad_norm.
 // `stages`: the pipeline group, whose stages hold different layers (null: none). `k`:
 // the kernels of the gradients' device.
 absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
-                                          const std::vector<optim::Segment>& segments,
+                                          const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,
                                           comm::Algorithm algorithm,
                                           comm::Communicator* stages = nullptr);

@@ -192,26 +192,26 @@ absl::Status TensorParallel::CrossEntropyBackward(Kernels& k, float* dlogits,
 }
 
 absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
-                                  const std::vector<optim::Segment>& segments) {
+                                  const std::vector<model::TensorRange>& ranges) {
   if (!tp.sequence_parallel()) return absl::OkStatus();
   // Packed into one buffer (on the gradients' device), summed, and put back.
   int64_t count = 0;
-  for (const optim::Segment& s : segments) count += s.per_token ? s.end - s.begin : 0;
+  for (const model::TensorRange& r : ranges) count += r.spec->per_token ? r.end - r.begin : 0;
   Allocator on(tp.group()->allocator().ledger(), tp.device());
   ASSIGN_OR_RETURN(Tensor packed, Tensor::Empty({count}, DType::kF32, on, MemoryCategory::kComm));
   float* next = packed.data<float>();
-  for (const optim::Segment& s : segments) {
-    if (!s.per_token) continue;
-    RETURN_IF_ERROR(tp.CopyFloats(next, grads + s.begin, s.end - s.begin));
-    next += s.end - s.begin;
+  for (const model::TensorRange& r : ranges) {
+    if (!r.spec->per_token) continue;
+    RETURN_IF_ERROR(tp.CopyFloats(next, grads + r.begin, r.end - r.begin));
+    next += r.end - r.begin;
   }
   comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
   RETURN_IF_ERROR(tp.AllReduce(packed.data<float>(), count, "sequence_parallel"));
   next = packed.data<float>();
-  for (const optim::Segment& s : segments) {
-    if (!s.per_token) continue;
-    RETURN_IF_ERROR(tp.CopyFloats(grads + s.begin, next, s.end - s.begin));
-    next += s.end - s.begin;
+  for (const model::TensorRange& r : ranges) {
+    if (!r.spec->per_token) continue;
+    RETURN_IF_ERROR(tp.CopyFloats(grads + r.begin, next, r.end - r.begin));
+    next += r.end - r.begin;
   }
   return absl::OkStatus();
 }

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/parameters.h"
 #include "model/sharding.h"
-#include "optim/optimizer.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/kernels.h"
 
@@ -121,10 +121,10 @@ class TensorParallel final : public model::Sharding {
   Device device_ = Device::CPU();
 };
 
-// Under sequence parallelism: sums the gradients of the per-token replicas (the
-// segments marked per_token: LayerNorms, position table) over the group, in place, once
+// Under sequence parallelism: sums the gradients of the per-token replicas (the ranges
+// whose spec is per_token: LayerNorms, position table) over the group, in place, once
 // per step (label sequence_parallel, phase backward). Otherwise nothing.
 absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
-                                  const std::vector<optim::Segment>& segments);
+                                  const std::vector<model::TensorRange>& ranges);
 
 }  // namespace tally::parallel

@@ -12,21 +12,6 @@
 
 namespace tally::parallel {
 
-std::vector<optim::Segment> SegmentsInRange(const std::vector<optim::Segment>& segments,
-                                            int64_t begin, int64_t end) {
-  std::vector<optim::Segment> out;
-  for (const optim::Segment& s : segments) {
-    int64_t lo = std::max(s.begin, begin), hi = std::min(s.end, end);
-    if (lo < hi) {
-      optim::Segment part = s;
-      part.begin = lo - begin;
-      part.end = hi - begin;
-      out.push_back(part);
-    }
-  }
-  return out;
-}
-
 Sharding::Sharding(const std::vector<comm::Chunk>& units, int ranks, int rank) {
   for (const comm::Chunk& unit : units) {
     comm::Chunk own = comm::ChunkOf(unit.count, ranks, rank);
@@ -145,13 +130,14 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
   // their chunks where they are, in the whole buffer. Initialised on the host, then
   // copied to the device.
   std::vector<float> init(size_t(z->params_.numel()));
-  std::vector<optim::Segment> buffer_segments = model::OptimizerSegments(layout);
+  const std::vector<model::TensorRange> buffer_ranges = model::TensorRanges(z->layout_);
   for (const Sharding::Piece& p : z->sharding_.pieces()) {
-    for (optim::Segment s : SegmentsInRange(buffer_segments, p.own.offset, p.own.end())) {
-      s.begin += p.packed;
-      s.end += p.packed;
-      s.param_shift = stage == 3 ? 0 : p.own.offset - p.packed;
-      z->segments_.push_back(s);
+    const int64_t param_shift = stage == 3 ? 0 : p.own.offset - p.packed;
+    for (model::TensorRange r : model::RangesIn(buffer_ranges, p.own.offset, p.own.end())) {
+      r.begin += p.packed;
+      r.end += p.packed;
+      z->ranges_.push_back(r);
+      z->segments_.push_back(model::OptimizerSegments({r}, param_shift).front());
     }
     if (stage == 3) {
       model::InitializeParameters(layout, seed, p.own.offset, p.own.end(), init.data() + p.packed);
@@ -231,10 +217,10 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   }
   float* g = grad_shard_.data<float>();
   const int64_t n = grad_shard_.numel();
-  RETURN_IF_ERROR(SumPerTokenGradients(tp_, g, segments_));
+  RETURN_IF_ERROR(SumPerTokenGradients(tp_, g, ranges_));
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   ASSIGN_OR_RETURN(double norm,
-                   GlobalGradientNorm(*kernels_, g, segments_, dp_, tp_, algorithm_, stages_));
+                   GlobalGradientNorm(*kernels_, g, ranges_, dp_, tp_, algorithm_, stages_));
   if (clip > 0) {
     float scale = optim::ClipScale(norm, clip);
     if (scale < 1.0f) RETURN_IF_ERROR(kernels_->Scale(g, n, scale));

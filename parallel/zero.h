@@ -50,10 +50,6 @@
 
 namespace tally::parallel {
 
-// The parts of `segments` (buffer coordinates) inside [begin, end), shifted to start at 0.
-std::vector<optim::Segment> SegmentsInRange(const std::vector<optim::Segment>& segments,
-                                            int64_t begin, int64_t end);
-
 // Rank `rank`'s shard of a buffer cut into `units` (which tile it, in order).
 class Sharding {
  public:
@@ -148,7 +144,10 @@ class ZeroWeights : public model::WeightStore {
   const comm::Algorithm algorithm_;  // of every collective here
   std::unique_ptr<Kernels> kernels_;  // the device's: gradient sums, norm, clipping
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::vector<optim::Segment> segments_;  // of the packed shard
+  // The packed shard's tensor ranges (of layout_'s specs), and the optimizer's segments
+  // of them.
+  std::vector<model::TensorRange> ranges_;
+  std::vector<optim::Segment> segments_;
 
   Tensor params_;      // ZeRO-1/2: the whole buffer; ZeRO-3: the packed shard
   Tensor grads_;       // ZeRO-1: the whole buffer

@@ -35,19 +35,19 @@ model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
 // sees: its part of the model, or its ZeRO shard of that.
 int64_t PerTokenElements(const TrainOptions& o, int rank) {
   const model::ParameterLayout layout = StageLayout(o, rank);
-  std::vector<optim::Segment> segments = model::OptimizerSegments(layout);
+  std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
   if (o.zero >= 1) {
     const parallel::Sharding shard(parallel::ZeroUnits(layout, o.zero), o.dp, o.dp_rank(rank));
-    std::vector<optim::Segment> mine;
+    std::vector<model::TensorRange> mine;
     for (const parallel::Sharding::Piece& p : shard.pieces()) {
-      for (const optim::Segment& s : parallel::SegmentsInRange(segments, p.own.offset, p.own.end())) {
-        mine.push_back(s);
+      for (const model::TensorRange& r : model::RangesIn(ranges, p.own.offset, p.own.end())) {
+        mine.push_back(r);
       }
     }
-    segments = mine;
+    ranges = mine;
   }
   int64_t count = 0;
-  for (const optim::Segment& s : segments) count += s.per_token ? s.end - s.begin : 0;
+  for (const model::TensorRange& r : ranges) count += layout.tp() > 1 && r.spec->per_token ? r.end - r.begin : 0;
   return count;
 }
 

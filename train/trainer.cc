@@ -120,7 +120,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     ASSIGN_OR_RETURN(t->gpt_,
                      model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp, stage));
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
-    t->segments_ = model::OptimizerSegments(layout);
+    t->ranges_ = model::TensorRanges(t->gpt_->layout());
+    t->segments_ = model::OptimizerSegments(t->ranges_);
     if (t->dp_ != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(
           t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
@@ -214,9 +215,9 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   } else {
     float* grads = gpt_->grads().data<float>();
     int64_t n = gpt_->grads().numel();
-    RETURN_IF_ERROR(parallel::SumPerTokenGradients(sharding_, grads, segments_));
+    RETURN_IF_ERROR(parallel::SumPerTokenGradients(sharding_, grads, ranges_));
     ASSIGN_OR_RETURN(s.grad_norm,
-                     parallel::GlobalGradientNorm(gpt_->kernels(), grads, segments_, nullptr,
+                     parallel::GlobalGradientNorm(gpt_->kernels(), grads, ranges_, nullptr,
                                                   sharding_, comm::Algorithm::kRing, pp_.get()));
     if (options_.grad_clip > 0) {
       float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);

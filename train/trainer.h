@@ -127,7 +127,9 @@ class Trainer {
   std::unique_ptr<parallel::ZeroWeights> zero_;  // with ZeRO (dp > 1): the model's weights
   std::unique_ptr<model::GPT> gpt_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // without ZeRO
-  std::vector<optim::Segment> segments_;         // the whole buffer, decay per tensor
+  // Without ZeRO: the whole buffer's tensors, and the optimizer's segments of them.
+  std::vector<model::TensorRange> ranges_;
+  std::vector<optim::Segment> segments_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
   StopAgreement* stop_ = nullptr;
