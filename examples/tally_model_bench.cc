@@ -92,7 +92,7 @@ struct Row {
 };
 
 // The bench's model and batch as training options.
-train::TrainOptions BenchOptions(const std::string& device, int threads) {
+train::TrainOptions BenchOptions(DeviceType device, int threads) {
   train::TrainOptions o;
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
@@ -108,13 +108,13 @@ train::TrainOptions BenchOptions(const std::string& device, int threads) {
   return o;
 }
 
-absl::StatusOr<Row> Measure(const std::string& device, int threads) {
+absl::StatusOr<Row> Measure(DeviceType device, int threads) {
   const train::TrainOptions o = BenchOptions(device, threads);
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(o));  // sets the BLAS threads
   Row row;
-  row.device = device;
+  row.device = train::Name(device);
   row.threads = threads;
-  if (device == "cuda") {
+  if (device == DeviceType::kCUDA) {
     ASSIGN_OR_RETURN(row.peak_gflops, CublasPeakGflops(o.tf32));
   } else {
     row.peak_gflops = SgemmPeakGflops();
@@ -144,10 +144,7 @@ absl::Status Main() {
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError("[tally_model_bench] need --steps >= 1 and --warmup >= 0");
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu" && device != "cuda") {
-    return absl::InvalidArgumentError("[tally_model_bench] --device must be cpu or cuda");
-  }
+  ASSIGN_OR_RETURN(const DeviceType device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
   // The model and batch are valid and fit in memory, before anything is measured.
   const train::TrainOptions options = BenchOptions(device, thread_counts.front()).Resolved();
   RETURN_IF_ERROR(options.Validate());
@@ -155,14 +152,14 @@ absl::Status Main() {
   if (!absl::GetFlag(FLAGS_json).empty()) {
     RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
   }
-  if (device == "cuda") {
+  if (device == DeviceType::kCUDA) {
     RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is no GPU
     ASSIGN_OR_RETURN(std::string name, cuda::DeviceName(0));
     std::printf("GPU 0: %s, matmuls %s\n", name.c_str(),
                 absl::GetFlag(FLAGS_tf32) ? "TF32" : "fp32");
     thread_counts = {0};
   }
-  const char* peak = device == "cuda" ? "cuBLAS GFLOP/s" : "sgemm GFLOP/s";
+  const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "sgemm GFLOP/s";
   std::printf("%8s %8s %14s %12s %14s %16s\n", "device", "threads", peak, "tokens/s",
               "model GFLOP/s", "of the peak");
   JsonWriter w;

@@ -99,11 +99,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.zero = absl::GetFlag(FLAGS_zero);
   in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
-  const std::string allreduce = absl::GetFlag(FLAGS_allreduce);
-  if (allreduce != "ring" && allreduce != "naive") {
-    return absl::InvalidArgumentError("[flags] --allreduce must be ring or naive, got '" + allreduce + "'");
-  }
-  in.allreduce = allreduce == "ring" ? comm::Algorithm::kRing : comm::Algorithm::kNaive;
+  ASSIGN_OR_RETURN(in.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   const std::string link = absl::GetFlag(FLAGS_link);
   if (link != "intra" && link != "inter") {
     return absl::InvalidArgumentError("[flags] --link must be intra or inter, got '" + link + "'");

@@ -33,7 +33,7 @@ ABSL_FLAG(double, min_lr, kDefaults.min_lr, "learning rate at the end of the cos
 ABSL_FLAG(int64_t, warmup_steps, kDefaults.warmup_steps, "linear warm-up steps");
 ABSL_FLAG(double, weight_decay, kDefaults.weight_decay, "decoupled weight decay of 2-D weights");
 ABSL_FLAG(double, grad_clip, kDefaults.grad_clip, "clip the global gradient norm to this (0: off)");
-ABSL_FLAG(std::string, optimizer, kDefaults.optimizer, "adamw or sgd (momentum 0.9)");
+ABSL_FLAG(std::string, optimizer, tally::train::Name(kDefaults.optimizer), "adamw or sgd (momentum 0.9)");
 ABSL_FLAG(uint64_t, seed, kDefaults.seed, "initialisation and sampling seed");
 ABSL_FLAG(std::string, data, "", "a file of bytes to train on (default: the embedded corpus)");
 ABSL_FLAG(int64_t, eval_every, kDefaults.eval_every, "validation loss every N steps (0: off)");
@@ -76,14 +76,14 @@ ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring, or naive (through rank 0: reduce, then broadcast)");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
 ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
-ABSL_FLAG(std::string, backend, kDefaults.backend,
+ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.backend),
           "threads (every rank a thread of this process), mpi (one process per rank: "
           "mpirun -np WORLD tally_train --backend=mpi ...) or nccl (--device=cuda, a GPU per "
           "rank, the bytes over NCCL; threads, or processes under mpirun)");
 ABSL_FLAG(bool, native_collectives, false,
           "--backend=mpi or nccl: call the library's own collectives (MPI_Allreduce, "
           "ncclAllReduce, ...) instead of ring or naive; their bytes are modelled as the ring's");
-ABSL_FLAG(std::string, device, kDefaults.device,
+ABSL_FLAG(std::string, device, tally::train::Name(kDefaults.device),
           "cpu, or cuda (--backend=threads: every rank on GPU 0; nccl: rank r on GPU r; says "
           "why when there is no GPU)");
 ABSL_FLAG(bool, tf32, kDefaults.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
@@ -107,7 +107,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.weight_decay = float(absl::GetFlag(FLAGS_weight_decay));
   o.grad_clip = float(absl::GetFlag(FLAGS_grad_clip));
-  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  ASSIGN_OR_RETURN(o.optimizer, train::ParseOptimizer(absl::GetFlag(FLAGS_optimizer)));
   o.seed = absl::GetFlag(FLAGS_seed);
   o.data = absl::GetFlag(FLAGS_data);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
@@ -131,21 +131,21 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
     }
     o.pp_layers.push_back(layers);
   }
-  o.schedule = absl::GetFlag(FLAGS_schedule);
+  ASSIGN_OR_RETURN(o.schedule, parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
   o.recompute = absl::GetFlag(FLAGS_recompute);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
-  o.report = absl::GetFlag(FLAGS_report);
+  ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));
   o.trace = absl::GetFlag(FLAGS_trace);
-  o.backend = absl::GetFlag(FLAGS_backend);
+  ASSIGN_OR_RETURN(o.backend, train::ParseBackend(absl::GetFlag(FLAGS_backend)));
   o.native_collectives = absl::GetFlag(FLAGS_native_collectives);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
-  o.device = absl::GetFlag(FLAGS_device);
+  ASSIGN_OR_RETURN(o.device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
   o.tf32 = absl::GetFlag(FLAGS_tf32);
   o.zero = absl::GetFlag(FLAGS_zero);
-  o.allreduce = absl::GetFlag(FLAGS_allreduce);
+  ASSIGN_OR_RETURN(o.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   o.traffic_json = absl::GetFlag(FLAGS_traffic_json);
   return o;

@@ -14,6 +14,10 @@ absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name) 
       absl::StrCat("[flags] --schedule must be gpipe or 1f1b, got '", name, "'"));
 }
 
+const char* Name(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kGPipe ? "gpipe" : "1f1b";
+}
+
 absl::StatusOr<std::vector<LayerRange>> StageLayers(int n_layer, int stages,
                                                    const std::vector<int>& given) {
   if (stages < 1) return absl::InvalidArgumentError(absl::StrCat("[flags] --pp must be >= 1, got ", stages));

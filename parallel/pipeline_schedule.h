@@ -26,6 +26,7 @@ enum class PipelineSchedule { kGPipe, k1F1B };
 
 // "gpipe" or "1f1b".
 absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name);
+const char* Name(PipelineSchedule schedule);
 
 // Layers [begin, end) of each stage: contiguous, in order, covering all n_layer. `given`
 // empty: balanced (the first n_layer % stages stages get one more); otherwise the count

@@ -41,8 +41,8 @@ std::vector<std::vector<comm::Chunk>> PartsOfModelUnits(const model::ParameterLa
 
 }  // namespace
 
-std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int stage) {
-  if (stage <= 1) return {comm::Chunk{0, layout.total()}};
+std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int zero_stage) {
+  if (zero_stage <= 1) return {comm::Chunk{0, layout.total()}};
   std::vector<comm::Chunk> units;
   for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
     units.insert(units.end(), parts.begin(), parts.end());
@@ -50,76 +50,76 @@ std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int sta
   return units;
 }
 
-int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
+int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
                      bool recompute) {
   using comm::Phase;
-  if (stage < 1) return 0;
+  if (zero_stage < 1) return 0;
   if (primitive == comm::Primitive::kReduceScatter && phase == Phase::kBackward) {
-    return stage == 1 ? 1 : micro_batches;  // ZeRO-1 once after backward; else per backward
+    return zero_stage == 1 ? 1 : micro_batches;  // ZeRO-1 once after backward; else per backward
   }
   if (primitive == comm::Primitive::kAllGather) {
-    if (phase == Phase::kOptimizer && stage <= 2) return 1;
-    if (phase == Phase::kForward && stage == 3) return micro_batches;
+    if (phase == Phase::kOptimizer && zero_stage <= 2) return 1;
+    if (phase == Phase::kForward && zero_stage == 3) return micro_batches;
     // Backward gathers each unit once more for the recomputed forward.
-    if (phase == Phase::kBackward && stage == 3) return micro_batches * (recompute ? 2 : 1);
+    if (phase == Phase::kBackward && zero_stage == 3) return micro_batches * (recompute ? 2 : 1);
   }
   return 0;
 }
 
-int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ranks, int rank,
+int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
                          comm::Phase phase, bool recompute) {
-  const int calls = ZeroCallsPerStep(stage, micro_batches, primitive, phase, recompute);
+  const int calls = ZeroCallsPerStep(zero_stage, micro_batches, primitive, phase, recompute);
   int64_t sent = 0;
-  for (const comm::Chunk& unit : ZeroUnits(layout, stage)) {
+  for (const comm::Chunk& unit : ZeroUnits(layout, zero_stage)) {
     sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, sizeof(float)).sent;
   }
   return calls * sent;
 }
 
-ZeroWeights::ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
+ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
                          MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
                          comm::Communicator* stages, Device device)
     : dp_(dp),
       alloc_(dp->allocator().ledger(), device),
       tp_(tp),
       stages_(stages),
-      stage_(stage),
+      zero_stage_(zero_stage),
       layout_(layout),
-      sharding_(ZeroUnits(layout, stage), dp->size(), dp->rank()),
+      sharding_(ZeroUnits(layout, zero_stage), dp->size(), dp->rank()),
       make_optimizer_(std::move(make_optimizer)),
       algorithm_(algorithm),
       gathered_(layout.units().size()),
       open_grads_(layout.units().size()) {
   size_t piece = 0;
   for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
-    const size_t first = stage >= 2 ? piece : 0;
+    const size_t first = zero_stage >= 2 ? piece : 0;
     piece += parts.size();
-    pieces_of_unit_.push_back({first, stage >= 2 ? piece : 1});
+    pieces_of_unit_.push_back({first, zero_stage >= 2 ? piece : 1});
   }
 }
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
-    comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
+    comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
     MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
     comm::Communicator* stages, Device device) {
-  if (stage < 1 || stage > 3) {
-    return absl::InvalidArgumentError(absl::StrCat("[zero] no stage ", stage, " (1, 2 or 3)"));
+  if (zero_stage < 1 || zero_stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("[zero] no ZeRO stage ", zero_stage, " (1, 2 or 3)"));
   }
   std::unique_ptr<ZeroWeights> z(
-      new ZeroWeights(dp, stage, layout, std::move(make_optimizer), algorithm, tp, stages, device));
+      new ZeroWeights(dp, zero_stage, layout, std::move(make_optimizer), algorithm, tp, stages, device));
   ASSIGN_OR_RETURN(z->kernels_, Kernels::Create(device));
   Allocator& alloc = z->alloc_;
   const int64_t total = layout.total(), shard = z->sharding_.size();
   auto empty = [&](int64_t n, MemoryCategory category) {
     return Tensor::Empty({n}, DType::kF32, alloc, category);
   };
-  ASSIGN_OR_RETURN(z->params_, empty(stage == 3 ? shard : total, MemoryCategory::kParams));
-  if (stage == 1) {
+  ASSIGN_OR_RETURN(z->params_, empty(zero_stage == 3 ? shard : total, MemoryCategory::kParams));
+  if (zero_stage == 1) {
     ASSIGN_OR_RETURN(z->grads_, empty(total, MemoryCategory::kGrads));
   }
   ASSIGN_OR_RETURN(z->grad_shard_, empty(shard, MemoryCategory::kGrads));
-  if (stage >= 2) {
+  if (zero_stage >= 2) {
     int64_t largest = 0;
     for (const Sharding::Piece& p : z->sharding_.pieces()) largest = std::max(largest, p.own.count);
     ASSIGN_OR_RETURN(z->reduced_, empty(largest, MemoryCategory::kGrads));
@@ -132,25 +132,25 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
   std::vector<float> init(size_t(z->params_.numel()));
   const std::vector<model::TensorRange> buffer_ranges = model::TensorRanges(z->layout_);
   for (const Sharding::Piece& p : z->sharding_.pieces()) {
-    const int64_t param_shift = stage == 3 ? 0 : p.own.offset - p.packed;
+    const int64_t param_shift = zero_stage == 3 ? 0 : p.own.offset - p.packed;
     for (model::TensorRange r : model::RangesIn(buffer_ranges, p.own.offset, p.own.end())) {
       r.begin += p.packed;
       r.end += p.packed;
       z->ranges_.push_back(r);
       z->segments_.push_back(model::OptimizerSegments({r}, param_shift).front());
     }
-    if (stage == 3) {
+    if (zero_stage == 3) {
       model::InitializeParameters(layout, seed, p.own.offset, p.own.end(), init.data() + p.packed);
     }
   }
-  if (stage < 3) model::InitializeParameters(layout, seed, 0, total, init.data());
+  if (zero_stage < 3) model::InitializeParameters(layout, seed, 0, total, init.data());
   RETURN_IF_ERROR(z->params_.CopyFromHost(init.data()));
   return z;
 }
 
 absl::StatusOr<float*> ZeroWeights::Params(int unit) {
   const model::ParamUnit& u = layout_.units()[unit];
-  if (stage_ < 3) return params_.data<float>() + u.begin;
+  if (zero_stage_ < 3) return params_.data<float>() + u.begin;
   Tensor& whole = gathered_[unit];
   if (!whole.defined()) {
     ASSIGN_OR_RETURN(whole,
@@ -171,7 +171,7 @@ absl::Status ZeroWeights::ReleaseParams(int unit) {
 
 absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
   const model::ParamUnit& u = layout_.units()[unit];
-  if (stage_ == 1) return grads_.data<float>() + u.begin;
+  if (zero_stage_ == 1) return grads_.data<float>() + u.begin;
   Tensor& grads = open_grads_[unit];
   if (!grads.defined()) {  // zero-filled
     ASSIGN_OR_RETURN(grads,
@@ -181,7 +181,7 @@ absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
 }
 
 absl::Status ZeroWeights::CloseGrads(int unit) {
-  if (stage_ == 1) return absl::OkStatus();
+  if (zero_stage_ == 1) return absl::OkStatus();
   Tensor grads = std::move(open_grads_[unit]);
   open_grads_[unit] = Tensor();
   const int64_t begin = layout_.units()[unit].begin;
@@ -197,16 +197,16 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
 }
 
 absl::StatusOr<Tensor> ZeroWeights::TiedEmbeddingGrads() {
-  if (stage_ == 1) return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
+  if (zero_stage_ == 1) return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
   return Own(grad_shard_, pieces_of_unit_[model::ParameterLayout::kEmbeddings].first);
 }
 
-absl::Status ZeroWeights::ZeroGrad() { return (stage_ == 1 ? grads_ : grad_shard_).SetZero(); }
+absl::Status ZeroWeights::ZeroGrad() { return (zero_stage_ == 1 ? grads_ : grad_shard_).SetZero(); }
 
 absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::TrafficLedger& ledger = dp_->ledger();
   const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
-  if (stage_ == 1) {
+  if (zero_stage_ == 1) {
     // The gradient sum belongs to backward: DDP and ZeRO alike reduce there.
     comm::PhaseScope phase(ledger, comm::Phase::kBackward);
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -226,7 +226,7 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
     if (scale < 1.0f) RETURN_IF_ERROR(kernels_->Scale(g, n, scale));
   }
   RETURN_IF_ERROR(optimizer_->Step(params_.data<float>(), g, lr, segments_));
-  if (stage_ == 3) return norm;
+  if (zero_stage_ == 3) return norm;
   // Every rank's updated chunks to every rank: each all-gather's input is the own chunk
   // inside its output, so it moves only the other ranks' chunks.
   for (const Sharding::Piece& p : pieces) {
@@ -258,7 +258,7 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
   if (is_root) {
     ASSIGN_OR_RETURN(whole, Tensor::Empty({layout_.total()}, DType::kF32, unaccounted));
   }
-  if (stage_ < 3) {
+  if (zero_stage_ < 3) {
     if (is_root) RETURN_IF_ERROR(whole.CopyFrom(params_));
     return whole;
   }
@@ -294,7 +294,7 @@ absl::Status ZeroWeights::Load(const float* params, optim::Optimizer* optimizer)
     }
     return absl::OkStatus();
   };
-  if (stage_ == 3) {
+  if (zero_stage_ == 3) {
     RETURN_IF_ERROR(keep(params, params_));
   } else if (params != params_.data<float>()) {
     RETURN_IF_ERROR(params_.CopyFromHost(params));

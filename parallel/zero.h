@@ -27,7 +27,7 @@
 //   of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one micro-batch:
 //   2(p-1)/p·4Φ for ZeRO-1 and 2, as data parallelism; 3(p-1)/p·4Φ for ZeRO-3.
 //
-//   ASSIGN_OR_RETURN(auto zero, ZeroWeights::Create(dp, /*stage=*/3, layout, seed,
+//   ASSIGN_OR_RETURN(auto zero, ZeroWeights::Create(dp, /*zero_stage=*/3, layout, seed,
 //                                                   make_optimizer, Algorithm::kRing));
 //   ASSIGN_OR_RETURN(auto gpt, GPT::Create(config, alloc, zero.get()));
 //   ... gpt->Forward / Backward ...
@@ -68,17 +68,17 @@ class Sharding {
   int64_t size_ = 0;
 };
 
-// The units stage `stage` cuts `layout`'s buffer into.
-std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int stage);
+// The units ZeRO stage `zero_stage` cuts `layout`'s buffer into.
+std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int zero_stage);
 
-// How many times one step of stage `stage` calls `primitive` on each unit under `phase`,
+// How many times one step of ZeRO stage `zero_stage` calls `primitive` on each unit under `phase`,
 // with `micro_batches` micro-batches per rank (0: never); `recompute`: a pipeline stage
 // recomputes its forward in backward (ZeRO-3 gathers for it too).
-int ZeroCallsPerStep(int stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
+int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
                      bool recompute = false);
 // The exact bytes rank `rank` of `ranks` sends in those calls in one step: exact_traffic.h
 // summed over the units, times the calls.
-int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int stage, int ranks, int rank,
+int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
                          comm::Phase phase, bool recompute = false);
 
@@ -92,7 +92,7 @@ class ZeroWeights : public model::WeightStore {
   // `stages` (the pipeline group) then join the gradient norm. The weights, gradients
   // and optimizer state live on `device` (the model's), charged to dp's memory ledger.
   static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
-      comm::Communicator* dp, int stage, const model::ParameterLayout& layout, uint64_t seed,
+      comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
       MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {},
       comm::Communicator* stages = nullptr, Device device = Device::CPU());
 
@@ -117,11 +117,11 @@ class ZeroWeights : public model::WeightStore {
   // Keeps this rank's part of whole parameters and (if not null) optimizer state.
   absl::Status Load(const float* params, optim::Optimizer* optimizer);
 
-  int stage() const { return stage_; }
+  int zero_stage() const { return zero_stage_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:
-  ZeroWeights(comm::Communicator* dp, int stage, const model::ParameterLayout& layout,
+  ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
               MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
               comm::Communicator* stages, Device device);
   // Piece `i` of every rank's `shard` (the parameters, or a state of the optimizer)
@@ -137,7 +137,7 @@ class ZeroWeights : public model::WeightStore {
   Allocator alloc_;  // on the model's device, charged to dp's ledger
   const TensorParallel tp_;
   comm::Communicator* stages_;  // the pipeline group, or null
-  const int stage_;
+  const int zero_stage_;
   const model::ParameterLayout layout_;
   const Sharding sharding_;
   MakeOptimizer make_optimizer_;

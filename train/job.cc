@@ -78,7 +78,7 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
       RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
     }
   }
-  if (options.device != "cpu") return absl::OkStatus();  // the model is in GPU memory
+  if (options.device != DeviceType::kCPU) return absl::OkStatus();  // the model is in GPU memory
   const double needed = options.EstimatedBytes(ranks_here, data_bytes);
   const double machine = double(PhysicalMemoryBytes());
   if (needed > machine) {
@@ -95,7 +95,8 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   // NCCL's ranks are processes under mpirun, else threads of this one.
   const bool mpi =
-      options.backend == "mpi" || (options.backend == "nccl" && comm::mpi::LaunchedByMpirun());
+      options.backend == Backend::kMpi ||
+      (options.backend == Backend::kNccl && comm::mpi::LaunchedByMpirun());
   // Every process of an MPI job finds the same mistake; rank 0 says it.
   auto said_once = [mpi](const absl::Status& s) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
@@ -111,14 +112,14 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (absl::Status s = CheckBeforeTraining(options, ranks_here, writes_outputs); !s.ok()) {
     return said_once(s);
   }
-  if (options.device == "cuda") {
+  if (options.device == DeviceType::kCUDA) {
     // No GPU, or no CUDA in this build: the message says which.
     if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);
   }
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
   StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.timeout_s));
-  if (options.world() == 1 && options.zero == 0 && options.backend == "threads") {
+  if (options.world() == 1 && options.zero == 0 && options.backend == Backend::kThreads) {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));
@@ -133,7 +134,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   launch.world_size = options.world();
   launch.timeout = absl::Seconds(options.timeout_s);
   launch.comm.native_collectives = options.native_collectives;
-  if (options.backend == "nccl") {
+  if (options.backend == Backend::kNccl) {
     launch.world_transport = comm::nccl::WorldTransport;
     if (!mpi) {  // threads: one rank per GPU of this machine
       ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());
@@ -179,9 +180,9 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   }
   int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
   ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
-  if (options.report == "json") {
+  if (options.report == ReportFormat::kJson) {
     log << "\n" << ReportJson(report) << "\n";
-  } else if (options.report == "csv") {
+  } else if (options.report == ReportFormat::kCsv) {
     log << "\n" << ReportCsv(report);
   } else {
     log << "\n" << FormatReport(report);

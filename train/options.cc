@@ -2,12 +2,68 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace tally::train {
+
+const char* Name(Backend backend) {
+  switch (backend) {
+    case Backend::kThreads: return "threads";
+    case Backend::kMpi: return "mpi";
+    case Backend::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+const char* Name(OptimizerKind optimizer) { return optimizer == OptimizerKind::kAdamW ? "adamw" : "sgd"; }
+
+const char* Name(ReportFormat report) {
+  switch (report) {
+    case ReportFormat::kText: return "text";
+    case ReportFormat::kJson: return "json";
+    case ReportFormat::kCsv: return "csv";
+  }
+  return "?";
+}
+
+const char* Name(DeviceType device) { return device == DeviceType::kCPU ? "cpu" : "cuda"; }
+
+namespace {
+
+// The value of `choices` whose name is `name`, or "[flags] --flag must be a, b or c, got 'x'".
+template <typename T>
+absl::StatusOr<T> Choose(const char* flag, const std::string& name, std::initializer_list<T> choices) {
+  std::string words;
+  int i = 0;
+  for (T choice : choices) {
+    if (name == Name(choice)) return choice;
+    absl::StrAppend(&words, i == 0 ? "" : i + 1 == int(choices.size()) ? " or " : ", ", Name(choice));
+    ++i;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("[flags] --", flag, " must be ", words, ", got '", name, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<Backend> ParseBackend(const std::string& name) {
+  return Choose("backend", name, {Backend::kThreads, Backend::kMpi, Backend::kNccl});
+}
+absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name) {
+  return Choose("optimizer", name, {OptimizerKind::kAdamW, OptimizerKind::kSgd});
+}
+absl::StatusOr<ReportFormat> ParseReport(const std::string& name) {
+  return Choose("report", name, {ReportFormat::kText, ReportFormat::kJson, ReportFormat::kCsv});
+}
+absl::StatusOr<DeviceType> ParseDevice(const std::string& name) {
+  return Choose("device", name, {DeviceType::kCPU, DeviceType::kCUDA});
+}
+absl::StatusOr<comm::Algorithm> ParseAllReduce(const std::string& name) {
+  return Choose("allreduce", name, {comm::Algorithm::kRing, comm::Algorithm::kNaive});
+}
 
 TrainOptions TrainOptions::Resolved() const {
   TrainOptions o = *this;
@@ -42,10 +98,6 @@ absl::Status TrainOptions::Validate() const {
   if (absl::Status s = parallel::StageLayers(model.n_layer, pp, pp_layers).status(); !s.ok()) {
     return s;
   }
-  if (absl::Status s = parallel::ParsePipelineSchedule(schedule).status(); !s.ok()) return s;
-  if (report != "text" && report != "json" && report != "csv") {
-    return bad("--report must be text, json or csv, got '", report, "'");
-  }
   if (micro_batch_size < 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
   if (micro_batch_size == 0) {  // not given, and the global batch does not split over dp
     return bad("--global_batch_size (", global_batch_size, ") must be a multiple of --dp (", dp,
@@ -65,8 +117,8 @@ absl::Status TrainOptions::Validate() const {
                ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,
                " = ", per_micro_batch, ")");
   }
-  if (allreduce != "ring" && allreduce != "naive") {
-    return bad("--allreduce must be ring or naive, got '", allreduce, "'");
+  if (allreduce != comm::Algorithm::kRing && allreduce != comm::Algorithm::kNaive) {
+    return bad("--allreduce must be ring or naive, got '", comm::Name(allreduce), "'");
   }
   if (zero < 0 || zero > 3) return bad("--zero must be 0, 1, 2 or 3, got ", zero);
   if (!(bucket_mb > 0)) return bad("--bucket_mb must be positive, got ", bucket_mb);
@@ -76,9 +128,6 @@ absl::Status TrainOptions::Validate() const {
   if (warmup_steps < 0) return bad("--warmup_steps must be >= 0, got ", warmup_steps);
   if (!(weight_decay >= 0)) return bad("--weight_decay must be >= 0, got ", weight_decay);
   if (!(grad_clip >= 0)) return bad("--grad_clip must be >= 0 (0 turns clipping off), got ", grad_clip);
-  if (optimizer != "adamw" && optimizer != "sgd") {
-    return bad("--optimizer must be adamw or sgd, got '", optimizer, "'");
-  }
   if (eval_every < 0) return bad("--eval_every must be >= 0, got ", eval_every);
   if (eval_batches <= 0) return bad("--eval_batches must be positive, got ", eval_batches);
   if (sample_bytes < 0) return bad("--sample_bytes must be >= 0, got ", sample_bytes);
@@ -87,23 +136,19 @@ absl::Status TrainOptions::Validate() const {
   if (save_every < 0) return bad("--save_every must be >= 0, got ", save_every);
   if (save_every > 0 && save.empty()) return bad("--save_every needs --save=PATH");
   if (threads < 0) return bad("--threads must be >= 0 (0: every core), got ", threads);
-  if (backend != "threads" && backend != "mpi" && backend != "nccl") {
-    return bad("--backend must be threads, mpi or nccl, got '", backend, "'");
-  }
-  if (native_collectives && backend == "threads") {
+  if (native_collectives && backend == Backend::kThreads) {
     return bad(
         "--native_collectives needs --backend=mpi or nccl (the threads transport has only "
         "ring and naive)");
   }
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
-  if (device != "cpu" && device != "cuda") return bad("--device must be cpu or cuda, got '", device, "'");
-  if (tf32 && device != "cuda") return bad("--tf32 needs --device=cuda (it is cuBLAS's)");
-  if (device == "cuda" && backend == "mpi") {
+  if (tf32 && device != DeviceType::kCUDA) return bad("--tf32 needs --device=cuda (it is cuBLAS's)");
+  if (device == DeviceType::kCUDA && backend == Backend::kMpi) {
     return bad(
         "--device=cuda runs on --backend=threads (every rank on GPU 0) or --backend=nccl (a GPU "
         "per rank, under mpirun too); MPI moving GPU memory is not built");
   }
-  if (backend == "nccl" && device != "cuda") {
+  if (backend == Backend::kNccl && device != DeviceType::kCUDA) {
     return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
   }
   return absl::OkStatus();
@@ -136,7 +181,7 @@ std::vector<std::string> TrainOptions::Warnings() const {
 double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   const double c = model.n_embd, t = model.seq_len, v = model.vocab_size, l = model.n_layer;
   const double phi = (v + t + 2) * c + l * (12 * c * c + 13 * c);
-  const double state = optimizer == "adamw" ? 8 : 4;
+  const double state = optimizer == OptimizerKind::kAdamW ? 8 : 4;
   // Summed over the world: dp replicas of the model states, less what ZeRO shards.
   const double states = 4 * phi * (zero >= 3 ? 1 : dp) + 4 * phi * (zero >= 2 ? 1 : dp) +
                         state * phi * (zero >= 1 ? 1 : dp);

@@ -6,9 +6,30 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "model/config.h"
+#include "parallel/pipeline_schedule.h"
+#include "runtime/comm/types.h"
+#include "runtime/device.h"
 
 namespace tally::train {
+
+// The flags that name a choice are parsed once, into these (and comm::Algorithm,
+// parallel::PipelineSchedule, DeviceType); each has its flag's words.
+enum class Backend { kThreads, kMpi, kNccl };                // threads, mpi, nccl
+enum class OptimizerKind { kAdamW, kSgd };                    // adamw, sgd
+enum class ReportFormat { kText, kJson, kCsv };               // text, json, csv
+const char* Name(Backend backend);
+const char* Name(OptimizerKind optimizer);
+const char* Name(ReportFormat report);
+const char* Name(DeviceType device);
+// "[flags] --backend must be threads, mpi or nccl, got 'x'", and so on.
+absl::StatusOr<Backend> ParseBackend(const std::string& name);
+absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name);
+absl::StatusOr<ReportFormat> ParseReport(const std::string& name);
+absl::StatusOr<DeviceType> ParseDevice(const std::string& name);
+// --allreduce: ring or naive.
+absl::StatusOr<comm::Algorithm> ParseAllReduce(const std::string& name);
 
 struct TrainOptions {
   model::GPTConfig model;
@@ -20,7 +41,7 @@ struct TrainOptions {
   int64_t warmup_steps = 20;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;     // 0: no clipping
-  std::string optimizer = "adamw";  // adamw or sgd
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   uint64_t seed = 1337;
   std::string data;           // empty: the embedded corpus
   int64_t eval_every = 50;    // 0: no evaluation
@@ -34,7 +55,7 @@ struct TrainOptions {
 
   // Data parallelism (parallel/data_parallel.h).
   int dp = 1;                        // data-parallel ranks (threads of this process)
-  std::string allreduce = "ring";    // ring or naive (reduce to one rank, then broadcast)
+  comm::Algorithm allreduce = comm::Algorithm::kRing;  // or naive (reduce to one rank, then broadcast)
   double bucket_mb = 25;             // gradient bucket size, MiB
   std::string traffic_json;          // every rank's traffic and memory, as JSON
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
@@ -48,13 +69,13 @@ struct TrainOptions {
   // micro-batches run by `schedule` (gpipe or 1f1b).
   int pp = 1;
   std::vector<int> pp_layers;  // layers per stage; empty: balanced
-  std::string schedule = "1f1b";
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
   bool recompute = false;      // keep only each stage's input per micro-batch
   bool show_schedule = false;  // print the schedule's chart
   bool print_topology = false;  // every rank's coordinates and groups, before the run
   bool check_against_serial = false;  // also train one rank on the same batches, compare
   bool peer_matrix = false;    // print the bytes from every rank to every rank
-  std::string report = "text";  // the end-of-run report: text, json or csv
+  ReportFormat report = ReportFormat::kText;  // the end-of-run report
   std::string trace;           // a Chrome Trace Event file of every rank's run
 
   // Where the ranks run: "threads" (of this process), "mpi" (one process per rank,
@@ -62,7 +83,7 @@ struct TrainOptions {
   // the ranks are threads of this process, or processes under mpirun;
   // runtime/comm/nccl). With native_collectives (mpi, nccl) every collective is the
   // library's own and its bytes are modelled.
-  std::string backend = "threads";
+  Backend backend = Backend::kThreads;
   bool native_collectives = false;
   double timeout_s = 60;  // the longest any wait for a peer may take
 
@@ -72,7 +93,7 @@ struct TrainOptions {
   // on nccl rank r uses GPU r (of its machine, under mpirun); every strategy runs on
   // both; MPI moving GPU memory is not built. tf32: let cuBLAS use TF32 tensor cores for
   // fp32 matmuls (CUDA only).
-  std::string device = "cpu";
+  DeviceType device = DeviceType::kCPU;
   bool tf32 = false;
 
   // The most ranks a run may have (dp x tp x pp).

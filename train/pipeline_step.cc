@@ -14,7 +14,7 @@ namespace tally::train {
 absl::Status Trainer::SetUpPipeline() {
   const TrainOptions& o = options_;
   stage_ = pp_->rank();
-  ASSIGN_OR_RETURN(schedule_, parallel::ParsePipelineSchedule(o.schedule));
+  schedule_ = o.schedule;
   // gpipe keeps every micro-batch in flight; 1f1b at most the stages from here on.
   const int m = o.accumulation_steps();
   slots_ = schedule_ == parallel::PipelineSchedule::kGPipe ? m : std::min(m, o.pp - stage_);

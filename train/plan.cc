@@ -105,7 +105,7 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.sequence_parallel = in.sequence_parallel;
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
-  o.allreduce = in.allreduce == Algorithm::kRing ? "ring" : "naive";
+  o.allreduce = in.allreduce;
   return o;
 }
 

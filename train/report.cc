@@ -106,7 +106,7 @@ std::string PipelineTable(const ReportInputs& in) {
   std::string out = absl::StrFormat(
       "\npipeline (%s, %d stages, %d micro-batches of %d%s): time per step; the bubble is the idle "
       "share of the schedule's time, theory (N-1)/(m+N-1) = %.3f\n%-6s %-8s %10s %10s %8s\n",
-      o.schedule, o.pp, m, o.micro_batch_size, o.recompute ? ", recompute" : "",
+      parallel::Name(o.schedule), o.pp, m, o.micro_batch_size, o.recompute ? ", recompute" : "",
       parallel::TheoreticalBubble(o.pp, m), "stage", "layers", "busy ms", "idle ms", "bubble");
   const double steps = double(std::max<int64_t>(1, in.steps));
   for (int r = 0; r < int(in.step_nanos.size()); ++r) {
@@ -241,9 +241,9 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
   w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
-  w.Key("allreduce").String(o.allreduce).Key("bucket_mb").Double(o.bucket_mb);
+  w.Key("allreduce").String(comm::Name(o.allreduce)).Key("bucket_mb").Double(o.bucket_mb);
   w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
-  w.Key("schedule").String(o.schedule).Key("recompute").Bool(o.recompute);
+  w.Key("schedule").String(parallel::Name(o.schedule)).Key("recompute").Bool(o.recompute);
   w.Key("zero").Int(o.zero);
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();

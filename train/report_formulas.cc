@@ -237,7 +237,7 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const int dp_rank = o.dp_rank(rank);
   const model::ParameterLayout layout = StageLayout(o, rank);
   const int64_t phi = layout.total();
-  const int64_t state_per_element = o.optimizer == "adamw" ? 8 : 4;
+  const int64_t state_per_element = o.optimizer == OptimizerKind::kAdamW ? 8 : 4;
   MemoryFormula f;
   if (o.zero == 0) return {4 * phi, 4 * phi, state_per_element * phi};
   const parallel::Sharding sharding(parallel::ZeroUnits(layout, o.zero), o.dp, dp_rank);

@@ -37,7 +37,7 @@ absl::Status CopyState(optim::Optimizer& from, optim::Optimizer& to) {
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc) {
-  if (options.optimizer == "adamw") {
+  if (options.optimizer == OptimizerKind::kAdamW) {
     optim::AdamWOptions adam;
     adam.weight_decay = options.weight_decay;
     ASSIGN_OR_RETURN(auto opt, optim::AdamW::Create(adam, size, alloc));
@@ -57,7 +57,7 @@ Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communic
       // On the GPU of the rank's transport (NCCL: one per rank); every rank of the threads
       // backend on GPU 0, which they share.
       model_alloc_(alloc_.ledger(),
-                   options.device == "cuda"
+                   options.device == DeviceType::kCUDA
                        ? Device{DeviceType::kCUDA, world != nullptr ? std::max(0, world->gpu()) : 0}
                        : Device::CPU()) {}
 
@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   t->sharding_ = parallel::TensorParallel(t->tp_.get(), options.sequence_parallel,
                                           t->model_alloc_.device());
   const parallel::TensorParallel& tp = t->sharding_;
-  ASSIGN_OR_RETURN(comm::Algorithm algorithm, comm::ParseAlgorithm(options.allreduce));
+  const comm::Algorithm algorithm = options.allreduce;
   ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
                    parallel::StageLayers(options.model.n_layer, options.pp, options.pp_layers));
   const model::Stage stage{stages[pp_rank].begin, stages[pp_rank].end};
@@ -235,7 +235,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
 
 bool Trainer::Evaluates() const {
   if (pp_ != nullptr) return true;  // every stage holds part of the model
-  if (zero_ != nullptr && zero_->stage() == 3) return true;
+  if (zero_ != nullptr && zero_->zero_stage() == 3) return true;
   if (tp_ != nullptr) return options_.dp_rank(world_->rank()) == 0;  // dp rank 0's tp group
   return logs();
 }
@@ -365,7 +365,7 @@ absl::Status Trainer::Run(std::ostream& out) {
   if (options_.pp > 1) {
     const int m = options_.accumulation_steps();
     log << absl::StrFormat("pipeline: %d stages, %s, %d micro-batches of %d per step%s\n", options_.pp,
-                           options_.schedule, m, options_.micro_batch_size,
+                           parallel::Name(options_.schedule), m, options_.micro_batch_size,
                            options_.recompute ? ", recompute" : "");
     if (options_.show_schedule) {
       log << "schedule, one slot per forward (F) and per backward (B) of a micro-batch:\n"

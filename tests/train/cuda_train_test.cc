@@ -19,7 +19,7 @@
 namespace tally::train {
 namespace {
 
-TrainOptions Small(const std::string& device) {
+TrainOptions Small(DeviceType device) {
   TrainOptions o;
   o.model.n_layer = 2;
   o.model.n_head = 4;
@@ -44,8 +44,8 @@ void SkipWithoutGpu() {
 TEST(CudaTrain, FiveStepsMatchTheCpuRun) {
   SkipWithoutGpu();
   if (::testing::Test::IsSkipped()) return;
-  auto cpu = Trainer::Create(Small("cpu"));
-  auto gpu = Trainer::Create(Small("cuda"));
+  auto cpu = Trainer::Create(Small(DeviceType::kCPU));
+  auto gpu = Trainer::Create(Small(DeviceType::kCUDA));
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   for (int64_t k = 0; k < 5; ++k) {
@@ -65,7 +65,7 @@ TEST(CudaTrain, FiveStepsMatchTheCpuRun) {
 TEST(CudaTrain, Tf32TrainsAndSamples) {
   SkipWithoutGpu();
   if (::testing::Test::IsSkipped()) return;
-  TrainOptions o = Small("cuda");
+  TrainOptions o = Small(DeviceType::kCUDA);
   o.tf32 = true;
   o.steps = 20;
   o.lr = 3e-3f;
@@ -135,13 +135,13 @@ RunResult RunGrid(TrainOptions o, const Grid& g) {
 void CheckGrid(TrainOptions o, const Grid& g) {
   o.steps = 3;
   TrainOptions one = o;
-  one.backend = "threads";
+  one.backend = Backend::kThreads;
   const RunResult single = RunRanks(one);
   const RunResult gpu = RunGrid(o, g);
   ExpectLossesNear(gpu, single);
   if (g.native_collectives) return;
-  o.device = "cpu";
-  o.backend = "threads";
+  o.device = DeviceType::kCPU;
+  o.backend = Backend::kThreads;
   ExpectSameBytes(gpu, RunGrid(o, Grid{g.dp, g.tp, g.pp, g.zero, g.sequence_parallel}));
 }
 
@@ -152,7 +152,7 @@ class CudaGrid : public ::testing::TestWithParam<Grid> {};
 TEST_P(CudaGrid, MatchesOneGpuAndBooksTheCpuBytes) {
   SkipWithoutGpu();
   if (::testing::Test::IsSkipped()) return;
-  CheckGrid(Small("cuda"), GetParam());
+  CheckGrid(Small(DeviceType::kCUDA), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(OneGpu, CudaGrid,
@@ -174,8 +174,8 @@ TEST_P(NcclGrid, MatchesOneGpuAndBooksTheCpuBytes) {
   if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
   const int world = g.dp * g.tp * g.pp;
   if (*gpus < world) GTEST_SKIP() << "needs " << world << " GPUs, this machine has " << *gpus;
-  TrainOptions o = Small("cuda");
-  o.backend = "nccl";
+  TrainOptions o = Small(DeviceType::kCUDA);
+  o.backend = Backend::kNccl;
   CheckGrid(o, g);
 }
 
@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(GpuPerRank, NcclGrid,
 TEST(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
   SkipWithoutGpu();
   if (::testing::Test::IsSkipped()) return;
-  TrainOptions o = Small("cuda");
+  TrainOptions o = Small(DeviceType::kCUDA);
   o.dp = 2;
   o.zero = 3;
   o.steps = 4;
@@ -201,7 +201,7 @@ TEST(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
   TrainAndSave(o, 2, path);
   o.load = path;
   const std::vector<float> gpu = Resume(o);
-  o.device = "cpu";
+  o.device = DeviceType::kCPU;
   const std::vector<float> cpu = Resume(o);
   ASSERT_EQ(gpu.size(), 2u);
   ASSERT_EQ(cpu.size(), 2u);
@@ -213,16 +213,16 @@ TEST(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
 }
 
 TEST(CudaTrain, WhatTheGpuDoesNotRunIsAClearError) {
-  TrainOptions o = Small("cuda");
-  o.backend = "mpi";
+  TrainOptions o = Small(DeviceType::kCUDA);
+  o.backend = Backend::kMpi;
   absl::Status s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "MPI moving GPU memory is not built")) << s;
-  o = Small("cpu");
+  o = Small(DeviceType::kCPU);
   o.tf32 = true;
   s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "--tf32 needs --device=cuda")) << s;
-  o = Small("cpu");
-  o.backend = "nccl";
+  o = Small(DeviceType::kCPU);
+  o.backend = Backend::kNccl;
   s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "--backend=nccl needs --device=cuda")) << s;
 }

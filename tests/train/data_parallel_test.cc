@@ -30,7 +30,7 @@ TrainOptions Tiny(int dp, const std::string& allreduce) {
   o.global_batch_size = 12;
   o.micro_batch_size = 1;  // 12 / dp micro-batches per rank: accumulation everywhere
   o.dp = dp;
-  o.allreduce = allreduce;
+  o.allreduce = ParseAllReduce(allreduce).value();
   o.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them
   return o;
 }
@@ -53,7 +53,7 @@ TEST_P(DataParallelTest, MatchesTheSingleRankRunAndTheExactBytes) {
   }
   // Bytes: the gradient sum is booked under (dp, all_reduce, backward), exactly the
   // per-bucket formula times the steps, on every rank.
-  comm::Algorithm algorithm = allreduce == "ring" ? comm::Algorithm::kRing : comm::Algorithm::kNaive;
+  const comm::Algorithm algorithm = ParseAllReduce(allreduce).value();
   int64_t phi = o.model.NumParams();
   ASSERT_EQ(phi, 4070);
   for (int r = 0; r < dp; ++r) {
@@ -97,7 +97,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
   RunResult zero = RunRanks(o);
   ExpectSameRun(zero, Serial());
 
-  comm::Algorithm algorithm = allreduce == "ring" ? comm::Algorithm::kRing : comm::Algorithm::kNaive;
+  const comm::Algorithm algorithm = ParseAllReduce(allreduce).value();
   const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
   const int64_t phi = layout.total();
   const int micro_batches = o.accumulation_steps();
@@ -228,8 +228,10 @@ TEST(DataParallelOptions, BadValuesAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--dp must be >= 1"));
   o = Tiny(5, "ring");  // 12 sequences cannot be shared by 5 ranks
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of --dp x --micro_batch_size"));
-  o = Tiny(2, "tree");
-  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--allreduce must be ring or naive"));
+  EXPECT_TRUE(absl::StrContains(ParseAllReduce("tree").status().message(), "--allreduce must be ring or naive"));
+  o = Tiny(2, "ring");
+  o.allreduce = comm::Algorithm::kNative;  // MPI's and NCCL's own: not an --allreduce
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--allreduce must be ring or naive, got 'native'"));
   o = Tiny(2, "ring");
   o.zero = 4;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--zero must be 0, 1, 2 or 3"));

@@ -18,7 +18,7 @@ namespace {
 // 4 layers, so that pp = 4 puts one on each stage; 8 sequences a step.
 TrainOptions Layers4(int pp, int micro_batches) {
   TrainOptions o = ShortRun();
-  o.optimizer = "sgd";  // parameters compared: see tensor_parallel_test.cc
+  o.optimizer = OptimizerKind::kSgd;  // parameters compared: see tensor_parallel_test.cc
   o.model.n_layer = 4;
   o.model.n_head = 2;
   o.model.n_embd = 16;
@@ -43,7 +43,7 @@ class PipelineTest : public ::testing::TestWithParam<std::tuple<int, int, std::s
 TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
   auto [pp, m, schedule, recompute] = GetParam();
   TrainOptions o = Layers4(pp, m);
-  o.schedule = schedule;
+  o.schedule = parallel::ParsePipelineSchedule(schedule).value();
   o.recompute = recompute;
   if (pp == 1 && recompute) {
     EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--recompute"));
@@ -90,7 +90,7 @@ TEST(PipelineMemory, OneFOneBAndRecomputeHoldFewerActivations) {
   auto stage0 = [](const std::string& schedule, bool recompute) {
     TrainOptions o = Layers4(2, 8);
     o.steps = 1;
-    o.schedule = schedule;
+    o.schedule = parallel::ParsePipelineSchedule(schedule).value();
     o.recompute = recompute;
     return RunRanks(o).memory[0].peak(MemoryCategory::kActivations);
   };
@@ -109,9 +109,8 @@ TEST(PipelineOptions, BadValuesAreClearErrors) {
   o = Layers4(2, 1);
   o.micro_batch_size = 3;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of"));
-  o = Layers4(2, 1);
-  o.schedule = "interleaved";
-  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--schedule must be gpipe or 1f1b"));
+  EXPECT_TRUE(absl::StrContains(parallel::ParsePipelineSchedule("interleaved").status().message(),
+                                "--schedule must be gpipe or 1f1b"));
 }
 
 }  // namespace

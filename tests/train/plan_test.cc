@@ -69,7 +69,7 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   o.eval_every = 0;
   o.sample_bytes = 0;
   o.threads = 1;
-  o.schedule = schedule;
+  o.schedule = parallel::ParsePipelineSchedule(schedule).value();
   RunResult run = RunRanks(o);
   // The busiest rank's bytes in the rows a strategy makes.
   auto measured = [&](auto match) {

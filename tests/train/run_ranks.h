@@ -41,11 +41,11 @@ inline RunResult RunRanks(const TrainOptions& o) {
   comm::LaunchOptions launch;
   launch.world_size = o.world();
   launch.comm.native_collectives = o.native_collectives;
-  if (o.backend == "nccl") launch.world_transport = comm::nccl::WorldTransport;
+  if (o.backend == Backend::kNccl) launch.world_transport = comm::nccl::WorldTransport;
   SetIntraOpThreads(o, o.world());
   // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank, and
   // NCCL makes its communicators even for one.
-  const bool communicate = o.world() > 1 || o.zero > 0 || o.backend == "nccl";
+  const bool communicate = o.world() > 1 || o.zero > 0 || o.backend == Backend::kNccl;
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, communicate ? &world : nullptr));
     world.ledger().Clear();  // count the steps only

@@ -29,7 +29,7 @@ namespace {
 // compared by their losses.
 TrainOptions Small(int dp, int tp) {
   TrainOptions o = ShortRun();
-  o.optimizer = "sgd";
+  o.optimizer = OptimizerKind::kSgd;
   o.model.n_layer = 2;
   o.model.n_head = 12;
   o.model.n_embd = 24;
@@ -76,7 +76,7 @@ const RunResult& Serial() {
 }
 
 TrainOptions WithAdamW(TrainOptions o) {
-  o.optimizer = "adamw";
+  o.optimizer = OptimizerKind::kAdamW;
   o.lr = 1e-3f;
   return o;
 }

@@ -16,7 +16,7 @@ namespace {
 
 TrainOptions Model(int global_batch) {
   TrainOptions o = ShortRun();
-  o.optimizer = "sgd";  // parameters compared: see tensor_parallel_test.cc
+  o.optimizer = OptimizerKind::kSgd;  // parameters compared: see tensor_parallel_test.cc
   o.model.n_layer = 4;
   o.model.n_head = 4;
   o.model.n_embd = 16;
@@ -41,7 +41,7 @@ TrainOptions On(const Grid& g, int global_batch) {
   o.pp = g.pp;
   o.zero = g.zero;
   o.sequence_parallel = g.sequence_parallel;
-  o.schedule = g.schedule;
+  o.schedule = parallel::ParsePipelineSchedule(g.schedule).value();
   o.pp_layers = g.pp_layers;
   o.recompute = g.recompute;
   o.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets

@@ -156,7 +156,7 @@ TEST(Trainer, BadCheckpointsAreClearErrors) {
   deeper.model.n_layer = 3;
   EXPECT_TRUE(absl::StrContains(load(bytes, deeper).message(), "has no tensor 'h.2.ln_1.weight'"));
   TrainOptions sgd = o;
-  sgd.optimizer = "sgd";
+  sgd.optimizer = OptimizerKind::kSgd;
   EXPECT_TRUE(absl::StrContains(load(bytes, sgd).message(), "holds adamw state"));
   EXPECT_TRUE(absl::StrContains(Trainer::Create([&] { auto x = o; x.load = "/no/such.ckpt"; return x; }())
                                     .status().message(), "cannot open"));
@@ -175,7 +175,6 @@ TEST(TrainOptions, EveryBadValueHasItsMessage) {
       {[](TrainOptions& o) { o.micro_batch_size = 3; }, "must be a multiple of --dp x --micro_batch_size"},
       {[](TrainOptions& o) { o.global_batch_size = 0; }, "--global_batch_size must be positive"},
       {[](TrainOptions& o) { o.lr = 0; }, "--lr must be positive"},
-      {[](TrainOptions& o) { o.optimizer = "lamb"; }, "--optimizer must be adamw or sgd"},
       {[](TrainOptions& o) { o.top_k = 300; }, "--top_k must be in [0, 256]"},
       {[](TrainOptions& o) { o.save_every = 5; }, "--save_every needs --save"},
   };
@@ -186,6 +185,23 @@ TEST(TrainOptions, EveryBadValueHasItsMessage) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_TRUE(absl::StrContains(s.message(), c.message)) << s;
   }
+}
+
+// The flags that name a choice are parsed once, each with its words in the message.
+TEST(TrainOptions, ChoicesAreParsedOnceWithTheirWords) {
+  EXPECT_EQ(ParseOptimizer("lamb").status().message(), "[flags] --optimizer must be adamw or sgd, got 'lamb'");
+  EXPECT_EQ(ParseBackend("gloo").status().message(),
+            "[flags] --backend must be threads, mpi or nccl, got 'gloo'");
+  EXPECT_EQ(ParseReport("xml").status().message(), "[flags] --report must be text, json or csv, got 'xml'");
+  EXPECT_EQ(ParseDevice("tpu").status().message(), "[flags] --device must be cpu or cuda, got 'tpu'");
+  EXPECT_EQ(ParseAllReduce("native").status().message(),
+            "[flags] --allreduce must be ring or naive, got 'native'");
+  EXPECT_EQ(ParseBackend("nccl").value(), Backend::kNccl);
+  EXPECT_EQ(ParseOptimizer("sgd").value(), OptimizerKind::kSgd);
+  EXPECT_EQ(ParseReport("csv").value(), ReportFormat::kCsv);
+  EXPECT_EQ(ParseDevice("cuda").value(), DeviceType::kCUDA);
+  EXPECT_EQ(ParseAllReduce("naive").value(), comm::Algorithm::kNaive);
+  EXPECT_STREQ(Name(ParseBackend("mpi").value()), "mpi");
 }
 
 }  // namespace
