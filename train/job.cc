@@ -147,7 +147,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     }
   }
   auto rank_main = [&](comm::Communicator& world) -> absl::Status {
-    if (world.rank() == 0 && options.print_topology) log << FormatTopology(options);
+    if (world.rank() == 0 && options.print_topology) log << options.topology().Describe();
     world.ledger().set_tracing(!options.trace.empty());
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     trainer->set_stop(&stop);

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/topology.h"
 #include "runtime/comm/types.h"
 #include "runtime/device.h"
 
@@ -100,11 +101,8 @@ struct TrainOptions {
   static constexpr int64_t kMaxRanks = 4096;
 
   int world() const { return dp * tp * pp; }
-  // A world rank's place in the grid, tp varying fastest, then dp, then pp (Megatron's
-  // order: a tensor-parallel group is neighbouring ranks).
-  int tp_rank(int world_rank) const { return world_rank % tp; }
-  int dp_rank(int world_rank) const { return world_rank / tp % dp; }
-  int pp_rank(int world_rank) const { return world_rank / (tp * dp); }
+  // The grid: every rank's (dp, tp, pp) coordinates and groups (parallel/topology.h).
+  parallel::Topology topology() const { return parallel::Topology(dp, tp, pp); }
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;

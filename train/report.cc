@@ -47,30 +47,6 @@ std::string Range(int64_t lo, int64_t hi) {
 
 }  // namespace
 
-std::string FormatTopology(const TrainOptions& o) {
-  std::string out = absl::StrFormat(
-      "topology: world %d = dp %d x pp %d x tp %d (tp varies fastest, then dp, then pp)\n",
-      o.world(), o.dp, o.pp, o.tp);
-  // The members of a group: the ranks `same` accepts (those that differ from the rank
-  // only along the group's dimension).
-  auto members = [&](auto same) {
-    std::vector<std::string> ranks;
-    for (int q = 0; q < o.world(); ++q) {
-      if (same(q)) ranks.push_back(absl::StrCat(q));
-    }
-    return absl::StrCat("[", absl::StrJoin(ranks, " "), "]");
-  };
-  for (int r = 0; r < o.world(); ++r) {
-    const int dp = o.dp_rank(r), pp = o.pp_rank(r), tp = o.tp_rank(r);
-    out += absl::StrFormat(
-        "rank %d: dp %d pp %d tp %d | dp group %s | tp group %s | pp group %s\n", r, dp, pp, tp,
-        members([&](int q) { return o.pp_rank(q) == pp && o.tp_rank(q) == tp; }),
-        members([&](int q) { return o.pp_rank(q) == pp && o.dp_rank(q) == dp; }),
-        members([&](int q) { return o.dp_rank(q) == dp && o.tp_rank(q) == tp; }));
-  }
-  return out;
-}
-
 std::string TimeTable(const ReportInputs& in) {
   const double steps = double(std::max<int64_t>(1, in.steps));
   std::string out = absl::StrFormat(
@@ -110,11 +86,12 @@ std::string PipelineTable(const ReportInputs& in) {
       parallel::TheoreticalBubble(o.pp, m), "stage", "layers", "busy ms", "idle ms", "bubble");
   const double steps = double(std::max<int64_t>(1, in.steps));
   for (int r = 0; r < int(in.step_nanos.size()); ++r) {
-    if (o.dp_rank(r) != 0 || o.tp_rank(r) != 0) continue;  // one row per stage
-    const parallel::LayerRange layers = stages[o.pp_rank(r)];
+    const parallel::GridCoordinates at = o.topology().Of(r);
+    if (at.dp != 0 || at.tp != 0) continue;  // one row per stage
+    const parallel::LayerRange layers = stages[at.pp];
     const double step_ms = double(in.step_nanos[r]) / 1e6 / steps;
     const double busy_ms = double(in.busy_nanos[r]) / 1e6 / steps;
-    out += absl::StrFormat("%-6d %-8s %10.1f %10.1f %8.3f\n", o.pp_rank(r),
+    out += absl::StrFormat("%-6d %-8s %10.1f %10.1f %8.3f\n", at.pp,
                            absl::StrCat(layers.begin, "-", layers.end - 1), busy_ms,
                            step_ms - busy_ms, step_ms > 0 ? 1.0 - busy_ms / step_ms : 0.0);
   }
@@ -250,8 +227,9 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("steps").Int(in.steps);
   w.Key("ranks").BeginArray();
   for (size_t r = 0; r < in.traffic.size(); ++r) {
-    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(o.dp_rank(int(r)));
-    w.Key("tp").Int(o.tp_rank(int(r))).Key("pp").Int(o.pp_rank(int(r)));
+    const parallel::GridCoordinates at = o.topology().Of(int(r));
+    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(at.dp);
+    w.Key("tp").Int(at.tp).Key("pp").Int(at.pp);
     std::map<comm::LedgerKey, comm::TransferTotals> totals;
     for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
       totals[key_peer.first].bytes_sent += t.bytes_sent;

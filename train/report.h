@@ -42,8 +42,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);
 // A pipeline stage boundary's point-to-point row (activations forward, gradients back).
 bool IsPipelineBoundary(const comm::LedgerKey& key);
-// Every rank's (dp, pp, tp) coordinates and the members of each of its groups.
-std::string FormatTopology(const TrainOptions& options);
+
 // Per rank, time per step: the whole step; held up in communication calls (collectives,
 // and the waits of sends and receives); idle at a pipeline boundary (the bubble); the
 // rest, compute.

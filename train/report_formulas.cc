@@ -27,8 +27,9 @@ int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 
 // The parameters world rank `rank` holds: its tensor-parallel part of its stage's layers.
 model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
   const parallel::LayerRange layers =
-      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value()[o.pp_rank(rank)];
-  return model::ParameterLayout::ForGPT(o.model, o.tp, o.tp_rank(rank), layers.begin, layers.end);
+      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value()[o.topology().Of(rank).pp];
+  return model::ParameterLayout::ForGPT(o.model, o.tp, o.topology().Of(rank).tp, layers.begin,
+                                        layers.end);
 }
 
 // The per-token replicas' elements in the gradients the optimizer of world rank `rank`
@@ -37,7 +38,7 @@ int64_t PerTokenElements(const TrainOptions& o, int rank) {
   const model::ParameterLayout layout = StageLayout(o, rank);
   std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
   if (o.zero >= 1) {
-    const parallel::Sharding shard(parallel::ZeroUnits(layout, o.zero), o.dp, o.dp_rank(rank));
+    const parallel::Sharding shard(parallel::ZeroUnits(layout, o.zero), o.dp, o.topology().Of(rank).dp);
     std::vector<model::TensorRange> mine;
     for (const parallel::Sharding::Piece& p : shard.pieces()) {
       for (const model::TensorRange& r : model::RangesIn(ranges, p.own.offset, p.own.end())) {
@@ -141,7 +142,8 @@ std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
 
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
   const TrainOptions& o = in.options;
-  const int dp_rank = o.dp_rank(rank), tp_rank = o.tp_rank(rank), pp_rank = o.pp_rank(rank);
+  const parallel::GridCoordinates at = o.topology().Of(rank);
+  const int dp_rank = at.dp, tp_rank = at.tp, pp_rank = at.pp;
   auto scalar = [&](int group_size, int group_rank, size_t element) {  // one value a step
     return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, group_size,
                                          group_rank, -1, 1, element).sent;
@@ -158,7 +160,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     // wte's gradient between the first stage (rank 0 of the group) and the last; under
     // ZeRO-2/3 the dp rank's chunk of it.
     int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
-    if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, o.dp_rank(rank)).count;
+    if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, dp_rank).count;
     return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
                                          pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
   }
@@ -234,7 +236,7 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
 }
 
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
-  const int dp_rank = o.dp_rank(rank);
+  const int dp_rank = o.topology().Of(rank).dp;
   const model::ParameterLayout layout = StageLayout(o, rank);
   const int64_t phi = layout.total();
   const int64_t state_per_element = o.optimizer == OptimizerKind::kAdamW ? 8 : 4;

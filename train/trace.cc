@@ -39,8 +39,8 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
   std::map<std::tuple<int, int, std::string>, Ends> flows;
   for (int r = 0; r < int(ledgers.size()); ++r) {
     metadata("process_name", r, 0,
-             absl::StrCat("rank ", r, " (dp ", o.dp_rank(r), ", pp ", o.pp_rank(r), ", tp ",
-                          o.tp_rank(r), ")"));
+             absl::StrCat("rank ", r, " (dp ", o.topology().Of(r).dp, ", pp ", o.topology().Of(r).pp,
+                          ", tp ", o.topology().Of(r).tp, ")"));
     metadata("thread_name", r, kComputeTrack, "compute");
     metadata("thread_name", r, kCommTrack, "communication");
     for (const Trainer::Span& s : spans[r]) {

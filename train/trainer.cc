@@ -78,25 +78,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world == nullptr) SetIntraOpThreads(options, 1);
 
   int pp_rank = 0;
-  if (world != nullptr) {
-    // The grid (options.h): tp varies fastest, then dp, then pp. A dp group holds the
-    // same part of the model; a tp group splits one stage of one replica; a pp group is
-    // the stages of one replica's tensor-parallel part.
-    const int rank = world->rank(), tp_rank = options.tp_rank(rank);
-    const int dp_rank = options.dp_rank(rank);
-    pp_rank = options.pp_rank(rank);
-    if (options.dp > 1 || options.zero > 0) {
-      ASSIGN_OR_RETURN(t->dp_, world->Split(pp_rank * options.tp + tp_rank, rank, "dp"));
-    }
-    if (options.tp > 1) {
-      ASSIGN_OR_RETURN(t->tp_, world->Split(pp_rank * options.dp + dp_rank, rank, "tp"));
-    }
-    if (options.pp > 1) {
-      const int replica = dp_rank * options.tp + tp_rank;
-      ASSIGN_OR_RETURN(t->pp_, world->Split(replica, rank, "pp"));
-      const bool tied = pp_rank == 0 || pp_rank == options.pp - 1;
-      ASSIGN_OR_RETURN(t->embedding_group_, world->Split(tied ? replica : -1, rank, "embedding"));
-    }
+  if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
+    const parallel::Topology grid = options.topology();
+    pp_rank = grid.Of(world->rank()).pp;
+    ASSIGN_OR_RETURN(parallel::Topology::Groups groups,
+                     grid.Split(*world, /*dp_group=*/options.dp > 1 || options.zero > 0));
+    t->dp_ = std::move(groups.dp);
+    t->tp_ = std::move(groups.tp);
+    t->pp_ = std::move(groups.pp);
+    t->embedding_group_ = std::move(groups.embedding);
   }
   t->sharding_ = parallel::TensorParallel(t->tp_.get(), options.sequence_parallel,
                                           t->model_alloc_.device());
@@ -236,7 +226,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
 bool Trainer::Evaluates() const {
   if (pp_ != nullptr) return true;  // every stage holds part of the model
   if (zero_ != nullptr && zero_->zero_stage() == 3) return true;
-  if (tp_ != nullptr) return options_.dp_rank(world_->rank()) == 0;  // dp rank 0's tp group
+  if (tp_ != nullptr) return options_.topology().Of(world_->rank()).dp == 0;  // dp rank 0's tp group
   return logs();
 }
 

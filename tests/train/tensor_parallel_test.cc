@@ -158,7 +158,7 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
   RunResult run = RunRanks(o);
   ExpectSameRun(run, Serial());
   for (int rank = 0; rank < o.world(); ++rank) {
-    const int dp_rank = o.dp_rank(rank), tp_rank = o.tp_rank(rank);
+    const int dp_rank = o.topology().Of(rank).dp, tp_rank = o.topology().Of(rank).tp;
     const model::ParameterLayout part = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank);
     auto sent = [&](comm::Primitive p) {
       return run.traffic[rank].Sum([&](const comm::LedgerKey& k) {
