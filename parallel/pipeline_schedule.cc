@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -12,6 +13,31 @@ absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name) 
   if (name == "1f1b") return PipelineSchedule::k1F1B;
   return absl::InvalidArgumentError(
       absl::StrCat("[flags] --schedule must be gpipe or 1f1b, got '", name, "'"));
+}
+
+std::string BoundaryScope(int from, int to) { return absl::StrCat("stage", from, "->", to); }
+
+std::optional<std::pair<int, int>> ParseBoundaryScope(std::string_view scope) {
+  constexpr std::string_view kPrefix = "stage";
+  if (scope.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  const size_t arrow = scope.find("->");
+  int from = 0, to = 0;
+  if (arrow == std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(scope.substr(kPrefix.size(), arrow - kPrefix.size())), &from) ||
+      !absl::SimpleAtoi(std::string(scope.substr(arrow + 2)), &to)) {
+    return std::nullopt;
+  }
+  return std::make_pair(from, to);
+}
+
+bool IsPipelineBoundary(const comm::LedgerKey& key) {
+  return key.group == "pp" && key.primitive == comm::Primitive::kSendRecv &&
+         ParseBoundaryScope(key.label).has_value() &&
+         (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
+}
+
+int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split) {
+  return replica_sequences * seq_len * n_embd * 4 / sequence_split;
 }
 
 const char* Name(PipelineSchedule schedule) {

@@ -15,14 +15,34 @@
 //   std::cout << ScheduleChart(Simulate(PipelineSchedule::k1F1B, 4, m));
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/comm/ledger.h"
 
 namespace tally::parallel {
 
 enum class PipelineSchedule { kGPipe, k1F1B };
+
+// The ledger scope of a boundary's transfer: stage `from` sends to stage `to` of the
+// same replica ("stage0->1": activations, forward; "stage1->0": their gradients,
+// backward).
+std::string BoundaryScope(int from, int to);
+// The (from, to) stages of a boundary scope; nullopt for any other scope.
+std::optional<std::pair<int, int>> ParseBoundaryScope(std::string_view scope);
+// Whether a ledger row is a boundary's transfer (group pp, send/recv, forward or backward).
+bool IsPipelineBoundary(const comm::LedgerKey& key);
+// Bytes each boundary carries each way in a step: every micro-batch's (b, s, h)
+// activations forward and their gradients back, so `replica_sequences`·s·h·4 for the
+// replica's share of the global batch, whatever the micro-batch count; under sequence
+// parallelism each tensor-parallel rank sends its part of the sequence (`sequence_split`
+// = tp, else 1).
+int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split);
 
 // "gpipe" or "1f1b".
 absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name);

@@ -216,4 +216,64 @@ absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
   return absl::OkStatus();
 }
 
+namespace {
+
+// One micro-batch's collectives under one scope ("layer" for every layer's attn and mlp).
+struct ScopeCollective {
+  const char* scope;
+  comm::Primitive primitive;
+  bool per_row;  // one float per row (cross-entropy), else the (rows, n_embd) activations
+};
+
+std::vector<ScopeCollective> MicroBatchCollectives(bool sequence_parallel, bool forward) {
+  using comm::Primitive;
+  const Primitive ar = Primitive::kAllReduce, ag = Primitive::kAllGather;
+  const Primitive rs = Primitive::kReduceScatter;
+  if (!sequence_parallel) {
+    if (forward) {
+      return {{"layer", ar, false}, {"embedding", ar, false}, {"cross_entropy", ar, true},
+              {"cross_entropy", ar, true}, {"cross_entropy", ar, true}};
+    }
+    return {{"layer", ar, false}, {"lm_head", ar, false}};
+  }
+  if (forward) {
+    return {{"layer", ag, false},        {"layer", rs, false},         {"embedding", rs, false},
+            {"lm_head", ag, false},      {"cross_entropy", ar, true},  {"cross_entropy", ar, true},
+            {"cross_entropy", ar, true}};
+  }
+  return {{"layer", ag, false}, {"layer", rs, false}, {"embedding", ag, false}, {"lm_head", rs, false}};
+}
+
+}  // namespace
+
+std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParallelStep& step,
+                                                              const std::string& scope,
+                                                              comm::Primitive primitive,
+                                                              comm::Phase phase) {
+  using comm::Phase;
+  if (primitive == comm::Primitive::kAllReduce) {
+    if (scope == "grad_norm" && phase == Phase::kOptimizer) return TensorParallelCalls{1, 1, 8};
+    if (scope == "sequence_parallel" && phase == Phase::kBackward) {
+      return TensorParallelCalls{1, step.per_token_elements};
+    }
+  }
+  const bool forward = phase == Phase::kForward, backward = phase == Phase::kBackward;
+  if (!forward && !backward) return std::nullopt;
+  const std::string kind = scope.rfind("layer", 0) == 0 ? "layer" : scope;
+  int64_t calls = 0;
+  bool per_row = false;
+  auto count = [&](bool forward_list) {
+    for (const ScopeCollective& c : MicroBatchCollectives(step.sequence_parallel, forward_list)) {
+      if (c.scope == kind && c.primitive == primitive) {
+        calls += step.micro_batches;
+        per_row = c.per_row;
+      }
+    }
+  };
+  if (forward || step.recompute) count(/*forward_list=*/true);
+  if (backward) count(/*forward_list=*/false);
+  if (calls == 0) return std::nullopt;
+  return TensorParallelCalls{calls, per_row ? step.rows : step.rows * step.n_embd};
+}
+
 }  // namespace tally::parallel

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,5 +127,33 @@ class TensorParallel final : public model::Sharding {
 // per step (label sequence_parallel, phase backward). Otherwise nothing.
 absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
                                   const std::vector<model::TensorRange>& ranges);
+
+// The bytes: every call the layers above make, as the ledger books it. A step of
+// `micro_batches` micro-batches of `rows` = micro_batch_size·seq_len tokens, over
+// (rows, n_embd) activations. Per micro-batch, forward: each layer's attention and MLP and
+// the embedding each an all-reduce (sequence parallelism: a layer's all-gather and
+// reduce-scatter each, the embedding's reduce-scatter, the LM head's all-gather), and
+// cross-entropy's three all-reduces of one float per row; backward: each layer's two and
+// the LM head (sequence parallelism: the other way round). With pipeline recompute the
+// forward's calls again in backward. Once a step: the gradient norm (one double) and,
+// under sequence parallelism, the per-token replicas' sum (`per_token_elements` floats).
+// Ledger scopes: layer{i}.attn, layer{i}.mlp, embedding, lm_head, cross_entropy,
+// grad_norm, sequence_parallel.
+struct TensorParallelStep {
+  bool sequence_parallel = false;
+  int64_t micro_batches = 1, rows = 0, n_embd = 0;
+  bool recompute = false;  // a pipeline stage's forward recomputed in backward
+  int64_t per_token_elements = 0;
+};
+struct TensorParallelCalls {
+  int64_t calls = 0, count = 0;  // per step, and elements per call
+  size_t element = 4;            // bytes per element
+};
+// The calls of one step under `scope` (layer{i}.* counted per layer), `primitive` and
+// `phase`; nullopt for none. Each call's bytes per rank are comm::ExactTraffic's.
+std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParallelStep& step,
+                                                              const std::string& scope,
+                                                              comm::Primitive primitive,
+                                                              comm::Phase phase);
 
 }  // namespace tally::parallel

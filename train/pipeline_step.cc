@@ -37,12 +37,6 @@ int64_t Trainer::BoundaryElements(int b) const {
   return int64_t(sharding_.Rows(b * options_.model.seq_len)) * options_.model.n_embd;
 }
 
-namespace {
-
-std::string Boundary(int from, int to) { return absl::StrCat("stage", from, "->", to); }
-
-}  // namespace
-
 // One step of the pipeline: this stage's list of forwards and backwards
 // (pipeline_schedule.h), activations to the next stage and gradients to the previous one
 // sent without waiting; a buffer is reused only once its last send is done.
@@ -71,7 +65,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
     if (s.kind == parallel::PipelineStep::kForward) {
       comm::PhaseScope phase(ledger, comm::Phase::kForward);
       if (stage_ > 0) {
-        comm::LabelScope label(ledger, Boundary(stage_ - 1, stage_));
+        comm::LabelScope label(ledger, parallel::BoundaryScope(stage_ - 1, stage_));
         RETURN_IF_ERROR(pp_->Recv(received_, stage_ - 1));
       }
       RETURN_IF_ERROR(wait(forward_sends[slot]));  // the slot's last output has left
@@ -83,7 +77,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
       RecordSpan("forward", s.micro_batch, t0);
       loss_sum += loss;
       if (stage_ < last) {
-        comm::LabelScope label(ledger, Boundary(stage_, stage_ + 1));
+        comm::LabelScope label(ledger, parallel::BoundaryScope(stage_, stage_ + 1));
         Tensor output = Tensor::Borrow(const_cast<float*>(gpt_->StageOutput(slot)), activation,
                                        model_alloc_.device());
         if (o.recompute) {  // the recompute buffer is rewritten by the next forward or backward
@@ -97,7 +91,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
     }
     comm::PhaseScope phase(ledger, comm::Phase::kBackward);
     if (stage_ < last) {
-      comm::LabelScope label(ledger, Boundary(stage_ + 1, stage_));
+      comm::LabelScope label(ledger, parallel::BoundaryScope(stage_ + 1, stage_));
       RETURN_IF_ERROR(pp_->Recv(received_, stage_ + 1));
     }
     RETURN_IF_ERROR(wait(backward_sends[slot]));
@@ -109,7 +103,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
     busy += MonotonicNanos() - t0;
     RecordSpan("backward", s.micro_batch, t0);
     if (stage_ > 0) {
-      comm::LabelScope label(ledger, Boundary(stage_, stage_ - 1));
+      comm::LabelScope label(ledger, parallel::BoundaryScope(stage_, stage_ - 1));
       backward_sends[slot] = pp_->Isend(d_input, stage_ - 1);
     }
   }

@@ -61,7 +61,7 @@ std::string TimeTable(const ReportInputs& in) {
       const bool training = p == comm::Phase::kForward || p == comm::Phase::kBackward ||
                             p == comm::Phase::kOptimizer || p == comm::Phase::kOther;
       if (!training) continue;
-      (IsPipelineBoundary(key) ? idle_seconds : comm_seconds) += c.blocked_seconds;
+      (parallel::IsPipelineBoundary(key) ? idle_seconds : comm_seconds) += c.blocked_seconds;
     }
     const double step_ms = double(in.train_nanos[r]) / 1e6 / steps;
     const double idle_ms = std::min(step_ms, idle_seconds * 1e3 / steps);

@@ -40,8 +40,6 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
 // The seed article's figure for the row over the run (its 2M per all-reduce of M bytes,
 // M per all-gather or reduce-scatter); -1 where it has none.
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);
-// A pipeline stage boundary's point-to-point row (activations forward, gradients back).
-bool IsPipelineBoundary(const comm::LedgerKey& key);
 
 // Per rank, time per step: the whole step; held up in communication calls (collectives,
 // and the waits of sends and receives); idle at a pipeline boundary (the bubble); the

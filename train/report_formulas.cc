@@ -8,17 +8,12 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 #include "runtime/comm/exact_traffic.h"
 #include "train/report.h"
 
 namespace tally::train {
-
-bool IsPipelineBoundary(const comm::LedgerKey& key) {
-  return key.group == "pp" && key.primitive == comm::Primitive::kSendRecv &&
-         key.label.rfind("stage", 0) == 0 &&
-         (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
-}
 
 namespace {
 
@@ -52,13 +47,10 @@ int64_t PerTokenElements(const TrainOptions& o, int rank) {
   return count;
 }
 
-// Bytes a pipeline boundary carries each way in a step: every micro-batch's
-// (b·s, h) activations forward and their gradients backward, b·s·h·4 for the dp rank's
-// share of the global batch, whatever the micro-batch count; under sequence parallelism
-// each tensor-parallel rank sends its part of the sequence, 1/tp of it.
+// Bytes a pipeline boundary carries each way in a step (parallel/pipeline_schedule.h).
 int64_t BoundaryBytesPerStep(const TrainOptions& o) {
-  const int64_t bsh = int64_t(o.global_batch_size / o.dp) * o.model.seq_len * o.model.n_embd;
-  return bsh * 4 / (o.sequence_parallel ? o.tp : 1);
+  return parallel::BoundaryBytesPerStep(o.global_batch_size / o.dp, o.model.seq_len, o.model.n_embd,
+                                        o.sequence_parallel ? o.tp : 1);
 }
 
 // ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
@@ -67,75 +59,19 @@ int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
                                     o.recompute);
 }
 
-// A row's all-reduce as the step makes it: calls per step, elements and bytes each.
-struct AllReducePattern {
-  int64_t calls = 0, count = 0;
-  size_t element = 4;
-};
-
-// The tensor-parallel collectives of one micro-batch by scope (tensor_parallel.h), over
-// its (micro_batch_size·seq_len, n_embd) activations: forward, each layer's attention and
-// MLP, and the embedding; backward, each layer's two and the LM head — each an
-// all-reduce, or under sequence parallelism an all-gather and a reduce-scatter (the
-// embedding's reduce-scatter forward and all-gather backward, the LM head's the other way
-// round); and forward, cross-entropy's three all-reduces of one float per row.
-struct ScopeCollective {
-  const char* scope;  // "layer" for every layer's attn and mlp
-  comm::Primitive primitive;
-  bool per_row;  // one float per row (cross-entropy), else the activations
-};
-
-std::vector<ScopeCollective> MicroBatchCollectives(bool sequence_parallel, bool forward) {
-  using comm::Primitive;
-  const Primitive ar = Primitive::kAllReduce, ag = Primitive::kAllGather;
-  const Primitive rs = Primitive::kReduceScatter;
-  if (!sequence_parallel) {
-    if (forward) {
-      return {{"layer", ar, false}, {"embedding", ar, false}, {"cross_entropy", ar, true},
-              {"cross_entropy", ar, true}, {"cross_entropy", ar, true}};
-    }
-    return {{"layer", ar, false}, {"lm_head", ar, false}};
-  }
-  if (forward) {
-    return {{"layer", ag, false},        {"layer", rs, false},         {"embedding", rs, false},
-            {"lm_head", ag, false},      {"cross_entropy", ar, true},  {"cross_entropy", ar, true},
-            {"cross_entropy", ar, true}};
-  }
-  return {{"layer", ag, false}, {"layer", rs, false}, {"embedding", ag, false}, {"lm_head", rs, false}};
-}
-
-// The tensor-parallel collectives of a training step under the row's scope and phase:
-// m micro-batches of the lists above — with pipeline recompute the forward's again in
-// backward — and once a step the gradient norm and, under sequence parallelism, the
-// per-token replicas' sum (over the buffer the optimizer sees: the rank's part, or its
-// ZeRO shard of it).
-std::optional<AllReducePattern> TensorParallelPattern(const TrainOptions& o,
-                                                      const comm::LedgerKey& key, int rank) {
-  using comm::Phase;
-  const int64_t m = o.accumulation_steps(), rows = int64_t(o.micro_batch_size) * o.model.seq_len;
-  if (key.primitive == comm::Primitive::kAllReduce) {
-    if (key.label == "grad_norm" && key.phase == Phase::kOptimizer) return AllReducePattern{1, 1, 8};
-    if (key.label == "sequence_parallel" && key.phase == Phase::kBackward) {
-      return AllReducePattern{1, PerTokenElements(o, rank)};
-    }
-  }
-  const bool forward = key.phase == Phase::kForward, backward = key.phase == Phase::kBackward;
-  if (!forward && !backward) return std::nullopt;
-  const std::string scope = key.label.rfind("layer", 0) == 0 ? "layer" : key.label;
-  int64_t calls = 0;
-  bool per_row = false;
-  auto count = [&](bool forward_list) {
-    for (const ScopeCollective& c : MicroBatchCollectives(o.sequence_parallel, forward_list)) {
-      if (c.scope == scope && c.primitive == key.primitive) {
-        calls += m;
-        per_row = c.per_row;
-      }
-    }
-  };
-  if (forward || (o.recompute && o.pp > 1)) count(/*forward_list=*/true);
-  if (backward) count(/*forward_list=*/false);
-  if (calls == 0) return std::nullopt;
-  return AllReducePattern{calls, per_row ? rows : rows * o.model.n_embd};
+// The tensor-parallel calls of the row (parallel/tensor_parallel.h) in a step of these
+// options, on world rank `rank` (whose ZeRO shard decides the per-token replicas' sum).
+std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOptions& o,
+                                                                   const comm::LedgerKey& key,
+                                                                   int rank) {
+  parallel::TensorParallelStep step;
+  step.sequence_parallel = o.sequence_parallel;
+  step.micro_batches = o.accumulation_steps();
+  step.rows = int64_t(o.micro_batch_size) * o.model.seq_len;
+  step.n_embd = o.model.n_embd;
+  step.recompute = o.recompute && o.pp > 1;
+  if (key.label == "sequence_parallel") step.per_token_elements = PerTokenElements(o, rank);
+  return parallel::TensorParallelCallsPerStep(step, key.label, key.primitive, key.phase);
 }
 
 }  // namespace
@@ -149,7 +85,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
                                          group_rank, -1, 1, element).sent;
   };
   if (key.group == "pp") {
-    if (IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);
+    if (parallel::IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);
     if (key.primitive != comm::Primitive::kAllReduce) return -1;
     if (key.label == "loss" && key.phase == comm::Phase::kOther) return scalar(o.pp, pp_rank, 4);
     if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) return scalar(o.pp, pp_rank, 8);
@@ -165,7 +101,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
                                          pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
   }
   if (key.group == "tp") {
-    std::optional<AllReducePattern> p = TensorParallelPattern(o, key, rank);
+    std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, rank);
     if (!p) return -1;
     return in.steps * p->calls *
            comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
@@ -206,7 +142,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const TrainOptions& o = in.options;
   const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / (o.tp * o.pp);
   if (key.group == "tp") {
-    std::optional<AllReducePattern> p = TensorParallelPattern(o, key, 0);
+    std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, 0);
     if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
         key.label == "sequence_parallel") {
       return -1;
@@ -215,7 +151,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
     const int64_t passes = key.primitive == comm::Primitive::kAllReduce ? 2 : 1;
     return in.steps * p->calls * passes * p->count * int64_t(p->element);
   }
-  if (IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
+  if (parallel::IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
   if (key.group != "dp") return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
     return 2 * part_bytes;

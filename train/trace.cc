@@ -59,12 +59,15 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
       w.BeginObject().Key("name").String("bytes sent").Key("ph").String("C").Key("pid").Int(r);
       w.Key("ts").Double(us(e.end_nanos)).Key("args").BeginObject().Key("bytes").Int(e.sent_so_far);
       w.EndObject().EndObject();
-      // "stageA->B": stage A sends to stage B of the same (dp, tp) replica.
-      int from = 0, to = 0;
-      if (k.group == "pp" && k.primitive == comm::Primitive::kSendRecv &&
-          std::sscanf(k.label.c_str(), "stage%d->%d", &from, &to) == 2) {
-        const int stride = o.dp * o.tp, replica = r % stride;
-        const int sender = from * stride + replica, receiver = to * stride + replica;
+      // Stage `from` sends to stage `to` of the same (dp, tp) replica (in training and in
+      // evaluation).
+      const auto boundary = parallel::ParseBoundaryScope(k.label);
+      if (k.group == "pp" && k.primitive == comm::Primitive::kSendRecv && boundary.has_value()) {
+        const auto [from, to] = *boundary;
+        const parallel::Topology grid = o.topology();
+        const parallel::GridCoordinates at = grid.Of(int(r));
+        const int sender = grid.RankAt({at.dp, at.tp, from});
+        const int receiver = grid.RankAt({at.dp, at.tp, to});
         Ends& ends = flows[{sender, receiver, absl::StrCat(k.label, comm::Name(k.phase))}];
         (r == sender ? ends.sends : ends.recvs).push_back(&e);
       }
