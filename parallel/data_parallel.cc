@@ -33,13 +33,25 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
     comm::LabelScope label(group->ledger(), "grad_norm");
-    ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty({1}, DType::kF64, group->allocator(),
-                                               MemoryCategory::kComm));
-    sum.data<double>()[0] = squares;
-    RETURN_IF_ERROR(group->AllReduce(sum, comm::ReduceOp::kSum, algorithm));
-    squares = sum.data<double>()[0];
+    ASSIGN_OR_RETURN(squares, group->AllReduceValue(squares, DType::kF64, comm::ReduceOp::kSum, algorithm));
   }
   return std::sqrt(squares);
+}
+
+absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
+                                   Tensor& grads, const std::vector<model::TensorRange>& ranges,
+                                   const std::vector<optim::Segment>& segments, float lr, float clip,
+                                   const GradientGroups& groups) {
+  float* g = grads.data<float>();
+  RETURN_IF_ERROR(SumPerTokenGradients(*groups.tp, g, ranges));
+  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(k, g, ranges, groups.shards, *groups.tp,
+                                                   groups.algorithm, groups.stages));
+  if (clip > 0) {
+    const float scale = optim::ClipScale(norm, clip);
+    if (scale < 1.0f) RETURN_IF_ERROR(k.Scale(g, grads.numel(), scale));
+  }
+  RETURN_IF_ERROR(optimizer.Step(params, g, lr, segments));
+  return norm;
 }
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,

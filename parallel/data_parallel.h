@@ -44,6 +44,27 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 // over the tp group, in double; booked under phase optimizer, scope grad_norm.
 // `stages`: the pipeline group, whose stages hold different layers (null: none). `k`:
 // the kernels of the gradients' device.
+// The groups a rank's gradients are split over, for their global norm: `shards` (the dp
+// group under ZeRO, whose ranks hold shards of them; null otherwise), the tensor-parallel
+// group (`tp`, not null) and the pipeline's stages (null: none); their all-reduces use
+// `algorithm`.
+struct GradientGroups {
+  comm::Communicator* shards = nullptr;
+  const TensorParallel* tp = nullptr;
+  comm::Algorithm algorithm = comm::Algorithm::kRing;
+  comm::Communicator* stages = nullptr;
+};
+
+// The end of every step, whoever holds the gradients (a replica's whole buffer, or a
+// ZeRO shard): under sequence parallelism the per-token replicas' sum
+// (SumPerTokenGradients), the global gradient norm (GlobalGradientNorm), clipping to
+// `clip` by torch's rule (0: off), and the optimizer's update of `params` over
+// `segments` with learning rate `lr`. Returns the norm before clipping.
+absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
+                                   Tensor& grads, const std::vector<model::TensorRange>& ranges,
+                                   const std::vector<optim::Segment>& segments, float lr, float clip,
+                                   const GradientGroups& groups);
+
 absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
                                           const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,

@@ -215,18 +215,11 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
       RETURN_IF_ERROR(dp_->ReduceScatter(unit, own, comm::ReduceOp::kSum, algorithm_));
     }
   }
-  float* g = grad_shard_.data<float>();
-  const int64_t n = grad_shard_.numel();
-  RETURN_IF_ERROR(SumPerTokenGradients(tp_, g, ranges_));
-  comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
-  ASSIGN_OR_RETURN(double norm,
-                   GlobalGradientNorm(*kernels_, g, ranges_, dp_, tp_, algorithm_, stages_));
-  if (clip > 0) {
-    float scale = optim::ClipScale(norm, clip);
-    if (scale < 1.0f) RETURN_IF_ERROR(kernels_->Scale(g, n, scale));
-  }
-  RETURN_IF_ERROR(optimizer_->Step(params_.data<float>(), g, lr, segments_));
+  ASSIGN_OR_RETURN(double norm, ClipAndStep(*kernels_, *optimizer_, params_.data<float>(),
+                                             grad_shard_, ranges_, segments_, lr, clip,
+                                             GradientGroups{dp_, &tp_, algorithm_, stages_}));
   if (zero_stage_ == 3) return norm;
+  comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   // Every rank's updated chunks to every rank: each all-gather's input is the own chunk
   // inside its output, so it moves only the other ranks' chunks.
   for (const Sharding::Piece& p : pieces) {

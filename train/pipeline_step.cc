@@ -45,9 +45,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   const int b = o.micro_batch_size, m = o.accumulation_steps(), last = o.pp - 1;
   const int64_t tokens = int64_t(o.global_batch_size) * o.model.seq_len;
   const int64_t activation = BoundaryElements(b);
-  // This replica's share of global batch `step` (as in TrainStep).
-  const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
-  const int64_t first = step * o.global_batch_size + int64_t(dp_rank) * (o.global_batch_size / o.dp);
+  const int64_t first = FirstSequence(step);
   const int64_t start = MonotonicNanos();
   int64_t busy = 0;
   comm::TrafficLedger& ledger = traffic();
@@ -125,16 +123,14 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
     sync_->BeginStep();
     RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
   }
-  float loss = 0;
+  double loss = 0;
   {  // the last stage's loss to every stage
     comm::PhaseScope phase(ledger, comm::Phase::kOther);
     comm::LabelScope label(ledger, "loss");
-    ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
-    value.data<float>()[0] = stage_ == last ? float(loss_sum / m) : 0.0f;
-    RETURN_IF_ERROR(pp_->AllReduce(value, comm::ReduceOp::kSum));
-    loss = value.data<float>()[0];
+    const float mine = stage_ == last ? float(loss_sum / m) : 0.0f;
+    ASSIGN_OR_RETURN(loss, pp_->AllReduceValue(mine, DType::kF32, comm::ReduceOp::kSum));
   }
-  return Update(step, loss, start);
+  return Update(step, float(loss), start);
 }
 
 absl::StatusOr<float> Trainer::PipelineForward(const int32_t* tokens, const int32_t* targets, int b) {
@@ -150,10 +146,10 @@ absl::StatusOr<float> Trainer::PipelineForward(const int32_t* tokens, const int3
                                 model_alloc_.device());
     RETURN_IF_ERROR(pp_->Send(out, stage_ + 1));
   }
-  ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
-  value.data<float>()[0] = stage_ == last ? loss : 0.0f;
-  RETURN_IF_ERROR(pp_->AllReduce(value, comm::ReduceOp::kSum));
-  return value.data<float>()[0];
+  // The last stage's loss to every stage.
+  ASSIGN_OR_RETURN(double all, pp_->AllReduceValue(stage_ == last ? loss : 0.0f, DType::kF32,
+                                                   comm::ReduceOp::kSum));
+  return float(all);
 }
 
 }  // namespace tally::train

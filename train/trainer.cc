@@ -147,10 +147,15 @@ absl::StatusOr<float> Trainer::GlobalMean(float local) {
   if (dp_ == nullptr) return local;
   comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
   comm::LabelScope label(world_->ledger(), "loss");
-  ASSIGN_OR_RETURN(Tensor value, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
-  value.data<float>()[0] = local;
-  RETURN_IF_ERROR(dp_->AllReduce(value, comm::ReduceOp::kAvg));
-  return value.data<float>()[0];
+  ASSIGN_OR_RETURN(double mean, dp_->AllReduceValue(local, DType::kF32, comm::ReduceOp::kAvg));
+  return float(mean);
+}
+
+int64_t Trainer::FirstSequence(int64_t step) const {
+  // The dp_rank-th run of G / dp sequences of global batch `step` (data/dataset.h).
+  const int64_t g = options_.global_batch_size;
+  const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
+  return step * g + int64_t(dp_rank) * (g / options_.dp);
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
@@ -158,9 +163,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   const int g = options_.global_batch_size, b = options_.micro_batch_size;
   const int micro_batches = options_.accumulation_steps();
   const int64_t tokens = int64_t(g) * options_.model.seq_len;
-  // This rank's share of global batch `step`: the dp_rank-th run of g / dp sequences.
-  const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
-  const int64_t first = step * g + int64_t(dp_rank) * (g / options_.dp);
+  const int64_t first = FirstSequence(step);
   int64_t start = MonotonicNanos();
   RETURN_IF_ERROR(gpt_->ZeroGrad());
   double loss_sum = 0;
@@ -203,17 +206,11 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
   } else {
-    float* grads = gpt_->grads().data<float>();
-    int64_t n = gpt_->grads().numel();
-    RETURN_IF_ERROR(parallel::SumPerTokenGradients(sharding_, grads, ranges_));
+    const parallel::GradientGroups groups{nullptr, &sharding_, comm::Algorithm::kRing, pp_.get()};
     ASSIGN_OR_RETURN(s.grad_norm,
-                     parallel::GlobalGradientNorm(gpt_->kernels(), grads, ranges_, nullptr,
-                                                  sharding_, comm::Algorithm::kRing, pp_.get()));
-    if (options_.grad_clip > 0) {
-      float scale = optim::ClipScale(s.grad_norm, options_.grad_clip);
-      if (scale < 1.0f) RETURN_IF_ERROR(gpt_->kernels().Scale(grads, n, scale));
-    }
-    RETURN_IF_ERROR(optimizer_->Step(gpt_->params().data<float>(), grads, s.lr, segments_));
+                     parallel::ClipAndStep(gpt_->kernels(), *optimizer_, gpt_->params().data<float>(),
+                                           gpt_->grads(), ranges_, segments_, s.lr,
+                                           options_.grad_clip, groups));
   }
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);

@@ -99,6 +99,8 @@ class Trainer {
     std::unique_ptr<optim::Optimizer> gathered;
   };
   absl::StatusOr<Whole> GatherWhole(bool with_optimizer);
+  // The first sequence of this rank's share of global batch `step` (0-based).
+  int64_t FirstSequence(int64_t step) const;
   // The mean of the ranks' losses (every rank's share of the batch is the same size).
   absl::StatusOr<float> GlobalMean(float local);
   // Whether this rank runs the evaluation and sampling forwards. Rank 0 does, on its

@@ -131,6 +131,21 @@ absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice 
   return Finish(*wire, int64_t(data.nbytes()), started, s);
 }
 
+absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, ReduceOp op,
+                                                    AlgorithmChoice algorithm) {
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    return absl::InvalidArgumentError("[AllReduceValue] the value must be kF32 or kF64");
+  }
+  ASSIGN_OR_RETURN(Tensor one, Tensor::Empty({1}, dtype, allocator(), MemoryCategory::kComm));
+  if (dtype == DType::kF32) {
+    one.data<float>()[0] = float(value);
+  } else {
+    one.data<double>()[0] = value;
+  }
+  RETURN_IF_ERROR(AllReduce(one, op, algorithm));
+  return dtype == DType::kF32 ? double(one.data<float>()[0]) : one.data<double>()[0];
+}
+
 absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
                                          AlgorithmChoice algorithm) {
   int64_t started = MonotonicNanos();

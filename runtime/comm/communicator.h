@@ -91,6 +91,10 @@ class Communicator {
                       AlgorithmChoice algorithm = {});
   // data (n) -> op over ranks, on every rank, in place.
   absl::Status AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm = {});
+  // One value, as a 1-element tensor of `dtype` (kF32 or kF64) in this rank's comm
+  // memory, all-reduced over the group: a loss, a sum of squares.
+  absl::StatusOr<double> AllReduceValue(double value, DType dtype, ReduceOp op,
+                                        AlgorithmChoice algorithm = {});
   // input (n) on every rank -> output (chunk r of the op over ranks).
   absl::Status ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
                              AlgorithmChoice algorithm = {});
