@@ -65,25 +65,20 @@ absl::Status GPT::UseKernels(std::unique_ptr<Kernels> kernels) {
                                                    alloc_.device().ToString()));
   }
   kernels_ = std::move(kernels);
-  batch_ = 0;  // the attention scratch may differ: allocate anew
+  scratch_batch_ = 0;  // the attention scratch may differ: allocate anew
   return absl::OkStatus();
 }
 
 absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
+  if (last_forward_ == nullptr) return absl::FailedPreconditionError("[GPT] no forward yet");
   const int64_t v = vocab_local();
-  return kernels_->ToHost(host, slots_[0].logits.data<float>() + row * v, sizeof(float) * v);
-}
-
-void GPT::SetPipelineSlots(int slots, bool recompute) {
-  slot_count_ = std::max(1, slots);
-  recompute_ = recompute;
-  batch_ = 0;  // allocate anew
+  return kernels_->ToHost(host, last_forward_->logits.data<float>() + row * v, sizeof(float) * v);
 }
 
 // Carves one buffer into the activations of the stage's blocks for micro-batch size b.
 // Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
 // parallelism the residual stream's rows to r (block.h). `whole`: everything backward
-// needs; otherwise (recompute) only the stage's input.
+// needs; otherwise (recompute) the ids and the stage's input.
 absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
   const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / sharding_.size();
   const int64_t cl = c / sharding_.size(), hidden = 4 * c / sharding_.size();
@@ -94,6 +89,7 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
     return Tensor::Empty({count}, dtype, alloc_, MemoryCategory::kActivations);
   };
   Activations a;
+  a.batch = b;
   ASSIGN_OR_RETURN(a.tokens, empty(n, DType::kI32));
   ASSIGN_OR_RETURN(a.targets, empty(n, DType::kI32));
   if (!whole) {
@@ -141,23 +137,12 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
   return a;
 }
 
-absl::Status GPT::EnsureActivations(int b) {
-  if (b == batch_) return absl::OkStatus();
+absl::Status GPT::EnsureScratch(int b) {
+  if (b == scratch_batch_) return absl::OkStatus();
   if (config_.seq_len % sharding_.size() != 0 && sharding_.sequence_parallel()) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] seq_len=", config_.seq_len,
                                                    " is not divisible by tp=", sharding_.size(),
                                                    " (sequence parallelism splits it)"));
-  }
-  // Recompute: one whole set (slots_[0]) that every slot's backward recomputes into, and
-  // each slot's input.
-  slots_.clear();
-  for (int i = 0; i < slot_count_; ++i) {
-    ASSIGN_OR_RETURN(Activations a, NewActivations(b, /*whole=*/!recompute_ || i == 0));
-    if (recompute_ && i == 0) {
-      ASSIGN_OR_RETURN(a.input, Tensor::Empty({sharding_.Rows(b * config_.seq_len) * int64_t(config_.n_embd)},
-                                              DType::kF32, alloc_, MemoryCategory::kActivations));
-    }
-    slots_.push_back(std::move(a));
   }
   const int64_t t = config_.seq_len, c = config_.n_embd, n = b * t, r = sharding_.Rows(int(n));
   const int64_t cl = c / sharding_.size(), hidden = 4 * c / sharding_.size();
@@ -187,71 +172,63 @@ absl::Status GPT::EnsureActivations(int b) {
                      Tensor::Empty({n * c}, DType::kF32, alloc_, MemoryCategory::kComm));
     block_scratch_.comm = comm_scratch_.data<float>();
   }
-  batch_ = b;
+  scratch_batch_ = b;
   return absl::OkStatus();
 }
 
 absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets, int b) {
-  return ForwardStage(0, tokens, nullptr, targets, b);
+  if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("[GPT::Forward] batch ", b));
+  if (own_.batch != b) {
+    own_ = Activations();  // the old ones go first
+    ASSIGN_OR_RETURN(own_, NewActivations(b, /*whole=*/true));
+  }
+  RETURN_IF_ERROR(LoadIds(own_, tokens, targets));
+  return ForwardStage(own_, own_, nullptr, targets != nullptr);
 }
 
 absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
-  return BackwardStage(0, dloss, nullptr, nullptr, ready);
+  return BackwardStage(own_, own_, dloss, nullptr, nullptr, ready);
 }
 
-absl::StatusOr<float> GPT::ForwardStage(int slot, const int32_t* tokens, const float* input,
-                                        const int32_t* targets, int b) {
-  if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("[GPT::Forward] batch ", b));
-  RETURN_IF_ERROR(EnsureActivations(b));
-  const int v = config_.vocab_size, n = b * config_.seq_len;
-  for (const int32_t* ids : {tokens, targets}) {
-    for (int i = 0; ids != nullptr && i < n; ++i) {
-      if (ids[i] < 0 || ids[i] >= v) {
+absl::Status GPT::LoadIds(Activations& ids, const int32_t* tokens, const int32_t* targets) {
+  const int v = config_.vocab_size, n = ids.batch * config_.seq_len;
+  for (const int32_t* host : {tokens, targets}) {
+    for (int i = 0; host != nullptr && i < n; ++i) {
+      if (host[i] < 0 || host[i] >= v) {
         return absl::InvalidArgumentError(
             absl::StrCat("[GPT::Forward] token or target out of [0, ", v, ") at position ", i));
       }
     }
   }
-  // The ids to the device, into the slot (its backward reads them again).
-  Activations& mine = slots_[slot];
   Kernels& k = *kernels_;
   if (tokens != nullptr) {
-    RETURN_IF_ERROR(k.FromHost(mine.tokens.raw_data(), tokens, sizeof(int32_t) * n));
+    RETURN_IF_ERROR(k.FromHost(ids.tokens.raw_data(), tokens, sizeof(int32_t) * n));
   }
   if (targets != nullptr) {
-    RETURN_IF_ERROR(k.FromHost(mine.targets.raw_data(), targets, sizeof(int32_t) * n));
+    RETURN_IF_ERROR(k.FromHost(ids.targets.raw_data(), targets, sizeof(int32_t) * n));
   }
-  if (recompute_ && input != nullptr) {
-    RETURN_IF_ERROR(k.Copy(mine.input.raw_data(), input, mine.input.nbytes()));
-  }
-  return RunForward(slots_[recompute_ ? 0 : slot], tokens ? mine.tokens.data<int32_t>() : nullptr,
-                    input, targets ? mine.targets.data<int32_t>() : nullptr);
+  return absl::OkStatus();
 }
 
-const float* GPT::StageOutput(int slot) const {
-  const Activations& a = slots_[recompute_ ? 0 : slot];
-  return a.blocks.back().out;
+absl::StatusOr<float> GPT::ForwardStage(Activations& a, const Activations& ids, const float* input,
+                                        bool loss) {
+  RETURN_IF_ERROR(EnsureScratch(a.batch));
+  last_forward_ = &a;
+  const bool first = layout_.first_stage(), last = layout_.last_stage();
+  return RunForward(a, first ? ids.tokens.data<int32_t>() : nullptr, input,
+                    last && loss ? ids.targets.data<int32_t>() : nullptr);
 }
 
-absl::Status GPT::BackwardStage(int slot, float dloss, const float* d_output, float* d_input,
-                                const GradientsReady& ready) {
-  if (recompute_) {  // the forward again, from the slot's input, into the whole set
-    Activations& saved = slots_[slot];
-    const bool first = layout_.first_stage(), last = layout_.last_stage();
-    ASSIGN_OR_RETURN(float unused,
-                     RunForward(slots_[0], first ? saved.tokens.data<int32_t>() : nullptr,
-                                first ? nullptr : saved.input.data<float>(),
-                                last ? saved.targets.data<int32_t>() : nullptr));
-    (void)unused;
-    return RunBackward(slots_[0], saved, dloss, d_output, d_input, ready);
-  }
-  return RunBackward(slots_[slot], slots_[slot], dloss, d_output, d_input, ready);
+absl::Status GPT::BackwardStage(Activations& a, const Activations& ids, float dloss,
+                                const float* d_output, float* d_input, const GradientsReady& ready) {
+  RETURN_IF_ERROR(EnsureScratch(a.batch));
+  return RunBackward(a, ids, dloss, d_output, d_input, ready);
 }
 
 absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, const float* input,
                                       const int32_t* targets) {
   Kernels& k = *kernels_;
-  const int b = batch_, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
+  const int b = a.batch, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
   const int n = b * t, vl = vocab_local();
   const BlockScratch& s = block_scratch_;
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
@@ -312,7 +289,7 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
 absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dloss,
                               const float* d_output, float* d_input, const GradientsReady& ready) {
   Kernels& k = *kernels_;
-  const int b = batch_, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
+  const int b = a.batch, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
   const int n = b * t, rows = sharding_.Rows(n);
   const BlockScratch& s = block_scratch_;
   const bool first = layout_.first_stage(), last = layout_.last_stage();

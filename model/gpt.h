@@ -83,46 +83,54 @@ class GPT {
   Kernels& kernels() { return *kernels_; }
   absl::Status UseKernels(std::unique_ptr<Kernels> kernels);
 
-  // Pipeline stages. Up to `slots` micro-batches are in flight at once, each with its
-  // own activations (gpipe: all m; 1f1b: at most the stages from this one on); with
-  // `recompute` a slot keeps only the stage's input and BackwardStage runs the forward
-  // again first (GPipe's re-materialisation).
-  void SetPipelineSlots(int slots, bool recompute);
-  // tokens (first stage) and targets (last stage): (b, T), null elsewhere; input
-  // (b·T, C): the previous stage's output, null on the first. Returns the mean loss on
-  // the last stage, 0 elsewhere; StageOutput(slot) is what the next stage takes.
-  absl::StatusOr<float> ForwardStage(int slot, const int32_t* tokens, const float* input,
-                                     const int32_t* targets, int b);
-  const float* StageOutput(int slot) const;
-  // d_output (b·T, C): the next stage's d_input, null on the last stage (which starts
-  // from dloss); d_input (b·T, C), filled except on the first stage.
-  absl::Status BackwardStage(int slot, float dloss, const float* d_output, float* d_input,
+  // A stage's forward and backward over activations the caller owns (Forward and Backward
+  // above use the model's own). A pipeline keeps one set per micro-batch in flight
+  // (parallel/pipeline_parallel.h).
+  struct Activations {
+    int batch = 0;  // b: sequences of the micro-batch
+    Tensor buffer, logits, probs, losses, tokens, targets;
+    Tensor input;  // room for a saved stage input (recompute)
+    float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    std::vector<BlockActivations> blocks;
+  };
+  // The activations of b sequences on this model's layers, charged to its allocator:
+  // `whole`, everything backward needs; otherwise the ids only (a micro-batch whose
+  // forward is recomputed keeps its ids and its input).
+  absl::StatusOr<Activations> NewActivations(int b, bool whole);
+  // The micro-batch's ids to the device, into `ids` (backward reads them again): tokens
+  // on a first stage and targets on a last one, (b, T) each, null elsewhere; each in
+  // [0, V).
+  absl::Status LoadIds(Activations& ids, const int32_t* tokens, const int32_t* targets);
+  // Forward of this model's layers into `a` (whole), with the ids of `ids` (`a` itself, or
+  // the micro-batch's own set when its forward is recomputed into a shared one) and, off
+  // the first stage, `input` (b·T, C): the previous stage's output. With `loss` (the last
+  // stage's targets loaded) returns the mean loss over the b·T positions, else 0.
+  // StageOutput(a) is what the next stage takes.
+  absl::StatusOr<float> ForwardStage(Activations& a, const Activations& ids, const float* input,
+                                     bool loss);
+  const float* StageOutput(const Activations& a) const { return a.blocks.back().out; }
+  // Backward through `a` after its forward: d_output (b·T, C) the next stage's d_input,
+  // null on the last stage (which starts from dloss); d_input (b·T, C) filled except on
+  // the first stage.
+  absl::Status BackwardStage(Activations& a, const Activations& ids, float dloss,
+                             const float* d_output, float* d_input,
                              const GradientsReady& ready = nullptr);
 
-  // (b, T, vocab_local()) logits of the last Forward: this rank's vocabulary slice
-  // (tensor-parallel rank r holds entries [r·vocab_local, ...); all of them on one rank).
-  const float* logits() const { return slots_[0].logits.data<float>(); }
-  // Row `row` of those logits (vocab_local() floats) copied to the host.
+  // Row `row` of the last forward's logits, (b, T, vocab_local()), copied to the host
+  // (vocab_local() floats): this rank's vocabulary slice (tensor-parallel rank r holds
+  // entries [r·vocab_local, ...); all of them on one rank).
   absl::Status LogitsRowToHost(int64_t row, float* host);
   int vocab_local() const { return int(layout_.specs().front().shape[0]); }
   const Sharding& sharding() const { return sharding_; }
 
  private:
-  // One micro-batch's activations, for this stage's layers.
-  struct Activations {
-    Tensor buffer, logits, probs, losses, tokens, targets;
-    Tensor input;  // with recompute: the stage's input (or tokens on the first stage)
-    float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-    std::vector<BlockActivations> blocks;
-  };
-
   GPT(const GPTConfig& config, Allocator& alloc, const Sharding& sharding, Stage stage);
-  absl::Status EnsureActivations(int b);
-  absl::StatusOr<Activations> NewActivations(int b, bool whole);
+  // The scratch of a micro-batch of b sequences (reused from layer to layer).
+  absl::Status EnsureScratch(int b);
   absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,
                                    const int32_t* targets);
-  // `ids`: the activations holding the micro-batch's tokens and targets (with recompute,
-  // its slot; `a` is then the set recomputed into).
+  // `ids`: the activations holding the micro-batch's tokens and targets (`a` itself, or
+  // its own set when `a` is the one its forward was recomputed into).
   absl::Status RunBackward(Activations& a, const Activations& ids, float dloss,
                            const float* d_output, float* d_input, const GradientsReady& ready);
   Replica* replica() {
@@ -138,10 +146,9 @@ class GPT {
   std::unique_ptr<Replica> replica_;  // when the model owns its weights
   WeightStore* weights_ = nullptr;
 
-  int batch_ = 0;  // of the activations
-  int slot_count_ = 1;
-  bool recompute_ = false;
-  std::vector<Activations> slots_;  // recompute: slots_[0] is the one whole set
+  Activations own_;  // Forward's and Backward's
+  const Activations* last_forward_ = nullptr;
+  int scratch_batch_ = 0;  // of the scratch
   Tensor scratch_, loss_scratch_, comm_scratch_;
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;

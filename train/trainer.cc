@@ -237,7 +237,7 @@ absl::StatusOr<float> Trainer::Evaluate() {
     data_.val.Fill(int64_t(j) * b, b, inputs_.data(), targets_.data());
     float loss = 0;
     if (pp_ != nullptr) {
-      ASSIGN_OR_RETURN(loss, PipelineForward(inputs_.data(), targets_.data(), b));
+      ASSIGN_OR_RETURN(loss, pipeline_->Forward(inputs_.data(), targets_.data(), b));
     } else {
       ASSIGN_OR_RETURN(loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
     }
@@ -267,9 +267,9 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
     // them irrelevant to the logits at the last real position.
     int len = std::min<int>(int(context.size()), t);
     std::copy(context.end() - len, context.end(), window.begin());
-    const bool holds_logits = pp_ == nullptr || stage_ == options_.pp - 1;
+    const bool holds_logits = pipeline_ == nullptr || pipeline_->last_stage();
     if (pp_ != nullptr) {
-      RETURN_IF_ERROR(PipelineForward(window.data(), nullptr, 1).status());
+      RETURN_IF_ERROR(pipeline_->Forward(window.data(), nullptr, 1).status());
     } else {
       RETURN_IF_ERROR(gpt_->Forward(window.data(), nullptr, 1).status());
     }
@@ -356,7 +356,7 @@ absl::Status Trainer::Run(std::ostream& out) {
                            options_.recompute ? ", recompute" : "");
     if (options_.show_schedule) {
       log << "schedule, one slot per forward (F) and per backward (B) of a micro-batch:\n"
-          << parallel::ScheduleChart(parallel::Simulate(schedule_, options_.pp, m));
+          << parallel::ScheduleChart(parallel::Simulate(options_.schedule, options_.pp, m));
     }
   }
 

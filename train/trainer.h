@@ -27,6 +27,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
@@ -140,27 +141,18 @@ class Trainer {
   // Records a span from `start` to now (with --trace).
   void RecordSpan(const char* what, int micro_batch, int64_t start);
 
-  // Pipeline parallelism.
+  // Pipeline parallelism (parallel/pipeline_parallel.h runs the stage).
   absl::Status SetUpPipeline();
   absl::StatusOr<StepStats> PipelineStep(int64_t step);
-  // Floats of one micro-batch's activations at a stage boundary.
-  int64_t BoundaryElements(int b) const;
   absl::StatusOr<StepStats> Update(int64_t step, float local_loss, int64_t start);
-  // A forward of the micro-batch through every stage (no backward): the loss on every
-  // stage, the logits on the last.
-  absl::StatusOr<float> PipelineForward(const int32_t* tokens, const int32_t* targets, int b);
-  parallel::PipelineSchedule schedule_ = parallel::PipelineSchedule::k1F1B;
-  int stage_ = 0, slots_ = 1;
-  Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
-  Tensor outputs_;              // recompute: each slot's output, while it is sent
-  int64_t busy_nanos_ = 0, step_nanos_ = 0;  // compute, and the schedules, over the run
-  int64_t train_nanos_ = 0;                   // whole steps, over the run
+  std::unique_ptr<parallel::PipelineParallel> pipeline_;  // when pp > 1
+  int64_t train_nanos_ = 0;  // whole steps, over the run
 
  public:
   // Over the run: nanoseconds this stage computed, and its schedules took (each step's
   // forwards, backwards and transfers, without the optimizer).
-  int64_t busy_nanos() const { return busy_nanos_; }
-  int64_t step_nanos() const { return step_nanos_; }
+  int64_t busy_nanos() const { return pipeline_ != nullptr ? pipeline_->busy_nanos() : 0; }
+  int64_t step_nanos() const { return pipeline_ != nullptr ? pipeline_->step_nanos() : 0; }
   // Over the run: nanoseconds the training steps took, whole (any grid).
   int64_t train_nanos() const { return train_nanos_; }
 };

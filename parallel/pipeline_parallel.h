@@ -1,0 +1,114 @@
+// Pipeline parallelism: a stage's executor (GPipe, Huang et al. 2019; 1F1B, PipeDream-
+// Flush / Megatron, Narayanan et al. 2021), as Megatron's schedules.py runs it.
+//
+// The layers are split into N stages (pipeline_schedule.h's StageLayers), one per rank
+// of the pp group. A step of m micro-batches runs this stage's list of forwards and
+// backwards (StageSteps: gpipe, every forward then every backward; 1f1b, warm-up
+// forwards, then one forward one backward, then cool-down backwards). Activations go
+// to the next stage and their gradients back, sent without waiting; a buffer is reused
+// only once its last send is done.
+//
+//   bytes    each boundary carries every micro-batch's (b·s, h) activations forward and
+//            their gradients back: b·s·h·4 each way per step for the replica's share of
+//            the batch, whatever m is (BoundaryBytesPerStep; 1/tp of it per rank under
+//            sequence parallelism)
+//   bubble   with a backward as long as a forward, each stage idles (N−1)/(m+N−1) of
+//            the schedule (TheoreticalBubble)
+//   memory   a micro-batch's activations live from its forward to its backward: gpipe
+//            keeps all m in flight, 1f1b at most N − stage (the slots); with recompute a
+//            slot keeps only its ids and input, and the backward runs the forward again
+//            into one whole set first (GPipe's re-materialisation)
+//
+//   ASSIGN_OR_RETURN(auto pipeline, PipelineParallel::Create(gpt, pp_group, options, alloc));
+//   ASSIGN_OR_RETURN(double loss, pipeline->RunSchedule(fill, 1.0f / tokens, span));
+//   RETURN_IF_ERROR(pipeline->ReduceTiedEmbedding(embedding_group));
+//   ASSIGN_OR_RETURN(float mean, pipeline->FromLastStage(float(loss)));  // every stage
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/gpt.h"
+#include "parallel/pipeline_schedule.h"
+#include "runtime/comm/communicator.h"
+
+namespace tally::parallel {
+
+class PipelineParallel {
+ public:
+  struct Options {
+    PipelineSchedule schedule = PipelineSchedule::k1F1B;
+    int micro_batches = 1;     // m, per step
+    int micro_batch_size = 1;  // b
+    bool recompute = false;
+  };
+  // `gpt`: this stage's model; `stages`: the pp group, whose rank r is stage r. Both
+  // must outlive the executor. `device`: the model's allocator, which the slots'
+  // activations and the boundary buffers (charged as comm memory) come from.
+  static absl::StatusOr<std::unique_ptr<PipelineParallel>> Create(model::GPT* gpt,
+                                                                  comm::Communicator* stages,
+                                                                  const Options& options,
+                                                                  Allocator& device);
+
+  int stage() const { return stage_; }
+  bool last_stage() const { return stage_ == stages_->size() - 1; }
+  // Micro-batches in flight at once on this stage: gpipe m; 1f1b min(m, N − stage).
+  int slots() const { return slot_count_; }
+
+  // Micro-batch j of the step, on the host: tokens and targets, (b, T) each.
+  using Fill = std::function<void(int micro_batch, int32_t* tokens, int32_t* targets)>;
+  // Called after each forward and backward of a micro-batch, with its start (trace spans).
+  using Span = std::function<void(const char* what, int micro_batch, int64_t start_nanos)>;
+  // One step's schedule, from zeroed gradients: every forward and backward of this stage
+  // with its transfers, each position's loss weighted by `dloss`. Returns the mean loss of
+  // the micro-batches on the last stage (0 elsewhere).
+  absl::StatusOr<double> RunSchedule(const Fill& fill, float dloss, const Span& span);
+  // The tied embedding: the first stage's lookup and the last stage's head each add to
+  // their own copy of wte; the sum goes to both over `embedding` (Megatron's embedding
+  // group; null on the other stages), phase backward, scope tied_embedding.
+  absl::Status ReduceTiedEmbedding(comm::Communicator* embedding);
+  // The last stage's `value` on every stage (the loss).
+  absl::StatusOr<float> FromLastStage(float value);
+  // A forward of b sequences through every stage and no backward (evaluation, sampling):
+  // the loss on every stage when the last stage has targets, else 0; the logits stay on
+  // the last stage (GPT::LogitsRowToHost).
+  absl::StatusOr<float> Forward(const int32_t* tokens, const int32_t* targets, int b);
+
+  // Over the run: nanoseconds this stage computed, and its schedules took.
+  int64_t busy_nanos() const { return busy_nanos_; }
+  int64_t step_nanos() const { return step_nanos_; }
+
+ private:
+  PipelineParallel(model::GPT* gpt, comm::Communicator* stages, const Options& options,
+                   Allocator& device);
+  // Floats of b sequences' activations at a boundary (this rank's rows of them).
+  int64_t BoundaryElements(int b) const;
+  // The slots' activations for micro-batches of b sequences.
+  absl::Status EnsureSlots(int b);
+  // The forward of `slot`'s micro-batch of b sequences (ids on the host; input from the
+  // previous stage, null on the first); SlotOutput is its output for the next stage.
+  absl::StatusOr<float> ForwardSlot(int slot, int b, const int32_t* tokens, const float* input,
+                                    const int32_t* targets);
+  const float* SlotOutput(int slot) const;
+  absl::Status BackwardSlot(int slot, float dloss, const float* d_output, float* d_input);
+
+  model::GPT* gpt_;
+  comm::Communicator* stages_;
+  const Options options_;
+  Allocator& device_;
+  const int stage_;
+  const int slot_count_;
+  // Each slot's activations (recompute: slots_[0] is the one whole set every backward
+  // recomputes into; the others keep ids and input only), for batch slots_batch_.
+  std::vector<model::GPT::Activations> slots_;
+  int slots_batch_ = 0;
+  Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
+  Tensor outputs_;              // recompute: each slot's output, while it is sent
+  std::vector<int32_t> tokens_, targets_;  // one micro-batch, on the host
+  int64_t busy_nanos_ = 0, step_nanos_ = 0;
+};
+
+}  // namespace tally::parallel
