@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -12,7 +11,6 @@
 #include "runtime/clock.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
-#include "runtime/rng.h"
 #include "runtime/signals.h"
 #include "runtime/status_macros.h"
 
@@ -227,87 +225,16 @@ bool Trainer::Evaluates() const {
   return logs();
 }
 
+EvalModel Trainer::Eval() {
+  return {gpt_.get(), pipeline_.get(), tp_.get(), pp_.get(), &alloc_, &traffic()};
+}
+
 absl::StatusOr<float> Trainer::Evaluate() {
-  comm::PhaseScope phase(traffic(), comm::Phase::kEval);
-  const int b = options_.micro_batch_size;
-  int batches = int(std::min<int64_t>(options_.eval_batches,
-                                      std::max<int64_t>(1, data_.val.sequences() / b)));
-  double sum = 0;
-  for (int j = 0; j < batches; ++j) {
-    data_.val.Fill(int64_t(j) * b, b, inputs_.data(), targets_.data());
-    float loss = 0;
-    if (pp_ != nullptr) {
-      ASSIGN_OR_RETURN(loss, pipeline_->Forward(inputs_.data(), targets_.data(), b));
-    } else {
-      ASSIGN_OR_RETURN(loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
-    }
-    sum += loss;
-  }
-  return float(sum / batches);
+  return ValidationLoss(Eval(), data_.val, options_.micro_batch_size, options_.eval_batches);
 }
 
 absl::StatusOr<std::string> Trainer::Sample(int bytes) {
-  comm::PhaseScope phase(traffic(), comm::Phase::kEval);
-  const int t = options_.model.seq_len, v = options_.model.vocab_size;
-  std::vector<int32_t> context = {'\n'};
-  std::vector<int32_t> window(t, 0);
-  std::string text;
-  const uint64_t stream = StreamOf("sample");
-  std::vector<std::pair<float, int>> scored(v);
-  // The last position's logits over the whole vocabulary (tensor parallelism: gathered
-  // from the ranks' slices), on the host wherever the model runs.
-  const int vl = gpt_->vocab_local();
-  Allocator host(alloc_.ledger());
-  ASSIGN_OR_RETURN(Tensor mine,
-                   Tensor::Empty({vl}, DType::kF32, host, MemoryCategory::kActivations));
-  ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * sharding_.size()}, DType::kF32, host,
-                                              MemoryCategory::kActivations));
-  for (int i = 0; i < bytes; ++i) {
-    // The last (up to) T bytes, left-aligned; causal attention makes the padding after
-    // them irrelevant to the logits at the last real position.
-    int len = std::min<int>(int(context.size()), t);
-    std::copy(context.end() - len, context.end(), window.begin());
-    const bool holds_logits = pipeline_ == nullptr || pipeline_->last_stage();
-    if (pp_ != nullptr) {
-      RETURN_IF_ERROR(pipeline_->Forward(window.data(), nullptr, 1).status());
-    } else {
-      RETURN_IF_ERROR(gpt_->Forward(window.data(), nullptr, 1).status());
-    }
-    int chosen = 0;
-    if (holds_logits) {
-      // The last position's logits, this rank's slice on the host, then every slice.
-      RETURN_IF_ERROR(gpt_->LogitsRowToHost(len - 1, mine.data<float>()));
-      if (tp_ != nullptr) {
-        RETURN_IF_ERROR(tp_->AllGather(mine, last));
-      } else {
-        std::memcpy(last.raw_data(), mine.raw_data(), mine.nbytes());
-      }
-      const float* logits = last.data<float>();
-      for (int j = 0; j < v; ++j) scored[j] = {logits[j] / options_.temperature, j};
-      int k = options_.top_k > 0 ? options_.top_k : v;
-      std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), std::greater<>());
-      double total = 0;
-      for (int j = 0; j < k; ++j) total += std::exp(scored[j].first - scored[0].first);
-      double pick = Uniform(options_.seed, stream, uint64_t(i)) * total;
-      chosen = scored[k - 1].second;
-      for (int j = 0; j < k; ++j) {
-        pick -= std::exp(scored[j].first - scored[0].first);
-        if (pick <= 0) {
-          chosen = scored[j].second;
-          break;
-        }
-      }
-    }
-    if (pp_ != nullptr) {  // the last stage's choice to every stage
-      ASSIGN_OR_RETURN(Tensor token, Tensor::Empty({1}, DType::kF32, alloc_, MemoryCategory::kComm));
-      token.data<float>()[0] = float(chosen);
-      RETURN_IF_ERROR(pp_->Broadcast(token, options_.pp - 1));
-      chosen = int(token.data<float>()[0]);
-    }
-    context.push_back(chosen);
-    text += char(chosen);
-  }
-  return text;
+  return train::Sample(Eval(), {bytes, options_.temperature, options_.top_k, options_.seed});
 }
 
 namespace {

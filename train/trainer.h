@@ -32,6 +32,7 @@
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 #include "runtime/comm/communicator.h"
+#include "train/evaluation.h"
 #include "train/options.h"
 #include "train/stop.h"
 
@@ -108,6 +109,8 @@ class Trainer {
   // replica; a replica split by tensor parallelism needs its whole tp group; ZeRO-3 ranks
   // hold shards of the parameters, so every rank must take part.
   bool Evaluates() const;
+  // This rank's model for evaluation and sampling (evaluation.h).
+  EvalModel Eval();
 
   TrainOptions options_;
   comm::Communicator* world_;

@@ -1,0 +1,49 @@
+// Evaluation and sampling, apart from training: forwards of a rank's part of the model
+// (through every stage under pipeline parallelism), no backward, booked in phase eval.
+//
+//   validation loss  micro-batches of b validation sequences 0, 1, 2, ... (the batch
+//                    order, data/dataset.h), min(eval_batches, max(1, ⌊S/b⌋)) of them for
+//                    a split of S sequences; the mean of their mean losses
+//   sampling         after a newline, each byte from the last position's logits over the
+//                    whole vocabulary (tensor-parallel slices gathered): the top k of
+//                    logit/temperature, drawn with probability ∝ exp(score − max) by the
+//                    counter RNG's Uniform(seed, StreamOf("sample"), i); the window is the
+//                    last (up to) T bytes, left-aligned (causal attention makes the
+//                    padding after them irrelevant)
+//
+// Every rank that holds part of the replica evaluated must call them together.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "data/dataset.h"
+#include "model/gpt.h"
+#include "parallel/pipeline_parallel.h"
+#include "runtime/comm/communicator.h"
+
+namespace tally::train {
+
+// The pieces of a rank's model a forward runs through.
+struct EvalModel {
+  model::GPT* gpt = nullptr;
+  parallel::PipelineParallel* pipeline = nullptr;  // null without pipeline parallelism
+  comm::Communicator* tp = nullptr;                // the tensor-parallel group, or null
+  comm::Communicator* pp = nullptr;                // the pipeline's stages, or null
+  Allocator* host = nullptr;                       // host memory of the rank's ledger
+  comm::TrafficLedger* traffic = nullptr;          // the rank's ledger
+};
+
+absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val, int micro_batch_size,
+                                     int eval_batches);
+
+struct SampleOptions {
+  int bytes = 0;
+  float temperature = 1;
+  int top_k = 0;  // 0: the whole vocabulary
+  uint64_t seed = 0;
+};
+absl::StatusOr<std::string> Sample(const EvalModel& m, const SampleOptions& options);
+
+}  // namespace tally::train
