@@ -13,59 +13,59 @@ std::string Scope(int layer, const char* branch) { return absl::StrCat("layer", 
 
 }  // namespace
 
-absl::Status BlockForward(Kernels& k, const GPTConfig& config, const Sharding& sharding,
+absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                           int layer, int b, const BlockTensors& w, const float* x,
                           const BlockActivations& a, const BlockScratch& s) {
-  const int t = config.seq_len, c = config.n_embd, n = b * t, rows = sharding.Rows(n);
-  const int c_local = c / sharding.size(), heads = config.n_head / sharding.size();
-  const int hidden = 4 * c / sharding.size();
-  const bool sp = sharding.sequence_parallel();
+  const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
+  const int c_local = c / split.size(), heads = config.n_head / split.size();
+  const int hidden = 4 * c / split.size();
+  const bool sp = split.sequence_parallel();
   const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
   // Attention branch: residual2 = x + c_proj(attention(c_attn(LN1(x)))).
   float* ln1 = sp ? s.rows : a.ln1;  // sequence parallelism: f gathers it into a.ln1
   RETURN_IF_ERROR(k.LayerNormForward(ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, rows, c));
-  RETURN_IF_ERROR(sharding.ColumnLinearForward(k, a.qkv, ln1, a.ln1, w.qkv_w, w.qkv_b,
+  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.qkv, ln1, a.ln1, w.qkv_w, w.qkv_b,
                                                         b, t, c, 3 * c_local, s.comm, attn));
   RETURN_IF_ERROR(k.AttentionForward(a.atty, a.att, a.qkv, b, t, c_local, heads));
-  RETURN_IF_ERROR(sharding.RowLinearForward(k, a.residual2, s.whole, a.atty, w.proj_w,
+  RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.proj_w,
                                                      w.proj_b, b, t, c_local, c, s.comm, attn));
   RETURN_IF_ERROR(k.AddInPlace(a.residual2, x, int64_t(rows) * c));
   // MLP branch: out = residual2 + c_proj(GELU(c_fc(LN2(residual2)))).
   float* ln2 = sp ? s.rows : a.ln2;
   RETURN_IF_ERROR(
       k.LayerNormForward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, rows, c));
-  RETURN_IF_ERROR(sharding.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b,
+  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b,
                                                         t, c, hidden, s.comm, mlp));
   RETURN_IF_ERROR(k.GeluForward(a.fch_gelu, a.fch, int64_t(n) * hidden));
-  RETURN_IF_ERROR(sharding.RowLinearForward(k, a.out, s.whole, a.fch_gelu, w.fcproj_w,
+  RETURN_IF_ERROR(split.RowLinearForward(k, a.out, s.whole, a.fch_gelu, w.fcproj_w,
                                                      w.fcproj_b, b, t, hidden, c, s.comm, mlp));
   return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
 }
 
-absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const Sharding& sharding,
+absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& a, const BlockScratch& s,
                            float* dresidual) {
-  const int t = config.seq_len, c = config.n_embd, n = b * t, rows = sharding.Rows(n);
-  const int c_local = c / sharding.size(), heads = config.n_head / sharding.size();
-  const int hidden = 4 * c / sharding.size();
+  const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
+  const int c_local = c / split.size(), heads = config.n_head / split.size();
+  const int hidden = 4 * c / split.size();
   const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
   // MLP branch. d(out) reaches the MLP's c_proj unchanged through the addition.
-  RETURN_IF_ERROR(sharding.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b,
+  RETURN_IF_ERROR(split.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b,
                                                       dresidual, s.whole, a.fch_gelu, w.fcproj_w, b,
                                                       t, hidden, c, s.comm, mlp));
   RETURN_IF_ERROR(k.GeluBackward(s.d4c, a.fch, s.d4c, int64_t(n) * hidden));
-  RETURN_IF_ERROR(sharding.ColumnLinearBackward(
+  RETURN_IF_ERROR(split.ColumnLinearBackward(
       k, s.dc, s.whole, g.fc_w, g.fc_b, s.d4c, a.ln2, w.fc_w, b, t, c, hidden, s.comm, mlp));
   // dresidual becomes d(residual2): the straight path plus the path through LN2.
   RETURN_IF_ERROR(k.LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, s.dc, a.residual2, w.ln2_w,
                                       a.ln2_mean, a.ln2_rstd, rows, c));
   // Attention branch, the same way: dresidual becomes d(x).
-  RETURN_IF_ERROR(sharding.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual,
+  RETURN_IF_ERROR(split.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual,
                                                       s.whole, a.atty, w.proj_w, b, t, c_local, c,
                                                       s.comm, attn));
   RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, a.att, b, t, c_local, heads));
-  RETURN_IF_ERROR(sharding.ColumnLinearBackward(k, s.dc, s.whole, g.qkv_w, g.qkv_b,
+  RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.qkv_w, g.qkv_b,
                                                          s.dqkv, a.ln1, w.qkv_w, b, t, c,
                                                          3 * c_local, s.comm, attn));
   return k.LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, s.dc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd,

@@ -10,11 +10,11 @@
 // gradient flows straight through both additions), adding to the block's weight
 // gradients in `grads`.
 //
-// The linears run through a Sharding (sharding.h). Split over tp ranks (Megatron's
+// The linears run through a LayerSplit (split.h). Split over tp ranks (Megatron's
 // tensor parallelism, parallel/tensor_parallel.h) each rank holds NH/tp whole heads of
 // c_attn and 4C/tp columns of c_fc: the attention branch and the MLP branch are each a
 // column-parallel linear and a row-parallel one, so the widths marked "/tp" below are
-// this rank's slice (tp = sharding.size(); 1 when serial). The residual stream (x, residual2, out) and
+// this rank's slice (tp = split.size(); 1 when serial). The residual stream (x, residual2, out) and
 // the LayerNorms' statistics have R rows: N, or N/tp under sequence parallelism, where
 // ln1 and ln2 keep the whole N rows the linears read (gathered by f).
 #pragma once
@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/parameters.h"
-#include "model/sharding.h"
+#include "model/layer_split.h"
 #include "runtime/kernels/kernels.h"
 
 namespace tally::model {
@@ -59,11 +59,11 @@ struct BlockScratch {
 
 // Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp. The
 // block computes with `k` (runtime/kernels/kernels.h); every pointer is on k's device.
-absl::Status BlockForward(Kernels& k, const GPTConfig& config, const Sharding& sharding,
+absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                           int layer, int b, const BlockTensors& w, const float* x,
                           const BlockActivations& acts, const BlockScratch& scratch);
 
-absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const Sharding& sharding,
+absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& acts,
                            const BlockScratch& scratch, float* dresidual);

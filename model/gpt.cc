@@ -9,20 +9,20 @@
 
 namespace tally::model {
 
-GPT::GPT(const GPTConfig& config, Allocator& alloc, const Sharding& sharding, Stage stage)
+GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, Stage stage)
     : config_(config),
-      sharding_(sharding),
-      layout_(ParameterLayout::ForGPT(config, sharding.size(), sharding.rank(), stage.begin,
+      split_(split),
+      layout_(ParameterLayout::ForGPT(config, split.size(), split.rank(), stage.begin,
                                       stage.end)),
       alloc_(alloc) {}
 
 namespace {
 
-absl::Status Validate(const GPTConfig& config, const Sharding& sharding, Stage stage) {
+absl::Status Validate(const GPTConfig& config, const LayerSplit& split, Stage stage) {
   RETURN_IF_ERROR(config.Validate());
-  if (config.n_head % sharding.size() != 0) {
+  if (config.n_head % split.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] n_head=", config.n_head,
-                                                   " is not divisible by tp=", sharding.size(),
+                                                   " is not divisible by tp=", split.size(),
                                                    " (each rank takes whole heads)"));
   }
   const int end = stage.end < 0 ? config.n_layer : stage.end;
@@ -36,11 +36,11 @@ absl::Status Validate(const GPTConfig& config, const Sharding& sharding, Stage s
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
-                                                 uint64_t seed, const Sharding* sharding,
+                                                 uint64_t seed, const LayerSplit* split,
                                                  Stage stage) {
-  const Sharding& split = sharding != nullptr ? *sharding : Serial::Instance();
-  RETURN_IF_ERROR(Validate(config, split, stage));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, split, stage));
+  const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
+  RETURN_IF_ERROR(Validate(config, serial_or_split, stage));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, stage));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc));
   gpt->weights_ = gpt->replica_.get();
@@ -48,11 +48,11 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 }
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
-                                                 WeightStore* weights, const Sharding* sharding,
+                                                 WeightStore* weights, const LayerSplit* split,
                                                  Stage stage) {
-  const Sharding& split = sharding != nullptr ? *sharding : Serial::Instance();
-  RETURN_IF_ERROR(Validate(config, split, stage));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, split, stage));
+  const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
+  RETURN_IF_ERROR(Validate(config, serial_or_split, stage));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, stage));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   gpt->weights_ = weights;
   return gpt;
@@ -80,9 +80,9 @@ absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
 // parallelism the residual stream's rows to r (block.h). `whole`: everything backward
 // needs; otherwise (recompute) the ids and the stage's input.
 absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
-  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / sharding_.size();
-  const int64_t cl = c / sharding_.size(), hidden = 4 * c / sharding_.size();
-  const int64_t n = b * t, v = vocab_local(), r = sharding_.Rows(int(n));
+  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / split_.size();
+  const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
+  const int64_t n = b * t, v = vocab_local(), r = split_.Rows(int(n));
   const int64_t layers = layout_.layer_end() - layout_.layer_begin();
   const bool last = layout_.last_stage();
   auto empty = [&](int64_t count, DType dtype) {
@@ -139,21 +139,21 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
 
 absl::Status GPT::EnsureScratch(int b) {
   if (b == scratch_batch_) return absl::OkStatus();
-  if (config_.seq_len % sharding_.size() != 0 && sharding_.sequence_parallel()) {
+  if (config_.seq_len % split_.size() != 0 && split_.sequence_parallel()) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] seq_len=", config_.seq_len,
-                                                   " is not divisible by tp=", sharding_.size(),
+                                                   " is not divisible by tp=", split_.size(),
                                                    " (sequence parallelism splits it)"));
   }
-  const int64_t t = config_.seq_len, c = config_.n_embd, n = b * t, r = sharding_.Rows(int(n));
-  const int64_t cl = c / sharding_.size(), hidden = 4 * c / sharding_.size();
+  const int64_t t = config_.seq_len, c = config_.n_embd, n = b * t, r = split_.Rows(int(n));
+  const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
   ASSIGN_OR_RETURN(loss_scratch_,
                    Tensor::Empty({3 * n}, DType::kF32, alloc_, MemoryCategory::kActivations));
   // Scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (attention backward's: T·T
   // on the CPU), dresidual (R, C); with sequence parallelism also rows (R, C) and whole
   // (N, C), and the collectives' (N, C).
-  const bool sp = sharding_.sequence_parallel();
+  const bool sp = split_.sequence_parallel();
   const int64_t sequence = sp ? r * c + n * c : 0;
-  const int64_t tt = kernels_->AttentionScratch(int(t), config_.n_head / sharding_.size());
+  const int64_t tt = kernels_->AttentionScratch(int(t), config_.n_head / split_.size());
   ASSIGN_OR_RETURN(scratch_,
                    Tensor::Empty({n * hidden + n * 3 * cl + n * c + tt + r * c + sequence},
                                  DType::kF32, alloc_, MemoryCategory::kActivations));
@@ -238,17 +238,17 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   if (first) {
     ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
     const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-    RETURN_IF_ERROR(sharding_.EmbeddingForward(
+    RETURN_IF_ERROR(split_.EmbeddingForward(
         k, a.encoded, s.whole, tokens, e.wte, e.wpe, b, t, c, vl, s.comm, "embedding"));
   } else {
-    RETURN_IF_ERROR(k.Copy(a.encoded, input, sizeof(float) * size_t(sharding_.Rows(n)) * c));
+    RETURN_IF_ERROR(k.Copy(a.encoded, input, sizeof(float) * size_t(split_.Rows(n)) * c));
   }
   const float* x = a.encoded;
   for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
     const int unit = layout_.layer_unit(l);
     BlockActivations& acts = a.blocks[l - layout_.layer_begin()];
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    RETURN_IF_ERROR(BlockForward(k, config_, sharding_, l, b, BindBlock(layout_, l, w), x, acts, s));
+    RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, BindBlock(layout_, l, w), x, acts, s));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = acts.out;
   }
@@ -256,13 +256,13 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     if (first) RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
     return 0.0f;
   }
-  float* lnf_rows = sharding_.sequence_parallel() ? s.rows : a.lnf;  // f gathers it into a.lnf
+  float* lnf_rows = split_.sequence_parallel() ? s.rows : a.lnf;  // f gathers it into a.lnf
   {
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     const NormTensors lnf = BindFinalNorm(layout_, w);
     RETURN_IF_ERROR(
-        k.LayerNormForward(lnf_rows, a.lnf_mean, a.lnf_rstd, x, lnf.w, lnf.b, sharding_.Rows(n), c));
+        k.LayerNormForward(lnf_rows, a.lnf_mean, a.lnf_rstd, x, lnf.w, lnf.b, split_.Rows(n), c));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
   }
   if (!first) {
@@ -270,13 +270,13 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   }
   // logits = lnf · wteᵀ, each rank its vocabulary slice: the LM head is column-parallel.
   const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  RETURN_IF_ERROR(sharding_.ColumnLinearForward(k, a.logits.data<float>(), lnf_rows,
+  RETURN_IF_ERROR(split_.ColumnLinearForward(k, a.logits.data<float>(), lnf_rows,
                                                         a.lnf, e.wte, nullptr, b, t, c, vl, s.comm,
                                                         "lm_head"));
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
-  RETURN_IF_ERROR(sharding_.CrossEntropyForward(
+  RETURN_IF_ERROR(split_.CrossEntropyForward(
       k, a.losses.data<float>(), a.probs.data<float>(), loss_scratch_.data<float>(),
       a.logits.data<float>(), targets, n, vl, v, "cross_entropy"));
   std::vector<float> losses(n);
@@ -290,7 +290,7 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
                               const float* d_output, float* d_input, const GradientsReady& ready) {
   Kernels& k = *kernels_;
   const int b = a.batch, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
-  const int n = b * t, rows = sharding_.Rows(n);
+  const int n = b * t, rows = split_.Rows(n);
   const BlockScratch& s = block_scratch_;
   const bool first = layout_.first_stage(), last = layout_.last_stage();
   // Closes the gradients of `unit`, releases its parameters, and tells `ready`.
@@ -314,10 +314,10 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
     // dlogits overwrites probs, which nothing needs afterwards.
     float* dlogits = a.probs.data<float>();
-    RETURN_IF_ERROR(sharding_.CrossEntropyBackward(
+    RETURN_IF_ERROR(split_.CrossEntropyBackward(
         k, dlogits, dlogits, ids.targets.data<int32_t>(), dloss, n, vl));
     float* dlnf = s.dc;
-    RETURN_IF_ERROR(sharding_.ColumnLinearBackward(k, dlnf, s.whole, ge.wte, nullptr,
+    RETURN_IF_ERROR(split_.ColumnLinearBackward(k, dlnf, s.whole, ge.wte, nullptr,
                                                            dlogits, a.lnf, e.wte, b, t, c, vl,
                                                            s.comm, "lm_head"));
     if (!first) RETURN_IF_ERROR(finish(kEmbeddings));  // the head's copy of wte is done
@@ -337,7 +337,7 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
-    RETURN_IF_ERROR(BlockBackward(k, config_, sharding_, l, b, BindBlock(layout_, l, w),
+    RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, BindBlock(layout_, l, w),
                                   BindBlock(layout_, l, g), x, a.blocks[i], s, dresidual_));
     RETURN_IF_ERROR(finish(unit));
   }
@@ -346,7 +346,7 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   }
   if (!last) RETURN_IF_ERROR(open_embeddings());
   const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
-  RETURN_IF_ERROR(sharding_.EmbeddingBackward(k, ge.wte, ge.wpe, dresidual_,
+  RETURN_IF_ERROR(split_.EmbeddingBackward(k, ge.wte, ge.wpe, dresidual_,
                                                            s.whole, ids.tokens.data<int32_t>(), b,
                                                            t, c, vl, s.comm, "embedding"));
   return finish(kEmbeddings);

@@ -27,7 +27,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/weights.h"
-#include "model/sharding.h"
+#include "model/layer_split.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
 #include "runtime/tensor.h"
@@ -43,18 +43,18 @@ struct Stage {
 class GPT {
  public:
   // A model with its own Replica, GPT-2's initialisation from the counter RNG; with a
-  // `sharding` over several ranks (not owned; it must outlive the model; null: Serial),
+  // `split` over several ranks (not owned; it must outlive the model; null: Serial),
   // this rank's part of every layer (parameters.h); as a pipeline stage, its layers only.
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
-                                                     const Sharding* sharding = nullptr,
+                                                     const LayerSplit* split = nullptr,
                                                      Stage stage = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
-  // the model and be laid out by ParameterLayout::ForGPT(config, sharding.size(),
-  // sharding.rank(), stage.begin, stage.end)).
+  // the model and be laid out by ParameterLayout::ForGPT(config, split.size(),
+  // split.rank(), stage.begin, stage.end)).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      WeightStore* weights,
-                                                     const Sharding* sharding = nullptr,
+                                                     const LayerSplit* split = nullptr,
                                                      Stage stage = {});
 
   const GPTConfig& config() const { return config_; }
@@ -121,10 +121,10 @@ class GPT {
   // entries [r·vocab_local, ...); all of them on one rank).
   absl::Status LogitsRowToHost(int64_t row, float* host);
   int vocab_local() const { return int(layout_.specs().front().shape[0]); }
-  const Sharding& sharding() const { return sharding_; }
+  const LayerSplit& split() const { return split_; }
 
  private:
-  GPT(const GPTConfig& config, Allocator& alloc, const Sharding& sharding, Stage stage);
+  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, Stage stage);
   // The scratch of a micro-batch of b sequences (reused from layer to layer).
   absl::Status EnsureScratch(int b);
   absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,
@@ -139,7 +139,7 @@ class GPT {
   }
 
   GPTConfig config_;
-  const Sharding& sharding_;
+  const LayerSplit& split_;
   ParameterLayout layout_;
   Allocator& alloc_;
   std::unique_ptr<Kernels> kernels_;

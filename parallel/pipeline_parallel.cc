@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
 int64_t PipelineParallel::BoundaryElements(int b) const {
   // Under sequence parallelism a stage's output is its part of the sequence.
   const model::GPTConfig& c = gpt_->config();
-  return int64_t(gpt_->sharding().Rows(b * c.seq_len)) * c.n_embd;
+  return int64_t(gpt_->split().Rows(b * c.seq_len)) * c.n_embd;
 }
 
 absl::Status PipelineParallel::EnsureSlots(int b) {

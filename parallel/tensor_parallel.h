@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "model/parameters.h"
-#include "model/sharding.h"
+#include "model/layer_split.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/kernels.h"
 
@@ -46,7 +46,7 @@ namespace tally::parallel {
 // all-reduce is a reduce-scatter and an all-gather, with less activation memory. The
 // LayerNorm gains and biases and the position table then see only their rank's tokens:
 // their gradients are summed over the group once per step (ReduceSequenceParallelGrads).
-class TensorParallel final : public model::Sharding {
+class TensorParallel final : public model::LayerSplit {
  public:
   TensorParallel() = default;
   // `device`: where the layers' activations are (the model's device), which the
@@ -58,7 +58,7 @@ class TensorParallel final : public model::Sharding {
   int size() const override { return group_ != nullptr ? group_->size() : 1; }
   int rank() const override { return group_ != nullptr ? group_->rank() : 0; }
   comm::Communicator* group() const { return group_; }
-  // Rows() (model::Sharding) is this rank's n/N under sequence parallelism, all n
+  // Rows() (model::LayerSplit) is this rank's n/N under sequence parallelism, all n
   // otherwise.
   bool sequence_parallel() const override { return sequence_parallel_; }
   Device device() const { return device_; }
@@ -77,7 +77,7 @@ class TensorParallel final : public model::Sharding {
   absl::Status SequenceReduceScatter(const float* whole, float* part, float* scratch, int b, int t,
                                      int c, const std::string& scope) const;
 
-  // The layers (model::Sharding), split as the comment at the top of this file says.
+  // The layers (model::LayerSplit), split as the comment at the top of this file says.
   // Column-parallel: f, then y = x_whole · W_rᵀ + b_r; backward: dx_whole = dy_r · W_r and
   // f's backward, the sum over the group into dx (an all-reduce in place, or a
   // reduce-scatter). Row-parallel: y_whole = x_r · W_rᵀ, g (the sum over the group into

@@ -86,9 +86,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     t->pp_ = std::move(groups.pp);
     t->embedding_group_ = std::move(groups.embedding);
   }
-  t->sharding_ = parallel::TensorParallel(t->tp_.get(), options.sequence_parallel,
+  t->tensor_parallel_ = parallel::TensorParallel(t->tp_.get(), options.sequence_parallel,
                                           t->model_alloc_.device());
-  const parallel::TensorParallel& tp = t->sharding_;
+  const parallel::TensorParallel& tp = t->tensor_parallel_;
   const comm::Algorithm algorithm = options.allreduce;
   ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
                    parallel::StageLayers(options.model.n_layer, options.pp, options.pp_layers));
@@ -204,7 +204,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
   } else {
-    const parallel::GradientGroups groups{nullptr, &sharding_, comm::Algorithm::kRing, pp_.get()};
+    const parallel::GradientGroups groups{nullptr, &tensor_parallel_, comm::Algorithm::kRing, pp_.get()};
     ASSIGN_OR_RETURN(s.grad_norm,
                      parallel::ClipAndStep(gpt_->kernels(), *optimizer_, gpt_->params().data<float>(),
                                            gpt_->grads(), ranges_, segments_, s.lr,

@@ -121,7 +121,7 @@ class Trainer {
   std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
   std::unique_ptr<comm::Communicator> tp_;  // when tp > 1
   // The model's layers over tp_ (one rank when there is none): the model's Sharding.
-  parallel::TensorParallel sharding_;
+  parallel::TensorParallel tensor_parallel_;
   std::unique_ptr<comm::Communicator> pp_;  // when pp > 1: the stages, in order
   // The first and last stage, which both hold the tied embedding (Megatron's embedding
   // group); null elsewhere.

@@ -85,7 +85,7 @@ class TensorParallelLayers : public ::testing::TestWithParam<std::tuple<int, boo
   int ranks() const { return std::get<0>(GetParam()); }
   bool sp() const { return std::get<1>(GetParam()); }
   // What a rank holds of (b, t, cols) activations between the parallel layers.
-  std::vector<float> Held(const std::vector<float>& m, int b, int t, int cols, const model::Sharding& tp) const {
+  std::vector<float> Held(const std::vector<float>& m, int b, int t, int cols, const model::LayerSplit& tp) const {
     return tp.sequence_parallel() ? SequencePart(m, b, t, cols, tp.size(), tp.rank()) : m;
   }
 };
@@ -171,7 +171,7 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
   struct Result {
     std::vector<float> out, dx, local_grads;
   };
-  auto run = [&](const model::Sharding& tp) {
+  auto run = [&](const model::LayerSplit& tp) {
     const model::ParameterLayout layout = model::ParameterLayout::ForGPT(config, tp.size(), tp.rank());
     const model::ParamUnit& mine = layout.units()[layout.layer_unit(0)];
     std::vector<float> local(layout.total());

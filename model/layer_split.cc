@@ -1,4 +1,4 @@
-#include "model/sharding.h"
+#include "model/layer_split.h"
 
 #include <algorithm>
 

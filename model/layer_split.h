@@ -23,9 +23,9 @@
 
 namespace tally::model {
 
-class Sharding {
+class LayerSplit {
  public:
-  virtual ~Sharding() = default;
+  virtual ~LayerSplit() = default;
 
   // Ranks that share each layer (1: serial), and this rank among them.
   virtual int size() const = 0;
@@ -96,7 +96,7 @@ class Sharding {
 };
 
 // One rank holds everything: every operation is its serial module.
-class Serial final : public Sharding {
+class Serial final : public LayerSplit {
  public:
   int size() const override { return 1; }
   int rank() const override { return 0; }
@@ -132,7 +132,7 @@ class Serial final : public Sharding {
                                     const int32_t* targets, float dloss, int n,
                                     int vocab_local) const override;
 
-  // The one Serial a model without a Sharding of its own uses.
+  // The one Serial a model without a LayerSplit of its own uses.
   static const Serial& Instance();
 };
 
