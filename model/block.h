@@ -10,7 +10,7 @@
 // gradient flows straight through both additions), adding to the block's weight
 // gradients in `grads`.
 //
-// The linears run through a LayerSplit (split.h). Split over tp ranks (Megatron's
+// The linears run through a LayerSplit (layer_split.h). Split over tp ranks (Megatron's
 // tensor parallelism, parallel/tensor_parallel.h) each rank holds NH/tp whole heads of
 // c_attn and 4C/tp columns of c_fc: the attention branch and the MLP branch are each a
 // column-parallel linear and a row-parallel one, so the widths marked "/tp" below are

@@ -1,4 +1,4 @@
-// How the model's sharded operations run: the linears whose weights may be split over
+// How the model's split operations run: the linears whose weights may be split over
 // ranks (column- and row-parallel), the embedding and the cross-entropy over a
 // vocabulary that may be split, and the shape facts the model needs from the split. The
 // model calls only this interface; it never knows the strategy behind it.

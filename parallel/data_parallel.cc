@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "optim/schedule.h"
+#include "runtime/comm/exact_traffic.h"
 
 #include "runtime/status_macros.h"
 
@@ -36,6 +37,16 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
     ASSIGN_OR_RETURN(squares, group->AllReduceValue(squares, DType::kF64, comm::ReduceOp::kSum, algorithm));
   }
   return std::sqrt(squares);
+}
+
+int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
+                                 comm::Algorithm algorithm) {
+  int64_t sent = 0;
+  for (const comm::Chunk& bucket : GradientBuckets(params, bucket_bytes / 4)) {
+    sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
+                               bucket.count, 4).sent;
+  }
+  return sent;
 }
 
 absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,

@@ -37,6 +37,12 @@ namespace tally::parallel {
 // cut from the end of the buffer toward its start, in that order.
 std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements);
 
+// Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
+// parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket;
+// with the ring and dp dividing every bucket, 2(dp−1)/dp·4·params).
+int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
+                                 comm::Algorithm algorithm);
+
 // The global gradient norm, for clipping: Σ g² of this rank's `grads` over `ranges`
 // (tensors every tp rank holds alike counted on tp rank 0 only, the last stage's copy of
 // the tied embedding never), summed over `shards` (the dp group

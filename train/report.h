@@ -68,9 +68,5 @@ struct MemoryFormula {
 };
 MemoryFormula PredictedMemory(const TrainOptions& options, int world_rank);
 
-// Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
-// parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket).
-int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
-                                 comm::Algorithm algorithm);
 
 }  // namespace tally::train

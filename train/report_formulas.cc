@@ -115,7 +115,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   switch (key.primitive) {
     case comm::Primitive::kAllReduce:
       if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
-        return in.steps * GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank, BucketBytes(o),
+        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank, BucketBytes(o),
                                                    key.algorithm);
       }
       if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
@@ -159,16 +159,6 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   // The seed's passes (it knows no recompute).
   int calls = parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
   return calls > 0 ? calls * part_bytes : -1;
-}
-
-int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
-                                 comm::Algorithm algorithm) {
-  int64_t sent = 0;
-  for (const comm::Chunk& bucket : parallel::GradientBuckets(params, bucket_bytes / 4)) {
-    sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
-                               bucket.count, 4).sent;
-  }
-  return sent;
 }
 
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {

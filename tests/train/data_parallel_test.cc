@@ -60,7 +60,7 @@ TEST_P(DataParallelTest, MatchesTheSingleRankRunAndTheExactBytes) {
     comm::TransferTotals grads = parallel.traffic[r].Sum([](const comm::LedgerKey& k) {
       return k.group == "dp" && k.phase == comm::Phase::kBackward;
     });
-    int64_t exact = o.steps * GradientSyncBytesPerStep(phi, dp, r, int64_t(o.bucket_mb * (1 << 20)), algorithm);
+    int64_t exact = o.steps * parallel::GradientSyncBytesPerStep(phi, dp, r, int64_t(o.bucket_mb * (1 << 20)), algorithm);
     EXPECT_EQ(grads.bytes_sent, exact) << "rank " << r;
     if (dp > 1 && algorithm == comm::Algorithm::kRing) {
       // Close to 2(p-1)/p·4Φ per step; not equal, since the 375-element buckets do not split
@@ -212,15 +212,6 @@ TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
       EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]) << k;
     }
   }
-}
-
-TEST(GradientBuckets, CutFromTheEndAndCoverTheBuffer) {
-  std::vector<comm::Chunk> b = parallel::GradientBuckets(10, 4);
-  ASSERT_EQ(b.size(), 3u);
-  EXPECT_EQ(b[0].offset, 6);
-  EXPECT_EQ(b[0].count, 4);
-  EXPECT_EQ(b[2].offset, 0);
-  EXPECT_EQ(b[2].count, 2);
 }
 
 TEST(DataParallelOptions, BadValuesAreClearErrors) {

@@ -167,7 +167,7 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
     };
     if (zero == 0) {
       EXPECT_EQ(sent(comm::Primitive::kAllReduce),
-                o.steps * GradientSyncBytesPerStep(part.total(), o.dp, dp_rank, int64_t(o.bucket_mb * (1 << 20)),
+                o.steps * parallel::GradientSyncBytesPerStep(part.total(), o.dp, dp_rank, int64_t(o.bucket_mb * (1 << 20)),
                                                    comm::Algorithm::kRing)) << rank;
     } else {
       int64_t expected = 0;

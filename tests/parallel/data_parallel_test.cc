@@ -1,0 +1,156 @@
+// Data parallelism and ZeRO in closed form: buckets, shards, calls and bytes per step,
+// and the update every strategy ends its step with, without running a model.
+#include "parallel/data_parallel.h"
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/parameters.h"
+#include "optim/optimizer.h"
+#include "parallel/zero.h"
+#include "runtime/kernels/kernels.h"
+
+namespace tally::parallel {
+namespace {
+
+using comm::Algorithm;
+using comm::Phase;
+using comm::Primitive;
+
+TEST(GradientBuckets, CutFromTheEndAndCoverTheBuffer) {
+  std::vector<comm::Chunk> b = GradientBuckets(10, 4);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].offset, 6);
+  EXPECT_EQ(b[0].count, 4);
+  EXPECT_EQ(b[2].offset, 0);
+  EXPECT_EQ(b[2].count, 2);
+}
+
+// The ring sends 2(N−1)/N of each bucket; the star, the whole of it (N−1 times from the
+// root). The bucket size changes the calls, never the ring's bytes when N divides the
+// buckets; when it does not, the ranks' chunks differ and their sum is still 2(N−1)·M.
+TEST(GradientSyncBytes, RingIsTwoNMinusOneOverNAndTheStarLoadsTheRoot) {
+  const int64_t params = 4 * 1200;  // divisible by every N below and by the buckets
+  for (int n : {2, 3, 4}) {
+    for (int64_t bucket_bytes : {int64_t(4 * 1200), int64_t(4 * 600), int64_t(4 * 240)}) {
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(GradientSyncBytesPerStep(params, n, r, bucket_bytes, Algorithm::kRing),
+                  2 * (n - 1) * params * 4 / n)
+            << n << " " << bucket_bytes << " " << r;
+      }
+    }
+    int64_t uneven = 0;  // buckets of 7 elements
+    for (int r = 0; r < n; ++r) uneven += GradientSyncBytesPerStep(params, n, r, 4 * 7, Algorithm::kRing);
+    EXPECT_EQ(uneven, 2 * (n - 1) * params * 4) << n;
+    EXPECT_EQ(GradientSyncBytesPerStep(params, n, 0, 4 * params, Algorithm::kNaive), (n - 1) * params * 4);
+    EXPECT_EQ(GradientSyncBytesPerStep(params, n, 1, 4 * params, Algorithm::kNaive), params * 4);
+  }
+}
+
+model::ParameterLayout Tiny() {
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.seq_len = 4;
+  c.vocab_size = 16;
+  return model::ParameterLayout::ForGPT(c);
+}
+
+// ZeRO-1 is one unit; ZeRO-2 and 3 the model's units (embeddings, each layer, ln_f).
+// Every rank's shard is its chunk of each unit, and the shards tile the buffer.
+TEST(ZeroUnits, EachStageCutsTheBufferAsItShould) {
+  const model::ParameterLayout layout = Tiny();
+  ASSERT_EQ(ZeroUnits(layout, 1).size(), 1u);
+  EXPECT_EQ(ZeroUnits(layout, 1)[0].count, layout.total());
+  for (int stage : {2, 3}) {
+    const std::vector<comm::Chunk> units = ZeroUnits(layout, stage);
+    EXPECT_EQ(units.size(), layout.units().size()) << stage;
+    int64_t covered = 0;
+    for (const comm::Chunk& u : units) {
+      EXPECT_EQ(u.offset, covered);
+      covered += u.count;
+    }
+    EXPECT_EQ(covered, layout.total());
+    for (int ranks : {2, 3}) {
+      std::vector<int> owner(size_t(layout.total()), -1);
+      int64_t shards = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const Sharding shard(units, ranks, r);
+        shards += shard.size();
+        for (const Sharding::Piece& p : shard.pieces()) {
+          for (int64_t i = p.own.offset; i < p.own.end(); ++i) {
+            EXPECT_EQ(owner[size_t(i)], -1) << "element " << i << " owned twice";
+            owner[size_t(i)] = r;
+          }
+        }
+      }
+      EXPECT_EQ(shards, layout.total());
+      EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0);
+    }
+  }
+}
+
+// The seed's per-step passes: ZeRO-1 one reduce-scatter after backward and one
+// all-gather after the update; ZeRO-2 a reduce-scatter per micro-batch; ZeRO-3 an
+// all-gather per forward and per backward (twice with recompute) and no all-gather after
+// the update.
+TEST(ZeroCalls, ThePassesOfEachStage) {
+  const int m = 3;
+  EXPECT_EQ(ZeroCallsPerStep(1, m, Primitive::kReduceScatter, Phase::kBackward), 1);
+  EXPECT_EQ(ZeroCallsPerStep(1, m, Primitive::kAllGather, Phase::kOptimizer), 1);
+  EXPECT_EQ(ZeroCallsPerStep(2, m, Primitive::kReduceScatter, Phase::kBackward), m);
+  EXPECT_EQ(ZeroCallsPerStep(2, m, Primitive::kAllGather, Phase::kOptimizer), 1);
+  EXPECT_EQ(ZeroCallsPerStep(3, m, Primitive::kAllGather, Phase::kForward), m);
+  EXPECT_EQ(ZeroCallsPerStep(3, m, Primitive::kAllGather, Phase::kBackward), m);
+  EXPECT_EQ(ZeroCallsPerStep(3, m, Primitive::kAllGather, Phase::kBackward, /*recompute=*/true), 2 * m);
+  EXPECT_EQ(ZeroCallsPerStep(3, m, Primitive::kAllGather, Phase::kOptimizer), 0);
+  EXPECT_EQ(ZeroCallsPerStep(0, m, Primitive::kReduceScatter, Phase::kBackward), 0);
+}
+
+// A ring reduce-scatter or all-gather of the buffer sends (N−1)/N of it: over the ranks,
+// (N−1)·4Φ in all, whatever the uneven chunks.
+TEST(ZeroBytes, EachPassSendsNMinusOneOverNOfTheBuffer) {
+  const model::ParameterLayout layout = Tiny();
+  for (int stage : {1, 2, 3}) {
+    for (int n : {2, 3}) {
+      int64_t all = 0;
+      for (int r = 0; r < n; ++r) {
+        all += ZeroBytesPerStep(layout, stage, n, r, /*micro_batches=*/1, Algorithm::kRing,
+                                Primitive::kReduceScatter, Phase::kBackward, false);
+      }
+      EXPECT_EQ(all, (n - 1) * layout.total() * 4) << stage << " " << n;
+    }
+  }
+}
+
+// The update on one rank: the norm over every tensor, torch's clipping, then the
+// optimizer (SGD without momentum's history: p − lr·g on the first step).
+TEST(ClipAndStep, ClipsByTheGlobalNormThenSteps) {
+  const model::ParameterLayout layout = Tiny();
+  const int64_t n = layout.total();
+  Allocator alloc(nullptr);
+  std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU()).value();
+  Tensor grads = Tensor::Empty({n}, DType::kF32, alloc).value();
+  std::vector<float> params(size_t(n), 1.0f);
+  for (int64_t i = 0; i < n; ++i) grads.data<float>()[i] = 0.5f;  // norm 0.5·√n
+  const std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
+  std::vector<optim::Segment> segments = model::OptimizerSegments(ranges);
+  for (optim::Segment& s : segments) s.decay = false;
+  optim::SGDOptions sgd;
+  sgd.weight_decay = 0;
+  auto optimizer = optim::SGD::Create(sgd, n, alloc).value();
+  const TensorParallel one_rank;
+  const double norm = ClipAndStep(*k, *optimizer, params.data(), grads, ranges, segments, /*lr=*/0.1f,
+                                  /*clip=*/1.0f, GradientGroups{nullptr, &one_rank}).value();
+  EXPECT_NEAR(norm, 0.5 * std::sqrt(double(n)), 1e-9 * norm);
+  const float scale = float(1.0 / (norm + 1e-6));
+  EXPECT_NEAR(grads.data<float>()[0], 0.5f * scale, 1e-7f);
+  EXPECT_NEAR(params[0], 1.0f - 0.1f * 0.5f * scale, 1e-6f);
+}
+
+}  // namespace
+}  // namespace tally::parallel
