@@ -16,9 +16,9 @@
 #include "absl/flags/flag.h"
 #include "examples/example_main.h"
 #include "absl/strings/str_format.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/launch.h"
-#include "runtime/comm/partition.h"
+#include "runtime/comm/algorithms/partition.h"
 #include "runtime/status_macros.h"
 
 ABSL_FLAG(int, ranks, 8, "thread ranks (world size)");

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "optim/schedule.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 
 #include "runtime/status_macros.h"
 

@@ -29,7 +29,7 @@
 #include "runtime/comm/communicator.h"
 #include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
-#include "runtime/comm/partition.h"
+#include "runtime/comm/algorithms/partition.h"
 
 namespace tally::parallel {
 

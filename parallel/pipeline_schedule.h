@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/comm/ledger.h"
+#include "runtime/comm/ledger/ledger.h"
 
 namespace tally::parallel {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "optim/schedule.h"
 #include "parallel/data_parallel.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {

@@ -46,7 +46,7 @@
 #include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/comm/partition.h"
+#include "runtime/comm/algorithms/partition.h"
 
 namespace tally::parallel {
 

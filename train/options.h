@@ -90,7 +90,7 @@ struct TrainOptions {
 
   // Where the model computes: "cpu", or "cuda" (parameters, gradients, optimizer state
   // and activations in GPU memory, runtime/kernels/cuda). On the threads backend every
-  // rank uses GPU 0, and the collectives move GPU memory (runtime/comm/device_memory.h);
+  // rank uses GPU 0, and the collectives move GPU memory (runtime/comm/transport/device_memory.h);
   // on nccl rank r uses GPU r (of its machine, under mpirun); every strategy runs on
   // both; MPI moving GPU memory is not built. tf32: let cuBLAS use TF32 tensor cores for
   // fp32 matmuls (CUDA only).

@@ -7,7 +7,7 @@
 #include "model/parameters.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 
 namespace tally::train {
 namespace {

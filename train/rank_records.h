@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/comm/ledger.h"
+#include "runtime/comm/ledger/ledger.h"
 #include "runtime/memory_ledger.h"
 #include "train/trainer.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "parallel/pipeline_schedule.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/json_writer.h"
 
 namespace tally::train {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/comm/ledger.h"
+#include "runtime/comm/ledger/ledger.h"
 #include "runtime/memory_ledger.h"
 #include "train/options.h"
 

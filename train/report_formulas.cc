@@ -10,7 +10,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "train/report.h"
 
 namespace tally::train {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/comm/transport/mpi/mpi_launch.h"
 #include "runtime/signals.h"
 
 namespace tally::train {

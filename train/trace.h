@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/comm/ledger.h"
+#include "runtime/comm/ledger/ledger.h"
 #include "train/options.h"
 #include "train/trainer.h"
 

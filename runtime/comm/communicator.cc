@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/clock.h"
-#include "runtime/comm/naive.h"
-#include "runtime/comm/partition.h"
-#include "runtime/comm/ring.h"
+#include "runtime/comm/algorithms/naive.h"
+#include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/algorithms/ring.h"
 #include "runtime/status_macros.h"
 
 namespace tally::comm {

@@ -19,10 +19,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/comm/ledger.h"
-#include "runtime/comm/transport.h"
+#include "runtime/comm/ledger/ledger.h"
+#include "runtime/comm/transport/transport.h"
 #include "runtime/comm/types.h"
-#include "runtime/comm/wire.h"
+#include "runtime/comm/ledger/wire.h"
 #include "runtime/memory_ledger.h"
 #include "runtime/tensor.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/comm/threads/threads_transport.h"
+#include "runtime/comm/transport/threads/threads_transport.h"
 
 namespace tally::comm {
 

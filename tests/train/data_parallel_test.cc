@@ -11,7 +11,7 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/zero.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/launch.h"
 #include "train/report.h"
 #include "tests/train/run_ranks.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {

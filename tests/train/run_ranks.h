@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/comm/launch.h"
-#include "runtime/comm/nccl/nccl_transport.h"
+#include "runtime/comm/transport/nccl/nccl_transport.h"
 #include "train/trainer.h"
 
 namespace tally::train {

@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/collective_check.h"
-#include "runtime/comm/exact_traffic.h"
-#include "runtime/comm/partition.h"
+#include "runtime/comm/check/collective_check.h"
+#include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/algorithms/partition.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {

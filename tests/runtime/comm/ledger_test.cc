@@ -1,4 +1,4 @@
-#include "runtime/comm/ledger.h"
+#include "runtime/comm/ledger/ledger.h"
 
 #include <vector>
 

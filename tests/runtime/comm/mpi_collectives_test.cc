@@ -13,10 +13,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/collective_check.h"
-#include "runtime/comm/exact_traffic.h"
+#include "runtime/comm/check/collective_check.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/launch.h"
-#include "runtime/comm/mpi/mpi_launch.h"
+#include "runtime/comm/transport/mpi/mpi_launch.h"
 #include "runtime/status_macros.h"
 #include "tests/runtime/comm/transport_checks.h"
 

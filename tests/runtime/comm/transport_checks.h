@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "runtime/comm/collective_check.h"
+#include "runtime/comm/check/collective_check.h"
 #include "runtime/comm/launch.h"
 #include "runtime/status_macros.h"
 

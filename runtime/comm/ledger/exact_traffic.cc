@@ -1,0 +1,92 @@
+#include "runtime/comm/ledger/exact_traffic.h"
+
+#include "runtime/comm/algorithms/partition.h"
+
+namespace tally::comm {
+namespace {
+
+// Bytes of the chunk of `rank` (taken around the ring) and of the whole buffer.
+struct Sizes {
+  int p;
+  int64_t count;
+  int64_t e;
+  int64_t Chunk(int rank) const { return ChunkOf(count, p, ((rank % p) + p) % p).count * e; }
+  int64_t Whole() const { return count * e; }
+  // Σ chunk(root + j) for distances j in [first, p).
+  int64_t ChunksFrom(int root, int first) const {
+    int64_t sum = 0;
+    for (int j = first; j < p; ++j) sum += Chunk(root + j);
+    return sum;
+  }
+};
+
+RankTraffic Ring(Primitive primitive, const Sizes& s, int r, int root) {
+  int p = s.p;
+  int64_t M = s.Whole();
+  int d = ((r - root) % p + p) % p;  // distance from the root along the ring
+  switch (primitive) {
+    case Primitive::kReduceScatter: return {M - s.Chunk(r), M - s.Chunk(r - 1)};
+    case Primitive::kAllGather: return {M - s.Chunk(r + 1), M - s.Chunk(r)};
+    case Primitive::kAllReduce:
+      return {(M - s.Chunk(r)) + (M - s.Chunk(r + 1)), (M - s.Chunk(r - 1)) + (M - s.Chunk(r))};
+    case Primitive::kBroadcast: return {d < p - 1 ? M : 0, d > 0 ? M : 0};
+    case Primitive::kReduce: return {d > 0 ? M : 0, d < p - 1 ? M : 0};
+    case Primitive::kScatter: return {s.ChunksFrom(root, d + 1), d > 0 ? s.ChunksFrom(root, d) : 0};
+    case Primitive::kGather: return {d > 0 ? s.ChunksFrom(root, d) : 0, s.ChunksFrom(root, d + 1)};
+    default: return {};
+  }
+}
+
+RankTraffic Naive(Primitive primitive, const Sizes& s, int r, int root) {
+  int p = s.p;
+  int64_t M = s.Whole();
+  bool is_root = r == root, is_hub = r == 0;
+  switch (primitive) {
+    case Primitive::kBroadcast: return is_root ? RankTraffic{(p - 1) * M, 0} : RankTraffic{0, M};
+    case Primitive::kReduce: return is_root ? RankTraffic{0, (p - 1) * M} : RankTraffic{M, 0};
+    case Primitive::kAllReduce:
+      return is_hub ? RankTraffic{(p - 1) * M, (p - 1) * M} : RankTraffic{M, M};
+    case Primitive::kScatter:
+      return is_root ? RankTraffic{M - s.Chunk(root), 0} : RankTraffic{0, s.Chunk(r)};
+    case Primitive::kGather:
+      return is_root ? RankTraffic{0, M - s.Chunk(root)} : RankTraffic{s.Chunk(r), 0};
+    case Primitive::kAllGather:  // gather to rank 0, then broadcast from it
+      return is_hub ? RankTraffic{(p - 1) * M, M - s.Chunk(0)} : RankTraffic{s.Chunk(r), M};
+    case Primitive::kReduceScatter:  // reduce to rank 0, then scatter from it
+      return is_hub ? RankTraffic{M - s.Chunk(0), (p - 1) * M} : RankTraffic{M, s.Chunk(r)};
+    default: return {};
+  }
+}
+
+}  // namespace
+
+RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
+                         int root, int64_t count, size_t element_size) {
+  Sizes s{group_size, count, int64_t(element_size)};
+  if (group_size <= 1 || primitive == Primitive::kBarrier) return {};
+  if (primitive == Primitive::kSendRecv) return {s.Whole(), s.Whole()};
+  if (primitive == Primitive::kAllToAll) {  // both algorithms: every peer's chunk once
+    return {s.Whole() - s.Chunk(rank), (group_size - 1) * s.Chunk(rank)};
+  }
+  // kNative: the transport's own algorithm is unknown; it is modelled as the ring.
+  return algorithm == Algorithm::kNaive ? Naive(primitive, s, rank, root)
+                                        : Ring(primitive, s, rank, root);
+}
+
+double BusFactor(Primitive primitive, int ranks) {
+  const double n = ranks;
+  switch (primitive) {
+    case Primitive::kAllReduce:
+      return 2 * (n - 1) / n;
+    case Primitive::kAllGather:
+    case Primitive::kReduceScatter:
+    case Primitive::kAllToAll:
+    case Primitive::kGather:
+    case Primitive::kScatter:
+      return (n - 1) / n;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace tally::comm

@@ -1,0 +1,134 @@
+#include "runtime/comm/ledger/wire.h"
+
+#include <algorithm>
+
+#include "runtime/comm/ledger/exact_traffic.h"
+
+namespace tally::comm {
+
+Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
+           const OpSignature& signature, size_t max_chunk_bytes)
+    : transport_(transport),
+      ledger_(ledger),
+      allocator_(allocator),
+      scratch_(scratch),
+      signature_(signature),
+      max_chunk_bytes_(max_chunk_bytes),
+      key_{transport.name(), signature.primitive, signature.algorithm, ledger.phase(),
+           ledger.label()} {}
+
+std::vector<Wire::Segment> Wire::Segments(size_t bytes) const {
+  size_t element = element_size();
+  size_t piece = std::max(element, max_chunk_bytes_ / element * element);
+  std::vector<Segment> segments;
+  size_t offset = 0;
+  do {
+    size_t n = std::min(piece, bytes - offset);
+    segments.push_back({offset, n});
+    offset += n;
+  } while (offset < bytes);
+  return segments;
+}
+
+int Wire::PeerWorldRank(int peer) const {
+  return peer >= 0 && peer < size() ? transport_.world_rank(peer) : -1;  // -1: the transport refuses it
+}
+
+TransferTotals& Wire::Row(int peer_world) {
+  for (auto& [peer, row] : rows_) {
+    if (peer == peer_world) return *row;
+  }
+  TransferTotals* row = &ledger_.Transfers(key_, peer_world);
+  rows_.push_back({peer_world, row});
+  return *row;
+}
+
+void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, SendMode mode) {
+  TransferTotals& row = Row(PeerWorldRank(peer));
+  for (Segment s : Segments(bytes)) {
+    row.bytes_sent += int64_t(s.bytes);
+    row.messages_sent += 1;
+    ledger_.CountSent(int64_t(s.bytes));
+    pending.entries_.push_back(
+        {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,
+                          mode),
+         &row, MonotonicNanos(), false, absl::OkStatus()});
+  }
+}
+
+void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending) {
+  TransferTotals& row = Row(PeerWorldRank(peer));
+  std::optional<Reduction> reduction;
+  if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
+  for (Segment s : Segments(bytes)) {
+    row.bytes_recv += int64_t(s.bytes);
+    row.messages_recv += 1;
+    pending.entries_.push_back({transport_.Irecv(peer, static_cast<char*>(data) + s.offset,
+                                                 s.bytes, signature_, reduction),
+                                &row, MonotonicNanos(), false, absl::OkStatus()});
+  }
+}
+
+void Wire::BookModelled() {
+  if (size() < 2) return;
+  const RankTraffic t = ExactTraffic(signature_.primitive, Algorithm::kRing, size(), rank(),
+                                     signature_.root, signature_.count, element_size());
+  TransferTotals& to = Row(PeerWorldRank(right()));
+  to.bytes_sent += t.sent;
+  to.messages_sent += t.sent > 0 ? 1 : 0;
+  ledger_.CountSent(t.sent);
+  TransferTotals& from = Row(PeerWorldRank(left()));
+  from.bytes_recv += t.recv;
+  from.messages_recv += t.recv > 0 ? 1 : 0;
+}
+
+void Wire::Recv(int peer, void* data, size_t bytes, Pending& pending) {
+  PostRecv(peer, data, bytes, /*reduce=*/false, pending);
+}
+
+void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
+  PostRecv(peer, data, bytes, /*reduce=*/true, pending);
+}
+
+void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos) {
+  ledger_.RecordCall(key_, payload_bytes, SecondsSince(started_nanos), SecondsSince(blocked_nanos));
+}
+
+absl::StatusOr<void*> Wire::Scratch(int64_t count) {
+  size_t bytes = size_t(count) * element_size();
+  const Device device = signature_.device >= 0 ? Device{DeviceType::kCUDA, signature_.device}
+                                               : Device::CPU();
+  if (scratch_->nbytes() < bytes || scratch_->device() != device) {
+    *scratch_ = Tensor();  // give the old buffer back before taking the larger one
+    // Kept as 8-byte words, which hold any dtype's elements at any alignment they need.
+    Allocator on(allocator_.ledger(), device);
+    ASSIGN_OR_RETURN(*scratch_, Tensor::Empty({int64_t((bytes + 7) / 8)}, DType::kF64, on,
+                                              MemoryCategory::kComm));
+  }
+  return scratch_->raw_data();
+}
+
+void Pending::Fail(absl::Status status) {
+  entries_.push_back({FailedRequest(std::move(status)), nullptr, MonotonicNanos(), false, {}});
+}
+
+absl::Status Pending::Wait(size_t i) {
+  Entry& e = entries_[i];
+  if (!e.waited) {
+    e.status = e.request->Wait();
+    e.waited = true;
+    if (e.row != nullptr) e.row->seconds += SecondsSince(e.posted_nanos);
+  }
+  return e.status;
+}
+
+absl::Status Pending::WaitAll() {
+  absl::Status first;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    absl::Status s = Wait(i);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace tally::comm

@@ -1,0 +1,118 @@
+// Wire: the collective algorithms' view of a transport, and the place every byte is booked.
+//
+// A Communicator makes one Wire per call. The algorithm posts sends and receives through
+// it; the Wire splits each into messages of at most max_chunk_bytes, stamps them with the
+// call's signature, books each in the rank's TrafficLedger, and hands them to the
+// transport. Because booking happens here, on the only path to the transport, the ledger
+// counts every byte by construction.
+//
+//   Pending step;
+//   wire.Send(wire.right(), chunk, bytes, step);
+//   wire.RecvReduce(wire.left(), into, bytes, step);
+//   RETURN_IF_ERROR(step.WaitAll());
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/clock.h"
+#include "runtime/comm/ledger/ledger.h"
+#include "runtime/comm/transport/transport.h"
+#include "runtime/tensor.h"
+
+namespace tally::comm {
+
+class Pending;
+
+class Wire {
+ public:
+  // `scratch` is the communicator's reusable comm buffer (see Scratch).
+  Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
+       const OpSignature& signature, size_t max_chunk_bytes);
+
+  int rank() const { return transport_.rank(); }
+  int size() const { return transport_.size(); }
+  int right() const { return (rank() + 1) % size(); }
+  int left() const { return (rank() + size() - 1) % size(); }
+  // The rank `distance` steps after `from` around the ring.
+  int RingRank(int from, int distance) const { return ((from + distance) % size() + size()) % size(); }
+
+  const OpSignature& signature() const { return signature_; }
+  size_t element_size() const { return SizeOf(signature_.dtype); }
+
+  // Messages of one transfer: [offset, offset + bytes) pieces of at most max_chunk_bytes
+  // (whole elements). A zero-byte transfer is one zero-byte message, so that every rank
+  // still meets its peer and the signatures are still compared.
+  struct Segment {
+    size_t offset, bytes;
+  };
+  std::vector<Segment> Segments(size_t bytes) const;
+
+  // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
+  void Send(int peer, const void* data, size_t bytes, Pending& pending,
+            SendMode mode = SendMode::kRendezvous);
+  void Recv(int peer, void* data, size_t bytes, Pending& pending);
+  // data = op(data, message), the op and dtype of the call.
+  void RecvReduce(int peer, void* data, size_t bytes, Pending& pending);
+
+  // Books what a call of the transport's own collective moved, which the transport does
+  // not tell: the ring's bytes (ExactTraffic), sent to the right neighbour and received
+  // from the left one.
+  void BookModelled();
+
+  // Books one call of the collective (payload: the caller's buffer size) in the ledger: it
+  // ran from `started_nanos` until now, and held the caller up from `blocked_nanos`.
+  void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos);
+
+  // Space for `count` elements of the call's dtype, valid until the call returns, in the
+  // call's memory (host, or its GPU). It is the communicator's comm buffer, grown when a
+  // call needs more and kept (as NCCL keeps its buffers), so repeated calls neither
+  // allocate nor fault in pages. One per call.
+  absl::StatusOr<void*> Scratch(int64_t count);
+
+ private:
+  friend class Pending;
+  void PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending);
+  int PeerWorldRank(int peer) const;
+  // The ledger row of this call and peer, looked up once per call.
+  TransferTotals& Row(int peer_world);
+
+  Transport& transport_;
+  TrafficLedger& ledger_;
+  Allocator& allocator_;
+  Tensor* scratch_;
+  OpSignature signature_;
+  size_t max_chunk_bytes_;
+  LedgerKey key_;
+  std::vector<std::pair<int, TransferTotals*>> rows_;  // (peer world rank, its row)
+};
+
+// Requests posted together and waited for together.
+class Pending {
+ public:
+  size_t size() const { return entries_.size(); }
+  // Waits for the i-th posted message.
+  absl::Status Wait(size_t i);
+  // Waits for all of them; returns the first error.
+  absl::Status WaitAll();
+  // Adds a request that has failed with `status` (found before anything was posted).
+  void Fail(absl::Status status);
+
+ private:
+  friend class Wire;
+  struct Entry {
+    std::unique_ptr<Request> request;
+    TransferTotals* row;   // where the wait time is booked (null: nowhere)
+    int64_t posted_nanos;  // MonotonicNanos() when posted
+    bool waited = false;
+    absl::Status status;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace tally::comm
