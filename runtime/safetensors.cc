@@ -14,6 +14,50 @@
 
 namespace tally {
 
+namespace {
+
+// The byte range [begin, end) of tensor `name` in the data (of `data_size` bytes) after
+// checking its header entry: an F32 tensor whose shape's size is its range's, inside
+// the data. The error says what is wrong.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> TensorRange(const std::string& name, const JsonValue& entry,
+                                                          uint64_t data_size) {
+  auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(why); };
+  if (entry.kind != JsonValue::Kind::kObject) return bad(absl::StrCat("tensor '", name, "' is not an object"));
+  const JsonValue* dtype = entry.Find("dtype");
+  const JsonValue* shape = entry.Find("shape");
+  const JsonValue* offsets = entry.Find("data_offsets");
+  if (dtype == nullptr || shape == nullptr || offsets == nullptr ||
+      shape->kind != JsonValue::Kind::kArray || offsets->kind != JsonValue::Kind::kArray ||
+      offsets->array.size() != 2) {
+    return bad(absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
+  }
+  if (dtype->kind != JsonValue::Kind::kString || dtype->string != "F32") {
+    return bad(absl::StrCat("tensor '", name, "' has dtype ", dtype->string, "; tally reads F32"));
+  }
+  uint64_t count = 1;
+  for (const JsonValue& d : shape->array) {
+    if (!d.is_integer() || d.number < 0) return bad(absl::StrCat("tensor '", name, "' has a bad shape"));
+    // No shape holds more values than the file has bytes (and the product cannot overflow).
+    if (d.AsInt() > 0 && count > data_size / uint64_t(d.AsInt())) {
+      return bad(absl::StrCat("tensor '", name, "' has a shape larger than the file"));
+    }
+    count *= uint64_t(d.AsInt());
+  }
+  const JsonValue& begin = offsets->array[0];
+  const JsonValue& end = offsets->array[1];
+  if (!begin.is_integer() || !end.is_integer() || begin.number < 0 || end.number < begin.number ||
+      uint64_t(end.AsInt()) > data_size) {
+    return bad(absl::StrCat("tensor '", name, "' has data_offsets outside the file (truncated?)"));
+  }
+  if (uint64_t(end.AsInt() - begin.AsInt()) != count * sizeof(float)) {
+    return bad(absl::StrCat("tensor '", name, "' holds ", end.AsInt() - begin.AsInt(),
+                            " bytes, its shape needs ", count * sizeof(float)));
+  }
+  return std::make_pair(uint64_t(begin.AsInt()), uint64_t(end.AsInt()));
+}
+
+}  // namespace
+
 absl::Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                               const std::map<std::string, std::string>& metadata) {
   JsonWriter header;
@@ -84,42 +128,13 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) of every tensor
   for (const auto& [name, entry] : header->object) {
     if (name == "__metadata__") continue;
-    if (entry.kind != JsonValue::Kind::kObject) return bad(absl::StrCat("tensor '", name, "' is not an object"));
-    const JsonValue* dtype = entry.Find("dtype");
-    const JsonValue* shape = entry.Find("shape");
-    const JsonValue* offsets = entry.Find("data_offsets");
-    if (dtype == nullptr || shape == nullptr || offsets == nullptr ||
-        shape->kind != JsonValue::Kind::kArray || offsets->kind != JsonValue::Kind::kArray ||
-        offsets->array.size() != 2) {
-      return bad(absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
-    }
-    if (dtype->kind != JsonValue::Kind::kString || dtype->string != "F32") {
-      return bad(absl::StrCat("tensor '", name, "' has dtype ", dtype->string, "; tally reads F32"));
-    }
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> range = TensorRange(name, entry, data_size);
+    if (!range.ok()) return bad(std::string(range.status().message()));
+    ranges.push_back(*range);
     SafetensorsFile::Tensor t;
-    uint64_t count = 1;
-    for (const JsonValue& d : shape->array) {
-      if (!d.is_integer() || d.number < 0) return bad(absl::StrCat("tensor '", name, "' has a bad shape"));
-      t.shape.push_back(d.AsInt());
-      // No shape holds more values than the file has bytes (and the product cannot overflow).
-      if (d.AsInt() > 0 && count > data_size / uint64_t(d.AsInt())) {
-        return bad(absl::StrCat("tensor '", name, "' has a shape larger than the file"));
-      }
-      count *= uint64_t(d.AsInt());
-    }
-    const JsonValue& begin = offsets->array[0];
-    const JsonValue& end = offsets->array[1];
-    if (!begin.is_integer() || !end.is_integer() || begin.number < 0 || end.number < begin.number ||
-        uint64_t(end.AsInt()) > data_size) {
-      return bad(absl::StrCat("tensor '", name, "' has data_offsets outside the file (truncated?)"));
-    }
-    if (uint64_t(end.AsInt() - begin.AsInt()) != count * sizeof(float)) {
-      return bad(absl::StrCat("tensor '", name, "' holds ", end.AsInt() - begin.AsInt(),
-                              " bytes, its shape needs ", count * sizeof(float)));
-    }
-    ranges.push_back({uint64_t(begin.AsInt()), uint64_t(end.AsInt())});
-    t.data.resize(size_t(count));
-    std::memcpy(t.data.data(), bytes.data() + data_start + begin.AsInt(), size_t(count) * sizeof(float));
+    for (const JsonValue& d : entry.Find("shape")->array) t.shape.push_back(d.AsInt());
+    t.data.resize(size_t((range->second - range->first) / sizeof(float)));
+    std::memcpy(t.data.data(), bytes.data() + data_start + range->first, t.data.size() * sizeof(float));
     file.tensors[name] = std::move(t);
   }
   // The packed sequence: sorted by offset, every range starts where the previous ended.

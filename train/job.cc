@@ -91,6 +91,96 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
   return absl::OkStatus();
 }
 
+namespace {
+
+// What rank 0 keeps of a run of many ranks, for the report.
+struct JobRecords {
+  int64_t start_step = 0;
+  std::vector<float> losses;
+  std::vector<RankRecord> ranks;  // every rank's, on the process that holds rank 0
+};
+
+// Every rank of the run, on threads or MPI processes (`mpi`), each training and then
+// sending its record to rank 0.
+absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopAgreement& stop,
+                                    std::ostream& log) {
+  comm::LaunchOptions launch;
+  launch.world_size = options.world();
+  launch.timeout = absl::Seconds(options.timeout_s);
+  launch.comm.native_collectives = options.native_collectives;
+  if (options.backend == Backend::kNccl) {
+    launch.world_transport = comm::nccl::WorldTransport;
+    if (!mpi) {  // threads: one rank per GPU of this machine
+      ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());
+      if (options.world() > gpus) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "[train] --backend=nccl puts each rank on a GPU of its own: ", options.world(),
+            " ranks need ", options.world(), " GPUs, and this machine has ", gpus,
+            " (--backend=threads shares one GPU among all the ranks)"));
+      }
+    }
+  }
+  JobRecords job;
+  auto rank_main = [&](comm::Communicator& world) -> absl::Status {
+    if (world.rank() == 0 && options.print_topology) log << options.topology().Describe();
+    world.ledger().set_tracing(!options.trace.empty());
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
+    trainer->set_stop(&stop);
+    RETURN_IF_ERROR(trainer->Run(log));
+    RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
+                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->spans()};
+    ASSIGN_OR_RETURN(std::vector<RankRecord> all, GatherRecords(world, mine));
+    if (world.rank() == 0) {
+      job.ranks = std::move(all);
+      job.start_step = trainer->start_step();
+      job.losses = trainer->losses();
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(mpi ? comm::mpi::RunMpiRank(launch, rank_main)
+                      : comm::RunThreadRanks(launch, rank_main));
+  return job;
+}
+
+// Rank 0's end of the run: the report in the asked format, the peer matrix, and the
+// files (--traffic_json, --trace).
+absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& log) {
+  std::vector<comm::TrafficLedger> traffic;
+  std::vector<MemoryLedger> memory;
+  std::vector<int64_t> busy, step_time, train_time;
+  std::vector<std::vector<Trainer::Span>> spans;
+  for (RankRecord& r : job.ranks) {
+    traffic.push_back(std::move(r.traffic));
+    memory.push_back(r.memory);
+    busy.push_back(r.busy_nanos);
+    step_time.push_back(r.step_nanos);
+    train_time.push_back(r.train_nanos);
+    spans.push_back(std::move(r.spans));
+  }
+  const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
+  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
+  if (options.report == ReportFormat::kJson) {
+    log << "\n" << ReportJson(report) << "\n";
+  } else if (options.report == ReportFormat::kCsv) {
+    log << "\n" << ReportCsv(report);
+  } else {
+    log << "\n" << FormatReport(report);
+  }
+  if (!options.traffic_json.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
+  }
+  if (options.peer_matrix) {
+    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic));
+  }
+  if (!options.trace.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));
+    log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   // NCCL's ranks are processes under mpirun, else threads of this one.
@@ -127,78 +217,11 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
   }
   SetIntraOpThreads(options, ranks_here);
-  int64_t start_step = 0;
-  std::vector<float> losses;
-  std::vector<RankRecord> records;  // on the process that holds rank 0
-  comm::LaunchOptions launch;
-  launch.world_size = options.world();
-  launch.timeout = absl::Seconds(options.timeout_s);
-  launch.comm.native_collectives = options.native_collectives;
-  if (options.backend == Backend::kNccl) {
-    launch.world_transport = comm::nccl::WorldTransport;
-    if (!mpi) {  // threads: one rank per GPU of this machine
-      ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());
-      if (options.world() > gpus) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "[train] --backend=nccl puts each rank on a GPU of its own: ", options.world(),
-            " ranks need ", options.world(), " GPUs, and this machine has ", gpus,
-            " (--backend=threads shares one GPU among all the ranks)"));
-      }
-    }
-  }
-  auto rank_main = [&](comm::Communicator& world) -> absl::Status {
-    if (world.rank() == 0 && options.print_topology) log << options.topology().Describe();
-    world.ledger().set_tracing(!options.trace.empty());
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
-    trainer->set_stop(&stop);
-    RETURN_IF_ERROR(trainer->Run(log));
-    RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
-                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->spans()};
-    ASSIGN_OR_RETURN(std::vector<RankRecord> all, GatherRecords(world, mine));
-    if (world.rank() == 0) {
-      records = std::move(all);
-      start_step = trainer->start_step();
-      losses = trainer->losses();
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(mpi ? comm::mpi::RunMpiRank(launch, rank_main)
-                      : comm::RunThreadRanks(launch, rank_main));
-  if (records.empty()) return absl::OkStatus();  // another process reports
-
-  std::vector<comm::TrafficLedger> traffic;
-  std::vector<MemoryLedger> memory;
-  std::vector<int64_t> busy, step_time, train_time;
-  std::vector<std::vector<Trainer::Span>> spans;
-  for (RankRecord& r : records) {
-    traffic.push_back(std::move(r.traffic));
-    memory.push_back(r.memory);
-    busy.push_back(r.busy_nanos);
-    step_time.push_back(r.step_nanos);
-    train_time.push_back(r.train_nanos);
-    spans.push_back(std::move(r.spans));
-  }
-  int64_t steps = std::max<int64_t>(0, options.steps - start_step);  // steps this run made
-  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
-  if (options.report == ReportFormat::kJson) {
-    log << "\n" << ReportJson(report) << "\n";
-  } else if (options.report == ReportFormat::kCsv) {
-    log << "\n" << ReportCsv(report);
-  } else {
-    log << "\n" << FormatReport(report);
-  }
-  if (!options.traffic_json.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
-  }
-  if (options.peer_matrix) {
-    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic));
-  }
-  if (!options.trace.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));
-    log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
-  }
-  if (options.check_against_serial) RETURN_IF_ERROR(CheckAgainstSerial(options, start_step, losses, log));
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(JobRecords job, RunRanks(options, mpi, stop, log));
+  if (job.ranks.empty()) return absl::OkStatus();  // another process reports
+  RETURN_IF_ERROR(Report(options, job, log));
+  if (!options.check_against_serial) return absl::OkStatus();
+  return CheckAgainstSerial(options, job.start_step, job.losses, log);
 }
 
 }  // namespace tally::train

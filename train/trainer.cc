@@ -249,6 +249,16 @@ std::string StepJson(const StepStats& s) {
   return w.str();
 }
 
+// An error naming the step, the rank and what was not finite, if the loss or the
+// gradient norm is not.
+absl::Status Finite(const StepStats& s, int rank) {
+  if (std::isfinite(s.loss) && std::isfinite(s.grad_norm)) return absl::OkStatus();
+  auto name = [](double x) { return std::isnan(x) ? std::string("nan") : absl::StrCat(x); };
+  return absl::InternalError(absl::StrCat("[train] step ", s.step, " (rank ", rank, "): loss is ",
+                                          name(s.loss), ", grad norm ", name(s.grad_norm),
+                                          "; stopping (try a lower --lr)"));
+}
+
 std::string ValJson(int64_t step, float val_loss) {
   JsonWriter w;
   w.BeginObject().Key("step").Int(step).Key("val_loss").Double(val_loss).EndObject();
@@ -257,12 +267,7 @@ std::string ValJson(int64_t step, float val_loss) {
 
 }  // namespace
 
-absl::Status Trainer::Run(std::ostream& out) {
-  // Every rank trains and takes part in saving (ZeRO gathers the shards); rank 0 alone
-  // logs, and evaluates and samples on its replica, which adds no traffic. ZeRO-3 ranks
-  // have no replica: they all evaluate and sample, gathering the parameters (phase eval).
-  std::ostream null(nullptr);
-  std::ostream& log = logs() ? out : null;
+void Trainer::LogHeader(std::ostream& log) {
   const model::GPTConfig& c = options_.model;
   log << absl::StrFormat(
       "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
@@ -286,7 +291,15 @@ absl::Status Trainer::Run(std::ostream& out) {
           << parallel::ScheduleChart(parallel::Simulate(options_.schedule, options_.pp, m));
     }
   }
+}
 
+absl::Status Trainer::Run(std::ostream& out) {
+  // Every rank trains and takes part in saving (ZeRO gathers the shards); rank 0 alone
+  // logs, and evaluates and samples on its replica, which adds no traffic. ZeRO-3 ranks
+  // have no replica: they all evaluate and sample, gathering the parameters (phase eval).
+  std::ostream null(nullptr);
+  std::ostream& log = logs() ? out : null;
+  LogHeader(log);
   std::ofstream metrics;
   if (logs() && !options_.metrics_json.empty()) {
     metrics.open(options_.metrics_json, std::ios::trunc);
@@ -306,14 +319,8 @@ absl::Status Trainer::Run(std::ostream& out) {
       if (stopped) break;
     }
     ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
-    if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
-      // Every rank holds the same loss (averaged) and norm (all-reduced): all stop here.
-      const int rank = world_ != nullptr ? world_->rank() : 0;
-      auto name = [](double x) { return std::isnan(x) ? std::string("nan") : absl::StrCat(x); };
-      return absl::InternalError(absl::StrCat("[train] step ", s.step, " (rank ", rank, "): loss is ",
-                                              name(s.loss), ", grad norm ", name(s.grad_norm),
-                                              "; stopping (try a lower --lr)"));
-    }
+    // Every rank holds the same loss (averaged) and norm (all-reduced): all stop here.
+    RETURN_IF_ERROR(Finite(s, world_ != nullptr ? world_->rank() : 0));
     done = s.step;
     losses_.push_back(s.loss);
     log << absl::StrFormat(

@@ -92,6 +92,8 @@ class Trainer {
  private:
   Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world);
   bool logs() const { return world_ == nullptr || world_->rank() == 0; }
+  // The run's first lines: the model, the data, the batch, the pipeline (and its chart).
+  void LogHeader(std::ostream& log);
   absl::Status Load(const std::string& path);
   // The whole model's parameters and (if asked) optimizer state on rank 0, in memory no
   // ledger counts; empty elsewhere. Every rank must call it.
