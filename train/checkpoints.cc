@@ -26,7 +26,7 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
       ASSIGN_OR_RETURN(local.gathered, zero_->GatherOptimizer(/*root=*/0));
       local.optimizer = local.gathered.get();
     }
-  } else if (dp_ == nullptr || dp_->rank() == 0) {
+  } else if (groups_.dp == nullptr || groups_.dp->rank() == 0) {
     local.params = gpt_->params();
     if (with_optimizer) local.optimizer = optimizer_.get();
     if (local.params.device().type != DeviceType::kCPU) {  // a GPU's state, to the host
@@ -40,7 +40,7 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
       }
     }
   }
-  if (world_ == nullptr || (tp_ == nullptr && pp_ == nullptr)) {
+  if (world_ == nullptr || (groups_.tp == nullptr && groups_.pp == nullptr)) {
     return logs() ? std::move(local) : Whole{};  // the part is the whole model
   }
   if (!local.params.defined()) return Whole{};  // dp ranks > 0

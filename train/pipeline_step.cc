@@ -14,7 +14,7 @@ absl::Status Trainer::SetUpPipeline() {
   pipeline.micro_batches = o.accumulation_steps();
   pipeline.micro_batch_size = o.micro_batch_size;
   pipeline.recompute = o.recompute;
-  ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), pp_.get(), pipeline,
+  ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(), pipeline,
                                                                  model_alloc_));
   return absl::OkStatus();
 }
@@ -30,7 +30,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   };
   auto span = [&](const char* what, int micro_batch, int64_t t0) { RecordSpan(what, micro_batch, t0); };
   ASSIGN_OR_RETURN(double loss, pipeline_->RunSchedule(fill, 1.0f / float(tokens), span));
-  RETURN_IF_ERROR(pipeline_->ReduceTiedEmbedding(embedding_group_.get()));
+  RETURN_IF_ERROR(pipeline_->ReduceTiedEmbedding(groups_.embedding.get()));
   if (sync_ != nullptr) {  // data parallelism: every bucket, now that the schedule is over
     comm::PhaseScope backward(traffic(), comm::Phase::kBackward);
     sync_->BeginStep();

@@ -79,15 +79,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
-    ASSIGN_OR_RETURN(parallel::Topology::Groups groups,
-                     grid.Split(*world, /*dp_group=*/options.dp > 1 || options.zero > 0));
-    t->dp_ = std::move(groups.dp);
-    t->tp_ = std::move(groups.tp);
-    t->pp_ = std::move(groups.pp);
-    t->embedding_group_ = std::move(groups.embedding);
+    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*dp_group=*/options.dp > 1 || options.zero > 0));
   }
-  t->tensor_parallel_ = parallel::TensorParallel(t->tp_.get(), options.sequence_parallel,
-                                          t->model_alloc_.device());
+  t->tensor_parallel_ = parallel::TensorParallel(t->groups_.tp.get(), options.sequence_parallel,
+                                                 t->model_alloc_.device());
   const parallel::TensorParallel& tp = t->tensor_parallel_;
   const comm::Algorithm algorithm = options.allreduce;
   ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
@@ -95,13 +90,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   const model::Stage stage{stages[pp_rank].begin, stages[pp_rank].end};
   const model::ParameterLayout layout =
       model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank(), stage.begin, stage.end);
-  if (t->dp_ != nullptr && options.zero >= 1) {
+  if (t->groups_.dp != nullptr && options.zero >= 1) {
     auto make_optimizer = [options](int64_t n, Allocator& alloc) {
       return MakeOptimizer(options, n, alloc);
     };
     ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(
-                                   t->dp_.get(), options.zero, layout, options.seed, make_optimizer,
-                                   algorithm, tp, t->pp_.get(), t->model_alloc_.device()));
+                                   t->groups_.dp.get(), options.zero, layout, options.seed,
+                                   make_optimizer, algorithm, tp, t->groups_.pp.get(),
+                                   t->model_alloc_.device()));
     ASSIGN_OR_RETURN(t->gpt_,
                      model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage));
   } else {
@@ -110,9 +106,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
     t->ranges_ = model::TensorRanges(t->gpt_->layout());
     t->segments_ = model::OptimizerSegments(t->ranges_);
-    if (t->dp_ != nullptr) {
+    if (t->groups_.dp != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(
-          t->dp_.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
+          t->groups_.dp.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
     }
   }
   if (options.tf32) {
@@ -120,7 +116,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                      Kernels::Create(t->model_alloc_.device(), /*tf32=*/true));
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
-  if (t->pp_ != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
+  if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.load.empty()) {
     RETURN_IF_ERROR(t->Load(options.load));
     if (t->start_step_ > options.steps) {
@@ -142,22 +138,22 @@ void Trainer::RecordSpan(const char* what, int micro_batch, int64_t start) {
 }
 
 absl::StatusOr<float> Trainer::GlobalMean(float local) {
-  if (dp_ == nullptr) return local;
+  if (groups_.dp == nullptr) return local;
   comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
   comm::LabelScope label(world_->ledger(), "loss");
-  ASSIGN_OR_RETURN(double mean, dp_->AllReduceValue(local, DType::kF32, comm::ReduceOp::kAvg));
+  ASSIGN_OR_RETURN(double mean, groups_.dp->AllReduceValue(local, DType::kF32, comm::ReduceOp::kAvg));
   return float(mean);
 }
 
 int64_t Trainer::FirstSequence(int64_t step) const {
   // The dp_rank-th run of G / dp sequences of global batch `step` (data/dataset.h).
   const int64_t g = options_.global_batch_size;
-  const int dp_rank = dp_ != nullptr ? dp_->rank() : 0;
+  const int dp_rank = groups_.dp != nullptr ? groups_.dp->rank() : 0;
   return step * g + int64_t(dp_rank) * (g / options_.dp);
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
-  if (pp_ != nullptr) return PipelineStep(step);
+  if (groups_.pp != nullptr) return PipelineStep(step);
   const int g = options_.global_batch_size, b = options_.micro_batch_size;
   const int micro_batches = options_.accumulation_steps();
   const int64_t tokens = int64_t(g) * options_.model.seq_len;
@@ -204,7 +200,8 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
   } else {
-    const parallel::GradientGroups groups{nullptr, &tensor_parallel_, comm::Algorithm::kRing, pp_.get()};
+    const parallel::GradientGroups groups{nullptr, &tensor_parallel_, comm::Algorithm::kRing,
+                                          groups_.pp.get()};
     ASSIGN_OR_RETURN(s.grad_norm,
                      parallel::ClipAndStep(gpt_->kernels(), *optimizer_, gpt_->params().data<float>(),
                                            gpt_->grads(), ranges_, segments_, s.lr,
@@ -219,14 +216,15 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
 }
 
 bool Trainer::Evaluates() const {
-  if (pp_ != nullptr) return true;  // every stage holds part of the model
+  if (groups_.pp != nullptr) return true;  // every stage holds part of the model
   if (zero_ != nullptr && zero_->zero_stage() == 3) return true;
-  if (tp_ != nullptr) return options_.topology().Of(world_->rank()).dp == 0;  // dp rank 0's tp group
+  // dp rank 0's tp group
+  if (groups_.tp != nullptr) return options_.topology().Of(world_->rank()).dp == 0;
   return logs();
 }
 
 EvalModel Trainer::Eval() {
-  return {gpt_.get(), pipeline_.get(), tp_.get(), pp_.get(), &alloc_, &traffic()};
+  return {gpt_.get(), pipeline_.get(), groups_.tp.get(), groups_.pp.get(), &alloc_, &traffic()};
 }
 
 absl::StatusOr<float> Trainer::Evaluate() {

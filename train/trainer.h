@@ -120,14 +120,12 @@ class Trainer {
   MemoryLedger own_memory_;
   Allocator own_alloc_{&own_memory_};
   comm::TrafficLedger own_traffic_{0};
-  std::unique_ptr<comm::Communicator> dp_;  // when dp > 1 or ZeRO
-  std::unique_ptr<comm::Communicator> tp_;  // when tp > 1
-  // The model's layers over tp_ (one rank when there is none): the model's Sharding.
+  // This rank's groups of the grid (parallel/topology.h): dp when dp > 1 or ZeRO, tp
+  // when tp > 1, pp (the stages, in order) and embedding (the first and the last stage,
+  // which both hold the tied embedding) when pp > 1; null otherwise.
+  parallel::Topology::Groups groups_;
+  // The model's layers over the tp group (one rank when there is none): its LayerSplit.
   parallel::TensorParallel tensor_parallel_;
-  std::unique_ptr<comm::Communicator> pp_;  // when pp > 1: the stages, in order
-  // The first and last stage, which both hold the tied embedding (Megatron's embedding
-  // group); null elsewhere.
-  std::unique_ptr<comm::Communicator> embedding_group_;
   std::unique_ptr<parallel::GradientSync> sync_;
   data::Dataset data_;
   Allocator& alloc_;       // host memory: what the trainer reads itself, scalars to reduce
