@@ -77,6 +77,9 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
   return value * scale;
 }
 
+// Long, and kept whole: the sweep as nccl-tests runs it, one size after another on
+// every rank (warm-up, timed calls, check), then the rows from every rank's times and
+// ledger; splitting it would scatter one timed loop over several functions.
 absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primitive op,
                                                Algorithm algorithm) {
   std::vector<int64_t> counts;

@@ -71,6 +71,7 @@ absl::Status CheckGrid(const PlanInput& in) {
   return absl::OkStatus();
 }
 
+// Long, and kept whole: one flag after another, each checked where it is read.
 absl::StatusOr<PlanInput> InputFromFlags() {
   ASSIGN_OR_RETURN(train::PlanModel model, train::ModelPreset(absl::GetFlag(FLAGS_model)));
   // A size given overrides the preset's; the header then names both.

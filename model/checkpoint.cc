@@ -75,6 +75,8 @@ absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
   return WriteSafetensors(path, entries, Metadata(config, optimizer, step));
 }
 
+// Long, and kept whole: the checks run in the order a reader would make them (format,
+// positions, shapes, metadata, names, optimizer), each with its own message.
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const GPTConfig& config,
                                                 float* params, optim::Optimizer* optimizer) {
   const ParameterLayout layout = ParameterLayout::ForGPT(config);

@@ -286,6 +286,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   return float(sum / n);
 }
 
+// Long, and kept whole: backward in the reverse order of the forward (LM head, ln_f,
+// the layers, the embedding), each unit opened and closed where it is used.
 absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dloss,
                               const float* d_output, float* d_input, const GradientsReady& ready) {
   Kernels& k = *kernels_;

@@ -89,6 +89,8 @@ absl::Status PipelineParallel::BackwardSlot(int slot, float dloss, const float* 
   return gpt_->BackwardStage(slots_[0], saved, dloss, d_output, d_input);
 }
 
+// Long, and kept whole: the stage's list of forwards and backwards with their sends and
+// receives reads best as the one loop it is (as Megatron's schedules do).
 absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dloss,
                                                      const Span& span) {
   const int b = options_.micro_batch_size, m = options_.micro_batches;

@@ -14,6 +14,8 @@ absl::StatusOr<Tensor> Trainer::Parameters() {
   return std::move(whole.params);
 }
 
+// Long, and kept whole: the gather is one protocol (ZeRO's shards to dp rank 0, the
+// parts to world rank 0, placed by their layouts) that every rank must follow in step.
 // Whole parameters (and optimizer state) on rank 0: ZeRO gathers each dp group's shards
 // to its dp rank 0; every dp rank 0 holds one part of the model (its tensor-parallel part
 // of its stage) and sends it to world rank 0, which lays the parts into the whole model.

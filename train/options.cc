@@ -73,6 +73,8 @@ TrainOptions TrainOptions::Resolved() const {
   return o;
 }
 
+// Long, and kept whole: one check per flag, in the order of the flags table; the first
+// wrong value is the message.
 absl::Status TrainOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
   if (absl::Status s = model.Validate(); !s.ok()) return s;

@@ -109,6 +109,8 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   return o;
 }
 
+// Long, and kept whole: one row per strategy, its seed form, exact form and time side by
+// side, so that the table reads as the article's list.
 std::vector<PlanRow> Plan(const PlanInput& in) {
   std::vector<PlanRow> rows;
   const int e = in.bytes_per_value, m = std::max(1, in.micro_batches);

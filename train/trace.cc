@@ -14,6 +14,8 @@ constexpr int kComputeTrack = 1, kCommTrack = 2;
 
 }  // namespace
 
+// Long, and kept whole: one pass over the ranks writes the Trace Event file in order
+// (names, spans, calls, counters, then the pipeline's flow arrows).
 std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedger>& ledgers,
                       const std::vector<std::vector<Trainer::Span>>& spans) {
   int64_t zero = std::numeric_limits<int64_t>::max();

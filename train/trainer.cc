@@ -59,6 +59,9 @@ Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communic
                        ? Device{DeviceType::kCUDA, world != nullptr ? std::max(0, world->gpu()) : 0}
                        : Device::CPU()) {}
 
+// Long, and kept whole: a rank's set-up in the order its parts depend on each other (the
+// grid's groups, the layer split, the weights and the model, the optimizer, the
+// pipeline, the checkpoint).
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& requested,
                                                          comm::Communicator* world) {
   const TrainOptions options = requested.Resolved();
@@ -291,6 +294,8 @@ void Trainer::LogHeader(std::ostream& log) {
   }
 }
 
+// Long, and kept whole: the run's loop, each step with its log line, metrics, evaluation
+// and checkpoint, then the end of the run (save, signal, sample) in that order.
 absl::Status Trainer::Run(std::ostream& out) {
   // Every rank trains and takes part in saving (ZeRO gathers the shards); rank 0 alone
   // logs, and evaluates and samples on its replica, which adds no traffic. ZeRO-3 ranks

@@ -106,43 +106,20 @@ void ExpectSameBytes(const RunResult& got, const RunResult& want) {
   }
 }
 
-// A grid of ranks on GPUs (and the transport that joins them): the losses of the
-// single-rank GPU run, and (ring and naive) every traffic row's bytes those of the same
-// grid on the CPU.
-struct Grid {
-  int dp, tp, pp, zero = 0;
-  bool sequence_parallel = false;
-  bool native_collectives = false;  // NCCL's own (then the bytes are modelled)
-};
-
-// "dp2_tp1_pp2_zero3", with "_sp" and "_native" when set: the test's name.
-std::string GridName(const ::testing::TestParamInfo<Grid>& info) {
-  const Grid& g = info.param;
-  return absl::StrCat("dp", g.dp, "_tp", g.tp, "_pp", g.pp, "_zero", g.zero,
-                      g.sequence_parallel ? "_sp" : "", g.native_collectives ? "_native" : "");
-}
-
-RunResult RunGrid(TrainOptions o, const Grid& g) {
-  o.dp = g.dp;
-  o.tp = g.tp;
-  o.pp = g.pp;
-  o.zero = g.zero;
-  o.sequence_parallel = g.sequence_parallel;
-  o.native_collectives = g.native_collectives;
-  return RunRanks(o);
-}
-
+// A grid of ranks on GPUs (and the transport that joins them, native_collectives: NCCL's
+// own, whose bytes are modelled): the losses of the single-rank GPU run, and (ring and
+// naive) every traffic row's bytes those of the same grid on the CPU.
 void CheckGrid(TrainOptions o, const Grid& g) {
   o.steps = 3;
   TrainOptions one = o;
   one.backend = Backend::kThreads;
   const RunResult single = RunRanks(one);
-  const RunResult gpu = RunGrid(o, g);
+  const RunResult gpu = RunRanks(g.On(o));
   ExpectLossesNear(gpu, single);
   if (g.native_collectives) return;
   o.device = DeviceType::kCPU;
   o.backend = Backend::kThreads;
-  ExpectSameBytes(gpu, RunGrid(o, Grid{g.dp, g.tp, g.pp, g.zero, g.sequence_parallel}));
+  ExpectSameBytes(gpu, RunRanks(g.On(o)));
 }
 
 // dp=2, tp=2, pp=2, 2×2×2, ZeRO-1/2/3 and sequence parallelism on one GPU, the ranks
@@ -156,10 +133,13 @@ TEST_P(CudaGrid, MatchesOneGpuAndBooksTheCpuBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OneGpu, CudaGrid,
-                         ::testing::Values(Grid{2, 1, 1}, Grid{1, 2, 1}, Grid{1, 1, 2},
-                                           Grid{2, 2, 2}, Grid{2, 1, 1, 1}, Grid{2, 1, 1, 2},
-                                           Grid{2, 1, 1, 3}, Grid{2, 1, 2, 3},
-                                           Grid{1, 2, 1, 0, true}, Grid{2, 2, 2, 1, true}),
+                         ::testing::Values(Grid{.dp = 2}, Grid{.tp = 2}, Grid{.pp = 2},
+                                           Grid{.dp = 2, .tp = 2, .pp = 2}, Grid{.dp = 2, .zero = 1},
+                                           Grid{.dp = 2, .zero = 2}, Grid{.dp = 2, .zero = 3},
+                                           Grid{.dp = 2, .pp = 2, .zero = 3},
+                                           Grid{.tp = 2, .sequence_parallel = true},
+                                           Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1,
+                                                .sequence_parallel = true}),
                          GridName);
 
 // --backend=nccl: a GPU per rank, the bytes over NCCL. One GPU runs the one-rank world
@@ -180,10 +160,12 @@ TEST_P(NcclGrid, MatchesOneGpuAndBooksTheCpuBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GpuPerRank, NcclGrid,
-                         ::testing::Values(Grid{1, 1, 1}, Grid{1, 1, 1, 1, false, true},
-                                           Grid{2, 1, 1}, Grid{2, 1, 1, 0, false, true},
-                                           Grid{1, 2, 1}, Grid{1, 1, 2}, Grid{2, 1, 1, 3},
-                                           Grid{2, 2, 1, 1, true}, Grid{2, 2, 2}, Grid{2, 1, 2, 3}),
+                         ::testing::Values(Grid{}, Grid{.zero = 1, .native_collectives = true},
+                                           Grid{.dp = 2}, Grid{.dp = 2, .native_collectives = true},
+                                           Grid{.tp = 2}, Grid{.pp = 2}, Grid{.dp = 2, .zero = 3},
+                                           Grid{.dp = 2, .tp = 2, .zero = 1, .sequence_parallel = true},
+                                           Grid{.dp = 2, .tp = 2, .pp = 2},
+                                           Grid{.dp = 2, .pp = 2, .zero = 3}),
                          GridName);
 
 // A GPU run's checkpoint (ZeRO-3 over two ranks: the shards gathered on the GPU, then

@@ -21,7 +21,7 @@ namespace tally::train {
 namespace {
 
 // Φ = C·(V + T + 12C + 15) = 10·(256 + 16 + 120 + 15) = 4070: divisible by neither 3 nor 4.
-TrainOptions Tiny(int dp, const std::string& allreduce) {
+TrainOptions Tiny(int dp) {
   TrainOptions o = ShortRun();
   o.model.n_layer = 1;
   o.model.n_head = 2;
@@ -30,17 +30,17 @@ TrainOptions Tiny(int dp, const std::string& allreduce) {
   o.global_batch_size = 12;
   o.micro_batch_size = 1;  // 12 / dp micro-batches per rank: accumulation everywhere
   o.dp = dp;
-  o.allreduce = ParseAllReduce(allreduce).value();
   o.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them
   return o;
 }
 
-class DataParallelTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+class DataParallelTest : public ::testing::TestWithParam<Grid> {};
 
 TEST_P(DataParallelTest, MatchesTheSingleRankRunAndTheExactBytes) {
-  auto [dp, allreduce] = GetParam();
-  RunResult serial = RunRanks(Tiny(1, "ring"));
-  TrainOptions o = Tiny(dp, allreduce);
+  const Grid& g = GetParam();
+  const int dp = g.dp;
+  RunResult serial = RunRanks(Tiny(1));
+  TrainOptions o = g.On(Tiny(dp));
   RunResult parallel = RunRanks(o);
   ASSERT_EQ(parallel.losses.size(), serial.losses.size());
   for (size_t k = 0; k < serial.losses.size(); ++k) {
@@ -53,7 +53,7 @@ TEST_P(DataParallelTest, MatchesTheSingleRankRunAndTheExactBytes) {
   }
   // Bytes: the gradient sum is booked under (dp, all_reduce, backward), exactly the
   // per-bucket formula times the steps, on every rank.
-  const comm::Algorithm algorithm = ParseAllReduce(allreduce).value();
+  const comm::Algorithm algorithm = g.allreduce;
   int64_t phi = o.model.NumParams();
   ASSERT_EQ(phi, 4070);
   for (int r = 0; r < dp; ++r) {
@@ -70,34 +70,41 @@ TEST_P(DataParallelTest, MatchesTheSingleRankRunAndTheExactBytes) {
   }
 }
 
-std::string Name(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
-  return absl::StrCat("dp", std::get<0>(info.param), "_", std::get<1>(info.param));
+// dp 1–4 × ring, naive; ZeRO stages 1–3 over them too (ZeroGrids).
+std::vector<Grid> DataParallelGrids(const std::vector<int>& zero_stages) {
+  std::vector<Grid> grids;
+  for (int zero : zero_stages) {
+    for (int dp : {1, 2, 3, 4}) {
+      for (comm::Algorithm a : {comm::Algorithm::kRing, comm::Algorithm::kNaive}) {
+        grids.push_back(Grid{.dp = dp, .zero = zero, .allreduce = a});
+      }
+    }
+  }
+  return grids;
 }
 
 INSTANTIATE_TEST_SUITE_P(DpAndAlgorithm, DataParallelTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values("ring", "naive")),
-                         Name);
+                         ::testing::ValuesIn(DataParallelGrids({0})), GridName);
 
 // The serial reference every parallel run is held to.
 const RunResult& Serial() {
-  static const RunResult* serial = new RunResult(RunRanks(Tiny(1, "ring")));
+  static const RunResult* serial = new RunResult(RunRanks(Tiny(1)));
   return *serial;
 }
 
-class ZeroTest : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
+class ZeroTest : public ::testing::TestWithParam<Grid> {};
 
 // Every ZeRO stage reproduces the serial run; every reduce-scatter and all-gather moves
 // exactly the bytes of its formula, in its phase; each rank's memory peaks are the
 // formula's, and show what the stage shards.
 TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
-  auto [stage, dp, allreduce] = GetParam();
-  TrainOptions o = Tiny(dp, allreduce);
-  o.zero = stage;
+  const Grid& g = GetParam();
+  const int stage = g.zero, dp = g.dp;
+  const TrainOptions o = g.On(Tiny(dp));
   RunResult zero = RunRanks(o);
   ExpectSameRun(zero, Serial());
 
-  const comm::Algorithm algorithm = ParseAllReduce(allreduce).value();
+  const comm::Algorithm algorithm = g.allreduce;
   const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
   const int64_t phi = layout.total();
   const int micro_batches = o.accumulation_steps();
@@ -142,22 +149,15 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
   }
 }
 
-std::string ZeroName(const ::testing::TestParamInfo<std::tuple<int, int, std::string>>& info) {
-  return absl::StrCat("zero", std::get<0>(info.param), "_dp", std::get<1>(info.param), "_",
-                      std::get<2>(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(StageDpAndAlgorithm, ZeroTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values("ring", "naive")),
-                         ZeroName);
+                         ::testing::ValuesIn(DataParallelGrids({1, 2, 3})), GridName);
 
 // With 4 layers the embeddings are no longer most of the model (they are in Tiny), and
 // each stage's savings show: on 4 ranks ZeRO-1 cuts the optimizer state to a quarter,
 // ZeRO-2 the gradients and ZeRO-3 the parameters to a quarter plus the units in use.
 TEST(ZeroMemory, EachStageShardsWhatItShould) {
   std::vector<MemoryLedger> peaks;
-  TrainOptions o = Tiny(4, "ring");
+  TrainOptions o = Tiny(4);
   o.model.n_layer = 4;
   o.model.n_embd = 32;
   o.steps = 2;
@@ -186,7 +186,7 @@ TEST(ZeroMemory, EachStageShardsWhatItShould) {
 // Checkpoints are whole: saved under one (dp, zero) after 3 of 6 steps and resumed under
 // another, the run continues as the uninterrupted one does.
 TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
-  TrainOptions straight = Tiny(1, "ring");
+  TrainOptions straight = Tiny(1);
   straight.steps = 6;
   RunResult reference = RunRanks(straight);
   struct Layout {
@@ -196,13 +196,13 @@ TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
       {{3, 1}, {1, 0}}, {{1, 0}, {4, 1}}, {{3, 3}, {2, 2}}, {{2, 2}, {4, 3}}, {{4, 3}, {1, 0}}};
   for (auto [from, to] : moves) {
     SCOPED_TRACE(absl::StrCat("dp", from.dp, " zero", from.zero, " -> dp", to.dp, " zero", to.zero));
-    TrainOptions first = Tiny(from.dp, "ring");
+    TrainOptions first = Tiny(from.dp);
     first.zero = from.zero;
     first.steps = 6;  // the schedule of the whole run
     const std::string path = ::testing::TempDir() + absl::StrCat("/dp", from.dp, "zero", from.zero,
                                                                   ".safetensors");
     TrainAndSave(first, 3, path);
-    TrainOptions second = Tiny(to.dp, "ring");
+    TrainOptions second = Tiny(to.dp);
     second.zero = to.zero;
     second.steps = 6;
     second.load = path;
@@ -215,15 +215,15 @@ TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
 }
 
 TEST(DataParallelOptions, BadValuesAreClearErrors) {
-  TrainOptions o = Tiny(0, "ring");
+  TrainOptions o = Tiny(0);
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--dp must be >= 1"));
-  o = Tiny(5, "ring");  // 12 sequences cannot be shared by 5 ranks
+  o = Tiny(5);  // 12 sequences cannot be shared by 5 ranks
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of --dp x --micro_batch_size"));
   EXPECT_TRUE(absl::StrContains(ParseAllReduce("tree").status().message(), "--allreduce must be ring or naive"));
-  o = Tiny(2, "ring");
+  o = Tiny(2);
   o.allreduce = comm::Algorithm::kNative;  // MPI's and NCCL's own: not an --allreduce
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--allreduce must be ring or naive, got 'native'"));
-  o = Tiny(2, "ring");
+  o = Tiny(2);
   o.zero = 4;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--zero must be 0, 1, 2 or 3"));
 }

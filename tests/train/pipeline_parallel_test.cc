@@ -37,15 +37,14 @@ const RunResult& Serial(int m) {
   return it->second;
 }
 
-// (pp, micro-batches, schedule, recompute)
-class PipelineTest : public ::testing::TestWithParam<std::tuple<int, int, std::string, bool>> {};
+// Grids of pp stages, m micro-batches, a schedule, and recompute or not.
+class PipelineTest : public ::testing::TestWithParam<Grid> {};
 
 TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
-  auto [pp, m, schedule, recompute] = GetParam();
-  TrainOptions o = Layers4(pp, m);
-  o.schedule = parallel::ParsePipelineSchedule(schedule).value();
-  o.recompute = recompute;
-  if (pp == 1 && recompute) {
+  const Grid& g = GetParam();
+  const int pp = g.pp, m = g.micro_batches;
+  const TrainOptions o = g.On(Layers4(1, m));
+  if (pp == 1 && g.recompute) {
     EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--recompute"));
     return;
   }
@@ -60,8 +59,8 @@ TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
         return k.group == "pp" && k.label == label;
       }).bytes_sent;
     };
-    EXPECT_EQ(sent(s, absl::StrCat("stage", s, "->", s + 1)), o.steps * bsh_bytes) << s;
-    EXPECT_EQ(sent(s + 1, absl::StrCat("stage", s + 1, "->", s)), o.steps * bsh_bytes) << s;
+    EXPECT_EQ(sent(s, parallel::BoundaryScope(s, s + 1)), o.steps * bsh_bytes) << s;
+    EXPECT_EQ(sent(s + 1, parallel::BoundaryScope(s + 1, s)), o.steps * bsh_bytes) << s;
   }
   if (pp > 1) {
     // The tied embedding's gradient, summed between the first and the last stage.
@@ -74,15 +73,23 @@ TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
   }
 }
 
-std::string PipelineName(const ::testing::TestParamInfo<std::tuple<int, int, std::string, bool>>& p) {
-  return absl::StrCat("pp", std::get<0>(p.param), "_m", std::get<1>(p.param), "_",
-                      std::get<2>(p.param), std::get<3>(p.param) ? "_recompute" : "");
+// Every pp of 1, 2, 4 × m of 1, 2, 4, 8 × gpipe, 1f1b × recompute or not.
+std::vector<Grid> PipelineGrids() {
+  std::vector<Grid> grids;
+  for (int pp : {1, 2, 4}) {
+    for (int m : {1, 2, 4, 8}) {
+      for (parallel::PipelineSchedule schedule :
+           {parallel::PipelineSchedule::kGPipe, parallel::PipelineSchedule::k1F1B}) {
+        for (bool recompute : {false, true}) {
+          grids.push_back(Grid{.pp = pp, .schedule = schedule, .recompute = recompute, .micro_batches = m});
+        }
+      }
+    }
+  }
+  return grids;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, PipelineTest,
-                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 4, 8),
-                                            ::testing::Values("gpipe", "1f1b"), ::testing::Bool()),
-                         PipelineName);
+INSTANTIATE_TEST_SUITE_P(All, PipelineTest, ::testing::ValuesIn(PipelineGrids()), GridName);
 
 // With more micro-batches than stages, 1f1b keeps at most pp of them in flight on stage
 // 0 where gpipe keeps all m; recompute keeps only inputs.

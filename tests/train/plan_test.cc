@@ -41,12 +41,12 @@ TEST(Plan, SeedAndExactFormsForLlama7B) {
 
 // A small model of tally's shape: the planner's exact bytes per GPU and step are what
 // tally_train measures with the same flags, for every strategy it plans.
-// (dp, tp, pp, zero, sequence parallelism, schedule)
-class PlanAgainstRuns
-    : public ::testing::TestWithParam<std::tuple<int, int, int, int, bool, const char*>> {};
+class PlanAgainstRuns : public ::testing::TestWithParam<Grid> {};
+
+constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
 
 TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
-  auto [dp, tp, pp, zero, sequence_parallel, schedule] = GetParam();
+  const Grid& g = GetParam();
   PlanModel model{"small", 0, 0, 0, true, {}};
   model.config.n_layer = 4;
   model.config.n_head = 2;
@@ -59,17 +59,17 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   in.batch = 2;
   in.seq_len = 16;
   in.bytes_per_value = 4;
-  in.dp = dp;
-  in.tp = tp;
-  in.pp = pp;
-  in.zero = zero;
-  in.sequence_parallel = sequence_parallel;
+  in.dp = g.dp;
+  in.tp = g.tp;
+  in.pp = g.pp;
+  in.zero = g.zero;
+  in.sequence_parallel = g.sequence_parallel;
   TrainOptions o = PlanAsTrainOptions(in);
   o.steps = 1;
   o.eval_every = 0;
   o.sample_bytes = 0;
   o.threads = 1;
-  o.schedule = parallel::ParsePipelineSchedule(schedule).value();
+  o.schedule = g.schedule;
   RunResult run = RunRanks(o);
   // The busiest rank's bytes in the rows a strategy makes.
   auto measured = [&](auto match) {
@@ -80,18 +80,18 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   int compared = 0;
   for (const PlanRow& row : Plan(in)) {
     double bytes = -1;
-    if (row.strategy == "dp all-reduce" && zero == 0) {
+    if (row.strategy == "dp all-reduce" && g.zero == 0) {
       bytes = measured([](const comm::LedgerKey& k) {
         return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
       });
-    } else if (row.strategy == absl::StrCat("zero-", zero)) {
+    } else if (row.strategy == absl::StrCat("zero-", g.zero)) {
       bytes = measured([](const comm::LedgerKey& k) {
         return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
       });
     } else if (row.strategy == "tp (layers of a stage)") {
       bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
     } else if (row.strategy == "pp (boundaries)") {
-      bytes = measured([](const comm::LedgerKey& k) { return k.group == "pp" && k.label.rfind("stage", 0) == 0; });
+      bytes = measured([](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); });
     }
     if (bytes < 0) continue;  // a strategy this run does not use
     EXPECT_EQ(bytes, row.exact_bytes_per_gpu) << row.strategy;
@@ -100,23 +100,18 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   EXPECT_GT(compared, 0);
 }
 
-std::string GridName(const ::testing::TestParamInfo<PlanAgainstRuns::ParamType>& info) {
-  const auto& [dp, tp, pp, zero, sequence_parallel, schedule] = info.param;
-  return absl::StrCat("dp", dp, "_tp", tp, "_pp", pp, "_zero", zero,
-                      sequence_parallel ? "_sp_" : "_", schedule);
-}
-
 INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
-                         ::testing::Values(std::make_tuple(2, 1, 1, 0, false, "1f1b"),
-                                           std::make_tuple(3, 1, 1, 1, false, "1f1b"),
-                                           std::make_tuple(2, 1, 1, 2, false, "1f1b"),
-                                           std::make_tuple(3, 1, 1, 3, false, "1f1b"),
-                                           std::make_tuple(1, 2, 1, 0, false, "1f1b"),
-                                           std::make_tuple(1, 2, 1, 0, true, "1f1b"),
-                                           std::make_tuple(1, 1, 4, 0, false, "1f1b"),
-                                           std::make_tuple(1, 1, 4, 0, false, "gpipe"),
-                                           std::make_tuple(2, 2, 2, 1, true, "gpipe"),
-                                           std::make_tuple(2, 1, 2, 3, false, "1f1b")),
+                         ::testing::Values(Grid{.dp = 2},
+                                           Grid{.dp = 3, .zero = 1},
+                                           Grid{.dp = 2, .zero = 2},
+                                           Grid{.dp = 3, .zero = 3},
+                                           Grid{.tp = 2},
+                                           Grid{.tp = 2, .sequence_parallel = true},
+                                           Grid{.pp = 4},
+                                           Grid{.pp = 4, .schedule = kGPipe},
+                                           Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1,
+                                                .sequence_parallel = true, .schedule = kGPipe},
+                                           Grid{.dp = 2, .pp = 2, .zero = 3}),
                          GridName);
 
 }  // namespace

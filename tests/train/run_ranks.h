@@ -27,6 +27,54 @@ inline TrainOptions ShortRun() {
   return o;
 }
 
+// A test's grid of ranks, with named fields (Grid{.dp = 2, .pp = 2, .zero = 1}) and a
+// printable name: the strategies' flags a test sets on its options.
+struct Grid {
+  int dp = 1, tp = 1, pp = 1, zero = 0;
+  bool sequence_parallel = false;
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  std::vector<int> pp_layers = {};  // empty: balanced
+  bool recompute = false;
+  int micro_batches = 0;  // per rank and step (0: the options' own)
+  comm::Algorithm allreduce = comm::Algorithm::kRing;
+  bool native_collectives = false;
+
+  // `o` with the grid's flags; with micro_batches, micro-batches of global / (dp·m).
+  TrainOptions On(TrainOptions o) const {
+    o.dp = dp;
+    o.tp = tp;
+    o.pp = pp;
+    o.zero = zero;
+    o.sequence_parallel = sequence_parallel;
+    o.schedule = schedule;
+    o.pp_layers = pp_layers;
+    o.recompute = recompute;
+    if (micro_batches > 0) o.micro_batch_size = o.global_batch_size / (dp * micro_batches);
+    o.allreduce = allreduce;
+    o.native_collectives = native_collectives;
+    return o;
+  }
+  // "dp2_tp1_pp2_zero3", then what is set: "_sp", the schedule (pp > 1, or gpipe), "_m4",
+  // "_uneven", "_recompute", "_naive", "_native".
+  std::string Name() const {
+    std::string name = "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" +
+                       std::to_string(pp) + "_zero" + std::to_string(zero);
+    if (sequence_parallel) name += "_sp";
+    if (pp > 1 || schedule != parallel::PipelineSchedule::k1F1B) {
+      name += std::string("_") + parallel::Name(schedule);
+    }
+    if (micro_batches > 0) name += "_m" + std::to_string(micro_batches);
+    if (!pp_layers.empty()) name += "_uneven";
+    if (recompute) name += "_recompute";
+    if (allreduce == comm::Algorithm::kNaive) name += "_naive";
+    if (native_collectives) name += "_native";
+    return name;
+  }
+};
+
+inline std::string GridName(const ::testing::TestParamInfo<Grid>& info) { return info.param.Name(); }
+inline void PrintTo(const Grid& g, std::ostream* os) { *os << g.Name(); }
+
 struct RunResult {
   std::vector<float> losses;
   std::vector<float> params;

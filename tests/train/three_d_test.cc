@@ -26,24 +26,10 @@ TrainOptions Model(int global_batch) {
   return o;
 }
 
-struct Grid {
-  int dp, tp, pp, zero;
-  bool sequence_parallel;
-  std::string schedule;
-  std::vector<int> pp_layers;
-  bool recompute;
-};
+constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
 
 TrainOptions On(const Grid& g, int global_batch) {
-  TrainOptions o = Model(global_batch);
-  o.dp = g.dp;
-  o.tp = g.tp;
-  o.pp = g.pp;
-  o.zero = g.zero;
-  o.sequence_parallel = g.sequence_parallel;
-  o.schedule = parallel::ParsePipelineSchedule(g.schedule).value();
-  o.pp_layers = g.pp_layers;
-  o.recompute = g.recompute;
+  TrainOptions o = g.On(Model(global_batch));
   o.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
   return o;
 }
@@ -91,21 +77,17 @@ TEST_P(ThreeDTest, MatchesTheSingleRankRunAndEveryFormula) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, ThreeDTest,
-    ::testing::Values(Grid{2, 2, 2, 1, true, "1f1b", {}, false},   // the 8-rank example
-                      Grid{2, 2, 2, 0, false, "gpipe", {}, true},
-                      Grid{3, 1, 2, 0, false, "gpipe", {1, 3}, false},  // dp = 3, uneven stages
-                      Grid{1, 2, 2, 0, true, "1f1b", {3, 1}, false},
-                      Grid{3, 1, 1, 3, false, "1f1b", {}, false},
-                      Grid{1, 4, 1, 0, true, "1f1b", {}, false},
-                      Grid{2, 1, 2, 2, false, "1f1b", {}, false},  // ZeRO-2/3 with stages
-                      Grid{2, 2, 2, 3, true, "gpipe", {}, false},
-                      Grid{2, 1, 3, 3, false, "1f1b", {}, true}),
-    [](const ::testing::TestParamInfo<Grid>& p) {
-      const Grid& g = p.param;
-      return absl::StrCat("dp", g.dp, "_tp", g.tp, "_pp", g.pp, "_zero", g.zero,
-                          g.sequence_parallel ? "_sp" : "", "_", g.schedule,
-                          g.pp_layers.empty() ? "" : "_uneven", g.recompute ? "_recompute" : "");
-    });
+    ::testing::Values(
+        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true},  // the 8-rank example
+        Grid{.dp = 2, .tp = 2, .pp = 2, .schedule = kGPipe, .recompute = true},
+        Grid{.dp = 3, .pp = 2, .schedule = kGPipe, .pp_layers = {1, 3}},  // dp = 3, uneven stages
+        Grid{.tp = 2, .pp = 2, .sequence_parallel = true, .pp_layers = {3, 1}},
+        Grid{.dp = 3, .zero = 3},
+        Grid{.tp = 4, .sequence_parallel = true},
+        Grid{.dp = 2, .pp = 2, .zero = 2},  // ZeRO-2/3 with stages
+        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 3, .sequence_parallel = true, .schedule = kGPipe},
+        Grid{.dp = 2, .pp = 3, .zero = 3, .recompute = true}),
+    GridName);
 
 // A checkpoint of a 3D run resumes on one rank, and one rank's on a 3D grid.
 TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
@@ -115,7 +97,7 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   const std::string path = ::testing::TempDir() + "/3d.safetensors";
   std::vector<float> losses;
   for (int zero : {1, 3}) {
-    TrainOptions first = On({2, 2, 2, zero, true, "1f1b", {}, false}, 8);
+    TrainOptions first = On(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = zero, .sequence_parallel = true}, 8);
     first.steps = 6;
     TrainAndSave(first, 3, path);
     TrainOptions serial = Model(8);
@@ -132,7 +114,8 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   TrainOptions one = Model(8);
   one.steps = 6;
   TrainAndSave(one, 3, serial_path);
-  for (const Grid& g : {Grid{1, 2, 2, 0, false, "gpipe", {}, false}, Grid{2, 1, 2, 2, false, "gpipe", {}, false}}) {
+  for (const Grid& g : {Grid{.tp = 2, .pp = 2, .schedule = kGPipe},
+                        Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kGPipe}}) {
     TrainOptions grid = On(g, 8);
     grid.steps = 6;
     grid.load = serial_path;
@@ -145,10 +128,10 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
 }
 
 TEST(ThreeDOptions, BadGridsAreClearErrors) {
-  TrainOptions o = On({1, 3, 1, 0, false, "1f1b", {}, false}, 8);  // 4 heads
+  TrainOptions o = On(Grid{.tp = 3}, 8);  // 4 heads
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--n_head=4 must be divisible by --tp=3"));
   // Trainer::Create on a world that is not dp x tp x pp.
-  o = On({2, 2, 1, 0, false, "1f1b", {}, false}, 8);
+  o = On(Grid{.dp = 2, .tp = 2}, 8);
   comm::LaunchOptions launch;
   launch.world_size = 2;
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) {

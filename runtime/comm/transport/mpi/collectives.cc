@@ -52,6 +52,8 @@ MPI_Op OpOf(ReduceOp op) {
 
 }  // namespace
 
+// Long, and kept whole: one case per primitive, each MPI's own routine, so that every
+// primitive's mapping reads next to the others.
 absl::Status NativeCollective(const Group& group, const OpSignature& signature, const void* input,
                               void* output) {
   ASSIGN_OR_RETURN(MPI_Datatype type, DatatypeOf(signature.dtype));

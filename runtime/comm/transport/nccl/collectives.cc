@@ -61,6 +61,8 @@ Extents ExtentsOf(const OpSignature& s, int n, int r) {
 
 }  // namespace
 
+// Long, and kept whole: one case per primitive, each NCCL's own call, so that every
+// primitive's mapping reads next to the others.
 absl::Status NativeCollective(Group& g, const OpSignature& s, const void* input,
                               void* output) {
   ASSIGN_OR_RETURN(ncclDataType_t type, TypeOf(s.dtype));
