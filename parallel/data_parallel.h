@@ -19,7 +19,8 @@
 //
 // Bytes per rank per step, Φ parameters, p ranks, ring: Σ over buckets of 2(p-1)/p of the
 // bucket's bytes (exactly: exact_traffic.h per bucket), i.e. 2(p-1)/p·4Φ when p divides
-// every bucket; naive: 2(p-1)·4Φ on the root, 2·4Φ elsewhere.
+// every bucket; naive (reduce to the root, then broadcast): the root sends (p-1)·4Φ,
+// every other rank 4Φ.
 #pragma once
 
 #include <cstdint>
