@@ -16,7 +16,7 @@
 #include "runtime/comm/transport/mpi/mpi_launch.h"
 #include "runtime/comm/transport/nccl/nccl_transport.h"
 #include "runtime/clock.h"
-#include "runtime/files.h"
+#include "runtime/memory_ledger.h"
 #include "runtime/json_writer.h"
 #include "runtime/tensor.h"
 #include "runtime/status_macros.h"
@@ -45,13 +45,9 @@ absl::Status BenchConfig::Validate() const {
   // Every rank of this process holds a send and a receive buffer of the largest size, and
   // a copy of each to check against (RunSweep): refuse what cannot fit.
   const int ranks_here = mpi ? 1 : ranks;
-  const double needed = 4.0 * double(max_bytes) * ranks_here;
-  const double machine = double(PhysicalMemoryBytes());
-  if (!gpu && needed > machine) {
-    return bad(absl::StrFormat("-e=%d on %d rank(s) here needs at least %.3g GiB of memory, and the machine has %.3g GiB",
-                               max_bytes, ranks_here, needed / double(1 << 30), machine / double(1 << 30)));
-  }
-  return absl::OkStatus();
+  if (gpu) return absl::OkStatus();
+  return FitsInMemory(4.0 * double(max_bytes) * ranks_here,
+                      absl::StrCat("[tally_bench] -e=", max_bytes, " on ", ranks_here, " rank(s) here"));
 }
 
 absl::StatusOr<int64_t> ParseBytes(const std::string& text) {

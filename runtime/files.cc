@@ -157,9 +157,4 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view text,
   return file->Commit();
 }
 
-int64_t PhysicalMemoryBytes() {
-  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 62;
-}
-
 }  // namespace tally

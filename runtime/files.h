@@ -57,7 +57,4 @@ class AtomicFile {
 absl::Status WriteFileAtomically(const std::string& path, std::string_view text,
                                  const std::string& who);
 
-// The machine's physical memory in bytes.
-int64_t PhysicalMemoryBytes();
-
 }  // namespace tally

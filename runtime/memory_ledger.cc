@@ -1,7 +1,10 @@
 #include "runtime/memory_ledger.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
 #include "runtime/status_macros.h"
 
 namespace tally {
@@ -53,6 +56,19 @@ bool MemoryLedger::Decode(ByteReader& r) {
   current_total_ = r.Int();
   peak_total_ = r.Int();
   return r.ok();
+}
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 62;
+}
+
+absl::Status FitsInMemory(double needed_bytes, const std::string& what) {
+  const double machine = double(PhysicalMemoryBytes()), gib = double(1 << 30);
+  if (needed_bytes <= machine) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s needs at least %.3g GiB of memory, and this machine has %.3g GiB", what,
+      needed_bytes / gib, machine / gib));
 }
 
 }  // namespace tally

@@ -14,7 +14,10 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
+
+#include "absl/status/status.h"
 
 #include "runtime/byte_stream.h"
 
@@ -58,5 +61,13 @@ class MemoryLedger {
   int64_t current_total_ = 0;
   int64_t peak_total_ = 0;
 };
+
+// The machine's physical memory in bytes.
+int64_t PhysicalMemoryBytes();
+
+// Whether `needed_bytes` (a lower bound of what a run will take; in double, so that no
+// size wraps) fits in this machine's memory; if not, "<what> needs at least X GiB of
+// memory, and this machine has Y GiB" (kResourceExhausted).
+absl::Status FitsInMemory(double needed_bytes, const std::string& what);
 
 }  // namespace tally

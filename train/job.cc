@@ -15,6 +15,7 @@
 #include "runtime/comm/transport/nccl/nccl_transport.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/files.h"
+#include "runtime/memory_ledger.h"
 #include "runtime/json_writer.h"
 #include "runtime/signals.h"
 #include "runtime/status_macros.h"
@@ -79,16 +80,9 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
     }
   }
   if (options.device != DeviceType::kCPU) return absl::OkStatus();  // the model is in GPU memory
-  const double needed = options.EstimatedBytes(ranks_here, data_bytes);
-  const double machine = double(PhysicalMemoryBytes());
-  if (needed > machine) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "[train] this run needs at least %.3g GiB of memory on this machine (%d rank(s): "
-        "parameters, gradients, optimizer state, one micro-batch's activations, the data), "
-        "and the machine has %.3g GiB",
-        needed / double(1 << 30), ranks_here, machine / double(1 << 30)));
-  }
-  return absl::OkStatus();
+  return FitsInMemory(options.EstimatedBytes(ranks_here, data_bytes),
+                      absl::StrCat("[train] this run (", ranks_here, " rank(s): parameters, gradients, "
+                                   "optimizer state, one micro-batch's activations, the data)"));
 }
 
 namespace {

@@ -61,8 +61,8 @@ TEST(BadInput, SizesThatWouldOverflowOrNotFitAreRefusedAtOnce) {
       {"--dp=46341 --micro_batch_size=46341", "46341 ranks; tally runs at most 4096"},
       {"--dp=4096 --global_batch_size=2147483647", "must be a multiple of --dp (4096)"},
       {"--dp=2 --global_batch_size=3", "--global_batch_size (3) must be a multiple of --dp (2)"},
-      {"--n_layer=1000000000", "GiB of memory on this machine"},
-      {"--global_batch_size=1000000000", "GiB of memory on this machine"},
+      {"--n_layer=1000000000", "GiB of memory, and this machine has"},
+      {"--global_batch_size=1000000000", "GiB of memory, and this machine has"},
       {"--n_embd=2000000000 --n_head=1", "parameters; tally counts at most"},
       {"--pp=2 --n_layer=2 --pp_layers=2147483647,2147483647", "--pp_layers sums to 4294967294 layers"},
   });
@@ -226,7 +226,7 @@ TEST(BadInput, TallyBenchRefusesSizesAndRanksThatCannotRun) {
   ExpectOneClearLine(kBench, {
       {"--ranks=100000", "--ranks=100000 is more than the 4096 ranks"},
       {"-e 9999999999G", "is more bytes than 64 bits count"},
-      {"-e 64G", "GiB of memory, and the machine has"},
+      {"-e 64G", "GiB of memory, and this machine has"},
       {"--ranks=3000 -e 64M", "on 3000 rank(s) here needs at least"},
       {"--timeout_s=nan", "--timeout_s must be a positive number"},
       {"-J /dev/null", "-J '/dev/null' is a character device"},
@@ -235,7 +235,7 @@ TEST(BadInput, TallyBenchRefusesSizesAndRanksThatCannotRun) {
 
 TEST(BadInput, TallyModelBenchRefusesBeforeMeasuring) {
   ExpectOneClearLine(kModelBench, {
-      {"--n_layer=100000000", "GiB of memory on this machine"},
+      {"--n_layer=100000000", "GiB of memory, and this machine has"},
       {"--batch=0", "--global_batch_size must be positive, got 0"},
       {"--threads=0", "--threads must list positive integers"},
       {"--json=/dev/null", "--json '/dev/null' is a character device"},
