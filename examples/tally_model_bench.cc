@@ -38,6 +38,9 @@ ABSL_FLAG(int, seq_len, 128, "sequence length");
 ABSL_FLAG(int, batch, 8, "sequences per step (one micro-batch)");
 ABSL_FLAG(std::string, json, "", "also write the rows as JSON here");
 ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda (GPU 0; --threads is then ignored)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32, bf16, or both (fp32,bf16): the runs' --precision (bf16 keeps bf16 parameters "
+          "and gradients and fp32 master weights; the matmuls compute in fp32)");
 ABSL_FLAG(bool, tf32, false, "--device=cuda: train with TF32 matmuls (and measure that peak too)");
 
 namespace tally {
@@ -86,13 +89,13 @@ absl::StatusOr<double> CublasPeakGflops(bool tf32) {
 }
 
 struct Row {
-  std::string device;
+  std::string device, precision;
   int threads = 0;
   double peak_gflops = 0, tokens_per_s = 0, gflops = 0;
 };
 
 // The bench's model and batch as training options.
-train::TrainOptions BenchOptions(DeviceType device, int threads) {
+train::TrainOptions BenchOptions(DeviceType device, int threads, DType precision) {
   train::TrainOptions o;
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
@@ -105,14 +108,16 @@ train::TrainOptions BenchOptions(DeviceType device, int threads) {
   o.threads = threads;
   o.device = device;
   o.tf32 = absl::GetFlag(FLAGS_tf32);
+  o.precision = precision;
   return o;
 }
 
-absl::StatusOr<Row> Measure(DeviceType device, int threads) {
-  const train::TrainOptions o = BenchOptions(device, threads);
+absl::StatusOr<Row> Measure(DeviceType device, int threads, DType precision) {
+  const train::TrainOptions o = BenchOptions(device, threads, precision);
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(o));  // sets the BLAS threads
   Row row;
   row.device = train::Name(device);
+  row.precision = train::PrecisionName(precision);
   row.threads = threads;
   if (device == DeviceType::kCUDA) {
     ASSIGN_OR_RETURN(row.peak_gflops, CublasPeakGflops(o.tf32));
@@ -144,9 +149,15 @@ absl::Status Main() {
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError("[tally_model_bench] need --steps >= 1 and --warmup >= 0");
   }
+  std::vector<DType> precisions;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_precision), ',')) {
+    ASSIGN_OR_RETURN(DType p, train::ParsePrecision("precision", std::string(part)));
+    precisions.push_back(p);
+  }
   ASSIGN_OR_RETURN(const DeviceType device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
   // The model and batch are valid and fit in memory, before anything is measured.
-  const train::TrainOptions options = BenchOptions(device, thread_counts.front()).Resolved();
+  const train::TrainOptions options =
+      BenchOptions(device, thread_counts.front(), precisions.front()).Resolved();
   RETURN_IF_ERROR(options.Validate());
   RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1, /*writes_outputs=*/true));
   if (!absl::GetFlag(FLAGS_json).empty()) {
@@ -160,20 +171,23 @@ absl::Status Main() {
     thread_counts = {0};
   }
   const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "sgemm GFLOP/s";
-  std::printf("%8s %8s %14s %12s %14s %16s\n", "device", "threads", peak, "tokens/s",
-              "model GFLOP/s", "of the peak");
+  std::printf("%8s %9s %8s %14s %12s %14s %16s\n", "device", "precision", "threads", peak,
+              "tokens/s", "model GFLOP/s", "of the peak");
   JsonWriter w;
   w.BeginArray();
-  for (int t : thread_counts) {
-    ASSIGN_OR_RETURN(Row row, Measure(device, t));
-    std::printf("%8s %8d %14.1f %12.0f %14.1f %15.1f%%\n", row.device.c_str(), row.threads,
-                row.peak_gflops, row.tokens_per_s, row.gflops,
-                100.0 * row.gflops / row.peak_gflops);
-    std::fflush(stdout);
-    w.BeginObject().Key("device").String(row.device).Key("threads").Int(row.threads);
-    w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
-    w.Key("model_gflops").Double(row.gflops);
-    w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops).EndObject();
+  for (DType precision : precisions) {
+    for (int t : thread_counts) {
+      ASSIGN_OR_RETURN(Row row, Measure(device, t, precision));
+      std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %15.1f%%\n", row.device.c_str(),
+                  row.precision.c_str(), row.threads, row.peak_gflops, row.tokens_per_s,
+                  row.gflops, 100.0 * row.gflops / row.peak_gflops);
+      std::fflush(stdout);
+      w.BeginObject().Key("device").String(row.device).Key("precision").String(row.precision);
+      w.Key("threads").Int(row.threads);
+      w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
+      w.Key("model_gflops").Double(row.gflops);
+      w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops).EndObject();
+    }
   }
   w.EndArray();
   if (!absl::GetFlag(FLAGS_json).empty()) {

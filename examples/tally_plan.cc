@@ -28,7 +28,12 @@ ABSL_FLAG(std::optional<int>, layers, std::nullopt, "transformer layers (overrid
 ABSL_FLAG(std::optional<int>, hidden, std::nullopt, "hidden size h (overrides the preset's)");
 ABSL_FLAG(int, batch_size, 4, "b: sequences per data-parallel rank per step");
 ABSL_FLAG(int, seq_len, 2048, "s: tokens per sequence");
-ABSL_FLAG(int, bytes_per_value, 2, "e: 2 for fp16/bf16, 4 for fp32");
+ABSL_FLAG(std::string, precision, "bf16",
+          "fp32 or bf16: bytes a value sent (4 or 2) and the memory line marked");
+ABSL_FLAG(std::string, grad_accum, "bf16",
+          "--precision=bf16: bf16 or fp32 gradients (Megatron's main_grad: 2 + 4 + 12)");
+ABSL_FLAG(std::optional<int>, bytes_per_value, std::nullopt,
+          "e: bytes a value sent (default: the precision's, 2 or 4)");
 ABSL_FLAG(int, dp, 1, "data-parallel GPUs");
 ABSL_FLAG(int, tp, 1, "tensor-parallel GPUs");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
@@ -93,7 +98,11 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   PlanInput in{model};
   in.batch = absl::GetFlag(FLAGS_batch_size);
   in.seq_len = absl::GetFlag(FLAGS_seq_len);
-  in.bytes_per_value = absl::GetFlag(FLAGS_bytes_per_value);
+  ASSIGN_OR_RETURN(in.precision, train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
+  ASSIGN_OR_RETURN(const DType accum, train::ParsePrecision("grad_accum", absl::GetFlag(FLAGS_grad_accum)));
+  in.fp32_grad_accum = in.precision == DType::kBF16 && accum == DType::kF32;
+  in.bytes_per_value =
+      absl::GetFlag(FLAGS_bytes_per_value).value_or(int(SizeOf(in.precision)));
   in.dp = absl::GetFlag(FLAGS_dp);
   in.tp = absl::GetFlag(FLAGS_tp);
   in.pp = absl::GetFlag(FLAGS_pp);
@@ -150,11 +159,16 @@ void PrintTable(const PlanInput& in) {
                                  train::Bytes(r.seed_bytes_per_gpu), train::Bytes(r.exact_bytes_per_gpu),
                                  train::Bytes(r.total_bytes), r.time_s, r.formula);
   }
-  const train::PlanMemory mem = train::PlanMemoryPerGpu(in);
   std::cout << absl::StrFormat(
-      "\nmemory per GPU: %s by the seed's 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (fp16 "
-      "mixed precision); %s for fp32 AdamW with zero=%d\n",
-      train::Bytes(mem.seed_bytes_per_gpu), train::Bytes(mem.fp32_bytes_per_gpu), in.zero);
+      "\nmodel states per GPU with AdamW, zero=%d (bytes a parameter: params + grads + "
+      "optimizer state; the seed's is bf16)\n",
+      in.zero);
+  const size_t chosen = in.precision == DType::kF32 ? 0 : in.fp32_grad_accum ? 2 : 1;
+  const std::vector<train::PlanMemory> lines = train::PlanMemoryPerGpu(in);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::cout << absl::StrFormat("  %-44s %26s%s\n", lines[i].label, train::Bytes(lines[i].bytes_per_gpu),
+                                 i == chosen ? "   <- --precision" : "");
+  }
 }
 
 void PrintJson(const PlanInput& in) {
@@ -169,9 +183,11 @@ void PrintJson(const PlanInput& in) {
     w.Key("total_bytes").Double(r.total_bytes).Key("time_s").Double(r.time_s).EndObject();
   }
   w.EndArray();
-  const train::PlanMemory mem = train::PlanMemoryPerGpu(in);
-  w.Key("memory_per_gpu").BeginObject().Key("seed_fp16").Double(mem.seed_bytes_per_gpu);
-  w.Key("fp32").Double(mem.fp32_bytes_per_gpu).EndObject().EndObject();
+  const std::vector<train::PlanMemory> lines = train::PlanMemoryPerGpu(in);
+  w.Key("memory_per_gpu").BeginObject().Key("zero").Int(in.zero);
+  const char* keys[] = {"fp32", "bf16", "bf16_fp32_grad_accum"};
+  for (size_t i = 0; i < lines.size(); ++i) w.Key(keys[i]).Double(lines[i].bytes_per_gpu);
+  w.EndObject().EndObject();
   std::cout << w.str() << "\n";
 }
 

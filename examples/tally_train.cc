@@ -6,6 +6,7 @@
 // --metrics_json writes the same as JSON lines; --save / --load read and write
 // safetensors checkpoints (model/checkpoint.h).
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,14 @@ ABSL_FLAG(std::string, device, tally::train::Name(kDefaults.device),
           "cpu, or cuda (--backend=threads: every rank on GPU 0; nccl: rank r on GPU r; says "
           "why when there is no GPU)");
 ABSL_FLAG(bool, tf32, kDefaults.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32, or bf16: bf16 parameters, gradients and everything sent, fp32 master weights "
+          "and optimizer state (2 + 2 + 12 bytes a parameter with AdamW)");
+ABSL_FLAG(bool, fp32_grad_accum, false,
+          "--precision=bf16: accumulate the gradients in fp32 (Megatron's main_grad, 2 + 4 + 12)");
+ABSL_FLAG(std::optional<std::string>, grad_comm_dtype, std::nullopt,
+          "fp32 or bf16: the type the data-parallel / ZeRO gradient reduction moves (default: "
+          "the precision's); bf16 in an fp32 run halves those bytes");
 ABSL_FLAG(double, timeout_s, kDefaults.timeout_s,
           "the longest any wait for a peer may take, in seconds (then the run stops, naming it)");
 
@@ -144,6 +153,11 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   ASSIGN_OR_RETURN(o.device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
   o.tf32 = absl::GetFlag(FLAGS_tf32);
+  ASSIGN_OR_RETURN(o.precision, train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
+  o.fp32_grad_accum = absl::GetFlag(FLAGS_fp32_grad_accum);
+  if (std::optional<std::string> comm = absl::GetFlag(FLAGS_grad_comm_dtype)) {
+    ASSIGN_OR_RETURN(o.grad_comm_dtype, train::ParsePrecision("grad_comm_dtype", *comm));
+  }
   o.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(o.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);

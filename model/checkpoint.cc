@@ -18,9 +18,10 @@ namespace {
 constexpr char kOptimizerPrefix[] = "optimizer.";
 
 std::map<std::string, std::string> Metadata(const GPTConfig& c, const optim::Optimizer* opt,
-                                            int64_t step) {
+                                            int64_t step, const std::string& precision) {
   return {{"format", "tally"},
           {"step", absl::StrCat(step)},
+          {"precision", precision},
           {"optimizer", opt != nullptr ? opt->name() : "none"},
           {"n_layer", absl::StrCat(c.n_layer)},
           {"n_head", absl::StrCat(c.n_head)},
@@ -58,7 +59,8 @@ absl::Status Restore(const std::string& path, const SafetensorsFile& file, const
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
-                            const float* params, optim::Optimizer* optimizer, int64_t step) {
+                            const float* params, optim::Optimizer* optimizer, int64_t step,
+                            const std::string& precision) {
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
   std::vector<SafetensorsEntry> entries;
   for (const ParamSpec& spec : layout.specs()) {
@@ -72,7 +74,7 @@ absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
       }
     }
   }
-  return WriteSafetensors(path, entries, Metadata(config, optimizer, step));
+  return WriteSafetensors(path, entries, Metadata(config, optimizer, step, precision));
 }
 
 // Long, and kept whole: the checks run in the order a reader would make them (format,

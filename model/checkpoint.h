@@ -5,7 +5,11 @@
 //   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>   AdamW's moments
 //   optimizer.momentum_buffer.<name>                        SGD's buffer
 //   __metadata__: format "tally", step, optimizer, n_layer, n_head, n_embd, seq_len,
-//                 vocab_size (all strings)
+//                 vocab_size, precision (the run's that wrote it: "fp32" or "bf16";
+//                 informational) (all strings)
+//
+// The parameters are always F32: a bf16 run saves its fp32 master weights, so a run of
+// either precision resumes from a checkpoint of the other.
 //
 // A file with only the parameters (written with no optimizer, or by another program)
 // loads as initial weights at step 0.
@@ -23,7 +27,8 @@ namespace tally::model {
 // `params`: the whole flat buffer of a model of `config` (ParameterLayout::ForGPT).
 // `optimizer` may be null (parameters only); its state covers the whole buffer.
 absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
-                            const float* params, optim::Optimizer* optimizer, int64_t step);
+                            const float* params, optim::Optimizer* optimizer, int64_t step,
+                            const std::string& precision = "fp32");
 
 struct LoadedCheckpoint {
   int64_t step = 0;             // optimizer steps taken before the save

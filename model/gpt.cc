@@ -37,12 +37,12 @@ absl::Status Validate(const GPTConfig& config, const LayerSplit& split, Stage st
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  uint64_t seed, const LayerSplit* split,
-                                                 Stage stage) {
+                                                 Stage stage, const Precision& precision) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
   RETURN_IF_ERROR(Validate(config, serial_or_split, stage));
   std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, stage));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
-  ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc));
+  ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc, precision));
   gpt->weights_ = gpt->replica_.get();
   return gpt;
 }

@@ -26,6 +26,7 @@
 #include "model/block.h"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "model/precision.h"
 #include "model/weights.h"
 #include "model/layer_split.h"
 #include "runtime/kernels/kernels.h"
@@ -45,10 +46,12 @@ class GPT {
   // A model with its own Replica, GPT-2's initialisation from the counter RNG; with a
   // `split` over several ranks (not owned; it must outlive the model; null: Serial),
   // this rank's part of every layer (parameters.h); as a pipeline stage, its layers only.
+  // Its buffers are of `precision`'s types (precision.h).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
                                                      const LayerSplit* split = nullptr,
-                                                     Stage stage = {});
+                                                     Stage stage = {},
+                                                     const Precision& precision = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
   // the model and be laid out by ParameterLayout::ForGPT(config, split.size(),
   // split.rank(), stage.begin, stage.end)).
@@ -60,8 +63,11 @@ class GPT {
   const GPTConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   WeightStore& weights() { return *weights_; }
-  // The whole buffers of a model that has its own Replica (the first Create).
-  Tensor& params() { return replica()->params(); }
+  // The whole buffers of a model that has its own Replica (the first Create): the fp32
+  // parameters (under mixed precision the master weights, which PublishParams rounds
+  // into the bf16 copy the model reads) and the gradients (fp32 or bf16).
+  Tensor& params() { return replica()->master(); }
+  absl::Status PublishParams() { return replica()->Publish(); }
   Tensor& grads() { return replica()->grads(); }
 
   // tokens, targets: (b, T) row-major, values in [0, V). Returns the mean loss over the

@@ -14,14 +14,22 @@
 // A replica (one rank, data parallelism) holds the whole buffers, so these calls are
 // pointer arithmetic. ZeRO (parallel/zero.h) shards them: ZeRO-2 reduce-scatters in
 // CloseGrads, ZeRO-3 also all-gathers in Params. The model's code is the same for all.
+//
+// Under mixed precision (precision.h) a store keeps bf16 buffers and fp32 master weights:
+// Params widens the unit into an fp32 working copy, OpenGrads hands out a zeroed fp32
+// one, and CloseGrads adds it into the bf16 gradients, rounding once.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
+#include "model/precision.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/tensor.h"
 
 namespace tally::model {
@@ -44,34 +52,72 @@ class WeightStore {
   virtual absl::StatusOr<Tensor> TiedEmbeddingGrads() = 0;
 };
 
+// fp32 working copies of units, by unit, while the model computes on them: what a store of
+// bf16 buffers hands out. Charged to activations memory (they are the compute's
+// operands, as a bf16 kernel's registers would be).
+class WorkingCopies {
+ public:
+  WorkingCopies(Allocator& alloc, Kernels& kernels, size_t units)
+      : alloc_(alloc), kernels_(kernels), copies_(units) {}
+
+  // The unit's fp32 copy of `stored` (fp32 or bf16), made on the first call and kept
+  // until Release.
+  absl::StatusOr<float*> Widen(int unit, const Tensor& stored);
+  // A zero-filled fp32 buffer of `count` elements for the unit, kept until Take.
+  absl::StatusOr<float*> Zeroed(int unit, int64_t count);
+  // The unit's copy, which this no longer holds (empty if none).
+  Tensor Take(int unit);
+  void Release(int unit) { copies_[unit] = Tensor(); }
+
+ private:
+  Allocator& alloc_;
+  Kernels& kernels_;
+  std::vector<Tensor> copies_;
+};
+
 // The whole parameter and gradient buffers, on this rank.
 class Replica : public WeightStore {
  public:
   // Parameters initialised from `seed` (parameters.h), on the host and then copied to
-  // the allocator's device.
+  // the allocator's device; buffers of `precision`'s types (with master weights when the
+  // parameters are bf16).
   static absl::StatusOr<std::unique_ptr<Replica>> Create(const ParameterLayout& layout,
-                                                         uint64_t seed, Allocator& alloc);
+                                                         uint64_t seed, Allocator& alloc,
+                                                         const Precision& precision = {});
 
-  absl::StatusOr<float*> Params(int unit) override { return At(params_, unit); }
-  absl::Status ReleaseParams(int) override { return absl::OkStatus(); }
-  absl::StatusOr<float*> OpenGrads(int unit) override { return At(grads_, unit); }
-  absl::Status CloseGrads(int) override { return absl::OkStatus(); }
+  absl::StatusOr<float*> Params(int unit) override;
+  absl::Status ReleaseParams(int unit) override;
+  absl::StatusOr<float*> OpenGrads(int unit) override;
+  absl::Status CloseGrads(int unit) override;
   absl::Status ZeroGrad() override { return grads_.SetZero(); }
   absl::StatusOr<Tensor> TiedEmbeddingGrads() override {
     return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
   }
 
+  // The parameters the model reads (fp32, or bf16 under mixed precision), and the fp32
+  // ones the optimizer updates and checkpoints hold: the same tensor in fp32, the master
+  // weights otherwise. After changing master(), Publish() rounds it into params().
   Tensor& params() { return params_; }
+  Tensor& master() { return master_.defined() ? master_ : params_; }
+  absl::Status Publish();
   Tensor& grads() { return grads_; }
 
  private:
-  Replica(const ParameterLayout& layout) : layout_(layout) {}
-  float* At(Tensor& buffer, int unit) {
-    return buffer.data<float>() + layout_.units()[unit].begin;
+  Replica(const ParameterLayout& layout, Allocator& alloc, std::unique_ptr<Kernels> kernels)
+      : layout_(layout),
+        kernels_(std::move(kernels)),
+        working_params_(alloc, *kernels_, layout.units().size()),
+        working_grads_(alloc, *kernels_, layout.units().size()) {}
+  Tensor Unit(const Tensor& buffer, int unit) const {
+    const ParamUnit& u = layout_.units()[unit];
+    return buffer.Flat(u.begin, u.end);
   }
 
   ParameterLayout layout_;
+  std::unique_ptr<Kernels> kernels_;
   Tensor params_, grads_;
+  Tensor master_;  // fp32 master weights, when params_ is bf16
+  WorkingCopies working_params_, working_grads_;
 };
 
 }  // namespace tally::model

@@ -5,6 +5,14 @@
 #include "runtime/status_macros.h"
 
 namespace tally::optim {
+namespace {
+
+// Element i of a buffer of `type`.
+const void* At(const void* data, DType type, int64_t i) {
+  return static_cast<const char*>(data) + i * int64_t(SizeOf(type));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const AdamWOptions& options, int64_t size,
                                                       Allocator& alloc) {
@@ -14,7 +22,7 @@ absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const AdamWOptions& options
   return std::unique_ptr<AdamW>(new AdamW(options, std::move(m), std::move(v), std::move(kernels)));
 }
 
-absl::Status AdamW::Step(float* params, const float* grads, float lr,
+absl::Status AdamW::Step(float* params, const void* grads, DType grad_type, float lr,
                          const std::vector<Segment>& segments) {
   ++step_;
   const float b1 = options_.beta1, b2 = options_.beta2;
@@ -26,8 +34,9 @@ absl::Status AdamW::Step(float* params, const float* grads, float lr,
   for (const Segment& seg : segments) {
     // torch forms 1 - lr·wd in double and multiplies by it in float.
     args.keep = seg.decay ? float(1.0 - double(lr) * options_.weight_decay) : 1.0f;
-    RETURN_IF_ERROR(kernels_->AdamW(params + seg.param_shift + seg.begin, grads + seg.begin,
-                                    m + seg.begin, v + seg.begin, seg.end - seg.begin, args));
+    RETURN_IF_ERROR(kernels_->AdamW(params + seg.param_shift + seg.begin,
+                                    At(grads, grad_type, seg.begin), grad_type, m + seg.begin,
+                                    v + seg.begin, seg.end - seg.begin, args));
   }
   return absl::OkStatus();
 }
@@ -39,15 +48,15 @@ absl::StatusOr<std::unique_ptr<SGD>> SGD::Create(const SGDOptions& options, int6
   return std::unique_ptr<SGD>(new SGD(options, std::move(buf), std::move(kernels)));
 }
 
-absl::Status SGD::Step(float* params, const float* grads, float lr,
+absl::Status SGD::Step(float* params, const void* grads, DType grad_type, float lr,
                        const std::vector<Segment>& segments) {
   ++step_;
   float* b = buf_.data<float>();
   for (const Segment& seg : segments) {
     const float wd = seg.decay ? options_.weight_decay : 0.0f;
-    RETURN_IF_ERROR(kernels_->Sgd(params + seg.param_shift + seg.begin, grads + seg.begin,
-                                  b + seg.begin, seg.end - seg.begin, lr, options_.momentum, wd,
-                                  step_ == 1));
+    RETURN_IF_ERROR(kernels_->Sgd(params + seg.param_shift + seg.begin,
+                                  At(grads, grad_type, seg.begin), grad_type, b + seg.begin,
+                                  seg.end - seg.begin, lr, options_.momentum, wd, step_ == 1));
   }
   return absl::OkStatus();
 }

@@ -35,9 +35,15 @@ struct Segment {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update of the parameters of `segments` from grads[0, size).
-  virtual absl::Status Step(float* params, const float* grads, float lr,
+  // One update of the parameters of `segments` from grads[0, size), whose elements are
+  // `grad_type` (fp32, or bf16: read as fp32). The parameters are fp32: under mixed
+  // precision, the master weights.
+  virtual absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
                             const std::vector<Segment>& segments) = 0;
+  absl::Status Step(float* params, const float* grads, float lr,
+                    const std::vector<Segment>& segments) {
+    return Step(params, grads, DType::kF32, lr, segments);
+  }
   // The state buffers over the range, by torch's names ("exp_avg", "momentum_buffer").
   virtual std::vector<std::pair<std::string, Tensor*>> State() = 0;
   virtual const char* name() const = 0;
@@ -62,7 +68,8 @@ class AdamW : public Optimizer {
   static absl::StatusOr<std::unique_ptr<AdamW>> Create(const AdamWOptions& options, int64_t size,
                                                        Allocator& alloc);
 
-  absl::Status Step(float* params, const float* grads, float lr,
+  using Optimizer::Step;
+  absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
                     const std::vector<Segment>& segments) override;
   std::vector<std::pair<std::string, Tensor*>> State() override {
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
@@ -88,7 +95,8 @@ class SGD : public Optimizer {
  public:
   static absl::StatusOr<std::unique_ptr<SGD>> Create(const SGDOptions& options, int64_t size,
                                                      Allocator& alloc);
-  absl::Status Step(float* params, const float* grads, float lr,
+  using Optimizer::Step;
+  absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
                     const std::vector<Segment>& segments) override;
   std::vector<std::pair<std::string, Tensor*>> State() override {
     return {{"momentum_buffer", &buf_}};

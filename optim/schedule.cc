@@ -15,11 +15,13 @@ float LearningRate(int64_t k, int64_t warmup_steps, int64_t total_steps, float m
   return float(min_lr + (double(max_lr) - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
+absl::StatusOr<double> SquaredNorm(Kernels& k, const void* grads, DType grad_type,
                                    const std::vector<Segment>& segments) {
   double sum = 0;
+  const char* bytes = static_cast<const char*>(grads);
   for (const Segment& s : segments) {
-    ASSIGN_OR_RETURN(sum, k.AddSquares(grads + s.begin, s.end - s.begin, sum));
+    ASSIGN_OR_RETURN(sum, k.AddSquares(bytes + s.begin * int64_t(SizeOf(grad_type)), grad_type,
+                                       s.end - s.begin, sum));
   }
   return sum;
 }

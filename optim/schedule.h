@@ -18,9 +18,9 @@ namespace tally::optim {
 float LearningRate(int64_t k, int64_t warmup_steps, int64_t total_steps, float max_lr,
                    float min_lr);
 
-// Σ g² over `segments` of grads, in double, segment after segment, with the kernels of
-// the gradients' device.
-absl::StatusOr<double> SquaredNorm(Kernels& k, const float* grads,
+// Σ g² over `segments` of grads (fp32 or bf16, `grad_type`), in double, segment after
+// segment, with the kernels of the gradients' device.
+absl::StatusOr<double> SquaredNorm(Kernels& k, const void* grads, DType grad_type,
                                    const std::vector<Segment>& segments);
 
 // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6) when that is below 1,

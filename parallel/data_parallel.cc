@@ -20,7 +20,7 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
   return buckets;
 }
 
-absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
+absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
                                           const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,
                                           comm::Algorithm algorithm, comm::Communicator* stages) {
@@ -29,7 +29,8 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
     if ((r.spec->replicated() && tp.rank() != 0) || r.spec->tied_copy) continue;
     counted.push_back({r.begin, r.end});
   }
-  ASSIGN_OR_RETURN(double squares, optim::SquaredNorm(k, grads, counted));
+  ASSIGN_OR_RETURN(double squares,
+                   optim::SquaredNorm(k, grads.raw_data(), grads.dtype(), counted));
   for (comm::Communicator* group : {shards, tp.group(), stages}) {
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
@@ -40,11 +41,12 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
 }
 
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
-                                 comm::Algorithm algorithm) {
+                                 comm::Algorithm algorithm, DType comm_type) {
+  const int64_t element = int64_t(SizeOf(comm_type));
   int64_t sent = 0;
-  for (const comm::Chunk& bucket : GradientBuckets(params, bucket_bytes / 4)) {
+  for (const comm::Chunk& bucket : GradientBuckets(params, bucket_bytes / element)) {
     sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
-                               bucket.count, 4).sent;
+                               bucket.count, element).sent;
   }
   return sent;
 }
@@ -53,29 +55,29 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
                                    Tensor& grads, const std::vector<model::TensorRange>& ranges,
                                    const std::vector<optim::Segment>& segments, float lr, float clip,
                                    const GradientGroups& groups) {
-  float* g = grads.data<float>();
-  RETURN_IF_ERROR(SumPerTokenGradients(*groups.tp, g, ranges));
-  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(k, g, ranges, groups.shards, *groups.tp,
+  RETURN_IF_ERROR(SumPerTokenGradients(*groups.tp, grads, ranges));
+  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(k, grads, ranges, groups.shards, *groups.tp,
                                                    groups.algorithm, groups.stages));
   if (clip > 0) {
     const float scale = optim::ClipScale(norm, clip);
-    if (scale < 1.0f) RETURN_IF_ERROR(k.Scale(g, grads.numel(), scale));
+    if (scale < 1.0f) RETURN_IF_ERROR(k.Scale(grads.raw_data(), grads.dtype(), grads.numel(), scale));
   }
-  RETURN_IF_ERROR(optimizer.Step(params, g, lr, segments));
+  RETURN_IF_ERROR(optimizer.Step(params, grads.raw_data(), grads.dtype(), lr, segments));
   return norm;
 }
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
-                           comm::Algorithm algorithm)
+                           comm::Algorithm algorithm, DType comm_type)
     : dp_(dp),
       algorithm_(algorithm),
-      buckets_(GradientBuckets(total, bucket_bytes / int64_t(sizeof(float)))) {}
+      wire_(comm_type),
+      buckets_(GradientBuckets(total, bucket_bytes / int64_t(SizeOf(comm_type)))) {}
 
 absl::Status GradientSync::ReduceBucketsFrom(const Tensor& grads, int64_t ready_from) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].offset >= ready_from) {
     const comm::Chunk& bucket = buckets_[next_bucket_++];
     Tensor view = grads.Flat(bucket.offset, bucket.end());
-    RETURN_IF_ERROR(dp_->AllReduce(view, comm::ReduceOp::kSum, algorithm_));
+    RETURN_IF_ERROR(wire_.AllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
   }
   return absl::OkStatus();
 }

@@ -30,6 +30,7 @@
 #include "runtime/comm/communicator.h"
 #include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/wire.h"
 #include "runtime/comm/algorithms/partition.h"
 
 namespace tally::parallel {
@@ -40,9 +41,10 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 
 // Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
 // parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket;
-// with the ring and dp dividing every bucket, 2(dp−1)/dp·4·params).
+// with the ring and dp dividing every bucket, 2(dp−1)/dp·4·params; 2 bytes a value when the
+// gradients travel as bf16).
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
-                                 comm::Algorithm algorithm);
+                                 comm::Algorithm algorithm, DType comm_type = DType::kF32);
 
 // The global gradient norm, for clipping: Σ g² of this rank's `grads` over `ranges`
 // (tensors every tp rank holds alike counted on tp rank 0 only, the last stage's copy of
@@ -65,14 +67,15 @@ struct GradientGroups {
 // The end of every step, whoever holds the gradients (a replica's whole buffer, or a
 // ZeRO shard): under sequence parallelism the per-token replicas' sum
 // (SumPerTokenGradients), the global gradient norm (GlobalGradientNorm), clipping to
-// `clip` by torch's rule (0: off), and the optimizer's update of `params` over
-// `segments` with learning rate `lr`. Returns the norm before clipping.
+// `clip` by torch's rule (0: off), and the optimizer's update of `params` (fp32: the
+// master weights under mixed precision) over `segments` with learning rate `lr`. The
+// gradients may be fp32 or bf16. Returns the norm before clipping.
 absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
                                    Tensor& grads, const std::vector<model::TensorRange>& ranges,
                                    const std::vector<optim::Segment>& segments, float lr, float clip,
                                    const GradientGroups& groups);
 
-absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
+absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
                                           const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,
                                           comm::Algorithm algorithm,
@@ -80,8 +83,10 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const float* grads,
 
 class GradientSync {
  public:
+  // Buckets of bucket_bytes of `comm_type` values (the type the all-reduces move: the
+  // gradients', or another, converted into a bucket-sized buffer and back).
   GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
-               comm::Algorithm algorithm);
+               comm::Algorithm algorithm, DType comm_type = DType::kF32);
 
   // Call before the backward of the last micro-batch of a step (the earlier micro-batches
   // only accumulate, like DDP's no_sync()).
@@ -98,6 +103,7 @@ class GradientSync {
 
   comm::Communicator* dp_;
   comm::Algorithm algorithm_;
+  Wire wire_;  // the type the buckets travel as
   std::vector<comm::Chunk> buckets_;
   size_t next_bucket_ = 0;
 };

@@ -14,6 +14,7 @@ PipelineParallel::PipelineParallel(model::GPT* gpt, comm::Communicator* stages,
       stages_(stages),
       options_(options),
       device_(device),
+      wire_(options.boundary),
       stage_(stages->rank()),
       // gpipe keeps every micro-batch in flight; 1f1b at most the stages from here on.
       slot_count_(options.schedule == PipelineSchedule::kGPipe
@@ -33,6 +34,14 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
     ASSIGN_OR_RETURN(p->outputs_, Tensor::Empty({activation * slots}, DType::kF32, device,
                                                 MemoryCategory::kComm));
   }
+  if (options.boundary != DType::kF32) {
+    auto wire = [&](int64_t n) {
+      return Tensor::Empty({n}, options.boundary, device, MemoryCategory::kComm);
+    };
+    ASSIGN_OR_RETURN(p->wire_received_, wire(activation));
+    ASSIGN_OR_RETURN(p->wire_outputs_, wire(activation * slots));
+    ASSIGN_OR_RETURN(p->wire_d_inputs_, wire(activation * slots));
+  }
   const size_t ids = size_t(options.micro_batch_size) * gpt->config().seq_len;
   p->tokens_.resize(ids);
   p->targets_.resize(ids);
@@ -43,6 +52,22 @@ int64_t PipelineParallel::BoundaryElements(int b) const {
   // Under sequence parallelism a stage's output is its part of the sequence.
   const model::GPTConfig& c = gpt_->config();
   return int64_t(gpt_->split().Rows(b * c.seq_len)) * c.n_embd;
+}
+
+absl::Status PipelineParallel::Receive(int peer) {
+  if (!wire_received_.defined()) return stages_->Recv(received_, peer);
+  RETURN_IF_ERROR(stages_->Recv(wire_received_, peer));
+  return gpt_->kernels().Convert(received_.raw_data(), DType::kF32, wire_received_.raw_data(),
+                                 wire_received_.dtype(), received_.numel());
+}
+
+absl::StatusOr<std::unique_ptr<comm::Work>> PipelineParallel::StartSend(const Tensor& t,
+                                                                      const Tensor& wire,
+                                                                      int peer) {
+  if (!wire.defined()) return stages_->Isend(t, peer);
+  RETURN_IF_ERROR(
+      gpt_->kernels().Convert(wire.raw_data(), wire.dtype(), t.raw_data(), DType::kF32, t.numel()));
+  return stages_->Isend(wire, peer);
 }
 
 absl::Status PipelineParallel::EnsureSlots(int b) {
@@ -100,6 +125,10 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
   int64_t busy = 0;
   comm::TrafficLedger& ledger = stages_->ledger();
   std::vector<std::unique_ptr<comm::Work>> forward_sends(slot_count_), backward_sends(slot_count_);
+  // Slot `slot`'s part of a buffer of every slot's (empty stays empty).
+  auto slot_of = [&](const Tensor& all, int slot) {
+    return all.defined() ? all.Flat(slot * activation, (slot + 1) * activation) : Tensor();
+  };
   auto wait = [](std::unique_ptr<comm::Work>& work) {
     absl::Status s = work != nullptr ? work->Wait() : absl::OkStatus();
     work.reset();
@@ -114,7 +143,7 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
       comm::PhaseScope phase(ledger, comm::Phase::kForward);
       if (stage_ > 0) {
         comm::LabelScope label(ledger, BoundaryScope(stage_ - 1, stage_));
-        RETURN_IF_ERROR(stages_->Recv(received_, stage_ - 1));
+        RETURN_IF_ERROR(Receive(stage_ - 1));
       }
       RETURN_IF_ERROR(wait(forward_sends[slot]));  // the slot's last output has left
       const int64_t t0 = MonotonicNanos();
@@ -133,14 +162,14 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
           RETURN_IF_ERROR(gpt_->kernels().Copy(copy.raw_data(), output.raw_data(), output.nbytes()));
           output = copy;
         }
-        forward_sends[slot] = stages_->Isend(output, stage_ + 1);
+        ASSIGN_OR_RETURN(forward_sends[slot], StartSend(output, slot_of(wire_outputs_, slot), stage_ + 1));
       }
       continue;
     }
     comm::PhaseScope phase(ledger, comm::Phase::kBackward);
     if (stage_ < last) {
       comm::LabelScope label(ledger, BoundaryScope(stage_ + 1, stage_));
-      RETURN_IF_ERROR(stages_->Recv(received_, stage_ + 1));
+      RETURN_IF_ERROR(Receive(stage_ + 1));
     }
     RETURN_IF_ERROR(wait(backward_sends[slot]));
     Tensor d_input = d_inputs_.Flat(slot * activation, (slot + 1) * activation);
@@ -151,7 +180,8 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
     span("backward", s.micro_batch, t0);
     if (stage_ > 0) {
       comm::LabelScope label(ledger, BoundaryScope(stage_, stage_ - 1));
-      backward_sends[slot] = stages_->Isend(d_input, stage_ - 1);
+      ASSIGN_OR_RETURN(backward_sends[slot],
+                       StartSend(d_input, slot_of(wire_d_inputs_, slot), stage_ - 1));
     }
   }
   for (auto& work : forward_sends) RETURN_IF_ERROR(wait(work));
@@ -180,13 +210,13 @@ absl::StatusOr<float> PipelineParallel::Forward(const int32_t* tokens, const int
   const int last = stages_->size() - 1;
   const int64_t activation = BoundaryElements(b);
   ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, device_, MemoryCategory::kComm));
-  if (stage_ > 0) RETURN_IF_ERROR(stages_->Recv(input, stage_ - 1));
+  if (stage_ > 0) RETURN_IF_ERROR(wire_.Recv(*stages_, input, stage_ - 1));
   ASSIGN_OR_RETURN(float loss, ForwardSlot(0, b, stage_ == 0 ? tokens : nullptr,
                                            stage_ > 0 ? input.data<float>() : nullptr,
                                            stage_ == last ? targets : nullptr));
   if (stage_ < last) {
     Tensor out = Tensor::Borrow(const_cast<float*>(SlotOutput(0)), activation, device_.device());
-    RETURN_IF_ERROR(stages_->Send(out, stage_ + 1));
+    RETURN_IF_ERROR(wire_.Send(*stages_, out, stage_ + 1));
   }
   return FromLastStage(loss);
 }

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "model/gpt.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/wire.h"
 #include "runtime/comm/communicator.h"
 
 namespace tally::parallel {
@@ -44,6 +45,10 @@ class PipelineParallel {
     int micro_batches = 1;     // m, per step
     int micro_batch_size = 1;  // b
     bool recompute = false;
+    // The type the boundary activations and their gradients travel as (bf16 under
+    // mixed precision: each is rounded into a bf16 buffer of its slot before it is sent,
+    // and widened on arrival).
+    DType boundary = DType::kF32;
   };
   // `gpt`: this stage's model; `stages`: the pp group, whose rank r is stage r. Both
   // must outlive the executor. `device`: the model's allocator, which the slots'
@@ -93,12 +98,20 @@ class PipelineParallel {
   absl::StatusOr<float> ForwardSlot(int slot, int b, const int32_t* tokens, const float* input,
                                     const int32_t* targets);
   const float* SlotOutput(int slot) const;
+  // Receives a boundary tensor from `peer` into received_ (through wire_received_ when
+  // it travels as another type).
+  absl::Status Receive(int peer);
+  // Starts sending `t` to `peer`: itself, or its copy in `wire` (the slot's buffer of
+  // the boundary type).
+  absl::StatusOr<std::unique_ptr<comm::Work>> StartSend(const Tensor& t, const Tensor& wire,
+                                                        int peer);
   absl::Status BackwardSlot(int slot, float dloss, const float* d_output, float* d_input);
 
   model::GPT* gpt_;
   comm::Communicator* stages_;
   const Options options_;
   Allocator& device_;
+  const Wire wire_;  // Forward's boundaries, in the boundary type
   const int stage_;
   const int slot_count_;
   // Each slot's activations (recompute: slots_[0] is the one whole set every backward
@@ -107,6 +120,9 @@ class PipelineParallel {
   int slots_batch_ = 0;
   Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
   Tensor outputs_;              // recompute: each slot's output, while it is sent
+  // Under a boundary type other than fp32: what arrives, and each slot's outputs and
+  // input gradients while they are sent, in that type.
+  Tensor wire_received_, wire_outputs_, wire_d_inputs_;
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, on the host
   int64_t busy_nanos_ = 0, step_nanos_ = 0;
 };

@@ -36,8 +36,9 @@ bool IsPipelineBoundary(const comm::LedgerKey& key) {
          (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
 }
 
-int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split) {
-  return replica_sequences * seq_len * n_embd * 4 / sequence_split;
+int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split,
+                             int64_t element) {
+  return replica_sequences * seq_len * n_embd * element / sequence_split;
 }
 
 const char* Name(PipelineSchedule schedule) {

@@ -42,7 +42,9 @@ bool IsPipelineBoundary(const comm::LedgerKey& key);
 // replica's share of the global batch, whatever the micro-batch count; under sequence
 // parallelism each tensor-parallel rank sends its part of the sequence (`sequence_split`
 // = tp, else 1).
-int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split);
+// `element` bytes a value (4; 2 when the boundaries travel as bf16).
+int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split,
+                             int64_t element = 4);
 
 // "gpipe" or "1f1b".
 absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name);

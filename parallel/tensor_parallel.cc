@@ -14,11 +14,10 @@ absl::Status TensorParallel::CopyFloats(float* to, const float* from, int64_t co
 }
 
 absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string& scope,
-                                       comm::ReduceOp op) const {
+                                       comm::ReduceOp op, const Wire& wire) const {
   if (size() == 1) return absl::OkStatus();
   comm::LabelScope label(group_->ledger(), scope);
-  Tensor view = Tensor::Borrow(data, n, device_);
-  return group_->AllReduce(view, op);
+  return wire.AllReduce(*group_, Tensor::Borrow(data, n, device_), op);
 }
 
 absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, float* scratch,
@@ -29,7 +28,7 @@ absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, 
     comm::LabelScope label(group_->ledger(), scope);
     Tensor mine = Tensor::Borrow(const_cast<float*>(part), chunk, device_);
     Tensor all = Tensor::Borrow(scratch, n * chunk, device_);
-    RETURN_IF_ERROR(group_->AllGather(mine, all));
+    RETURN_IF_ERROR(activations_.AllGather(*group_, mine, all));
   }
   // Rank-major (rank, b, t/N, c) to (b, t, c).
   for (int r = 0; r < n; ++r) {
@@ -56,7 +55,7 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
   comm::LabelScope label(group_->ledger(), scope);
   Tensor all = Tensor::Borrow(scratch, n * chunk, device_);
   Tensor mine = Tensor::Borrow(part, chunk, device_);
-  return group_->ReduceScatter(all, mine, comm::ReduceOp::kSum);
+  return activations_.ReduceScatter(*group_, all, mine, comm::ReduceOp::kSum);
 }
 
 absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y,
@@ -83,7 +82,7 @@ absl::Status TensorParallel::ColumnLinearBackward(Kernels& k, float* dx,
   if (sequence_parallel()) {
     return SequenceReduceScatter(whole, dx, scratch, batch, t, in, scope);
   }
-  return AllReduce(dx, int64_t(n) * in, scope);
+  return AllReduce(dx, int64_t(n) * in, scope, comm::ReduceOp::kSum, activations_);
 }
 
 absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
@@ -97,7 +96,7 @@ absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
   if (sequence_parallel()) {  // g
     RETURN_IF_ERROR(SequenceReduceScatter(whole, y, scratch, batch, t, out, scope));
   } else {
-    RETURN_IF_ERROR(AllReduce(y, int64_t(n) * out, scope));
+    RETURN_IF_ERROR(AllReduce(y, int64_t(n) * out, scope, comm::ReduceOp::kSum, activations_));
   }
   return b != nullptr ? k.AddBias(y, b, Rows(n), out) : absl::OkStatus();
 }
@@ -142,7 +141,7 @@ absl::Status TensorParallel::EmbeddingForward(Kernels& k, float* x,
   if (sequence_parallel()) {
     RETURN_IF_ERROR(SequenceReduceScatter(whole, x, scratch, batch, t, c, scope));
   } else {
-    RETURN_IF_ERROR(AllReduce(x, n * c, scope));
+    RETURN_IF_ERROR(AllReduce(x, n * c, scope, comm::ReduceOp::kSum, activations_));
   }
   const Positions positions = PositionsOf(*this, t);
   return k.AddPositions(x, wpe, Rows(int(n)), positions.period, positions.offset, c);
@@ -191,29 +190,33 @@ absl::Status TensorParallel::CrossEntropyBackward(Kernels& k, float* dlogits,
   return k.CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab_local);
 }
 
-absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
+absl::Status SumPerTokenGradients(const TensorParallel& tp, const Tensor& grads,
                                   const std::vector<model::TensorRange>& ranges) {
   if (!tp.sequence_parallel()) return absl::OkStatus();
-  // Packed into one buffer (on the gradients' device), summed, and put back.
+  // Packed into one buffer of the gradients' type and device, summed, and put back.
   int64_t count = 0;
   for (const model::TensorRange& r : ranges) count += r.spec->per_token ? r.end - r.begin : 0;
   Allocator on(tp.group()->allocator().ledger(), tp.device());
-  ASSIGN_OR_RETURN(Tensor packed, Tensor::Empty({count}, DType::kF32, on, MemoryCategory::kComm));
-  float* next = packed.data<float>();
-  for (const model::TensorRange& r : ranges) {
-    if (!r.spec->per_token) continue;
-    RETURN_IF_ERROR(tp.CopyFloats(next, grads + r.begin, r.end - r.begin));
-    next += r.end - r.begin;
+  ASSIGN_OR_RETURN(Tensor packed, Tensor::Empty({count}, grads.dtype(), on, MemoryCategory::kComm));
+  // Copies each per-token range between the gradients and the packed buffer.
+  auto copy = [&](bool pack) -> absl::Status {
+    int64_t next = 0;
+    for (const model::TensorRange& r : ranges) {
+      if (!r.spec->per_token) continue;
+      const Tensor range = grads.Flat(r.begin, r.end);
+      const Tensor slot = packed.Flat(next, next + (r.end - r.begin));
+      RETURN_IF_ERROR(pack ? slot.CopyFrom(range) : range.CopyFrom(slot));
+      next += r.end - r.begin;
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(copy(/*pack=*/true));
+  {
+    comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
+    comm::LabelScope label(tp.group()->ledger(), "sequence_parallel");
+    RETURN_IF_ERROR(tp.group()->AllReduce(packed, comm::ReduceOp::kSum));
   }
-  comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
-  RETURN_IF_ERROR(tp.AllReduce(packed.data<float>(), count, "sequence_parallel"));
-  next = packed.data<float>();
-  for (const model::TensorRange& r : ranges) {
-    if (!r.spec->per_token) continue;
-    RETURN_IF_ERROR(tp.CopyFloats(grads + r.begin, next, r.end - r.begin));
-    next += r.end - r.begin;
-  }
-  return absl::OkStatus();
+  return copy(/*pack=*/false);
 }
 
 namespace {
@@ -254,7 +257,7 @@ std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParall
   if (primitive == comm::Primitive::kAllReduce) {
     if (scope == "grad_norm" && phase == Phase::kOptimizer) return TensorParallelCalls{1, 1, 8};
     if (scope == "sequence_parallel" && phase == Phase::kBackward) {
-      return TensorParallelCalls{1, step.per_token_elements};
+      return TensorParallelCalls{1, step.per_token_elements, step.grad_bytes};
     }
   }
   const bool forward = phase == Phase::kForward, backward = phase == Phase::kBackward;
@@ -273,7 +276,8 @@ std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParall
   if (forward || step.recompute) count(/*forward_list=*/true);
   if (backward) count(/*forward_list=*/false);
   if (calls == 0) return std::nullopt;
-  return TensorParallelCalls{calls, per_row ? step.rows : step.rows * step.n_embd};
+  if (per_row) return TensorParallelCalls{calls, step.rows, 4};  // fp32 statistics
+  return TensorParallelCalls{calls, step.rows * step.n_embd, step.activation_bytes};
 }
 
 }  // namespace tally::parallel

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "model/parameters.h"
 #include "model/layer_split.h"
+#include "parallel/wire.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/kernels.h"
 
@@ -50,10 +51,15 @@ class TensorParallel final : public model::LayerSplit {
  public:
   TensorParallel() = default;
   // `device`: where the layers' activations are (the model's device), which the
-  // group's collectives are told.
+  // group's collectives are told. `activations`: the type the activations and their
+  // gradients travel as (bf16 under mixed precision; wire.h); the cross-entropy's
+  // per-row statistics always travel as fp32.
   explicit TensorParallel(comm::Communicator* group, bool sequence_parallel = false,
-                          Device device = Device::CPU())
-      : group_(group), sequence_parallel_(sequence_parallel && group != nullptr), device_(device) {}
+                          Device device = Device::CPU(), DType activations = DType::kF32)
+      : group_(group),
+        sequence_parallel_(sequence_parallel && group != nullptr),
+        device_(device),
+        activations_(activations) {}
 
   int size() const override { return group_ != nullptr ? group_->size() : 1; }
   int rank() const override { return group_ != nullptr ? group_->rank() : 0; }
@@ -65,10 +71,11 @@ class TensorParallel final : public model::LayerSplit {
   // to[0, count) = from[0, count), on the activations' device.
   absl::Status CopyFloats(float* to, const float* from, int64_t count) const;
 
-  // data[0, n) reduced over the group in place, booked in the ledger under `scope`. One
-  // rank: nothing.
+  // data[0, n) reduced over the group in place, travelling as `wire`, booked in the
+  // ledger under `scope`. One rank: nothing.
   absl::Status AllReduce(float* data, int64_t n, const std::string& scope,
-                         comm::ReduceOp op = comm::ReduceOp::kSum) const;
+                         comm::ReduceOp op = comm::ReduceOp::kSum,
+                         const Wire& wire = Wire()) const;
   // Sequence parallelism's collectives over (b, t, c) activations: every rank's
   // (b, t/N, c) part into the whole (b, t, c); the whole's sum over the group, each rank
   // keeping its part. `scratch` holds b·t·c floats.
@@ -120,12 +127,13 @@ class TensorParallel final : public model::LayerSplit {
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
   Device device_ = Device::CPU();
+  Wire activations_;
 };
 
 // Under sequence parallelism: sums the gradients of the per-token replicas (the ranges
 // whose spec is per_token: LayerNorms, position table) over the group, in place, once
 // per step (label sequence_parallel, phase backward). Otherwise nothing.
-absl::Status SumPerTokenGradients(const TensorParallel& tp, float* grads,
+absl::Status SumPerTokenGradients(const TensorParallel& tp, const Tensor& grads,
                                   const std::vector<model::TensorRange>& ranges);
 
 // The bytes: every call the layers above make, as the ledger books it. A step of
@@ -144,6 +152,7 @@ struct TensorParallelStep {
   int64_t micro_batches = 1, rows = 0, n_embd = 0;
   bool recompute = false;  // a pipeline stage's forward recomputed in backward
   int64_t per_token_elements = 0;
+  size_t activation_bytes = 4, grad_bytes = 4;  // per value sent (bf16: 2)
 };
 struct TensorParallelCalls {
   int64_t calls = 0, count = 0;  // per step, and elements per call

@@ -68,18 +68,19 @@ int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitiv
 
 int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
-                         comm::Phase phase, bool recompute) {
+                         comm::Phase phase, bool recompute, int64_t element) {
   const int calls = ZeroCallsPerStep(zero_stage, micro_batches, primitive, phase, recompute);
   int64_t sent = 0;
   for (const comm::Chunk& unit : ZeroUnits(layout, zero_stage)) {
-    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, sizeof(float)).sent;
+    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, element).sent;
   }
   return calls * sent;
 }
 
 ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
                          MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-                         comm::Communicator* stages, Device device)
+                         comm::Communicator* stages, Device device,
+                         const model::Precision& precision)
     : dp_(dp),
       alloc_(dp->allocator().ledger(), device),
       tp_(tp),
@@ -89,6 +90,8 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::Pa
       sharding_(ZeroUnits(layout, zero_stage), dp->size(), dp->rank()),
       make_optimizer_(std::move(make_optimizer)),
       algorithm_(algorithm),
+      precision_(precision),
+      grad_wire_(precision.grad_comm),
       gathered_(layout.units().size()),
       open_grads_(layout.units().size()) {
   size_t piece = 0;
@@ -102,34 +105,42 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::Pa
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
     MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-    comm::Communicator* stages, Device device) {
+    comm::Communicator* stages, Device device, const model::Precision& precision) {
   if (zero_stage < 1 || zero_stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("[zero] no ZeRO stage ", zero_stage, " (1, 2 or 3)"));
   }
   std::unique_ptr<ZeroWeights> z(
-      new ZeroWeights(dp, zero_stage, layout, std::move(make_optimizer), algorithm, tp, stages, device));
+      new ZeroWeights(dp, zero_stage, layout, std::move(make_optimizer), algorithm, tp, stages,
+                      device, precision));
   ASSIGN_OR_RETURN(z->kernels_, Kernels::Create(device));
   Allocator& alloc = z->alloc_;
+  const size_t units = layout.units().size();
+  z->working_params_ = std::make_unique<model::WorkingCopies>(alloc, *z->kernels_, units);
+  z->working_grads_ = std::make_unique<model::WorkingCopies>(alloc, *z->kernels_, units);
   const int64_t total = layout.total(), shard = z->sharding_.size();
-  auto empty = [&](int64_t n, MemoryCategory category) {
-    return Tensor::Empty({n}, DType::kF32, alloc, category);
+  auto empty = [&](int64_t n, DType dtype, MemoryCategory category) {
+    return Tensor::Empty({n}, dtype, alloc, category);
   };
-  ASSIGN_OR_RETURN(z->params_, empty(zero_stage == 3 ? shard : total, MemoryCategory::kParams));
+  ASSIGN_OR_RETURN(z->params_, empty(zero_stage == 3 ? shard : total, precision.params,
+                                     MemoryCategory::kParams));
   if (zero_stage == 1) {
-    ASSIGN_OR_RETURN(z->grads_, empty(total, MemoryCategory::kGrads));
+    ASSIGN_OR_RETURN(z->grads_, empty(total, precision.grads, MemoryCategory::kGrads));
   }
-  ASSIGN_OR_RETURN(z->grad_shard_, empty(shard, MemoryCategory::kGrads));
+  ASSIGN_OR_RETURN(z->grad_shard_, empty(shard, precision.grads, MemoryCategory::kGrads));
   if (zero_stage >= 2) {
     int64_t largest = 0;
     for (const Sharding::Piece& p : z->sharding_.pieces()) largest = std::max(largest, p.own.count);
-    ASSIGN_OR_RETURN(z->reduced_, empty(largest, MemoryCategory::kGrads));
+    ASSIGN_OR_RETURN(z->reduced_, empty(largest, precision.grad_comm, MemoryCategory::kGrads));
+  }
+  if (precision.master_weights()) {
+    ASSIGN_OR_RETURN(z->master_, empty(shard, DType::kF32, MemoryCategory::kOptimizer));
   }
   ASSIGN_OR_RETURN(z->optimizer_, z->make_optimizer_(shard, alloc));
 
   // Parameters and segments: ZeRO-3 holds and updates the packed shard; ZeRO-1/2 update
   // their chunks where they are, in the whole buffer. Initialised on the host, then
   // copied to the device.
-  std::vector<float> init(size_t(z->params_.numel()));
+  std::vector<float> init(size_t(zero_stage == 3 ? shard : total));
   const std::vector<model::TensorRange> buffer_ranges = model::TensorRanges(z->layout_);
   for (const Sharding::Piece& p : z->sharding_.pieces()) {
     const int64_t param_shift = zero_stage == 3 ? 0 : p.own.offset - p.packed;
@@ -138,39 +149,71 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
       r.end += p.packed;
       z->ranges_.push_back(r);
       z->segments_.push_back(model::OptimizerSegments({r}, param_shift).front());
+      z->master_segments_.push_back(model::OptimizerSegments({r}, 0).front());
     }
     if (zero_stage == 3) {
       model::InitializeParameters(layout, seed, p.own.offset, p.own.end(), init.data() + p.packed);
     }
   }
-  if (zero_stage < 3) model::InitializeParameters(layout, seed, 0, total, init.data());
-  RETURN_IF_ERROR(z->params_.CopyFromHost(init.data()));
+  if (zero_stage < 3) {
+    model::InitializeParameters(layout, seed, 0, total, init.data());
+    RETURN_IF_ERROR(z->Load(init.data(), nullptr));
+  } else if (z->master_.defined()) {  // ZeRO-3's init is the packed shard
+    RETURN_IF_ERROR(z->master_.CopyFromHost(init.data()));
+    RETURN_IF_ERROR(z->PublishShard());
+  } else {
+    RETURN_IF_ERROR(z->params_.CopyFromHost(init.data()));
+  }
   return z;
+}
+
+float* ZeroWeights::UpdatedParams() {
+  return (master_.defined() ? master_ : params_).data<float>();
+}
+
+absl::Status ZeroWeights::PublishShard() {
+  if (!master_.defined()) return absl::OkStatus();
+  for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
+    const Sharding::Piece& p = sharding_.pieces()[i];
+    const int64_t at = zero_stage_ == 3 ? p.packed : p.own.offset;
+    RETURN_IF_ERROR(kernels_->Convert(params_.Flat(at, at + p.own.count).raw_data(),
+                                      params_.dtype(), Own(master_, i).raw_data(), DType::kF32,
+                                      p.own.count));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float*> ZeroWeights::Params(int unit) {
   const model::ParamUnit& u = layout_.units()[unit];
-  if (zero_stage_ < 3) return params_.data<float>() + u.begin;
-  Tensor& whole = gathered_[unit];
-  if (!whole.defined()) {
-    ASSIGN_OR_RETURN(whole,
-                     Tensor::Empty({u.count()}, DType::kF32, alloc_, MemoryCategory::kParams));
-    for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
-      const comm::Chunk& part = sharding_.pieces()[i].unit;
-      Tensor into = whole.Flat(part.offset - u.begin, part.end() - u.begin);
-      RETURN_IF_ERROR(dp_->AllGather(Own(params_, i), into, algorithm_));
+  Tensor whole;
+  if (zero_stage_ < 3) {
+    whole = params_.Flat(u.begin, u.end);
+  } else {
+    Tensor& gathered = gathered_[unit];
+    if (!gathered.defined()) {
+      ASSIGN_OR_RETURN(gathered, Tensor::Empty({u.count()}, params_.dtype(), alloc_,
+                                               MemoryCategory::kParams));
+      for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+        const comm::Chunk& part = sharding_.pieces()[i].unit;
+        Tensor into = gathered.Flat(part.offset - u.begin, part.end() - u.begin);
+        RETURN_IF_ERROR(dp_->AllGather(Own(params_, i), into, algorithm_));
+      }
     }
+    whole = gathered;
   }
-  return whole.data<float>();
+  if (whole.dtype() == DType::kF32) return whole.data<float>();
+  return working_params_->Widen(unit, whole);
 }
 
 absl::Status ZeroWeights::ReleaseParams(int unit) {
   gathered_[unit] = Tensor();
+  working_params_->Release(unit);
   return absl::OkStatus();
 }
 
 absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
   const model::ParamUnit& u = layout_.units()[unit];
+  if (precision_.grads != DType::kF32) return working_grads_->Zeroed(unit, u.count());
   if (zero_stage_ == 1) return grads_.data<float>() + u.begin;
   Tensor& grads = open_grads_[unit];
   if (!grads.defined()) {  // zero-filled
@@ -181,17 +224,25 @@ absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
 }
 
 absl::Status ZeroWeights::CloseGrads(int unit) {
-  if (zero_stage_ == 1) return absl::OkStatus();
+  const model::ParamUnit& u = layout_.units()[unit];
+  // The backward's fp32 gradients of the unit: the open buffer, or the working copy.
   Tensor grads = std::move(open_grads_[unit]);
   open_grads_[unit] = Tensor();
-  const int64_t begin = layout_.units()[unit].begin;
+  if (precision_.grads != DType::kF32) grads = working_grads_->Take(unit);
+  if (zero_stage_ == 1) {  // added into the whole buffer, reduced in Step
+    if (!grads.defined()) return absl::OkStatus();  // fp32: added in place
+    Tensor into = grads_.Flat(u.begin, u.end);
+    return kernels_->Accumulate(into.raw_data(), into.dtype(), grads.raw_data(), DType::kF32,
+                                u.count());
+  }
   for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
     const Sharding::Piece& piece = sharding_.pieces()[i];
-    Tensor part = grads.Flat(piece.unit.offset - begin, piece.unit.end() - begin);
+    Tensor part = grads.Flat(piece.unit.offset - u.begin, piece.unit.end() - u.begin);
     Tensor reduced = reduced_.Flat(0, piece.own.count);
-    RETURN_IF_ERROR(dp_->ReduceScatter(part, reduced, comm::ReduceOp::kSum, algorithm_));
-    RETURN_IF_ERROR(kernels_->AddInPlace(grad_shard_.data<float>() + piece.packed,
-                                         reduced.data<float>(), piece.own.count));
+    RETURN_IF_ERROR(grad_wire_.ReduceScatter(*dp_, part, reduced, comm::ReduceOp::kSum, algorithm_));
+    Tensor into = Own(grad_shard_, i);
+    RETURN_IF_ERROR(kernels_->Accumulate(into.raw_data(), into.dtype(), reduced.raw_data(),
+                                         reduced.dtype(), piece.own.count));
   }
   return absl::OkStatus();
 }
@@ -212,12 +263,14 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
     for (size_t i = 0; i < pieces.size(); ++i) {
       Tensor unit = grads_.Flat(pieces[i].unit.offset, pieces[i].unit.end());
       Tensor own = Own(grad_shard_, i);
-      RETURN_IF_ERROR(dp_->ReduceScatter(unit, own, comm::ReduceOp::kSum, algorithm_));
+      RETURN_IF_ERROR(grad_wire_.ReduceScatter(*dp_, unit, own, comm::ReduceOp::kSum, algorithm_));
     }
   }
-  ASSIGN_OR_RETURN(double norm, ClipAndStep(*kernels_, *optimizer_, params_.data<float>(),
-                                             grad_shard_, ranges_, segments_, lr, clip,
-                                             GradientGroups{dp_, &tp_, algorithm_, stages_}));
+  ASSIGN_OR_RETURN(double norm,
+                   ClipAndStep(*kernels_, *optimizer_, UpdatedParams(), grad_shard_, ranges_,
+                               master_.defined() ? master_segments_ : segments_, lr, clip,
+                               GradientGroups{dp_, &tp_, algorithm_, stages_}));
+  RETURN_IF_ERROR(PublishShard());
   if (zero_stage_ == 3) return norm;
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   // Every rank's updated chunks to every rank: each all-gather's input is the own chunk
@@ -239,7 +292,7 @@ absl::Status ZeroWeights::GatherPiece(const Tensor& shard, size_t i, const Tenso
   }
   // A GPU's shards gather on the GPU, then go to the host.
   Allocator on_device(nullptr, shard.device());
-  ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({p.unit.count}, DType::kF32, on_device));
+  ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({p.unit.count}, shard.dtype(), on_device));
   RETURN_IF_ERROR(dp_->Gather(Own(shard, i), gathered, p.unit.count, root, algorithm_));
   return unit.CopyFrom(gathered);
 }
@@ -251,12 +304,14 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
   if (is_root) {
     ASSIGN_OR_RETURN(whole, Tensor::Empty({layout_.total()}, DType::kF32, unaccounted));
   }
-  if (zero_stage_ < 3) {
+  if (zero_stage_ < 3 && !master_.defined()) {
     if (is_root) RETURN_IF_ERROR(whole.CopyFrom(params_));
     return whole;
   }
+  // The fp32 packed shards: ZeRO-3's parameters, or the master weights.
+  const Tensor& shard = master_.defined() ? master_ : params_;
   for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
-    RETURN_IF_ERROR(GatherPiece(params_, i, whole, root));
+    RETURN_IF_ERROR(GatherPiece(shard, i, whole, root));
   }
   return whole;
 }
@@ -287,9 +342,17 @@ absl::Status ZeroWeights::Load(const float* params, optim::Optimizer* optimizer)
     }
     return absl::OkStatus();
   };
-  if (zero_stage_ == 3) {
+  if (master_.defined()) {
+    RETURN_IF_ERROR(keep(params, master_));
+    if (zero_stage_ < 3) {  // every rank's chunks of the whole bf16 buffer, rounded alike
+      std::vector<BFloat16> rounded(size_t(layout_.total()));
+      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = BFloat16::FromFloat(params[i]);
+      RETURN_IF_ERROR(params_.CopyFromHost(rounded.data()));
+    }
+    RETURN_IF_ERROR(PublishShard());
+  } else if (zero_stage_ == 3) {
     RETURN_IF_ERROR(keep(params, params_));
-  } else if (params != params_.data<float>()) {
+  } else {
     RETURN_IF_ERROR(params_.CopyFromHost(params));
   }
   if (optimizer == nullptr) return absl::OkStatus();

@@ -27,6 +27,13 @@
 //   of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one micro-batch:
 //   2(p-1)/p·4Φ for ZeRO-1 and 2, as data parallelism; 3(p-1)/p·4Φ for ZeRO-3.
 //
+// Under mixed precision (model/precision.h) the parameters and gradients above are bf16
+// (2 bytes where the table says 4), the parameters are gathered and the gradients
+// reduced as bf16 (or the gradients as --grad_comm_dtype says), and the optimizer state
+// gains the fp32 master weights of the shard (4Φ/p): 2 + 2 + 12 bytes a parameter with
+// AdamW, of which ZeRO-1 shards the 12, ZeRO-2 also the 2 of the gradients, ZeRO-3 all.
+// The model computes on fp32 working copies of the units in use (model/weights.h).
+//
 //   ASSIGN_OR_RETURN(auto zero, ZeroWeights::Create(dp, /*zero_stage=*/3, layout, seed,
 //                                                   make_optimizer, Algorithm::kRing));
 //   ASSIGN_OR_RETURN(auto gpt, GPT::Create(config, alloc, zero.get()));
@@ -78,9 +85,11 @@ int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitiv
                      bool recompute = false);
 // The exact bytes rank `rank` of `ranks` sends in those calls in one step: exact_traffic.h
 // summed over the units, times the calls.
+// `element`: bytes a value of the primitive's buffer (the gradients' wire type for the
+// reduce-scatter, the parameters' type for the all-gather).
 int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
-                         comm::Phase phase, bool recompute = false);
+                         comm::Phase phase, bool recompute = false, int64_t element = 4);
 
 class ZeroWeights : public model::WeightStore {
  public:
@@ -94,7 +103,8 @@ class ZeroWeights : public model::WeightStore {
   static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
       comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
       MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {},
-      comm::Communicator* stages = nullptr, Device device = Device::CPU());
+      comm::Communicator* stages = nullptr, Device device = Device::CPU(),
+      const model::Precision& precision = {});
 
   absl::StatusOr<float*> Params(int unit) override;
   absl::Status ReleaseParams(int unit) override;
@@ -123,7 +133,13 @@ class ZeroWeights : public model::WeightStore {
  private:
   ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
               MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-              comm::Communicator* stages, Device device);
+              comm::Communicator* stages, Device device, const model::Precision& precision);
+  // The updated fp32 master weights of the shard, rounded into the parameters' own
+  // chunks (nothing without master weights).
+  absl::Status PublishShard();
+  // The fp32 parameters of the shard the optimizer updates: the master weights, or (fp32)
+  // the parameters themselves.
+  float* UpdatedParams();
   // Piece `i` of every rank's `shard` (the parameters, or a state of the optimizer)
   // into its place in `whole` on `root` (host memory; empty elsewhere).
   absl::Status GatherPiece(const Tensor& shard, size_t i, const Tensor& whole, int root);
@@ -142,19 +158,26 @@ class ZeroWeights : public model::WeightStore {
   const Sharding sharding_;
   MakeOptimizer make_optimizer_;
   const comm::Algorithm algorithm_;  // of every collective here
+  const model::Precision precision_;
+  const Wire grad_wire_;  // the type the gradients are reduced as
   std::unique_ptr<Kernels> kernels_;  // the device's: gradient sums, norm, clipping
   std::unique_ptr<optim::Optimizer> optimizer_;
   // The packed shard's tensor ranges (of layout_'s specs), and the optimizer's segments
   // of them.
   std::vector<model::TensorRange> ranges_;
   std::vector<optim::Segment> segments_;
+  std::vector<optim::Segment> master_segments_;  // the same, over the packed master weights
 
   Tensor params_;      // ZeRO-1/2: the whole buffer; ZeRO-3: the packed shard
+  Tensor master_;      // mixed precision: the packed shard's fp32 master weights
   Tensor grads_;       // ZeRO-1: the whole buffer
   Tensor grad_shard_;  // the reduced gradients of the own shard
   Tensor reduced_;     // ZeRO-2/3: one micro-batch's reduced chunk of a unit
   std::vector<Tensor> gathered_;    // ZeRO-3: by model unit, while in use
-  std::vector<Tensor> open_grads_;  // ZeRO-2/3: by model unit, while open
+  std::vector<Tensor> open_grads_;  // ZeRO-2/3: by model unit, while open (fp32 gradients)
+  // Mixed precision: the fp32 copies the model computes on (bf16 parameters; bf16
+  // gradients, which are accumulated from them).
+  std::unique_ptr<model::WorkingCopies> working_params_, working_grads_;
   // The pieces [first, second) of each model unit (ZeRO-1: all units in piece 0).
   std::vector<std::pair<size_t, size_t>> pieces_of_unit_;
 };

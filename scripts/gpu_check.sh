@@ -58,4 +58,11 @@ step 30 tally_bench_nccl.txt gpu_pack/tally_bench --device=cuda --backend=nccl -
 # The 3D demo's grid, every rank on the one GPU, 10 steps: the report's bytes and memory.
 step 60 tally_train_3d.txt gpu_pack/tally_train --device=cuda --dp=2 --tp=2 --pp=2 --zero=1 \
   --sequence_parallel --micro_batch_size=2 --steps=10 --eval_every=0 --sample_bytes=32
+# Mixed precision on the GPU: the bf16 kernels (conversions, bf16 gradients in the
+# optimizer) in the 3D grid, and GPT-2 small's tokens/s in fp32 and bf16.
+step 60 tally_train_3d_bf16.txt gpu_pack/tally_train --device=cuda --precision=bf16 --dp=2 \
+  --tp=2 --pp=2 --zero=1 --sequence_parallel --micro_batch_size=2 --steps=10 --eval_every=0 \
+  --sample_bytes=32
+step 100 tally_gpt2_bf16.txt gpu_pack/tally_model_bench --device=cuda --tf32 \
+  --precision=fp32,bf16 "${gpt2[@]}" --json="$out/tally_gpt2_bf16.json"
 exit "$status"

@@ -93,7 +93,7 @@ absl::Status Trainer::Save(const std::string& path, int64_t step) {
   ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/true));
   if (!logs()) return absl::OkStatus();
   return model::SaveCheckpoint(path, options_.model, whole.params.data<float>(), whole.optimizer,
-                               step);
+                               step, PrecisionName(options_.precision));
 }
 
 absl::Status Trainer::Load(const std::string& path) {
@@ -121,6 +121,7 @@ absl::Status Trainer::Load(const std::string& path) {
   }
   if (zero_ != nullptr) return zero_->Load(local_params.data<float>(), local_optimizer.get());
   RETURN_IF_ERROR(gpt_->params().CopyFrom(local_params));
+  RETURN_IF_ERROR(gpt_->PublishParams());
   return local_optimizer != nullptr ? CopyState(*local_optimizer, *optimizer_) : absl::OkStatus();
 }
 

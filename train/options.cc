@@ -65,6 +65,23 @@ absl::StatusOr<comm::Algorithm> ParseAllReduce(const std::string& name) {
   return Choose("allreduce", name, {comm::Algorithm::kRing, comm::Algorithm::kNaive});
 }
 
+const char* PrecisionName(DType dtype) { return dtype == DType::kBF16 ? "bf16" : "fp32"; }
+
+absl::StatusOr<DType> ParsePrecision(const char* flag, const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("[flags] --", flag, " must be fp32 or bf16, got '", name, "'"));
+}
+
+model::Precision TrainOptions::Precision() const {
+  model::Precision p;
+  p.params = p.activations = precision;
+  p.grads = precision == DType::kBF16 && !fp32_grad_accum ? DType::kBF16 : DType::kF32;
+  p.grad_comm = grad_comm_dtype.value_or(precision);
+  return p;
+}
+
 TrainOptions TrainOptions::Resolved() const {
   TrainOptions o = *this;
   if (o.micro_batch_size == 0 && o.dp > 0 && o.global_batch_size % o.dp == 0) {
@@ -153,6 +170,17 @@ absl::Status TrainOptions::Validate() const {
   if (backend == Backend::kNccl && device != DeviceType::kCUDA) {
     return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
   }
+  for (auto [dtype, flag] : {std::pair{std::optional<DType>(precision), "--precision"},
+                             {grad_comm_dtype, "--grad_comm_dtype"}}) {
+    if (dtype && *dtype != DType::kF32 && *dtype != DType::kBF16) {
+      return bad(flag, " must be fp32 or bf16, got ", Name(*dtype));
+    }
+  }
+  if (native_collectives && backend == Backend::kMpi &&
+      (precision == DType::kBF16 || grad_comm_dtype == DType::kBF16)) {
+    return bad("--native_collectives over MPI cannot reduce bf16 (MPI has no bfloat16); "
+               "drop it to use tally's ring and naive over MPI");
+  }
   return absl::OkStatus();
 }
 
@@ -172,6 +200,8 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
+  if (precision == DType::kF32 && fp32_grad_accum) unused("--fp32_grad_accum", "with --precision=fp32");
+  if (dp == 1 && zero == 0 && grad_comm_dtype) unused("--grad_comm_dtype", "with --dp=1");
   if (eval_every == 0 && eval_batches != defaults.eval_batches) unused("--eval_batches", "with --eval_every=0");
   if (sample_bytes == 0) {
     if (temperature != defaults.temperature) unused("--temperature", "with --sample_bytes=0");

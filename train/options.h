@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/precision.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/topology.h"
 #include "runtime/comm/types.h"
@@ -31,6 +33,9 @@ absl::StatusOr<ReportFormat> ParseReport(const std::string& name);
 absl::StatusOr<DeviceType> ParseDevice(const std::string& name);
 // --allreduce: ring or naive.
 absl::StatusOr<comm::Algorithm> ParseAllReduce(const std::string& name);
+// --precision, --grad_comm_dtype (the flag named in the message): fp32 or bf16.
+absl::StatusOr<DType> ParsePrecision(const char* flag, const std::string& name);
+const char* PrecisionName(DType dtype);  // "fp32", "bf16"
 
 struct TrainOptions {
   model::GPTConfig model;
@@ -96,6 +101,16 @@ struct TrainOptions {
   // fp32 matmuls (CUDA only).
   DeviceType device = DeviceType::kCPU;
   bool tf32 = false;
+  // Mixed precision (model/precision.h): fp32, or bf16 parameters, gradients, activations
+  // sent and everything reduced, with fp32 master weights and optimizer state.
+  // fp32_grad_accum: a bf16 run's gradients accumulate in fp32 (Megatron's main_grad).
+  // grad_comm_dtype: the type the DP/ZeRO gradient reduction moves (unset: the
+  // precision's), e.g. bf16 in an fp32 run, DDP's bf16 compression hook.
+  DType precision = DType::kF32;
+  bool fp32_grad_accum = false;
+  std::optional<DType> grad_comm_dtype;
+  // The element types of every buffer, from the three above.
+  model::Precision Precision() const;
 
   // The most ranks a run may have (dp x tp x pp).
   static constexpr int64_t kMaxRanks = 4096;

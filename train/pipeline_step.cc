@@ -14,6 +14,7 @@ absl::Status Trainer::SetUpPipeline() {
   pipeline.micro_batches = o.accumulation_steps();
   pipeline.micro_batch_size = o.micro_batch_size;
   pipeline.recompute = o.recompute;
+  pipeline.boundary = o.Precision().activations;
   ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(), pipeline,
                                                                  model_alloc_));
   return absl::OkStatus();

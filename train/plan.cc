@@ -106,6 +106,8 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
   o.allreduce = in.allreduce;
+  o.precision = in.precision;
+  o.fp32_grad_accum = in.fp32_grad_accum;
   return o;
 }
 
@@ -187,14 +189,17 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   return rows;
 }
 
-PlanMemory PlanMemoryPerGpu(const PlanInput& in) {
-  const double phi = double(in.model.params), split = double(in.tp) * in.pp, dp = in.dp;
-  PlanMemory mem;
-  mem.seed_bytes_per_gpu = 2 * phi / split + 2 * phi / split + 12 * phi / (dp * split);
-  const double part = phi / split;
-  mem.fp32_bytes_per_gpu = 4 * part / (in.zero >= 3 ? dp : 1) + 4 * part / (in.zero >= 2 ? dp : 1) +
-                           8 * part / (in.zero >= 1 ? dp : 1);
-  return mem;
+std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
+  const double part = double(in.model.params) / (double(in.tp) * in.pp), dp = in.dp;
+  std::vector<PlanMemory> lines = {{"fp32: 4 + 4 + 8", 4, 4, 8},
+                                   {"bf16: 2 + 2 + 12", 2, 2, 12},
+                                   {"bf16, fp32 grad accumulation: 2 + 4 + 12", 2, 4, 12}};
+  for (PlanMemory& m : lines) {
+    m.bytes_per_gpu = m.params * part / (in.zero >= 3 ? dp : 1) +
+                      m.grads * part / (in.zero >= 2 ? dp : 1) +
+                      m.optimizer * part / (in.zero >= 1 ? dp : 1);
+  }
+  return lines;
 }
 
 std::vector<SeedExample> SeedExamples() {

@@ -49,7 +49,9 @@ struct PlanInput {
   PlanModel model;
   int batch = 4;            // b: sequences per data-parallel rank per step
   int seq_len = 2048;       // s
-  int bytes_per_value = 2;  // e: fp16/bf16
+  int bytes_per_value = 2;  // e: fp16/bf16 (the precision's, unless asked otherwise)
+  DType precision = DType::kBF16;  // of the memory line tally_plan marks
+  bool fp32_grad_accum = false;
   int dp = 1, tp = 1, pp = 1, zero = 0;
   int micro_batches = 1;    // per data-parallel rank and step
   comm::Algorithm allreduce = comm::Algorithm::kRing;
@@ -70,14 +72,19 @@ struct PlanRow {
 // when dp > 1).
 std::vector<PlanRow> Plan(const PlanInput& in);
 
+// The model states a GPU holds with AdamW, bytes a parameter by precision (the ZeRO
+// paper's 2 + 2 + K): fp32 4 + 4 + 8; bf16 2 + 2 + 12 (K = 12: fp32 master weights and
+// the two moments; the seed's form); bf16 with fp32 gradient accumulation 2 + 4 + 12
+// (Megatron's main_grad). Each part divided by tp·pp, and by dp where the ZeRO stage
+// shards it: ZeRO-1 the optimizer state (P_os), ZeRO-2 also the gradients (P_os+g),
+// ZeRO-3 also the parameters (P_os+g+p).
 struct PlanMemory {
-  // The seed's fp16 mixed-precision form: 2Φ params + 2Φ grads + 12Φ fp32 master weights
-  // and Adam moments, divided by what shards them.
-  double seed_bytes_per_gpu = 0;
-  // tally's fp32 training: 4Φ params, 4Φ grads, 8Φ AdamW, divided as the ZeRO stage does.
-  double fp32_bytes_per_gpu = 0;
+  std::string label;  // "bf16: 2 + 2 + 12"
+  int params = 0, grads = 0, optimizer = 0;  // bytes a parameter
+  double bytes_per_gpu = 0;
 };
-PlanMemory PlanMemoryPerGpu(const PlanInput& in);
+// Every precision's line, in the order fp32, bf16, bf16 with fp32 accumulation.
+std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in);
 
 // The seed's numeric examples, each with the figure it prints and the value computed here.
 struct SeedExample {

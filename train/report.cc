@@ -154,14 +154,29 @@ std::string ReportCsv(const ReportInputs& in) {
   return out;
 }
 
+namespace {
+
+// "fp32", "bf16 (fp32 master weights)", and the gradients' types where they differ.
+std::string PrecisionWords(const TrainOptions& o) {
+  const model::Precision p = o.Precision();
+  std::string words = PrecisionName(p.params);
+  if (p.master_weights()) words += " (fp32 master weights)";
+  if (p.grads != p.params) absl::StrAppend(&words, ", gradients ", PrecisionName(p.grads));
+  if (p.grad_comm != p.grads) absl::StrAppend(&words, ", reduced as ", PrecisionName(p.grad_comm));
+  return words;
+}
+
+}  // namespace
+
 std::string FormatReport(const ReportInputs& in) {
   const std::map<comm::LedgerKey, Row> rows = Rows(in);
   const TrainOptions& o = in.options;
   std::string out = absl::StrFormat(
-      "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, 4 bytes each; bytes sent "
+      "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
       "per rank, min..max over ranks)\n"
       "%-9s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s %14s\n",
-      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), "group", "op", "algo", "phase", "scope", "calls",
+      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), PrecisionWords(o), "group", "op", "algo",
+      "phase", "scope", "calls",
       "measured", "exact formula", "seed formula", "measured/seed", "busbw GB/s");
   for (const auto& [key, row] : rows) {
     int64_t seed = SeedSent(in, key);
@@ -182,20 +197,28 @@ std::string FormatReport(const ReportInputs& in) {
   }
   if (in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
-  const char* formulas[] = {
-      "params 4Φ, grads 4Φ, optimizer state 8Φ (adamw) or 4Φ (sgd)",
-      "params 4Φ, grads 4Φ + the reduced shard 4Φ/p, optimizer state on the shard",
-      "params 4Φ, grads: the shard + the open units + one reduced chunk, optimizer state on the shard",
-      "params: the shard + the gathered units, grads: the shard + the open units + one reduced "
-      "chunk, optimizer state on the shard"};
+  const model::Precision precision = o.Precision();
+  const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));
+  const int64_t master = precision.master_weights() ? 4 : 0;
+  const std::string state = absl::StrCat("optimizer state ", 8 + master, "Φ (adamw) or ", 4 + master,
+                                         "Φ (sgd)", master > 0 ? " with the fp32 master weights" : "");
+  const std::string formulas[] = {
+      absl::StrCat("params ", p, "Φ, grads ", g, "Φ, ", state),
+      absl::StrCat("params ", p, "Φ, grads ", g, "Φ + the reduced shard ", g, "Φ/p, ", state,
+                   ", on the shard"),
+      absl::StrCat("params ", p, "Φ, grads: the shard + the open units + one reduced chunk, ",
+                   state, ", on the shard"),
+      absl::StrCat("params: the shard + the gathered units, grads: the shard + the open units + "
+                   "one reduced chunk, ", state, ", on the shard")};
   // The seed's Q6 form for fp16 mixed precision, which ZeRO-1 over dp and the split over
-  // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (this run's fp32 counterpart is
-  // the formula rows: 4 + 4 + 8 bytes a value, divided as the stage divides them).
+  // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (the formula rows are this run's:
+  // with --precision=bf16 and --zero=1 they are the seed's, to the byte where the split
+  // divides evenly).
   const double phi = double(o.model.NumParams()), split = double(o.tp) * o.pp;
   out += absl::StrFormat(
       "\nmemory per rank, peak bytes (zero=%d: %s)\nthe seed's fp16 model states per GPU, "
       "2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp): %.0f bytes\n%-12s %12s %12s %12s %12s %12s %12s\n",
-      o.zero, formulas[std::clamp(o.zero, 0, 3)],
+      o.zero, formulas[std::clamp(o.zero, 0, 3)].c_str(),
       4 * phi / split + 12 * phi / (double(o.dp) * split), "rank", "params", "grads", "optimizer",
       "activations", "comm", "peak total");
   for (size_t r = 0; r < in.memory.size(); ++r) {
@@ -222,6 +245,8 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
   w.Key("schedule").String(parallel::Name(o.schedule)).Key("recompute").Bool(o.recompute);
   w.Key("zero").Int(o.zero);
+  w.Key("precision").String(PrecisionName(o.precision)).Key("fp32_grad_accum").Bool(o.fp32_grad_accum);
+  w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);

@@ -47,10 +47,20 @@ int64_t PerTokenElements(const TrainOptions& o, int rank) {
   return count;
 }
 
+// Bytes a value of each kind of buffer takes (model/precision.h).
+struct ValueBytes {
+  int64_t params, grads, grad_comm, activations;
+};
+ValueBytes BytesOf(const TrainOptions& o) {
+  const model::Precision p = o.Precision();
+  return {int64_t(SizeOf(p.params)), int64_t(SizeOf(p.grads)), int64_t(SizeOf(p.grad_comm)),
+          int64_t(SizeOf(p.activations))};
+}
+
 // Bytes a pipeline boundary carries each way in a step (parallel/pipeline_schedule.h).
 int64_t BoundaryBytesPerStep(const TrainOptions& o) {
   return parallel::BoundaryBytesPerStep(o.global_batch_size / o.dp, o.model.seq_len, o.model.n_embd,
-                                        o.sequence_parallel ? o.tp : 1);
+                                        o.sequence_parallel ? o.tp : 1, BytesOf(o).activations);
 }
 
 // ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
@@ -70,6 +80,8 @@ std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOp
   step.rows = int64_t(o.micro_batch_size) * o.model.seq_len;
   step.n_embd = o.model.n_embd;
   step.recompute = o.recompute && o.pp > 1;
+  step.activation_bytes = size_t(BytesOf(o).activations);
+  step.grad_bytes = size_t(BytesOf(o).grads);
   if (key.label == "sequence_parallel") step.per_token_elements = PerTokenElements(o, rank);
   return parallel::TensorParallelCallsPerStep(step, key.label, key.primitive, key.phase);
 }
@@ -98,7 +110,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
     if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, dp_rank).count;
     return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
-                                         pp_rank == 0 ? 0 : 1, -1, wte, 4).sent;
+                                         pp_rank == 0 ? 0 : 1, -1, wte, BytesOf(o).grads).sent;
   }
   if (key.group == "tp") {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, rank);
@@ -115,8 +127,9 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   switch (key.primitive) {
     case comm::Primitive::kAllReduce:
       if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
-        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank, BucketBytes(o),
-                                                   key.algorithm);
+        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank,
+                                                             BucketBytes(o), key.algorithm,
+                                                             o.Precision().grad_comm);
       }
       if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
       if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
@@ -124,23 +137,28 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     case comm::Primitive::kReduceScatter:  // ZeRO: the gradients
     case comm::Primitive::kAllGather:      // ZeRO: the parameters
       if (ZeroCalls(o, key) == 0) return -1;
-      return in.steps * parallel::ZeroBytesPerStep(layout, o.zero, o.dp, dp_rank,
-                                                   o.accumulation_steps(), key.algorithm,
-                                                   key.primitive, key.phase, o.recompute);
+      return in.steps * parallel::ZeroBytesPerStep(
+                            layout, o.zero, o.dp, dp_rank, o.accumulation_steps(), key.algorithm,
+                            key.primitive, key.phase, o.recompute,
+                            key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
+                                                                             : BytesOf(o).params);
     default:
       return -1;
   }
 }
 
-// The seed article's figure for the row: an all-reduce of M bytes moves 2M; so 2Φ·4/tp
-// per step for the gradient all-reduce, and 2·b·s·h·4 for each tensor-parallel
-// all-reduce of the activations (8bsh per layer and step; b·s·h·4 for each all-gather
-// and reduce-scatter of sequence parallelism); Φ·4/tp for each pass of
-// ZeRO's reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for
-// ZeRO-3, with one micro-batch).
+// The seed article's figure for the row, with the run's bytes a value (e: 4 in fp32, 2
+// in bf16 as the seed counts): an all-reduce of M bytes moves 2M; so 2Φ·e/tp per step
+// for the gradient all-reduce, and 2·b·s·h·e for each tensor-parallel all-reduce of the
+// activations (8bsh·e/2 per layer and step; b·s·h·e for each all-gather and
+// reduce-scatter of sequence parallelism); Φ·e/tp for each pass of ZeRO's
+// reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for ZeRO-3,
+// with one micro-batch).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const TrainOptions& o = in.options;
-  const int64_t part_bytes = in.steps * o.model.NumParams() * 4 / (o.tp * o.pp);
+  const int64_t element = key.primitive == comm::Primitive::kAllGather ? BytesOf(o).params
+                                                                       : BytesOf(o).grad_comm;
+  const int64_t part_bytes = in.steps * o.model.NumParams() * element / (o.tp * o.pp);
   if (key.group == "tp") {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, 0);
     if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
@@ -165,9 +183,12 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const int dp_rank = o.topology().Of(rank).dp;
   const model::ParameterLayout layout = StageLayout(o, rank);
   const int64_t phi = layout.total();
-  const int64_t state_per_element = o.optimizer == OptimizerKind::kAdamW ? 8 : 4;
+  const ValueBytes bytes = BytesOf(o);
+  // The optimizer's fp32 state a parameter, with the master weights under mixed precision.
+  const int64_t state_per_element = (o.optimizer == OptimizerKind::kAdamW ? 8 : 4) +
+                                    (o.Precision().master_weights() ? 4 : 0);
   MemoryFormula f;
-  if (o.zero == 0) return {4 * phi, 4 * phi, state_per_element * phi};
+  if (o.zero == 0) return {bytes.params * phi, bytes.grads * phi, state_per_element * phi};
   const parallel::Sharding sharding(parallel::ZeroUnits(layout, o.zero), o.dp, dp_rank);
   int64_t largest_chunk = 0;
   for (const parallel::Sharding::Piece& p : sharding.pieces()) {
@@ -186,8 +207,13 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   };
   const bool first = layout.first_stage(), last = layout.last_stage();
   const int64_t shard = sharding.size();
-  f.params = 4 * (o.zero == 3 ? shard + open(first) : phi);
-  f.grads = 4 * (o.zero == 1 ? phi + shard : shard + largest_chunk + open(first && last));
+  f.params = bytes.params * (o.zero == 3 ? shard + open(first) : phi);
+  // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'
+  // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,
+  // which count as activations; model/weights.h).
+  const int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
+  f.grads = o.zero == 1 ? bytes.grads * (phi + shard)
+                        : bytes.grads * shard + bytes.grad_comm * largest_chunk + open_grads;
   f.optimizer = state_per_element * shard;
   return f;
 }

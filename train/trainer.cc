@@ -85,7 +85,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*dp_group=*/options.dp > 1 || options.zero > 0));
   }
   t->tensor_parallel_ = parallel::TensorParallel(t->groups_.tp.get(), options.sequence_parallel,
-                                                 t->model_alloc_.device());
+                                                 t->model_alloc_.device(),
+                                                 options.Precision().activations);
   const parallel::TensorParallel& tp = t->tensor_parallel_;
   const comm::Algorithm algorithm = options.allreduce;
   ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
@@ -100,18 +101,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(
                                    t->groups_.dp.get(), options.zero, layout, options.seed,
                                    make_optimizer, algorithm, tp, t->groups_.pp.get(),
-                                   t->model_alloc_.device()));
+                                   t->model_alloc_.device(), options.Precision()));
     ASSIGN_OR_RETURN(t->gpt_,
                      model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage));
   } else {
-    ASSIGN_OR_RETURN(t->gpt_,
-                     model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp, stage));
+    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp,
+                                                 stage, options.Precision()));
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
     t->ranges_ = model::TensorRanges(t->gpt_->layout());
     t->segments_ = model::OptimizerSegments(t->ranges_);
     if (t->groups_.dp != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(
-          t->groups_.dp.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm);
+          t->groups_.dp.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm,
+          options.Precision().grad_comm);
     }
   }
   if (options.tf32) {
@@ -209,6 +211,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
                      parallel::ClipAndStep(gpt_->kernels(), *optimizer_, gpt_->params().data<float>(),
                                            gpt_->grads(), ranges_, segments_, s.lr,
                                            options_.grad_clip, groups));
+    RETURN_IF_ERROR(gpt_->PublishParams());  // the bf16 copy of the updated master weights
   }
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);

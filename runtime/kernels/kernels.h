@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
+#include "runtime/dtype.h"
 
 namespace tally {
 
@@ -101,20 +102,40 @@ class Kernels {
                                             const int32_t* targets, int64_t first, float dloss,
                                             int n, int vocab) = 0;
 
+  // ------------------------------------------------------------------ precision
+  // to[i] = from[i] for n elements of fp32 or bf16 each: rounded to nearest even when
+  // narrowing to bf16 (BFloat16::FromFloat), exact when widening, a copy when the types
+  // match.
+  virtual absl::Status Convert(void* to, DType to_type, const void* from, DType from_type,
+                               int64_t n) = 0;
+  // to[i] = to[i] + from[i] (each fp32 or bf16), added in fp32 and rounded once to
+  // to_type: how a bf16 gradient buffer takes one backward's fp32 gradients.
+  virtual absl::Status Accumulate(void* to, DType to_type, const void* from, DType from_type,
+                                  int64_t n) = 0;
+
   // ------------------------------------------------------------------ optimizer
+  // Gradients come as fp32 or bf16 (`grad_type`); the optimizer's own buffers (the
+  // parameters it updates: fp32 master weights under mixed precision, and its state) are
+  // fp32, and every sum is formed in fp32 (the squares in double).
+  //
   // sum + Σ x[i]² in double.
-  virtual absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) = 0;
-  virtual absl::Status Scale(float* x, int64_t n, float factor) = 0;
+  virtual absl::StatusOr<double> AddSquares(const void* x, DType type, int64_t n, double sum) = 0;
+  absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) {
+    return AddSquares(x, DType::kF32, n, sum);
+  }
+  // x[i] *= factor (in fp32, rounded back to bf16 for a bf16 x).
+  virtual absl::Status Scale(void* x, DType type, int64_t n, float factor) = 0;
+  absl::Status Scale(float* x, int64_t n, float factor) { return Scale(x, DType::kF32, n, factor); }
   // One AdamW update of n elements (optim/optimizer.h, torch's order of operations):
   // p = p·keep; m += (1-β1)(g - m); v = β2·v + (1-β2)·g²; p -= step_size·m/(√v/bias2_sqrt + eps).
   struct AdamWArgs {
     float keep, step_size, beta1, beta2, eps, bias2_sqrt;
   };
-  virtual absl::Status AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
-                             const AdamWArgs& args) = 0;
+  virtual absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
+                             int64_t n, const AdamWArgs& args) = 0;
   // SGD with momentum: g += wd·p; b = first ? g : μ·b + g; p -= lr·b.
-  virtual absl::Status Sgd(float* params, const float* grads, float* momentum, int64_t n, float lr,
-                           float mu, float wd, bool first) = 0;
+  virtual absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum,
+                           int64_t n, float lr, float mu, float wd, bool first) = 0;
 };
 
 // The CUDA half of Kernels::Create (runtime/kernels/cuda; an error in a build without it).

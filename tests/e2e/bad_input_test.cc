@@ -205,6 +205,21 @@ TEST(Signals, SigtermStopsEveryThreadRankTogether) {
   EXPECT_TRUE(Exists(ckpt)) << r.output;
 }
 
+TEST(BadInput, PrecisionsAreFp32OrBf16) {
+  ExpectOneClearLine(kTrain + kTiny, {
+      {"--precision=fp16", "[flags] --precision must be fp32 or bf16, got 'fp16'"},
+      {"--grad_comm_dtype=int8", "[flags] --grad_comm_dtype must be fp32 or bf16, got 'int8'"},
+  });
+  ExpectOneClearLine(kPlan, {{"--precision=fp8", "--precision must be fp32 or bf16, got 'fp8'"},
+                             {"--grad_accum=fp16", "--grad_accum must be fp32 or bf16, got 'fp16'"}}, 5);
+  ExpectOneClearLine(kModelBench, {{"--precision=fp32,half", "--precision must be fp32 or bf16, got 'half'"}}, 5);
+  for (const char* flags : {"--fp32_grad_accum", "--grad_comm_dtype=bf16"}) {
+    Result r = RunCommand(kTrain + kTiny + " --steps=1 " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[flags] warning: ")) << flags << ": " << r.output;
+  }
+}
+
 TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
   ExpectOneClearLine(kPlan, {
       {"--params=-5", "--params must be >= 1, got -5"},

@@ -72,13 +72,63 @@ TEST(Clipping, ScalesOnlyAboveTheMaximum) {
   std::vector<float> g = {3.0f, 4.0f};
   std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU()).value();
   const std::vector<Segment> all = {{0, 2, false}};
-  double norm = std::sqrt(SquaredNorm(*k, g.data(), all).value());
+  double norm = std::sqrt(SquaredNorm(*k, g.data(), DType::kF32, all).value());
   EXPECT_DOUBLE_EQ(norm, 5.0);
   EXPECT_EQ(ClipScale(norm, 10.0f), 1.0f);
   float s = ClipScale(norm, 1.0f);
   EXPECT_NEAR(s, 0.2f, 1e-6f);
   ASSERT_TRUE(k->Scale(g.data(), 2, s).ok());
-  EXPECT_NEAR(std::sqrt(SquaredNorm(*k, g.data(), all).value()), 1.0, 1e-6);
+  EXPECT_NEAR(std::sqrt(SquaredNorm(*k, g.data(), DType::kF32, all).value()), 1.0, 1e-6);
+}
+
+// bf16 gradients are read as the fp32 values they hold: an update from them equals the
+// update from fp32 gradients of the same values, bit for bit, and so do the norm and the
+// clipping (which rounds back to bf16).
+TEST(MixedPrecision, Bf16GradientsUpdateAsTheirFp32Values) {
+  std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU()).value();
+  const int n = 5;
+  std::vector<float> wide = {0.5f, -1.25f, 3.0e-3f, 7.0f, -2.0e-5f};
+  std::vector<BFloat16> narrow(n);
+  for (int i = 0; i < n; ++i) {
+    narrow[i] = BFloat16::FromFloat(wide[i] * 1.01f);
+    wide[i] = narrow[i].ToFloat();
+  }
+  const std::vector<Segment> all = {{0, n, true}};
+  Allocator alloc(nullptr);
+  auto a = AdamW::Create({}, n, alloc).value();
+  auto b = AdamW::Create({}, n, alloc).value();
+  std::vector<float> pa = {1, 2, 3, 4, 5}, pb = pa;
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(a->Step(pa.data(), wide.data(), 0.1f, all).ok());
+    ASSERT_TRUE(b->Step(pb.data(), narrow.data(), DType::kBF16, 0.1f, all).ok());
+  }
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(SquaredNorm(*k, wide.data(), DType::kF32, all).value(),
+            SquaredNorm(*k, narrow.data(), DType::kBF16, all).value());
+  ASSERT_TRUE(k->Scale(narrow.data(), DType::kBF16, n, 0.5f).ok());
+  for (int i = 0; i < n; ++i) EXPECT_EQ(narrow[i].ToFloat(), wide[i] * 0.5f);
+}
+
+TEST(MixedPrecision, AccumulateRoundsOnceAndConvertRoundsToNearestEven) {
+  std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU()).value();
+  // 1 + 2^-8 is halfway between two bf16 values: nearest even is 1.
+  std::vector<float> x = {1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-8f};
+  std::vector<BFloat16> y(2);
+  ASSERT_TRUE(k->Convert(y.data(), DType::kBF16, x.data(), DType::kF32, 2).ok());
+  EXPECT_EQ(y[0].ToFloat(), 1.0f);
+  EXPECT_EQ(y[1].ToFloat(), 1.0f + 0x1.0p-7f);
+  // Adding 2^-9 twice one at a time in bf16 loses both; adding their fp32 sum once keeps it.
+  std::vector<BFloat16> acc = {BFloat16::FromFloat(1.0f)};
+  std::vector<float> tiny = {0x1.0p-9f}, both = {0x1.0p-8f + 0x1.0p-20f};
+  ASSERT_TRUE(k->Accumulate(acc.data(), DType::kBF16, tiny.data(), DType::kF32, 1).ok());
+  ASSERT_TRUE(k->Accumulate(acc.data(), DType::kBF16, tiny.data(), DType::kF32, 1).ok());
+  EXPECT_EQ(acc[0].ToFloat(), 1.0f);
+  ASSERT_TRUE(k->Accumulate(acc.data(), DType::kBF16, both.data(), DType::kF32, 1).ok());
+  EXPECT_EQ(acc[0].ToFloat(), 1.0f + 0x1.0p-7f);
+  std::vector<float> back(2);
+  ASSERT_TRUE(k->Convert(back.data(), DType::kF32, y.data(), DType::kBF16, 2).ok());
+  EXPECT_EQ(back[1], 1.0f + 0x1.0p-7f);
+  EXPECT_FALSE(k->Convert(back.data(), DType::kF32, y.data(), DType::kI32, 2).ok());
 }
 
 }  // namespace

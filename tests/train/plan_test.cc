@@ -35,8 +35,34 @@ TEST(Plan, SeedAndExactFormsForLlama7B) {
   EXPECT_DOUBLE_EQ(rows[0].seed_bytes_per_gpu, 28e9);   // 2Φ·e
   EXPECT_DOUBLE_EQ(rows[0].exact_bytes_per_gpu, 21e9);  // 2(N-1)/N·Φ·e
   EXPECT_DOUBLE_EQ(rows[3].seed_bytes_per_gpu, 42e9);   // ZeRO-3: 3Φ·e
-  EXPECT_NEAR(PlanMemoryPerGpu(in).seed_bytes_per_gpu, 2 * 7e9 + 2 * 7e9 + 12 * 7e9 / 4, 1);
   EXPECT_FALSE(ModelPreset("gpt-5").ok());
+}
+
+// The ZeRO paper's Table 1 (Ψ = 7.5B, K = 12) from the bf16 line, and the seed's Q6 form
+// (2Φ + 2Φ + 12Φ/dp) as its ZeRO-1 (P_os) case; every precision's line follows --zero.
+TEST(Plan, MemoryReproducesTheZeroPapersTable) {
+  PlanInput in{ModelPreset("llama-7b").value()};
+  in.model.params = 7'500'000'000;
+  const double gb = 1e9;
+  auto bf16 = [&](int zero, int dp) {
+    in.zero = zero;
+    in.dp = dp;
+    std::vector<PlanMemory> lines = PlanMemoryPerGpu(in);
+    EXPECT_EQ(lines[1].params + lines[1].grads + lines[1].optimizer, 16);
+    return lines[1].bytes_per_gpu / gb;
+  };
+  EXPECT_DOUBLE_EQ(bf16(0, 64), 120.0);
+  EXPECT_NEAR(bf16(1, 64), 31.4, 0.05);
+  EXPECT_NEAR(bf16(2, 64), 16.6, 0.05);
+  EXPECT_NEAR(bf16(3, 64), 1.88, 0.005);
+  EXPECT_NEAR(bf16(1, 4), 52.5, 1e-9);   // Nd = 4: 2Ψ + 2Ψ + 12Ψ/4
+  EXPECT_NEAR(bf16(2, 4), 41.25, 1e-9);  // 2Ψ + 14Ψ/4
+  EXPECT_NEAR(bf16(3, 4), 30.0, 1e-9);   // 16Ψ/4
+  in.zero = 2;
+  in.dp = 4;
+  std::vector<PlanMemory> lines = PlanMemoryPerGpu(in);
+  EXPECT_NEAR(lines[0].bytes_per_gpu / gb, 4 * 7.5 + (4 + 8) * 7.5 / 4, 1e-9);  // fp32
+  EXPECT_NEAR(lines[2].bytes_per_gpu / gb, 2 * 7.5 + (4 + 12) * 7.5 / 4, 1e-9);  // fp32 accum
 }
 
 // A small model of tally's shape: the planner's exact bytes per GPU and step are what
@@ -58,46 +84,50 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   PlanInput in{model};
   in.batch = 2;
   in.seq_len = 16;
-  in.bytes_per_value = 4;
   in.dp = g.dp;
   in.tp = g.tp;
   in.pp = g.pp;
   in.zero = g.zero;
   in.sequence_parallel = g.sequence_parallel;
-  TrainOptions o = PlanAsTrainOptions(in);
-  o.steps = 1;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
-  o.schedule = g.schedule;
-  RunResult run = RunRanks(o);
-  // The busiest rank's bytes in the rows a strategy makes.
-  auto measured = [&](auto match) {
-    int64_t most = 0;
-    for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(match).bytes_sent);
-    return double(most);
-  };
-  int compared = 0;
-  for (const PlanRow& row : Plan(in)) {
-    double bytes = -1;
-    if (row.strategy == "dp all-reduce" && g.zero == 0) {
-      bytes = measured([](const comm::LedgerKey& k) {
-        return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
-      });
-    } else if (row.strategy == absl::StrCat("zero-", g.zero)) {
-      bytes = measured([](const comm::LedgerKey& k) {
-        return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
-      });
-    } else if (row.strategy == "tp (layers of a stage)") {
-      bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
-    } else if (row.strategy == "pp (boundaries)") {
-      bytes = measured([](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); });
+  for (DType precision : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(Name(precision));
+    in.precision = precision;
+    in.bytes_per_value = int(SizeOf(precision));
+    TrainOptions o = PlanAsTrainOptions(in);
+    o.steps = 1;
+    o.eval_every = 0;
+    o.sample_bytes = 0;
+    o.threads = 1;
+    o.schedule = g.schedule;
+    RunResult run = RunRanks(o);
+    // The busiest rank's bytes in the rows a strategy makes.
+    auto measured = [&](auto match) {
+      int64_t most = 0;
+      for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(match).bytes_sent);
+      return double(most);
+    };
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      double bytes = -1;
+      if (row.strategy == "dp all-reduce" && g.zero == 0) {
+        bytes = measured([](const comm::LedgerKey& k) {
+          return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
+        });
+      } else if (row.strategy == absl::StrCat("zero-", g.zero)) {
+        bytes = measured([](const comm::LedgerKey& k) {
+          return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
+        });
+      } else if (row.strategy == "tp (layers of a stage)") {
+        bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
+      } else if (row.strategy == "pp (boundaries)") {
+        bytes = measured([](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); });
+      }
+      if (bytes < 0) continue;  // a strategy this run does not use
+      EXPECT_EQ(bytes, row.exact_bytes_per_gpu) << row.strategy;
+      ++compared;
     }
-    if (bytes < 0) continue;  // a strategy this run does not use
-    EXPECT_EQ(bytes, row.exact_bytes_per_gpu) << row.strategy;
-    ++compared;
+    EXPECT_GT(compared, 0);
   }
-  EXPECT_GT(compared, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,

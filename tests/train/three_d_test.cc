@@ -34,35 +34,6 @@ TrainOptions On(const Grid& g, int global_batch) {
   return o;
 }
 
-// Every row of every rank that the report has a formula for: measured == formula.
-void ExpectReportRowsExact(const TrainOptions& o, const RunResult& run) {
-  ReportInputs in{o, o.steps, run.traffic, run.memory};
-  int checked = 0;
-  for (int r = 0; r < o.world(); ++r) {
-    std::map<comm::LedgerKey, int64_t> sent;
-    for (const auto& [key_peer, t] : run.traffic[r].transfers()) sent[key_peer.first] += t.bytes_sent;
-    for (const auto& [key, calls] : run.traffic[r].calls()) {
-      const int64_t exact = ExactSent(in, key, r);
-      if (exact < 0) continue;
-      if (key.primitive == comm::Primitive::kSendRecv && sent[key] == 0) continue;  // receivers
-      EXPECT_EQ(sent[key], exact) << "rank " << r << ": " << key.group << " " << comm::Name(key.primitive)
-                                  << " " << comm::Name(key.phase) << " " << key.label;
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, 0);
-}
-
-// Every rank's model-state peaks (parameters, gradients, optimizer state) == the formula.
-void ExpectMemoryFormulaExact(const TrainOptions& o, const RunResult& run) {
-  for (int r = 0; r < o.world(); ++r) {
-    const MemoryFormula f = PredictedMemory(o, r);
-    EXPECT_EQ(run.memory[r].peak(MemoryCategory::kParams), f.params) << "rank " << r;
-    EXPECT_EQ(run.memory[r].peak(MemoryCategory::kGrads), f.grads) << "rank " << r;
-    EXPECT_EQ(run.memory[r].peak(MemoryCategory::kOptimizer), f.optimizer) << "rank " << r;
-  }
-}
-
 class ThreeDTest : public ::testing::TestWithParam<Grid> {};
 
 TEST_P(ThreeDTest, MatchesTheSingleRankRunAndEveryFormula) {

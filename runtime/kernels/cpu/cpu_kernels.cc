@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/fast_math.h"
 #include "runtime/kernels/cpu/gelu.h"
@@ -14,6 +15,11 @@
 
 namespace tally {
 namespace {
+
+absl::Status UnsupportedConversion(DType to, DType from) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("[kernels] no conversion from ", Name(from), " to ", Name(to)));
+}
 
 class CpuKernels final : public Kernels {
  public:
@@ -179,34 +185,95 @@ class CpuKernels final : public Kernels {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) override {
-    for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
-    return sum;
-  }
-  absl::Status Scale(float* x, int64_t n, float factor) override {
-    for (int64_t i = 0; i < n; ++i) x[i] *= factor;
-    return absl::OkStatus();
-  }
-  absl::Status AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
-                     const AdamWArgs& a) override {
-    for (int64_t i = 0; i < n; ++i) {
-      float g = grads[i];
-      float p = params[i] * a.keep;
-      m[i] = m[i] + (1.0f - a.beta1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
-      v[i] = v[i] * a.beta2 + (1.0f - a.beta2) * g * g;
-      float denom = std::sqrt(v[i]) / a.bias2_sqrt + a.eps;
-      params[i] = p - a.step_size * (m[i] / denom);
+  absl::Status Convert(void* to, DType to_type, const void* from, DType from_type,
+                       int64_t n) override {
+    if (to_type == from_type) return Copy(to, from, size_t(n) * SizeOf(to_type));
+    if (to_type == DType::kBF16 && from_type == DType::kF32) {
+      auto* y = static_cast<BFloat16*>(to);
+      const auto* x = static_cast<const float*>(from);
+      for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::FromFloat(x[i]);
+      return absl::OkStatus();
     }
+    if (to_type == DType::kF32 && from_type == DType::kBF16) {
+      auto* y = static_cast<float*>(to);
+      const auto* x = static_cast<const BFloat16*>(from);
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i].ToFloat();
+      return absl::OkStatus();
+    }
+    return UnsupportedConversion(to_type, from_type);
+  }
+  absl::Status Accumulate(void* to, DType to_type, const void* from, DType from_type,
+                          int64_t n) override {
+    return WithGrads(from_type, from, [&](auto* x) -> absl::Status {
+      if (to_type == DType::kF32) {
+        auto* y = static_cast<float*>(to);
+        for (int64_t i = 0; i < n; ++i) y[i] += Widen(x[i]);
+        return absl::OkStatus();
+      }
+      if (to_type != DType::kBF16) return UnsupportedConversion(to_type, from_type);
+      auto* y = static_cast<BFloat16*>(to);
+      for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::FromFloat(y[i].ToFloat() + Widen(x[i]));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::StatusOr<double> AddSquares(const void* x, DType type, int64_t n, double sum) override {
+    return WithGrads(type, x, [&](auto* g) -> absl::StatusOr<double> {
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = Widen(g[i]);
+        sum += gi * gi;
+      }
+      return sum;
+    });
+  }
+  absl::Status Scale(void* x, DType type, int64_t n, float factor) override {
+    if (type == DType::kF32) {
+      auto* y = static_cast<float*>(x);
+      for (int64_t i = 0; i < n; ++i) y[i] *= factor;
+      return absl::OkStatus();
+    }
+    if (type != DType::kBF16) return UnsupportedConversion(type, DType::kF32);
+    auto* y = static_cast<BFloat16*>(x);
+    for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::FromFloat(y[i].ToFloat() * factor);
     return absl::OkStatus();
   }
-  absl::Status Sgd(float* params, const float* grads, float* momentum, int64_t n, float lr,
-                   float mu, float wd, bool first) override {
-    for (int64_t i = 0; i < n; ++i) {
-      float g = grads[i] + wd * params[i];
-      momentum[i] = first ? g : mu * momentum[i] + g;
-      params[i] -= lr * momentum[i];
-    }
-    return absl::OkStatus();
+  absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
+                     int64_t n, const AdamWArgs& a) override {
+    return WithGrads(grad_type, grads, [&](auto* grad) -> absl::Status {
+      for (int64_t i = 0; i < n; ++i) {
+        float g = Widen(grad[i]);
+        float p = params[i] * a.keep;
+        m[i] = m[i] + (1.0f - a.beta1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
+        v[i] = v[i] * a.beta2 + (1.0f - a.beta2) * g * g;
+        float denom = std::sqrt(v[i]) / a.bias2_sqrt + a.eps;
+        params[i] = p - a.step_size * (m[i] / denom);
+      }
+      return absl::OkStatus();
+    });
+  }
+  absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum, int64_t n,
+                   float lr, float mu, float wd, bool first) override {
+    return WithGrads(grad_type, grads, [&](auto* grad) -> absl::Status {
+      for (int64_t i = 0; i < n; ++i) {
+        float g = Widen(grad[i]) + wd * params[i];
+        momentum[i] = first ? g : mu * momentum[i] + g;
+        params[i] -= lr * momentum[i];
+      }
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  static float Widen(float x) { return x; }
+  static float Widen(BFloat16 x) { return x.ToFloat(); }
+  // body(grads as const float* or const BFloat16*), whose result it returns; an error for
+  // any other type.
+  template <typename Body>
+  static auto WithGrads(DType type, const void* grads, Body body)
+      -> decltype(body(static_cast<const float*>(nullptr))) {
+    if (type == DType::kF32) return body(static_cast<const float*>(grads));
+    if (type == DType::kBF16) return body(static_cast<const BFloat16*>(grads));
+    return UnsupportedConversion(type, DType::kF32);
   }
 };
 

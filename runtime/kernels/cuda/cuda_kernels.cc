@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/kernels/cuda/kernels.h"
@@ -10,6 +11,10 @@
 
 namespace tally {
 namespace {
+
+absl::Status NotAGradientType(DType type) {
+  return absl::InvalidArgumentError(absl::StrCat("[kernels] gradients of type ", Name(type)));
+}
 
 class CudaKernels final : public Kernels {
  public:
@@ -102,20 +107,61 @@ class CudaKernels final : public Kernels {
     return cuda::CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab);
   }
 
-  absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum) override {
-    return cuda::AddSquares(x, n, sum, static_cast<double*>(partials_->data()));
+  absl::Status Convert(void* to, DType to_type, const void* from, DType from_type,
+                       int64_t n) override {
+    if (to_type == from_type) return Copy(to, from, size_t(n) * SizeOf(to_type));
+    if (to_type == DType::kBF16 && from_type == DType::kF32) {
+      return cuda::FloatToBF16(static_cast<uint16_t*>(to), static_cast<const float*>(from), n);
+    }
+    if (to_type == DType::kF32 && from_type == DType::kBF16) {
+      return cuda::BF16ToFloat(static_cast<float*>(to), static_cast<const uint16_t*>(from), n);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("[kernels] no conversion from ", Name(from_type), " to ", Name(to_type)));
   }
-  absl::Status Scale(float* x, int64_t n, float factor) override {
-    return cuda::Scale(x, n, factor);
+  absl::Status Accumulate(void* to, DType to_type, const void* from, DType from_type,
+                          int64_t n) override {
+    const bool to_ok = to_type == DType::kF32 || to_type == DType::kBF16;
+    const bool from_ok = from_type == DType::kF32 || from_type == DType::kBF16;
+    if (!to_ok || !from_ok) return NotAGradientType(to_ok ? from_type : to_type);
+    return cuda::Accumulate(to, to_type == DType::kBF16, from, from_type == DType::kBF16, n);
   }
-  absl::Status AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
-                     const AdamWArgs& a) override {
-    return cuda::AdamWStep(params, grads, m, v, n, a.keep, a.step_size, a.beta1, a.beta2, a.eps,
-                           a.bias2_sqrt);
+
+  absl::StatusOr<double> AddSquares(const void* x, DType type, int64_t n, double sum) override {
+    double* partials = static_cast<double*>(partials_->data());
+    if (type == DType::kF32) return cuda::AddSquares(static_cast<const float*>(x), n, sum, partials);
+    if (type == DType::kBF16) {
+      return cuda::AddSquares(static_cast<const uint16_t*>(x), n, sum, partials);
+    }
+    return NotAGradientType(type);
   }
-  absl::Status Sgd(float* params, const float* grads, float* momentum, int64_t n, float lr,
-                   float mu, float wd, bool first) override {
-    return cuda::SgdStep(params, grads, momentum, n, lr, mu, wd, first);
+  absl::Status Scale(void* x, DType type, int64_t n, float factor) override {
+    if (type == DType::kF32) return cuda::Scale(static_cast<float*>(x), n, factor);
+    if (type == DType::kBF16) return cuda::ScaleBF16(static_cast<uint16_t*>(x), n, factor);
+    return NotAGradientType(type);
+  }
+  absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
+                     int64_t n, const AdamWArgs& a) override {
+    if (grad_type == DType::kF32) {
+      return cuda::AdamWStep(params, static_cast<const float*>(grads), m, v, n, a.keep,
+                             a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt);
+    }
+    if (grad_type == DType::kBF16) {
+      return cuda::AdamWStep(params, static_cast<const uint16_t*>(grads), m, v, n, a.keep,
+                             a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt);
+    }
+    return NotAGradientType(grad_type);
+  }
+  absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum, int64_t n,
+                   float lr, float mu, float wd, bool first) override {
+    if (grad_type == DType::kF32) {
+      return cuda::SgdStep(params, static_cast<const float*>(grads), momentum, n, lr, mu, wd, first);
+    }
+    if (grad_type == DType::kBF16) {
+      return cuda::SgdStep(params, static_cast<const uint16_t*>(grads), momentum, n, lr, mu, wd,
+                           first);
+    }
+    return NotAGradientType(grad_type);
   }
 
  private:

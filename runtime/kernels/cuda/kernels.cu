@@ -40,15 +40,45 @@ __global__ void GeluBackwardKernel(float* dx, const float* x, const float* dy, i
   }
 }
 
+// The bit operations of BFloat16 (runtime/dtype.h), so that both devices round alike.
+__device__ uint16_t ToBF16Bits(float value) {
+  uint32_t u = __float_as_uint(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+__device__ float FromBF16Bits(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
+
+__global__ void FloatToBF16Kernel(uint16_t* y, const float* x, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { y[i] = ToBF16Bits(x[i]); }
+}
+__global__ void BF16ToFloatKernel(float* y, const uint16_t* x, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { y[i] = FromBF16Bits(x[i]); }
+}
+__device__ float Widen(float x) { return x; }
+__device__ float Widen(uint16_t x) { return FromBF16Bits(x); }
+__device__ void Store(float* y, float value) { *y = value; }
+__device__ void Store(uint16_t* y, float value) { *y = ToBF16Bits(value); }
+
+template <typename Y, typename X>
+__global__ void AccumulateKernel(Y* y, const X* x, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { Store(y + i, Widen(y[i]) + Widen(x[i])); }
+}
+
 __global__ void AddKernel(float* y, const float* a, const float* b, int64_t n) {
   TALLY_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
 }
 
-__global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float keep,
+// A gradient as fp32, from fp32 or bf16 storage.
+__device__ float Grad(const float* g, int64_t i) { return g[i]; }
+__device__ float Grad(const uint16_t* g, int64_t i) { return FromBF16Bits(g[i]); }
+
+template <typename G>
+__global__ void AdamWKernel(float* p, const G* g, float* m, float* v, int64_t n, float keep,
                             float step_size, float beta1, float beta2, float eps,
                             float bias2_sqrt) {
   TALLY_GRID_STRIDE(i, n) {
-    const float gi = g[i];
+    const float gi = Grad(g, i);
     const float w = p[i] * keep;
     m[i] = m[i] + (1.0f - beta1) * (gi - m[i]);
     v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
@@ -100,20 +130,29 @@ __global__ void ScaleKernel(float* x, float factor, int64_t n) {
   TALLY_GRID_STRIDE(i, n) { x[i] *= factor; }
 }
 
-__global__ void SgdKernel(float* p, const float* g, float* b, int64_t n, float lr, float mu,
+__global__ void ScaleBF16Kernel(uint16_t* x, float factor, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) { x[i] = ToBF16Bits(FromBF16Bits(x[i]) * factor); }
+}
+
+template <typename G>
+__global__ void SgdKernel(float* p, const G* g, float* b, int64_t n, float lr, float mu,
                           float wd, bool first) {
   TALLY_GRID_STRIDE(i, n) {
-    const float gi = g[i] + wd * p[i];
+    const float gi = Grad(g, i) + wd * p[i];
     b[i] = first ? gi : mu * b[i] + gi;
     p[i] -= lr * b[i];
   }
 }
 
 // Each block's Σ x² in double into partial[block] (the host adds the blocks).
-__global__ void SquaresKernel(double* partial, const float* x, int64_t n) {
+template <typename G>
+__global__ void SquaresKernel(double* partial, const G* x, int64_t n) {
   __shared__ double lanes[kThreads];
   double sum = 0;
-  TALLY_GRID_STRIDE(i, n) { sum += double(x[i]) * x[i]; }
+  TALLY_GRID_STRIDE(i, n) {
+    const double xi = Grad(x, i);
+    sum += xi * xi;
+  }
   lanes[threadIdx.x] = sum;
   __syncthreads();
   for (int half = blockDim.x / 2; half > 0; half >>= 1) {
@@ -307,33 +346,74 @@ absl::Status Scale(float* x, int64_t n, float factor) {
   return absl::OkStatus();
 }
 
-absl::Status SgdStep(float* params, const float* grads, float* momentum, int64_t n, float lr,
-                     float mu, float wd, bool first) {
-  TALLY_LAUNCH(SgdKernel, Blocks(n), params, grads, momentum, n, lr, mu, wd, first);
+absl::Status ScaleBF16(uint16_t* x, int64_t n, float factor) {
+  TALLY_LAUNCH(ScaleBF16Kernel, Blocks(n), x, factor, n);
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum, double* partials) {
+template <typename G>
+absl::Status SgdStep(float* params, const G* grads, float* momentum, int64_t n, float lr,
+                     float mu, float wd, bool first) {
+  TALLY_LAUNCH(SgdKernel<G>, Blocks(n), params, grads, momentum, n, lr, mu, wd, first);
+  return absl::OkStatus();
+}
+template absl::Status SgdStep(float*, const float*, float*, int64_t, float, float, float, bool);
+template absl::Status SgdStep(float*, const uint16_t*, float*, int64_t, float, float, float, bool);
+
+template <typename G>
+absl::StatusOr<double> AddSquares(const G* x, int64_t n, double sum, double* partials) {
   if (n <= 0) return sum;
   const int blocks = std::min(kSquaresBlocks, Blocks(n));
-  TALLY_LAUNCH(SquaresKernel, blocks, partials, x, n);
+  TALLY_LAUNCH(SquaresKernel<G>, blocks, partials, x, n);
   std::vector<double> host(blocks);
   CUDA_RETURN_IF_ERROR(
       cudaMemcpy(host.data(), partials, sizeof(double) * blocks, cudaMemcpyDeviceToHost));
   for (double d : host) sum += d;
   return sum;
 }
+template absl::StatusOr<double> AddSquares(const float*, int64_t, double, double*);
+template absl::StatusOr<double> AddSquares(const uint16_t*, int64_t, double, double*);
 
 absl::Status Add(float* y, const float* a, const float* b, int64_t n) {
   TALLY_LAUNCH(AddKernel, Blocks(n), y, a, b, n);
   return absl::OkStatus();
 }
 
-absl::Status AdamWStep(float* params, const float* grads, float* m, float* v, int64_t n, float keep,
+template <typename G>
+absl::Status AdamWStep(float* params, const G* grads, float* m, float* v, int64_t n, float keep,
                        float step_size, float beta1, float beta2, float eps, float bias2_sqrt) {
-  TALLY_LAUNCH(AdamWKernel, Blocks(n), params, grads, m, v, n, keep, step_size, beta1, beta2, eps,
-               bias2_sqrt);
+  TALLY_LAUNCH(AdamWKernel<G>, Blocks(n), params, grads, m, v, n, keep, step_size, beta1, beta2,
+               eps, bias2_sqrt);
   return absl::OkStatus();
+}
+template absl::Status AdamWStep(float*, const float*, float*, float*, int64_t, float, float, float,
+                                float, float, float);
+template absl::Status AdamWStep(float*, const uint16_t*, float*, float*, int64_t, float, float,
+                                float, float, float, float);
+
+absl::Status FloatToBF16(uint16_t* y, const float* x, int64_t n) {
+  TALLY_LAUNCH(FloatToBF16Kernel, Blocks(n), y, x, n);
+  return absl::OkStatus();
+}
+
+absl::Status BF16ToFloat(float* y, const uint16_t* x, int64_t n) {
+  TALLY_LAUNCH(BF16ToFloatKernel, Blocks(n), y, x, n);
+  return absl::OkStatus();
+}
+
+template <typename Y, typename X>
+absl::Status AccumulateTyped(void* y, const void* x, int64_t n) {
+  auto* kernel = AccumulateKernel<Y, X>;
+  TALLY_LAUNCH(kernel, Blocks(n), static_cast<Y*>(y), static_cast<const X*>(x), n);
+  return absl::OkStatus();
+}
+
+absl::Status Accumulate(void* y, bool y_bf16, const void* x, bool x_bf16, int64_t n) {
+  if (y_bf16) {
+    return x_bf16 ? AccumulateTyped<uint16_t, uint16_t>(y, x, n)
+                  : AccumulateTyped<uint16_t, float>(y, x, n);
+  }
+  return x_bf16 ? AccumulateTyped<float, uint16_t>(y, x, n) : AccumulateTyped<float, float>(y, x, n);
 }
 
 }  // namespace tally::cuda

@@ -87,19 +87,30 @@ absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, in
                                   int offset, int c);
 absl::Status AddBias(float* y, const float* b, int64_t rows, int c);
 absl::Status Scale(float* x, int64_t n, float factor);
-absl::Status SgdStep(float* params, const float* grads, float* momentum, int64_t n, float lr,
+absl::Status ScaleBF16(uint16_t* x, int64_t n, float factor);  // rounded back to bf16
+// Gradients G: float, or uint16_t holding bf16 bits (instantiated for both).
+template <typename G>
+absl::Status SgdStep(float* params, const G* grads, float* momentum, int64_t n, float lr,
                      float mu, float wd, bool first);
 // sum + Σ x²: each of up to kSquaresBlocks blocks sums its part in double into
 // `partials` (that many doubles of device memory), and the host adds them.
 inline constexpr int kSquaresBlocks = 1024;
-absl::StatusOr<double> AddSquares(const float* x, int64_t n, double sum, double* partials);
+template <typename G>
+absl::StatusOr<double> AddSquares(const G* x, int64_t n, double sum, double* partials);
+
+// bf16 <-> fp32 (the bits of runtime/dtype.h's BFloat16: round to nearest even, NaN kept
+// quiet), and y += x added in fp32, y and x each fp32 or bf16 (the flags), rounded once.
+absl::Status FloatToBF16(uint16_t* y, const float* x, int64_t n);
+absl::Status BF16ToFloat(float* y, const uint16_t* x, int64_t n);
+absl::Status Accumulate(void* y, bool y_bf16, const void* x, bool x_bf16, int64_t n);
 
 // y = a + b (the residual stream); y may be a or b.
 absl::Status Add(float* y, const float* a, const float* b, int64_t n);
 
 // One AdamW update of n elements (optim/optimizer.h, torch's order of operations):
 // p = p·keep; m += (1-β1)(g - m); v = β2·v + (1-β2)·g²; p -= step_size·m/(√v/bias2_sqrt + eps).
-absl::Status AdamWStep(float* params, const float* grads, float* m, float* v, int64_t n,
+template <typename G>
+absl::Status AdamWStep(float* params, const G* grads, float* m, float* v, int64_t n,
                        float keep, float step_size, float beta1, float beta2, float eps,
                        float bias2_sqrt);
 

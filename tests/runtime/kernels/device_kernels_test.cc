@@ -145,21 +145,40 @@ TEST_F(DeviceKernels, BiasResidualAndOptimizerUpdates) {
   float* d_v = Up(v);
   const Kernels::AdamWArgs args{0.999f, 0.01f, 0.9f, 0.95f, 1e-8f, 0.2236068f};
   for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE(cpu_->AdamW(p.data(), g.data(), m.data(), v.data(), n, args).ok());
-    ASSERT_TRUE(gpu_->AdamW(d_p, d_g, d_m, d_v, n, args).ok());
+    ASSERT_TRUE(cpu_->AdamW(p.data(), g.data(), DType::kF32, m.data(), v.data(), n, args).ok());
+    ASSERT_TRUE(gpu_->AdamW(d_p, d_g, DType::kF32, d_m, d_v, n, args).ok());
   }
   ExpectClose(d_p, p, 1e-7f, 1e-6f, "adamw params");
   ExpectClose(d_v, v, 1e-9f, 1e-6f, "adamw exp_avg_sq");
   float* d_momentum = Up(momentum);
   for (int step = 0; step < 2; ++step) {
     ASSERT_TRUE(
-        cpu_->Sgd(p.data(), g.data(), momentum.data(), n, 0.1f, 0.9f, 0.01f, step == 0).ok());
-    ASSERT_TRUE(gpu_->Sgd(d_p, d_g, d_momentum, n, 0.1f, 0.9f, 0.01f, step == 0).ok());
+        cpu_->Sgd(p.data(), g.data(), DType::kF32, momentum.data(), n, 0.1f, 0.9f, 0.01f, step == 0).ok());
+    ASSERT_TRUE(gpu_->Sgd(d_p, d_g, DType::kF32, d_momentum, n, 0.1f, 0.9f, 0.01f, step == 0).ok());
   }
   ExpectClose(d_p, p, 1e-6f, 1e-6f, "sgd params");
   ASSERT_TRUE(cpu_->Scale(p.data(), n, 0.5f).ok());
   ASSERT_TRUE(gpu_->Scale(d_p, n, 0.5f).ok());
   ExpectClose(d_p, p, 1e-6f, 1e-6f, "scaled");
+}
+
+// Mixed precision's kernels round exactly as the CPU's BFloat16 does, bit for bit.
+TEST_F(DeviceKernels, Bf16ConversionsAndGradientsMatchTheCpu) {
+  const int64_t n = 4099;
+  const std::vector<float> x = Random(size_t(n), 20), y = Random(size_t(n), 21);
+  std::vector<BFloat16> narrow(static_cast<size_t>(n)), back_from_gpu(static_cast<size_t>(n));
+  ASSERT_TRUE(cpu_->Convert(narrow.data(), DType::kBF16, x.data(), DType::kF32, n).ok());
+  float* d_x = Up(x);
+  auto d_narrow = alloc_.Allocate(size_t(n) * 2, MemoryCategory::kOther).value();
+  ASSERT_TRUE(gpu_->Convert(d_narrow->data(), DType::kBF16, d_x, DType::kF32, n).ok());
+  ASSERT_TRUE(cpu_->Accumulate(narrow.data(), DType::kBF16, y.data(), DType::kF32, n).ok());
+  ASSERT_TRUE(gpu_->Accumulate(d_narrow->data(), DType::kBF16, Up(y), DType::kF32, n).ok());
+  ASSERT_TRUE(gpu_->ToHost(back_from_gpu.data(), d_narrow->data(), size_t(n) * 2).ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back_from_gpu[i].bits, narrow[i].bits) << i;
+  const double cpu = cpu_->AddSquares(narrow.data(), DType::kBF16, n, 0.0).value();
+  absl::StatusOr<double> gpu = gpu_->AddSquares(d_narrow->data(), DType::kBF16, n, 0.0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_NEAR(*gpu, cpu, 1e-9 * cpu);
 }
 
 TEST_F(DeviceKernels, SumOfSquaresInDouble) {
