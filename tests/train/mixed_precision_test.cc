@@ -19,16 +19,9 @@ namespace {
 
 constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
 
-// The 3D suite's tiny model and short run (three_d_test.cc), in bf16.
+// The 3D suite's tiny model and short run, in bf16.
 TrainOptions Model(int global_batch, DType precision = DType::kBF16) {
-  TrainOptions o = ShortRun();
-  o.optimizer = OptimizerKind::kSgd;
-  o.model.n_layer = 4;
-  o.model.n_head = 4;
-  o.model.n_embd = 16;
-  o.model.seq_len = 16;
-  o.global_batch_size = global_batch;
-  o.micro_batch_size = 1;
+  TrainOptions o = TinyGrid(global_batch);
   o.precision = precision;
   return o;
 }

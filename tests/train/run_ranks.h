@@ -29,6 +29,20 @@ inline TrainOptions ShortRun() {
   return o;
 }
 
+// The model the grid suites (3D, mixed precision) run: 4 layers of 16 channels, SGD
+// (parameters compared: see tensor_parallel_test.cc), micro-batches of one sequence.
+inline TrainOptions TinyGrid(int global_batch) {
+  TrainOptions o = ShortRun();
+  o.optimizer = OptimizerKind::kSgd;
+  o.model.n_layer = 4;
+  o.model.n_head = 4;
+  o.model.n_embd = 16;
+  o.model.seq_len = 16;
+  o.global_batch_size = global_batch;
+  o.micro_batch_size = 1;
+  return o;
+}
+
 // A test's grid of ranks, with named fields (Grid{.dp = 2, .pp = 2, .zero = 1}) and a
 // printable name: the strategies' flags a test sets on its options.
 struct Grid {

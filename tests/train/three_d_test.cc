@@ -14,17 +14,7 @@
 namespace tally::train {
 namespace {
 
-TrainOptions Model(int global_batch) {
-  TrainOptions o = ShortRun();
-  o.optimizer = OptimizerKind::kSgd;  // parameters compared: see tensor_parallel_test.cc
-  o.model.n_layer = 4;
-  o.model.n_head = 4;
-  o.model.n_embd = 16;
-  o.model.seq_len = 16;
-  o.global_batch_size = global_batch;
-  o.micro_batch_size = 1;
-  return o;
-}
+TrainOptions Model(int global_batch) { return TinyGrid(global_batch); }
 
 constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
 
