@@ -70,14 +70,14 @@ GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket
                            comm::Algorithm algorithm, DType comm_type)
     : dp_(dp),
       algorithm_(algorithm),
-      wire_(comm_type),
+      sent_as_(comm_type),
       buckets_(GradientBuckets(total, bucket_bytes / int64_t(SizeOf(comm_type)))) {}
 
 absl::Status GradientSync::ReduceBucketsFrom(const Tensor& grads, int64_t ready_from) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].offset >= ready_from) {
     const comm::Chunk& bucket = buckets_[next_bucket_++];
     Tensor view = grads.Flat(bucket.offset, bucket.end());
-    RETURN_IF_ERROR(wire_.AllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
+    RETURN_IF_ERROR(sent_as_.AllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
   }
   return absl::OkStatus();
 }

@@ -30,7 +30,7 @@
 #include "runtime/comm/communicator.h"
 #include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
-#include "parallel/wire.h"
+#include "parallel/sent_as.h"
 #include "runtime/comm/algorithms/partition.h"
 
 namespace tally::parallel {
@@ -103,7 +103,7 @@ class GradientSync {
 
   comm::Communicator* dp_;
   comm::Algorithm algorithm_;
-  Wire wire_;  // the type the buckets travel as
+  SentAs sent_as_;  // the type the buckets travel as
   std::vector<comm::Chunk> buckets_;
   size_t next_bucket_ = 0;
 };

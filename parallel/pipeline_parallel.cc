@@ -14,7 +14,7 @@ PipelineParallel::PipelineParallel(model::GPT* gpt, comm::Communicator* stages,
       stages_(stages),
       options_(options),
       device_(device),
-      wire_(options.boundary),
+      boundary_sent_as_(options.boundary),
       stage_(stages->rank()),
       // gpipe keeps every micro-batch in flight; 1f1b at most the stages from here on.
       slot_count_(options.schedule == PipelineSchedule::kGPipe
@@ -210,13 +210,13 @@ absl::StatusOr<float> PipelineParallel::Forward(const int32_t* tokens, const int
   const int last = stages_->size() - 1;
   const int64_t activation = BoundaryElements(b);
   ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, device_, MemoryCategory::kComm));
-  if (stage_ > 0) RETURN_IF_ERROR(wire_.Recv(*stages_, input, stage_ - 1));
+  if (stage_ > 0) RETURN_IF_ERROR(boundary_sent_as_.Recv(*stages_, input, stage_ - 1));
   ASSIGN_OR_RETURN(float loss, ForwardSlot(0, b, stage_ == 0 ? tokens : nullptr,
                                            stage_ > 0 ? input.data<float>() : nullptr,
                                            stage_ == last ? targets : nullptr));
   if (stage_ < last) {
     Tensor out = Tensor::Borrow(const_cast<float*>(SlotOutput(0)), activation, device_.device());
-    RETURN_IF_ERROR(wire_.Send(*stages_, out, stage_ + 1));
+    RETURN_IF_ERROR(boundary_sent_as_.Send(*stages_, out, stage_ + 1));
   }
   return FromLastStage(loss);
 }

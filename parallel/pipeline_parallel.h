@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "model/gpt.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/wire.h"
+#include "parallel/sent_as.h"
 #include "runtime/comm/communicator.h"
 
 namespace tally::parallel {
@@ -111,7 +111,7 @@ class PipelineParallel {
   comm::Communicator* stages_;
   const Options options_;
   Allocator& device_;
-  const Wire wire_;  // Forward's boundaries, in the boundary type
+  const SentAs boundary_sent_as_;  // Forward's boundaries, in the boundary type
   const int stage_;
   const int slot_count_;
   // Each slot's activations (recompute: slots_[0] is the one whole set every backward

@@ -14,10 +14,10 @@ absl::Status TensorParallel::CopyFloats(float* to, const float* from, int64_t co
 }
 
 absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string& scope,
-                                       comm::ReduceOp op, const Wire& wire) const {
+                                       comm::ReduceOp op, const SentAs& sent_as) const {
   if (size() == 1) return absl::OkStatus();
   comm::LabelScope label(group_->ledger(), scope);
-  return wire.AllReduce(*group_, Tensor::Borrow(data, n, device_), op);
+  return sent_as.AllReduce(*group_, Tensor::Borrow(data, n, device_), op);
 }
 
 absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, float* scratch,

@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "model/parameters.h"
 #include "model/layer_split.h"
-#include "parallel/wire.h"
+#include "parallel/sent_as.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/kernels.h"
 
@@ -52,7 +52,7 @@ class TensorParallel final : public model::LayerSplit {
   TensorParallel() = default;
   // `device`: where the layers' activations are (the model's device), which the
   // group's collectives are told. `activations`: the type the activations and their
-  // gradients travel as (bf16 under mixed precision; wire.h); the cross-entropy's
+  // gradients travel as (bf16 under mixed precision; sent_as.h); the cross-entropy's
   // per-row statistics always travel as fp32.
   explicit TensorParallel(comm::Communicator* group, bool sequence_parallel = false,
                           Device device = Device::CPU(), DType activations = DType::kF32)
@@ -71,11 +71,11 @@ class TensorParallel final : public model::LayerSplit {
   // to[0, count) = from[0, count), on the activations' device.
   absl::Status CopyFloats(float* to, const float* from, int64_t count) const;
 
-  // data[0, n) reduced over the group in place, travelling as `wire`, booked in the
+  // data[0, n) reduced over the group in place, travelling as `sent_as`, booked in the
   // ledger under `scope`. One rank: nothing.
   absl::Status AllReduce(float* data, int64_t n, const std::string& scope,
                          comm::ReduceOp op = comm::ReduceOp::kSum,
-                         const Wire& wire = Wire()) const;
+                         const SentAs& sent_as = SentAs()) const;
   // Sequence parallelism's collectives over (b, t, c) activations: every rank's
   // (b, t/N, c) part into the whole (b, t, c); the whole's sum over the group, each rank
   // keeping its part. `scratch` holds b·t·c floats.
@@ -127,7 +127,7 @@ class TensorParallel final : public model::LayerSplit {
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
   Device device_ = Device::CPU();
-  Wire activations_;
+  SentAs activations_;
 };
 
 // Under sequence parallelism: sums the gradients of the per-token replicas (the ranges

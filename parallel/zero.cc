@@ -91,7 +91,7 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::Pa
       make_optimizer_(std::move(make_optimizer)),
       algorithm_(algorithm),
       precision_(precision),
-      grad_wire_(precision.grad_comm),
+      grads_sent_as_(precision.grad_comm),
       gathered_(layout.units().size()),
       open_grads_(layout.units().size()) {
   size_t piece = 0;
@@ -239,7 +239,7 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
     const Sharding::Piece& piece = sharding_.pieces()[i];
     Tensor part = grads.Flat(piece.unit.offset - u.begin, piece.unit.end() - u.begin);
     Tensor reduced = reduced_.Flat(0, piece.own.count);
-    RETURN_IF_ERROR(grad_wire_.ReduceScatter(*dp_, part, reduced, comm::ReduceOp::kSum, algorithm_));
+    RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(*dp_, part, reduced, comm::ReduceOp::kSum, algorithm_));
     Tensor into = Own(grad_shard_, i);
     RETURN_IF_ERROR(kernels_->Accumulate(into.raw_data(), into.dtype(), reduced.raw_data(),
                                          reduced.dtype(), piece.own.count));
@@ -263,7 +263,7 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
     for (size_t i = 0; i < pieces.size(); ++i) {
       Tensor unit = grads_.Flat(pieces[i].unit.offset, pieces[i].unit.end());
       Tensor own = Own(grad_shard_, i);
-      RETURN_IF_ERROR(grad_wire_.ReduceScatter(*dp_, unit, own, comm::ReduceOp::kSum, algorithm_));
+      RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(*dp_, unit, own, comm::ReduceOp::kSum, algorithm_));
     }
   }
   ASSIGN_OR_RETURN(double norm,

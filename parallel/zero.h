@@ -159,7 +159,7 @@ class ZeroWeights : public model::WeightStore {
   MakeOptimizer make_optimizer_;
   const comm::Algorithm algorithm_;  // of every collective here
   const model::Precision precision_;
-  const Wire grad_wire_;  // the type the gradients are reduced as
+  const SentAs grads_sent_as_;  // the type the gradients are reduced as
   std::unique_ptr<Kernels> kernels_;  // the device's: gradient sums, norm, clipping
   std::unique_ptr<optim::Optimizer> optimizer_;
   // The packed shard's tensor ranges (of layout_'s specs), and the optimizer's segments

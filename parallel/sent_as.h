@@ -1,10 +1,10 @@
-// Wire: collectives whose values travel as one type (fp32 or bf16) whatever the type of
+// SentAs: collectives whose values travel as one type (fp32 or bf16) whatever the type of
 // the buffers they read and write. Mixed precision sends bf16 (2 bytes a value, as the
 // traffic ledger books them) from fp32 activations, and gradient compression sends an
 // fp32 run's gradients as bf16 (PyTorch DDP's bf16 compress hook):
 //
-//   Wire wire(DType::kBF16);
-//   RETURN_IF_ERROR(wire.AllReduce(group, activations, comm::ReduceOp::kSum));
+//   SentAs bf16(DType::kBF16);
+//   RETURN_IF_ERROR(bf16.AllReduce(group, activations, comm::ReduceOp::kSum));
 //
 // When the types match the collective runs on the buffers themselves. Otherwise they
 // are converted (rounded to nearest even; runtime/kernels/kernels.h) into a buffer of the
@@ -22,9 +22,9 @@
 
 namespace tally::parallel {
 
-class Wire {
+class SentAs {
  public:
-  explicit Wire(DType type = DType::kF32) : type_(type) {}
+  explicit SentAs(DType type = DType::kF32) : type_(type) {}
   DType type() const { return type_; }
 
   absl::Status AllReduce(comm::Communicator& group, const Tensor& data, comm::ReduceOp op,

@@ -1,10 +1,10 @@
-#include "parallel/wire.h"
+#include "parallel/sent_as.h"
 
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
 
-absl::StatusOr<Kernels*> Wire::KernelsFor(Device device) const {
+absl::StatusOr<Kernels*> SentAs::KernelsFor(Device device) const {
   if (kernels_ == nullptr || kernels_->device() != device) {
     ASSIGN_OR_RETURN(std::unique_ptr<Kernels> k, Kernels::Create(device));
     kernels_ = std::move(k);
@@ -12,7 +12,7 @@ absl::StatusOr<Kernels*> Wire::KernelsFor(Device device) const {
   return kernels_.get();
 }
 
-absl::StatusOr<Tensor> Wire::ToWire(comm::Communicator& group, const Tensor& t, bool copy) const {
+absl::StatusOr<Tensor> SentAs::ToWire(comm::Communicator& group, const Tensor& t, bool copy) const {
   if (t.dtype() == type_) return t;
   Allocator comm_memory(group.allocator().ledger(), t.device());
   ASSIGN_OR_RETURN(Tensor wire, Tensor::Empty({t.numel()}, type_, comm_memory, MemoryCategory::kComm));
@@ -23,20 +23,20 @@ absl::StatusOr<Tensor> Wire::ToWire(comm::Communicator& group, const Tensor& t, 
   return wire;
 }
 
-absl::Status Wire::FromWire(const Tensor& wire, const Tensor& t) const {
+absl::Status SentAs::FromWire(const Tensor& wire, const Tensor& t) const {
   if (wire.raw_data() == t.raw_data()) return absl::OkStatus();
   ASSIGN_OR_RETURN(Kernels * k, KernelsFor(t.device()));
   return k->Convert(t.raw_data(), t.dtype(), wire.raw_data(), type_, t.numel());
 }
 
-absl::Status Wire::AllReduce(comm::Communicator& group, const Tensor& data, comm::ReduceOp op,
+absl::Status SentAs::AllReduce(comm::Communicator& group, const Tensor& data, comm::ReduceOp op,
                              comm::Communicator::AlgorithmChoice algorithm) const {
   ASSIGN_OR_RETURN(Tensor wire, ToWire(group, data, /*copy=*/true));
   RETURN_IF_ERROR(group.AllReduce(wire, op, algorithm));
   return FromWire(wire, data);
 }
 
-absl::Status Wire::AllGather(comm::Communicator& group, const Tensor& mine, const Tensor& all,
+absl::Status SentAs::AllGather(comm::Communicator& group, const Tensor& mine, const Tensor& all,
                              comm::Communicator::AlgorithmChoice algorithm) const {
   ASSIGN_OR_RETURN(Tensor wire_mine, ToWire(group, mine, /*copy=*/true));
   ASSIGN_OR_RETURN(Tensor wire_all, ToWire(group, all, /*copy=*/false));
@@ -44,7 +44,7 @@ absl::Status Wire::AllGather(comm::Communicator& group, const Tensor& mine, cons
   return FromWire(wire_all, all);
 }
 
-absl::Status Wire::ReduceScatter(comm::Communicator& group, const Tensor& all, const Tensor& mine,
+absl::Status SentAs::ReduceScatter(comm::Communicator& group, const Tensor& all, const Tensor& mine,
                                  comm::ReduceOp op,
                                  comm::Communicator::AlgorithmChoice algorithm) const {
   ASSIGN_OR_RETURN(Tensor wire_all, ToWire(group, all, /*copy=*/true));
@@ -53,12 +53,12 @@ absl::Status Wire::ReduceScatter(comm::Communicator& group, const Tensor& all, c
   return FromWire(wire_mine, mine);
 }
 
-absl::Status Wire::Send(comm::Communicator& group, const Tensor& data, int peer) const {
+absl::Status SentAs::Send(comm::Communicator& group, const Tensor& data, int peer) const {
   ASSIGN_OR_RETURN(Tensor wire, ToWire(group, data, /*copy=*/true));
   return group.Send(wire, peer);
 }
 
-absl::Status Wire::Recv(comm::Communicator& group, const Tensor& data, int peer) const {
+absl::Status SentAs::Recv(comm::Communicator& group, const Tensor& data, int peer) const {
   ASSIGN_OR_RETURN(Tensor wire, ToWire(group, data, /*copy=*/false));
   RETURN_IF_ERROR(group.Recv(wire, peer));
   return FromWire(wire, data);
