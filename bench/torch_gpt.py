@@ -1,14 +1,17 @@
 """The tally_model_bench model in PyTorch eager, for a side-by-side tokens/s.
 
     python3 bench/torch_gpt.py --threads 1,2 --steps 10
+    python3 bench/torch_gpt.py --threads 1,2 --precision bf16    # autocast, as tally's bf16
     python3 bench/torch_gpt.py --device cuda --tf32 --n_layer 12 --n_head 12 \
         --n_embd 768 --seq_len 1024 --batch 8        # GPT-2 small on a GPU
 
 Same architecture as tally's GPT (pre-LayerNorm blocks, fused QKV, causal attention,
 4C tanh-GELU MLP, tied LM head, mean cross-entropy), same sizes (L=4, H=4, C=256, T=128,
 batch 8), AdamW(betas 0.9/0.95, weight decay 0.1 on 2-D weights), gradient clipping at
-1, fp32 (--tf32: TF32 matmuls allowed, as tally_model_bench --tf32). Eager mode, no
-fused kernels: the framework tally is compared with. Tokens are random bytes:
+1, fp32 (--tf32: TF32 matmuls allowed, as tally_model_bench --tf32; --precision bf16:
+forward under torch.autocast(bfloat16), PyTorch's mixed precision: bf16 matmuls, fp32
+weights and optimizer, which is what tally's --precision=bf16 computes, with fp32 rather
+than bf16 weights kept). Eager mode, no fused kernels: the framework tally is compared with. Tokens are random bytes:
 throughput does not depend on the data.
 """
 import argparse
@@ -79,7 +82,8 @@ def measure(threads, args):
         sync()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -101,10 +105,12 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--device", default="cpu")
     p.add_argument("--tf32", action="store_true")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
-    print(f"torch {torch.__version__}, {args.device}, matmuls {'TF32' if args.tf32 else 'fp32'}")
+    matmuls = "bf16 (autocast)" if args.precision == "bf16" else "TF32" if args.tf32 else "fp32"
+    print(f"torch {torch.__version__}, {args.device}, matmuls {matmuls}")
     if args.device == "cuda":
         args.threads = "1"
     print(f"{'threads':>8} {'tokens/s':>12}")

@@ -4,19 +4,24 @@
 //   tally_model_bench --device=cuda --tf32 --n_layer=12 --n_head=12 --n_embd=768
 //       --seq_len=1024 --batch=8                             # GPT-2 small on a GPU
 //
-// On the CPU, for each thread count it first measures OpenBLAS sgemm on square matrices
-// (the best GFLOP/s over a few sizes and runs: the peak a GEMM-bound trainer can
-// approach); on a GPU it measures cuBLAS the same way, fp32 and (with --tf32) TF32,
-// through the same Kernels the model uses. Then it trains the model (default L=4, H=4,
+// On the CPU, for each precision and thread count it first measures the matmul the
+// model's products run in on square matrices (the best GFLOP/s over a few sizes and runs:
+// the peak a GEMM-bound trainer can approach): oneDNN's sgemm for fp32, its bf16 x bf16 ->
+// fp32 matmul for bf16. On a GPU it measures cuBLAS the same way (fp32, TF32 with --tf32,
+// or bf16), through the same Kernels the model uses. Then it trains the model (default L=4, H=4,
 // C=256, T=128, global batch 8, AdamW) for --warmup + --steps steps on the embedded
 // corpus and reports the timed steps' tokens/s and model GFLOP/s (6·params + 12·L·C·T per
 // token), and that as a fraction of the peak (MFU against the measured peak).
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
 #include "runtime/clock.h"
@@ -39,18 +44,25 @@ ABSL_FLAG(int, batch, 8, "sequences per step (one micro-batch)");
 ABSL_FLAG(std::string, json, "", "also write the rows as JSON here");
 ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda (GPU 0; --threads is then ignored)");
 ABSL_FLAG(std::string, precision, "fp32",
-          "fp32, bf16, or both (fp32,bf16): the runs' --precision (bf16 keeps bf16 parameters "
-          "and gradients and fp32 master weights; the matmuls compute in fp32)");
+          "fp32, bf16, or both (fp32,bf16): the runs' --precision (bf16: bf16 parameters, "
+          "gradients and matmul operands, fp32 sums, master weights and optimizer state)");
 ABSL_FLAG(bool, tf32, false, "--device=cuda: train with TF32 matmuls (and measure that peak too)");
 
 namespace tally {
 namespace {
 
-// Best sgemm GFLOP/s over square sizes 512..2048 and three runs each.
-double SgemmPeakGflops() {
+// Best GFLOP/s of the CPU's matmul over square sizes 512..2048 and three runs each: sgemm
+// (T = float), or bf16 operands with fp32 output (T = BFloat16).
+template <typename T>
+double CpuPeakGflops() {
   double best = 0;
   for (int n : {512, 1024, 2048}) {
-    std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+    auto value = [](float x) {
+      if constexpr (std::is_same_v<T, float>) return x;
+      else return BFloat16::FromFloat(x);
+    };
+    std::vector<T> a(size_t(n) * n, value(0.5f)), b(size_t(n) * n, value(0.25f));
+    std::vector<float> c(size_t(n) * n);
     for (int run = 0; run < 3; ++run) {
       int64_t start = MonotonicNanos();
       cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kNo, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
@@ -63,8 +75,8 @@ double SgemmPeakGflops() {
 
 // Best cuBLAS GFLOP/s over square sizes 2048..8192 and three runs each, through the
 // CUDA Kernels (a linear layer y = x·wᵀ is one GEMM of 2·n³ flops).
-absl::StatusOr<double> CublasPeakGflops(bool tf32) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Kernels> k, Kernels::Create({DeviceType::kCUDA, 0}, tf32));
+absl::StatusOr<double> CublasPeakGflops(MatmulInputs inputs) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Kernels> k, Kernels::Create({DeviceType::kCUDA, 0}, inputs));
   Allocator alloc(nullptr, k->device());
   double best = 0;
   for (int n : {2048, 4096, 8192}) {
@@ -86,6 +98,18 @@ absl::StatusOr<double> CublasPeakGflops(bool tf32) {
     }
   }
   return best;
+}
+
+// The processor's name, from /proc/cpuinfo ("unknown" where there is none).
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)));
+    }
+  }
+  return "unknown";
 }
 
 struct Row {
@@ -120,9 +144,11 @@ absl::StatusOr<Row> Measure(DeviceType device, int threads, DType precision) {
   row.precision = train::PrecisionName(precision);
   row.threads = threads;
   if (device == DeviceType::kCUDA) {
-    ASSIGN_OR_RETURN(row.peak_gflops, CublasPeakGflops(o.tf32));
+    ASSIGN_OR_RETURN(row.peak_gflops, CublasPeakGflops(o.matmul_inputs()));
+  } else if (precision == DType::kBF16) {
+    row.peak_gflops = CpuPeakGflops<BFloat16>();
   } else {
-    row.peak_gflops = SgemmPeakGflops();
+    row.peak_gflops = CpuPeakGflops<float>();
   }
   double seconds = 0;
   for (int64_t k = 0; k < o.steps; ++k) {
@@ -166,11 +192,13 @@ absl::Status Main() {
   if (device == DeviceType::kCUDA) {
     RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is no GPU
     ASSIGN_OR_RETURN(std::string name, cuda::DeviceName(0));
-    std::printf("GPU 0: %s, matmuls %s\n", name.c_str(),
+    std::printf("GPU 0: %s, fp32 matmuls %s\n", name.c_str(),
                 absl::GetFlag(FLAGS_tf32) ? "TF32" : "fp32");
     thread_counts = {0};
+  } else {
+    std::printf("CPU: %s, oneDNN kernels %s\n", CpuName().c_str(), cpu::MatmulIsa());
   }
-  const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "sgemm GFLOP/s";
+  const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "matmul GFLOP/s";
   std::printf("%8s %9s %8s %14s %12s %14s %16s\n", "device", "precision", "threads", peak,
               "tokens/s", "model GFLOP/s", "of the peak");
   JsonWriter w;

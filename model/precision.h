@@ -7,10 +7,12 @@
 //                       AdamW: the seed's and the ZeRO paper's K = 12)
 //   bf16, fp32 accum    gradients accumulated in fp32 (Megatron's main_grad: 2 + 4 + 12)
 //
-// The kernels compute in fp32 on every device: a store of bf16 parameters hands the
-// model an fp32 copy of each unit in use (exact: bf16 widens without rounding), and
-// takes its gradients back in fp32, adding them into its buffer with one rounding
-// (runtime/kernels/kernels.h, Convert and Accumulate).
+// A store of bf16 parameters hands the model an fp32 copy of each unit in use (exact: bf16
+// widens without rounding), and takes its gradients back in fp32, adding them into its
+// buffer with one rounding (runtime/kernels/kernels.h, Convert and Accumulate). The
+// matmuls take bf16 operands (the weights' are those bf16 values again; activations and
+// their gradients are rounded as they enter: MatmulInputs::kBF16) and sum in fp32;
+// LayerNorm, softmax, GELU, the residual adds and the loss compute in fp32.
 #pragma once
 
 #include "runtime/dtype.h"

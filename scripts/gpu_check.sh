@@ -25,6 +25,7 @@ step() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/gpu.txt"
+[ -d gpu_pack/lib ] || tar -C gpu_pack -xJf gpu_pack/lib.tar.xz
 # NCCL: the toolkit's, or the one PyTorch's packages bring (nvidia-nccl).
 nccl_lib="$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0] + "/lib")' 2> /dev/null)"
 export LD_LIBRARY_PATH="$PWD/gpu_pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${nccl_lib:+$nccl_lib:}${LD_LIBRARY_PATH:-}"
@@ -58,11 +59,16 @@ step 30 tally_bench_nccl.txt gpu_pack/tally_bench --device=cuda --backend=nccl -
 # The 3D demo's grid, every rank on the one GPU, 10 steps: the report's bytes and memory.
 step 60 tally_train_3d.txt gpu_pack/tally_train --device=cuda --dp=2 --tp=2 --pp=2 --zero=1 \
   --sequence_parallel --micro_batch_size=2 --steps=10 --eval_every=0 --sample_bytes=32
-# Mixed precision on the GPU: the bf16 kernels (conversions, bf16 gradients in the
-# optimizer) in the 3D grid, and GPT-2 small's tokens/s in fp32 and bf16.
+# Mixed precision on the GPU: the bf16 kernels (conversions, cuBLAS's bf16 GEMM, bf16
+# gradients in the optimizer) in the 3D grid, and GPT-2 small's tokens/s in fp32 and bf16
+# (against PyTorch's bf16 autocast where it is installed with CUDA).
 step 60 tally_train_3d_bf16.txt gpu_pack/tally_train --device=cuda --precision=bf16 --dp=2 \
   --tp=2 --pp=2 --zero=1 --sequence_parallel --micro_batch_size=2 --steps=10 --eval_every=0 \
   --sample_bytes=32
 step 100 tally_gpt2_bf16.txt gpu_pack/tally_model_bench --device=cuda --tf32 \
   --precision=fp32,bf16 "${gpt2[@]}" --json="$out/tally_gpt2_bf16.json"
+if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  step 100 torch_gpt2_bf16.txt python3 gpu_pack/torch_gpt.py --device cuda --precision bf16 \
+    --n_layer 12 --n_head 12 --n_embd 768 --seq_len 1024 --batch 8 --warmup 2 --steps 10
+fi
 exit "$status"

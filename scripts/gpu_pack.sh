@@ -3,7 +3,8 @@
 # has the CUDA driver and toolkit but not Abseil, GoogleTest or OpenBLAS: the test and
 # benchmark binaries, bench/torch_gpt.py, and every shared library they load that is
 # neither CUDA's (NCCL's too: gpu_check.sh finds the GPU machine's own) nor the C
-# library's (about 50 MB). Then run scripts/gpu_check.sh there with gpu_pack/ carried.
+# library's (OpenBLAS and oneDNN alone are 75 MB: the libraries travel as one xz archive,
+# which gpu_check.sh unpacks). Then run scripts/gpu_check.sh there with gpu_pack/ carried.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh > /dev/null
@@ -20,4 +21,6 @@ for binary in "${binaries[@]}"; do
     esac
   done
 done
+tar -C gpu_pack -cf - lib | xz -T2 -6 > gpu_pack/lib.tar.xz
+rm -rf gpu_pack/lib
 du -sh gpu_pack

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ pkg-config libabsl-dev libgtest-dev libopenblas-dev openmpi-bin libopenmpi-dev)
+packages=(cmake ninja-build g++ pkg-config libabsl-dev libgtest-dev libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

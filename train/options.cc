@@ -82,6 +82,11 @@ model::Precision TrainOptions::Precision() const {
   return p;
 }
 
+MatmulInputs TrainOptions::matmul_inputs() const {
+  if (precision == DType::kBF16) return MatmulInputs::kBF16;
+  return tf32 ? MatmulInputs::kTF32 : MatmulInputs::kF32;
+}
+
 TrainOptions TrainOptions::Resolved() const {
   TrainOptions o = *this;
   if (o.micro_batch_size == 0 && o.dp > 0 && o.global_batch_size % o.dp == 0) {
@@ -201,6 +206,7 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
   if (precision == DType::kF32 && fp32_grad_accum) unused("--fp32_grad_accum", "with --precision=fp32");
+  if (precision == DType::kBF16 && tf32) unused("--tf32", "with --precision=bf16 (its matmuls take bf16)");
   if (dp == 1 && zero == 0 && grad_comm_dtype) unused("--grad_comm_dtype", "with --dp=1");
   if (eval_every == 0 && eval_batches != defaults.eval_batches) unused("--eval_batches", "with --eval_every=0");
   if (sample_bytes == 0) {

@@ -14,6 +14,7 @@
 #include "parallel/topology.h"
 #include "runtime/comm/types.h"
 #include "runtime/device.h"
+#include "runtime/kernels/matmul_inputs.h"
 
 namespace tally::train {
 
@@ -111,6 +112,9 @@ struct TrainOptions {
   std::optional<DType> grad_comm_dtype;
   // The element types of every buffer, from the three above.
   model::Precision Precision() const;
+  // What the matmuls take: bf16 operands with --precision=bf16, else TF32 with --tf32, else
+  // fp32.
+  MatmulInputs matmul_inputs() const;
 
   // The most ranks a run may have (dp x tp x pp).
   static constexpr int64_t kMaxRanks = 4096;

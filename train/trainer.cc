@@ -116,9 +116,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
           options.Precision().grad_comm);
     }
   }
-  if (options.tf32) {
+  if (options.matmul_inputs() != MatmulInputs::kF32) {
     ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels,
-                     Kernels::Create(t->model_alloc_.device(), /*tf32=*/true));
+                     Kernels::Create(t->model_alloc_.device(), options.matmul_inputs()));
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
   if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());

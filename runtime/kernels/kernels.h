@@ -2,7 +2,7 @@
 // code (model/, parallel/tensor_parallel.cc, optim/) calls these and never a device's
 // kernels directly, so the same lines train on the CPU and on a GPU:
 //
-//   ASSIGN_OR_RETURN(std::unique_ptr<Kernels> k, Kernels::Create(alloc.device(), tf32));
+//   ASSIGN_OR_RETURN(std::unique_ptr<Kernels> k, Kernels::Create(alloc.device()));
 //   RETURN_IF_ERROR(k->LayerNormForward(y, mean, rstd, x, w, b, n, c));
 //
 // Pointers are the device's: host memory for the CPU, device memory for CUDA (the
@@ -22,15 +22,18 @@
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/kernels/matmul_inputs.h"
 
 namespace tally {
 
 class Kernels {
  public:
-  // The CPU's kernels, or those of a CUDA device (cuBLAS fp32; tf32 lets its matmuls use
-  // TF32 tensor cores). A CUDA device in a build or on a machine without one fails,
-  // saying why.
-  static absl::StatusOr<std::unique_ptr<Kernels>> Create(Device device, bool tf32 = false);
+  // The CPU's kernels (oneDNN's matmuls), or those of a CUDA device (cuBLAS), whose
+  // matmuls (linear layers and attention's four products) take their operands as `inputs`
+  // says (matmul_inputs.h; TF32 is CUDA's only). A CUDA device in a build or on a machine
+  // without one fails, saying why.
+  static absl::StatusOr<std::unique_ptr<Kernels>> Create(
+      Device device, MatmulInputs inputs = MatmulInputs::kF32);
   virtual ~Kernels() = default;
   virtual Device device() const = 0;
 
@@ -139,6 +142,7 @@ class Kernels {
 };
 
 // The CUDA half of Kernels::Create (runtime/kernels/cuda; an error in a build without it).
-absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index, bool tf32);
+absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index,
+                                                           MatmulInputs inputs);
 
 }  // namespace tally

@@ -8,16 +8,21 @@
 //     4·B·NH·T²·hs flops (two T×T×hs GEMMs)
 //   AttentionBackward: dy (B, T, C) -> dqkv (B, T, 3C) (written);
 //     `scratch` holds T·T elements.
-// Attention is the only layer that mixes information across positions.
+// Attention is the only layer that mixes information across positions. With
+// MatmulInputs::kBF16 (float only) Q, K, V, P, dY and dS enter the four products rounded
+// to bf16; the products, the softmax and its backward are fp32.
 #pragma once
+
+#include "runtime/kernels/cpu/gemm.h"
 
 namespace tally::cpu {
 
 template <typename T>
-void AttentionForward(T* y, T* att, const T* qkv, int b, int t, int c, int nh);
+void AttentionForward(T* y, T* att, const T* qkv, int b, int t, int c, int nh,
+                      MatmulInputs inputs = MatmulInputs::kF32);
 
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dy, const T* qkv, const T* att, int b, int t,
-                       int c, int nh);
+                       int c, int nh, MatmulInputs inputs = MatmulInputs::kF32);
 
 }  // namespace tally::cpu

@@ -23,6 +23,7 @@ absl::Status UnsupportedConversion(DType to, DType from) {
 
 class CpuKernels final : public Kernels {
  public:
+  explicit CpuKernels(MatmulInputs inputs) : inputs_(inputs) {}
   Device device() const override { return Device::CPU(); }
 
   absl::Status Copy(void* to, const void* from, size_t bytes) override {
@@ -42,23 +43,23 @@ class CpuKernels final : public Kernels {
 
   absl::Status LinearForward(float* y, const float* x, const float* w, const float* b, int n, int c,
                              int oc) override {
-    cpu::LinearForward(y, x, w, b, n, c, oc);
+    cpu::LinearForward(y, x, w, b, n, c, oc, inputs_);
     return absl::OkStatus();
   }
   absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
                               const float* w, int n, int c, int oc) override {
-    cpu::LinearBackward(dx, dw, db, dy, x, w, n, c, oc);
+    cpu::LinearBackward(dx, dw, db, dy, x, w, n, c, oc, /*accumulate_dx=*/false, inputs_);
     return absl::OkStatus();
   }
   absl::Status AttentionForward(float* y, float* att, const float* qkv, int b, int t, int c,
                                 int nh) override {
-    cpu::AttentionForward(y, att, qkv, b, t, c, nh);
+    cpu::AttentionForward(y, att, qkv, b, t, c, nh, inputs_);
     return absl::OkStatus();
   }
   int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
   absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, const float* qkv,
                                  const float* att, int b, int t, int c, int nh) override {
-    cpu::AttentionBackward(dqkv, scratch, dy, qkv, att, b, t, c, nh);
+    cpu::AttentionBackward(dqkv, scratch, dy, qkv, att, b, t, c, nh, inputs_);
     return absl::OkStatus();
   }
   absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
@@ -275,13 +276,19 @@ class CpuKernels final : public Kernels {
     if (type == DType::kBF16) return body(static_cast<const BFloat16*>(grads));
     return UnsupportedConversion(type, DType::kF32);
   }
+
+  MatmulInputs inputs_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernels>> Kernels::Create(Device device, bool tf32) {
-  if (device.type == DeviceType::kCUDA) return CreateCudaKernels(device.index, tf32);
-  return std::unique_ptr<Kernels>(new CpuKernels());
+absl::StatusOr<std::unique_ptr<Kernels>> Kernels::Create(Device device, MatmulInputs inputs) {
+  if (device.type == DeviceType::kCUDA) return CreateCudaKernels(device.index, inputs);
+  if (inputs == MatmulInputs::kTF32) {
+    return absl::InvalidArgumentError(
+        "[kernels] TF32 matmuls are CUDA's (--tf32 needs --device=cuda)");
+  }
+  return std::unique_ptr<Kernels>(new CpuKernels(inputs));
 }
 
 }  // namespace tally

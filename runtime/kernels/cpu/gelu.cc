@@ -1,5 +1,6 @@
 #include "runtime/kernels/cpu/gelu.h"
 
+#include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/fast_math.h"
 
 namespace tally::cpu {
@@ -31,17 +32,8 @@ template <typename T>
 
 }  // namespace
 
-// The float versions (the training path) are compiled twice, for AVX2 + FMA and for the
-// baseline, and the loader picks one for the CPU it runs on (GCC's target_clones): one
-// binary runs everywhere and uses the wide registers where they exist.
-// (ThreadSanitizer would instrument the loader's resolver, which runs before the
-// sanitizer's runtime exists; its builds keep the baseline only.)
-#if defined(__SANITIZE_THREAD__)
-#define TALLY_CPU_CLONES
-#else
-#define TALLY_CPU_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#endif
-
+// The float versions (the training path) are compiled for AVX2 + FMA and for the baseline
+// (cpu_clones.h).
 TALLY_CPU_CLONES void GeluForward(float* y, const float* x, long n) { Forward(y, x, n); }
 TALLY_CPU_CLONES void GeluBackward(float* dx, const float* x, const float* dy, long n) {
   Backward(dx, x, dy, n);

@@ -1,7 +1,195 @@
 #include "runtime/kernels/cpu/gemm.h"
 
-namespace tally::cpu {
+#include <cblas.h>
+#include <omp.h>
 
-void SetBlasThreads(int threads) { openblas_set_num_threads(threads < 1 ? 1 : threads); }
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
+
+#include "runtime/kernels/cpu/cpu_clones.h"
+
+namespace tally::cpu {
+namespace {
+
+std::atomic<int> matmul_threads{1};
+
+// oneDNN runs on OpenMP, whose thread count belongs to each calling thread: every rank's
+// thread takes the process's figure before its matmul.
+void UseMatmulThreads() {
+  thread_local int current = 0;
+  const int wanted = matmul_threads.load(std::memory_order_relaxed);
+  if (current != wanted) {
+    omp_set_num_threads(wanted);
+    current = wanted;
+  }
+}
+
+[[noreturn]] void Fail(const char* what, const char* why) {
+  // Only shapes the model has validated reach a matmul: a failure here is a bug in tally or
+  // a broken oneDNN installation, not bad input.
+  std::fprintf(stderr, "[kernels] oneDNN %s failed: %s\n", what, why);
+  std::abort();
+}
+
+// oneDNN's matmul for bf16 operands, one primitive per shape and thread count (a primitive
+// divides its work for the threads there were when it was built), built on first use by
+// the calling thread and kept (a model has a handful of shapes).
+class BF16Matmuls {
+ public:
+  void Run(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
+           const BFloat16* b, int ldb, float beta, float* c, int ldc) {
+    const Shape shape{ta == Trans::kYes, tb == Trans::kYes, m, n, k, lda, ldb, ldc, alpha, beta,
+                      omp_get_max_threads()};
+    auto it = cache_.find(shape);
+    if (it == cache_.end()) {
+      if (cache_.size() >= 256) cache_.clear();
+      it = cache_.emplace(shape, Build(shape)).first;
+    }
+    Entry& e = it->second;
+    e.a.set_data_handle(const_cast<BFloat16*>(a));
+    e.b.set_data_handle(const_cast<BFloat16*>(b));
+    e.c.set_data_handle(c);
+    e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+  }
+
+ private:
+  struct Shape {
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    int threads;
+    bool operator<(const Shape& o) const {
+      return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads) <
+             std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.threads);
+    }
+  };
+  struct Entry {
+    dnnl::matmul matmul;
+    dnnl::memory a, b, c;
+  };
+
+  Entry Build(const Shape& s) {
+    using dnnl::memory;
+    // op(A) (m, k) and op(B) (k, n) as strides over the row-major storage.
+    const memory::desc a({s.m, s.k}, memory::data_type::bf16,
+                         s.ta ? memory::dims{1, s.lda} : memory::dims{s.lda, 1});
+    const memory::desc b({s.k, s.n}, memory::data_type::bf16,
+                         s.tb ? memory::dims{1, s.ldb} : memory::dims{s.ldb, 1});
+    const memory::desc c({s.m, s.n}, memory::data_type::f32, memory::dims{s.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+    if (s.beta != 0.0f) {
+      dnnl::post_ops sum;
+      sum.append_sum(s.beta);
+      attr.set_post_ops(sum);
+    }
+    // One build at a time in the process: oneDNN's primitive cache and JIT registry are
+    // shared by every thread, and its own locks are invisible to ThreadSanitizer (an
+    // uninstrumented library), which would otherwise report the ranks' first builds.
+    static std::mutex building;
+    std::lock_guard<std::mutex> lock(building);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+      return Entry{dnnl::matmul(pd), memory(a, engine_, nullptr), memory(b, engine_, nullptr),
+                   memory(c, engine_, nullptr)};
+    } catch (const dnnl::error& e) {
+      Fail("bf16 matmul", e.what());
+    }
+  }
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::map<Shape, Entry> cache_;
+};
+
+TALLY_CPU_CLONES void Round(BFloat16* to, const float* from, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &from[i], sizeof(u));
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x40u;  // quiet, as BFloat16::FromFloat
+    to[i].bits = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+}
+
+}  // namespace
+
+void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  UseMatmulThreads();
+  const dnnl_status_t status =
+      dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', m, n, k, alpha, a,
+                 lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success) Fail("sgemm", "invalid arguments");
+}
+
+void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta == Trans::kYes ? CblasTrans : CblasNoTrans,
+              tb == Trans::kYes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta,
+              c, ldc);
+}
+
+void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
+          const BFloat16* b, int ldb, float beta, float* c, int ldc) {
+  UseMatmulThreads();
+  thread_local BF16Matmuls matmuls;
+  matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void RoundToBF16(BFloat16* to, const float* from, int64_t rows, int64_t cols, int64_t ld) {
+  // Blocks of rows on the matmul's threads (each element is rounded on its own, so the
+  // result does not depend on how many).
+  const int64_t block = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
+  const int64_t blocks = (rows + block - 1) / block;
+  UseMatmulThreads();
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t end = std::min(rows, (i + 1) * block);
+    if (ld == cols) {
+      Round(to + i * block * cols, from + i * block * cols, (end - i * block) * cols);
+    } else {
+      for (int64_t r = i * block; r < end; ++r) Round(to + r * cols, from + r * ld, cols);
+    }
+  }
+}
+
+BFloat16* BF16Scratch(int slot, int64_t n) {
+  thread_local std::vector<BFloat16> buffers[4];
+  std::vector<BFloat16>& buffer = buffers[slot];
+  if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
+  return buffer.data();
+}
+
+const char* MatmulIsa() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+void SetBlasThreads(int threads) {
+#if defined(__SANITIZE_THREAD__)
+  threads = 1;
+#endif
+  threads = threads < 1 ? 1 : threads;
+  matmul_threads.store(threads, std::memory_order_relaxed);
+  openblas_set_num_threads(threads);
+}
 
 }  // namespace tally::cpu

@@ -1,26 +1,53 @@
 #include "runtime/kernels/cpu/linear.h"
 
-#include "runtime/kernels/cpu/gemm.h"
-
 namespace tally::cpu {
+namespace {
+
+// The layer with its matmul operands of type O (T, or bf16 roundings of them).
+template <typename O, typename T>
+void Forward(T* y, const T* x, const T* w, int n, int c, int oc) {
+  Gemm(Trans::kNo, Trans::kYes, n, oc, c, T(1), AsOperand<O>(0, x, n, c), c,
+       AsOperand<O>(1, w, oc, c), c, T(1), y, oc);
+}
+
+template <typename O, typename T>
+void Backward(T* dx, T* dw, const T* dy, const T* x, const T* w, int n, int c, int oc,
+              bool accumulate_dx) {
+  const O* g = AsOperand<O>(2, dy, n, oc);
+  if (dx != nullptr) {
+    Gemm(Trans::kNo, Trans::kNo, n, c, oc, T(1), g, oc, AsOperand<O>(1, w, oc, c), c,
+         accumulate_dx ? T(1) : T(0), dx, c);
+  }
+  if (dw != nullptr) {
+    Gemm(Trans::kYes, Trans::kNo, oc, c, n, T(1), g, oc, AsOperand<O>(0, x, n, c), c, T(1), dw, c);
+  }
+}
+
+}  // namespace
 
 template <typename T>
-void LinearForward(T* y, const T* x, const T* w, const T* b, int n, int c, int oc) {
+void LinearForward(T* y, const T* x, const T* w, const T* b, int n, int c, int oc,
+                   MatmulInputs inputs) {
   // Start every row from the bias, then let the GEMM add x·Wᵀ on top (beta = 1).
   for (int i = 0; i < n; ++i) {
     T* row = y + static_cast<long>(i) * oc;
     for (int o = 0; o < oc; ++o) row[o] = b != nullptr ? b[o] : T(0);
   }
-  Gemm(Trans::kNo, Trans::kYes, n, oc, c, T(1), x, c, w, c, T(1), y, oc);
+  if constexpr (std::is_same_v<T, float>) {
+    if (inputs == MatmulInputs::kBF16) return Forward<BFloat16>(y, x, w, n, c, oc);
+  }
+  Forward<T>(y, x, w, n, c, oc);
 }
 
 template <typename T>
 void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int n, int c, int oc,
-                    bool accumulate_dx) {
-  if (dx != nullptr) {
-    Gemm(Trans::kNo, Trans::kNo, n, c, oc, T(1), dy, oc, w, c, accumulate_dx ? T(1) : T(0), dx, c);
+                    bool accumulate_dx, MatmulInputs inputs) {
+  bool bf16 = false;
+  if constexpr (std::is_same_v<T, float>) {
+    bf16 = inputs == MatmulInputs::kBF16;
+    if (bf16) Backward<BFloat16>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
   }
-  if (dw != nullptr) Gemm(Trans::kYes, Trans::kNo, oc, c, n, T(1), dy, oc, x, c, T(1), dw, c);
+  if (!bf16) Backward<T>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
   if (db != nullptr) {
     for (int i = 0; i < n; ++i) {
       const T* row = dy + static_cast<long>(i) * oc;
@@ -29,11 +56,13 @@ void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, in
   }
 }
 
-template void LinearForward(float*, const float*, const float*, const float*, int, int, int);
-template void LinearForward(double*, const double*, const double*, const double*, int, int, int);
+template void LinearForward(float*, const float*, const float*, const float*, int, int, int,
+                            MatmulInputs);
+template void LinearForward(double*, const double*, const double*, const double*, int, int, int,
+                            MatmulInputs);
 template void LinearBackward(float*, float*, float*, const float*, const float*, const float*, int,
-                             int, int, bool);
+                             int, int, bool, MatmulInputs);
 template void LinearBackward(double*, double*, double*, const double*, const double*,
-                             const double*, int, int, int, bool);
+                             const double*, int, int, int, bool, MatmulInputs);
 
 }  // namespace tally::cpu

@@ -172,14 +172,14 @@ class CudaKernels final : public Kernels {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index, bool tf32) {
+absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index, MatmulInputs inputs) {
   ASSIGN_OR_RETURN(int count, cuda::DeviceCount());
   if (device_index < 0 || device_index >= count) {
     return absl::InvalidArgumentError("[cuda] no device cuda:" + std::to_string(device_index) +
                                       " (this machine has " + std::to_string(count) + ")");
   }
   RETURN_IF_ERROR(cuda::SetDevice(device_index));
-  ASSIGN_OR_RETURN(std::unique_ptr<cuda::Blas> blas, cuda::Blas::Create(tf32));
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::Blas> blas, cuda::Blas::Create(inputs));
   Allocator unaccounted(nullptr, {DeviceType::kCUDA, device_index});
   ASSIGN_OR_RETURN(
       std::shared_ptr<Storage> partials,

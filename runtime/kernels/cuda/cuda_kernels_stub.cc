@@ -4,7 +4,7 @@
 
 namespace tally {
 
-absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int, bool) {
+absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int, MatmulInputs) {
   return cuda::DeviceCount().status();  // says that this build has no CUDA
 }
 

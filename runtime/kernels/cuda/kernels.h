@@ -5,8 +5,9 @@
 // the current device's default stream; a copy back to the host waits for it. Launch errors come
 // back as a Status naming the kernel; an error inside a kernel shows at the next synchronisation.
 //
-// Matmuls go through cuBLAS (Blas: fp32, or TF32 tensor cores when allowed): the linear
-// layers, and attention's Q·Kᵀ and P·V as strided-batched products over the heads.
+// Matmuls go through cuBLAS (Blas: fp32 operands, TF32 tensor cores, or bf16 operands on
+// the tensor cores, with fp32 sums and outputs in every case): the linear layers, and
+// attention's Q·Kᵀ and P·V as strided-batched products over the heads.
 #pragma once
 
 #include <cstdint>
@@ -14,28 +15,34 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/kernels/matmul_inputs.h"
 
 namespace tally::cuda {
 
 class Blas {
  public:
-  // A cuBLAS handle on the current device. tf32: let fp32 products use TF32 tensor cores.
-  static absl::StatusOr<std::unique_ptr<Blas>> Create(bool tf32);
+  // A cuBLAS handle on the current device whose products take their fp32 operands as
+  // `inputs` says (kBF16: each operand rounded into a bf16 copy first).
+  static absl::StatusOr<std::unique_ptr<Blas>> Create(MatmulInputs inputs);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
   void* handle() const { return handle_; }  // a cublasHandle_t
-  bool tf32() const { return tf32_; }
+  MatmulInputs inputs() const { return inputs_; }
   // n ones in device memory (a bias gradient is dyᵀ times them), grown on demand.
   absl::StatusOr<const float*> Ones(int n);
+  // Device buffer `slot` (0 or 1) of at least n bf16 values: the rounded operands.
+  absl::StatusOr<uint16_t*> BF16Scratch(int slot, int64_t n);
 
  private:
-  Blas(void* handle, bool tf32) : handle_(handle), tf32_(tf32) {}
+  Blas(void* handle, MatmulInputs inputs) : handle_(handle), inputs_(inputs) {}
   void* handle_;
-  bool tf32_;
+  MatmulInputs inputs_;
   float* ones_ = nullptr;
   int ones_count_ = 0;
+  uint16_t* bf16_[2] = {nullptr, nullptr};
+  int64_t bf16_count_[2] = {0, 0};
 };
 
 // y (n, oc) = x (n, c) · wᵀ + b, w stored (oc, c); b may be null.

@@ -61,6 +61,9 @@ cublasHandle_t Handle(Blas& blas) { return static_cast<cublasHandle_t>(blas.hand
 
 // Row-major C (m, n) = alpha · op(A) · op(B) + beta · C, with op(A) (m, k) and op(B) (k, n)
 // and each buffer's row-major leading dimension; batched with strides when batch > 1.
+// With bf16 inputs each operand's span (every element the batch reads, and those between)
+// is rounded into a bf16 copy with the same layout, and the product runs in cuBLAS's
+// bf16 x bf16 -> fp32 GEMM with fp32 compute.
 absl::Status RowMajorGemm(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const float* a, int lda, int64_t stride_a, const float* b, int ldb,
                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
@@ -68,9 +71,25 @@ absl::Status RowMajorGemm(Blas& blas, bool trans_a, bool trans_b, int m, int n, 
   // Cᵀ (n, m) = op(B)ᵀ · op(A)ᵀ in column-major terms: B first, then A.
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(Handle(blas), op_b, op_a, n, m, k, &alpha, b,
-                                                   ldb, stride_b, a, lda, stride_a, &beta, c, ldc,
-                                                   stride_c, batch));
+  if (blas.inputs() != MatmulInputs::kBF16) {
+    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(Handle(blas), op_b, op_a, n, m, k, &alpha, b,
+                                                     ldb, stride_b, a, lda, stride_a, &beta, c,
+                                                     ldc, stride_c, batch));
+    return absl::OkStatus();
+  }
+  auto span = [batch](int64_t stride, int rows, int cols, int ld) {
+    return (batch - 1) * stride + int64_t(rows - 1) * ld + cols;
+  };
+  const int64_t a_span = span(stride_a, trans_a ? k : m, trans_a ? m : k, lda);
+  const int64_t b_span = span(stride_b, trans_b ? n : k, trans_b ? k : n, ldb);
+  ASSIGN_OR_RETURN(uint16_t* a16, blas.BF16Scratch(0, a_span));
+  ASSIGN_OR_RETURN(uint16_t* b16, blas.BF16Scratch(1, b_span));
+  RETURN_IF_ERROR(FloatToBF16(a16, a, a_span));
+  RETURN_IF_ERROR(FloatToBF16(b16, b, b_span));
+  CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+      Handle(blas), op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, stride_b, a16,
+      CUDA_R_16BF, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 
@@ -78,21 +97,38 @@ absl::Status RowMajorGemm(Blas& blas, bool trans_a, bool trans_b, int m, int n, 
 
 // ---------------------------------------------------------------------------- Blas
 
-absl::StatusOr<std::unique_ptr<Blas>> Blas::Create(bool tf32) {
+absl::StatusOr<std::unique_ptr<Blas>> Blas::Create(MatmulInputs inputs) {
   cublasHandle_t handle = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
-  const cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH;
+  // Pedantic: fp32 products stay fp32 (no TF32, no reduced-precision reductions); the bf16
+  // GEMM runs on the tensor cores with fp32 compute either way.
+  const cublasMath_t mode =
+      inputs == MatmulInputs::kTF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH;
   if (absl::Status s = CublasStatus(cublasSetMathMode(handle, mode), "cublasSetMathMode");
       !s.ok()) {
     cublasDestroy(handle);
     return s;
   }
-  return std::unique_ptr<Blas>(new Blas(handle, tf32));
+  return std::unique_ptr<Blas>(new Blas(handle, inputs));
 }
 
 Blas::~Blas() {
   cublasDestroy(static_cast<cublasHandle_t>(handle_));
   cudaFree(ones_);
+  cudaFree(bf16_[0]);
+  cudaFree(bf16_[1]);
+}
+
+absl::StatusOr<uint16_t*> Blas::BF16Scratch(int slot, int64_t n) {
+  if (n <= bf16_count_[slot]) return bf16_[slot];
+  // Freed and allocated anew: earlier products that read the old copy are queued before
+  // anything that could reuse its memory (cudaFree waits for the device).
+  cudaFree(bf16_[slot]);
+  bf16_[slot] = nullptr;
+  bf16_count_[slot] = 0;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&bf16_[slot], sizeof(uint16_t) * size_t(n)));
+  bf16_count_[slot] = n;
+  return bf16_[slot];
 }
 
 absl::StatusOr<const float*> Blas::Ones(int n) {

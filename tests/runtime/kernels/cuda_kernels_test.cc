@@ -46,7 +46,7 @@ class CudaKernels : public ::testing::Test {
     absl::StatusOr<int> gpus = cuda::DeviceCount();
     if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
     ASSERT_TRUE(cuda::SetDevice(0).ok());
-    absl::StatusOr<std::unique_ptr<cuda::Blas>> blas = cuda::Blas::Create(/*tf32=*/false);
+    absl::StatusOr<std::unique_ptr<cuda::Blas>> blas = cuda::Blas::Create(MatmulInputs::kF32);
     ASSERT_TRUE(blas.ok()) << blas.status();
     blas_ = std::move(*blas);
   }

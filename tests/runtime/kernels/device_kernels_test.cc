@@ -206,5 +206,45 @@ TEST_F(DeviceKernels, LayersThroughTheInterface) {
   EXPECT_EQ(gpu_->AttentionScratch(t, nh), int64_t(nh) * t * t);
 }
 
+// bf16 matmul operands (cuBLAS's bf16 GEMM against oneDNN's): both sum the same rounded
+// products in fp32, so they agree to fp32 summation, not just to bf16.
+TEST_F(DeviceKernels, BF16MatmulsMatchTheCpu) {
+  absl::StatusOr<std::unique_ptr<Kernels>> gpu16 =
+      Kernels::Create({DeviceType::kCUDA, 0}, MatmulInputs::kBF16);
+  ASSERT_TRUE(gpu16.ok()) << gpu16.status();
+  std::unique_ptr<Kernels> cpu16 = Kernels::Create(Device::CPU(), MatmulInputs::kBF16).value();
+  const int n = 24, c = 32, oc = 40, b = 2, t = 12, nh = 2;
+  const std::vector<float> x = Random(size_t(n) * c, 30), w = Random(size_t(oc) * c, 31),
+                           bias = Random(size_t(oc), 32), dy = Random(size_t(n) * oc, 33);
+  std::vector<float> y(size_t(n) * oc), dx(size_t(n) * c), dw(w.size(), 0.0f), db(oc, 0.0f);
+  ASSERT_TRUE(cpu16->LinearForward(y.data(), x.data(), w.data(), bias.data(), n, c, oc).ok());
+  ASSERT_TRUE(
+      cpu16->LinearBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, c, oc)
+          .ok());
+  float* d_y = Up(std::vector<float>(y.size()));
+  float* d_dx = Up(std::vector<float>(dx.size()));
+  float* d_dw = Up(std::vector<float>(dw.size()));
+  float* d_db = Up(std::vector<float>(db.size()));
+  const float* d_x = Up(x);
+  const float* d_w = Up(w);
+  ASSERT_TRUE((*gpu16)->LinearForward(d_y, d_x, d_w, Up(bias), n, c, oc).ok());
+  ASSERT_TRUE((*gpu16)->LinearBackward(d_dx, d_dw, d_db, Up(dy), d_x, d_w, n, c, oc).ok());
+  ExpectClose(d_y, y, 1e-5f, 1e-5f, "bf16 linear y");
+  ExpectClose(d_dx, dx, 1e-5f, 1e-5f, "bf16 linear dx");
+  ExpectClose(d_dw, dw, 1e-5f, 1e-5f, "bf16 linear dw");
+
+  const int cc = 16;
+  const std::vector<float> qkv = Random(size_t(b) * t * 3 * cc, 34);
+  std::vector<float> ya(size_t(b) * t * cc), att(size_t(b) * nh * t * t);
+  ASSERT_TRUE(cpu16->AttentionForward(ya.data(), att.data(), qkv.data(), b, t, cc, nh).ok());
+  float* d_ya = Up(std::vector<float>(ya.size()));
+  float* d_att = Up(std::vector<float>(att.size()));
+  ASSERT_TRUE((*gpu16)->AttentionForward(d_ya, d_att, Up(qkv), b, t, cc, nh).ok());
+  ExpectClose(d_att, att, 1e-5f, 1e-4f, "bf16 attention probabilities");
+  // P is rounded to bf16 on its way into P·V: a P that differs in its last fp32 bit may
+  // round to the neighbouring bf16, so Y agrees to bf16's resolution.
+  ExpectClose(d_ya, ya, 1e-2f, 1e-2f, "bf16 attention y");
+}
+
 }  // namespace
 }  // namespace tally

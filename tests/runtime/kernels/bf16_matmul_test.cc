@@ -1,0 +1,136 @@
+// The CPU's bf16 matmuls (MatmulInputs::kBF16): each product is the fp32 product of the
+// operands rounded to bf16 — against a double-precision reference over the rounded
+// operands (what is left is fp32 summation, ~1e-6), while the unrounded fp32 product is
+// ~1e-3 away (bf16 keeps 8 bits of mantissa: a relative error up to 2^-9 per operand).
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/dtype.h"
+#include "runtime/kernels/cpu/attention.h"
+#include "runtime/kernels/cpu/gemm.h"
+#include "runtime/kernels/cpu/linear.h"
+
+namespace tally::cpu {
+namespace {
+
+std::vector<float> Random(size_t n, int seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+double Rounded(float x) { return BFloat16::FromFloat(x).ToFloat(); }
+
+// The largest |got - want| relative to the largest |want|.
+double Error(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::abs(got[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return err / scale;
+}
+
+TEST(BF16Matmul, RoundsToNearestEvenAndKeepsNaN) {
+  const float in[] = {1.0f, 1.00390625f /* 1 + 2^-8: a tie, to even */,
+                      1.01171875f /* 1 + 3·2^-8: a tie, up to even */, -2.5f, NAN};
+  BFloat16 out[5];
+  RoundToBF16(out, in, 1, 5, 5);
+  EXPECT_EQ(out[0].ToFloat(), 1.0f);
+  EXPECT_EQ(out[1].ToFloat(), 1.0f);
+  EXPECT_EQ(out[2].ToFloat(), 1.015625f);
+  EXPECT_EQ(out[3].ToFloat(), -2.5f);
+  EXPECT_TRUE(std::isnan(out[4].ToFloat()));
+  // A leading dimension: rows of 2 taken from rows of 3.
+  const float strided[] = {1, 2, 99, 3, 4, 99};
+  BFloat16 packed[4];
+  RoundToBF16(packed, strided, 2, 2, 3);
+  EXPECT_EQ(packed[2].ToFloat(), 3.0f);
+}
+
+TEST(BF16Matmul, LinearIsTheFp32LinearOfRoundedOperands) {
+  const int n = 37, c = 48, oc = 29;  // odd sizes: no kernel's favourite shape
+  std::vector<float> x = Random(n * c, 1), w = Random(oc * c, 2), b = Random(oc, 3),
+                     dy = Random(n * oc, 4);
+  std::vector<double> y_ref(n * oc), dx_ref(n * c), dw_ref(oc * c, 0.5);
+  for (int i = 0; i < n; ++i) {
+    for (int o = 0; o < oc; ++o) {
+      double s = b[o];
+      for (int k = 0; k < c; ++k) s += Rounded(x[i * c + k]) * Rounded(w[o * c + k]);
+      y_ref[i * oc + o] = s;
+      for (int k = 0; k < c; ++k) {
+        dx_ref[i * c + k] += Rounded(dy[i * oc + o]) * Rounded(w[o * c + k]);
+        dw_ref[o * c + k] += Rounded(dy[i * oc + o]) * Rounded(x[i * c + k]);
+      }
+    }
+  }
+  for (MatmulInputs inputs : {MatmulInputs::kBF16, MatmulInputs::kF32}) {
+    std::vector<float> y(n * oc), dx(n * c), dw(oc * c, 0.5f), db(oc);
+    LinearForward(y.data(), x.data(), w.data(), b.data(), n, c, oc, inputs);
+    LinearBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, c, oc,
+                   /*accumulate_dx=*/false, inputs);
+    if (inputs == MatmulInputs::kBF16) {
+      EXPECT_LT(Error(y, y_ref), 1e-6);
+      EXPECT_LT(Error(dx, dx_ref), 1e-6);
+      EXPECT_LT(Error(dw, dw_ref), 1e-6);
+    } else {  // fp32 operands are not rounded: visibly elsewhere
+      EXPECT_GT(Error(y, y_ref), 1e-4);
+      EXPECT_GT(Error(dx, dx_ref), 1e-4);
+      EXPECT_GT(Error(dw, dw_ref), 1e-4);
+    }
+    double db0 = 0;  // the bias gradient is a plain fp32 column sum either way
+    for (int i = 0; i < n; ++i) db0 += dy[i * oc];
+    EXPECT_NEAR(db[0], db0, 1e-5);
+  }
+}
+
+TEST(BF16Matmul, AttentionRoundsQKVAndTheProbabilities) {
+  const int b = 2, t = 9, c = 16, nh = 2, hs = c / nh;
+  std::vector<float> qkv = Random(b * t * 3 * c, 5);
+  std::vector<float> y(b * t * c), att(b * nh * t * t);
+  AttentionForward(y.data(), att.data(), qkv.data(), b, t, c, nh, MatmulInputs::kBF16);
+  // P = softmax(round(Q)·round(K)ᵀ/√hs) in fp32; Y = round(P)·round(V).
+  std::vector<double> p_ref(att.size()), y_ref(y.size());
+  for (int i = 0; i < b; ++i) {
+    for (int h = 0; h < nh; ++h) {
+      auto at = [&](int pos, int which, int d) {
+        return Rounded(qkv[(i * t + pos) * 3 * c + which * c + h * hs + d]);
+      };
+      for (int row = 0; row < t; ++row) {
+        std::vector<double> s(row + 1);
+        double max = -1e300, sum = 0;
+        for (int col = 0; col <= row; ++col) {
+          for (int d = 0; d < hs; ++d) s[col] += at(row, 0, d) * at(col, 1, d);
+          s[col] /= std::sqrt(double(hs));
+          max = std::max(max, s[col]);
+        }
+        for (int col = 0; col <= row; ++col) sum += std::exp(s[col] - max);
+        const int base = ((i * nh + h) * t + row) * t;
+        for (int col = 0; col <= row; ++col) p_ref[base + col] = std::exp(s[col] - max) / sum;
+        for (int d = 0; d < hs; ++d) {
+          double out = 0;  // from the kernel's own P, rounded as it enters P·V
+          for (int col = 0; col <= row; ++col) out += Rounded(att[base + col]) * at(col, 2, d);
+          y_ref[(i * t + row) * c + h * hs + d] = out;
+        }
+      }
+    }
+  }
+  EXPECT_LT(Error(att, p_ref), 1e-5);
+  EXPECT_LT(Error(y, y_ref), 1e-6);
+  // Backward: within bf16's rounding of the fp32 kernel's gradient, and not equal to it.
+  std::vector<float> dy = Random(b * t * c, 6), scratch(t * t), d16(qkv.size()), d32(qkv.size());
+  AttentionBackward(d16.data(), scratch.data(), dy.data(), qkv.data(), att.data(), b, t, c, nh,
+                    MatmulInputs::kBF16);
+  AttentionBackward(d32.data(), scratch.data(), dy.data(), qkv.data(), att.data(), b, t, c, nh);
+  const std::vector<double> want(d32.begin(), d32.end());
+  EXPECT_LT(Error(d16, want), 3 * std::ldexp(1.0, -8));
+  EXPECT_GT(Error(d16, want), 1e-5);
+}
+
+}  // namespace
+}  // namespace tally::cpu
