@@ -123,13 +123,16 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
   };
   ASSIGN_OR_RETURN(z->params_, empty(zero_stage == 3 ? shard : total, precision.params,
                                      MemoryCategory::kParams));
+  int64_t largest = 0;
+  for (const Sharding::Piece& p : z->sharding_.pieces()) largest = std::max(largest, p.own.count);
   if (zero_stage == 1) {
+    // The whole buffer, whose front then holds the reduced shard (Step): the seed's 2Φ of
+    // gradients, to the byte. A piece's reduced chunk is staged in comm memory first.
     ASSIGN_OR_RETURN(z->grads_, empty(total, precision.grads, MemoryCategory::kGrads));
-  }
-  ASSIGN_OR_RETURN(z->grad_shard_, empty(shard, precision.grads, MemoryCategory::kGrads));
-  if (zero_stage >= 2) {
-    int64_t largest = 0;
-    for (const Sharding::Piece& p : z->sharding_.pieces()) largest = std::max(largest, p.own.count);
+    z->grad_shard_ = z->grads_.Flat(0, shard);
+    ASSIGN_OR_RETURN(z->reduced_, empty(largest, precision.grads, MemoryCategory::kComm));
+  } else {
+    ASSIGN_OR_RETURN(z->grad_shard_, empty(shard, precision.grads, MemoryCategory::kGrads));
     ASSIGN_OR_RETURN(z->reduced_, empty(largest, precision.grad_comm, MemoryCategory::kGrads));
   }
   if (precision.master_weights()) {
@@ -258,12 +261,15 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::TrafficLedger& ledger = dp_->ledger();
   const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
   if (zero_stage_ == 1) {
-    // The gradient sum belongs to backward: DDP and ZeRO alike reduce there.
+    // The gradient sum belongs to backward: DDP and ZeRO alike reduce there. Each piece's
+    // reduced chunk moves to its packed place at the front of the buffer, which never
+    // reaches a later piece's unit (the packed offsets grow no faster than the units').
     comm::PhaseScope phase(ledger, comm::Phase::kBackward);
     for (size_t i = 0; i < pieces.size(); ++i) {
       Tensor unit = grads_.Flat(pieces[i].unit.offset, pieces[i].unit.end());
-      Tensor own = Own(grad_shard_, i);
-      RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(*dp_, unit, own, comm::ReduceOp::kSum, algorithm_));
+      Tensor staged = reduced_.Flat(0, pieces[i].own.count);
+      RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(*dp_, unit, staged, comm::ReduceOp::kSum, algorithm_));
+      RETURN_IF_ERROR(Own(grad_shard_, i).CopyFrom(staged));
     }
   }
   ASSIGN_OR_RETURN(double norm,

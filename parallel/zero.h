@@ -4,19 +4,21 @@
 // not be equal). Rank r's shard is its chunk of every unit, packed in buffer order, and the
 // rank keeps the optimizer state of its shard only. ZeRO-1 cuts the whole buffer as one
 // unit; ZeRO-2 and ZeRO-3 cut each of the model's units (the embeddings, each layer, ln_f;
-// a first pipeline stage's embeddings as two, wte and wpe) on its own, so that a unit's gradients can be reduced, and its parameters gathered,
-// while the rest of the model is elsewhere — as PyTorch FSDP shards the flat parameter
+// a first pipeline stage's embeddings as two, wte and wpe) on its own, so that a unit's
+// gradients can be reduced, and its parameters gathered, while the rest of the model is
+// elsewhere — as PyTorch FSDP shards the flat parameter
 // of each wrapped module.
 //
 //           parameters                 gradients                    optimizer state
-//   ZeRO-1  whole (4Φ)                 whole (4Φ) + shard (4Φ/p)    shard (8Φ/p with AdamW)
+//   ZeRO-1  whole (4Φ)                 whole (4Φ; shard at front)   shard (8Φ/p with AdamW)
 //   ZeRO-2  whole (4Φ)                 shard + the open units       shard
 //   ZeRO-3  shard + the gathered units shard + the open units       shard
 //
 // A step, and the bytes one rank sends with the ring when p divides every unit (the
 // exact count, any p, is exact_traffic.h per call):
 //   ZeRO-1  backward accumulates the whole gradients; Step reduce-scatters them once
-//           (phase backward), (p-1)/p·4Φ.
+//           (phase backward), (p-1)/p·4Φ, each piece's reduced chunk staged in comm
+//           memory and moved to its packed place at the buffer's front.
 //   ZeRO-2  as backward closes a unit's gradients, they are reduce-scattered and the own
 //           chunk is added to the gradient shard: (p-1)/p·4Φ per micro-batch.
 //   ZeRO-3  the same, and every unit's parameters are all-gathered before its forward
@@ -171,8 +173,9 @@ class ZeroWeights : public model::WeightStore {
   Tensor params_;      // ZeRO-1/2: the whole buffer; ZeRO-3: the packed shard
   Tensor master_;      // mixed precision: the packed shard's fp32 master weights
   Tensor grads_;       // ZeRO-1: the whole buffer
-  Tensor grad_shard_;  // the reduced gradients of the own shard
-  Tensor reduced_;     // ZeRO-2/3: one micro-batch's reduced chunk of a unit
+  Tensor grad_shard_;  // the reduced gradients of the own shard (ZeRO-1: grads_' front)
+  Tensor reduced_;     // one reduced chunk of a unit (ZeRO-1: a step's, in comm memory;
+                       // ZeRO-2/3: a micro-batch's)
   std::vector<Tensor> gathered_;    // ZeRO-3: by model unit, while in use
   std::vector<Tensor> open_grads_;  // ZeRO-2/3: by model unit, while open (fp32 gradients)
   // Mixed precision: the fp32 copies the model computes on (bf16 parameters; bf16

@@ -204,7 +204,7 @@ std::string FormatReport(const ReportInputs& in) {
                                          "Φ (sgd)", master > 0 ? " with the fp32 master weights" : "");
   const std::string formulas[] = {
       absl::StrCat("params ", p, "Φ, grads ", g, "Φ, ", state),
-      absl::StrCat("params ", p, "Φ, grads ", g, "Φ + the reduced shard ", g, "Φ/p, ", state,
+      absl::StrCat("params ", p, "Φ, grads ", g, "Φ (the reduced shard at its front), ", state,
                    ", on the shard"),
       absl::StrCat("params ", p, "Φ, grads: the shard + the open units + one reduced chunk, ",
                    state, ", on the shard"),

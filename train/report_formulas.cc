@@ -212,7 +212,7 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,
   // which count as activations; model/weights.h).
   const int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
-  f.grads = o.zero == 1 ? bytes.grads * (phi + shard)
+  f.grads = o.zero == 1 ? bytes.grads * phi
                         : bytes.grads * shard + bytes.grad_comm * largest_chunk + open_grads;
   f.optimizer = state_per_element * shard;
   return f;

@@ -130,7 +130,9 @@ TEST(Json, DuplicateKeysAreRefused) {
 class StrictSafetensors : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "/strict.safetensors";
+    // A file of each test's own: ctest runs the tests of this fixture side by side.
+    path_ = ::testing::TempDir() + "/strict_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".safetensors";
     std::vector<float> a = {1, 2, 3, 4}, b = {5, 6};
     ASSERT_TRUE(WriteSafetensors(path_, {{"a", {2, 2}, a.data()}, {"b", {2}, b.data()}}, {{"format", "tally"}}).ok());
     bytes_ = Contents(path_);
