@@ -1,5 +1,7 @@
 #include "runtime/signals.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 
@@ -7,28 +9,56 @@ namespace tally {
 namespace {
 
 std::atomic<int> received{0};
+std::atomic<bool> closing{false};
 
 void OnSignal(int signal) {
   int none = 0;
   if (received.compare_exchange_strong(none, signal)) return;
   // The second signal: the default action (the process ends by the signal).
   std::signal(signal, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, signal);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
   std::raise(signal);
+}
+
+sigset_t StopSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
 }
 
 }  // namespace
 
 StopSignals::StopSignals() {
   received = 0;
+  closing = false;
   struct sigaction action = {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, &old_int_);
   sigaction(SIGTERM, &action, &old_term_);
+  const sigset_t stop = StopSet();
+  pthread_sigmask(SIG_BLOCK, &stop, &old_mask_);
+  waiter_ = std::thread([stop] {
+    for (;;) {
+      int signal = 0;
+      if (sigwait(&stop, &signal) != 0) continue;
+      if (closing) return;
+      OnSignal(signal);
+    }
+  });
 }
 
 StopSignals::~StopSignals() {
+  closing = true;
+  pthread_kill(waiter_.native_handle(), SIGTERM);  // wakes its sigwait; not recorded
+  waiter_.join();
+  pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGTERM, &old_term_, nullptr);
 }

@@ -3,11 +3,20 @@
 // and exits 128 + the signal); a second one ends the process at once, as if no handler
 // were installed.
 //
+// The signals are kept from the threads that compute: the constructing thread blocks
+// them (and so every thread it or its threads start afterwards: the ranks, OpenMP's
+// workers), and a thread of the object's own waits for them. A handler that interrupted
+// a matmul would run on that matmul's stack, below oneDNN's JIT code's frame, and a
+// signal there corrupted the heap one time in three. Threads that already existed (a
+// BLAS's pool, an MPI library's) may still take one, and then run the same handler,
+// which only records it.
+//
 //   StopSignals signals;                  // for the length of the run
 //   if (StopSignal() != 0) { ...stop... }
 #pragma once
 
 #include <csignal>
+#include <thread>
 
 namespace tally {
 
@@ -20,6 +29,8 @@ class StopSignals {
 
  private:
   struct sigaction old_int_, old_term_;
+  sigset_t old_mask_;
+  std::thread waiter_;  // sigwait()s for the signals until the destructor wakes it
 };
 
 // The first SIGINT or SIGTERM received while a StopSignals lived (0: none).

@@ -116,6 +116,24 @@ TEST(MixedPrecisionMemory, Bf16ModelStatesAreTwoTwoAndTwelveBytesAParameter) {
   EXPECT_EQ(fp32.peak(MemoryCategory::kOptimizer), 8 * phi);
 }
 
+// ZeRO-1 in bf16 over dp ranks: the seed's Q6 per GPU, 2Φ + 2Φ + 12Φ/dp, on every rank
+// (the optimizer state to the element: each rank's shard is its chunks of the buffer).
+TEST(MixedPrecisionMemory, ZeroOneHoldsTheSeedsModelStatesPerRank) {
+  TrainOptions o = Model(4);
+  o.optimizer = OptimizerKind::kAdamW;
+  o.dp = 2;
+  o.zero = 1;
+  o.steps = 2;
+  const int64_t phi = o.model.NumParams();
+  const RunResult run = RunRanks(o);
+  for (int r = 0; r < o.dp; ++r) {
+    const MemoryLedger& m = run.memory[r];
+    EXPECT_EQ(m.peak(MemoryCategory::kParams), 2 * phi) << r;
+    EXPECT_EQ(m.peak(MemoryCategory::kGrads), 2 * phi) << r;
+    EXPECT_EQ(m.peak(MemoryCategory::kOptimizer), 12 * comm::ChunkOf(phi, o.dp, r).count) << r;
+  }
+}
+
 // The bytes of the data-parallel gradient all-reduce in one run.
 int64_t GradientBytes(const RunResult& run) {
   int64_t bytes = 0;
