@@ -32,6 +32,12 @@ void UseMatmulThreads() {
   }
 }
 
+// One oneDNN primitive build at a time in the process: its primitive cache and JIT
+// registry are shared by every thread, and its own locks are invisible to
+// ThreadSanitizer (an uninstrumented library), which would otherwise report the ranks'
+// first builds.
+std::mutex building;
+
 [[noreturn]] void Fail(const char* what, const char* why) {
   // Only shapes the model has validated reach a matmul: a failure here is a bug in tally or
   // a broken oneDNN installation, not bad input.
@@ -91,10 +97,6 @@ class BF16Matmuls {
       sum.append_sum(s.beta);
       attr.set_post_ops(sum);
     }
-    // One build at a time in the process: oneDNN's primitive cache and JIT registry are
-    // shared by every thread, and its own locks are invisible to ThreadSanitizer (an
-    // uninstrumented library), which would otherwise report the ranks' first builds.
-    static std::mutex building;
     std::lock_guard<std::mutex> lock(building);
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
@@ -109,6 +111,40 @@ class BF16Matmuls {
   dnnl::stream stream_{engine_};
   std::map<Shape, Entry> cache_;
 };
+
+// Whether oneDNN has a bf16 matmul on this CPU: oneDNN 2.6 has one from AVX-512 on (with
+// AVX512-BF16 or AMX instructions where they exist, converting otherwise), none on an
+// AVX2-only CPU.
+bool HasBF16Matmul() {
+  static const bool has = [] {
+    using dnnl::memory;
+    const memory::desc one({1, 1}, memory::data_type::bf16, memory::format_tag::ab);
+    const memory::desc out({1, 1}, memory::data_type::f32, memory::format_tag::ab);
+    std::lock_guard<std::mutex> lock(building);
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(one, one, out),
+                                   dnnl::engine(dnnl::engine::kind::cpu, 0));
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+// rows x cols of bf16 values (`ld` between rows) widened, exactly, into the calling
+// thread's fp32 buffer `slot` (0 or 1), contiguous.
+const float* Widened(int slot, const BFloat16* from, int rows, int cols, int ld) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& buffer = buffers[slot];
+  if (buffer.size() < size_t(rows) * size_t(cols)) buffer.resize(size_t(rows) * size_t(cols));
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < cols; ++i) {
+      buffer[size_t(r) * cols + i] = from[int64_t(r) * ld + i].ToFloat();
+    }
+  }
+  return buffer.data();
+}
 
 TALLY_CPU_CLONES void Round(BFloat16* to, const float* from, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -140,6 +176,13 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
           const BFloat16* b, int ldb, float beta, float* c, int ldc) {
+  if (!HasBF16Matmul()) {
+    // The same products (a bf16 x bf16 product is exact in fp32), summed in fp32 by sgemm.
+    const int a_rows = ta == Trans::kYes ? k : m, a_cols = ta == Trans::kYes ? m : k;
+    const int b_rows = tb == Trans::kYes ? n : k, b_cols = tb == Trans::kYes ? k : n;
+    return Gemm(ta, tb, m, n, k, alpha, Widened(0, a, a_rows, a_cols, lda), a_cols,
+                Widened(1, b, b_rows, b_cols, ldb), b_cols, beta, c, ldc);
+  }
   UseMatmulThreads();
   thread_local BF16Matmuls matmuls;
   matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

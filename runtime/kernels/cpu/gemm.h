@@ -25,7 +25,8 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, 
           const float* b, int ldb, float beta, float* c, int ldc);
 void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a, int lda,
           const double* b, int ldb, double beta, double* c, int ldc);
-// bf16 operands, fp32 products summed in fp32, fp32 C.
+// bf16 operands, fp32 products summed in fp32, fp32 C: oneDNN's bf16 matmul, or, on a
+// CPU without one (AVX2 only), the operands widened to fp32 (exactly) through sgemm.
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
           const BFloat16* b, int ldb, float beta, float* c, int ldc);
 
