@@ -4,7 +4,6 @@
 // ~1e-3 away (bf16 keeps 8 bits of mantissa: a relative error up to 2^-9 per operand).
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -12,17 +11,10 @@
 #include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/linear.h"
+#include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally::cpu {
 namespace {
-
-std::vector<float> Random(size_t n, int seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 double Rounded(float x) { return BFloat16::FromFloat(x).ToFloat(); }
 
