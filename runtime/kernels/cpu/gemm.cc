@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <vector>
@@ -47,10 +48,12 @@ std::mutex building;
 
 // oneDNN's matmul for bf16 operands, one primitive per shape and thread count (a primitive
 // divides its work for the threads there were when it was built), built on first use by
-// the calling thread and kept (a model has a handful of shapes).
+// the calling thread and kept (a model has a handful of shapes). oneDNN 2.6 has one from
+// AVX-512 on (with AVX512-BF16 or AMX instructions where they exist, converting
+// otherwise) and none on an AVX2-only CPU: Run then says false, and remembers it.
 class BF16Matmuls {
  public:
-  void Run(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
+  bool Run(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
            const BFloat16* b, int ldb, float beta, float* c, int ldc) {
     const Shape shape{ta == Trans::kYes, tb == Trans::kYes, m, n, k, lda, ldb, ldc, alpha, beta,
                       omp_get_max_threads()};
@@ -59,11 +62,13 @@ class BF16Matmuls {
       if (cache_.size() >= 256) cache_.clear();
       it = cache_.emplace(shape, Build(shape)).first;
     }
-    Entry& e = it->second;
+    if (!it->second) return false;
+    Entry& e = *it->second;
     e.a.set_data_handle(const_cast<BFloat16*>(a));
     e.b.set_data_handle(const_cast<BFloat16*>(b));
     e.c.set_data_handle(c);
     e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    return true;
   }
 
  private:
@@ -82,7 +87,7 @@ class BF16Matmuls {
     dnnl::memory a, b, c;
   };
 
-  Entry Build(const Shape& s) {
+  std::optional<Entry> Build(const Shape& s) {
     using dnnl::memory;
     // op(A) (m, k) and op(B) (k, n) as strides over the row-major storage.
     const memory::desc a({s.m, s.k}, memory::data_type::bf16,
@@ -102,35 +107,15 @@ class BF16Matmuls {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
       return Entry{dnnl::matmul(pd), memory(a, engine_, nullptr), memory(b, engine_, nullptr),
                    memory(c, engine_, nullptr)};
-    } catch (const dnnl::error& e) {
-      Fail("bf16 matmul", e.what());
+    } catch (const dnnl::error&) {
+      return std::nullopt;  // no bf16 matmul on this CPU
     }
   }
 
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
-  std::map<Shape, Entry> cache_;
+  std::map<Shape, std::optional<Entry>> cache_;
 };
-
-// Whether oneDNN has a bf16 matmul on this CPU: oneDNN 2.6 has one from AVX-512 on (with
-// AVX512-BF16 or AMX instructions where they exist, converting otherwise), none on an
-// AVX2-only CPU.
-bool HasBF16Matmul() {
-  static const bool has = [] {
-    using dnnl::memory;
-    const memory::desc one({1, 1}, memory::data_type::bf16, memory::format_tag::ab);
-    const memory::desc out({1, 1}, memory::data_type::f32, memory::format_tag::ab);
-    std::lock_guard<std::mutex> lock(building);
-    try {
-      dnnl::matmul::primitive_desc(dnnl::matmul::desc(one, one, out),
-                                   dnnl::engine(dnnl::engine::kind::cpu, 0));
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return has;
-}
 
 // rows x cols of bf16 values (`ld` between rows) widened, exactly, into the calling
 // thread's fp32 buffer `slot` (0 or 1), contiguous.
@@ -176,16 +161,15 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
           const BFloat16* b, int ldb, float beta, float* c, int ldc) {
-  if (!HasBF16Matmul()) {
-    // The same products (a bf16 x bf16 product is exact in fp32), summed in fp32 by sgemm.
-    const int a_rows = ta == Trans::kYes ? k : m, a_cols = ta == Trans::kYes ? m : k;
-    const int b_rows = tb == Trans::kYes ? n : k, b_cols = tb == Trans::kYes ? k : n;
-    return Gemm(ta, tb, m, n, k, alpha, Widened(0, a, a_rows, a_cols, lda), a_cols,
-                Widened(1, b, b_rows, b_cols, ldb), b_cols, beta, c, ldc);
-  }
   UseMatmulThreads();
   thread_local BF16Matmuls matmuls;
-  matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  // No bf16 matmul here: the same products (a bf16 x bf16 product is exact in fp32),
+  // summed in fp32 by sgemm.
+  const int a_rows = ta == Trans::kYes ? k : m, a_cols = ta == Trans::kYes ? m : k;
+  const int b_rows = tb == Trans::kYes ? n : k, b_cols = tb == Trans::kYes ? k : n;
+  Gemm(ta, tb, m, n, k, alpha, Widened(0, a, a_rows, a_cols, lda), a_cols,
+       Widened(1, b, b_rows, b_cols, ldb), b_cols, beta, c, ldc);
 }
 
 void RoundToBF16(BFloat16* to, const float* from, int64_t rows, int64_t cols, int64_t ld) {
