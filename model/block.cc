@@ -11,6 +11,16 @@ namespace {
 
 std::string Scope(int layer, const char* branch) { return absl::StrCat("layer", layer, ".", branch); }
 
+// Where a kernel writes an fp32 result that is kept as `kept`: kept itself when it is
+// fp32, else `scratch`, from which Keep rounds it into kept.
+float* Fp32Room(TypedPtr kept, float* scratch) {
+  return kept.type == DType::kF32 ? kept.as<float>() : scratch;
+}
+absl::Status Keep(Kernels& k, TypedPtr kept, const float* result, int64_t n) {
+  if (result == kept.data) return absl::OkStatus();
+  return k.Convert(kept.data, kept.type, result, DType::kF32, n);
+}
+
 }  // namespace
 
 absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
@@ -22,23 +32,28 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   const bool sp = split.sequence_parallel();
   const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
   // Attention branch: residual2 = x + c_proj(attention(c_attn(LN1(x)))).
-  float* ln1 = sp ? s.rows : a.ln1;  // sequence parallelism: f gathers it into a.ln1
+  // Sequence parallelism: LN1 writes this rank's rows, which f gathers into a.ln1.
+  const TypedPtr ln1 = sp ? TypedPtr(s.rows, a.ln1.type) : a.ln1;
   RETURN_IF_ERROR(k.LayerNormForward(ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, rows, c));
-  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.qkv, ln1, a.ln1, w.qkv_w, w.qkv_b,
-                                                        b, t, c, 3 * c_local, s.comm, attn));
-  RETURN_IF_ERROR(k.AttentionForward(a.atty, a.att, a.qkv, b, t, c_local, heads));
-  RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.proj_w,
-                                                     w.proj_b, b, t, c_local, c, s.comm, attn));
+  float* qkv = Fp32Room(a.qkv, s.dqkv);
+  RETURN_IF_ERROR(split.ColumnLinearForward(k, qkv, ln1, a.ln1, w.qkv_w, w.qkv_b, b, t, c,
+                                            3 * c_local, s.comm, attn));
+  RETURN_IF_ERROR(Keep(k, a.qkv, qkv, int64_t(n) * 3 * c_local));
+  float* atty = Fp32Room(a.atty, s.dc);
+  RETURN_IF_ERROR(k.AttentionForward(atty, a.att, a.qkv, b, t, c_local, heads));
+  RETURN_IF_ERROR(Keep(k, a.atty, atty, int64_t(n) * c_local));
+  RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.proj_w, w.proj_b, b,
+                                         t, c_local, c, s.comm, attn));
   RETURN_IF_ERROR(k.AddInPlace(a.residual2, x, int64_t(rows) * c));
   // MLP branch: out = residual2 + c_proj(GELU(c_fc(LN2(residual2)))).
-  float* ln2 = sp ? s.rows : a.ln2;
+  const TypedPtr ln2 = sp ? TypedPtr(s.rows, a.ln2.type) : a.ln2;
   RETURN_IF_ERROR(
       k.LayerNormForward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, rows, c));
-  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b,
-                                                        t, c, hidden, s.comm, mlp));
+  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b, t, c, hidden,
+                                            s.comm, mlp));
   RETURN_IF_ERROR(k.GeluForward(a.fch_gelu, a.fch, int64_t(n) * hidden));
-  RETURN_IF_ERROR(split.RowLinearForward(k, a.out, s.whole, a.fch_gelu, w.fcproj_w,
-                                                     w.fcproj_b, b, t, hidden, c, s.comm, mlp));
+  RETURN_IF_ERROR(split.RowLinearForward(k, a.out, s.whole, a.fch_gelu, w.fcproj_w, w.fcproj_b, b,
+                                         t, hidden, c, s.comm, mlp));
   return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
 }
 

@@ -27,31 +27,35 @@
 
 namespace tally::model {
 
-// The block's saved activations, each (N, ·) for one micro-batch.
+// The block's saved activations, each (N, ·) for one micro-batch. Those a matmul reads
+// (TypedPtr) are of the kernels' activation_operand_type(): bf16 under mixed precision,
+// rounded once as they are made (what the matmul would round them to), fp32 otherwise;
+// the rest are fp32.
 struct BlockActivations {
-  float* ln1;        // (N, C)
+  TypedPtr ln1;      // (N, C)
   float* ln1_mean;   // (R)
   float* ln1_rstd;   // (R)
-  float* qkv;        // (N, 3C/tp)
+  TypedPtr qkv;      // (N, 3C/tp)
   float* att;        // (B, NH/tp, T, T) softmax probabilities
-  float* atty;       // (N, C/tp) attention output, before c_proj
+  TypedPtr atty;     // (N, C/tp) attention output, before c_proj
   float* residual2;  // (R, C) x + attention branch
-  float* ln2;        // (N, C)
+  TypedPtr ln2;      // (N, C)
   float* ln2_mean;   // (R)
   float* ln2_rstd;   // (R)
   float* fch;        // (N, 4C/tp) c_fc output
-  float* fch_gelu;   // (N, 4C/tp)
+  TypedPtr fch_gelu;  // (N, 4C/tp)
   float* out;        // (R, C) residual2 + MLP branch: the next block's input
 };
 
 // Scratch reused from layer to layer.
 struct BlockScratch {
   float* d4c;   // (N, 4C/tp)
-  float* dqkv;  // (N, 3C/tp)
-  float* dc;    // (N, C)
+  float* dqkv;  // (N, 3C/tp); in forward, qkv in fp32 before it is kept in bf16
+  float* dc;    // (N, C); in forward, the attention output in fp32 likewise
   float* dtt;   // (T, T)
   // Sequence parallelism only (null otherwise): a LayerNorm's output on this rank's rows
-  // (N/tp, C), a whole (N, C) activation or gradient, and the collectives' (N, C).
+  // (N/tp, C; of the matmuls' operand type), a whole (N, C) activation or gradient, and
+  // the collectives' (N, C).
   float* rows = nullptr;
   float* whole = nullptr;
   float* comm = nullptr;

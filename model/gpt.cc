@@ -65,7 +65,10 @@ absl::Status GPT::UseKernels(std::unique_ptr<Kernels> kernels) {
                                                    alloc_.device().ToString()));
   }
   kernels_ = std::move(kernels);
-  scratch_batch_ = 0;  // the attention scratch may differ: allocate anew
+  // The attention scratch and the activations' operand type may differ: allocate anew.
+  scratch_batch_ = 0;
+  own_ = Activations();
+  last_forward_ = nullptr;
   return absl::OkStatus();
 }
 
@@ -75,7 +78,8 @@ absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
   return kernels_->ToHost(host, last_forward_->logits.data<float>() + row * v, sizeof(float) * v);
 }
 
-// Carves one buffer into the activations of the stage's blocks for micro-batch size b.
+// Carves two buffers, fp32 and the matmuls' operands (block.h), into the activations of
+// the stage's blocks for micro-batch size b.
 // Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
 // parallelism the residual stream's rows to r (block.h). `whole`: everything backward
 // needs; otherwise (recompute) the ids and the stage's input.
@@ -96,37 +100,45 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
     ASSIGN_OR_RETURN(a.input, empty(r * c, DType::kF32));
     return a;
   }
-  const int64_t per_block =
-      n * c * 2 + r * c * 2 + r * 4 + n * cl + n * 3 * cl + b * nh * t * t + n * hidden * 2;
-  const int64_t tail = last ? n * c + r * 2 : 0;  // ln_f
-  const int64_t total = r * c + layers * per_block + tail;
+  // The fp32 activations, and those the matmuls read (of the operand type).
+  const int64_t per_block = r * c * 2 + r * 4 + b * nh * t * t + n * hidden;
+  const int64_t operands_per_block = n * c * 2 + n * cl + n * 3 * cl + n * hidden;
+  const int64_t total = r * c + layers * per_block + (last ? r * 2 : 0);
+  const int64_t operands_total = layers * operands_per_block + (last ? n * c : 0);
   ASSIGN_OR_RETURN(a.buffer, empty(total, DType::kF32));
+  ASSIGN_OR_RETURN(a.operands, empty(operands_total, kernels_->activation_operand_type()));
   float* p = a.buffer.data<float>();
   auto take = [&p](int64_t count) {
     float* q = p;
     p += count;
     return q;
   };
+  TypedPtr o(a.operands.raw_data(), a.operands.dtype());
+  auto take_operand = [&o](int64_t count) {
+    TypedPtr q = o;
+    o = o + count;
+    return q;
+  };
   a.encoded = take(r * c);  // the stage's input: the embeddings, or the previous stage's output
   for (int64_t l = 0; l < layers; ++l) {
     BlockActivations x;
-    x.ln1 = take(n * c);
+    x.ln1 = take_operand(n * c);
     x.ln1_mean = take(r);
     x.ln1_rstd = take(r);
-    x.qkv = take(n * 3 * cl);
+    x.qkv = take_operand(n * 3 * cl);
     x.att = take(b * nh * t * t);
-    x.atty = take(n * cl);
+    x.atty = take_operand(n * cl);
     x.residual2 = take(r * c);
-    x.ln2 = take(n * c);
+    x.ln2 = take_operand(n * c);
     x.ln2_mean = take(r);
     x.ln2_rstd = take(r);
     x.fch = take(n * hidden);
-    x.fch_gelu = take(n * hidden);
+    x.fch_gelu = take_operand(n * hidden);
     x.out = take(r * c);
     a.blocks.push_back(x);
   }
   if (last) {
-    a.lnf = take(n * c);  // whole: the LM head reads every row
+    a.lnf = take_operand(n * c);  // whole: the LM head reads every row
     a.lnf_mean = take(r);
     a.lnf_rstd = take(r);
     ASSIGN_OR_RETURN(a.logits, empty(n * v, DType::kF32));
@@ -134,6 +146,8 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
     ASSIGN_OR_RETURN(a.losses, empty(n, DType::kF32));
   }
   CHECK(p == a.buffer.data<float>() + total) << "activation layout";
+  CHECK(o.data == (TypedPtr(a.operands.raw_data(), a.operands.dtype()) + operands_total).data)
+      << "activation layout";
   return a;
 }
 
@@ -256,7 +270,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     if (first) RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
     return 0.0f;
   }
-  float* lnf_rows = split_.sequence_parallel() ? s.rows : a.lnf;  // f gathers it into a.lnf
+  // f gathers it into a.lnf.
+  const TypedPtr lnf_rows = split_.sequence_parallel() ? TypedPtr(s.rows, a.lnf.type) : a.lnf;
   {
     const int unit = layout_.final_norm_unit();
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));

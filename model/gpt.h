@@ -94,9 +94,12 @@ class GPT {
   // (parallel/pipeline_parallel.h).
   struct Activations {
     int batch = 0;  // b: sequences of the micro-batch
-    Tensor buffer, logits, probs, losses, tokens, targets;
+    // buffer: the fp32 activations; operands: those the matmuls read, of the kernels'
+    // activation_operand_type() (block.h).
+    Tensor buffer, operands, logits, probs, losses, tokens, targets;
     Tensor input;  // room for a saved stage input (recompute)
-    float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    float *encoded = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    TypedPtr lnf;
     std::vector<BlockActivations> blocks;
   };
   // The activations of b sequences on this model's layers, charged to its allocator:

@@ -11,27 +11,27 @@ const Serial& Serial::Instance() {
   return serial;
 }
 
-absl::Status Serial::ColumnLinearForward(Kernels& k, float* y, const float* x, float*,
+absl::Status Serial::ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr,
                                          const float* w, const float* b, int batch, int t, int in,
                                          int out_local, float*, const std::string&) const {
   return k.LinearForward(y, x, w, b, batch * t, in, out_local);
 }
 
 absl::Status Serial::ColumnLinearBackward(Kernels& k, float* dx, float*, float* dw, float* db,
-                                          const float* dy, const float* x_whole, const float* w,
+                                          const float* dy, ConstTypedPtr x_whole, const float* w,
                                           int batch, int t, int in, int out_local, float*,
                                           const std::string&) const {
   return k.LinearBackward(dx, dw, db, dy, x_whole, w, batch * t, in, out_local);
 }
 
-absl::Status Serial::RowLinearForward(Kernels& k, float* y, float*, const float* x, const float* w,
+absl::Status Serial::RowLinearForward(Kernels& k, float* y, float*, ConstTypedPtr x, const float* w,
                                       const float* b, int batch, int t, int in_local, int out,
                                       float*, const std::string&) const {
   return k.LinearForward(y, x, w, b, batch * t, in_local, out);
 }
 
 absl::Status Serial::RowLinearBackward(Kernels& k, float* dx, float* dw, float* db, const float* dy,
-                                       float*, const float* x, const float* w, int batch, int t,
+                                       float*, ConstTypedPtr x, const float* w, int batch, int t,
                                        int in_local, int out, float*, const std::string&) const {
   return k.LinearBackward(dx, dw, db, dy, x, w, batch * t, in_local, out);
 }

@@ -12,7 +12,8 @@
 // weight, the activations' rows on this rank, the whole activations a split layer
 // needs); with one rank each is its serial module, operation for operation. Shapes: b
 // sequences of t tokens, n = b·t rows; activations row-major; every pointer on the
-// kernels' device. `scope` names the operation's collectives in the traffic ledger.
+// kernels' device. The linears' inputs (x, x_whole) are fp32, or bf16 when the kernels'
+// matmuls take bf16 (Kernels::activation_operand_type()). `scope` names the operation's collectives in the traffic ledger.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,7 @@ class LayerSplit {
   // them (and of b, which may be null). y (n, out_local) = x_whole · W_rᵀ + b_r, where
   // x_whole is x (rows, in) gathered along the sequence under sequence parallelism (into
   // x_whole, which backward needs) and x itself otherwise (pass null).
-  virtual absl::Status ColumnLinearForward(Kernels& k, float* y, const float* x, float* x_whole,
+  virtual absl::Status ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr x_whole,
                                            const float* w, const float* b, int batch, int t,
                                            int in, int out_local, float* scratch,
                                            const std::string& scope) const = 0;
@@ -48,7 +49,7 @@ class LayerSplit {
   // dx_whole without sequence parallelism); dW_r += dy_rᵀ · x_whole; db_r += Σ dy_r (db
   // may be null).
   virtual absl::Status ColumnLinearBackward(Kernels& k, float* dx, float* dx_whole, float* dw,
-                                            float* db, const float* dy, const float* x_whole,
+                                            float* db, const float* dy, ConstTypedPtr x_whole,
                                             const float* w, int batch, int t, int in,
                                             int out_local, float* scratch,
                                             const std::string& scope) const = 0;
@@ -56,14 +57,14 @@ class LayerSplit {
   // slice of the input. y (rows, out) = Σ_ranks x_r · W_rᵀ, then b (whole, may be null)
   // added once; y_whole (n, out) is the partial product's room under sequence
   // parallelism (null otherwise).
-  virtual absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, const float* x,
+  virtual absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, ConstTypedPtr x,
                                         const float* w, const float* b, int batch, int t,
                                         int in_local, int out, float* scratch,
                                         const std::string& scope) const = 0;
   // dy (rows, out) gathered into dy_whole (n, out) under sequence parallelism (null
   // otherwise); dx_r = dy_whole · W_r, dW_r += dy_wholeᵀ · x_r, db += Σ dy_whole.
   virtual absl::Status RowLinearBackward(Kernels& k, float* dx, float* dw, float* db,
-                                         const float* dy, float* dy_whole, const float* x,
+                                         const float* dy, float* dy_whole, ConstTypedPtr x,
                                          const float* w, int batch, int t, int in_local, int out,
                                          float* scratch, const std::string& scope) const = 0;
 
@@ -101,19 +102,19 @@ class Serial final : public LayerSplit {
   int size() const override { return 1; }
   int rank() const override { return 0; }
   bool sequence_parallel() const override { return false; }
-  absl::Status ColumnLinearForward(Kernels& k, float* y, const float* x, float* x_whole,
+  absl::Status ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr x_whole,
                                    const float* w, const float* b, int batch, int t, int in,
                                    int out_local, float* scratch,
                                    const std::string& scope) const override;
   absl::Status ColumnLinearBackward(Kernels& k, float* dx, float* dx_whole, float* dw, float* db,
-                                    const float* dy, const float* x_whole, const float* w,
+                                    const float* dy, ConstTypedPtr x_whole, const float* w,
                                     int batch, int t, int in, int out_local, float* scratch,
                                     const std::string& scope) const override;
-  absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, const float* x,
+  absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, ConstTypedPtr x,
                                 const float* w, const float* b, int batch, int t, int in_local,
                                 int out, float* scratch, const std::string& scope) const override;
   absl::Status RowLinearBackward(Kernels& k, float* dx, float* dw, float* db, const float* dy,
-                                 float* dy_whole, const float* x, const float* w, int batch, int t,
+                                 float* dy_whole, ConstTypedPtr x, const float* w, int batch, int t,
                                  int in_local, int out, float* scratch,
                                  const std::string& scope) const override;
   absl::Status EmbeddingForward(Kernels& k, float* x, float* x_whole, const int32_t* tokens,

@@ -8,9 +8,10 @@
 
 namespace tally::parallel {
 
-absl::Status TensorParallel::CopyFloats(float* to, const float* from, int64_t count) const {
+absl::Status TensorParallel::Copy(TypedPtr to, ConstTypedPtr from, int64_t count) const {
+  CHECK(to.type == from.type) << "Copy between types";
   return Tensor::Borrow(to, count, device_)
-      .CopyFrom(Tensor::Borrow(const_cast<float*>(from), count, device_));
+      .CopyFrom(Tensor::Borrow({const_cast<void*>(from.data), from.type}, count, device_));
 }
 
 absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string& scope,
@@ -20,21 +21,24 @@ absl::Status TensorParallel::AllReduce(float* data, int64_t n, const std::string
   return sent_as.AllReduce(*group_, Tensor::Borrow(data, n, device_), op);
 }
 
-absl::Status TensorParallel::SequenceAllGather(const float* part, float* whole, float* scratch,
-                                               int b, int t, int c, const std::string& scope) const {
+absl::Status TensorParallel::SequenceAllGather(ConstTypedPtr part, TypedPtr whole, float* scratch,
+                                               int b, int t, int c,
+                                               const std::string& scope) const {
+  CHECK(part.type == whole.type) << "a gather between types";
   const int n = size(), tl = t / n;
   const int64_t run = int64_t(tl) * c, chunk = b * run;
+  const TypedPtr gathered(scratch, whole.type);
   {
     comm::LabelScope label(group_->ledger(), scope);
-    Tensor mine = Tensor::Borrow(const_cast<float*>(part), chunk, device_);
-    Tensor all = Tensor::Borrow(scratch, n * chunk, device_);
+    Tensor mine = Tensor::Borrow({const_cast<void*>(part.data), part.type}, chunk, device_);
+    Tensor all = Tensor::Borrow(gathered, n * chunk, device_);
     RETURN_IF_ERROR(activations_.AllGather(*group_, mine, all));
   }
   // Rank-major (rank, b, t/N, c) to (b, t, c).
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < b; ++i) {
-      RETURN_IF_ERROR(CopyFloats(whole + (int64_t(i) * t + int64_t(r) * tl) * c,
-                                 scratch + (int64_t(r) * b + i) * run, run));
+      RETURN_IF_ERROR(Copy(whole + (int64_t(i) * t + int64_t(r) * tl) * c,
+                           gathered + (int64_t(r) * b + i) * run, run));
     }
   }
   return absl::OkStatus();
@@ -48,8 +52,8 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
   // (b, t, c) to rank-major (rank, b, t/N, c): chunk r is what rank r keeps.
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < b; ++i) {
-      RETURN_IF_ERROR(CopyFloats(scratch + (int64_t(r) * b + i) * run,
-                                 whole + (int64_t(i) * t + int64_t(r) * tl) * c, run));
+      RETURN_IF_ERROR(Copy(scratch + (int64_t(r) * b + i) * run,
+                           whole + (int64_t(i) * t + int64_t(r) * tl) * c, run));
     }
   }
   comm::LabelScope label(group_->ledger(), scope);
@@ -58,11 +62,11 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
   return activations_.ReduceScatter(*group_, all, mine, comm::ReduceOp::kSum);
 }
 
-absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y,
-                                         const float* x, float* x_whole, const float* w,
-                                         const float* b, int batch, int t, int in, int out_local,
-                                         float* scratch, const std::string& scope) const {
-  const float* input = x;
+absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x,
+                                                 TypedPtr x_whole, const float* w, const float* b,
+                                                 int batch, int t, int in, int out_local,
+                                                 float* scratch, const std::string& scope) const {
+  ConstTypedPtr input = x;
   if (sequence_parallel()) {  // f: gather the sequence
     RETURN_IF_ERROR(SequenceAllGather(x, x_whole, scratch, batch, t, in, scope));
     input = x_whole;
@@ -72,7 +76,7 @@ absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y,
 
 absl::Status TensorParallel::ColumnLinearBackward(Kernels& k, float* dx,
                                           float* dx_whole, float* dw, float* db, const float* dy,
-                                          const float* x_whole, const float* w, int batch, int t,
+                                          ConstTypedPtr x_whole, const float* w, int batch, int t,
                                           int in, int out_local, float* scratch,
                                           const std::string& scope) const {
   const int n = batch * t;
@@ -86,7 +90,7 @@ absl::Status TensorParallel::ColumnLinearBackward(Kernels& k, float* dx,
 }
 
 absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
-                                      float* y_whole, const float* x, const float* w,
+                                      float* y_whole, ConstTypedPtr x, const float* w,
                                       const float* b, int batch, int t, int in_local, int out,
                                       float* scratch, const std::string& scope) const {
   const int n = batch * t;
@@ -102,7 +106,7 @@ absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
 }
 
 absl::Status TensorParallel::RowLinearBackward(Kernels& k, float* dx, float* dw,
-                                       float* db, const float* dy, float* dy_whole, const float* x,
+                                       float* db, const float* dy, float* dy_whole, ConstTypedPtr x,
                                        const float* w, int batch, int t, int in_local, int out,
                                        float* scratch, const std::string& scope) const {
   const float* grad = dy;

@@ -68,8 +68,8 @@ class TensorParallel final : public model::LayerSplit {
   // otherwise.
   bool sequence_parallel() const override { return sequence_parallel_; }
   Device device() const { return device_; }
-  // to[0, count) = from[0, count), on the activations' device.
-  absl::Status CopyFloats(float* to, const float* from, int64_t count) const;
+  // to[0, count) = from[0, count) (of one type), on the activations' device.
+  absl::Status Copy(TypedPtr to, ConstTypedPtr from, int64_t count) const;
 
   // data[0, n) reduced over the group in place, travelling as `sent_as`, booked in the
   // ledger under `scope`. One rank: nothing.
@@ -78,8 +78,9 @@ class TensorParallel final : public model::LayerSplit {
                          const SentAs& sent_as = SentAs()) const;
   // Sequence parallelism's collectives over (b, t, c) activations: every rank's
   // (b, t/N, c) part into the whole (b, t, c); the whole's sum over the group, each rank
-  // keeping its part. `scratch` holds b·t·c floats.
-  absl::Status SequenceAllGather(const float* part, float* whole, float* scratch, int b, int t,
+  // keeping its part. `scratch` holds b·t·c floats. A gather's values may be bf16 (a
+  // LayerNorm's output kept for a bf16 matmul): they travel as they are.
+  absl::Status SequenceAllGather(ConstTypedPtr part, TypedPtr whole, float* scratch, int b, int t,
                                  int c, const std::string& scope) const;
   absl::Status SequenceReduceScatter(const float* whole, float* part, float* scratch, int b, int t,
                                      int c, const std::string& scope) const;
@@ -92,19 +93,19 @@ class TensorParallel final : public model::LayerSplit {
   // backward (identity, or the all-gather of dy into dy_whole). The embedding: each rank
   // looks up its own tokens (zero rows for the others) and g completes every row, then
   // the positions are added; the cross-entropy: three all-reduces of one float per row.
-  absl::Status ColumnLinearForward(Kernels& k, float* y, const float* x, float* x_whole,
+  absl::Status ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr x_whole,
                                    const float* w, const float* b, int batch, int t, int in,
                                    int out_local, float* scratch,
                                    const std::string& scope) const override;
   absl::Status ColumnLinearBackward(Kernels& k, float* dx, float* dx_whole, float* dw, float* db,
-                                    const float* dy, const float* x_whole, const float* w,
+                                    const float* dy, ConstTypedPtr x_whole, const float* w,
                                     int batch, int t, int in, int out_local, float* scratch,
                                     const std::string& scope) const override;
-  absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, const float* x,
+  absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, ConstTypedPtr x,
                                 const float* w, const float* b, int batch, int t, int in_local,
                                 int out, float* scratch, const std::string& scope) const override;
   absl::Status RowLinearBackward(Kernels& k, float* dx, float* dw, float* db, const float* dy,
-                                 float* dy_whole, const float* x, const float* w, int batch, int t,
+                                 float* dy_whole, ConstTypedPtr x, const float* w, int batch, int t,
                                  int in_local, int out, float* scratch,
                                  const std::string& scope) const override;
   absl::Status EmbeddingForward(Kernels& k, float* x, float* x_whole, const int32_t* tokens,

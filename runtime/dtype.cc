@@ -4,17 +4,6 @@
 
 namespace tally {
 
-size_t SizeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF64: return 8;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-  }
-  return 0;
-}
-
 const char* Name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";

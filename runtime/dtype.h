@@ -8,15 +8,26 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
+#include "runtime/status_macros.h"
 
 namespace tally {
 
 enum class DType : uint8_t { kF32, kBF16, kF64, kI32, kI64 };
 
 // Bytes per element.
-size_t SizeOf(DType dtype);
+constexpr size_t SizeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF64: return 8;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
 const char* Name(DType dtype);  // "f32", "bf16", ...
 absl::StatusOr<DType> ParseDType(std::string_view name);
 
@@ -39,6 +50,16 @@ struct BFloat16 {
   }
 };
 
+// `value` as it is stored in a Y: rounded to nearest even for a BFloat16, else converted.
+template <typename Y, typename V>
+Y StoredAs(V value) {
+  if constexpr (std::is_same_v<Y, BFloat16>) {
+    return BFloat16::FromFloat(float(value));
+  } else {
+    return Y(value);
+  }
+}
+
 // The DType of a C++ element type: DTypeOf<float>() == DType::kF32.
 template <typename T>
 constexpr DType DTypeOf();
@@ -47,5 +68,48 @@ template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBF16; }
 template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
 template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
 template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+
+// An address and the type of the values there: a buffer that is fp32 or bf16 by the
+// precision (under mixed precision the activations a matmul reads are kept in bf16). A
+// float* converts to one, so fp32 callers pass their pointers as they are.
+struct TypedPtr {
+  void* data = nullptr;
+  DType type = DType::kF32;
+
+  TypedPtr() = default;
+  TypedPtr(void* p, DType t) : data(p), type(t) {}
+  TypedPtr(float* p) : data(p) {}  // NOLINT(google-explicit-constructor)
+
+  template <typename T>
+  T* as() const {
+    CHECK(DTypeOf<T>() == type) << "buffer is " << Name(type) << ", asked for "
+                                << Name(DTypeOf<T>());
+    return static_cast<T*>(data);
+  }
+  // The address `elements` values further on.
+  TypedPtr operator+(int64_t elements) const {
+    return {static_cast<char*>(data) + elements * int64_t(SizeOf(type)), type};
+  }
+};
+
+struct ConstTypedPtr {
+  const void* data = nullptr;
+  DType type = DType::kF32;
+
+  ConstTypedPtr() = default;
+  ConstTypedPtr(const void* p, DType t) : data(p), type(t) {}
+  ConstTypedPtr(const float* p) : data(p) {}  // NOLINT(google-explicit-constructor)
+  ConstTypedPtr(TypedPtr p) : data(p.data), type(p.type) {}  // NOLINT(google-explicit-constructor)
+
+  template <typename T>
+  const T* as() const {
+    CHECK(DTypeOf<T>() == type) << "buffer is " << Name(type) << ", asked for "
+                                << Name(DTypeOf<T>());
+    return static_cast<const T*>(data);
+  }
+  ConstTypedPtr operator+(int64_t elements) const {
+    return {static_cast<const char*>(data) + elements * int64_t(SizeOf(type)), type};
+  }
+};
 
 }  // namespace tally

@@ -57,9 +57,9 @@ absl::Status Tensor::CopyFrom(const Tensor& from) const {
   return cuda::CopyOnDevice(raw_data(), from.raw_data(), nbytes());
 }
 
-Tensor Tensor::Borrow(float* data, int64_t count, Device device) {
-  return Tensor(Storage::Borrow(data, sizeof(float) * size_t(count), device), 0, {count},
-                DType::kF32);
+Tensor Tensor::Borrow(TypedPtr data, int64_t count, Device device) {
+  return Tensor(Storage::Borrow(data.data, SizeOf(data.type) * size_t(count), device), 0, {count},
+                data.type);
 }
 
 absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Allocator& alloc,

@@ -37,9 +37,10 @@ class Tensor {
   static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype, Allocator& alloc,
                                        MemoryCategory category = MemoryCategory::kOther);
 
-  // A 1-D view of `count` floats on `device` that the tensor neither owns nor counts (an
-  // activation inside a buffer the model carved up); the memory must outlive the view.
-  static Tensor Borrow(float* data, int64_t count, Device device = Device::CPU());
+  // A 1-D view of `count` values (fp32 from a float*) on `device` that the tensor neither
+  // owns nor counts (an activation inside a buffer the model carved up); the memory must
+  // outlive the view.
+  static Tensor Borrow(TypedPtr data, int64_t count, Device device = Device::CPU());
 
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }

@@ -219,17 +219,23 @@ std::vector<std::string> TrainOptions::Warnings() const {
 double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   const double c = model.n_embd, t = model.seq_len, v = model.vocab_size, l = model.n_layer;
   const double phi = (v + t + 2) * c + l * (12 * c * c + 13 * c);
-  const double state = optimizer == OptimizerKind::kAdamW ? 8 : 4;
+  const model::Precision p = Precision();
+  const double params = double(SizeOf(p.params)), grads = double(SizeOf(p.grads));
+  const double state = (optimizer == OptimizerKind::kAdamW ? 8 : 4) + (p.master_weights() ? 4 : 0);
   // Summed over the world: dp replicas of the model states, less what ZeRO shards.
-  const double states = 4 * phi * (zero >= 3 ? 1 : dp) + 4 * phi * (zero >= 2 ? 1 : dp) +
-                        state * phi * (zero >= 1 ? 1 : dp);
-  // One micro-batch's saved activations on a rank (model/gpt.cc): per layer the
-  // LayerNorm outputs, residuals and block output (N, C), qkv, attention output and the
-  // MLP's two (N, 4C) split over tp, and the attention probabilities (B, NH/tp, T, T).
+  const double states = params * phi * (zero >= 3 ? 1 : dp) +
+                        grads * phi * (zero >= 2 ? 1 : dp) + state * phi * (zero >= 1 ? 1 : dp);
+  // One micro-batch's saved activations on a rank (model/gpt.cc): per layer, in fp32, the
+  // residuals (N, C), the MLP's c_fc output (N, 4C) split over tp and the attention
+  // probabilities (B, NH/tp, T, T); in the matmuls' operand type (bf16 under mixed
+  // precision) the LayerNorm outputs (N, C), qkv and the attention output (N, 4C in all)
+  // and the GELU output (N, 4C), those split over tp.
+  const double operand = precision == DType::kBF16 ? 2 : 4;
   const double n = double(micro_batch_size) * t;
-  const double per_layer = 4 * n * c + (4 * n * c + 8 * n * c) / tp +
-                           double(micro_batch_size) * (model.n_head / double(tp)) * t * t;
-  const double activations = 4 * (per_layer * l / pp + n * v / tp);
+  const double per_layer =
+      4 * (2 * n * c + 4 * n * c / tp + double(micro_batch_size) * (model.n_head / double(tp)) * t * t) +
+      operand * (2 * n * c + 8 * n * c / tp);
+  const double activations = per_layer * l / pp + 4 * n * v / tp;
   const double per_rank = states / world() + activations + 5.0 * double(data_bytes);
   return per_rank * ranks_here;
 }

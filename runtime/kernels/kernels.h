@@ -36,6 +36,13 @@ class Kernels {
       Device device, MatmulInputs inputs = MatmulInputs::kF32);
   virtual ~Kernels() = default;
   virtual Device device() const = 0;
+  virtual MatmulInputs matmul_inputs() const = 0;
+  // The type the model keeps its matmuls' input activations in: bf16 when the matmuls
+  // take bf16 operands (rounding them as they are made is what the matmul would do on
+  // entry: the same values, half the memory), else fp32.
+  DType activation_operand_type() const {
+    return matmul_inputs() == MatmulInputs::kBF16 ? DType::kBF16 : DType::kF32;
+  }
 
   // ------------------------------------------------------------------ memory
   // Within the device; host to device; device to host (waits for the queued work).
@@ -45,24 +52,27 @@ class Kernels {
   virtual absl::Status Zero(void* to, size_t bytes) = 0;
 
   // ------------------------------------------------------------------ layers
-  // linear.h, attention.h, layernorm.h, gelu.h.
-  virtual absl::Status LinearForward(float* y, const float* x, const float* w, const float* b,
+  // linear.h, attention.h, layernorm.h, gelu.h. The activations a matmul reads (the
+  // linears' x, attention's qkv) may be bf16 when the matmul inputs are (MatmulInputs::
+  // kBF16): the model keeps them so, and the LayerNorm and GELU that produce them write bf16
+  // (rounded to nearest even) into a bf16 y. Everything else is fp32.
+  virtual absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b,
                                      int n, int c, int oc) = 0;
   virtual absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy,
-                                      const float* x, const float* w, int n, int c, int oc) = 0;
-  virtual absl::Status AttentionForward(float* y, float* att, const float* qkv, int b, int t, int c,
-                                        int nh) = 0;
+                                      ConstTypedPtr x, const float* w, int n, int c, int oc) = 0;
+  virtual absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t,
+                                        int c, int nh) = 0;
   // AttentionBackward's scratch, in floats, for nh heads of t positions.
   virtual int64_t AttentionScratch(int t, int nh) const = 0;
   virtual absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy,
-                                         const float* qkv, const float* att, int b, int t, int c,
+                                         ConstTypedPtr qkv, const float* att, int b, int t, int c,
                                          int nh) = 0;
-  virtual absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x,
+  virtual absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x,
                                         const float* w, const float* b, int n, int c) = 0;
   virtual absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy,
                                          const float* x, const float* w, const float* mean,
                                          const float* rstd, int n, int c) = 0;
-  virtual absl::Status GeluForward(float* y, const float* x, int64_t n) = 0;
+  virtual absl::Status GeluForward(TypedPtr y, const float* x, int64_t n) = 0;
   virtual absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) = 0;
   // y[i] += x[i] (the residual stream).
   virtual absl::Status AddInPlace(float* y, const float* x, int64_t n) = 0;

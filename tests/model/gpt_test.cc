@@ -74,6 +74,33 @@ TEST(GPT, InitialLossIsNearLogVocab) {
   EXPECT_EQ(ledger.current(MemoryCategory::kParams), 4 * c.NumParams());
 }
 
+// Under mixed precision the activations the matmuls read (both LayerNorm outputs, qkv,
+// the attention output and the GELU output of every layer, and ln_f's output) are kept
+// in bf16: 2 bytes fewer each, and nothing else changes size.
+TEST(GPT, Bf16MatmulsKeepTheirInputActivationsInHalfTheBytes) {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.seq_len = 16;
+  const int b = 3;
+  const int64_t n = int64_t(b) * c.seq_len;
+  int64_t bytes[2];
+  for (MatmulInputs inputs : {MatmulInputs::kF32, MatmulInputs::kBF16}) {
+    MemoryLedger ledger;
+    Allocator alloc(&ledger);
+    auto gpt = GPT::Create(c, alloc, 1).value();
+    ASSERT_TRUE(gpt->UseKernels(Kernels::Create(Device::CPU(), inputs).value()).ok());
+    GPT::Activations a = gpt->NewActivations(b, /*whole=*/true).value();
+    EXPECT_EQ(a.operands.dtype(), inputs == MatmulInputs::kBF16 ? DType::kBF16 : DType::kF32);
+    EXPECT_EQ(a.blocks[1].qkv.type, a.operands.dtype());
+    EXPECT_EQ(a.lnf.type, a.operands.dtype());
+    bytes[inputs == MatmulInputs::kBF16] = ledger.current(MemoryCategory::kActivations);
+  }
+  const int64_t per_layer = n * c.n_embd * (1 + 3 + 1 + 1 + 4);  // ln1 qkv atty ln2 fch_gelu
+  EXPECT_EQ(bytes[0] - bytes[1], 2 * (c.n_layer * per_layer + n * c.n_embd));
+}
+
 TEST(GPT, RejectsTokensOutsideTheVocabulary) {
   MemoryLedger ledger;
   Allocator alloc(&ledger);

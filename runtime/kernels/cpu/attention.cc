@@ -42,8 +42,8 @@ void CausalSoftmaxBackward(T* ds, const T* p, int t) {
 
 // Attention with its matmul operands of type O (T, or bf16 roundings of them): each
 // sequence's qkv (and dy) rounded once, each head's P (and dS) as it is formed.
-template <typename O, typename T>
-void Forward(T* y, T* att, const T* qkv, int b, int t, int c, int nh) {
+template <typename O, typename T, typename Q>
+void Forward(T* y, T* att, const Q* qkv, int b, int t, int c, int nh) {
   int hs = c / nh;
   T scale = T(1) / std::sqrt(T(hs));
   for (int i = 0; i < b; ++i) {
@@ -65,8 +65,8 @@ void Forward(T* y, T* att, const T* qkv, int b, int t, int c, int nh) {
 
 // With P the softmax and dP = dY·Vᵀ, dS = CausalSoftmaxBackward(dP), and then
 // dQ = dS·K·scale, dK = dSᵀ·Q·scale, dV = Pᵀ·dY.
-template <typename O, typename T>
-void Backward(T* dqkv, T* scratch, const T* dy, const T* qkv, const T* att, int b, int t, int c,
+template <typename O, typename T, typename Q>
+void Backward(T* dqkv, T* scratch, const T* dy, const Q* qkv, const T* att, int b, int t, int c,
               int nh) {
   int hs = c / nh;
   T scale = T(1) / std::sqrt(T(hs));
@@ -98,30 +98,41 @@ void Backward(T* dqkv, T* scratch, const T* dy, const T* qkv, const T* att, int 
 
 }  // namespace
 
-template <typename T>
-void AttentionForward(T* y, T* att, const T* qkv, int b, int t, int c, int nh,
+template <typename T, typename Q>
+void AttentionForward(T* y, T* att, const Q* qkv, int b, int t, int c, int nh,
                       MatmulInputs inputs) {
   if constexpr (std::is_same_v<T, float>) {
     if (inputs == MatmulInputs::kBF16) return Forward<BFloat16>(y, att, qkv, b, t, c, nh);
   }
-  Forward<T>(y, att, qkv, b, t, c, nh);
+  if constexpr (std::is_same_v<T, Q>) {
+    Forward<T>(y, att, qkv, b, t, c, nh);
+  } else {
+    CHECK(false) << "a bf16 qkv needs bf16 matmul inputs";
+  }
 }
 
-template <typename T>
-void AttentionBackward(T* dqkv, T* scratch, const T* dy, const T* qkv, const T* att, int b, int t,
+template <typename T, typename Q>
+void AttentionBackward(T* dqkv, T* scratch, const T* dy, const Q* qkv, const T* att, int b, int t,
                        int c, int nh, MatmulInputs inputs) {
   if constexpr (std::is_same_v<T, float>) {
     if (inputs == MatmulInputs::kBF16) {
       return Backward<BFloat16>(dqkv, scratch, dy, qkv, att, b, t, c, nh);
     }
   }
-  Backward<T>(dqkv, scratch, dy, qkv, att, b, t, c, nh);
+  if constexpr (std::is_same_v<T, Q>) {
+    Backward<T>(dqkv, scratch, dy, qkv, att, b, t, c, nh);
+  } else {
+    CHECK(false) << "a bf16 qkv needs bf16 matmul inputs";
+  }
 }
 
 template void AttentionForward(float*, float*, const float*, int, int, int, int, MatmulInputs);
+template void AttentionForward(float*, float*, const BFloat16*, int, int, int, int, MatmulInputs);
 template void AttentionForward(double*, double*, const double*, int, int, int, int, MatmulInputs);
 template void AttentionBackward(float*, float*, const float*, const float*, const float*, int, int,
                                 int, int, MatmulInputs);
+template void AttentionBackward(float*, float*, const float*, const BFloat16*, const float*, int,
+                                int, int, int, MatmulInputs);
 template void AttentionBackward(double*, double*, const double*, const double*, const double*, int,
                                 int, int, int, MatmulInputs);
 

@@ -10,19 +10,21 @@
 //     `scratch` holds T·T elements.
 // Attention is the only layer that mixes information across positions. With
 // MatmulInputs::kBF16 (float only) Q, K, V, P, dY and dS enter the four products rounded
-// to bf16; the products, the softmax and its backward are fp32.
+// to bf16 (qkv may be kept in bf16 already: Q = BFloat16); the products, the softmax and
+// its backward are fp32.
 #pragma once
 
 #include "runtime/kernels/cpu/gemm.h"
 
 namespace tally::cpu {
 
-template <typename T>
-void AttentionForward(T* y, T* att, const T* qkv, int b, int t, int c, int nh,
+// Q: T, or BFloat16 for T = float with MatmulInputs::kBF16.
+template <typename T, typename Q>
+void AttentionForward(T* y, T* att, const Q* qkv, int b, int t, int c, int nh,
                       MatmulInputs inputs = MatmulInputs::kF32);
 
-template <typename T>
-void AttentionBackward(T* dqkv, T* scratch, const T* dy, const T* qkv, const T* att, int b, int t,
+template <typename T, typename Q>
+void AttentionBackward(T* dqkv, T* scratch, const T* dy, const Q* qkv, const T* att, int b, int t,
                        int c, int nh, MatmulInputs inputs = MatmulInputs::kF32);
 
 }  // namespace tally::cpu

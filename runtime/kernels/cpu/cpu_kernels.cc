@@ -41,31 +41,43 @@ class CpuKernels final : public Kernels {
     return absl::OkStatus();
   }
 
-  absl::Status LinearForward(float* y, const float* x, const float* w, const float* b, int n, int c,
-                             int oc) override {
-    cpu::LinearForward(y, x, w, b, n, c, oc, inputs_);
-    return absl::OkStatus();
+  MatmulInputs matmul_inputs() const override { return inputs_; }
+
+  absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b, int n,
+                             int c, int oc) override {
+    return WithOperand(x, [&](auto* xs) {
+      cpu::LinearForward(y, xs, w, b, n, c, oc, inputs_);
+      return absl::OkStatus();
+    });
   }
-  absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+  absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, ConstTypedPtr x,
                               const float* w, int n, int c, int oc) override {
-    cpu::LinearBackward(dx, dw, db, dy, x, w, n, c, oc, /*accumulate_dx=*/false, inputs_);
-    return absl::OkStatus();
+    return WithOperand(x, [&](auto* xs) {
+      cpu::LinearBackward(dx, dw, db, dy, xs, w, n, c, oc, /*accumulate_dx=*/false, inputs_);
+      return absl::OkStatus();
+    });
   }
-  absl::Status AttentionForward(float* y, float* att, const float* qkv, int b, int t, int c,
+  absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,
                                 int nh) override {
-    cpu::AttentionForward(y, att, qkv, b, t, c, nh, inputs_);
-    return absl::OkStatus();
+    return WithOperand(qkv, [&](auto* q) {
+      cpu::AttentionForward(y, att, q, b, t, c, nh, inputs_);
+      return absl::OkStatus();
+    });
   }
   int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
-  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, const float* qkv,
+  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, ConstTypedPtr qkv,
                                  const float* att, int b, int t, int c, int nh) override {
-    cpu::AttentionBackward(dqkv, scratch, dy, qkv, att, b, t, c, nh, inputs_);
-    return absl::OkStatus();
+    return WithOperand(qkv, [&](auto* q) {
+      cpu::AttentionBackward(dqkv, scratch, dy, q, att, b, t, c, nh, inputs_);
+      return absl::OkStatus();
+    });
   }
-  absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
-                                const float* b, int n, int c) override {
-    cpu::LayerNormForward(y, mean, rstd, x, w, b, n, c);
-    return absl::OkStatus();
+  absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x,
+                                const float* w, const float* b, int n, int c) override {
+    return WithOutput(y, [&](auto* ys) {
+      cpu::LayerNormForward(ys, mean, rstd, x, w, b, n, c);
+      return absl::OkStatus();
+    });
   }
   absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                  const float* w, const float* mean, const float* rstd, int n,
@@ -73,9 +85,11 @@ class CpuKernels final : public Kernels {
     cpu::LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c);
     return absl::OkStatus();
   }
-  absl::Status GeluForward(float* y, const float* x, int64_t n) override {
-    cpu::GeluForward(y, x, long(n));
-    return absl::OkStatus();
+  absl::Status GeluForward(TypedPtr y, const float* x, int64_t n) override {
+    return WithOutput(y, [&](auto* ys) {
+      cpu::GeluForward(ys, x, long(n));
+      return absl::OkStatus();
+    });
   }
   absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) override {
     cpu::GeluBackward(dx, x, dy, long(n));
@@ -275,6 +289,24 @@ class CpuKernels final : public Kernels {
     if (type == DType::kF32) return body(static_cast<const float*>(grads));
     if (type == DType::kBF16) return body(static_cast<const BFloat16*>(grads));
     return UnsupportedConversion(type, DType::kF32);
+  }
+
+  // body(x as const float*, or as const BFloat16* when the matmuls take bf16); an error
+  // for any other type.
+  template <typename Body>
+  absl::Status WithOperand(ConstTypedPtr x, Body body) const {
+    if (x.type == DType::kF32) return body(x.as<float>());
+    if (x.type == DType::kBF16 && inputs_ == MatmulInputs::kBF16) return body(x.as<BFloat16>());
+    return absl::InvalidArgumentError(absl::StrCat("[kernels] a matmul input of type ",
+                                                   Name(x.type), " with ", Name(inputs_),
+                                                   " matmul inputs"));
+  }
+  // body(y as float* or BFloat16*); an error for any other type.
+  template <typename Body>
+  static absl::Status WithOutput(TypedPtr y, Body body) {
+    if (y.type == DType::kF32) return body(y.as<float>());
+    if (y.type == DType::kBF16) return body(y.as<BFloat16>());
+    return UnsupportedConversion(y.type, DType::kF32);
   }
 
   MatmulInputs inputs_;

@@ -10,11 +10,11 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kCubic = 0.044715;
 
 // Always inlined, so that each clone below compiles the loop for its own target.
-template <typename T>
-[[gnu::always_inline]] inline void Forward(T* y, const T* x, long n) {
+template <typename T, typename Y>
+[[gnu::always_inline]] inline void Forward(Y* y, const T* x, long n) {
   for (long i = 0; i < n; ++i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kCubic) * x[i] * x[i] * x[i]);
-    y[i] = T(0.5) * x[i] * (T(1) + FastTanh(u));
+    y[i] = StoredAs<Y>(T(0.5) * x[i] * (T(1) + FastTanh(u)));
   }
 }
 
@@ -35,6 +35,7 @@ template <typename T>
 // The float versions (the training path) are compiled for AVX2 + FMA and for the baseline
 // (cpu_clones.h).
 TALLY_CPU_CLONES void GeluForward(float* y, const float* x, long n) { Forward(y, x, n); }
+TALLY_CPU_CLONES void GeluForward(BFloat16* y, const float* x, long n) { Forward(y, x, n); }
 TALLY_CPU_CLONES void GeluBackward(float* dx, const float* x, const float* dy, long n) {
   Backward(dx, x, dy, n);
 }

@@ -117,16 +117,20 @@ class BF16Matmuls {
   std::map<Shape, std::optional<Entry>> cache_;
 };
 
+TALLY_CPU_CLONES void Widen(float* to, const BFloat16* from, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) to[i] = from[i].ToFloat();
+}
+
 // rows x cols of bf16 values (`ld` between rows) widened, exactly, into the calling
 // thread's fp32 buffer `slot` (0 or 1), contiguous.
 const float* Widened(int slot, const BFloat16* from, int rows, int cols, int ld) {
   thread_local std::vector<float> buffers[2];
   std::vector<float>& buffer = buffers[slot];
   if (buffer.size() < size_t(rows) * size_t(cols)) buffer.resize(size_t(rows) * size_t(cols));
-  for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < cols; ++i) {
-      buffer[size_t(r) * cols + i] = from[int64_t(r) * ld + i].ToFloat();
-    }
+  if (ld == cols) {
+    Widen(buffer.data(), from, int64_t(rows) * cols);
+  } else {
+    for (int r = 0; r < rows; ++r) Widen(buffer.data() + size_t(r) * cols, from + int64_t(r) * ld, cols);
   }
   return buffer.data();
 }

@@ -2,20 +2,22 @@
 
 #include <cmath>
 
+#include "runtime/dtype.h"
+
 namespace tally::cpu {
 
-template <typename T>
-void LayerNormForward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int n, int c) {
+template <typename T, typename Y>
+void LayerNormForward(Y* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int n, int c) {
   for (int i = 0; i < n; ++i) {
     const T* xi = x + static_cast<long>(i) * c;
-    T* yi = y + static_cast<long>(i) * c;
+    Y* yi = y + static_cast<long>(i) * c;
     T sum = 0;
     for (int j = 0; j < c; ++j) sum += xi[j];
     T m = sum / c;
     T var = 0;
     for (int j = 0; j < c; ++j) var += (xi[j] - m) * (xi[j] - m);
     T s = T(1) / std::sqrt(var / c + T(kLayerNormEps));
-    for (int j = 0; j < c; ++j) yi[j] = (xi[j] - m) * s * w[j] + b[j];
+    for (int j = 0; j < c; ++j) yi[j] = StoredAs<Y>((xi[j] - m) * s * w[j] + b[j]);
     mean[i] = m;
     rstd[i] = s;
   }
@@ -50,6 +52,8 @@ void LayerNormBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
 }
 
 template void LayerNormForward(float*, float*, float*, const float*, const float*, const float*,
+                               int, int);
+template void LayerNormForward(BFloat16*, float*, float*, const float*, const float*, const float*,
                                int, int);
 template void LayerNormForward(double*, double*, double*, const double*, const double*,
                                const double*, int, int);

@@ -11,8 +11,9 @@ namespace tally::cpu {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
-template <typename T>
-void LayerNormForward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int n, int c);
+// Y: T, or BFloat16 (y rounded to nearest even: a bf16 matmul's input kept as it reads it).
+template <typename T, typename Y>
+void LayerNormForward(Y* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int n, int c);
 
 template <typename T>
 void LayerNormBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean,

@@ -4,14 +4,14 @@ namespace tally::cpu {
 namespace {
 
 // The layer with its matmul operands of type O (T, or bf16 roundings of them).
-template <typename O, typename T>
-void Forward(T* y, const T* x, const T* w, int n, int c, int oc) {
+template <typename O, typename T, typename X>
+void Forward(T* y, const X* x, const T* w, int n, int c, int oc) {
   Gemm(Trans::kNo, Trans::kYes, n, oc, c, T(1), AsOperand<O>(0, x, n, c), c,
        AsOperand<O>(1, w, oc, c), c, T(1), y, oc);
 }
 
-template <typename O, typename T>
-void Backward(T* dx, T* dw, const T* dy, const T* x, const T* w, int n, int c, int oc,
+template <typename O, typename T, typename X>
+void Backward(T* dx, T* dw, const T* dy, const X* x, const T* w, int n, int c, int oc,
               bool accumulate_dx) {
   const O* g = AsOperand<O>(2, dy, n, oc);
   if (dx != nullptr) {
@@ -25,8 +25,8 @@ void Backward(T* dx, T* dw, const T* dy, const T* x, const T* w, int n, int c, i
 
 }  // namespace
 
-template <typename T>
-void LinearForward(T* y, const T* x, const T* w, const T* b, int n, int c, int oc,
+template <typename T, typename X>
+void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int oc,
                    MatmulInputs inputs) {
   // Start every row from the bias, then let the GEMM add x·Wᵀ on top (beta = 1).
   for (int i = 0; i < n; ++i) {
@@ -36,18 +36,26 @@ void LinearForward(T* y, const T* x, const T* w, const T* b, int n, int c, int o
   if constexpr (std::is_same_v<T, float>) {
     if (inputs == MatmulInputs::kBF16) return Forward<BFloat16>(y, x, w, n, c, oc);
   }
-  Forward<T>(y, x, w, n, c, oc);
+  if constexpr (std::is_same_v<T, X>) {
+    Forward<T>(y, x, w, n, c, oc);
+  } else {
+    CHECK(false) << "a bf16 x needs bf16 matmul inputs";
+  }
 }
 
-template <typename T>
-void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int n, int c, int oc,
+template <typename T, typename X>
+void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, int n, int c, int oc,
                     bool accumulate_dx, MatmulInputs inputs) {
   bool bf16 = false;
   if constexpr (std::is_same_v<T, float>) {
     bf16 = inputs == MatmulInputs::kBF16;
     if (bf16) Backward<BFloat16>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
   }
-  if (!bf16) Backward<T>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
+  if constexpr (std::is_same_v<T, X>) {
+    if (!bf16) Backward<T>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
+  } else {
+    CHECK(bf16) << "a bf16 x needs bf16 matmul inputs";
+  }
   if (db != nullptr) {
     for (int i = 0; i < n; ++i) {
       const T* row = dy + static_cast<long>(i) * oc;
@@ -58,10 +66,14 @@ void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, in
 
 template void LinearForward(float*, const float*, const float*, const float*, int, int, int,
                             MatmulInputs);
+template void LinearForward(float*, const BFloat16*, const float*, const float*, int, int, int,
+                            MatmulInputs);
 template void LinearForward(double*, const double*, const double*, const double*, int, int, int,
                             MatmulInputs);
 template void LinearBackward(float*, float*, float*, const float*, const float*, const float*, int,
                              int, int, bool, MatmulInputs);
+template void LinearBackward(float*, float*, float*, const float*, const BFloat16*, const float*,
+                             int, int, int, bool, MatmulInputs);
 template void LinearBackward(double*, double*, double*, const double*, const double*,
                              const double*, int, int, int, bool, MatmulInputs);
 

@@ -34,25 +34,27 @@ class CudaKernels final : public Kernels {
   }
   absl::Status Zero(void* to, size_t bytes) override { return cuda::Zero(to, bytes); }
 
-  absl::Status LinearForward(float* y, const float* x, const float* w, const float* b, int n, int c,
-                             int oc) override {
+  MatmulInputs matmul_inputs() const override { return blas_->inputs(); }
+
+  absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b, int n,
+                             int c, int oc) override {
     return cuda::LinearForward(*blas_, y, x, w, b, n, c, oc);
   }
-  absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
+  absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, ConstTypedPtr x,
                               const float* w, int n, int c, int oc) override {
     return cuda::LinearBackward(*blas_, dx, dw, db, dy, x, w, n, c, oc);
   }
-  absl::Status AttentionForward(float* y, float* att, const float* qkv, int b, int t, int c,
+  absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,
                                 int nh) override {
     return cuda::AttentionForward(*blas_, y, att, qkv, b, t, c, nh);
   }
   int64_t AttentionScratch(int t, int nh) const override { return int64_t(nh) * t * t; }
-  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, const float* qkv,
+  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, ConstTypedPtr qkv,
                                  const float* att, int b, int t, int c, int nh) override {
     return cuda::AttentionBackward(*blas_, dqkv, scratch, dy, qkv, att, b, t, c, nh);
   }
-  absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
-                                const float* b, int n, int c) override {
+  absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x,
+                                const float* w, const float* b, int n, int c) override {
     return cuda::LayerNormForward(y, mean, rstd, x, w, b, n, c);
   }
   absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
@@ -60,7 +62,7 @@ class CudaKernels final : public Kernels {
                                  int c) override {
     return cuda::LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c);
   }
-  absl::Status GeluForward(float* y, const float* x, int64_t n) override {
+  absl::Status GeluForward(TypedPtr y, const float* x, int64_t n) override {
     return cuda::GeluForward(y, x, n);
   }
   absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) override {

@@ -21,13 +21,6 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
-__global__ void GeluForwardKernel(float* y, const float* x, int64_t n) {
-  TALLY_GRID_STRIDE(i, n) {
-    const float xi = x[i];
-    const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
-    y[i] = 0.5f * xi * (1.0f + tanhf(u));
-  }
-}
 
 __global__ void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n) {
   TALLY_GRID_STRIDE(i, n) {
@@ -59,6 +52,16 @@ __device__ float Widen(float x) { return x; }
 __device__ float Widen(uint16_t x) { return FromBF16Bits(x); }
 __device__ void Store(float* y, float value) { *y = value; }
 __device__ void Store(uint16_t* y, float value) { *y = ToBF16Bits(value); }
+
+// Y: float, or uint16_t holding bf16 bits (a bf16 matmul's input kept as it reads it).
+template <typename Y>
+__global__ void GeluForwardKernel(Y* y, const float* x, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) {
+    const float xi = x[i];
+    const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
+    Store(y + i, 0.5f * xi * (1.0f + tanhf(u)));
+  }
+}
 
 template <typename Y, typename X>
 __global__ void AccumulateKernel(Y* y, const X* x, int64_t n) {
@@ -164,18 +167,19 @@ __global__ void SquaresKernel(double* partial, const G* x, int64_t n) {
 
 // ---------------------------------------------------------------------------- rows
 
-__global__ void LayerNormForwardKernel(float* y, float* mean, float* rstd, const float* x,
+template <typename Y>
+__global__ void LayerNormForwardKernel(Y* y, float* mean, float* rstd, const float* x,
                                        const float* w, const float* b, int c) {
   const int64_t row = blockIdx.x;
   const float* xi = x + row * c;
-  float* yi = y + row * c;
+  Y* yi = y + row * c;
   float sum = 0;
   for (int j = threadIdx.x; j < c; j += blockDim.x) sum += xi[j];
   const float m = BlockSum(sum) / c;
   float var = 0;
   for (int j = threadIdx.x; j < c; j += blockDim.x) var += (xi[j] - m) * (xi[j] - m);
   const float s = 1.0f / sqrtf(BlockSum(var) / c + 1e-5f);
-  for (int j = threadIdx.x; j < c; j += blockDim.x) yi[j] = (xi[j] - m) * s * w[j] + b[j];
+  for (int j = threadIdx.x; j < c; j += blockDim.x) Store(yi + j, (xi[j] - m) * s * w[j] + b[j]);
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -259,9 +263,15 @@ __global__ void SoftmaxLossKernel(float* probs, float* losses, const float* sum,
 
 }  // namespace
 
-absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int n, int c) {
-  TALLY_LAUNCH(LayerNormForwardKernel, n, y, mean, rstd, x, w, b, c);
+  if (y.type == DType::kBF16) {
+    auto* kernel = LayerNormForwardKernel<uint16_t>;
+    TALLY_LAUNCH(kernel, n, static_cast<uint16_t*>(y.data), mean, rstd, x, w, b, c);
+    return absl::OkStatus();
+  }
+  auto* kernel = LayerNormForwardKernel<float>;
+  TALLY_LAUNCH(kernel, n, y.as<float>(), mean, rstd, x, w, b, c);
   return absl::OkStatus();
 }
 
@@ -271,8 +281,14 @@ absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy,
   return absl::OkStatus();
 }
 
-absl::Status GeluForward(float* y, const float* x, int64_t n) {
-  TALLY_LAUNCH(GeluForwardKernel, Blocks(n), y, x, n);
+absl::Status GeluForward(TypedPtr y, const float* x, int64_t n) {
+  if (y.type == DType::kBF16) {
+    auto* kernel = GeluForwardKernel<uint16_t>;
+    TALLY_LAUNCH(kernel, Blocks(n), static_cast<uint16_t*>(y.data), x, n);
+    return absl::OkStatus();
+  }
+  auto* kernel = GeluForwardKernel<float>;
+  TALLY_LAUNCH(kernel, Blocks(n), y.as<float>(), x, n);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/dtype.h"
 #include "runtime/kernels/matmul_inputs.h"
 
 namespace tally::cuda {
@@ -45,30 +46,32 @@ class Blas {
   int64_t bf16_count_[2] = {0, 0};
 };
 
-// y (n, oc) = x (n, c) · wᵀ + b, w stored (oc, c); b may be null.
-absl::Status LinearForward(Blas& blas, float* y, const float* x, const float* w, const float* b,
+// y (n, oc) = x (n, c) · wᵀ + b, w stored (oc, c); b may be null. The activations x (and
+// attention's qkv) may be bf16 under bf16 inputs: the products read them as they are.
+absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, const float* w, const float* b,
                            int n, int c, int oc);
 // dx = dy · w (added to dx when accumulate_dx), dw += dyᵀ · x, db += column sums of dy;
 // a null output is skipped.
 absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
-                            const float* x, const float* w, int n, int c, int oc,
+                            ConstTypedPtr x, const float* w, int n, int c, int oc,
                             bool accumulate_dx = false);
 
 // Causal self-attention over qkv (b, t, 3c) -> y (b, t, c), keeping the softmax
 // att (b, nh, t, t) for backward. Backward writes dqkv (not added) and needs scratch of
 // nh·t·t floats.
-absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv, int b, int t,
+absl::Status AttentionForward(Blas& blas, float* y, float* att, ConstTypedPtr qkv, int b, int t,
                               int c, int nh);
 absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
-                               const float* qkv, const float* att, int b, int t, int c, int nh);
+                               ConstTypedPtr qkv, const float* att, int b, int t, int c, int nh);
 
-absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+// y fp32 or bf16 (rounded to nearest even), as GeluForward's.
+absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int n, int c);
 // dx, dw, db +=.
 absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                const float* w, const float* mean, const float* rstd, int n, int c);
 
-absl::Status GeluForward(float* y, const float* x, int64_t n);
+absl::Status GeluForward(TypedPtr y, const float* x, int64_t n);
 absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n);
 
 // The pieces of Kernels that have no CPU kernel of their own, with Kernels' arguments:

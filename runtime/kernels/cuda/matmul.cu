@@ -61,31 +61,39 @@ cublasHandle_t Handle(Blas& blas) { return static_cast<cublasHandle_t>(blas.hand
 
 // Row-major C (m, n) = alpha · op(A) · op(B) + beta · C, with op(A) (m, k) and op(B) (k, n)
 // and each buffer's row-major leading dimension; batched with strides when batch > 1.
-// With bf16 inputs each operand's span (every element the batch reads, and those between)
-// is rounded into a bf16 copy with the same layout, and the product runs in cuBLAS's
-// bf16 x bf16 -> fp32 GEMM with fp32 compute.
+// With bf16 inputs an operand that is fp32 has its span (every element the batch reads,
+// and those between) rounded into a bf16 copy with the same layout (one kept in bf16 is
+// read as it is), and the product runs in cuBLAS's bf16 x bf16 -> fp32 GEMM with fp32
+// compute. Otherwise both operands are fp32.
 absl::Status RowMajorGemm(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                          const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                          ConstTypedPtr a, int lda, int64_t stride_a, ConstTypedPtr b, int ldb,
                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
                           int batch = 1) {
   // Cᵀ (n, m) = op(B)ᵀ · op(A)ᵀ in column-major terms: B first, then A.
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (blas.inputs() != MatmulInputs::kBF16) {
-    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(Handle(blas), op_b, op_a, n, m, k, &alpha, b,
-                                                     ldb, stride_b, a, lda, stride_a, &beta, c,
-                                                     ldc, stride_c, batch));
+    if (a.type != DType::kF32 || b.type != DType::kF32) {
+      return absl::InvalidArgumentError("[cuda] a bf16 matmul input needs bf16 matmul inputs");
+    }
+    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+        Handle(blas), op_b, op_a, n, m, k, &alpha, b.as<float>(), ldb, stride_b, a.as<float>(),
+        lda, stride_a, &beta, c, ldc, stride_c, batch));
     return absl::OkStatus();
   }
-  auto span = [batch](int64_t stride, int rows, int cols, int ld) {
-    return (batch - 1) * stride + int64_t(rows - 1) * ld + cols;
+  // The operand in bf16: itself, or its span rounded into scratch `slot`.
+  auto as_bf16 = [&](int slot, ConstTypedPtr x, int64_t stride, int rows, int cols,
+                     int ld) -> absl::StatusOr<const uint16_t*> {
+    if (x.type == DType::kBF16) return static_cast<const uint16_t*>(x.data);
+    const int64_t span = (batch - 1) * stride + int64_t(rows - 1) * ld + cols;
+    ASSIGN_OR_RETURN(uint16_t * copy, blas.BF16Scratch(slot, span));
+    RETURN_IF_ERROR(FloatToBF16(copy, x.as<float>(), span));
+    return copy;
   };
-  const int64_t a_span = span(stride_a, trans_a ? k : m, trans_a ? m : k, lda);
-  const int64_t b_span = span(stride_b, trans_b ? n : k, trans_b ? k : n, ldb);
-  ASSIGN_OR_RETURN(uint16_t* a16, blas.BF16Scratch(0, a_span));
-  ASSIGN_OR_RETURN(uint16_t* b16, blas.BF16Scratch(1, b_span));
-  RETURN_IF_ERROR(FloatToBF16(a16, a, a_span));
-  RETURN_IF_ERROR(FloatToBF16(b16, b, b_span));
+  ASSIGN_OR_RETURN(const uint16_t* a16,
+                   as_bf16(0, a, stride_a, trans_a ? k : m, trans_a ? m : k, lda));
+  ASSIGN_OR_RETURN(const uint16_t* b16,
+                   as_bf16(1, b, stride_b, trans_b ? n : k, trans_b ? k : n, ldb));
   CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
       Handle(blas), op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, stride_b, a16,
       CUDA_R_16BF, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
@@ -144,7 +152,7 @@ absl::StatusOr<const float*> Blas::Ones(int n) {
 
 // ---------------------------------------------------------------------------- layers
 
-absl::Status LinearForward(Blas& blas, float* y, const float* x, const float* w, const float* b,
+absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, const float* w, const float* b,
                            int n, int c, int oc) {
   const int64_t count = int64_t(n) * oc;
   TALLY_LAUNCH(FillRowsKernel, Blocks(count), y, b, oc, count);
@@ -153,7 +161,7 @@ absl::Status LinearForward(Blas& blas, float* y, const float* x, const float* w,
 }
 
 absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
-                            const float* x, const float* w, int n, int c, int oc,
+                            ConstTypedPtr x, const float* w, int n, int c, int oc,
                             bool accumulate_dx) {
   if (dx != nullptr) {  // dx (n, c) = dy (n, oc) · w (oc, c)
     RETURN_IF_ERROR(RowMajorGemm(blas, false, false, n, c, oc, 1.0f, dy, oc, 0, w, c, 0,
@@ -172,14 +180,14 @@ absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const f
   return absl::OkStatus();
 }
 
-absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv, int b, int t,
+absl::Status AttentionForward(Blas& blas, float* y, float* att, ConstTypedPtr qkv, int b, int t,
                               int c, int nh) {
   const int hs = c / nh;
   const float scale = 1.0f / std::sqrt(float(hs));
   for (int i = 0; i < b; ++i) {
-    const float* q = qkv + int64_t(i) * t * 3 * c;
-    const float* k = q + c;
-    const float* v = q + 2 * c;
+    const ConstTypedPtr q = qkv + int64_t(i) * t * 3 * c;
+    const ConstTypedPtr k = q + c;
+    const ConstTypedPtr v = q + 2 * c;
     float* p = att + int64_t(i) * nh * t * t;
     // S_h (t, t) = scale · Q_h · K_hᵀ for every head h at once (heads hs columns apart).
     RETURN_IF_ERROR(RowMajorGemm(blas, false, true, t, t, hs, scale, q, 3 * c, hs, k, 3 * c, hs,
@@ -193,14 +201,14 @@ absl::Status AttentionForward(Blas& blas, float* y, float* att, const float* qkv
 }
 
 absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
-                               const float* qkv, const float* att, int b, int t, int c, int nh) {
+                               ConstTypedPtr qkv, const float* att, int b, int t, int c, int nh) {
   const int hs = c / nh;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int64_t tt = int64_t(t) * t;
   for (int i = 0; i < b; ++i) {
-    const float* q = qkv + int64_t(i) * t * 3 * c;
-    const float* k = q + c;
-    const float* v = q + 2 * c;
+    const ConstTypedPtr q = qkv + int64_t(i) * t * 3 * c;
+    const ConstTypedPtr k = q + c;
+    const ConstTypedPtr v = q + 2 * c;
     float* dq = dqkv + int64_t(i) * t * 3 * c;
     float* dk = dq + c;
     float* dv = dq + 2 * c;

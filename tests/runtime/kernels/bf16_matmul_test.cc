@@ -11,6 +11,7 @@
 #include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/linear.h"
+#include "runtime/kernels/kernels.h"
 #include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally::cpu {
@@ -122,6 +123,80 @@ TEST(BF16Matmul, AttentionRoundsQKVAndTheProbabilities) {
   const std::vector<double> want(d32.begin(), d32.end());
   EXPECT_LT(Error(d16, want), 3 * std::ldexp(1.0, -8));
   EXPECT_GT(Error(d16, want), 1e-5);
+}
+
+std::vector<BFloat16> ToBF16(const std::vector<float>& x) {
+  std::vector<BFloat16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = BFloat16::FromFloat(x[i]);
+  return y;
+}
+
+// Under mixed precision the model keeps the activations its matmuls read in bf16: the
+// LayerNorm and GELU that make them round as they write, and the linears and attention
+// read them as they are. Every result is bit for bit the one of fp32 activations rounded
+// as they enter the products.
+TEST(BF16Matmul, ActivationsKeptInBf16GiveTheSameResultsBitForBit) {
+  auto k = Kernels::Create(Device::CPU(), MatmulInputs::kBF16).value();
+  ASSERT_EQ(k->activation_operand_type(), DType::kBF16);
+  const int n = 21, c = 24, oc = 13;
+  // LayerNorm and GELU: a bf16 y is the fp32 y rounded to nearest even.
+  std::vector<float> x = Random(n * c, 7), w = Random(c, 8), b = Random(c, 9);
+  std::vector<float> y32(n * c), mean(n), rstd(n);
+  std::vector<BFloat16> y16(n * c);
+  ASSERT_TRUE(k->LayerNormForward(y32.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                  b.data(), n, c).ok());
+  ASSERT_TRUE(k->LayerNormForward({y16.data(), DType::kBF16}, mean.data(), rstd.data(), x.data(),
+                                  w.data(), b.data(), n, c).ok());
+  for (int i = 0; i < n * c; ++i) ASSERT_EQ(y16[i].bits, BFloat16::FromFloat(y32[i]).bits) << i;
+  ASSERT_TRUE(k->GeluForward(y32.data(), x.data(), n * c).ok());
+  ASSERT_TRUE(k->GeluForward({y16.data(), DType::kBF16}, x.data(), n * c).ok());
+  for (int i = 0; i < n * c; ++i) ASSERT_EQ(y16[i].bits, BFloat16::FromFloat(y32[i]).bits) << i;
+
+  // The linear layer, forward and backward, with x fp32 or kept in bf16.
+  const std::vector<float> lw = Random(oc * c, 10), lb = Random(oc, 11), dy = Random(n * oc, 12);
+  const std::vector<BFloat16> x16 = ToBF16(x);
+  std::vector<float> out[2], dx[2], dw[2], db[2];
+  for (int kept = 0; kept < 2; ++kept) {
+    const ConstTypedPtr in = kept ? ConstTypedPtr(x16.data(), DType::kBF16) : x.data();
+    out[kept].resize(n * oc);
+    dx[kept].resize(n * c);
+    dw[kept].assign(oc * c, 0.25f);
+    db[kept].assign(oc, 0.5f);
+    ASSERT_TRUE(k->LinearForward(out[kept].data(), in, lw.data(), lb.data(), n, c, oc).ok());
+    ASSERT_TRUE(k->LinearBackward(dx[kept].data(), dw[kept].data(), db[kept].data(), dy.data(), in,
+                                  lw.data(), n, c, oc).ok());
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(dx[0], dx[1]);
+  EXPECT_EQ(dw[0], dw[1]);
+  EXPECT_EQ(db[0], db[1]);
+
+  // Attention, forward and backward, with qkv fp32 or kept in bf16.
+  const int batch = 2, t = 7, ac = 8, nh = 2;
+  const std::vector<float> qkv = Random(batch * t * 3 * ac, 13), dya = Random(batch * t * ac, 14);
+  const std::vector<BFloat16> qkv16 = ToBF16(qkv);
+  std::vector<float> ya[2], att[2], dqkv[2];
+  std::vector<float> scratch(k->AttentionScratch(t, nh));
+  for (int kept = 0; kept < 2; ++kept) {
+    const ConstTypedPtr in = kept ? ConstTypedPtr(qkv16.data(), DType::kBF16) : qkv.data();
+    ya[kept].resize(batch * t * ac);
+    att[kept].resize(batch * nh * t * t);
+    dqkv[kept].resize(qkv.size());
+    ASSERT_TRUE(k->AttentionForward(ya[kept].data(), att[kept].data(), in, batch, t, ac, nh).ok());
+    ASSERT_TRUE(k->AttentionBackward(dqkv[kept].data(), scratch.data(), dya.data(), in,
+                                     att[kept].data(), batch, t, ac, nh).ok());
+  }
+  EXPECT_EQ(ya[0], ya[1]);
+  EXPECT_EQ(att[0], att[1]);
+  EXPECT_EQ(dqkv[0], dqkv[1]);
+
+  // Kernels whose matmuls take fp32 refuse a bf16 input rather than misread it.
+  auto fp32 = Kernels::Create(Device::CPU()).value();
+  EXPECT_EQ(fp32->activation_operand_type(), DType::kF32);
+  const absl::Status refused = fp32->LinearForward(out[0].data(), {x16.data(), DType::kBF16},
+                                                   lw.data(), lb.data(), n, c, oc);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("bf16"), std::string::npos) << refused.message();
 }
 
 }  // namespace

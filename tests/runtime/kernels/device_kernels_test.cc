@@ -246,5 +246,74 @@ TEST_F(DeviceKernels, BF16MatmulsMatchTheCpu) {
   ExpectClose(d_ya, ya, 1e-2f, 1e-2f, "bf16 attention y");
 }
 
+// The activations a bf16 matmul reads, kept in bf16 on the device: LayerNorm and GELU
+// write the fp32 result rounded (to the CPU's bf16 values, up to a neighbouring bf16
+// where the fp32 results differ in their last bit), and the linear layer and attention
+// reading them give, bit for bit, what they give reading the fp32 values they round.
+TEST_F(DeviceKernels, Bf16ActivationsMatchTheCpuAndTheRoundedFp32Inputs) {
+  absl::StatusOr<std::unique_ptr<Kernels>> made =
+      Kernels::Create({DeviceType::kCUDA, 0}, MatmulInputs::kBF16);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Kernels& gpu16 = **made;
+  ASSERT_EQ(gpu16.activation_operand_type(), DType::kBF16);
+  std::unique_ptr<Kernels> cpu16 = Kernels::Create(Device::CPU(), MatmulInputs::kBF16).value();
+  const int n = 24, c = 32, oc = 40;
+  const std::vector<float> x = Random(size_t(n) * c, 40), w = Random(size_t(c), 41),
+                           b = Random(size_t(c), 42), lw = Random(size_t(oc) * c, 43),
+                           dy = Random(size_t(n) * oc, 44);
+  // LayerNorm's fp32 and bf16 outputs on the device; the CPU's bf16 output.
+  std::vector<BFloat16> cpu_ln(size_t(n) * c), gpu_ln(cpu_ln.size());
+  std::vector<float> mean(n), rstd(n);
+  ASSERT_TRUE(cpu16->LayerNormForward({cpu_ln.data(), DType::kBF16}, mean.data(), rstd.data(),
+                                      x.data(), w.data(), b.data(), n, c).ok());
+  float* d_mean = Up(std::vector<float>(n));
+  float* d_rstd = Up(std::vector<float>(n));
+  float* d_ln32 = Up(std::vector<float>(size_t(n) * c));
+  BFloat16* d_ln16 = Up(std::vector<BFloat16>(size_t(n) * c));
+  const float *d_x = Up(x), *d_w = Up(w), *d_b = Up(b);
+  ASSERT_TRUE(gpu16.LayerNormForward(d_ln32, d_mean, d_rstd, d_x, d_w, d_b, n, c).ok());
+  ASSERT_TRUE(gpu16.LayerNormForward({d_ln16, DType::kBF16}, d_mean, d_rstd, d_x, d_w, d_b, n, c)
+                  .ok());
+  ASSERT_TRUE(gpu16.ToHost(gpu_ln.data(), d_ln16, sizeof(BFloat16) * gpu_ln.size()).ok());
+  for (size_t i = 0; i < gpu_ln.size(); ++i) {
+    ASSERT_LE(std::abs(int(gpu_ln[i].bits) - int(cpu_ln[i].bits)), 1) << "layernorm bf16 " << i;
+  }
+  // The linear layer over the fp32 output and over the kept bf16 one: the same products.
+  float* y[2];
+  float* dw[2];
+  const float* d_lw = Up(lw);
+  const float* d_dy = Up(dy);
+  for (int kept = 0; kept < 2; ++kept) {
+    const ConstTypedPtr in = kept ? ConstTypedPtr(d_ln16, DType::kBF16) : ConstTypedPtr(d_ln32);
+    y[kept] = Up(std::vector<float>(size_t(n) * oc));
+    dw[kept] = Up(std::vector<float>(lw.size()));
+    ASSERT_TRUE(gpu16.LinearForward(y[kept], in, d_lw, nullptr, n, c, oc).ok());
+    ASSERT_TRUE(gpu16.LinearBackward(nullptr, dw[kept], nullptr, d_dy, in, d_lw, n, c, oc).ok());
+  }
+  std::vector<float> host[2];
+  for (float** pair : {y, dw}) {
+    const size_t count = pair == y ? size_t(n) * oc : lw.size();
+    for (int kept = 0; kept < 2; ++kept) {
+      host[kept].resize(count);
+      ASSERT_TRUE(gpu16.ToHost(host[kept].data(), pair[kept], sizeof(float) * count).ok());
+    }
+    EXPECT_EQ(host[0], host[1]) << (pair == y ? "linear y" : "linear dw");
+  }
+  // GELU's bf16 output is its fp32 output rounded, and a bf16 matmul input of the fp32
+  // kernels is refused.
+  float* d_g32 = Up(std::vector<float>(size_t(n) * c));
+  BFloat16* d_g16 = Up(std::vector<BFloat16>(size_t(n) * c));
+  ASSERT_TRUE(gpu16.GeluForward(d_g32, d_x, int64_t(n) * c).ok());
+  ASSERT_TRUE(gpu16.GeluForward({d_g16, DType::kBF16}, d_x, int64_t(n) * c).ok());
+  std::vector<float> g32(size_t(n) * c);
+  std::vector<BFloat16> g16(g32.size());
+  ASSERT_TRUE(gpu16.ToHost(g32.data(), d_g32, sizeof(float) * g32.size()).ok());
+  ASSERT_TRUE(gpu16.ToHost(g16.data(), d_g16, sizeof(BFloat16) * g16.size()).ok());
+  for (size_t i = 0; i < g16.size(); ++i) {
+    ASSERT_EQ(g16[i].bits, BFloat16::FromFloat(g32[i]).bits) << "gelu bf16 " << i;
+  }
+  EXPECT_FALSE(gpu_->LinearForward(y[0], {d_ln16, DType::kBF16}, d_lw, nullptr, n, c, oc).ok());
+}
+
 }  // namespace
 }  // namespace tally
