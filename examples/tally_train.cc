@@ -61,7 +61,14 @@ ABSL_FLAG(bool, recompute, false,
           "pipeline: keep only each stage's input per micro-batch, recompute in backward");
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
 ABSL_FLAG(bool, print_topology, false,
-          "print every rank's (dp, pp, tp) coordinates and the members of its groups");
+          "print every rank's (dp, pp, tp) coordinates, its node and the members of its groups");
+ABSL_FLAG(std::string, order, "tp-dp-pp",
+          "the grid's rank order, fastest-varying first: tp-dp-pp (Megatron's) or any other "
+          "permutation of tp, dp and pp");
+ABSL_FLAG(int, gpus_per_node, 0,
+          "ranks per node: ranks r and r' share a node iff r/G == r'/G, and the report splits "
+          "every byte into intra- and inter-node (0: one node on threads, the real nodes under "
+          "mpirun)");
 ABSL_FLAG(bool, check_against_serial, false,
           "after the run, train the single-rank model on the same batches and print both "
           "losses per step with their relative difference");
@@ -144,6 +151,8 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.recompute = absl::GetFlag(FLAGS_recompute);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
+  ASSIGN_OR_RETURN(o.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
+  o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
   ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));

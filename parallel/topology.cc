@@ -3,9 +3,60 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
+
+namespace {
+
+const char* AxisName(Axis axis) {
+  return axis == Axis::kTp ? "tp" : axis == Axis::kDp ? "dp" : "pp";
+}
+
+}  // namespace
+
+absl::StatusOr<Order> ParseOrder(const std::string& name) {
+  const std::vector<std::string> parts = absl::StrSplit(name, '-');
+  Order order{};
+  bool seen[3] = {false, false, false};
+  bool ok = parts.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    if (parts[i] == "tp") order[i] = Axis::kTp;
+    else if (parts[i] == "dp") order[i] = Axis::kDp;
+    else if (parts[i] == "pp") order[i] = Axis::kPp;
+    else ok = false;
+    if (ok) {
+      ok = !seen[int(order[i])];
+      seen[int(order[i])] = true;
+    }
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --order must name tp, dp and pp once each, fastest-varying first (e.g. "
+        "tp-dp-pp), got '", name, "'"));
+  }
+  return order;
+}
+
+std::string Name(const Order& order) {
+  return absl::StrCat(AxisName(order[0]), "-", AxisName(order[1]), "-", AxisName(order[2]));
+}
+
+GridCoordinates Topology::Of(int rank) const {
+  GridCoordinates c;
+  for (Axis axis : order_) {
+    At(c, axis) = rank % Size(axis);
+    rank /= Size(axis);
+  }
+  return c;
+}
+
+int Topology::RankAt(GridCoordinates c) const {
+  int rank = 0;
+  for (int i = 2; i >= 0; --i) rank = rank * Size(order_[i]) + At(c, order_[i]);
+  return rank;
+}
 
 std::vector<int> Topology::DpGroup(int rank) const {
   GridCoordinates c = Of(rank);
@@ -28,18 +79,24 @@ std::vector<int> Topology::PpGroup(int rank) const {
   return ranks;
 }
 
-std::string Topology::Describe() const {
-  std::string out = absl::StrFormat(
-      "topology: world %d = dp %d x pp %d x tp %d (tp varies fastest, then dp, then pp)\n",
-      world(), dp_, pp_, tp_);
+std::string Topology::Describe(const comm::Nodes* nodes) const {
+  std::string out = absl::StrFormat("topology: world %d = dp %d x pp %d x tp %d (order %s: %s)\n",
+                                    world(), dp_, pp_, tp_, Name(order_),
+                                    absl::StrCat(AxisName(order_[0]), " varies fastest, then ",
+                                                 AxisName(order_[1]), ", then ",
+                                                 AxisName(order_[2])));
+  if (nodes != nullptr) {
+    out += absl::StrFormat("nodes: %d (%s)\n", nodes->count(), nodes->Describe());
+  }
   auto members = [](const std::vector<int>& ranks) {
     return absl::StrCat("[", absl::StrJoin(ranks, " "), "]");
   };
   for (int r = 0; r < world(); ++r) {
     const GridCoordinates c = Of(r);
-    out += absl::StrFormat("rank %d: dp %d pp %d tp %d | dp group %s | tp group %s | pp group %s\n",
-                           r, c.dp, c.pp, c.tp, members(DpGroup(r)), members(TpGroup(r)),
-                           members(PpGroup(r)));
+    out += absl::StrFormat("rank %d: dp %d pp %d tp %d", r, c.dp, c.pp, c.tp);
+    if (nodes != nullptr) out += absl::StrFormat(" node %d", nodes->node(r));
+    out += absl::StrFormat(" | dp group %s | tp group %s | pp group %s\n", members(DpGroup(r)),
+                           members(TpGroup(r)), members(PpGroup(r)));
   }
   return out;
 }

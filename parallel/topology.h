@@ -1,14 +1,17 @@
 // The grid of a run: world = dp × tp × pp ranks, every rank's coordinates, and its
 // groups. Everything that asks "which rank is which" asks this.
 //
-// Ranks are laid out tp fastest, then dp, then pp (Megatron's order):
+// The order names the axes fastest-varying first. The default, tp-dp-pp, is Megatron's:
 //
 //   rank = tp_index + tp·(dp_index + dp·pp_index)
 //
 // so a tensor-parallel group is neighbouring ranks (the fastest links of a node), a
 // data-parallel group strides by tp, and the pipeline's stages are farthest apart. With
 // dp 2 × tp 2 × pp 2: tp groups [0 1] [2 3] [4 5] [6 7], dp groups [0 2] [1 3] [4 6]
-// [5 7], pp groups [0 4] [1 5] [2 6] [3 7].
+// [5 7], pp groups [0 4] [1 5] [2 6] [3 7]. Any other permutation (--order=dp-tp-pp, ...)
+// places the same groups elsewhere: with 2 ranks a node (runtime/comm/nodes.h) tp-dp-pp
+// keeps each tp group inside a node and dp-tp-pp spreads it across two. Within a group
+// the members are in the order of their coordinate, which is also their world order.
 //
 //   dp group         the ranks with this rank's (pp, tp): the same part of the model
 //   tp group         this rank's (pp, dp): one stage of one replica, split
@@ -22,8 +25,11 @@
 //   ASSIGN_OR_RETURN(Topology::Groups groups, grid.Split(world, /*dp_group=*/true));
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,25 +41,36 @@ struct GridCoordinates {
   int dp = 0, tp = 0, pp = 0;
 };
 
+enum class Axis : uint8_t { kTp, kDp, kPp };
+// The grid's axes, fastest-varying first.
+using Order = std::array<Axis, 3>;
+inline constexpr Order kMegatronOrder = {Axis::kTp, Axis::kDp, Axis::kPp};
+// "tp-dp-pp" and the other permutations of tp, dp and pp.
+absl::StatusOr<Order> ParseOrder(const std::string& name);
+std::string Name(const Order& order);
+
 class Topology {
  public:
-  Topology(int dp, int tp, int pp) : dp_(dp), tp_(tp), pp_(pp) {}
+  Topology(int dp, int tp, int pp, Order order = kMegatronOrder)
+      : dp_(dp), tp_(tp), pp_(pp), order_(order) {}
 
   int dp() const { return dp_; }
   int tp() const { return tp_; }
   int pp() const { return pp_; }
   int world() const { return dp_ * tp_ * pp_; }
+  const Order& order() const { return order_; }
 
-  GridCoordinates Of(int rank) const { return {rank / tp_ % dp_, rank % tp_, rank / (tp_ * dp_)}; }
-  int RankAt(GridCoordinates c) const { return c.tp + tp_ * (c.dp + dp_ * c.pp); }
+  GridCoordinates Of(int rank) const;
+  int RankAt(GridCoordinates c) const;
 
   // The world ranks of `rank`'s groups, in the order of their group ranks.
   std::vector<int> DpGroup(int rank) const;
   std::vector<int> TpGroup(int rank) const;
   std::vector<int> PpGroup(int rank) const;
 
-  // Every rank's coordinates and the members of its groups (--print_topology).
-  std::string Describe() const;
+  // Every rank's coordinates and the members of its groups (--print_topology), and its
+  // node when `nodes` is given.
+  std::string Describe(const comm::Nodes* nodes = nullptr) const;
 
   // This rank's groups, split from `world` (every rank of the world must call it): the
   // dp group when `dp_group` (dp > 1, or ZeRO over one rank), the tp group when tp > 1,
@@ -65,7 +82,13 @@ class Topology {
   absl::StatusOr<Groups> Split(comm::Communicator& world, bool dp_group) const;
 
  private:
+  int Size(Axis axis) const { return axis == Axis::kTp ? tp_ : axis == Axis::kDp ? dp_ : pp_; }
+  static int& At(GridCoordinates& c, Axis axis) {
+    return axis == Axis::kTp ? c.tp : axis == Axis::kDp ? c.dp : c.pp;
+  }
+
   int dp_, tp_, pp_;
+  Order order_;
 };
 
 }  // namespace tally::parallel

@@ -98,6 +98,7 @@ struct JobRecords {
   int64_t start_step = 0;
   std::vector<float> losses;
   std::vector<RankRecord> ranks;  // every rank's, on the process that holds rank 0
+  std::shared_ptr<const comm::Nodes> nodes;  // where the ranks ran
 };
 
 // Every rank of the run, on threads or MPI processes (`mpi`), each training and then
@@ -108,6 +109,7 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
   launch.world_size = options.world();
   launch.timeout = absl::Seconds(options.timeout_s);
   launch.comm.native_collectives = options.native_collectives;
+  launch.comm.nodes = options.PlacedNodes();
   if (options.backend == Backend::kNccl) {
     launch.world_transport = comm::nccl::WorldTransport;
     if (!mpi) {  // threads: one rank per GPU of this machine
@@ -122,7 +124,13 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
   }
   JobRecords job;
   auto rank_main = [&](comm::Communicator& world) -> absl::Status {
-    if (world.rank() == 0 && options.print_topology) log << options.topology().Describe();
+    const std::shared_ptr<const comm::Nodes> nodes =
+        world.options().nodes != nullptr
+            ? world.options().nodes
+            : std::make_shared<const comm::Nodes>(comm::Nodes::One(world.size()));
+    if (world.rank() == 0 && options.print_topology) {
+      log << options.topology().Describe(nodes.get());
+    }
     world.ledger().set_tracing(!options.trace.empty());
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     trainer->set_stop(&stop);
@@ -134,6 +142,7 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
       job.ranks = std::move(all);
       job.start_step = trainer->start_step();
       job.losses = trainer->losses();
+      job.nodes = nodes;
     }
     return absl::OkStatus();
   };
@@ -158,7 +167,7 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
     spans.push_back(std::move(r.spans));
   }
   const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
-  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time};
+  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time, job.nodes};
   if (options.report == ReportFormat::kJson) {
     log << "\n" << ReportJson(report) << "\n";
   } else if (options.report == ReportFormat::kCsv) {
@@ -170,7 +179,7 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
   }
   if (options.peer_matrix) {
-    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic));
+    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), job.nodes.get());
   }
   if (!options.trace.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));

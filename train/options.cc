@@ -82,6 +82,11 @@ model::Precision TrainOptions::Precision() const {
   return p;
 }
 
+std::shared_ptr<const comm::Nodes> TrainOptions::PlacedNodes() const {
+  if (gpus_per_node <= 0) return nullptr;
+  return std::make_shared<const comm::Nodes>(comm::Nodes::Blocks(world(), gpus_per_node).value());
+}
+
 MatmulInputs TrainOptions::matmul_inputs() const {
   if (precision == DType::kBF16) return MatmulInputs::kBF16;
   return tf32 ? MatmulInputs::kTF32 : MatmulInputs::kF32;
@@ -145,6 +150,10 @@ absl::Status TrainOptions::Validate() const {
     return bad("--allreduce must be ring or naive, got '", comm::Name(allreduce), "'");
   }
   if (zero < 0 || zero > 3) return bad("--zero must be 0, 1, 2 or 3, got ", zero);
+  if (gpus_per_node < 0) {
+    return bad("--gpus_per_node must be at least 1 (or 0: the machine's own nodes), got ",
+               gpus_per_node);
+  }
   if (!(bucket_mb > 0)) return bad("--bucket_mb must be positive, got ", bucket_mb);
   if (steps < 0) return bad("--steps must be >= 0, got ", steps);
   if (!(lr > 0)) return bad("--lr must be positive, got ", lr);

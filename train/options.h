@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "model/precision.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/topology.h"
+#include "runtime/comm/nodes.h"
 #include "runtime/comm/types.h"
 #include "runtime/device.h"
 #include "runtime/kernels/matmul_inputs.h"
@@ -79,7 +81,11 @@ struct TrainOptions {
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
   bool recompute = false;      // keep only each stage's input per micro-batch
   bool show_schedule = false;  // print the schedule's chart
-  bool print_topology = false;  // every rank's coordinates and groups, before the run
+  bool print_topology = false;  // every rank's coordinates, node and groups, before the run
+  // Placement: the grid's rank order (parallel/topology.h), and ranks per node
+  // (runtime/comm/nodes.h; 0: one node on threads, the real nodes under mpirun).
+  parallel::Order order = parallel::kMegatronOrder;
+  int gpus_per_node = 0;
   bool check_against_serial = false;  // also train one rank on the same batches, compare
   bool peer_matrix = false;    // print the bytes from every rank to every rank
   ReportFormat report = ReportFormat::kText;  // the end-of-run report
@@ -121,7 +127,9 @@ struct TrainOptions {
 
   int world() const { return dp * tp * pp; }
   // The grid: every rank's (dp, tp, pp) coordinates and groups (parallel/topology.h).
-  parallel::Topology topology() const { return parallel::Topology(dp, tp, pp); }
+  parallel::Topology topology() const { return parallel::Topology(dp, tp, pp, order); }
+  // The nodes --gpus_per_node places the world on; null without it.
+  std::shared_ptr<const comm::Nodes> PlacedNodes() const;
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;

@@ -17,6 +17,7 @@ namespace {
 struct Row {
   int64_t calls = 0;
   int64_t sent_min = std::numeric_limits<int64_t>::max(), sent_max = 0;
+  int64_t inter_min = std::numeric_limits<int64_t>::max(), inter_max = 0;  // across nodes
   int64_t exact_min = std::numeric_limits<int64_t>::max(), exact_max = 0;
   bool exact_known = true;
   double busbw_min = std::numeric_limits<double>::max(), busbw_max = 0;  // GB/s
@@ -43,6 +44,21 @@ bool Modelled(const comm::LedgerKey& key) { return key.algorithm == comm::Algori
 
 std::string Range(int64_t lo, int64_t hi) {
   return lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, "..", hi);
+}
+
+// Where the ranks ran: the report's nodes, or one node.
+comm::Nodes NodesOf(const ReportInputs& in) {
+  return in.nodes != nullptr ? *in.nodes : comm::Nodes::One(int(in.traffic.size()));
+}
+
+// Rank r's bytes sent under each key, by link class.
+std::map<comm::LedgerKey, comm::LinkBytes> SentByKey(const ReportInputs& in, const comm::Nodes& nodes,
+                                                     int r) {
+  std::map<comm::LedgerKey, comm::LinkBytes> sent;
+  for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
+    sent[key_peer.first] += nodes.Split(r, key_peer.second, t.bytes_sent);
+  }
+  return sent;
 }
 
 }  // namespace
@@ -104,17 +120,19 @@ namespace {
 // made the call), the formula's.
 std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
   std::map<comm::LedgerKey, Row> rows;
+  const comm::Nodes nodes = NodesOf(in);
   for (size_t r = 0; r < in.traffic.size(); ++r) {
-    std::map<comm::LedgerKey, int64_t> sent;
-    for (const auto& [key_peer, t] : in.traffic[r].transfers()) sent[key_peer.first] += t.bytes_sent;
+    std::map<comm::LedgerKey, comm::LinkBytes> sent = SentByKey(in, nodes, int(r));
     for (const auto& [key, c] : in.traffic[r].calls()) {
       Row& row = rows[key];
       row.calls = std::max(row.calls, c.calls);
-      int64_t s = sent[key];
+      int64_t s = sent[key].total();
       // A point-to-point row is its senders' (the receivers book the same key, sending 0).
       if (key.primitive == comm::Primitive::kSendRecv && s == 0) continue;
       row.sent_min = std::min(row.sent_min, s);
       row.sent_max = std::max(row.sent_max, s);
+      row.inter_min = std::min(row.inter_min, sent[key].inter);
+      row.inter_max = std::max(row.inter_max, sent[key].inter);
       int64_t exact = ExactSent(in, key, int(r));
       row.exact_known &= exact >= 0;
       row.exact_min = std::min(row.exact_min, exact);
@@ -138,13 +156,14 @@ std::string BandwidthRange(const Row& row) {
 
 std::string ReportCsv(const ReportInputs& in) {
   std::string out =
-      "group,op,algorithm,phase,scope,calls,sent_min,sent_max,exact_min,exact_max,seed,"
-      "measured_over_seed,busbw_gbps_min,busbw_gbps_max,modelled\n";
+      "group,op,algorithm,phase,scope,calls,sent_min,sent_max,sent_inter_min,sent_inter_max,"
+      "exact_min,exact_max,seed,measured_over_seed,busbw_gbps_min,busbw_gbps_max,modelled\n";
   for (const auto& [key, row] : Rows(in)) {
     const int64_t seed = SeedSent(in, key);
-    out += absl::StrFormat("%s,%s,%s,%s,%s,%d,%d,%d,%s,%s,%s,%s,%.4f,%.4f,%d\n", key.group,
+    out += absl::StrFormat("%s,%s,%s,%s,%s,%d,%d,%d,%d,%d,%s,%s,%s,%s,%.4f,%.4f,%d\n", key.group,
                            comm::Name(key.primitive), comm::Name(key.algorithm),
                            comm::Name(key.phase), key.label, row.calls, row.sent_min, row.sent_max,
+                           row.inter_min, row.inter_max,
                            row.exact_known ? absl::StrCat(row.exact_min) : "",
                            row.exact_known ? absl::StrCat(row.exact_max) : "",
                            seed >= 0 ? absl::StrCat(seed) : "",
@@ -168,27 +187,46 @@ std::string PrecisionWords(const TrainOptions& o) {
 
 }  // namespace
 
+std::string LinkTable(const ReportInputs& in) {
+  const comm::Nodes nodes = NodesOf(in);
+  std::string out = absl::StrFormat(
+      "bytes sent per rank by link (%d nodes: %s)\n%-6s %5s %22s %22s %8s\n", nodes.count(),
+      nodes.Describe(), "rank", "node", "intra-node", "inter-node", "inter %");
+  for (size_t r = 0; r < in.traffic.size(); ++r) {
+    const comm::LinkBytes b =
+        in.traffic[r].SentByLink(nodes, [](const comm::LedgerKey&) { return true; });
+    out += absl::StrFormat("%-6d %5d %22d %22d %7.0f%%\n", r, nodes.node(int(r)), b.intra, b.inter,
+                           b.total() > 0 ? 100.0 * double(b.inter) / double(b.total()) : 0.0);
+  }
+  return out;
+}
+
 std::string FormatReport(const ReportInputs& in) {
   const std::map<comm::LedgerKey, Row> rows = Rows(in);
   const TrainOptions& o = in.options;
+  // With more than one node, the bytes of each row that crossed one.
+  const bool nodes = NodesOf(in).count() > 1;
   std::string out = absl::StrFormat(
       "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
-      "per rank, min..max over ranks)\n"
-      "%-9s %-15s %-6s %-10s %-17s %6s %22s %22s %14s %14s %14s\n",
-      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), PrecisionWords(o), "group", "op", "algo",
-      "phase", "scope", "calls",
-      "measured", "exact formula", "seed formula", "measured/seed", "busbw GB/s");
+      "per rank, min..max over ranks%s)\n"
+      "%-9s %-15s %-6s %-10s %-17s %6s %22s%s %22s %14s %14s %14s\n",
+      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), PrecisionWords(o),
+      nodes ? "; inter-node: the part that crossed a node" : "", "group", "op", "algo", "phase",
+      "scope", "calls", "measured", nodes ? absl::StrFormat(" %22s", "inter-node") : "",
+      "exact formula", "seed formula", "measured/seed", "busbw GB/s");
   for (const auto& [key, row] : rows) {
     int64_t seed = SeedSent(in, key);
     out += absl::StrFormat(
-        "%-9s %-15s %-6s %-10s %-17s %6d %22s %22s %14s %14s %14s\n", key.group,
+        "%-9s %-15s %-6s %-10s %-17s %6d %22s%s %22s %14s %14s %14s\n", key.group,
         comm::Name(key.primitive), comm::Name(key.algorithm), comm::Name(key.phase),
         key.label.empty() ? "-" : key.label, row.calls, Range(row.sent_min, row.sent_max),
+        nodes ? absl::StrFormat(" %22s", Range(row.inter_min, row.inter_max)) : "",
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
         seed >= 0 ? absl::StrCat(seed) : "-",
         seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-",
         BandwidthRange(row));
   }
+  if (nodes) out += LinkTable(in);
   for (const auto& [key, row] : rows) {
     if (!Modelled(key)) continue;
     out += "algo native: MPI's own collectives (--native_collectives); MPI does not tell what "
@@ -236,6 +274,7 @@ std::string FormatReport(const ReportInputs& in) {
 
 std::string ReportJson(const ReportInputs& in) {
   const TrainOptions& o = in.options;
+  const comm::Nodes nodes = NodesOf(in);
   JsonWriter w;
   w.BeginObject().Key("config").BeginObject();
   w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
@@ -245,6 +284,8 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
   w.Key("schedule").String(parallel::Name(o.schedule)).Key("recompute").Bool(o.recompute);
   w.Key("zero").Int(o.zero);
+  w.Key("order").String(parallel::Name(o.order)).Key("nodes").Int(nodes.count());
+  w.Key("gpus_per_node").Int(nodes.gpus_per_node());
   w.Key("precision").String(PrecisionName(o.precision)).Key("fp32_grad_accum").Bool(o.fp32_grad_accum);
   w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
@@ -260,6 +301,8 @@ std::string ReportJson(const ReportInputs& in) {
       totals[key_peer.first].bytes_sent += t.bytes_sent;
       totals[key_peer.first].bytes_recv += t.bytes_recv;
     }
+    std::map<comm::LedgerKey, comm::LinkBytes> links = SentByKey(in, nodes, int(r));
+    w.Key("node").Int(nodes.node(int(r)));
     w.Key("traffic").BeginArray();
     for (const auto& [key, c] : in.traffic[r].calls()) {
       w.BeginObject();
@@ -267,6 +310,7 @@ std::string ReportJson(const ReportInputs& in) {
       w.Key("algorithm").String(comm::Name(key.algorithm)).Key("phase").String(comm::Name(key.phase));
       w.Key("scope").String(key.label).Key("calls").Int(c.calls);
       w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
+      w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
       w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
       w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
       w.EndObject();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct ReportInputs {
   std::vector<int64_t> busy_nanos = {}, step_nanos = {};
   // Each rank's training steps, whole, nanoseconds.
   std::vector<int64_t> train_nanos = {};
+  // Where the ranks ran (null: one node).
+  std::shared_ptr<const comm::Nodes> nodes = nullptr;
 };
 
 std::string FormatReport(const ReportInputs& in);
@@ -41,6 +44,8 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
 // M per all-gather or reduce-scatter); -1 where it has none.
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);
 
+// Per rank, the bytes it sent inside its node and across nodes, over the run.
+std::string LinkTable(const ReportInputs& in);
 // Per rank, time per step: the whole step; held up in communication calls (collectives,
 // and the waits of sends and receives); idle at a pipeline boundary (the bubble); the
 // rest, compute.

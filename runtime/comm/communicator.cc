@@ -284,6 +284,13 @@ absl::Status Communicator::Recv(Tensor& data, int peer) { return Irecv(data, pee
 
 // ---------------------------------------------------------------------------- Split
 
+std::vector<int> Communicator::group_nodes() const {
+  std::vector<int> nodes(size(), 0);
+  if (options_.nodes == nullptr) return nodes;
+  for (int i = 0; i < size(); ++i) nodes[i] = options_.nodes->node(world_rank_of(i));
+  return nodes;
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key,
                                                                   const std::string& name) {
   PhaseScope setup(ledger(), Phase::kSetup);

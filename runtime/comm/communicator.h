@@ -15,11 +15,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/comm/ledger/ledger.h"
+#include "runtime/comm/nodes.h"
 #include "runtime/comm/transport/transport.h"
 #include "runtime/comm/types.h"
 #include "runtime/comm/ledger/wire.h"
@@ -36,6 +38,9 @@ struct CommOptions {
   // Every collective calls the transport's own (MPI_Allreduce, ...) instead of ring or
   // naive; the ledger books the ring's bytes for it under algorithm "native" (modelled).
   bool native_collectives = false;
+  // The world's nodes (nodes.h), shared by every communicator split from the world; null:
+  // every rank on one node.
+  std::shared_ptr<const Nodes> nodes;
 };
 
 // What one rank owns, shared by all its communicators: its ledgers and its allocator.
@@ -76,6 +81,8 @@ class Communicator {
   // The GPU this rank's transport is bound to (NCCL), where its tensors must live; -1: none.
   int gpu() const { return transport_->gpu(); }
   const CommOptions& options() const { return options_; }
+  // The node of each rank of the group, by group rank (all 0 without options().nodes).
+  std::vector<int> group_nodes() const;
   void set_options(const CommOptions& options) { options_ = options; }
 
   TrafficLedger& ledger() { return resources_->traffic; }

@@ -244,7 +244,7 @@ TEST(TallyTrain, ThreeDRunPrintsTheTopologyAndEveryGroupsRows) {
                         "--sequence_parallel --print_topology --check_against_serial --global_batch_size=4 "
                         "--micro_batch_size=1 --steps=2 --eval_every=0 --sample_bytes=0 --report=csv");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "rank 5: dp 0 pp 1 tp 1 | dp group [5 7] | tp group [4 5] | pp group [1 5]"))
+  EXPECT_TRUE(absl::StrContains(r.output, "rank 5: dp 0 pp 1 tp 1 node 0 | dp group [5 7] | tp group [4 5] | pp group [1 5]"))
       << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "check against the single-rank run")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "(within 1e-5)")) << r.output;

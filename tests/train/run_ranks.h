@@ -105,6 +105,7 @@ inline RunResult RunRanks(const TrainOptions& o) {
   comm::LaunchOptions launch;
   launch.world_size = o.world();
   launch.comm.native_collectives = o.native_collectives;
+  launch.comm.nodes = o.PlacedNodes();
   if (o.backend == Backend::kNccl) launch.world_transport = comm::nccl::WorldTransport;
   SetIntraOpThreads(o, o.world());
   // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank, and

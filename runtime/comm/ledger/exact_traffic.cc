@@ -1,5 +1,7 @@
 #include "runtime/comm/ledger/exact_traffic.h"
 
+#include <algorithm>
+
 #include "runtime/comm/algorithms/partition.h"
 
 namespace tally::comm {
@@ -71,6 +73,55 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
   // kNative: the transport's own algorithm is unknown; it is modelled as the ring.
   return algorithm == Algorithm::kNaive ? Naive(primitive, s, rank, root)
                                         : Ring(primitive, s, rank, root);
+}
+
+std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int group_size,
+                                 int rank, int root, int64_t count, size_t element_size) {
+  const int p = group_size;
+  std::vector<int64_t> to(std::max(p, 0), 0);
+  const RankTraffic total =
+      ExactTraffic(primitive, algorithm, group_size, rank, root, count, element_size);
+  if (p <= 1 || total.sent == 0) return to;
+  const Sizes s{p, count, int64_t(element_size)};
+  const int right = (rank + 1) % p, left = (rank + p - 1) % p;
+  if (primitive == Primitive::kAllToAll) {
+    for (int j = 0; j < p; ++j) to[j] = j == rank ? 0 : s.Chunk(j);
+    return to;
+  }
+  if (primitive == Primitive::kSendRecv) {
+    to[right] = total.sent;
+    return to;
+  }
+  if (algorithm != Algorithm::kNaive) {  // the ring (and what is modelled as it)
+    const bool leftward = primitive == Primitive::kReduce || primitive == Primitive::kGather;
+    to[leftward ? left : right] = total.sent;
+    return to;
+  }
+  // The star: a centre (the root, or the hub 0 of the all- collectives) and the others.
+  const bool rooted = primitive == Primitive::kBroadcast || primitive == Primitive::kReduce ||
+                      primitive == Primitive::kScatter || primitive == Primitive::kGather;
+  const int centre = rooted ? root : 0;
+  if (rank != centre) {
+    to[centre] = total.sent;
+    return to;
+  }
+  for (int j = 0; j < p; ++j) {
+    if (j == centre) continue;
+    const bool chunks = primitive == Primitive::kScatter || primitive == Primitive::kReduceScatter;
+    to[j] = chunks ? s.Chunk(j) : s.Whole();
+  }
+  return to;
+}
+
+LinkBytes ExactSentByLink(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
+                          int rank, int root, int64_t count, size_t element_size) {
+  const std::vector<int64_t> to =
+      ExactSentTo(primitive, algorithm, int(nodes.size()), rank, root, count, element_size);
+  LinkBytes bytes;
+  for (size_t j = 0; j < to.size(); ++j) {
+    (nodes[j] == nodes[rank] ? bytes.intra : bytes.inter) += to[j];
+  }
+  return bytes;
 }
 
 double BusFactor(Primitive primitive, int ranks) {

@@ -9,7 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
+#include "runtime/comm/nodes.h"
 #include "runtime/comm/types.h"
 
 namespace tally::comm {
@@ -28,6 +31,18 @@ struct RankTraffic {
 // kNative counts as kRing (the model the ledger books for a transport's own collectives).
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
                          int root, int64_t count, size_t element_size);
+
+// ExactTraffic's sent bytes peer by peer: element j is what `rank` sends to group rank j
+// in one call. A ring sends only to its right neighbour (rank + 1; Reduce and Gather,
+// which run the chain the other way, to its left one, rank - 1); the naive star's root or
+// hub (rank 0) sends to every other rank and the others to it; an all-to-all sends each
+// rank its chunk.
+std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int group_size,
+                                 int rank, int root, int64_t count, size_t element_size);
+// The same, summed by the link each peer is on: `nodes` holds the node of every group rank
+// (Nodes::Of(members)).
+LinkBytes ExactSentByLink(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
+                          int rank, int root, int64_t count, size_t element_size);
 
 // nccl-tests' bus bandwidth: busbw = algbw (payload bytes / time) × this factor, the share
 // of the payload that crosses each link for an optimal algorithm on `ranks` ranks:

@@ -179,13 +179,26 @@ std::vector<std::vector<int64_t>> PeerMatrix(std::span<const TrafficLedger> ledg
   return bytes;
 }
 
-std::string FormatPeerMatrix(const std::vector<std::vector<int64_t>>& bytes) {
-  std::string out = "bytes sent from rank (row) to rank (column)\n      ";
-  for (size_t j = 0; j < bytes.size(); ++j) out += absl::StrFormat(" %12d", j);
+std::string FormatPeerMatrix(const std::vector<std::vector<int64_t>>& bytes, const Nodes* nodes) {
+  // A node boundary between ranks j - 1 and j: a bar between the columns, a rule between
+  // the rows.
+  const bool marked = nodes != nullptr && nodes->count() > 1 && nodes->world() == int(bytes.size());
+  auto boundary = [&](size_t j) { return marked && j > 0 && nodes->node(int(j)) != nodes->node(int(j) - 1); };
+  std::string out = "bytes sent from rank (row) to rank (column)";
+  if (marked) out += absl::StrFormat("; | and --- mark node boundaries (%s)", nodes->Describe());
+  out += "\n      ";
+  for (size_t j = 0; j < bytes.size(); ++j) {
+    out += absl::StrFormat("%s %12d", boundary(j) ? " |" : "", j);
+  }
   out += '\n';
   for (size_t i = 0; i < bytes.size(); ++i) {
+    if (boundary(i)) {
+      out += std::string(6 + 13 * bytes.size() + 2 * (nodes->count() - 1), '-') + '\n';
+    }
     out += absl::StrFormat("%5d ", i);
-    for (int64_t b : bytes[i]) out += absl::StrFormat(" %12d", b);
+    for (size_t j = 0; j < bytes[i].size(); ++j) {
+      out += absl::StrFormat("%s %12d", boundary(j) ? " |" : "", bytes[i][j]);
+    }
     out += '\n';
   }
   return out;

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "runtime/byte_stream.h"
+#include "runtime/comm/nodes.h"
 #include "runtime/comm/types.h"
 
 namespace tally::comm {
@@ -112,6 +113,15 @@ class TrafficLedger {
   TransferTotals Total() const {
     return Sum([](const LedgerKey&) { return true; });
   }
+  // Bytes sent under the keys `match` accepts, by the link to each peer (nodes.h).
+  template <typename Match>
+  LinkBytes SentByLink(const Nodes& nodes, Match match) const {
+    LinkBytes bytes;
+    for (const auto& [key, v] : transfers_) {
+      if (match(key.first)) bytes += nodes.Split(world_rank_, key.second, v.bytes_sent);
+    }
+    return bytes;
+  }
 
   // Forgets everything booked so far. Not while a call is in flight.
   void Clear();
@@ -170,7 +180,9 @@ std::string FormatTrafficTable(std::span<const TrafficLedger> ledgers);
 
 // bytes[i][j]: bytes world rank i sent to world rank j.
 std::vector<std::vector<int64_t>> PeerMatrix(std::span<const TrafficLedger> ledgers);
-std::string FormatPeerMatrix(const std::vector<std::vector<int64_t>>& bytes);
+// With `nodes` (more than one), the node boundaries are marked.
+std::string FormatPeerMatrix(const std::vector<std::vector<int64_t>>& bytes,
+                             const Nodes* nodes = nullptr);
 
 // {"ranks": [{"rank", "transfers": [{"group", "op", "algorithm", "phase", "scope", "peer",
 //   "bytes_sent", "bytes_recv", "messages_sent", "messages_recv", "seconds"}],

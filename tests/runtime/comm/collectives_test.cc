@@ -1,5 +1,6 @@
 // Every primitive x algorithm x group size x count: exact results from closed-form inputs,
-// and ledger bytes per rank equal to the exact formula, to the byte.
+// and ledger bytes per rank equal to the exact formula, to the byte: in all, to each peer,
+// and by link class with the ranks placed G to a node for G = 1, 2, 3.
 #include <string>
 #include <tuple>
 #include <vector>
@@ -15,6 +16,7 @@ namespace tally::comm {
 namespace {
 
 using test_util::Filled;
+using test_util::Options;
 using test_util::RunRanks;
 
 // Small pieces so that every count above 256 elements runs a multi-message ring.
@@ -28,6 +30,7 @@ struct Observed {
   int64_t wrong = 0;  // elements that differ from the closed form
   int64_t sent = 0;
   int64_t recv = 0;
+  std::vector<int64_t> sent_to;  // by peer
 };
 
 using Case = std::tuple<Primitive, Algorithm, int>;
@@ -51,7 +54,11 @@ TEST_P(CollectiveTest, ExactResultsAndExactBytes) {
       RETURN_IF_ERROR(Call(comm, primitive, algorithm, buffers, n, p / 2));
       int64_t wrong = CountWrong(comm, primitive, buffers, n, p / 2);
       TransferTotals t = comm.ledger().Total();
-      observed[c][comm.rank()] = {wrong, t.bytes_sent, t.bytes_recv};
+      std::vector<int64_t> sent_to(p, 0);
+      for (const auto& [key_peer, totals] : comm.ledger().transfers()) {
+        sent_to[key_peer.second] += totals.bytes_sent;
+      }
+      observed[c][comm.rank()] = {wrong, t.bytes_sent, t.bytes_recv, sent_to};
     }
     return absl::OkStatus();
   }, options);
@@ -66,6 +73,16 @@ TEST_P(CollectiveTest, ExactResultsAndExactBytes) {
       RankTraffic exact = ExactTraffic(primitive, algorithm, p, r, p / 2, counts[c], sizeof(float));
       EXPECT_EQ(o.sent, exact.sent);
       EXPECT_EQ(o.recv, exact.recv);
+      EXPECT_EQ(o.sent_to,
+                ExactSentTo(primitive, algorithm, p, r, p / 2, counts[c], sizeof(float)));
+      for (int g : {1, 2, 3}) {
+        const std::vector<int> nodes = Nodes::Blocks(p, g)->Of(test_util::Iota(p));
+        LinkBytes measured;
+        for (int j = 0; j < p; ++j) measured += Nodes(nodes).Split(r, j, o.sent_to[j]);
+        EXPECT_EQ(measured, ExactSentByLink(primitive, algorithm, nodes, r, p / 2, counts[c],
+                                            sizeof(float)))
+            << g << " ranks a node";
+      }
       total_sent += o.sent;
       total_recv += o.recv;
     }
@@ -86,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Primitive::kAllReduce, Primitive::kAllToAll,
                                          Primitive::kSendRecv, Primitive::kBarrier),
                        ::testing::Values(Algorithm::kRing, Algorithm::kNaive),
-                       ::testing::Values(1, 2, 3, 4, 5, 8)),
+                       ::testing::Values(1, 2, 3, 4, 5, 6, 8)),
     CaseName);
 
 // Point-to-point: blocking and non-blocking, both directions at once, bytes exact.
@@ -111,7 +128,7 @@ TEST(SendRecv, ExchangesBothWaysAndCountsBytes) {
       if (comm.rank() == 1) RETURN_IF_ERROR(comm.Recv(in, 0));
       totals[comm.rank()] = comm.ledger().Total();
       return absl::OkStatus();
-    }, CommOptions{Algorithm::kRing, kMaxChunkBytes});
+    }, Options(Algorithm::kRing, kMaxChunkBytes));
     ASSERT_TRUE(status.ok()) << status;
     int64_t bytes = n * 4;
     EXPECT_EQ(totals[0].bytes_sent, 2 * bytes);

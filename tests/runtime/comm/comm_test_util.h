@@ -29,4 +29,19 @@ inline absl::StatusOr<Tensor> Filled(Communicator& comm, int64_t n,
   return t;
 }
 
+// Communicator options with an algorithm and a message piece size.
+inline CommOptions Options(Algorithm algorithm, size_t max_chunk_bytes) {
+  CommOptions options;
+  options.algorithm = algorithm;
+  options.max_chunk_bytes = max_chunk_bytes;
+  return options;
+}
+
+// 0, 1, ..., n - 1: the world ranks of a group that is the whole world.
+inline std::vector<int> Iota(int n) {
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return ranks;
+}
+
 }  // namespace tally::comm::test_util

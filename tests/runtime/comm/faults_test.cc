@@ -34,7 +34,7 @@ Outcome RunCollecting(int p, const RankFunction& fn, absl::Duration timeout = ab
     absl::Status s = fn(comm);
     out.ranks[comm.rank()] = s;
     return s;
-  }, CommOptions{algorithm, size_t(4) << 20}, timeout);
+  }, test_util::Options(algorithm, size_t(4) << 20), timeout);
   out.elapsed = absl::Now() - start;
   return out;
 }

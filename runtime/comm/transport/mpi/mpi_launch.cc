@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/transport/mpi/mpi_launch.h"
@@ -83,6 +85,24 @@ absl::StatusOr<int> MaxOverProcesses(int mine, absl::Duration timeout) {
   }
 }
 
+// The machines the processes run on: ranks that share memory (MPI_COMM_TYPE_SHARED)
+// share a node, named after its lowest world rank.
+absl::StatusOr<std::shared_ptr<const Nodes>> RealNodes(int rank, int size) {
+  MPI_Comm local;
+  RETURN_IF_ERROR(CheckMpi("MPI_Comm_split_type",
+                           MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                                               MPI_INFO_NULL, &local)));
+  int lowest = rank;
+  absl::Status status = CheckMpi("MPI_Allreduce", MPI_Allreduce(&rank, &lowest, 1, MPI_INT,
+                                                                MPI_MIN, local));
+  MPI_Comm_free(&local);
+  RETURN_IF_ERROR(status);
+  std::vector<int> node_of(size);
+  RETURN_IF_ERROR(CheckMpi("MPI_Allgather", MPI_Allgather(&lowest, 1, MPI_INT, node_of.data(), 1,
+                                                          MPI_INT, MPI_COMM_WORLD)));
+  return std::make_shared<const Nodes>(std::move(node_of));
+}
+
 absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("[launch] the wait timeout must be positive");
@@ -98,6 +118,10 @@ absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
                      " processes; the run needs ", options.world_size,
                      " (one per rank: mpirun -np ", options.world_size, " ...)"));
   }
+  CommOptions comm = options.comm;
+  if (comm.nodes == nullptr) {  // the real nodes, unless the caller placed the ranks
+    ASSIGN_OR_RETURN(comm.nodes, RealNodes(rank, size));
+  }
   absl::Status status;
   {
     RankResources resources(rank);
@@ -105,8 +129,8 @@ absl::Status RunMpiRank(const LaunchOptions& options, const RankFunction& fn) {
         MakeWorldTransport(options, WorldTransport(options.timeout), LocalRank());
     status = transport.status();
     if (status.ok()) {
-      Communicator comm(*std::move(transport), &resources, options.comm);
-      status = CallRank(fn, comm);
+      Communicator world(*std::move(transport), &resources, comm);
+      status = CallRank(fn, world);
     }
   }
   if (absl::IsCancelled(status)) return rank == 0 ? status : absl::CancelledError("");

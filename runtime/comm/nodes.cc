@@ -1,0 +1,55 @@
+#include "runtime/comm/nodes.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tally::comm {
+
+const char* Name(Link link) { return link == Link::kIntra ? "intra" : "inter"; }
+
+Nodes Nodes::One(int world) { return Nodes(std::vector<int>(std::max(world, 0), 0)); }
+
+absl::StatusOr<Nodes> Nodes::Blocks(int world, int gpus_per_node) {
+  if (gpus_per_node < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[nodes] --gpus_per_node must be at least 1, got ", gpus_per_node));
+  }
+  std::vector<int> node_of(std::max(world, 0));
+  for (int r = 0; r < world; ++r) node_of[r] = r / gpus_per_node;
+  return Nodes(std::move(node_of));
+}
+
+Nodes::Nodes(std::vector<int> node_of) {
+  // Renumbered in order of first appearance, so that equal maps compare equal.
+  std::map<int, int> index;
+  std::map<int, int> size;
+  node_of_.reserve(node_of.size());
+  for (int n : node_of) {
+    auto [it, added] = index.emplace(n, int(index.size()));
+    node_of_.push_back(it->second);
+    largest_ = std::max(largest_, ++size[it->second]);
+  }
+  count_ = int(index.size());
+}
+
+std::vector<int> Nodes::Of(std::span<const int> members) const {
+  std::vector<int> nodes;
+  nodes.reserve(members.size());
+  for (int r : members) nodes.push_back(node(r));
+  return nodes;
+}
+
+std::string Nodes::Describe() const {
+  std::vector<std::vector<int>> ranks(count_);
+  for (int r = 0; r < world(); ++r) ranks[node_of_[r]].push_back(r);
+  std::vector<std::string> parts;
+  for (int n = 0; n < count_; ++n) {
+    parts.push_back(absl::StrCat("node ", n, ": ranks ", absl::StrJoin(ranks[n], " ")));
+  }
+  return absl::StrJoin(parts, " | ");
+}
+
+}  // namespace tally::comm
