@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -22,6 +23,16 @@
 #include "runtime/status_macros.h"
 
 namespace tally {
+namespace {
+
+// 0, 1, ..., n - 1: the world ranks of the benchmark's one group.
+std::vector<int> Iota(int n) {
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return ranks;
+}
+
+}  // namespace
 
 using comm::Algorithm;
 using comm::Primitive;
@@ -37,6 +48,7 @@ absl::Status BenchConfig::Validate() const {
   if (ranks > kMaxRanks) return bad(absl::StrCat("--ranks=", ranks, " is more than the ", kMaxRanks, " ranks tally runs"));
   if (root < 0 || root >= ranks) return bad("--root must be a rank in [0, --ranks)");
   if (max_chunk_bytes < 4) return bad("--max_chunk_bytes must be at least one element (4)");
+  if (gpus_per_node < 0) return bad("--gpus_per_node must be at least 1 (or 0: the machine's own nodes)");
   if (!(timeout_s > 0) || !std::isfinite(timeout_s)) return bad("--timeout_s must be a positive number");
   if (nccl && !gpu) return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
   if (mpi && gpu && !nccl) {
@@ -95,11 +107,18 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
   launch.timeout = absl::Seconds(config.timeout_s);
   launch.comm.algorithm = algorithm;
   launch.comm.max_chunk_bytes = size_t(config.max_chunk_bytes);
+  if (config.gpus_per_node > 0) {
+    ASSIGN_OR_RETURN(comm::Nodes placed, comm::Nodes::Blocks(p, config.gpus_per_node));
+    launch.comm.nodes = std::make_shared<const comm::Nodes>(std::move(placed));
+  }
+  std::shared_ptr<const comm::Nodes> nodes;  // where the ranks ran, as rank 0 saw it
   if (config.nccl) launch.world_transport = comm::nccl::WorldTransport;
   for (BenchRow& row : rows) {
     row.sent_bytes_per_rank.assign(p, 0);
     row.recv_bytes_per_rank.assign(p, 0);
+    row.inter_bytes_per_rank.assign(p, 0);
   }
+  constexpr int kFigures = 4;  // sent, received, wrong elements, sent across nodes
 
   bool holds_rank0 = false;
   auto run_rank = [&](comm::Communicator& world) -> absl::Status {
@@ -108,8 +127,10 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     const int64_t sizes = int64_t(counts.size());
     Allocator unaccounted(nullptr);
     ASSIGN_OR_RETURN(Tensor my_seconds, Tensor::Empty({sizes}, DType::kF64, unaccounted));
-    // sent, received and wrong elements, by size
-    ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({3 * sizes}, DType::kI64, unaccounted));
+    // sent, received, wrong elements and sent across nodes, by size
+    ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({kFigures * sizes}, DType::kI64, unaccounted));
+    const comm::Nodes here = world.options().nodes != nullptr ? *world.options().nodes
+                                                              : comm::Nodes::One(p);
     int64_t* figures = mine.data<int64_t>();
     // The calls' memory: the host, or the GPU of the rank's transport (NCCL), else GPU 0.
     Allocator gpu(&world.memory(), Device{DeviceType::kCUDA, std::max(0, world.gpu())});
@@ -138,10 +159,12 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
       world.ledger().Clear();
       RETURN_IF_ERROR(comm::Call(world, op, algorithm, buffers, n, root));
       if (config.check && config.gpu) RETURN_IF_ERROR(comm::CopyContents(buffers, host));
-      figures[3 * i + 2] = config.check ? comm::CountWrong(world, op, host, n, root) : 0;
+      figures[kFigures * i + 2] = config.check ? comm::CountWrong(world, op, host, n, root) : 0;
       comm::TransferTotals t = world.ledger().Total();
-      figures[3 * i] = t.bytes_sent;
-      figures[3 * i + 1] = t.bytes_recv;
+      figures[kFigures * i] = t.bytes_sent;
+      figures[kFigures * i + 1] = t.bytes_recv;
+      figures[kFigures * i + 3] =
+          world.ledger().SentByLink(here, [](const comm::LedgerKey&) { return true; }).inter;
       world.ledger().Clear();
     }
     // Thread ranks and processes alike: every rank's figures to rank 0 (which checks them
@@ -151,19 +174,21 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
       return Tensor::Empty({root_rank ? n : 0}, dtype, unaccounted);
     };
     ASSIGN_OR_RETURN(Tensor all_seconds, on_root(p * sizes, DType::kF64));
-    ASSIGN_OR_RETURN(Tensor all, on_root(3 * p * sizes, DType::kI64));
+    ASSIGN_OR_RETURN(Tensor all, on_root(kFigures * p * sizes, DType::kI64));
     RETURN_IF_ERROR(world.Gather(my_seconds, all_seconds, p * sizes, 0, Algorithm::kNaive));
-    RETURN_IF_ERROR(world.Gather(mine, all, 3 * p * sizes, 0, Algorithm::kNaive));
+    RETURN_IF_ERROR(world.Gather(mine, all, kFigures * p * sizes, 0, Algorithm::kNaive));
     if (!root_rank) return absl::OkStatus();
     holds_rank0 = true;
+    nodes = std::make_shared<const comm::Nodes>(here);
     for (int q = 0; q < p; ++q) {
       for (int64_t i = 0; i < sizes; ++i) {
-        const int64_t* f = all.data<int64_t>() + 3 * (q * sizes + i);
+        const int64_t* f = all.data<int64_t>() + kFigures * (q * sizes + i);
         BenchRow& row = rows[size_t(i)];
         seconds[size_t(i)][size_t(q)] = all_seconds.data<double>()[q * sizes + i];
         row.sent_bytes_per_rank[size_t(q)] = f[0];
         row.recv_bytes_per_rank[size_t(q)] = f[1];
         row.wrong += f[2];
+        row.inter_bytes_per_rank[size_t(q)] = f[3];
       }
     }
     return absl::OkStatus();
@@ -172,10 +197,12 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
                              : comm::RunThreadRanks(launch, run_rank));
   if (!holds_rank0) return std::vector<BenchRow>();
 
+  const std::vector<int> group_nodes = nodes->Of(Iota(p));
   for (size_t i = 0; i < counts.size(); ++i) {
     BenchRow& row = rows[i];
     row.op = op;
-    row.algorithm = algorithm;
+    row.algorithm = comm::EffectiveAlgorithm(op, algorithm, group_nodes);  // what ran
+    row.nodes = nodes->count();
     row.ranks = p;
     row.root = (op == Primitive::kBroadcast || op == Primitive::kReduce ||
                 op == Primitive::kGather || op == Primitive::kScatter)
@@ -188,8 +215,13 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     row.busbw_gbps = row.algbw_gbps * comm::BusFactor(op, p);
     for (int r = 0; r < p; ++r) {
       row.exact_sent_bytes_per_rank.push_back(
-          comm::ExactTraffic(op, algorithm, p, r, root, row.count, 4).sent);
+          comm::ExactTraffic(op, algorithm, p, r, root, row.count, 4, group_nodes).sent);
+      row.exact_inter_bytes_per_rank.push_back(
+          comm::ExactSentByLink(op, algorithm, group_nodes, r, root, row.count, 4).inter);
     }
+    row.inter_max = *std::max_element(row.inter_bytes_per_rank.begin(), row.inter_bytes_per_rank.end());
+    row.exact_inter_max = *std::max_element(row.exact_inter_bytes_per_rank.begin(),
+                                            row.exact_inter_bytes_per_rank.end());
     row.sent_max = *std::max_element(row.sent_bytes_per_rank.begin(), row.sent_bytes_per_rank.end());
     row.exact_sent_max = *std::max_element(row.exact_sent_bytes_per_rank.begin(),
                                            row.exact_sent_bytes_per_rank.end());
@@ -227,22 +259,29 @@ std::string FormatHeader(const BenchConfig& config) {
       "# time: the slowest rank's mean per call; busbw: nccl-tests' bus factors; sent/rank: the "
       "busiest rank's bytes, by the ledger and by the exact formula\n"
       "#\n"
-      "# %-14s %-5s %12s %11s %4s %5s %4s %11s %10s %10s %6s %14s %14s\n",
+      "# %-14s %-5s %12s %11s %4s %5s %4s %11s %10s %10s %6s %14s %14s%s\n",
       config.ranks,
       absl::StrCat(config.mpi ? "MPI processes" : "thread ranks",
                    config.nccl ? " over NCCL" : "", config.gpu ? ", buffers on GPUs" : ""),
       config.max_chunk_bytes, config.warmup, config.iterations, config.check ? 1 : 0,
       "op", "algo", "size", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)",
-      "busbw(GB/s)", "#wrong", "sent/rank", "exact");
+      "busbw(GB/s)", "#wrong", "sent/rank", "exact",
+      config.gpus_per_node > 0 && config.gpus_per_node < config.ranks
+          ? absl::StrFormat(" %14s %14s", "inter/rank", "exact")
+          : "");
 }
 
 std::string FormatRow(const BenchRow& row) {
   bool reduces = row.op == Primitive::kAllReduce || row.op == Primitive::kReduceScatter ||
                  row.op == Primitive::kReduce;
-  return absl::StrFormat("  %-14s %-5s %12d %11d %4s %5s %4d %11.2f %10.3f %10.3f %6d %14d %14d\n",
-                         comm::Name(row.op), comm::Name(row.algorithm), row.size_bytes, row.count,
-                         "f32", reduces ? "sum" : "none", row.root, row.time_us, row.algbw_gbps,
-                         row.busbw_gbps, row.wrong, row.sent_max, row.exact_sent_max);
+  std::string line = absl::StrFormat(
+      "  %-14s %-5s %12d %11d %4s %5s %4d %11.2f %10.3f %10.3f %6d %14d %14d",
+      comm::Name(row.op),
+      row.algorithm == Algorithm::kHierarchical ? "hier" : comm::Name(row.algorithm),
+      row.size_bytes, row.count, "f32", reduces ? "sum" : "none", row.root, row.time_us,
+      row.algbw_gbps, row.busbw_gbps, row.wrong, row.sent_max, row.exact_sent_max);
+  if (row.nodes > 1) line += absl::StrFormat(" %14d %14d", row.inter_max, row.exact_inter_max);
+  return line + "\n";
 }
 
 std::string FormatSummary(const std::vector<BenchRow>& rows) {
@@ -251,7 +290,8 @@ std::string FormatSummary(const std::vector<BenchRow>& rows) {
   for (const BenchRow& row : rows) {
     busbw += row.busbw_gbps;
     wrong += row.wrong;
-    mismatched += row.sent_bytes_per_rank != row.exact_sent_bytes_per_rank;
+    mismatched += row.sent_bytes_per_rank != row.exact_sent_bytes_per_rank ||
+                  row.inter_bytes_per_rank != row.exact_inter_bytes_per_rank;
   }
   return absl::StrFormat(
       "# Out of bounds values : %d %s\n# Avg bus bandwidth    : %.3f GB/s\n"
@@ -278,6 +318,9 @@ absl::Status WriteBenchJson(const std::string& path, const std::vector<BenchRow>
     w.Key("sent_bytes_per_rank").IntArray(row.sent_bytes_per_rank);
     w.Key("recv_bytes_per_rank").IntArray(row.recv_bytes_per_rank);
     w.Key("exact_sent_bytes_per_rank").IntArray(row.exact_sent_bytes_per_rank);
+    w.Key("nodes").Int(row.nodes);
+    w.Key("inter_sent_bytes_per_rank").IntArray(row.inter_bytes_per_rank);
+    w.Key("exact_inter_sent_bytes_per_rank").IntArray(row.exact_inter_bytes_per_rank);
     w.EndObject();
   }
   w.EndArray();

@@ -27,6 +27,9 @@ struct BenchConfig {
   bool mpi = false;   // one MPI process per rank (under mpirun) instead of threads
   bool nccl = false;  // the bytes over NCCL, a GPU per rank (threads, or under mpirun)
   bool gpu = false;   // the buffers in GPU memory (the rank's transport's GPU, or GPU 0)
+  // Ranks per node (runtime/comm/nodes.h): 0 is one node for thread ranks and the real
+  // nodes under mpirun. With more than one node the table adds the inter-node bytes.
+  int gpus_per_node = 0;
   std::vector<comm::Primitive> ops;
   std::vector<comm::Algorithm> algorithms;
 
@@ -49,6 +52,10 @@ struct BenchRow {
   int64_t wrong = 0;
   std::vector<int64_t> sent_bytes_per_rank, recv_bytes_per_rank, exact_sent_bytes_per_rank;
   int64_t sent_max = 0, exact_sent_max = 0;
+  // The part that crossed a node, by the ledger and by the formula (ExactSentByLink).
+  std::vector<int64_t> inter_bytes_per_rank, exact_inter_bytes_per_rank;
+  int64_t inter_max = 0, exact_inter_max = 0;
+  int nodes = 1;
 };
 
 // Runs every size of the sweep for one op and algorithm. Under MPI the process that holds

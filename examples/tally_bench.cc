@@ -38,7 +38,12 @@ ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, gather, scatter, "
           "sendrecv, or all");
 ABSL_FLAG(std::string, algorithm, "ring",
-          "ring, naive, native (--backend=mpi or nccl: the library's own collectives), or all");
+          "ring, naive, hierarchical (rings inside each node, then across: all_reduce, "
+          "reduce_scatter and all_gather with --gpus_per_node), native (--backend=mpi or nccl: "
+          "the library's own collectives), or all");
+ABSL_FLAG(int, gpus_per_node, 0,
+          "ranks per node: ranks r and r' share a node iff r/G == r'/G, and the table adds the "
+          "bytes that crossed a node (0: one node for thread ranks, the real nodes under mpirun)");
 ABSL_FLAG(std::string, backend, "threads",
           "threads (ranks are threads of this process), mpi (one rank per process: "
           "mpirun -np N tally_bench --backend=mpi ...) or nccl (--device=cuda, a GPU per rank; "
@@ -75,12 +80,15 @@ absl::StatusOr<std::vector<Primitive>> ParseOps(const std::string& text) {
 }
 
 // `native`: whether the backend has collectives of its own (MPI, NCCL).
-absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text, bool native) {
+// `nodes`: whether --gpus_per_node places the ranks on several nodes (all adds the
+// hierarchical algorithm then).
+absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text, bool native,
+                                                       bool nodes) {
   if (text == "all") {
-    if (native) {
-      return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive, Algorithm::kNative};
-    }
-    return std::vector<Algorithm>{Algorithm::kRing, Algorithm::kNaive};
+    std::vector<Algorithm> all = {Algorithm::kRing, Algorithm::kNaive};
+    if (nodes) all.push_back(Algorithm::kHierarchical);
+    if (native) all.push_back(Algorithm::kNative);
+    return all;
   }
   ASSIGN_OR_RETURN(Algorithm a, comm::ParseAlgorithm(text));
   if (a == Algorithm::kNative && !native) {
@@ -123,8 +131,10 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   config.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   ASSIGN_OR_RETURN(config.ops, ParseOps(absl::GetFlag(FLAGS_op)));
+  config.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   ASSIGN_OR_RETURN(config.algorithms,
-                   ParseAlgorithms(absl::GetFlag(FLAGS_algorithm), backend != "threads"));
+                   ParseAlgorithms(absl::GetFlag(FLAGS_algorithm), backend != "threads",
+                                   config.gpus_per_node > 0));
   RETURN_IF_ERROR(config.Validate());
   if (!absl::GetFlag(FLAGS_J).empty()) RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_J), "[tally_bench] -J"));
   if (config.gpu) RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is none

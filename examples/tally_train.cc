@@ -81,7 +81,8 @@ ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
 ABSL_FLAG(std::string, allreduce, "ring",
-          "algorithm of the dp collectives: ring, or naive (through rank 0: reduce, then broadcast)");
+          "algorithm of the dp collectives: ring; naive (through rank 0: reduce, then broadcast); "
+          "or hierarchical (rings inside each node, then across nodes; with --gpus_per_node)");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
 ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
 ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.backend),

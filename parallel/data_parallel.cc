@@ -41,12 +41,13 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
 }
 
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
-                                 comm::Algorithm algorithm, DType comm_type) {
+                                 comm::Algorithm algorithm, DType comm_type,
+                                 std::span<const int> nodes) {
   const int64_t element = int64_t(SizeOf(comm_type));
   int64_t sent = 0;
   for (const comm::Chunk& bucket : GradientBuckets(params, bucket_bytes / element)) {
     sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
-                               bucket.count, element).sent;
+                               bucket.count, element, nodes).sent;
   }
   return sent;
 }

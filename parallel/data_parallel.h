@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,8 +44,10 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 // parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket;
 // with the ring and dp dividing every bucket, 2(dp−1)/dp·4·params; 2 bytes a value when the
 // gradients travel as bf16).
+// `nodes`: the node of each dp rank, for the hierarchical algorithm (exact_traffic.h).
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
-                                 comm::Algorithm algorithm, DType comm_type = DType::kF32);
+                                 comm::Algorithm algorithm, DType comm_type = DType::kF32,
+                                 std::span<const int> nodes = {});
 
 // The global gradient norm, for clipping: Σ g² of this rank's `grads` over `ranges`
 // (tensors every tp rank holds alike counted on tp rank 0 only, the last stage's copy of

@@ -68,11 +68,13 @@ int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitiv
 
 int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
-                         comm::Phase phase, bool recompute, int64_t element) {
+                         comm::Phase phase, bool recompute, int64_t element,
+                         std::span<const int> nodes) {
   const int calls = ZeroCallsPerStep(zero_stage, micro_batches, primitive, phase, recompute);
   int64_t sent = 0;
   for (const comm::Chunk& unit : ZeroUnits(layout, zero_stage)) {
-    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, element).sent;
+    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, element, nodes)
+                .sent;
   }
   return calls * sent;
 }

@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -89,9 +90,11 @@ int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitiv
 // summed over the units, times the calls.
 // `element`: bytes a value of the primitive's buffer (the gradients' wire type for the
 // reduce-scatter, the parameters' type for the all-gather).
+// `nodes`: the node of each rank, for the hierarchical algorithm.
 int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
-                         comm::Phase phase, bool recompute = false, int64_t element = 4);
+                         comm::Phase phase, bool recompute = false, int64_t element = 4,
+                         std::span<const int> nodes = {});
 
 class ZeroWeights : public model::WeightStore {
  public:

@@ -62,7 +62,8 @@ absl::StatusOr<DeviceType> ParseDevice(const std::string& name) {
   return Choose("device", name, {DeviceType::kCPU, DeviceType::kCUDA});
 }
 absl::StatusOr<comm::Algorithm> ParseAllReduce(const std::string& name) {
-  return Choose("allreduce", name, {comm::Algorithm::kRing, comm::Algorithm::kNaive});
+  return Choose("allreduce", name,
+                {comm::Algorithm::kRing, comm::Algorithm::kNaive, comm::Algorithm::kHierarchical});
 }
 
 const char* PrecisionName(DType dtype) { return dtype == DType::kBF16 ? "bf16" : "fp32"; }
@@ -146,8 +147,9 @@ absl::Status TrainOptions::Validate() const {
                ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,
                " = ", per_micro_batch, ")");
   }
-  if (allreduce != comm::Algorithm::kRing && allreduce != comm::Algorithm::kNaive) {
-    return bad("--allreduce must be ring or naive, got '", comm::Name(allreduce), "'");
+  if (allreduce == comm::Algorithm::kNative) {
+    return bad("--allreduce must be ring, naive or hierarchical, got '", comm::Name(allreduce),
+               "'");
   }
   if (zero < 0 || zero > 3) return bad("--zero must be 0, 1, 2 or 3, got ", zero);
   if (gpus_per_node < 0) {

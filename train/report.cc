@@ -46,6 +46,11 @@ std::string Range(int64_t lo, int64_t hi) {
   return lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, "..", hi);
 }
 
+// The algorithm in the text table's 6-wide column ("hier": hierarchical).
+const char* AlgoColumn(comm::Algorithm a) {
+  return a == comm::Algorithm::kHierarchical ? "hier" : comm::Name(a);
+}
+
 // Where the ranks ran: the report's nodes, or one node.
 comm::Nodes NodesOf(const ReportInputs& in) {
   return in.nodes != nullptr ? *in.nodes : comm::Nodes::One(int(in.traffic.size()));
@@ -218,7 +223,7 @@ std::string FormatReport(const ReportInputs& in) {
     int64_t seed = SeedSent(in, key);
     out += absl::StrFormat(
         "%-9s %-15s %-6s %-10s %-17s %6d %22s%s %22s %14s %14s %14s\n", key.group,
-        comm::Name(key.primitive), comm::Name(key.algorithm), comm::Name(key.phase),
+        comm::Name(key.primitive), AlgoColumn(key.algorithm), comm::Name(key.phase),
         key.label.empty() ? "-" : key.label, row.calls, Range(row.sent_min, row.sent_max),
         nodes ? absl::StrFormat(" %22s", Range(row.inter_min, row.inter_max)) : "",
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",

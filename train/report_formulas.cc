@@ -119,17 +119,22 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
            comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
   }
   if (key.group != "dp") return -1;
-  // This rank's part of the model: the buffer the dp group reduces or shards.
+  // This rank's part of the model: the buffer the dp group reduces or shards; the nodes
+  // of the group's ranks (the hierarchical algorithm's bytes depend on them).
   const model::ParameterLayout layout = StageLayout(o, rank);
+  const std::vector<int> nodes = in.nodes != nullptr
+                                     ? in.nodes->Of(o.topology().DpGroup(rank))
+                                     : std::vector<int>(o.dp, 0);
   auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
-    return in.steps * comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element).sent;
+    return in.steps *
+           comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element, nodes).sent;
   };
   switch (key.primitive) {
     case comm::Primitive::kAllReduce:
       if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
         return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank,
                                                              BucketBytes(o), key.algorithm,
-                                                             o.Precision().grad_comm);
+                                                             o.Precision().grad_comm, nodes);
       }
       if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
       if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
@@ -141,7 +146,8 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
                             layout, o.zero, o.dp, dp_rank, o.accumulation_steps(), key.algorithm,
                             key.primitive, key.phase, o.recompute,
                             key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
-                                                                             : BytesOf(o).params);
+                                                                             : BytesOf(o).params,
+                            nodes);
     default:
       return -1;
   }

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/clock.h"
+#include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/algorithms/naive.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/algorithms/ring.h"
@@ -18,7 +20,9 @@ Work::Work(std::unique_ptr<Wire> wire, size_t bytes, int64_t started_nanos)
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, RankResources* resources,
                            CommOptions options)
-    : transport_(std::move(transport)), resources_(resources), options_(options) {}
+    : transport_(std::move(transport)), resources_(resources), options_(options) {
+  group_nodes_ = GroupNodes();
+}
 
 absl::Status Communicator::CheckCount(Primitive primitive, const char* what, const Tensor& t,
                                       int64_t expected) const {
@@ -31,8 +35,10 @@ absl::Status Communicator::CheckCount(Primitive primitive, const char* what, con
 absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
     int64_t count, std::initializer_list<const Tensor*> tensors) {
-  const Algorithm chosen = options_.native_collectives ? Algorithm::kNative
-                                                       : algorithm.value_or(options_.algorithm);
+  const Algorithm chosen =
+      options_.native_collectives
+          ? Algorithm::kNative
+          : EffectiveAlgorithm(primitive, algorithm.value_or(options_.algorithm), group_nodes_);
   OpSignature signature{primitive, chosen, dtype, op, root, count, collective_calls_++};
   std::string where = absl::StrCat("[", Title(primitive), " on '", name(), "'] rank ", rank());
   if (primitive != Primitive::kSendRecv && root != -1 && (root < 0 || root >= size())) {
@@ -79,9 +85,17 @@ absl::StatusOr<int> Communicator::BufferDevice(const std::string& where, const T
 absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
                                absl::FunctionRef<absl::Status()> ring_call,
                                absl::FunctionRef<absl::Status()> naive_call) {
+  return Run(wire, input, output, ring_call, naive_call, ring_call);
+}
+
+absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
+                               absl::FunctionRef<absl::Status()> ring_call,
+                               absl::FunctionRef<absl::Status()> naive_call,
+                               absl::FunctionRef<absl::Status()> hierarchical_call) {
   switch (wire.signature().algorithm) {
     case Algorithm::kRing: return ring_call();
     case Algorithm::kNaive: return naive_call();
+    case Algorithm::kHierarchical: return hierarchical_call();
     case Algorithm::kNative: break;
   }
   RETURN_IF_ERROR(transport_->NativeCollective(wire.signature(), input, output));
@@ -127,7 +141,11 @@ absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice 
   absl::Status s = Run(
       *wire, data.raw_data(), data.raw_data(),
       [&] { return ring::AllReduce(*wire, data.raw_data(), data.numel()); },
-      [&] { return naive::AllReduce(*wire, data.raw_data(), data.numel()); });
+      [&] { return naive::AllReduce(*wire, data.raw_data(), data.numel()); },
+      [&] {
+        return hierarchical::AllReduce(*wire, *hierarchical::LayoutOf(group_nodes_),
+                                       data.raw_data(), data.numel());
+      });
   return Finish(*wire, int64_t(data.nbytes()), started, s);
 }
 
@@ -157,7 +175,11 @@ absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, Re
   absl::Status s = Run(
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] { return naive::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); });
+      [&] { return naive::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); },
+      [&] {
+        return hierarchical::ReduceScatter(*wire, *hierarchical::LayoutOf(group_nodes_),
+                                           input.raw_data(), output.raw_data(), n);
+      });
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 
@@ -172,7 +194,11 @@ absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
   absl::Status s = Run(
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::AllGather(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] { return naive::AllGather(*wire, input.raw_data(), output.raw_data(), n); });
+      [&] { return naive::AllGather(*wire, input.raw_data(), output.raw_data(), n); },
+      [&] {
+        return hierarchical::AllGather(*wire, *hierarchical::LayoutOf(group_nodes_),
+                                       input.raw_data(), output.raw_data(), n);
+      });
   return Finish(*wire, int64_t(output.nbytes()), started, s);
 }
 
@@ -284,7 +310,7 @@ absl::Status Communicator::Recv(Tensor& data, int peer) { return Irecv(data, pee
 
 // ---------------------------------------------------------------------------- Split
 
-std::vector<int> Communicator::group_nodes() const {
+std::vector<int> Communicator::GroupNodes() const {
   std::vector<int> nodes(size(), 0);
   if (options_.nodes == nullptr) return nodes;
   for (int i = 0; i < size(); ++i) nodes[i] = options_.nodes->node(world_rank_of(i));

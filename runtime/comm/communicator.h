@@ -82,8 +82,11 @@ class Communicator {
   int gpu() const { return transport_->gpu(); }
   const CommOptions& options() const { return options_; }
   // The node of each rank of the group, by group rank (all 0 without options().nodes).
-  std::vector<int> group_nodes() const;
-  void set_options(const CommOptions& options) { options_ = options; }
+  const std::vector<int>& group_nodes() const { return group_nodes_; }
+  void set_options(const CommOptions& options) {
+    options_ = options;
+    group_nodes_ = GroupNodes();
+  }
 
   TrafficLedger& ledger() { return resources_->traffic; }
   MemoryLedger& memory() { return resources_->memory; }
@@ -140,6 +143,11 @@ class Communicator {
   absl::Status Run(Wire& wire, const void* input, void* output,
                    absl::FunctionRef<absl::Status()> ring_call,
                    absl::FunctionRef<absl::Status()> naive_call);
+  // The same for the primitives with a hierarchical form (Begin chooses it only for them).
+  absl::Status Run(Wire& wire, const void* input, void* output,
+                   absl::FunctionRef<absl::Status()> ring_call,
+                   absl::FunctionRef<absl::Status()> naive_call,
+                   absl::FunctionRef<absl::Status()> hierarchical_call);
   // Books the call in the ledger and passes on its status.
   absl::Status Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                       absl::Status status);
@@ -154,6 +162,8 @@ class Communicator {
   std::unique_ptr<Transport> transport_;
   RankResources* resources_;
   CommOptions options_;
+  std::vector<int> GroupNodes() const;
+  std::vector<int> group_nodes_;   // GroupNodes(), kept
   Tensor scratch_;                 // the comm buffer the algorithms borrow (Wire::Scratch)
   uint64_t collective_calls_ = 0;  // the sequence number of the next collective
   uint64_t splits_ = 0;

@@ -41,6 +41,7 @@ const char* Name(Algorithm a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kNaive: return "naive";
     case Algorithm::kNative: return "native";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -83,8 +84,9 @@ absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
   if (name == "ring") return Algorithm::kRing;
   if (name == "naive") return Algorithm::kNaive;
   if (name == "native") return Algorithm::kNative;
+  if (name == "hierarchical") return Algorithm::kHierarchical;
   return absl::InvalidArgumentError("[comm] unknown algorithm '" + std::string(name) +
-                                    "'; expected ring, naive or native");
+                                    "'; expected ring, naive, native or hierarchical");
 }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name) {

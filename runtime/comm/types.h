@@ -32,8 +32,11 @@ inline constexpr Primitive kAllPrimitives[] = {
 // How it is done. kNaive is the root-based star (the seed's "monitor collects") or a
 // direct exchange; kRing passes chunks around the ring (or down a chain for rooted ops);
 // kNative is the transport's own collective (MPI_Allreduce, ...), whose bytes the
-// ledger cannot observe: it books the ring's, marked modelled.
-enum class Algorithm : uint8_t { kRing, kNaive, kNative };
+// ledger cannot observe: it books the ring's, marked modelled. kHierarchical is two
+// levels of rings, inside each node and across nodes (hierarchical.h), for all-reduce,
+// reduce-scatter and all-gather over a group spread evenly over several nodes; anything
+// else asked of it runs (and is booked as) the ring.
+enum class Algorithm : uint8_t { kRing, kNaive, kNative, kHierarchical };
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax, kMin, kProd };
 
@@ -42,7 +45,7 @@ enum class Phase : uint8_t { kForward, kBackward, kOptimizer, kSetup, kEval, kCh
 inline constexpr int kNumPhases = 7;
 
 const char* Name(Primitive p);  // snake_case, as nccl-tests names them: "all_reduce"
-const char* Name(Algorithm a);  // "ring", "naive", "native"
+const char* Name(Algorithm a);  // "ring", "naive", "native", "hierarchical"
 const char* Name(ReduceOp op);  // "sum", "avg", ...
 const char* Name(Phase phase);  // "forward", ...
 // The CamelCase name used in error messages: "AllReduce".

@@ -148,6 +148,20 @@ TEST(TallyBench, BadInputIsOneClearLineAndExitCodeOne) {
 }
 
 // GPU buffers, over the threads transport or NCCL: without a GPU, one line says why.
+// Two nodes of 3 ranks: every algorithm's bytes across nodes, per rank, as the formula
+// says; the hierarchical all-reduce sends a third of the ring's busiest rank's.
+TEST(TallyBench, NodesSplitEveryRowAndTheHierarchicalRingCrossesLess) {
+  Result r = RunCommand(kBench + " --ranks=6 --gpus_per_node=3 --algorithm=all -b 6K -e 6K -n 1 -w 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "inter/rank")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "0 of 3 rows differ")) << r.output;
+  // 6 KiB: the ring's edge ranks send 2·5/6·6144 = 10240 bytes across; hierarchical
+  // 2·(2-1)/2·6144/3 = 2048 on every rank.
+  EXPECT_TRUE(absl::StrContains(r.output, "10240          10240          10240          10240"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "10240           2048           2048")) << r.output;
+}
+
 TEST(TallyBench, GpuBuffersWithoutAGpuSayWhy) {
   for (const char* flags : {" --device=cuda", " --device=cuda --backend=nccl --ranks=1"}) {
     Result r = RunCommand(kBench + flags + " -b 4 -e 64 -n 1 -w 0");

@@ -87,6 +87,20 @@ TEST(MpiTrain, ThreeDRunIsBitIdenticalToTheThreadsRun) {
   EXPECT_EQ(rows, TrafficRows(threads.output));
 }
 
+// Nodes placed by --gpus_per_node override the real one: under mpirun the hierarchical
+// all-reduce books, row by row and link by link, what it books on threads.
+TEST(MpiTrain, PlacedNodesAndTheHierarchicalAllReduceBookTheThreadsBytes) {
+  const std::string flags = kTiny + " --dp=4 --gpus_per_node=2 --allreduce=hierarchical "
+                                    "--global_batch_size=4 --steps=2 --eval_every=0";
+  Result mpi = RunCommand(Mpirun(4, kTrain + " --backend=mpi" + flags));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  Result threads = RunCommand(kTrain + flags);
+  ASSERT_EQ(threads.exit_code, 0) << threads.output;
+  EXPECT_TRUE(absl::StrContains(mpi.output, "dp        all_reduce      hier   backward")) << mpi.output;
+  EXPECT_TRUE(absl::StrContains(mpi.output, "bytes sent per rank by link (2 nodes")) << mpi.output;
+  EXPECT_EQ(TrafficRows(mpi.output), TrafficRows(threads.output));
+}
+
 TEST(MpiTrain, NativeCollectivesAreMarkedModelled) {
   Result r = RunCommand(Mpirun(2, kTrain + " --backend=mpi --native_collectives --dp=2" + kTiny +
                                       " --global_batch_size=4 --steps=2 --eval_every=0"));

@@ -221,10 +221,10 @@ TEST(DataParallelOptions, BadValuesAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--dp must be >= 1"));
   o = Tiny(5);  // 12 sequences cannot be shared by 5 ranks
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of --dp x --micro_batch_size"));
-  EXPECT_TRUE(absl::StrContains(ParseAllReduce("tree").status().message(), "--allreduce must be ring or naive"));
+  EXPECT_TRUE(absl::StrContains(ParseAllReduce("tree").status().message(), "--allreduce must be ring, naive or hierarchical"));
   o = Tiny(2);
   o.allreduce = comm::Algorithm::kNative;  // MPI's and NCCL's own: not an --allreduce
-  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--allreduce must be ring or naive, got 'native'"));
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--allreduce must be ring, naive or hierarchical, got 'native'"));
   o = Tiny(2);
   o.zero = 4;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--zero must be 0, 1, 2 or 3"));

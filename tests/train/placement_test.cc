@@ -44,5 +44,54 @@ TEST(Placement, TheOrderMovesTensorParallelBytesAcrossNodesAndLeavesTheLossesAlo
   }
 }
 
+// Hierarchical data parallelism on 2 nodes of 2 ranks: the serial run's losses, and on
+// every rank 2(K-1)/K·4Φ/G bytes a step across nodes (the seed's cut of cross-node
+// traffic) instead of the flat ring's 2(p-1)/p·4Φ on the ranks at a node's edge.
+TEST(Placement, HierarchicalDataParallelIsTheSerialRunAndCrossesNodesLess) {
+  TrainOptions o = Grid{.dp = 4}.On(TinyGrid(4));
+  o.gpus_per_node = 2;
+  o.allreduce = comm::Algorithm::kHierarchical;
+  const RunResult hierarchical = RunRanks(o);
+  const RunResult serial = RunRanks(Grid{}.On(TinyGrid(4)));
+  ExpectSameRun(hierarchical, serial);
+  ExpectReportRowsExact(o, hierarchical);
+  TrainOptions flat = o;
+  flat.allreduce = comm::Algorithm::kRing;
+  const RunResult ring = RunRanks(flat);
+  const int64_t phi = o.model.NumParams(), k = 2, g = 2, p = 4;
+  ASSERT_EQ(phi % (k * g), 0) << "the closed forms below need whole chunks";
+  auto gradient_rows = [](const comm::LedgerKey& key) {
+    return key.group == "dp" && key.primitive == comm::Primitive::kAllReduce &&
+           key.phase == comm::Phase::kBackward;
+  };
+  for (int r = 0; r < o.world(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const comm::LinkBytes two_level = hierarchical.traffic[r].SentByLink(*o.PlacedNodes(), gradient_rows);
+    EXPECT_EQ(two_level.inter, o.steps * 2 * (k - 1) * 4 * phi / (k * g));
+    EXPECT_EQ(two_level.intra, o.steps * 2 * (g - 1) * 4 * phi / g);
+    // The flat ring: ranks 1 and 3 send everything to the other node, 0 and 2 nothing.
+    const comm::LinkBytes one_ring = ring.traffic[r].SentByLink(*o.PlacedNodes(), gradient_rows);
+    EXPECT_EQ(one_ring.inter, r % 2 == 1 ? o.steps * 2 * (p - 1) * 4 * phi / p : 0);
+  }
+}
+
+// ZeRO's reduce-scatter and all-gather take the hierarchical form too.
+TEST(Placement, HierarchicalZeroIsTheSerialRunWithExactBytes) {
+  for (int zero : {1, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    TrainOptions o = Grid{.dp = 4, .zero = zero}.On(TinyGrid(4));
+    o.gpus_per_node = 2;
+    o.allreduce = comm::Algorithm::kHierarchical;
+    const RunResult run = RunRanks(o);
+    ExpectSameRun(run, RunRanks(Grid{}.On(TinyGrid(4))));
+    ExpectReportRowsExact(o, run);
+    int hierarchical_rows = 0;
+    for (const auto& [key, calls] : run.traffic[0].calls()) {
+      hierarchical_rows += key.algorithm == comm::Algorithm::kHierarchical;
+    }
+    EXPECT_GE(hierarchical_rows, 2);
+  }
+}
+
 }  // namespace
 }  // namespace tally::train

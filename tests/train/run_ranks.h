@@ -149,7 +149,7 @@ inline void ExpectSameRun(const RunResult& a, const RunResult& b) {
 
 // Every row of every rank that the report has a formula for: measured == formula.
 inline void ExpectReportRowsExact(const TrainOptions& o, const RunResult& run) {
-  ReportInputs in{o, o.steps, run.traffic, run.memory};
+  ReportInputs in{o, o.steps, run.traffic, run.memory, {}, {}, {}, o.PlacedNodes()};
   int checked = 0;
   for (int r = 0; r < o.world(); ++r) {
     std::map<comm::LedgerKey, int64_t> sent;

@@ -195,7 +195,7 @@ TEST(TrainOptions, ChoicesAreParsedOnceWithTheirWords) {
   EXPECT_EQ(ParseReport("xml").status().message(), "[flags] --report must be text, json or csv, got 'xml'");
   EXPECT_EQ(ParseDevice("tpu").status().message(), "[flags] --device must be cpu or cuda, got 'tpu'");
   EXPECT_EQ(ParseAllReduce("native").status().message(),
-            "[flags] --allreduce must be ring or naive, got 'native'");
+            "[flags] --allreduce must be ring, naive or hierarchical, got 'native'");
   EXPECT_EQ(ParseBackend("nccl").value(), Backend::kNccl);
   EXPECT_EQ(ParseOptimizer("sgd").value(), OptimizerKind::kSgd);
   EXPECT_EQ(ParseReport("csv").value(), ReportFormat::kCsv);

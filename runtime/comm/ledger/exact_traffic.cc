@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/algorithms/partition.h"
 
 namespace tally::comm {
@@ -62,8 +63,29 @@ RankTraffic Naive(Primitive primitive, const Sizes& s, int r, int root) {
 
 }  // namespace
 
+Algorithm EffectiveAlgorithm(Primitive primitive, Algorithm algorithm, std::span<const int> nodes) {
+  if (algorithm != Algorithm::kHierarchical) return algorithm;
+  const bool two_level = primitive == Primitive::kAllReduce ||
+                         primitive == Primitive::kReduceScatter ||
+                         primitive == Primitive::kAllGather;
+  return two_level && hierarchical::LayoutOf(nodes) ? algorithm : Algorithm::kRing;
+}
+
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
-                         int root, int64_t count, size_t element_size) {
+                         int root, int64_t count, size_t element_size, std::span<const int> nodes) {
+  if (int(nodes.size()) == group_size &&
+      EffectiveAlgorithm(primitive, algorithm, nodes) == Algorithm::kHierarchical) {
+    const hierarchical::Layout layout = *hierarchical::LayoutOf(nodes);
+    RankTraffic t;
+    for (int q = 0; q < group_size; ++q) {
+      const std::vector<int64_t> to = hierarchical::SentTo(primitive, layout, q, count, element_size);
+      if (q == rank) {
+        for (int64_t b : to) t.sent += b;
+      }
+      t.recv += to[rank];
+    }
+    return t;
+  }
   Sizes s{group_size, count, int64_t(element_size)};
   if (group_size <= 1 || primitive == Primitive::kBarrier) return {};
   if (primitive == Primitive::kSendRecv) return {s.Whole(), s.Whole()};
@@ -76,7 +98,14 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
 }
 
 std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int group_size,
-                                 int rank, int root, int64_t count, size_t element_size) {
+                                 int rank, int root, int64_t count, size_t element_size,
+                                 std::span<const int> nodes) {
+  if (int(nodes.size()) == group_size &&
+      EffectiveAlgorithm(primitive, algorithm, nodes) == Algorithm::kHierarchical) {
+    return hierarchical::SentTo(primitive, *hierarchical::LayoutOf(nodes), rank, count,
+                                element_size);
+  }
+  algorithm = algorithm == Algorithm::kHierarchical ? Algorithm::kRing : algorithm;
   const int p = group_size;
   std::vector<int64_t> to(std::max(p, 0), 0);
   const RankTraffic total =
@@ -116,7 +145,7 @@ std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int g
 LinkBytes ExactSentByLink(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
                           int rank, int root, int64_t count, size_t element_size) {
   const std::vector<int64_t> to =
-      ExactSentTo(primitive, algorithm, int(nodes.size()), rank, root, count, element_size);
+      ExactSentTo(primitive, algorithm, int(nodes.size()), rank, root, count, element_size, nodes);
   LinkBytes bytes;
   for (size_t j = 0; j < to.size(); ++j) {
     (nodes[j] == nodes[rank] ? bytes.intra : bytes.inter) += to[j];

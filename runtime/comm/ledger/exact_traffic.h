@@ -29,20 +29,31 @@ struct RankTraffic {
 // none. kSendRecv is the ring exchange of nccl-tests' sendrecv (every rank sends `count`
 // to its right neighbour and receives as much from its left one); a barrier moves nothing.
 // kNative counts as kRing (the model the ledger books for a transport's own collectives).
+// kHierarchical depends on where the group's ranks are: `nodes` holds the node of every
+// group rank (Nodes::Of(members)); without it, or where the hierarchy degenerates
+// (hierarchical.h), it is the ring, as the communicator runs it.
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
-                         int root, int64_t count, size_t element_size);
+                         int root, int64_t count, size_t element_size,
+                         std::span<const int> nodes = {});
 
 // ExactTraffic's sent bytes peer by peer: element j is what `rank` sends to group rank j
 // in one call. A ring sends only to its right neighbour (rank + 1; Reduce and Gather,
 // which run the chain the other way, to its left one, rank - 1); the naive star's root or
 // hub (rank 0) sends to every other rank and the others to it; an all-to-all sends each
-// rank its chunk.
+// rank its chunk; the hierarchical rings send to their two right neighbours, the local
+// ring's and the cross ring's.
 std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int group_size,
-                                 int rank, int root, int64_t count, size_t element_size);
+                                 int rank, int root, int64_t count, size_t element_size,
+                                 std::span<const int> nodes = {});
 // The same, summed by the link each peer is on: `nodes` holds the node of every group rank
 // (Nodes::Of(members)).
 LinkBytes ExactSentByLink(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
                           int rank, int root, int64_t count, size_t element_size);
+
+// The algorithm a communicator runs when asked for `algorithm`: kHierarchical only for
+// all-reduce, reduce-scatter and all-gather on a group spread evenly over several nodes
+// of several ranks (hierarchical.h), the ring otherwise; the others as asked.
+Algorithm EffectiveAlgorithm(Primitive primitive, Algorithm algorithm, std::span<const int> nodes);
 
 // nccl-tests' bus bandwidth: busbw = algbw (payload bytes / time) × this factor, the share
 // of the payload that crosses each link for an optimal algorithm on `ranks` ranks:

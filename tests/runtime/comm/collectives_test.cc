@@ -1,6 +1,8 @@
 // Every primitive x algorithm x group size x count: exact results from closed-form inputs,
 // and ledger bytes per rank equal to the exact formula, to the byte: in all, to each peer,
 // and by link class with the ranks placed G to a node for G = 1, 2, 3.
+#include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -105,6 +107,110 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Algorithm::kRing, Algorithm::kNaive),
                        ::testing::Values(1, 2, 3, 4, 5, 6, 8)),
     CaseName);
+
+// The hierarchical algorithms on every placement of N ranks G to a node: exact results,
+// and every byte to every peer as the formula says. Where the placement gives no two
+// levels (G = 1, G >= N, or unequal nodes) and for the other primitives it is the ring,
+// and the ledger books it as such.
+using HierarchicalCase = std::tuple<Primitive, int, int>;  // primitive, N, G
+
+class HierarchicalTest : public ::testing::TestWithParam<HierarchicalCase> {};
+
+TEST_P(HierarchicalTest, ExactResultsAndExactBytesByLink) {
+  const auto [primitive, p, g] = GetParam();
+  CommOptions options = Options(Algorithm::kHierarchical, kMaxChunkBytes);
+  options.nodes = std::make_shared<const Nodes>(Nodes::Blocks(p, g).value());
+  const std::vector<int> nodes = options.nodes->Of(test_util::Iota(p));
+  const Algorithm booked = EffectiveAlgorithm(primitive, Algorithm::kHierarchical, nodes);
+  const bool two_level = (primitive == Primitive::kAllReduce ||
+                          primitive == Primitive::kReduceScatter ||
+                          primitive == Primitive::kAllGather) &&
+                         g > 1 && g < p && p % g == 0;
+  EXPECT_EQ(booked, two_level ? Algorithm::kHierarchical : Algorithm::kRing);
+  const int root = p / 2;
+  std::vector<std::vector<Observed>> observed(std::size(kCounts), std::vector<Observed>(p));
+  std::vector<std::vector<Algorithm>> algorithms(std::size(kCounts), std::vector<Algorithm>(p));
+  absl::Status status = RunRanks(p, [&](Communicator& comm) -> absl::Status {
+    for (size_t c = 0; c < std::size(kCounts); ++c) {
+      comm.ledger().Clear();
+      const int64_t n = kCounts[c];
+      ASSIGN_OR_RETURN(CallBuffers buffers, MakeCallBuffers(comm, primitive, n, root));
+      FillInputs(comm, primitive, buffers, n, root);
+      RETURN_IF_ERROR(Call(comm, primitive, Algorithm::kHierarchical, buffers, n, root));
+      std::vector<int64_t> sent_to(p, 0);
+      for (const auto& [key_peer, totals] : comm.ledger().transfers()) {
+        sent_to[key_peer.second] += totals.bytes_sent;
+      }
+      const TransferTotals t = comm.ledger().Total();
+      observed[c][comm.rank()] = {CountWrong(comm, primitive, buffers, n, root), t.bytes_sent,
+                                  t.bytes_recv, sent_to};
+      algorithms[c][comm.rank()] = comm.ledger().calls().begin()->first.algorithm;
+    }
+    return absl::OkStatus();
+  }, options);
+  ASSERT_TRUE(status.ok()) << status;
+  for (size_t c = 0; c < std::size(kCounts); ++c) {
+    for (int r = 0; r < p; ++r) {
+      SCOPED_TRACE(absl::StrCat("count ", kCounts[c], ", rank ", r));
+      const Observed& o = observed[c][r];
+      EXPECT_EQ(o.wrong, 0);
+      EXPECT_EQ(algorithms[c][r], booked);
+      const RankTraffic exact = ExactTraffic(primitive, Algorithm::kHierarchical, p, r, root,
+                                             kCounts[c], sizeof(float), nodes);
+      EXPECT_EQ(o.sent, exact.sent);
+      EXPECT_EQ(o.recv, exact.recv);
+      EXPECT_EQ(o.sent_to, ExactSentTo(primitive, Algorithm::kHierarchical, p, r, root, kCounts[c],
+                                       sizeof(float), nodes));
+    }
+  }
+}
+
+std::string HierarchicalName(const ::testing::TestParamInfo<HierarchicalCase>& info) {
+  auto [primitive, p, g] = info.param;
+  return absl::StrCat(Name(primitive), "_", p, "ranks_", g, "a_node");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, HierarchicalTest,
+    ::testing::Combine(::testing::Values(Primitive::kAllReduce, Primitive::kReduceScatter,
+                                         Primitive::kAllGather, Primitive::kBroadcast),
+                       ::testing::Values(2, 3, 4, 6), ::testing::Values(1, 2, 3)),
+    HierarchicalName);
+
+// The seed's figure: on K nodes of G ranks, each rank sends 2(K-1)/K·M/G across nodes in
+// an all-reduce of M bytes (the flat ring: 2(p-1)/p·M on the ranks at a node's edge), and
+// the sums equal the ring's to within float rounding.
+TEST(Hierarchical, AllReduceSendsTheSeedsInterNodeBytesAndTheRingsSums) {
+  const int p = 6, g = 3, k = 2;
+  const int64_t n = 6 * 1000;  // divided by every ring: the closed forms hold exactly
+  const int64_t m = n * 4;
+  CommOptions options = Options(Algorithm::kRing, kMaxChunkBytes);
+  options.nodes = std::make_shared<const Nodes>(Nodes::Blocks(p, g).value());
+  std::vector<LinkBytes> links(p);
+  std::vector<std::vector<float>> ring(p), hier(p);
+  absl::Status status = RunRanks(p, [&](Communicator& comm) -> absl::Status {
+    auto value = [&](int64_t i) { return std::sin(float(i) * 0.37f + float(comm.rank())) * 1e3f; };
+    ASSIGN_OR_RETURN(Tensor a, Filled(comm, n, value));
+    ASSIGN_OR_RETURN(Tensor b, Filled(comm, n, value));
+    RETURN_IF_ERROR(comm.AllReduce(a, ReduceOp::kSum, Algorithm::kRing));
+    comm.ledger().Clear();
+    RETURN_IF_ERROR(comm.AllReduce(b, ReduceOp::kSum, Algorithm::kHierarchical));
+    links[comm.rank()] =
+        comm.ledger().SentByLink(*comm.options().nodes, [](const LedgerKey&) { return true; });
+    ring[comm.rank()].assign(a.data<float>(), a.data<float>() + n);
+    hier[comm.rank()].assign(b.data<float>(), b.data<float>() + n);
+    return absl::OkStatus();
+  }, options);
+  ASSERT_TRUE(status.ok()) << status;
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(links[r].inter, 2 * (k - 1) * m / (k * g)) << r;
+    EXPECT_EQ(links[r].intra, 2 * (g - 1) * m / g) << r;
+    EXPECT_EQ(hier[r], hier[0]) << "every rank the same bits";
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(hier[r][i], ring[r][i], 1e-6f * 6e3f) << i;
+    }
+  }
+}
 
 // Point-to-point: blocking and non-blocking, both directions at once, bytes exact.
 TEST(SendRecv, ExchangesBothWaysAndCountsBytes) {
