@@ -65,6 +65,12 @@ ABSL_FLAG(bool, print_topology, false,
 ABSL_FLAG(std::string, order, "tp-dp-pp",
           "the grid's rank order, fastest-varying first: tp-dp-pp (Megatron's) or any other "
           "permutation of tp, dp and pp");
+ABSL_FLAG(std::string, link_intra, "600,1",
+          "the modelled link inside a node, BANDWIDTH,LATENCY in GB/s and microseconds per "
+          "message (NVLink: 600 GB/s)");
+ABSL_FLAG(std::string, link_inter, "25,2",
+          "the modelled link across nodes, BANDWIDTH,LATENCY (one 200 Gb/s InfiniBand NIC per "
+          "GPU: 25 GB/s)");
 ABSL_FLAG(int, gpus_per_node, 0,
           "ranks per node: ranks r and r' share a node iff r/G == r'/G, and the report splits "
           "every byte into intra- and inter-node (0: one node on threads, the real nodes under "
@@ -154,6 +160,8 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
   ASSIGN_OR_RETURN(o.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
   o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  ASSIGN_OR_RETURN(o.cluster.intra, comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
+  ASSIGN_OR_RETURN(o.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
   ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));

@@ -216,6 +216,10 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
+  if (allreduce == comm::Algorithm::kHierarchical && gpus_per_node == 0 &&
+      backend == Backend::kThreads) {
+    unused("--allreduce=hierarchical", "on one node (give --gpus_per_node): the ring runs");
+  }
   if (precision == DType::kF32 && fp32_grad_accum) unused("--fp32_grad_accum", "with --precision=fp32");
   if (precision == DType::kBF16 && tf32) unused("--tf32", "with --precision=bf16 (its matmuls take bf16)");
   if (dp == 1 && zero == 0 && grad_comm_dtype) unused("--grad_comm_dtype", "with --dp=1");

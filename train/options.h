@@ -86,6 +86,8 @@ struct TrainOptions {
   // (runtime/comm/nodes.h; 0: one node on threads, the real nodes under mpirun).
   parallel::Order order = parallel::kMegatronOrder;
   int gpus_per_node = 0;
+  // The modelled cluster the report times the ledger's messages on (α-β per link class).
+  comm::Cluster cluster;
   bool check_against_serial = false;  // also train one rank on the same batches, compare
   bool peer_matrix = false;    // print the bytes from every rank to every rank
   ReportFormat report = ReportFormat::kText;  // the end-of-run report

@@ -206,6 +206,43 @@ std::string LinkTable(const ReportInputs& in) {
   return out;
 }
 
+std::string ModelledTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const comm::Nodes nodes = NodesOf(in);
+  const double steps = double(std::max<int64_t>(1, in.steps));
+  // Per row, the busiest rank's time (a collective ends when its slowest rank does).
+  std::map<comm::LedgerKey, comm::LinkSeconds> rows;
+  for (size_t r = 0; r < in.traffic.size(); ++r) {
+    for (const auto& [key, c] : in.traffic[r].calls()) {
+      if (key.phase == comm::Phase::kSetup) continue;  // once a run, not a step's
+      const comm::LinkSeconds s = in.traffic[r].ModelledSeconds(
+          nodes, o.cluster, [&](const comm::LedgerKey& k) { return k == key; });
+      if (s.total() > rows[key].total()) rows[key] = s;
+    }
+  }
+  std::string out = absl::StrFormat(
+      "time on a modelled cluster, ms per step (the busiest rank of each row; per message: "
+      "inside a node %s, across nodes %s)\n%-9s %-15s %-10s %-17s %12s %12s\n",
+      comm::Describe(o.cluster.intra), comm::Describe(o.cluster.inter), "group", "op", "phase",
+      "scope", "modelled", "across nodes");
+  std::map<std::string, comm::LinkSeconds> groups;
+  for (const auto& [key, s] : rows) {
+    if (s.total() <= 0) continue;
+    out += absl::StrFormat("%-9s %-15s %-10s %-17s %12.4f %11.0f%%\n", key.group,
+                           comm::Name(key.primitive), comm::Name(key.phase),
+                           key.label.empty() ? "-" : key.label, 1e3 * s.total() / steps,
+                           100 * s.inter / s.total());
+    comm::LinkSeconds& g = groups[key.group];
+    g.intra += s.intra;
+    g.inter += s.inter;
+  }
+  for (const auto& [group, s] : groups) {
+    out += absl::StrFormat("%s: %.4f ms per step on the modelled cluster, %.0f%% of it across nodes\n",
+                           group, 1e3 * s.total() / steps, 100 * s.inter / s.total());
+  }
+  return out;
+}
+
 std::string FormatReport(const ReportInputs& in) {
   const std::map<comm::LedgerKey, Row> rows = Rows(in);
   const TrainOptions& o = in.options;
@@ -232,6 +269,7 @@ std::string FormatReport(const ReportInputs& in) {
         BandwidthRange(row));
   }
   if (nodes) out += LinkTable(in);
+  out += ModelledTable(in);
   for (const auto& [key, row] : rows) {
     if (!Modelled(key)) continue;
     out += "algo native: MPI's own collectives (--native_collectives); MPI does not tell what "
@@ -291,6 +329,10 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("zero").Int(o.zero);
   w.Key("order").String(parallel::Name(o.order)).Key("nodes").Int(nodes.count());
   w.Key("gpus_per_node").Int(nodes.gpus_per_node());
+  w.Key("link_intra_gbps").Double(o.cluster.intra.gbps);
+  w.Key("link_intra_latency_us").Double(o.cluster.intra.latency_us);
+  w.Key("link_inter_gbps").Double(o.cluster.inter.gbps);
+  w.Key("link_inter_latency_us").Double(o.cluster.inter.latency_us);
   w.Key("precision").String(PrecisionName(o.precision)).Key("fp32_grad_accum").Bool(o.fp32_grad_accum);
   w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
@@ -316,6 +358,11 @@ std::string ReportJson(const ReportInputs& in) {
       w.Key("scope").String(key.label).Key("calls").Int(c.calls);
       w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
       w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
+      w.Key("modelled_seconds")
+          .Double(in.traffic[r]
+                      .ModelledSeconds(nodes, o.cluster,
+                                       [&](const comm::LedgerKey& k) { return k == key; })
+                      .total());
       w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
       w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
       w.EndObject();

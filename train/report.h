@@ -46,6 +46,9 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);
 
 // Per rank, the bytes it sent inside its node and across nodes, over the run.
 std::string LinkTable(const ReportInputs& in);
+// Per row, the time its messages would take on the options' modelled cluster (the α-β
+// model per link class, runtime/comm/nodes.h) on the busiest rank, and per group the sum.
+std::string ModelledTable(const ReportInputs& in);
 // Per rank, time per step: the whole step; held up in communication calls (collectives,
 // and the waits of sends and receives); idle at a pipeline boundary (the bubble); the
 // rest, compute.

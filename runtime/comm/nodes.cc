@@ -1,14 +1,34 @@
 #include "runtime/comm/nodes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace tally::comm {
 
 const char* Name(Link link) { return link == Link::kIntra ? "intra" : "inter"; }
+
+absl::StatusOr<LinkModel> ParseLinkModel(const std::string& flag, const std::string& text) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ',');
+  LinkModel link;
+  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &link.gbps) ||
+      !absl::SimpleAtod(parts[1], &link.latency_us) || !(link.gbps > 0) ||
+      !(link.latency_us >= 0) || !std::isfinite(link.gbps) || !std::isfinite(link.latency_us)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --", flag, " must be BANDWIDTH,LATENCY: GB/s (> 0) and microseconds per message "
+        "(>= 0), e.g. 600,1; got '", text, "'"));
+  }
+  return link;
+}
+
+std::string Describe(const LinkModel& link) {
+  return absl::StrCat(link.gbps, " GB/s + ", link.latency_us, " us a message");
+}
 
 Nodes Nodes::One(int world) { return Nodes(std::vector<int>(std::max(world, 0), 0)); }
 

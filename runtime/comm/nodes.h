@@ -39,6 +39,35 @@ struct LinkBytes {
   bool operator==(const LinkBytes&) const = default;
 };
 
+// The α-β model of a link: a message of b bytes takes latency + b / bandwidth.
+struct LinkModel {
+  double gbps = 0;        // bandwidth, GB/s (1e9 bytes a second)
+  double latency_us = 0;  // per message, microseconds
+  double Seconds(int64_t bytes, int64_t messages) const {
+    return double(messages) * latency_us * 1e-6 + double(bytes) / (gbps * 1e9);
+  }
+};
+// "BW,LATENCY": GB/s and microseconds, e.g. "600,1". `flag` names it in the message.
+absl::StatusOr<LinkModel> ParseLinkModel(const std::string& flag, const std::string& text);
+std::string Describe(const LinkModel& link);  // "600 GB/s + 1 us a message"
+
+// A modelled cluster: the link inside a node and the link across nodes. The defaults are
+// the seed's: NVLink at 600 GB/s inside a node, and one 200 Gb/s InfiniBand NIC per GPU
+// (25 GB/s) across nodes; per message 1 µs inside a node (a GPU-to-GPU copy's launch and
+// completion over NVLink) and 2 µs across (a small MPI message over InfiniBand HDR takes
+// 1-2 µs end to end).
+struct Cluster {
+  LinkModel intra{600, 1};
+  LinkModel inter{25, 2};
+  const LinkModel& Of(Link link) const { return link == Link::kIntra ? intra : inter; }
+};
+
+// Seconds by the link class they were spent on.
+struct LinkSeconds {
+  double intra = 0, inter = 0;
+  double total() const { return intra + inter; }
+};
+
 class Nodes {
  public:
   // Every rank of a world of `world` on one node.

@@ -12,6 +12,39 @@ namespace {
 using test_util::Filled;
 using test_util::RunRanks;
 
+// Each peer's bytes and messages go over the link to it: its class by the nodes, its
+// time by the α-β model of that class.
+TEST(Ledger, SplitsBytesByLinkAndTimesThemOnAModelledCluster) {
+  const Nodes nodes = Nodes::Blocks(4, 2).value();  // [0 1] [2 3]
+  TrafficLedger ledger(0);
+  LedgerKey key;
+  key.group = "dp";
+  key.primitive = Primitive::kAllReduce;
+  TransferTotals& to_1 = ledger.Transfers(key, 1);
+  to_1.bytes_sent = 1000000;
+  to_1.messages_sent = 2;
+  TransferTotals& to_2 = ledger.Transfers(key, 2);
+  to_2.bytes_sent = 1000000;
+  to_2.messages_sent = 1;
+  auto all = [](const LedgerKey&) { return true; };
+  EXPECT_EQ(ledger.SentByLink(nodes, all), (LinkBytes{1000000, 1000000}));
+  const Cluster cluster{{100, 1}, {10, 5}};  // 100 GB/s + 1 us, 10 GB/s + 5 us
+  const LinkSeconds s = ledger.ModelledSeconds(nodes, cluster, all);
+  EXPECT_DOUBLE_EQ(s.intra, 2e-6 + 1e-5);
+  EXPECT_DOUBLE_EQ(s.inter, 5e-6 + 1e-4);
+  EXPECT_EQ(ledger.SentByLink(nodes, [](const LedgerKey& k) { return k.group == "tp"; }),
+            (LinkBytes{0, 0}));
+  // BANDWIDTH,LATENCY flags.
+  const LinkModel parsed = ParseLinkModel("link_inter", "25,2").value();
+  EXPECT_EQ(parsed.gbps, 25);
+  EXPECT_EQ(parsed.latency_us, 2);
+  for (const char* bad : {"25", "0,1", "25,-1", "fast,1", "25,1,2"}) {
+    EXPECT_TRUE(absl::StrContains(ParseLinkModel("link_inter", bad).status().message(),
+                                  "--link_inter must be BANDWIDTH,LATENCY"))
+        << bad;
+  }
+}
+
 TEST(Ledger, ScopesSetPhaseAndNestedLabels) {
   TrafficLedger ledger(0);
   EXPECT_EQ(ledger.phase(), Phase::kOther);
