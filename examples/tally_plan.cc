@@ -3,6 +3,8 @@
 // beyond this machine (train/plan.h).
 //
 //   tally_plan --model=llama-7b --dp=4                     the strategies for 4 GPUs
+//   tally_plan --model=llama-70b --dp=8 --tp=8 --pp=2 --gpus_per_node=8   which bytes ride
+//                                                            NVLink, which InfiniBand
 //   tally_plan --model=llama-70b --dp=8 --tp=8 --pp=2 --json
 //   tally_plan --model=llama-7b --sweep=dp:2,4,8,16       one CSV row per value
 //   tally_plan --seed_examples                             the article's numbers, checked
@@ -39,10 +41,17 @@ ABSL_FLAG(int, tp, 1, "tensor-parallel GPUs");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
 ABSL_FLAG(int, zero, 0, "ZeRO stage, for the memory per GPU");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
-ABSL_FLAG(std::string, allreduce, "ring", "ring or naive");
+ABSL_FLAG(std::string, allreduce, "ring",
+          "ring, naive or hierarchical (rings inside each node, then across nodes)");
 ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
-ABSL_FLAG(std::string, link, "intra",
-          "intra (NVLink: 600 GB/s, 3 us) or inter (InfiniBand 200 Gb/s: 25 GB/s, 10 us)");
+ABSL_FLAG(int, gpus_per_node, 0,
+          "GPUs per node: GPUs r and r' share a node iff r/G == r'/G (0: every GPU on one node)");
+ABSL_FLAG(std::string, order, "tp-dp-pp",
+          "the grid's rank order, fastest-varying first (any permutation of tp, dp, pp)");
+ABSL_FLAG(std::string, link_intra, "600,1",
+          "the link inside a node, BANDWIDTH,LATENCY in GB/s and microseconds (NVLink)");
+ABSL_FLAG(std::string, link_inter, "25,2",
+          "the link across nodes, BANDWIDTH,LATENCY (one 200 Gb/s InfiniBand NIC per GPU)");
 ABSL_FLAG(bool, seed_examples, false, "the seed article's examples, its figures next to ours");
 ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, batch_size) -> CSV");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
@@ -110,11 +119,14 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   ASSIGN_OR_RETURN(in.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
-  const std::string link = absl::GetFlag(FLAGS_link);
-  if (link != "intra" && link != "inter") {
-    return absl::InvalidArgumentError("[flags] --link must be intra or inter, got '" + link + "'");
+  in.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  if (in.gpus_per_node < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --gpus_per_node must be at least 1 (or 0: one node), got ", in.gpus_per_node));
   }
-  in.link = link == "intra" ? train::kIntraNode : train::kInterNode;
+  ASSIGN_OR_RETURN(in.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
+  ASSIGN_OR_RETURN(in.cluster.intra, comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
+  ASSIGN_OR_RETURN(in.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
   auto positive = [](const char* flag, int64_t v) -> absl::Status {
     if (v >= 1) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrFormat("[flags] --%s must be >= 1, got %d", flag, v));
@@ -148,16 +160,21 @@ absl::StatusOr<PlanInput> InputFromFlags() {
 void PrintTable(const PlanInput& in) {
   std::cout << absl::StrFormat(
       "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d x tp %d x pp %d, "
-      "%d micro-batch(es), %s\n\n",
+      "%d micro-batch(es), %s\n",
       in.model.name, in.model.params, in.model.layers, in.model.hidden, in.batch, in.seq_len,
-      in.bytes_per_value, in.dp, in.tp, in.pp, in.micro_batches,
-      in.allreduce == comm::Algorithm::kRing ? "ring" : "naive");
-  std::cout << absl::StrFormat("%-24s %26s %26s %26s %10s  %s\n", "strategy", "seed formula",
-                               "exact, busiest GPU", "exact, all GPUs", "time (s)", "seed's form");
+      in.bytes_per_value, in.dp, in.tp, in.pp, in.micro_batches, comm::Name(in.allreduce));
+  std::cout << absl::StrFormat(
+      "placement: order %s, %s; inside a node %s, across nodes %s\n\n", parallel::Name(in.order),
+      in.gpus_per_node > 0 ? absl::StrCat(in.gpus_per_node, " GPUs a node") : "one node",
+      comm::Describe(in.cluster.intra), comm::Describe(in.cluster.inter));
+  std::cout << absl::StrFormat("%-24s %26s %26s %26s %26s %10s %-11s  %s\n", "strategy",
+                               "seed formula", "exact, busiest GPU", "of it across nodes",
+                               "exact, all GPUs", "time (s)", "links", "seed's form");
   for (const PlanRow& r : train::Plan(in)) {
-    std::cout << absl::StrFormat("%-24s %26s %26s %26s %10.4f  %s\n", r.strategy,
+    std::cout << absl::StrFormat("%-24s %26s %26s %26s %26s %10.4f %-11s  %s\n", r.strategy,
                                  train::Bytes(r.seed_bytes_per_gpu), train::Bytes(r.exact_bytes_per_gpu),
-                                 train::Bytes(r.total_bytes), r.time_s, r.formula);
+                                 train::Bytes(r.inter_bytes_per_gpu), train::Bytes(r.total_bytes),
+                                 r.time_s, r.links, r.formula);
   }
   std::cout << absl::StrFormat(
       "\nmodel states per GPU with AdamW, zero=%d (bytes a parameter: params + grads + "
@@ -175,12 +192,15 @@ void PrintJson(const PlanInput& in) {
   JsonWriter w;
   w.BeginObject().Key("model").String(in.model.name).Key("params").Int(in.model.params);
   w.Key("dp").Int(in.dp).Key("tp").Int(in.tp).Key("pp").Int(in.pp);
+  w.Key("order").String(parallel::Name(in.order)).Key("gpus_per_node").Int(in.gpus_per_node);
   w.Key("strategies").BeginArray();
   for (const PlanRow& r : train::Plan(in)) {
     w.BeginObject().Key("strategy").String(r.strategy);
     w.Key("seed_bytes_per_gpu").Double(r.seed_bytes_per_gpu);
     w.Key("exact_bytes_per_gpu").Double(r.exact_bytes_per_gpu);
-    w.Key("total_bytes").Double(r.total_bytes).Key("time_s").Double(r.time_s).EndObject();
+    w.Key("total_bytes").Double(r.total_bytes).Key("time_s").Double(r.time_s);
+    w.Key("inter_bytes_per_gpu").Double(r.inter_bytes_per_gpu);
+    w.Key("inter_total_bytes").Double(r.inter_total_bytes).Key("links").String(r.links).EndObject();
   }
   w.EndArray();
   const std::vector<train::PlanMemory> lines = train::PlanMemoryPerGpu(in);
@@ -213,12 +233,15 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
     }
     values.push_back(*dim);
   }
-  std::cout << parts[0] << ",strategy,seed_bytes_per_gpu,exact_bytes_per_gpu,total_bytes,time_s\n";
+  std::cout << parts[0]
+            << ",strategy,seed_bytes_per_gpu,exact_bytes_per_gpu,total_bytes,time_s,"
+               "inter_bytes_per_gpu\n";
   for (int value : values) {
     *dim = value;
     for (const PlanRow& r : train::Plan(in)) {
-      std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g\n", value, r.strategy,
-                                   r.seed_bytes_per_gpu, r.exact_bytes_per_gpu, r.total_bytes, r.time_s);
+      std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g,%.0f\n", value, r.strategy,
+                                   r.seed_bytes_per_gpu, r.exact_bytes_per_gpu, r.total_bytes,
+                                   r.time_s, r.inter_bytes_per_gpu);
     }
   }
   return absl::OkStatus();

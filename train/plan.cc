@@ -1,13 +1,16 @@
 #include "train/plan.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/parameters.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
+#include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/nodes.h"
 
 namespace tally::train {
 namespace {
@@ -18,21 +21,6 @@ using comm::Primitive;
 // Bytes rank `rank` of `n` sends in one call of `p` over `count` values of `e` bytes.
 double Sent(Primitive p, Algorithm a, int n, int rank, int64_t count, int e) {
   return double(comm::ExactTraffic(p, a, n, rank, -1, count, size_t(e)).sent);
-}
-
-// The largest and the summed bytes over the ranks of a group of n.
-struct Spread {
-  double most = 0, sum = 0;
-};
-template <typename PerRank>
-Spread OverRanks(int n, PerRank per_rank) {
-  Spread s;
-  for (int r = 0; r < n; ++r) {
-    double b = per_rank(r);
-    s.most = std::max(s.most, b);
-    s.sum += b;
-  }
-  return s;
 }
 
 // The values one GPU holds: its tensor-parallel part of its stage (the largest).
@@ -50,10 +38,88 @@ int64_t PartParams(const PlanInput& in) {
   return most;
 }
 
-// α-β time of a ring collective moving `steps` messages of `bytes` each, one after the
-// other; the seed's Q11: T = 2(N-1)·(α + Φ/(N·β)) for the all-reduce.
-double Time(const Link& link, double steps, double bytes) {
-  return steps * (link.latency_s + bytes / link.bytes_per_s);
+// Bytes by link class, in double (a step's bytes at real scale).
+struct Split {
+  double intra = 0, inter = 0;
+  double total() const { return intra + inter; }
+  Split& Add(const comm::LinkBytes& b, double times = 1) {
+    intra += times * double(b.intra);
+    inter += times * double(b.inter);
+    return *this;
+  }
+};
+
+// One strategy's bytes over the GPUs looked at: the busiest GPU's (and its inter-node
+// part), every GPU's, and the slowest group's α-β time.
+struct Traffic {
+  Split most, sum;
+  double time = 0;
+  int gpus = 0;
+  // The busiest GPU: the most bytes, and of equals the most across nodes.
+  void Add(const Split& gpu) {
+    if (gpu.total() > most.total() || (gpu.total() == most.total() && gpu.inter > most.inter)) {
+      most = gpu;
+    }
+    sum.intra += gpu.intra;
+    sum.inter += gpu.inter;
+    ++gpus;
+  }
+  // What a row shows: every GPU's bytes scaled from the GPUs looked at to all `world`.
+  void Fill(PlanRow& row, int64_t world) const {
+    const double scale = gpus > 0 ? double(world) / gpus : 0;
+    row.exact_bytes_per_gpu = most.total();
+    row.inter_bytes_per_gpu = most.inter;
+    row.total_bytes = sum.total() * scale;
+    row.inter_total_bytes = sum.inter * scale;
+    row.time_s = time;
+    row.links = sum.inter > 0 ? (sum.intra > 0 ? "intra+inter" : "inter") : "intra";
+  }
+};
+
+// The GPUs whose groups the plan looks at.
+constexpr int kLookedAt = 4096;
+
+// The groups of one kind among the first kLookedAt GPUs, each once, members in group order.
+std::vector<std::vector<int>> GroupsOf(const parallel::Topology& grid,
+                                       std::vector<int> (parallel::Topology::*group)(int) const) {
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> seen(size_t(std::min(grid.world(), kLookedAt)), false);
+  for (int r = 0; r < int(seen.size()); ++r) {
+    if (seen[size_t(r)]) continue;
+    std::vector<int> members = (grid.*group)(r);
+    for (int m : members) {
+      if (m < int(seen.size())) seen[size_t(m)] = true;
+    }
+    groups.push_back(std::move(members));
+  }
+  return groups;
+}
+
+double Step(const comm::LinkModel& link, double bytes) {
+  return link.latency_us * 1e-6 + bytes / (link.gbps * 1e9);
+}
+
+// α-β time of `passes` passes (a reduce-scatter or an all-gather: an all-reduce is two)
+// over M bytes on a group whose rank i is on node nodes[i], by the algorithm that runs:
+// the ring's N-1 steps of M/N each wait for its slowest hop; the naive root's N-1
+// messages of M; the hierarchical node ring's G-1 steps of M/G and the cross ring's K-1
+// steps of M/(G·K). The seed's Q11: T = 2(N-1)·(α + M/(N·β)) for the ring all-reduce.
+double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double bytes, double passes,
+                  const comm::Cluster& c) {
+  const int n = int(nodes.size());
+  if (n <= 1) return 0;
+  const Algorithm a = comm::EffectiveAlgorithm(Primitive::kAllReduce, asked, nodes);
+  if (a == Algorithm::kHierarchical) {
+    const comm::hierarchical::Layout layout = *comm::hierarchical::LayoutOf(nodes);
+    const double g = layout.per_node(), k = layout.nodes();
+    return passes * ((g - 1) * Step(c.intra, bytes / g) + (k - 1) * Step(c.inter, bytes / (g * k)));
+  }
+  bool crosses = false;
+  for (int i = 0; i < n; ++i) {
+    crosses |= a == Algorithm::kNaive ? nodes[i] != nodes[0] : nodes[i] != nodes[(i + 1) % n];
+  }
+  const comm::LinkModel& link = crosses ? c.inter : c.intra;
+  return passes * (n - 1) * Step(link, a == Algorithm::kNaive ? bytes : bytes / n);
 }
 
 }  // namespace
@@ -108,6 +174,9 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.allreduce = in.allreduce;
   o.precision = in.precision;
   o.fp32_grad_accum = in.fp32_grad_accum;
+  o.order = in.order;
+  o.gpus_per_node = in.gpus_per_node;
+  o.cluster = in.cluster;
   return o;
 }
 
@@ -117,74 +186,117 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   std::vector<PlanRow> rows;
   const int e = in.bytes_per_value, m = std::max(1, in.micro_batches);
   const int64_t part = PartParams(in);  // Φ/(tp·pp), or the largest exact part
-  const Link& link = in.link;
+  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order);
+  const int64_t world = int64_t(in.dp) * in.tp * in.pp;
+  // The node of every member of a group: blocks of gpus_per_node world ranks.
+  auto nodes_of = [&](const std::vector<int>& members) {
+    std::vector<int> out;
+    for (int r : members) {
+      out.push_back(in.gpus_per_node > 0 ? r / in.gpus_per_node : 0);
+    }
+    return out;
+  };
+  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
+                 const std::string& formula) {
+    PlanRow r;
+    r.strategy = strategy;
+    r.seed_bytes_per_gpu = seed;
+    r.formula = formula;
+    t.Fill(r, world);
+    rows.push_back(r);
+  };
   if (in.dp > 1) {
-    const int n = in.dp;
     const Algorithm a = in.allreduce;
-    // Per pass over the part: a ring step moves part/n; the naive root all of it.
-    const double ring_steps = 2.0 * (n - 1), piece = double(part) * e / n;
-    auto time = [&](double passes) {
-      return a == Algorithm::kRing ? passes / 2 * Time(link, ring_steps, piece)
-                                   : passes / 2 * Time(link, ring_steps, double(part) * e);
-    };
-    Spread ar = OverRanks(n, [&](int r) { return Sent(Primitive::kAllReduce, a, n, r, part, e); });
-    rows.push_back({"dp all-reduce", 2.0 * part * e, ar.most, ar.sum * in.tp * in.pp, time(2),
-                    a == Algorithm::kRing ? "2Φ per GPU (2NΦ in all for naive)" : "2NΦ in all"});
-    // ZeRO's reduce-scatters and all-gathers over the part, one pass each, for rank r (a
-    // tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's exact count per pass).
+    // ZeRO's reduce-scatters and all-gathers over the part, one pass each, for dp rank i (a
+    // tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's units and calls).
     const model::ParameterLayout layout =
         in.model.gpt ? model::ParameterLayout::ForGPT(
                            PlanAsTrainOptions(in).model, in.tp, 0, 0,
                            parallel::StageLayers(in.model.layers, in.pp, {}).value()[0].end)
                      : model::ParameterLayout();
-    auto zero_pass = [&](int stage, Primitive p, comm::Phase phase, int r) {
-      if (!in.model.gpt) return Sent(p, a, n, r, part, e);
-      return double(parallel::ZeroBytesPerStep(layout, stage, n, r, 1, a, p, phase)) / 4 * e;
-    };
     using comm::Phase;
-    Spread zero1 = OverRanks(n, [&](int r) {
-      return zero_pass(1, Primitive::kReduceScatter, Phase::kBackward, r) +
-             zero_pass(1, Primitive::kAllGather, Phase::kOptimizer, r);
-    });
-    // Per unit: the reduce-scatter (each micro-batch) and one all-gather pass.
-    auto units = [&](double scatters, double gathers) {
-      return OverRanks(n, [&](int r) {
-        return scatters * zero_pass(2, Primitive::kReduceScatter, Phase::kBackward, r) +
-               gathers * zero_pass(3, Primitive::kAllGather, Phase::kForward, r);
-      });
+    auto zero_pass = [&](int stage, Primitive p, Phase phase, std::span<const int> where, int i) {
+      Split bytes;
+      if (!in.model.gpt) {
+        return bytes.Add(comm::ExactSentByLink(p, a, where, i, -1, part, size_t(e)));
+      }
+      const int calls = parallel::ZeroCallsPerStep(stage, 1, p, phase);
+      for (const comm::Chunk& unit : parallel::ZeroUnits(layout, stage)) {
+        bytes.Add(comm::ExactSentByLink(p, a, where, i, -1, unit.count, size_t(e)), calls);
+      }
+      return bytes;
     };
-    Spread zero2 = units(m, 1), zero3 = units(m, 2 * m);
-    const double copies = double(in.tp) * in.pp;
-    rows.push_back({"zero-1", 2.0 * part * e, zero1.most, zero1.sum * copies, time(2),
-                    "2Φ per GPU: reduce-scatter + all-gather"});
-    rows.push_back({"zero-2", 2.0 * part * e, zero2.most, zero2.sum * copies, time(m + 1),
-                    "2Φ per GPU (the reduce-scatter per micro-batch)"});
-    rows.push_back({"zero-3", 3.0 * part * e, zero3.most, zero3.sum * copies, time(3 * m),
-                    "3Φ per GPU: two all-gathers and a reduce-scatter"});
+    Traffic ar, zero1, zero2, zero3;
+    for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::DpGroup)) {
+      const std::vector<int> where = nodes_of(group);
+      const double bytes = double(part) * e;
+      for (int i = 0; i < in.dp; ++i) {
+        ar.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, a, where, i, -1, part, size_t(e))));
+        Split z1 = zero_pass(1, Primitive::kReduceScatter, Phase::kBackward, where, i);
+        const Split g1 = zero_pass(1, Primitive::kAllGather, Phase::kOptimizer, where, i);
+        z1.intra += g1.intra;
+        z1.inter += g1.inter;
+        zero1.Add(z1);
+        // Per unit: the reduce-scatter (each micro-batch) and one or two all-gather passes.
+        const Split rs = zero_pass(2, Primitive::kReduceScatter, Phase::kBackward, where, i);
+        const Split ag = zero_pass(3, Primitive::kAllGather, Phase::kForward, where, i);
+        zero2.Add(Split{m * rs.intra + ag.intra, m * rs.inter + ag.inter});
+        zero3.Add(Split{m * rs.intra + 2 * m * ag.intra, m * rs.inter + 2 * m * ag.inter});
+      }
+      ar.time = std::max(ar.time, PassesTime(a, where, bytes, 2, in.cluster));
+      zero1.time = ar.time;
+      zero2.time = std::max(zero2.time, PassesTime(a, where, bytes, m + 1, in.cluster));
+      zero3.time = std::max(zero3.time, PassesTime(a, where, bytes, 3 * m, in.cluster));
+    }
+    row("dp all-reduce", 2.0 * part * e, ar,
+        a == Algorithm::kNaive ? "2NΦ in all" : "2Φ per GPU (2NΦ in all for naive)");
+    row("zero-1", 2.0 * part * e, zero1, "2Φ per GPU: reduce-scatter + all-gather");
+    row("zero-2", 2.0 * part * e, zero2, "2Φ per GPU (the reduce-scatter per micro-batch)");
+    row("zero-3", 3.0 * part * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
   }
   const double bsh = double(in.batch) * in.seq_len * in.model.hidden;  // per dp rank, a step
   const int layers_per_stage = (in.model.layers + in.pp - 1) / in.pp;
   if (in.tp > 1) {
-    const int n = in.tp;
     const int64_t micro = int64_t(bsh / m);  // one micro-batch's activations
     // Four all-reduces per layer and micro-batch (or their all-gathers and reduce-scatters:
     // the same bytes), on the busiest stage's layers.
-    Spread per_call = OverRanks(n, [&](int r) { return Sent(Primitive::kAllReduce, Algorithm::kRing, n, r, micro, e); });
     const double calls = 4.0 * m * layers_per_stage;
-    rows.push_back({"tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage,
-                    calls * per_call.most, calls * per_call.sum * in.dp * in.pp,
-                    calls * Time(link, 2.0 * (n - 1), double(micro) * e / n),
-                    "8bsh per layer; the embedding, LM head and cross-entropy add to it"});
+    Traffic tp;
+    for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
+      const std::vector<int> where = nodes_of(group);
+      for (int i = 0; i < in.tp; ++i) {
+        tp.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, Algorithm::kRing, where, i,
+                                                 -1, micro, size_t(e)),
+                           calls));
+      }
+      tp.time = std::max(tp.time, calls * PassesTime(Algorithm::kRing, where, double(micro) * e, 2,
+                                                       in.cluster));
+    }
+    row("tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage, tp,
+        "8bsh per layer; the embedding, LM head and cross-entropy add to it");
   }
   if (in.pp > 1) {
     // Each boundary: b·s·h forward and back, per tensor-parallel rank (its part of the
-    // sequence under sequence parallelism); a middle stage sends both ways once.
+    // sequence under sequence parallelism), in m messages; a middle stage sends both ways.
     const double boundary = bsh * e / (in.sequence_parallel ? in.tp : 1);
-    const double most = (in.pp > 2 ? 2 : 1) * boundary;
-    rows.push_back({"pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, most,
-                    2.0 * (in.pp - 1) * boundary * in.tp * in.dp,
-                    Time(link, (in.pp > 2 ? 2.0 : 1.0) * m, boundary / m),
-                    "2(N-1)bsh for the pipeline (the seed-formula column is that total)"});
+    Traffic pp;
+    for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::PpGroup)) {
+      const std::vector<int> where = nodes_of(group);
+      for (int s = 0; s < in.pp; ++s) {
+        Split gpu;
+        double time = 0;
+        for (int peer : {s - 1, s + 1}) {
+          if (peer < 0 || peer >= in.pp) continue;
+          const bool across = where[size_t(s)] != where[size_t(peer)];
+          (across ? gpu.inter : gpu.intra) += boundary;
+          time += m * Step(across ? in.cluster.inter : in.cluster.intra, boundary / m);
+        }
+        pp.Add(gpu);
+        pp.time = std::max(pp.time, time);
+      }
+    }
+    row("pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, pp,
+        "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
   }
   return rows;
 }

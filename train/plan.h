@@ -36,14 +36,6 @@ struct PlanModel {
 // gpt2-124m, llama-7b, llama-13b, llama-70b, and "toy" (tally_train's default model).
 absl::StatusOr<PlanModel> ModelPreset(const std::string& name);
 
-struct Link {
-  double latency_s;       // α, per message
-  double bytes_per_s;     // β
-};
-// Documented defaults: NVLink 600 GB/s and 3 µs inside a node; 25 GB/s (200 Gb/s
-// InfiniBand) and 10 µs between nodes.
-inline constexpr Link kIntraNode{3e-6, 600e9};
-inline constexpr Link kInterNode{10e-6, 25e9};
 
 struct PlanInput {
   PlanModel model;
@@ -56,7 +48,12 @@ struct PlanInput {
   int micro_batches = 1;    // per data-parallel rank and step
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool sequence_parallel = false;
-  Link link = kIntraNode;
+  // Placement (parallel/topology.h, runtime/comm/nodes.h): the grid's order and GPUs per
+  // node (0: every GPU on one node), and the links the α-β times use (the defaults:
+  // NVLink 600 GB/s inside a node, 25 GB/s InfiniBand across nodes).
+  parallel::Order order = parallel::kMegatronOrder;
+  int gpus_per_node = 0;
+  comm::Cluster cluster = {};
 };
 
 struct PlanRow {
@@ -66,10 +63,17 @@ struct PlanRow {
   double total_bytes = 0;          // sent by all GPUs
   double time_s = 0;               // α-β estimate for the busiest GPU
   std::string formula;             // the seed's, in words
+  double inter_bytes_per_gpu = 0;  // of the busiest GPU's bytes, those that cross a node
+  double inter_total_bytes = 0;    // of all GPUs' bytes, those that cross a node
+  std::string links;               // "intra", "inter" or "intra+inter": what the bytes ride
 };
 
 // One row per strategy the input's dp, tp and pp switch on (dp rows for each ZeRO stage
-// when dp > 1).
+// when dp > 1). Each group's ranks are placed by the grid's order on nodes of
+// gpus_per_node GPUs: a ring whose neighbours are on different nodes runs at the
+// inter-node link's speed (every step waits for its slowest hop); the hierarchical
+// all-reduce times its node rings and its cross-node ring apart. The busiest GPU is
+// looked for among the groups of the first 4096 GPUs.
 std::vector<PlanRow> Plan(const PlanInput& in);
 
 // The model states a GPU holds with AdamW, bytes a parameter by precision (the ZeRO

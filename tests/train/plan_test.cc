@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -124,6 +125,79 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
       }
       if (bytes < 0) continue;  // a strategy this run does not use
       EXPECT_EQ(bytes, row.exact_bytes_per_gpu) << row.strategy;
+      ++compared;
+    }
+    EXPECT_GT(compared, 0);
+  }
+}
+
+// Placed on nodes of 2 GPUs, the planner's inter-node bytes of the busiest GPU (the most
+// bytes, and of equals the most across nodes) are what a run measures: the seed's
+// placement rule and its opposite, and the hierarchical all-reduce under ZeRO 0 and 1.
+TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
+  PlanModel model{"small", 0, 0, 0, true, {}};
+  model.config.n_layer = 4;
+  model.config.n_head = 2;
+  model.config.n_embd = 16;
+  model.config.seq_len = 16;
+  model.params = model.config.NumParams();
+  model.layers = 4;
+  model.hidden = 16;
+  struct Case {
+    int dp, tp, zero;
+    const char* order;
+    comm::Algorithm allreduce;
+  };
+  for (const Case& c : {Case{2, 2, 0, "tp-dp-pp", comm::Algorithm::kRing},
+                        Case{2, 2, 0, "dp-tp-pp", comm::Algorithm::kRing},
+                        Case{4, 1, 0, "tp-dp-pp", comm::Algorithm::kRing},
+                        Case{4, 1, 0, "tp-dp-pp", comm::Algorithm::kHierarchical},
+                        Case{4, 1, 1, "tp-dp-pp", comm::Algorithm::kHierarchical}}) {
+    SCOPED_TRACE(absl::StrCat("dp ", c.dp, " tp ", c.tp, " zero ", c.zero, " ", c.order, " ",
+                              comm::Name(c.allreduce)));
+    PlanInput in{model};
+    in.batch = 2;
+    in.seq_len = 16;
+    in.precision = DType::kF32;
+    in.bytes_per_value = 4;
+    in.dp = c.dp;
+    in.tp = c.tp;
+    in.zero = c.zero;
+    in.gpus_per_node = 2;
+    in.order = parallel::ParseOrder(c.order).value();
+    in.allreduce = c.allreduce;
+    TrainOptions o = PlanAsTrainOptions(in);
+    o.steps = 1;
+    o.eval_every = 0;
+    o.sample_bytes = 0;
+    o.threads = 1;
+    RunResult run = RunRanks(o);
+    const comm::Nodes nodes = *o.PlacedNodes();
+    auto measured = [&](auto match) {
+      comm::LinkBytes most;
+      for (const comm::TrafficLedger& ledger : run.traffic) {
+        const comm::LinkBytes b = ledger.SentByLink(nodes, match);
+        if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
+      }
+      return most;
+    };
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      std::optional<comm::LinkBytes> bytes;
+      if (row.strategy == "dp all-reduce" && c.zero == 0) {
+        bytes = measured([](const comm::LedgerKey& k) {
+          return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
+        });
+      } else if (row.strategy == absl::StrCat("zero-", c.zero)) {
+        bytes = measured([](const comm::LedgerKey& k) {
+          return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
+        });
+      } else if (row.strategy == "tp (layers of a stage)") {
+        bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
+      }
+      if (!bytes) continue;
+      EXPECT_EQ(double(bytes->total()), row.exact_bytes_per_gpu) << row.strategy;
+      EXPECT_EQ(double(bytes->inter), row.inter_bytes_per_gpu) << row.strategy;
       ++compared;
     }
     EXPECT_GT(compared, 0);
