@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
+#include <functional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -68,12 +68,8 @@ TEST(Plan, MemoryReproducesTheZeroPapersTable) {
 
 // A small model of tally's shape: the planner's exact bytes per GPU and step are what
 // tally_train measures with the same flags, for every strategy it plans.
-class PlanAgainstRuns : public ::testing::TestWithParam<Grid> {};
-
-constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
-
-TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
-  const Grid& g = GetParam();
+// The small model of tally's GPT shape the planner and a run both take.
+PlanInput SmallPlan() {
   PlanModel model{"small", 0, 0, 0, true, {}};
   model.config.n_layer = 4;
   model.config.n_head = 2;
@@ -85,6 +81,48 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   PlanInput in{model};
   in.batch = 2;
   in.seq_len = 16;
+  return in;
+}
+
+// One step of the run the plan describes.
+RunResult RunPlan(const PlanInput& in, parallel::PipelineSchedule schedule = {}) {
+  TrainOptions o = PlanAsTrainOptions(in);
+  o.steps = 1;
+  o.eval_every = 0;
+  o.sample_bytes = 0;
+  o.threads = 1;
+  o.schedule = schedule;
+  return RunRanks(o);
+}
+
+// The ledger rows a planned strategy's bytes are (null: a strategy this run does not use).
+std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& strategy, int zero) {
+  if (strategy == "dp all-reduce" && zero == 0) {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
+    };
+  }
+  if (strategy == absl::StrCat("zero-", zero)) {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
+    };
+  }
+  if (strategy == "tp (layers of a stage)") {
+    return [](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; };
+  }
+  if (strategy == "pp (boundaries)") {
+    return [](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); };
+  }
+  return nullptr;
+}
+
+class PlanAgainstRuns : public ::testing::TestWithParam<Grid> {};
+
+constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
+
+TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
+  const Grid& g = GetParam();
+  PlanInput in = SmallPlan();
   in.dp = g.dp;
   in.tp = g.tp;
   in.pp = g.pp;
@@ -94,37 +132,15 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
     SCOPED_TRACE(Name(precision));
     in.precision = precision;
     in.bytes_per_value = int(SizeOf(precision));
-    TrainOptions o = PlanAsTrainOptions(in);
-    o.steps = 1;
-    o.eval_every = 0;
-    o.sample_bytes = 0;
-    o.threads = 1;
-    o.schedule = g.schedule;
-    RunResult run = RunRanks(o);
-    // The busiest rank's bytes in the rows a strategy makes.
-    auto measured = [&](auto match) {
-      int64_t most = 0;
-      for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(match).bytes_sent);
-      return double(most);
-    };
+    RunResult run = RunPlan(in, g.schedule);
     int compared = 0;
     for (const PlanRow& row : Plan(in)) {
-      double bytes = -1;
-      if (row.strategy == "dp all-reduce" && g.zero == 0) {
-        bytes = measured([](const comm::LedgerKey& k) {
-          return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
-        });
-      } else if (row.strategy == absl::StrCat("zero-", g.zero)) {
-        bytes = measured([](const comm::LedgerKey& k) {
-          return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
-        });
-      } else if (row.strategy == "tp (layers of a stage)") {
-        bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
-      } else if (row.strategy == "pp (boundaries)") {
-        bytes = measured([](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); });
-      }
-      if (bytes < 0) continue;  // a strategy this run does not use
-      EXPECT_EQ(bytes, row.exact_bytes_per_gpu) << row.strategy;
+      const auto rows = RowsOf(row.strategy, g.zero);
+      if (!rows) continue;
+      // The busiest rank's bytes in the rows the strategy makes.
+      int64_t most = 0;
+      for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(rows).bytes_sent);
+      EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
       ++compared;
     }
     EXPECT_GT(compared, 0);
@@ -135,14 +151,6 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
 // bytes, and of equals the most across nodes) are what a run measures: the seed's
 // placement rule and its opposite, and the hierarchical all-reduce under ZeRO 0 and 1.
 TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
-  PlanModel model{"small", 0, 0, 0, true, {}};
-  model.config.n_layer = 4;
-  model.config.n_head = 2;
-  model.config.n_embd = 16;
-  model.config.seq_len = 16;
-  model.params = model.config.NumParams();
-  model.layers = 4;
-  model.hidden = 16;
   struct Case {
     int dp, tp, zero;
     const char* order;
@@ -155,9 +163,7 @@ TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
                         Case{4, 1, 1, "tp-dp-pp", comm::Algorithm::kHierarchical}}) {
     SCOPED_TRACE(absl::StrCat("dp ", c.dp, " tp ", c.tp, " zero ", c.zero, " ", c.order, " ",
                               comm::Name(c.allreduce)));
-    PlanInput in{model};
-    in.batch = 2;
-    in.seq_len = 16;
+    PlanInput in = SmallPlan();
     in.precision = DType::kF32;
     in.bytes_per_value = 4;
     in.dp = c.dp;
@@ -166,38 +172,19 @@ TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
     in.gpus_per_node = 2;
     in.order = parallel::ParseOrder(c.order).value();
     in.allreduce = c.allreduce;
-    TrainOptions o = PlanAsTrainOptions(in);
-    o.steps = 1;
-    o.eval_every = 0;
-    o.sample_bytes = 0;
-    o.threads = 1;
-    RunResult run = RunRanks(o);
-    const comm::Nodes nodes = *o.PlacedNodes();
-    auto measured = [&](auto match) {
-      comm::LinkBytes most;
-      for (const comm::TrafficLedger& ledger : run.traffic) {
-        const comm::LinkBytes b = ledger.SentByLink(nodes, match);
-        if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
-      }
-      return most;
-    };
+    RunResult run = RunPlan(in);
+    const comm::Nodes nodes = *PlanAsTrainOptions(in).PlacedNodes();
     int compared = 0;
     for (const PlanRow& row : Plan(in)) {
-      std::optional<comm::LinkBytes> bytes;
-      if (row.strategy == "dp all-reduce" && c.zero == 0) {
-        bytes = measured([](const comm::LedgerKey& k) {
-          return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
-        });
-      } else if (row.strategy == absl::StrCat("zero-", c.zero)) {
-        bytes = measured([](const comm::LedgerKey& k) {
-          return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
-        });
-      } else if (row.strategy == "tp (layers of a stage)") {
-        bytes = measured([](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; });
+      const auto rows = RowsOf(row.strategy, c.zero);
+      if (!rows || row.strategy == "pp (boundaries)") continue;
+      comm::LinkBytes most;
+      for (const comm::TrafficLedger& ledger : run.traffic) {
+        const comm::LinkBytes b = ledger.SentByLink(nodes, rows);
+        if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
       }
-      if (!bytes) continue;
-      EXPECT_EQ(double(bytes->total()), row.exact_bytes_per_gpu) << row.strategy;
-      EXPECT_EQ(double(bytes->inter), row.inter_bytes_per_gpu) << row.strategy;
+      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu) << row.strategy;
+      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu) << row.strategy;
       ++compared;
     }
     EXPECT_GT(compared, 0);
