@@ -68,31 +68,84 @@ std::map<comm::LedgerKey, comm::LinkBytes> SentByKey(const ReportInputs& in, con
 
 }  // namespace
 
-std::string TimeTable(const ReportInputs& in) {
+RankTime TimeOf(const ReportInputs& in, int r) {
   const double steps = double(std::max<int64_t>(1, in.steps));
-  std::string out = absl::StrFormat(
-      "\ntime per step, ms: the step; held up in communication calls (collectives, and waits "
-      "for sends and receives); idle at a pipeline stage boundary, waiting for the neighbour "
-      "stage (the bubble); the rest, compute\n%-6s %10s %10s %10s %10s %8s %8s\n",
-      "rank", "step", "compute", "comm", "idle", "comm %", "idle %");
-  for (size_t r = 0; r < in.train_nanos.size(); ++r) {
-    double comm_seconds = 0, idle_seconds = 0;
-    for (const auto& [key, c] : in.traffic[r].calls()) {
-      const comm::Phase p = key.phase;
-      const bool training = p == comm::Phase::kForward || p == comm::Phase::kBackward ||
-                            p == comm::Phase::kOptimizer || p == comm::Phase::kOther;
-      if (!training) continue;
-      (parallel::IsPipelineBoundary(key) ? idle_seconds : comm_seconds) += c.blocked_seconds;
-    }
-    const double step_ms = double(in.train_nanos[r]) / 1e6 / steps;
-    const double idle_ms = std::min(step_ms, idle_seconds * 1e3 / steps);
-    const double comm_ms = std::min(step_ms - idle_ms, comm_seconds * 1e3 / steps);
-    auto share = [&](double ms) { return step_ms > 0 ? 100 * ms / step_ms : 0.0; };
-    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %10.1f %7.0f%% %7.0f%%\n", r, step_ms,
-                           step_ms - comm_ms - idle_ms, comm_ms, idle_ms, share(comm_ms),
-                           share(idle_ms));
+  double exposed = 0, hidden = 0, idle = 0;
+  for (const auto& [key, c] : in.traffic[r].calls()) {
+    const comm::Phase p = key.phase;
+    const bool training = p == comm::Phase::kForward || p == comm::Phase::kBackward ||
+                          p == comm::Phase::kOptimizer || p == comm::Phase::kOther;
+    if (!training) continue;
+    // A call's wait is exposed (or, at a pipeline boundary, the bubble); the rest of its
+    // time it ran while the rank computed.
+    (parallel::IsPipelineBoundary(key) ? idle : exposed) += c.blocked_seconds;
+    hidden += std::max(0.0, c.seconds - c.blocked_seconds);
   }
-  return out;
+  RankTime t;
+  t.step_ms = double(in.train_nanos[size_t(r)]) / 1e6 / steps;
+  t.idle_ms = std::min(t.step_ms, idle * 1e3 / steps);
+  t.exposed_ms = std::min(t.step_ms - t.idle_ms, exposed * 1e3 / steps);
+  t.compute_ms = t.step_ms - t.exposed_ms - t.idle_ms;
+  t.hidden_ms = std::min(t.compute_ms, hidden * 1e3 / steps);
+  return t;
+}
+
+std::string TimeTable(const ReportInputs& in) {
+  std::string out = absl::StrFormat(
+      "\ntime per step, ms: the step; communication exposed (the rank waited in a collective, "
+      "or for a send or receive) and hidden (a transfer that ran while the rank computed, "
+      "within compute); idle at a pipeline stage boundary, waiting for the neighbour stage "
+      "(the bubble); the rest, compute\n%-6s %10s %10s %10s %10s %10s %10s %8s\n",
+      "rank", "step", "compute", "exposed", "hidden", "idle", "exposed %", "idle %");
+  for (size_t r = 0; r < in.train_nanos.size(); ++r) {
+    const RankTime t = TimeOf(in, int(r));
+    auto share = [&](double ms) { return t.step_ms > 0 ? 100 * ms / t.step_ms : 0.0; };
+    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %10.1f %10.1f %9.0f%% %7.0f%%\n", r,
+                           t.step_ms, t.compute_ms, t.exposed_ms, t.hidden_ms, t.idle_ms,
+                           share(t.exposed_ms), share(t.idle_ms));
+  }
+  return out + Verdict(in);
+}
+
+std::string Verdict(const ReportInputs& in) {
+  if (in.train_nanos.size() != in.traffic.size() || in.traffic.empty()) return "";
+  // The rank with the largest share of its step exposed.
+  int worst = 0;
+  double share = 0;
+  for (size_t r = 0; r < in.traffic.size(); ++r) {
+    const RankTime t = TimeOf(in, int(r));
+    const double s = t.step_ms > 0 ? t.exposed_ms / t.step_ms : 0;
+    if (s > share) {
+      share = s;
+      worst = int(r);
+    }
+  }
+  const double percent = 100 * share;
+  if (share <= 0.30) {
+    return absl::StrFormat("compute-bound: communication exposed %.0f%% of the step at most "
+                           "(rank %d; the seed's test: more than 30%% is communication-bound)\n",
+                           percent, worst);
+  }
+  // That rank's largest exposed rows.
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [key, c] : in.traffic[size_t(worst)].calls()) {
+    if (parallel::IsPipelineBoundary(key) || key.phase == comm::Phase::kSetup ||
+        key.phase == comm::Phase::kEval || key.phase == comm::Phase::kCheckpoint) {
+      continue;
+    }
+    rows.push_back({c.blocked_seconds, absl::StrCat(key.group, " ", comm::Name(key.primitive), " ",
+                                                    comm::Name(key.phase),
+                                                    key.label.empty() ? "" : " " + key.label)});
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::vector<std::string> largest;
+  const double steps = double(std::max<int64_t>(1, in.steps));
+  for (size_t i = 0; i < rows.size() && i < 3; ++i) {
+    largest.push_back(absl::StrFormat("%s (%.1f ms)", rows[i].second, rows[i].first * 1e3 / steps));
+  }
+  return absl::StrFormat("communication-bound: communication exposed %.0f%% of the step on rank %d "
+                         "(> 30%%, the seed's test); its largest exposed rows per step: %s\n",
+                         percent, worst, absl::StrJoin(largest, ", "));
 }
 
 std::string PipelineTable(const ReportInputs& in) {
@@ -368,6 +421,12 @@ std::string ReportJson(const ReportInputs& in) {
       w.EndObject();
     }
     w.EndArray();
+    if (in.train_nanos.size() == in.traffic.size()) {
+      const RankTime t = TimeOf(in, int(r));
+      w.Key("time").BeginObject().Key("step_ms").Double(t.step_ms);
+      w.Key("compute_ms").Double(t.compute_ms).Key("comm_exposed_ms").Double(t.exposed_ms);
+      w.Key("comm_hidden_ms").Double(t.hidden_ms).Key("idle_ms").Double(t.idle_ms).EndObject();
+    }
     const MemoryLedger& m = in.memory[r];
     w.Key("memory").BeginObject();
     w.Key("params").Int(m.peak(MemoryCategory::kParams)).Key("grads").Int(m.peak(MemoryCategory::kGrads));

@@ -49,6 +49,17 @@ std::string LinkTable(const ReportInputs& in);
 // Per row, the time its messages would take on the options' modelled cluster (the α-β
 // model per link class, runtime/comm/nodes.h) on the busiest rank, and per group the sum.
 std::string ModelledTable(const ReportInputs& in);
+// A rank's time per step, ms: the step; communication exposed (waited in a call, pipeline
+// boundaries apart) and hidden (a call that ran while the rank computed: its time past
+// the wait, within compute); idle at a pipeline boundary; the rest, compute.
+struct RankTime {
+  double step_ms = 0, compute_ms = 0, exposed_ms = 0, hidden_ms = 0, idle_ms = 0;
+};
+RankTime TimeOf(const ReportInputs& in, int rank);
+// The seed's test, one line: "communication-bound: communication exposed X% of the step
+// ... its largest exposed rows ..." above 30% on the worst rank, "compute-bound: ..."
+// otherwise.
+std::string Verdict(const ReportInputs& in);
 // Per rank, time per step: the whole step; held up in communication calls (collectives,
 // and the waits of sends and receives); idle at a pipeline boundary (the bubble); the
 // rest, compute.
@@ -60,7 +71,8 @@ std::string PipelineTable(const ReportInputs& in);
 // {"config": {..., "world", "dp", "tp", "pp", "zero", "params"}, "steps": S,
 //  "ranks": [{"rank", "dp", "tp", "pp", "traffic": [{"group", "op", "algorithm", "phase",
 //  "scope", "calls", "bytes_sent", "bytes_recv", "seconds", "blocked_seconds",
-//  "busbw_gbps", "modelled"}], "memory":
+//  "busbw_gbps", "modelled"}], "time": {"step_ms", "compute_ms", "comm_exposed_ms",
+//  "comm_hidden_ms", "idle_ms"}, "memory":
 //  {"params", "grads", "optimizer", "activations", "comm", "peak_total"}}]}
 std::string ReportJson(const ReportInputs& in);
 

@@ -178,8 +178,9 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
                         "--sample_bytes=0 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1 x pp=1")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "time per step, ms: the step; held up in communication calls"))
+  EXPECT_TRUE(absl::StrContains(r.output, "time per step, ms: the step; communication exposed"))
       << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "bound: communication exposed")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "traffic over 2 steps")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "memory per rank")) << r.output;
   JsonValue doc = ReadJson(json);
@@ -188,6 +189,13 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
   ASSERT_EQ(doc.Find("ranks")->array.size(), 2u);
   const JsonValue& rank1 = doc.Find("ranks")->array[1];
   EXPECT_GT(rank1.Find("memory")->Find("peak_total")->AsInt(), 0);
+  // The time split: its parts add up to the step.
+  const JsonValue& time = *rank1.Find("time");
+  EXPECT_GT(time.Find("step_ms")->number, 0.0);
+  EXPECT_NEAR(time.Find("compute_ms")->number + time.Find("comm_exposed_ms")->number +
+                  time.Find("idle_ms")->number,
+              time.Find("step_ms")->number, 1e-6 * time.Find("step_ms")->number);
+  EXPECT_LE(time.Find("comm_hidden_ms")->number, time.Find("compute_ms")->number);
   bool found = false;
   for (const JsonValue& row : rank1.Find("traffic")->array) {
     if (row.Find("group")->string == "dp" && row.Find("phase")->string == "backward") {
