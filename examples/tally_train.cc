@@ -89,6 +89,9 @@ ABSL_FLAG(int, zero, 0,
 ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring; naive (through rank 0: reduce, then broadcast); "
           "or hierarchical (rings inside each node, then across nodes; with --gpus_per_node)");
+ABSL_FLAG(std::string, overlap, "off",
+          "on: each gradient bucket's all-reduce runs on a communication thread while backward "
+          "goes on (PyTorch DDP's overlap; the threads backend), off: inside backward");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
 ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
 ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.backend),
@@ -179,6 +182,11 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(o.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  const std::string overlap = absl::GetFlag(FLAGS_overlap);
+  if (overlap != "on" && overlap != "off") {
+    return absl::InvalidArgumentError("[flags] --overlap must be on or off, got '" + overlap + "'");
+  }
+  o.overlap = overlap == "on";
   o.traffic_json = absl::GetFlag(FLAGS_traffic_json);
   return o;
 }

@@ -68,17 +68,24 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
 }
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
-                           comm::Algorithm algorithm, DType comm_type)
+                           comm::Algorithm algorithm, DType comm_type, bool overlap)
     : dp_(dp),
       algorithm_(algorithm),
       sent_as_(comm_type),
-      buckets_(GradientBuckets(total, bucket_bytes / int64_t(SizeOf(comm_type)))) {}
+      buckets_(GradientBuckets(total, bucket_bytes / int64_t(SizeOf(comm_type)))),
+      overlap_(overlap) {}
 
 absl::Status GradientSync::ReduceBucketsFrom(const Tensor& grads, int64_t ready_from) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].offset >= ready_from) {
     const comm::Chunk& bucket = buckets_[next_bucket_++];
     Tensor view = grads.Flat(bucket.offset, bucket.end());
-    RETURN_IF_ERROR(sent_as_.AllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
+    if (overlap_) {
+      ASSIGN_OR_RETURN(SentAs::Pending pending,
+                       sent_as_.IAllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
+      in_flight_.push_back(std::move(pending));
+    } else {
+      RETURN_IF_ERROR(sent_as_.AllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
+    }
   }
   return absl::OkStatus();
 }
@@ -89,6 +96,11 @@ absl::Status GradientSync::Ready(const Tensor& grads, int64_t begin, int64_t /*e
   return ReduceBucketsFrom(grads, begin);
 }
 
-absl::Status GradientSync::Finish(const Tensor& grads) { return ReduceBucketsFrom(grads, 0); }
+absl::Status GradientSync::Finish(const Tensor& grads) {
+  absl::Status status = ReduceBucketsFrom(grads, 0);
+  for (SentAs::Pending& pending : in_flight_) status.Update(pending.Wait());
+  in_flight_.clear();
+  return status;
+}
 
 }  // namespace tally::parallel

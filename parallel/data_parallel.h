@@ -88,8 +88,11 @@ class GradientSync {
  public:
   // Buckets of bucket_bytes of `comm_type` values (the type the all-reduces move: the
   // gradients', or another, converted into a bucket-sized buffer and back).
+  // With `overlap`, a bucket's all-reduce is posted as soon as it is complete and runs
+  // while backward goes on (Communicator::IAllReduce; PyTorch DDP's overlap); Finish
+  // waits for them all. The sums are the blocking call's, bit for bit.
   GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
-               comm::Algorithm algorithm, DType comm_type = DType::kF32);
+               comm::Algorithm algorithm, DType comm_type = DType::kF32, bool overlap = false);
 
   // Call before the backward of the last micro-batch of a step (the earlier micro-batches
   // only accumulate, like DDP's no_sync()).
@@ -109,6 +112,8 @@ class GradientSync {
   SentAs sent_as_;  // the type the buckets travel as
   std::vector<comm::Chunk> buckets_;
   size_t next_bucket_ = 0;
+  bool overlap_;
+  std::vector<SentAs::Pending> in_flight_;  // the buckets posted and not yet waited for
 };
 
 }  // namespace tally::parallel

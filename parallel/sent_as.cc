@@ -36,6 +36,25 @@ absl::Status SentAs::AllReduce(comm::Communicator& group, const Tensor& data, co
   return FromWire(wire, data);
 }
 
+absl::StatusOr<SentAs::Pending> SentAs::IAllReduce(comm::Communicator& group, const Tensor& data,
+                                                   comm::ReduceOp op,
+                                                   comm::Communicator::AlgorithmChoice algorithm) const {
+  Pending pending;
+  pending.sent_as_ = this;
+  pending.data_ = data;
+  ASSIGN_OR_RETURN(pending.wire_, ToWire(group, data, /*copy=*/true));
+  ASSIGN_OR_RETURN(pending.work_, group.IAllReduce(pending.wire_, op, algorithm));
+  return pending;
+}
+
+absl::Status SentAs::Pending::Wait() {
+  if (work_ == nullptr) return absl::OkStatus();
+  absl::Status status = work_->Wait();
+  work_.reset();
+  if (!status.ok()) return status;
+  return sent_as_->FromWire(wire_, data_);
+}
+
 absl::Status SentAs::AllGather(comm::Communicator& group, const Tensor& mine, const Tensor& all,
                              comm::Communicator::AlgorithmChoice algorithm) const {
   ASSIGN_OR_RETURN(Tensor wire_mine, ToWire(group, mine, /*copy=*/true));

@@ -34,6 +34,22 @@ class SentAs {
   absl::Status ReduceScatter(comm::Communicator& group, const Tensor& all, const Tensor& mine,
                              comm::ReduceOp op,
                              comm::Communicator::AlgorithmChoice algorithm = {}) const;
+  // A non-blocking all-reduce (Communicator::IAllReduce) of `data` travelling as the wire
+  // type: converted into a wire buffer now, the result converted back into `data` by Wait.
+  class Pending {
+   public:
+    absl::Status Wait();
+
+   private:
+    friend class SentAs;
+    const SentAs* sent_as_ = nullptr;
+    std::unique_ptr<comm::CollectiveWork> work_;
+    Tensor wire_, data_;
+  };
+  absl::StatusOr<Pending> IAllReduce(comm::Communicator& group, const Tensor& data,
+                                     comm::ReduceOp op,
+                                     comm::Communicator::AlgorithmChoice algorithm = {}) const;
+
   absl::Status Send(comm::Communicator& group, const Tensor& data, int peer) const;
   absl::Status Recv(comm::Communicator& group, const Tensor& data, int peer) const;
 

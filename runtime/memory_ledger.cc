@@ -22,6 +22,7 @@ const char* Name(MemoryCategory category) {
 }
 
 void MemoryLedger::Charge(MemoryCategory category, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_.get());
   int i = Index(category);
   current_[i] += bytes;
   peak_[i] = std::max(peak_[i], current_[i]);
@@ -30,6 +31,7 @@ void MemoryLedger::Charge(MemoryCategory category, int64_t bytes) {
 }
 
 void MemoryLedger::Release(MemoryCategory category, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_.get());
   int i = Index(category);
   CHECK(current_[i] >= bytes) << "releasing " << bytes << " bytes of " << Name(category)
                               << " but only " << current_[i] << " are held";
@@ -38,6 +40,7 @@ void MemoryLedger::Release(MemoryCategory category, int64_t bytes) {
 }
 
 void MemoryLedger::ResetPeaks() {
+  std::lock_guard<std::mutex> lock(mu_.get());
   peak_ = current_;
   peak_total_ = current_total_;
 }

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 
 #include "runtime/byte_stream.h"
+#include "runtime/copyable_mutex.h"
 
 namespace tally {
 
@@ -56,6 +57,9 @@ class MemoryLedger {
  private:
   static int Index(MemoryCategory c) { return static_cast<int>(c); }
 
+  // Charge, Release and ResetPeaks may come from a rank's communication thread too
+  // (a non-blocking collective's scratch).
+  CopyableMutex mu_;
   std::array<int64_t, kNumMemoryCategories> current_{};
   std::array<int64_t, kNumMemoryCategories> peak_{};
   int64_t current_total_ = 0;

@@ -216,6 +216,13 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
+  if (overlap) {
+    if (dp == 1) unused("--overlap=on", "with --dp=1");
+    else if (zero >= 1) unused("--overlap=on", "with --zero>=1 (ZeRO's collectives are not overlapped)");
+    else if (backend != Backend::kThreads) {
+      unused("--overlap=on", "on --backend=mpi or nccl (their calls stay on the rank's thread)");
+    }
+  }
   if (allreduce == comm::Algorithm::kHierarchical && gpus_per_node == 0 &&
       backend == Backend::kThreads) {
     unused("--allreduce=hierarchical", "on one node (give --gpus_per_node): the ring runs");

@@ -66,6 +66,9 @@ struct TrainOptions {
   int dp = 1;                        // data-parallel ranks (threads of this process)
   comm::Algorithm allreduce = comm::Algorithm::kRing;  // or naive (reduce to one rank, then broadcast)
   double bucket_mb = 25;             // gradient bucket size, MiB
+  // Each gradient bucket's all-reduce runs while backward goes on (DDP's overlap; the
+  // threads backend's communication thread, runtime/comm/progress.h).
+  bool overlap = false;
   std::string traffic_json;          // every rank's traffic and memory, as JSON
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
 

@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     if (t->groups_.dp != nullptr) {
       t->sync_ = std::make_unique<parallel::GradientSync>(
           t->groups_.dp.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm,
-          options.Precision().grad_comm);
+          options.Precision().grad_comm, options.overlap);
     }
   }
   if (options.matmul_inputs() != MatmulInputs::kF32) {

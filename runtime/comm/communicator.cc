@@ -34,7 +34,8 @@ absl::Status Communicator::CheckCount(Primitive primitive, const char* what, con
 
 absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
-    int64_t count, std::initializer_list<const Tensor*> tensors) {
+    int64_t count, std::initializer_list<const Tensor*> tensors, bool queued) {
+  if (!queued) Drain();
   const Algorithm chosen =
       options_.native_collectives
           ? Algorithm::kNative
@@ -266,6 +267,7 @@ absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
 // ---------------------------------------------------------------------------- point-to-point
 
 std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, bool send) {
+  Drain();  // after the non-blocking collectives posted before it
   int64_t started = MonotonicNanos();
   // Point-to-point messages are not collective calls: they carry no sequence number, and
   // only the count and dtype are compared at the receiver.
@@ -286,6 +288,115 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
     work->wire_->Recv(peer, data.raw_data(), data.nbytes(), work->pending_);
   }
   if (absl::Status s = transport_->Flush(); !s.ok()) work->pending_.Fail(s);
+  return work;
+}
+
+void CollectiveWork::Done::Set(absl::Status s) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    ended_nanos = MonotonicNanos();
+    done = true;
+  }
+  cv.notify_all();
+}
+
+CollectiveWork::CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes,
+                               int64_t started_nanos)
+    : wire_(std::move(wire)), payload_bytes_(payload_bytes), started_nanos_(started_nanos) {}
+
+absl::Status CollectiveWork::Wait() {
+  if (waited_) return status_;
+  const int64_t waited = MonotonicNanos();
+  int64_t ended = 0;
+  {
+    std::unique_lock<std::mutex> lock(done_->mu);
+    done_->cv.wait(lock, [this] { return done_->done; });
+    status_ = done_->status;
+    ended = done_->ended_nanos;
+  }
+  wire_->RecordCall(payload_bytes_, started_nanos_, waited, ended);
+  waited_ = true;
+  return status_;
+}
+
+CollectiveWork::~CollectiveWork() { Wait().IgnoreError(); }
+
+void Communicator::Launch(CollectiveWork& work, std::function<absl::Status()> call) {
+  if (!transport_->RunsOnAnyThread() || work.wire_->signature().device >= 0) {
+    work.done_->Set(call());
+    return;
+  }
+  if (progress_ == nullptr) progress_ = std::make_unique<Progress>();
+  progress_->Post([done = work.done_, call = std::move(call)] { done->Set(call()); });
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllReduce(
+    const Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
+  const int64_t started = MonotonicNanos();
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
+                                    data.numel(), {&data}, /*queued=*/true));
+  std::unique_ptr<CollectiveWork> work(
+      new CollectiveWork(std::move(wire), int64_t(data.nbytes()), started));
+  Wire* w = work->wire_.get();
+  Launch(*work, [this, w, data] {
+    return Run(
+        *w, data.raw_data(), data.raw_data(),
+        [&] { return ring::AllReduce(*w, data.raw_data(), data.numel()); },
+        [&] { return naive::AllReduce(*w, data.raw_data(), data.numel()); },
+        [&] {
+          return hierarchical::AllReduce(*w, *hierarchical::LayoutOf(group_nodes_),
+                                         data.raw_data(), data.numel());
+        });
+  });
+  return work;
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IReduceScatter(
+    const Tensor& input, const Tensor& output, ReduceOp op, AlgorithmChoice algorithm) {
+  const int64_t started = MonotonicNanos();
+  const int64_t n = input.numel();
+  RETURN_IF_ERROR(CheckCount(Primitive::kReduceScatter, "output", output,
+                             ChunkOf(n, size(), rank()).count));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1,
+                                    n, {&input, &output}, /*queued=*/true));
+  std::unique_ptr<CollectiveWork> work(
+      new CollectiveWork(std::move(wire), int64_t(input.nbytes()), started));
+  Wire* w = work->wire_.get();
+  Launch(*work, [this, w, input, output, n] {
+    return Run(
+        *w, input.raw_data(), output.raw_data(),
+        [&] { return ring::ReduceScatter(*w, input.raw_data(), output.raw_data(), n); },
+        [&] { return naive::ReduceScatter(*w, input.raw_data(), output.raw_data(), n); },
+        [&] {
+          return hierarchical::ReduceScatter(*w, *hierarchical::LayoutOf(group_nodes_),
+                                             input.raw_data(), output.raw_data(), n);
+        });
+  });
+  return work;
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllGather(
+    const Tensor& input, const Tensor& output, AlgorithmChoice algorithm) {
+  const int64_t started = MonotonicNanos();
+  const int64_t n = output.numel();
+  RETURN_IF_ERROR(CheckCount(Primitive::kAllGather, "input", input,
+                             ChunkOf(n, size(), rank()).count));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
+                                    ReduceOp::kSum, -1, n, {&input, &output}, /*queued=*/true));
+  std::unique_ptr<CollectiveWork> work(
+      new CollectiveWork(std::move(wire), int64_t(output.nbytes()), started));
+  Wire* w = work->wire_.get();
+  Launch(*work, [this, w, input, output, n] {
+    return Run(
+        *w, input.raw_data(), output.raw_data(),
+        [&] { return ring::AllGather(*w, input.raw_data(), output.raw_data(), n); },
+        [&] { return naive::AllGather(*w, input.raw_data(), output.raw_data(), n); },
+        [&] {
+          return hierarchical::AllGather(*w, *hierarchical::LayoutOf(group_nodes_),
+                                         input.raw_data(), output.raw_data(), n);
+        });
+  });
   return work;
 }
 

@@ -11,8 +11,11 @@
 // ChunkOf(n, size(), r). Bytes moved are in ring.h, naive.h and exact_traffic.h.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/comm/ledger/ledger.h"
 #include "runtime/comm/nodes.h"
+#include "runtime/comm/progress.h"
 #include "runtime/comm/transport/transport.h"
 #include "runtime/comm/types.h"
 #include "runtime/comm/ledger/wire.h"
@@ -65,6 +69,39 @@ class Work {
   Pending pending_;
   size_t bytes_;
   int64_t started_nanos_;
+};
+
+// A non-blocking collective (IAllReduce, IReduceScatter, IAllGather): its algorithm runs
+// on the communicator's communication thread (progress.h) while the caller goes on. The
+// buffers must stay alive and untouched until Wait().
+class CollectiveWork {
+ public:
+  // Waits for the call; returns its status, and books it: its time from the post to its
+  // end, of which the part spent here held the caller up.
+  absl::Status Wait();
+  // Waits for a call nobody waited for (and books it).
+  ~CollectiveWork();
+  CollectiveWork(const CollectiveWork&) = delete;
+  CollectiveWork& operator=(const CollectiveWork&) = delete;
+
+ private:
+  friend class Communicator;
+  // Set by the thread that ran the call.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    absl::Status status;
+    int64_t ended_nanos = 0;
+    void Set(absl::Status s);
+  };
+  CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes, int64_t started_nanos);
+
+  std::unique_ptr<Wire> wire_;
+  std::shared_ptr<Done> done_ = std::make_shared<Done>();
+  int64_t payload_bytes_, started_nanos_;
+  bool waited_ = false;
+  absl::Status status_;
 };
 
 class Communicator {
@@ -122,6 +159,21 @@ class Communicator {
   absl::Status AllToAll(const Tensor& input, Tensor& output, AlgorithmChoice algorithm = {});
   absl::Status Barrier(AlgorithmChoice algorithm = {});
 
+  // Non-blocking forms of the collectives the strategies overlap with compute: the same
+  // algorithm, bytes, ledger row and results as the blocking call, run on this
+  // communicator's communication thread in the order they were posted (progress.h; on a
+  // transport whose calls must stay on the rank's thread they run at once). A blocking
+  // call on the same communicator first waits for every one posted before it.
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> IAllReduce(const Tensor& data, ReduceOp op,
+                                                             AlgorithmChoice algorithm = {});
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> IReduceScatter(const Tensor& input,
+                                                                 const Tensor& output,
+                                                                 ReduceOp op,
+                                                                 AlgorithmChoice algorithm = {});
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> IAllGather(const Tensor& input,
+                                                             const Tensor& output,
+                                                             AlgorithmChoice algorithm = {});
+
   // Point-to-point within the group. A Send matches the peer's Recv of the same count.
   absl::Status Send(const Tensor& data, int peer);
   absl::Status Recv(Tensor& data, int peer);
@@ -135,10 +187,19 @@ class Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, const std::string& name);
 
  private:
-  // Checks the arguments every collective shares, then returns the Wire of the call.
+  // Checks the arguments every collective shares, then returns the Wire of the call. A
+  // blocking call (not `queued`) first waits for the non-blocking ones posted before it.
   absl::StatusOr<std::unique_ptr<Wire>> Begin(Primitive primitive, AlgorithmChoice algorithm,
                                               DType dtype, ReduceOp op, int root, int64_t count,
-                                              std::initializer_list<const Tensor*> tensors);
+                                              std::initializer_list<const Tensor*> tensors,
+                                              bool queued = false);
+  // Runs `call` for `work`: on the communication thread, or now where the transport or the
+  // buffers' device keep it on this thread.
+  void Launch(CollectiveWork& work, std::function<absl::Status()> call);
+  // Waits until every non-blocking call posted so far has run.
+  void Drain() {
+    if (progress_ != nullptr) progress_->Drain();
+  }
   // The call's algorithm: ring_call, naive_call, or the transport's own collective.
   absl::Status Run(Wire& wire, const void* input, void* output,
                    absl::FunctionRef<absl::Status()> ring_call,
@@ -167,6 +228,9 @@ class Communicator {
   Tensor scratch_;                 // the comm buffer the algorithms borrow (Wire::Scratch)
   uint64_t collective_calls_ = 0;  // the sequence number of the next collective
   uint64_t splits_ = 0;
+  // The communication thread, started by the first non-blocking call; declared last, so
+  // that it stops (running what is queued) before the rest goes.
+  std::unique_ptr<Progress> progress_;
 };
 
 }  // namespace tally::comm

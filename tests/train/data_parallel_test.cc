@@ -230,5 +230,29 @@ TEST(DataParallelOptions, BadValuesAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--zero must be 0, 1, 2 or 3"));
 }
 
+// --overlap=on posts each gradient bucket's all-reduce as backward closes it and waits
+// before the optimizer: the same sums, so the same bits as --overlap=off, and the same
+// bytes on every row (small buckets: several in flight at once).
+TEST(Overlap, BucketsReducedDuringBackwardGiveTheSameBitsAndBytes) {
+  for (const Grid& g : {Grid{.dp = 2}, Grid{.dp = 4}, Grid{.dp = 2, .tp = 2, .pp = 2},
+                        Grid{.dp = 2, .zero = 1}}) {
+    SCOPED_TRACE(g.Name());
+    TrainOptions o = g.On(TinyGrid(4));
+    o.bucket_mb = 0.01;
+    const RunResult off = RunRanks(o);
+    o.overlap = true;
+    const RunResult on = RunRanks(o);
+    EXPECT_EQ(on.losses, off.losses);
+    EXPECT_EQ(on.params, off.params);
+    for (int r = 0; r < o.world(); ++r) {
+      for (const auto& [key_peer, t] : off.traffic[r].transfers()) {
+        auto it = on.traffic[r].transfers().find(key_peer);
+        ASSERT_NE(it, on.traffic[r].transfers().end()) << key_peer.first.group;
+        EXPECT_EQ(it->second.bytes_sent, t.bytes_sent) << key_peer.first.group;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tally::train

@@ -11,19 +11,21 @@
 namespace tally::comm {
 
 void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
-                               double blocked_seconds) {
+                               double blocked_seconds, int64_t ended_nanos) {
+  std::lock_guard<std::mutex> lock(mu_.get());
   CallTotals& c = calls_[key];
   c.calls += 1;
   c.payload_bytes += payload_bytes;
   c.seconds += seconds;
   c.blocked_seconds += blocked_seconds;
   if (tracing_) {
-    const int64_t end = MonotonicNanos();
+    const int64_t end = ended_nanos >= 0 ? ended_nanos : MonotonicNanos();
     events_.push_back({key, end - int64_t(seconds * 1e9), end, payload_bytes, sent_});
   }
 }
 
 void TrafficLedger::Clear() {
+  std::lock_guard<std::mutex> lock(mu_.get());
   transfers_.clear();
   calls_.clear();
   events_.clear();

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "runtime/byte_stream.h"
+#include "runtime/copyable_mutex.h"
 #include "runtime/comm/nodes.h"
 #include "runtime/comm/types.h"
 
@@ -79,13 +80,21 @@ class TrafficLedger {
 
   // The totals of (key, peer), created empty on first use. The reference stays valid
   // until Clear(), so a call can look its rows up once and book every message into them.
+  // Transfers, RecordCall and CountSent may come from the rank's communication thread
+  // (non-blocking collectives) as well as from the rank's own; a row is only ever
+  // written by the thread that runs its call.
   TransferTotals& Transfers(const LedgerKey& key, int peer_world_rank) {
+    std::lock_guard<std::mutex> lock(mu_.get());
     return transfers_[{key, peer_world_rank}];
   }
+  // A call that ended at `ended_nanos` (MonotonicNanos; -1: now).
   void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
-                  double blocked_seconds);
+                  double blocked_seconds, int64_t ended_nanos = -1);
   // Every byte sent, as it is posted (the running total of CallEvent::sent_so_far).
-  void CountSent(int64_t bytes) { sent_ += bytes; }
+  void CountSent(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_.get());
+    sent_ += bytes;
+  }
 
   // Keep every call from now on (CallEvent).
   void set_tracing(bool on) { tracing_ = on; }
@@ -147,6 +156,7 @@ class TrafficLedger {
   friend class PhaseScope;
   friend class LabelScope;
 
+  CopyableMutex mu_;
   int world_rank_;
   Phase phase_ = Phase::kOther;
   std::string label_;

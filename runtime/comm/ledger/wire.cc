@@ -94,6 +94,13 @@ void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t bloc
   ledger_.RecordCall(key_, payload_bytes, SecondsSince(started_nanos), SecondsSince(blocked_nanos));
 }
 
+void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos,
+                      int64_t ended_nanos) {
+  const double seconds = double(ended_nanos - started_nanos) / 1e9;
+  const double blocked = double(std::max<int64_t>(0, ended_nanos - blocked_nanos)) / 1e9;
+  ledger_.RecordCall(key_, payload_bytes, seconds, blocked, ended_nanos);
+}
+
 absl::StatusOr<void*> Wire::Scratch(int64_t count) {
   size_t bytes = size_t(count) * element_size();
   const Device device = signature_.device >= 0 ? Device{DeviceType::kCUDA, signature_.device}

@@ -68,6 +68,10 @@ class Wire {
   // Books one call of the collective (payload: the caller's buffer size) in the ledger: it
   // ran from `started_nanos` until now, and held the caller up from `blocked_nanos`.
   void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos);
+  // The same for a call that ended at `ended_nanos` (a non-blocking collective, booked
+  // when it is waited for): held up from `blocked_nanos` to its end, if it had not ended.
+  void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos,
+                  int64_t ended_nanos);
 
   // Space for `count` elements of the call's dtype, valid until the call returns, in the
   // call's memory (host, or its GPU). It is the communicator's comm buffer, grown when a

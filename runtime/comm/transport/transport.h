@@ -111,6 +111,11 @@ class Transport {
   // Whether the transport moves device memory (OpSignature::device >= 0): copies and
   // reductions between GPU buffers. The default does not.
   virtual bool MovesDeviceMemory() const { return false; }
+  // Whether this transport's calls may run on a thread of the rank other than the rank's
+  // own while the rank's other communicators are used (the non-blocking collectives'
+  // communication thread). MPI initialised for one thread's calls, and NCCL on the
+  // rank's stream, may not.
+  virtual bool RunsOnAnyThread() const { return false; }
 
   // The GPU this rank's transport is bound to (NCCL: one GPU per rank), where the rank's
   // tensors must live; -1 when it is bound to none.
