@@ -175,6 +175,29 @@ TEST(Faults, WaitingForARankThatReturnedFailsAtOnce) {
   EXPECT_LT(out.elapsed, absl::Seconds(5));
 }
 
+// The same faults end a non-blocking collective's wait, which runs on the communication
+// thread: a failing rank, and a peer that never comes before the deadline.
+TEST(Faults, ANonBlockingCallEndsWithTheRunsFault) {
+  Outcome failing = RunCollecting(3, [](Communicator& comm) -> absl::Status {
+    if (comm.rank() == 1) return absl::InternalError("out of tea");
+    ASSIGN_OR_RETURN(Tensor t, Filled(comm, 1000, [](int64_t) { return 1.0f; }));
+    ASSIGN_OR_RETURN(auto work, comm.IAllReduce(t, ReduceOp::kSum));
+    return work->Wait();
+  });
+  for (int r : {0, 2}) {
+    EXPECT_TRUE(absl::StrContains(failing.ranks[r].message(), "rank 1 failed")) << failing.ranks[r];
+  }
+  EXPECT_LT(failing.elapsed, absl::Seconds(5));
+  Outcome late = RunCollecting(2, [](Communicator& comm) -> absl::Status {
+    ASSIGN_OR_RETURN(Tensor t, Filled(comm, 8, [](int64_t) { return 1.0f; }));
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ASSIGN_OR_RETURN(auto work, comm.IAllReduce(t, ReduceOp::kSum));
+    return work->Wait();
+  }, absl::Milliseconds(300));
+  EXPECT_EQ(late.ranks[0].code(), absl::StatusCode::kDeadlineExceeded) << late.ranks[0];
+  EXPECT_FALSE(late.ranks[1].ok());
+}
+
 TEST(Faults, BadArgumentsAreStatusesNotCrashes) {
   absl::Status run = RunRanks(2, [](Communicator& comm) -> absl::Status {
     ASSIGN_OR_RETURN(Tensor t, Filled(comm, 10, [](int64_t) { return 1.0f; }));
