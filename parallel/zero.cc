@@ -188,6 +188,46 @@ absl::Status ZeroWeights::PublishShard() {
   return absl::OkStatus();
 }
 
+absl::Status ZeroWeights::GatherUnit(int unit, const Tensor& into,
+                                     std::vector<std::unique_ptr<comm::CollectiveWork>>* works) {
+  const model::ParamUnit& u = layout_.units()[unit];
+  for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+    const comm::Chunk& part = sharding_.pieces()[i].unit;
+    Tensor piece = into.Flat(part.offset - u.begin, part.end() - u.begin);
+    if (works == nullptr) {
+      RETURN_IF_ERROR(dp_->AllGather(Own(params_, i), piece, algorithm_));
+    } else {
+      ASSIGN_OR_RETURN(auto work, dp_->IAllGather(Own(params_, i), piece, algorithm_));
+      works->push_back(std::move(work));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroWeights::PrefetchAfter(int unit) {
+  const int direction = last_unit_ < 0 || unit >= last_unit_ ? 1 : -1;
+  last_unit_ = unit;
+  const int next = unit + direction;
+  if (next < 0 || next >= int(gathered_.size()) || gathered_[size_t(next)].defined() ||
+      prefetched_.unit >= 0) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(prefetched_.gathered,
+                   Tensor::Empty({layout_.units()[size_t(next)].count()}, params_.dtype(), alloc_,
+                                 MemoryCategory::kParams));
+  prefetched_.unit = next;
+  return GatherUnit(next, prefetched_.gathered, &prefetched_.works);
+}
+
+absl::StatusOr<Tensor> ZeroWeights::TakePrefetched() {
+  absl::Status status;
+  for (auto& work : prefetched_.works) status.Update(work->Wait());
+  Tensor gathered = std::move(prefetched_.gathered);
+  prefetched_ = Prefetched();
+  RETURN_IF_ERROR(status);
+  return gathered;
+}
+
 absl::StatusOr<float*> ZeroWeights::Params(int unit) {
   const model::ParamUnit& u = layout_.units()[unit];
   Tensor whole;
@@ -195,16 +235,15 @@ absl::StatusOr<float*> ZeroWeights::Params(int unit) {
     whole = params_.Flat(u.begin, u.end);
   } else {
     Tensor& gathered = gathered_[unit];
-    if (!gathered.defined()) {
+    if (!gathered.defined() && prefetched_.unit == unit) {
+      ASSIGN_OR_RETURN(gathered, TakePrefetched());
+    } else if (!gathered.defined()) {
       ASSIGN_OR_RETURN(gathered, Tensor::Empty({u.count()}, params_.dtype(), alloc_,
                                                MemoryCategory::kParams));
-      for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
-        const comm::Chunk& part = sharding_.pieces()[i].unit;
-        Tensor into = gathered.Flat(part.offset - u.begin, part.end() - u.begin);
-        RETURN_IF_ERROR(dp_->AllGather(Own(params_, i), into, algorithm_));
-      }
+      RETURN_IF_ERROR(GatherUnit(unit, gathered, nullptr));
     }
     whole = gathered;
+    if (prefetch_) RETURN_IF_ERROR(PrefetchAfter(unit));
   }
   if (whole.dtype() == DType::kF32) return whole.data<float>();
   return working_params_->Widen(unit, whole);
@@ -261,6 +300,9 @@ absl::Status ZeroWeights::ZeroGrad() { return (zero_stage_ == 1 ? grads_ : grad_
 
 absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::TrafficLedger& ledger = dp_->ledger();
+  // A prefetch nobody asked for would hold the shard from before the update.
+  if (prefetched_.unit >= 0) RETURN_IF_ERROR(TakePrefetched().status());
+  last_unit_ = -1;
   const std::vector<Sharding::Piece>& pieces = sharding_.pieces();
   if (zero_stage_ == 1) {
     // The gradient sum belongs to backward: DDP and ZeRO alike reduce there. Each piece's

@@ -135,6 +135,14 @@ class ZeroWeights : public model::WeightStore {
   int zero_stage() const { return zero_stage_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
+  // ZeRO-3 prefetch (FSDP's): when the model asks for a unit, the gather of the unit it
+  // will ask for next (the next one in the direction it goes: up in forward, down in
+  // backward) is posted at once and runs while this one computes (Communicator::
+  // IAllGather); at most one unit is prefetched, held in params memory besides those in
+  // use. The same calls and bytes as without it. For one pipeline stage (a stage's
+  // recompute would ask out of order).
+  void set_prefetch(bool on) { prefetch_ = on && zero_stage_ == 3; }
+
  private:
   ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
               MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
@@ -148,6 +156,14 @@ class ZeroWeights : public model::WeightStore {
   // Piece `i` of every rank's `shard` (the parameters, or a state of the optimizer)
   // into its place in `whole` on `root` (host memory; empty elsewhere).
   absl::Status GatherPiece(const Tensor& shard, size_t i, const Tensor& whole, int root);
+  // Every rank's pieces of `unit` into `into` (its whole size), blocking, or posted into
+  // `works` when that is not null.
+  absl::Status GatherUnit(int unit, const Tensor& into,
+                          std::vector<std::unique_ptr<comm::CollectiveWork>>* works);
+  // Posts the gather of the unit after `unit` in the model's direction (prefetch_).
+  absl::Status PrefetchAfter(int unit);
+  // Waits for the prefetched gather and hands its tensor over (empty when none).
+  absl::StatusOr<Tensor> TakePrefetched();
   // Piece `i` of a packed shard.
   Tensor Own(const Tensor& shard, size_t i) const {
     const Sharding::Piece& p = sharding_.pieces()[i];
@@ -186,6 +202,15 @@ class ZeroWeights : public model::WeightStore {
   std::unique_ptr<model::WorkingCopies> working_params_, working_grads_;
   // The pieces [first, second) of each model unit (ZeRO-1: all units in piece 0).
   std::vector<std::pair<size_t, size_t>> pieces_of_unit_;
+  // ZeRO-3 prefetch: on or off, the unit asked for last, and the gather in flight.
+  bool prefetch_ = false;
+  int last_unit_ = -1;
+  struct Prefetched {
+    int unit = -1;
+    Tensor gathered;
+    std::vector<std::unique_ptr<comm::CollectiveWork>> works;
+  };
+  Prefetched prefetched_;
 };
 
 }  // namespace tally::parallel

@@ -218,8 +218,11 @@ std::vector<std::string> TrainOptions::Warnings() const {
   }
   if (overlap) {
     if (dp == 1) unused("--overlap=on", "with --dp=1");
-    else if (zero >= 1) unused("--overlap=on", "with --zero>=1 (ZeRO's collectives are not overlapped)");
-    else if (backend != Backend::kThreads) {
+    else if (zero == 1 || zero == 2) {
+      unused("--overlap=on", "with --zero=1 or 2 (their reduce-scatters are not overlapped)");
+    } else if (zero == 3 && pp > 1) {
+      unused("--overlap=on", "with --zero=3 and --pp>1 (the prefetch is for one stage)");
+    } else if (backend != Backend::kThreads) {
       unused("--overlap=on", "on --backend=mpi or nccl (their calls stay on the rank's thread)");
     }
   }

@@ -342,8 +342,10 @@ std::string FormatReport(const ReportInputs& in) {
                    ", on the shard"),
       absl::StrCat("params ", p, "Φ, grads: the shard + the open units + one reduced chunk, ",
                    state, ", on the shard"),
-      absl::StrCat("params: the shard + the gathered units, grads: the shard + the open units + "
-                   "one reduced chunk, ", state, ", on the shard")};
+      absl::StrCat("params: the shard + the gathered units",
+                   o.overlap && o.pp == 1 ? " (and one prefetched)" : "",
+                   ", grads: the shard + the open units + one reduced chunk, ", state,
+                   ", on the shard")};
   // The seed's Q6 form for fp16 mixed precision, which ZeRO-1 over dp and the split over
   // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (the formula rows are this run's:
   // with --precision=bf16 and --zero=1 they are the seed's, to the byte where the split

@@ -213,7 +213,16 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   };
   const bool first = layout.first_stage(), last = layout.last_stage();
   const int64_t shard = sharding.size();
-  f.params = bytes.params * (o.zero == 3 ? shard + open(first) : phi);
+  int64_t params_open = open(first);
+  if (o.zero == 3 && o.overlap && o.pp == 1) {
+    // The prefetch (zero.h): a unit and the next one at once, besides the embeddings.
+    int64_t pair = 0;
+    for (size_t u = 1; u + 1 < layout.units().size(); ++u) {
+      pair = std::max(pair, layout.units()[u].count() + layout.units()[u + 1].count());
+    }
+    params_open = embeddings + pair;
+  }
+  f.params = bytes.params * (o.zero == 3 ? shard + params_open : phi);
   // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,
   // which count as activations; model/weights.h).

@@ -231,11 +231,13 @@ TEST(DataParallelOptions, BadValuesAreClearErrors) {
 }
 
 // --overlap=on posts each gradient bucket's all-reduce as backward closes it and waits
-// before the optimizer: the same sums, so the same bits as --overlap=off, and the same
-// bytes on every row (small buckets: several in flight at once).
+// before the optimizer, and ZeRO-3 gathers the next unit while one computes: the same
+// sums, so the same bits as --overlap=off, and the same bytes on every row (small
+// buckets: several in flight at once); ZeRO-3 holds one more unit, as its formula says.
 TEST(Overlap, BucketsReducedDuringBackwardGiveTheSameBitsAndBytes) {
   for (const Grid& g : {Grid{.dp = 2}, Grid{.dp = 4}, Grid{.dp = 2, .tp = 2, .pp = 2},
-                        Grid{.dp = 2, .zero = 1}}) {
+                        Grid{.dp = 2, .zero = 1}, Grid{.dp = 2, .zero = 3},
+                        Grid{.dp = 4, .tp = 2, .zero = 3}}) {
     SCOPED_TRACE(g.Name());
     TrainOptions o = g.On(TinyGrid(4));
     o.bucket_mb = 0.01;
@@ -250,6 +252,10 @@ TEST(Overlap, BucketsReducedDuringBackwardGiveTheSameBitsAndBytes) {
         ASSERT_NE(it, on.traffic[r].transfers().end()) << key_peer.first.group;
         EXPECT_EQ(it->second.bytes_sent, t.bytes_sent) << key_peer.first.group;
       }
+    }
+    ExpectMemoryFormulaExact(o, on);
+    if (g.zero == 3) {
+      EXPECT_GT(on.memory[0].peak(MemoryCategory::kParams), off.memory[0].peak(MemoryCategory::kParams));
     }
   }
 }
