@@ -135,19 +135,25 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 
+Communicator::Call Communicator::AllReduceCall(const Tensor& data) {
+  return {int64_t(data.nbytes()), [this, data](Wire& w) {
+            return Run(
+                w, data.raw_data(), data.raw_data(),
+                [&] { return ring::AllReduce(w, data.raw_data(), data.numel()); },
+                [&] { return naive::AllReduce(w, data.raw_data(), data.numel()); },
+                [&] {
+                  return hierarchical::AllReduce(w, *hierarchical::LayoutOf(group_nodes_),
+                                                 data.raw_data(), data.numel());
+                });
+          }};
+}
+
 absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
   int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}));
-  absl::Status s = Run(
-      *wire, data.raw_data(), data.raw_data(),
-      [&] { return ring::AllReduce(*wire, data.raw_data(), data.numel()); },
-      [&] { return naive::AllReduce(*wire, data.raw_data(), data.numel()); },
-      [&] {
-        return hierarchical::AllReduce(*wire, *hierarchical::LayoutOf(group_nodes_),
-                                       data.raw_data(), data.numel());
-      });
-  return Finish(*wire, int64_t(data.nbytes()), started, s);
+  const Call call = AllReduceCall(data);
+  return Finish(*wire, call.payload_bytes, started, call.run(*wire));
 }
 
 absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, ReduceOp op,
@@ -165,6 +171,20 @@ absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, R
   return dtype == DType::kF32 ? double(one.data<float>()[0]) : one.data<double>()[0];
 }
 
+Communicator::Call Communicator::ReduceScatterCall(const Tensor& input, const Tensor& output) {
+  return {int64_t(input.nbytes()), [this, input, output](Wire& w) {
+            const int64_t n = input.numel();
+            return Run(
+                w, input.raw_data(), output.raw_data(),
+                [&] { return ring::ReduceScatter(w, input.raw_data(), output.raw_data(), n); },
+                [&] { return naive::ReduceScatter(w, input.raw_data(), output.raw_data(), n); },
+                [&] {
+                  return hierarchical::ReduceScatter(w, *hierarchical::LayoutOf(group_nodes_),
+                                                     input.raw_data(), output.raw_data(), n);
+                });
+          }};
+}
+
 absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
                                          AlgorithmChoice algorithm) {
   int64_t started = MonotonicNanos();
@@ -173,15 +193,22 @@ absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, Re
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1, n,
                                     {&input, &output}));
-  absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
-      [&] { return ring::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] { return naive::ReduceScatter(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] {
-        return hierarchical::ReduceScatter(*wire, *hierarchical::LayoutOf(group_nodes_),
-                                           input.raw_data(), output.raw_data(), n);
-      });
-  return Finish(*wire, int64_t(input.nbytes()), started, s);
+  const Call call = ReduceScatterCall(input, output);
+  return Finish(*wire, call.payload_bytes, started, call.run(*wire));
+}
+
+Communicator::Call Communicator::AllGatherCall(const Tensor& input, const Tensor& output) {
+  return {int64_t(output.nbytes()), [this, input, output](Wire& w) {
+            const int64_t n = output.numel();
+            return Run(
+                w, input.raw_data(), output.raw_data(),
+                [&] { return ring::AllGather(w, input.raw_data(), output.raw_data(), n); },
+                [&] { return naive::AllGather(w, input.raw_data(), output.raw_data(), n); },
+                [&] {
+                  return hierarchical::AllGather(w, *hierarchical::LayoutOf(group_nodes_),
+                                                 input.raw_data(), output.raw_data(), n);
+                });
+          }};
 }
 
 absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
@@ -192,15 +219,8 @@ absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
       CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
-  absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
-      [&] { return ring::AllGather(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] { return naive::AllGather(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] {
-        return hierarchical::AllGather(*wire, *hierarchical::LayoutOf(group_nodes_),
-                                       input.raw_data(), output.raw_data(), n);
-      });
-  return Finish(*wire, int64_t(output.nbytes()), started, s);
+  const Call call = AllGatherCall(input, output);
+  return Finish(*wire, call.payload_bytes, started, call.run(*wire));
 }
 
 absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t count, int root,
@@ -322,13 +342,19 @@ absl::Status CollectiveWork::Wait() {
 
 CollectiveWork::~CollectiveWork() { Wait().IgnoreError(); }
 
-void Communicator::Launch(CollectiveWork& work, std::function<absl::Status()> call) {
-  if (!transport_->RunsOnAnyThread() || work.wire_->signature().device >= 0) {
-    work.done_->Set(call());
-    return;
+std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, Call call,
+                                                  int64_t started) {
+  std::unique_ptr<CollectiveWork> work(
+      new CollectiveWork(std::move(wire), call.payload_bytes, started));
+  Wire* w = work->wire_.get();
+  std::shared_ptr<CollectiveWork::Done> done = work->done_;
+  if (!transport_->RunsOnAnyThread() || w->signature().device >= 0) {
+    done->Set(call.run(*w));  // on the rank's thread: now
+    return work;
   }
   if (progress_ == nullptr) progress_ = std::make_unique<Progress>();
-  progress_->Post([done = work.done_, call = std::move(call)] { done->Set(call()); });
+  progress_->Post([w, done, run = std::move(call.run)] { done->Set(run(*w)); });
+  return work;
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllReduce(
@@ -336,20 +362,7 @@ absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllReduce(
   const int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}, /*queued=*/true));
-  std::unique_ptr<CollectiveWork> work(
-      new CollectiveWork(std::move(wire), int64_t(data.nbytes()), started));
-  Wire* w = work->wire_.get();
-  Launch(*work, [this, w, data] {
-    return Run(
-        *w, data.raw_data(), data.raw_data(),
-        [&] { return ring::AllReduce(*w, data.raw_data(), data.numel()); },
-        [&] { return naive::AllReduce(*w, data.raw_data(), data.numel()); },
-        [&] {
-          return hierarchical::AllReduce(*w, *hierarchical::LayoutOf(group_nodes_),
-                                         data.raw_data(), data.numel());
-        });
-  });
-  return work;
+  return Post(std::move(wire), AllReduceCall(data), started);
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IReduceScatter(
@@ -360,20 +373,7 @@ absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IReduceScatter(
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1,
                                     n, {&input, &output}, /*queued=*/true));
-  std::unique_ptr<CollectiveWork> work(
-      new CollectiveWork(std::move(wire), int64_t(input.nbytes()), started));
-  Wire* w = work->wire_.get();
-  Launch(*work, [this, w, input, output, n] {
-    return Run(
-        *w, input.raw_data(), output.raw_data(),
-        [&] { return ring::ReduceScatter(*w, input.raw_data(), output.raw_data(), n); },
-        [&] { return naive::ReduceScatter(*w, input.raw_data(), output.raw_data(), n); },
-        [&] {
-          return hierarchical::ReduceScatter(*w, *hierarchical::LayoutOf(group_nodes_),
-                                             input.raw_data(), output.raw_data(), n);
-        });
-  });
-  return work;
+  return Post(std::move(wire), ReduceScatterCall(input, output), started);
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllGather(
@@ -382,22 +382,9 @@ absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllGather(
   const int64_t n = output.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kAllGather, "input", input,
                              ChunkOf(n, size(), rank()).count));
-  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, input.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}, /*queued=*/true));
-  std::unique_ptr<CollectiveWork> work(
-      new CollectiveWork(std::move(wire), int64_t(output.nbytes()), started));
-  Wire* w = work->wire_.get();
-  Launch(*work, [this, w, input, output, n] {
-    return Run(
-        *w, input.raw_data(), output.raw_data(),
-        [&] { return ring::AllGather(*w, input.raw_data(), output.raw_data(), n); },
-        [&] { return naive::AllGather(*w, input.raw_data(), output.raw_data(), n); },
-        [&] {
-          return hierarchical::AllGather(*w, *hierarchical::LayoutOf(group_nodes_),
-                                         input.raw_data(), output.raw_data(), n);
-        });
-  });
-  return work;
+  return Post(std::move(wire), AllGatherCall(input, output), started);
 }
 
 absl::Status Work::Wait() {

@@ -193,9 +193,18 @@ class Communicator {
                                               DType dtype, ReduceOp op, int root, int64_t count,
                                               std::initializer_list<const Tensor*> tensors,
                                               bool queued = false);
-  // Runs `call` for `work`: on the communication thread, or now where the transport or the
-  // buffers' device keep it on this thread.
-  void Launch(CollectiveWork& work, std::function<absl::Status()> call);
+  // What a call with a non-blocking form runs on its wire (its algorithm), and its
+  // payload; the tensors are held by the call.
+  struct Call {
+    int64_t payload_bytes;
+    std::function<absl::Status(Wire&)> run;
+  };
+  Call AllReduceCall(const Tensor& data);
+  Call ReduceScatterCall(const Tensor& input, const Tensor& output);
+  Call AllGatherCall(const Tensor& input, const Tensor& output);
+  // Runs `call` on the communication thread, or now where the transport or the buffers'
+  // device keep it on this thread.
+  std::unique_ptr<CollectiveWork> Post(std::unique_ptr<Wire> wire, Call call, int64_t started);
   // Waits until every non-blocking call posted so far has run.
   void Drain() {
     if (progress_ != nullptr) progress_->Drain();
