@@ -26,8 +26,31 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   std::unique_ptr<PipelineParallel> p(new PipelineParallel(gpt, stages, options, device));
   const int64_t activation = p->BoundaryElements(options.micro_batch_size);
   const int slots = p->slot_count_;
-  ASSIGN_OR_RETURN(p->received_,
-                   Tensor::Empty({activation}, DType::kF32, device, MemoryCategory::kComm));
+  // The inboxes: one buffer both share (a step reads one of them at a time), or, with
+  // early receives, a pair each.
+  auto buffer = [&](DType type) {
+    return Tensor::Empty({activation}, type, device, MemoryCategory::kComm);
+  };
+  const bool wired = options.boundary != DType::kF32;
+  if (!options.early_receive) {
+    ASSIGN_OR_RETURN(Tensor shared, buffer(DType::kF32));
+    p->from_previous_.data[0] = p->from_next_.data[0] = shared;
+    if (wired) {
+      ASSIGN_OR_RETURN(Tensor shared_wire, buffer(options.boundary));
+      p->from_previous_.wire[0] = p->from_next_.wire[0] = shared_wire;
+    }
+  } else {
+    const int last = stages->size() - 1, stage = stages->rank();
+    for (Inbox* in : {stage > 0 ? &p->from_previous_ : nullptr,
+                      stage < last ? &p->from_next_ : nullptr}) {
+      for (int i = 0; in != nullptr && i < 2; ++i) {
+        ASSIGN_OR_RETURN(in->data[i], buffer(DType::kF32));
+        if (wired) {
+          ASSIGN_OR_RETURN(in->wire[i], buffer(options.boundary));
+        }
+      }
+    }
+  }
   ASSIGN_OR_RETURN(p->d_inputs_,
                    Tensor::Empty({activation * slots}, DType::kF32, device, MemoryCategory::kComm));
   if (options.recompute) {
@@ -38,7 +61,6 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
     auto wire = [&](int64_t n) {
       return Tensor::Empty({n}, options.boundary, device, MemoryCategory::kComm);
     };
-    ASSIGN_OR_RETURN(p->wire_received_, wire(activation));
     ASSIGN_OR_RETURN(p->wire_outputs_, wire(activation * slots));
     ASSIGN_OR_RETURN(p->wire_d_inputs_, wire(activation * slots));
   }
@@ -54,11 +76,29 @@ int64_t PipelineParallel::BoundaryElements(int b) const {
   return int64_t(gpt_->split().Rows(b * c.seq_len)) * c.n_embd;
 }
 
-absl::Status PipelineParallel::Receive(int peer) {
-  if (!wire_received_.defined()) return stages_->Recv(received_, peer);
-  RETURN_IF_ERROR(stages_->Recv(wire_received_, peer));
-  return gpt_->kernels().Convert(received_.raw_data(), DType::kF32, wire_received_.raw_data(),
-                                 wire_received_.dtype(), received_.numel());
+absl::StatusOr<const float*> PipelineParallel::Take(Inbox& in, int peer) {
+  if (in.posted != nullptr) {
+    const absl::Status status = in.posted->Wait();
+    in.posted.reset();
+    RETURN_IF_ERROR(status);
+    in.current ^= 1;
+  } else {
+    Tensor into = in.wire[in.current].defined() ? in.wire[in.current] : in.data[in.current];
+    RETURN_IF_ERROR(stages_->Recv(into, peer));
+  }
+  const Tensor& data = in.data[in.current];
+  const Tensor& wire = in.wire[in.current];
+  if (wire.defined()) {
+    RETURN_IF_ERROR(gpt_->kernels().Convert(data.raw_data(), DType::kF32, wire.raw_data(),
+                                            wire.dtype(), data.numel()));
+  }
+  return data.data<float>();
+}
+
+void PipelineParallel::PostNext(Inbox& in, int peer) {
+  const int other = in.current ^ 1;
+  Tensor into = in.wire[other].defined() ? in.wire[other] : in.data[other];
+  in.posted = stages_->Irecv(into, peer);
 }
 
 absl::StatusOr<std::unique_ptr<comm::Work>> PipelineParallel::StartSend(const Tensor& t,
@@ -136,20 +176,32 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
   };
   RETURN_IF_ERROR(gpt_->ZeroGrad());
   double loss_sum = 0;
-  for (const PipelineStep& s : StageSteps(options_.schedule, stages, stage_, m)) {
+  const std::vector<PipelineStep> steps = StageSteps(options_.schedule, stages, stage_, m);
+  // Whether a step after the i-th is of `kind` (its receive may be posted now).
+  auto another = [&](size_t i, PipelineStep::Kind kind) {
+    for (size_t j = i + 1; j < steps.size(); ++j) {
+      if (steps[j].kind == kind) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PipelineStep& s = steps[i];
     const int slot = s.micro_batch % slot_count_;
     fill(s.micro_batch, tokens_.data(), targets_.data());
     if (s.kind == PipelineStep::kForward) {
       comm::PhaseScope phase(ledger, comm::Phase::kForward);
+      const float* input = nullptr;
       if (stage_ > 0) {
         comm::LabelScope label(ledger, BoundaryScope(stage_ - 1, stage_));
-        RETURN_IF_ERROR(Receive(stage_ - 1));
+        ASSIGN_OR_RETURN(input, Take(from_previous_, stage_ - 1));
+        if (options_.early_receive && another(i, PipelineStep::kForward)) {
+          PostNext(from_previous_, stage_ - 1);
+        }
       }
       RETURN_IF_ERROR(wait(forward_sends[slot]));  // the slot's last output has left
       const int64_t t0 = MonotonicNanos();
       ASSIGN_OR_RETURN(float loss, ForwardSlot(slot, b, stage_ == 0 ? tokens_.data() : nullptr,
-                                               stage_ > 0 ? received_.data<float>() : nullptr,
-                                               stage_ == last ? targets_.data() : nullptr));
+                                               input, stage_ == last ? targets_.data() : nullptr));
       busy += MonotonicNanos() - t0;
       span("forward", s.micro_batch, t0);
       loss_sum += loss;
@@ -167,15 +219,18 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
       continue;
     }
     comm::PhaseScope phase(ledger, comm::Phase::kBackward);
+    const float* d_output = nullptr;
     if (stage_ < last) {
       comm::LabelScope label(ledger, BoundaryScope(stage_ + 1, stage_));
-      RETURN_IF_ERROR(Receive(stage_ + 1));
+      ASSIGN_OR_RETURN(d_output, Take(from_next_, stage_ + 1));
+      if (options_.early_receive && another(i, PipelineStep::kBackward)) {
+        PostNext(from_next_, stage_ + 1);
+      }
     }
     RETURN_IF_ERROR(wait(backward_sends[slot]));
     Tensor d_input = d_inputs_.Flat(slot * activation, (slot + 1) * activation);
     const int64_t t0 = MonotonicNanos();
-    RETURN_IF_ERROR(BackwardSlot(slot, dloss, stage_ < last ? received_.data<float>() : nullptr,
-                                 stage_ > 0 ? d_input.data<float>() : nullptr));
+    RETURN_IF_ERROR(BackwardSlot(slot, dloss, d_output, stage_ > 0 ? d_input.data<float>() : nullptr));
     busy += MonotonicNanos() - t0;
     span("backward", s.micro_batch, t0);
     if (stage_ > 0) {

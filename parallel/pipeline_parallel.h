@@ -49,6 +49,9 @@ class PipelineParallel {
     // mixed precision: each is rounded into a bf16 buffer of its slot before it is sent,
     // and widened on arrival).
     DType boundary = DType::kF32;
+    // Post the next micro-batch's receive from each neighbour before this step computes
+    // (--overlap): it lands in the other buffer of a pair while the step runs.
+    bool early_receive = false;
   };
   // `gpt`: this stage's model; `stages`: the pp group, whose rank r is stage r. Both
   // must outlive the executor. `device`: the model's allocator, which the slots'
@@ -98,9 +101,19 @@ class PipelineParallel {
   absl::StatusOr<float> ForwardSlot(int slot, int b, const int32_t* tokens, const float* input,
                                     const int32_t* targets);
   const float* SlotOutput(int slot) const;
-  // Receives a boundary tensor from `peer` into received_ (through wire_received_ when
-  // it travels as another type).
-  absl::Status Receive(int peer);
+  // What arrives from one neighbour: the buffer a step reads (and, when the boundary
+  // travels as another type, the one it arrives in), a pair of each under early_receive,
+  // with the next receive posted into the buffer the step does not read.
+  struct Inbox {
+    Tensor data[2], wire[2];
+    int current = 0;
+    std::unique_ptr<comm::Work> posted;
+  };
+  // The boundary tensor from `peer`: the receive posted earlier, or one now; widened
+  // from the boundary type. Returns the buffer the step reads.
+  absl::StatusOr<const float*> Take(Inbox& in, int peer);
+  // Posts the next receive from `peer` into the other buffer.
+  void PostNext(Inbox& in, int peer);
   // Starts sending `t` to `peer`: itself, or its copy in `wire` (the slot's buffer of
   // the boundary type).
   absl::StatusOr<std::unique_ptr<comm::Work>> StartSend(const Tensor& t, const Tensor& wire,
@@ -118,11 +131,12 @@ class PipelineParallel {
   // recomputes into; the others keep ids and input only), for batch slots_batch_.
   std::vector<model::GPT::Activations> slots_;
   int slots_batch_ = 0;
-  Tensor received_, d_inputs_;  // a stage input / output gradient; each slot's d_input
+  Inbox from_previous_, from_next_;  // stage inputs, output gradients
+  Tensor d_inputs_;                  // each slot's d_input
   Tensor outputs_;              // recompute: each slot's output, while it is sent
   // Under a boundary type other than fp32: what arrives, and each slot's outputs and
   // input gradients while they are sent, in that type.
-  Tensor wire_received_, wire_outputs_, wire_d_inputs_;
+  Tensor wire_outputs_, wire_d_inputs_;
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, on the host
   int64_t busy_nanos_ = 0, step_nanos_ = 0;
 };

@@ -216,15 +216,12 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
-  if (overlap) {
-    if (dp == 1) unused("--overlap=on", "with --dp=1");
-    else if (zero == 1 || zero == 2) {
-      unused("--overlap=on", "with --zero=1 or 2 (their reduce-scatters are not overlapped)");
-    } else if (zero == 3 && pp > 1) {
-      unused("--overlap=on", "with --zero=3 and --pp>1 (the prefetch is for one stage)");
-    } else if (backend != Backend::kThreads) {
-      unused("--overlap=on", "on --backend=mpi or nccl (their calls stay on the rank's thread)");
-    }
+  // --overlap overlaps the dp gradient buckets, ZeRO-3's gathers on one stage and the
+  // pipeline's receives.
+  const bool overlaps = pp > 1 || (dp > 1 && (zero == 0 || zero == 3));
+  if (overlap && !overlaps) {
+    unused("--overlap=on", dp == 1 ? "with --dp=1 --pp=1"
+                                   : "with --zero=1 or 2 (their reduce-scatters are not overlapped)");
   }
   if (allreduce == comm::Algorithm::kHierarchical && gpus_per_node == 0 &&
       backend == Backend::kThreads) {

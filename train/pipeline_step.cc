@@ -15,6 +15,7 @@ absl::Status Trainer::SetUpPipeline() {
   pipeline.micro_batch_size = o.micro_batch_size;
   pipeline.recompute = o.recompute;
   pipeline.boundary = o.Precision().activations;
+  pipeline.early_receive = o.overlap;
   ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(), pipeline,
                                                                  model_alloc_));
   return absl::OkStatus();
