@@ -1,7 +1,7 @@
 // The end-of-run report of a multi-rank run: traffic per group, primitive and phase next to
 // its exact formula and the seed article's, time per rank, and memory per rank next to its
-// formula. The tables, CSV and JSON are report.cc; the formulas, from the options alone,
-// report_formulas.cc.
+// formula. The tables, CSV and JSON are report.cc; the time per rank and the verdict
+// report_time.cc; the formulas, from the options alone, report_formulas.cc.
 //
 //   group op          algo phase     scope calls  bytes sent/rank   exact formula  seed formula  measured/seed
 //   dp    all_reduce  ring backward  -        20       234567890      234567890     260628480          0.900
