@@ -47,10 +47,24 @@ absl::StatusOr<SentAs::Pending> SentAs::IAllReduce(comm::Communicator& group, co
   return pending;
 }
 
+absl::StatusOr<SentAs::Pending> SentAs::IReduceScatter(
+    comm::Communicator& group, const Tensor& all, const Tensor& mine, comm::ReduceOp op,
+    comm::Communicator::AlgorithmChoice algorithm) const {
+  Pending pending;
+  pending.sent_as_ = this;
+  pending.data_ = mine;
+  ASSIGN_OR_RETURN(pending.input_, ToWire(group, all, /*copy=*/true));
+  ASSIGN_OR_RETURN(pending.wire_, ToWire(group, mine, /*copy=*/false));
+  ASSIGN_OR_RETURN(pending.work_,
+                   group.IReduceScatter(pending.input_, pending.wire_, op, algorithm));
+  return pending;
+}
+
 absl::Status SentAs::Pending::Wait() {
   if (work_ == nullptr) return absl::OkStatus();
   absl::Status status = work_->Wait();
   work_.reset();
+  input_ = Tensor();
   if (!status.ok()) return status;
   return sent_as_->FromWire(wire_, data_);
 }

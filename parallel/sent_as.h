@@ -34,8 +34,9 @@ class SentAs {
   absl::Status ReduceScatter(comm::Communicator& group, const Tensor& all, const Tensor& mine,
                              comm::ReduceOp op,
                              comm::Communicator::AlgorithmChoice algorithm = {}) const;
-  // A non-blocking all-reduce (Communicator::IAllReduce) of `data` travelling as the wire
-  // type: converted into a wire buffer now, the result converted back into `data` by Wait.
+  // Non-blocking forms (Communicator::IAllReduce, IReduceScatter) travelling as the wire
+  // type: the input converted into a wire buffer now, the result converted back into
+  // `data` / `mine` by Wait.
   class Pending {
    public:
     absl::Status Wait();
@@ -44,11 +45,15 @@ class SentAs {
     friend class SentAs;
     const SentAs* sent_as_ = nullptr;
     std::unique_ptr<comm::CollectiveWork> work_;
-    Tensor wire_, data_;
+    Tensor wire_, data_;  // the result, as it arrives and where it goes
+    Tensor input_;        // a reduce-scatter's input in the wire type, while it is sent
   };
   absl::StatusOr<Pending> IAllReduce(comm::Communicator& group, const Tensor& data,
                                      comm::ReduceOp op,
                                      comm::Communicator::AlgorithmChoice algorithm = {}) const;
+  absl::StatusOr<Pending> IReduceScatter(comm::Communicator& group, const Tensor& all,
+                                         const Tensor& mine, comm::ReduceOp op,
+                                         comm::Communicator::AlgorithmChoice algorithm = {}) const;
 
   absl::Status Send(comm::Communicator& group, const Tensor& data, int peer) const;
   absl::Status Recv(comm::Communicator& group, const Tensor& data, int peer) const;

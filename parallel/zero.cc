@@ -79,6 +79,18 @@ int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, i
   return calls * sent;
 }
 
+std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,
+                                                     int zero_stage) {
+  std::vector<std::pair<size_t, size_t>> pieces;
+  size_t piece = 0;
+  for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
+    const size_t first = zero_stage >= 2 ? piece : 0;
+    piece += parts.size();
+    pieces.push_back({first, zero_stage >= 2 ? piece : 1});
+  }
+  return pieces;
+}
+
 ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
                          MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
                          comm::Communicator* stages, Device device,
@@ -95,14 +107,8 @@ ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::Pa
       precision_(precision),
       grads_sent_as_(precision.grad_comm),
       gathered_(layout.units().size()),
-      open_grads_(layout.units().size()) {
-  size_t piece = 0;
-  for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
-    const size_t first = zero_stage >= 2 ? piece : 0;
-    piece += parts.size();
-    pieces_of_unit_.push_back({first, zero_stage >= 2 ? piece : 1});
-  }
-}
+      open_grads_(layout.units().size()),
+      pieces_of_unit_(PiecesOfUnits(layout, zero_stage)) {}
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
@@ -267,7 +273,27 @@ absl::StatusOr<float*> ZeroWeights::OpenGrads(int unit) {
   return grads.data<float>();
 }
 
+absl::Status ZeroWeights::FinishReduce() {
+  if (reducing_.unit < 0) return absl::OkStatus();
+  const int unit = reducing_.unit;
+  absl::Status status;
+  for (SentAs::Pending& pending : reducing_.pending) status.Update(pending.Wait());
+  RETURN_IF_ERROR(status);
+  int64_t at = 0;
+  for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+    const int64_t count = sharding_.pieces()[i].own.count;
+    Tensor into = Own(grad_shard_, i);
+    RETURN_IF_ERROR(kernels_->Accumulate(into.raw_data(), into.dtype(),
+                                         in_flight_reduced_.Flat(at, at + count).raw_data(),
+                                         in_flight_reduced_.dtype(), count));
+    at += count;
+  }
+  reducing_ = Reducing();
+  return absl::OkStatus();
+}
+
 absl::Status ZeroWeights::CloseGrads(int unit) {
+  RETURN_IF_ERROR(FinishReduce());  // the unit closed before this one
   const model::ParamUnit& u = layout_.units()[unit];
   // The backward's fp32 gradients of the unit: the open buffer, or the working copy.
   Tensor grads = std::move(open_grads_[unit]);
@@ -278,6 +304,32 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
     Tensor into = grads_.Flat(u.begin, u.end);
     return kernels_->Accumulate(into.raw_data(), into.dtype(), grads.raw_data(), DType::kF32,
                                 u.count());
+  }
+  if (overlap_reduce_) {
+    if (!in_flight_reduced_.defined()) {  // room for the reduced chunks of any one unit
+      int64_t most = 0;
+      for (const auto& [first, second] : pieces_of_unit_) {
+        int64_t own = 0;
+        for (size_t i = first; i < second; ++i) own += sharding_.pieces()[i].own.count;
+        most = std::max(most, own);
+      }
+      ASSIGN_OR_RETURN(in_flight_reduced_, Tensor::Empty({most}, reduced_.dtype(), alloc_,
+                                                         MemoryCategory::kGrads));
+    }
+    reducing_.unit = unit;
+    reducing_.grads = grads;
+    int64_t at = 0;
+    for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+      const Sharding::Piece& piece = sharding_.pieces()[i];
+      Tensor part = grads.Flat(piece.unit.offset - u.begin, piece.unit.end() - u.begin);
+      ASSIGN_OR_RETURN(SentAs::Pending pending,
+                       grads_sent_as_.IReduceScatter(
+                           *dp_, part, in_flight_reduced_.Flat(at, at + piece.own.count),
+                           comm::ReduceOp::kSum, algorithm_));
+      reducing_.pending.push_back(std::move(pending));
+      at += piece.own.count;
+    }
+    return absl::OkStatus();
   }
   for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
     const Sharding::Piece& piece = sharding_.pieces()[i];
@@ -292,6 +344,7 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
 }
 
 absl::StatusOr<Tensor> ZeroWeights::TiedEmbeddingGrads() {
+  RETURN_IF_ERROR(FinishReduce());
   if (zero_stage_ == 1) return grads_.Flat(0, layout_.specs()[0].numel);  // wte leads the buffer
   return Own(grad_shard_, pieces_of_unit_[model::ParameterLayout::kEmbeddings].first);
 }
@@ -300,6 +353,7 @@ absl::Status ZeroWeights::ZeroGrad() { return (zero_stage_ == 1 ? grads_ : grad_
 
 absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::TrafficLedger& ledger = dp_->ledger();
+  RETURN_IF_ERROR(FinishReduce());
   // A prefetch nobody asked for would hold the shard from before the update.
   if (prefetched_.unit >= 0) RETURN_IF_ERROR(TakePrefetched().status());
   last_unit_ = -1;

@@ -96,6 +96,10 @@ int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, i
                          comm::Phase phase, bool recompute = false, int64_t element = 4,
                          std::span<const int> nodes = {});
 
+// The sharding pieces [first, second) of each model unit (ZeRO-1: every unit in piece 0).
+std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,
+                                                     int zero_stage);
+
 class ZeroWeights : public model::WeightStore {
  public:
   using MakeOptimizer = std::function<absl::StatusOr<std::unique_ptr<optim::Optimizer>>(
@@ -135,13 +139,21 @@ class ZeroWeights : public model::WeightStore {
   int zero_stage() const { return zero_stage_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
-  // ZeRO-3 prefetch (FSDP's): when the model asks for a unit, the gather of the unit it
-  // will ask for next (the next one in the direction it goes: up in forward, down in
-  // backward) is posted at once and runs while this one computes (Communicator::
-  // IAllGather); at most one unit is prefetched, held in params memory besides those in
-  // use. The same calls and bytes as without it. For one pipeline stage (a stage's
-  // recompute would ask out of order).
-  void set_prefetch(bool on) { prefetch_ = on && zero_stage_ == 3; }
+  // Overlap (--overlap), the same calls, bytes and sums as without it:
+  //   reduce    ZeRO-2/3: a unit's gradient reduce-scatter is posted when backward closes
+  //             the unit (Communicator::IReduceScatter) and finished (its chunks added to
+  //             the shard, in the same order) when the next unit closes, or before the
+  //             shard is read; one unit in flight, its fp32 gradients and reduced chunks
+  //             held until then.
+  //   prefetch  ZeRO-3 (FSDP's): when the model asks for a unit, the gather of the unit
+  //             it will ask for next (the next in its direction: up in forward, down in
+  //             backward) is posted at once (IAllGather); at most one unit prefetched,
+  //             held in params memory. For one pipeline stage (a stage's recompute asks
+  //             out of order).
+  void set_overlap(bool reduce, bool prefetch) {
+    overlap_reduce_ = reduce && zero_stage_ >= 2;
+    prefetch_ = prefetch && zero_stage_ == 3;
+  }
 
  private:
   ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
@@ -160,6 +172,9 @@ class ZeroWeights : public model::WeightStore {
   // `works` when that is not null.
   absl::Status GatherUnit(int unit, const Tensor& into,
                           std::vector<std::unique_ptr<comm::CollectiveWork>>* works);
+  // Adds the reduced chunks of the unit in flight to the shard (overlap_reduce_), after
+  // its reduce-scatters are done.
+  absl::Status FinishReduce();
   // Posts the gather of the unit after `unit` in the model's direction (prefetch_).
   absl::Status PrefetchAfter(int unit);
   // Waits for the prefetched gather and hands its tensor over (empty when none).
@@ -202,6 +217,16 @@ class ZeroWeights : public model::WeightStore {
   std::unique_ptr<model::WorkingCopies> working_params_, working_grads_;
   // The pieces [first, second) of each model unit (ZeRO-1: all units in piece 0).
   std::vector<std::pair<size_t, size_t>> pieces_of_unit_;
+  // ZeRO-2/3 overlap: the unit whose reduce-scatters are in flight, its gradients, and
+  // its reduced chunks (each piece's at its packed offset in in_flight_reduced_).
+  bool overlap_reduce_ = false;
+  struct Reducing {
+    int unit = -1;
+    Tensor grads;
+    std::vector<SentAs::Pending> pending;
+  };
+  Reducing reducing_;
+  Tensor in_flight_reduced_;
   // ZeRO-3 prefetch: on or off, the unit asked for last, and the gather in flight.
   bool prefetch_ = false;
   int last_unit_ = -1;

@@ -216,12 +216,12 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
-  // --overlap overlaps the dp gradient buckets, ZeRO-3's gathers on one stage and the
-  // pipeline's receives.
-  const bool overlaps = pp > 1 || (dp > 1 && (zero == 0 || zero == 3));
+  // --overlap overlaps the dp gradient buckets, ZeRO-2/3's reduce-scatters, ZeRO-3's
+  // gathers on one stage and the pipeline's receives.
+  const bool overlaps = pp > 1 || (dp > 1 && zero != 1);
   if (overlap && !overlaps) {
     unused("--overlap=on", dp == 1 ? "with --dp=1 --pp=1"
-                                   : "with --zero=1 or 2 (their reduce-scatters are not overlapped)");
+                                   : "with --zero=1 (its reduce-scatter follows backward)");
   }
   if (allreduce == comm::Algorithm::kHierarchical && gpus_per_node == 0 &&
       backend == Backend::kThreads) {

@@ -185,6 +185,49 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   return calls > 0 ? calls * part_bytes : -1;
 }
 
+namespace {
+
+// The most fp32 gradient values a stage holds at once under ZeRO-2/3 with --overlap: its
+// backward opens and closes units in gpt.cc's order (the LM head's embeddings first on a
+// last stage, closed at once unless it is also the first; ln_f; the layers from the top;
+// the embeddings last on a first stage), and a closed unit stays held until the next
+// closes (its reduce-scatter in flight), across the step's micro-batches.
+int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout, int micro_batches) {
+  const std::vector<model::ParamUnit>& units = layout.units();
+  const bool first = layout.first_stage(), last = layout.last_stage();
+  const int emb = model::ParameterLayout::kEmbeddings;
+  int64_t open = 0, held = 0, most = 0;
+  auto count = [&](int unit) { return units[size_t(unit)].count(); };
+  auto open_unit = [&](int unit) {
+    open += count(unit);
+    most = std::max(most, open + held);
+  };
+  auto close_unit = [&](int unit) {
+    held = count(unit);  // the one before it is finished and let go
+    open -= count(unit);
+    most = std::max(most, open + held);
+  };
+  for (int k = 0; k < micro_batches; ++k) {
+    if (last) {
+      open_unit(emb);
+      if (!first) close_unit(emb);
+      open_unit(layout.final_norm_unit());
+      close_unit(layout.final_norm_unit());
+    }
+    for (int l = layout.layer_end() - 1; l >= layout.layer_begin(); --l) {
+      open_unit(layout.layer_unit(l));
+      close_unit(layout.layer_unit(l));
+    }
+    if (first) {
+      if (!last) open_unit(emb);
+      close_unit(emb);
+    }
+  }
+  return most;
+}
+
+}  // namespace
+
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const int dp_rank = o.topology().Of(rank).dp;
   const model::ParameterLayout layout = StageLayout(o, rank);
@@ -225,10 +268,22 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   f.params = bytes.params * (o.zero == 3 ? shard + params_open : phi);
   // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,
-  // which count as activations; model/weights.h).
-  const int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
+  // which count as activations; model/weights.h). With --overlap a closed unit's
+  // gradients stay until the next unit closes, and its reduced chunks have room of their
+  // own (zero.h).
+  int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
+  int64_t in_flight_reduced = 0;
+  if (o.overlap && o.zero >= 2) {
+    if (bytes.grads == 4) open_grads = 4 * GradientsHeldWithOverlap(layout, o.accumulation_steps());
+    for (const std::pair<size_t, size_t>& unit : parallel::PiecesOfUnits(layout, o.zero)) {
+      int64_t own = 0;
+      for (size_t i = unit.first; i < unit.second; ++i) own += sharding.pieces()[i].own.count;
+      in_flight_reduced = std::max(in_flight_reduced, own);
+    }
+  }
   f.grads = o.zero == 1 ? bytes.grads * phi
-                        : bytes.grads * shard + bytes.grad_comm * largest_chunk + open_grads;
+                        : bytes.grads * shard + bytes.grad_comm * (largest_chunk + in_flight_reduced) +
+                              open_grads;
   f.optimizer = state_per_element * shard;
   return f;
 }

@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                    t->groups_.dp.get(), options.zero, layout, options.seed,
                                    make_optimizer, algorithm, tp, t->groups_.pp.get(),
                                    t->model_alloc_.device(), options.Precision()));
-    t->zero_->set_prefetch(options.overlap && options.pp == 1);
+    t->zero_->set_overlap(options.overlap, options.overlap && options.pp == 1);
     ASSIGN_OR_RETURN(t->gpt_,
                      model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage));
   } else {

@@ -353,7 +353,11 @@ std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, C
     return work;
   }
   if (progress_ == nullptr) progress_ = std::make_unique<Progress>();
-  progress_->Post([w, done, run = std::move(call.run)] { done->Set(run(*w)); });
+  progress_->Post([w, done, run = std::move(call.run)]() mutable {
+    absl::Status status = run(*w);
+    run = nullptr;  // the call's tensors go before its waiter goes on (memory peaks)
+    done->Set(std::move(status));
+  });
   return work;
 }
 
