@@ -23,16 +23,6 @@
 #include "runtime/status_macros.h"
 
 namespace tally {
-namespace {
-
-// 0, 1, ..., n - 1: the world ranks of the benchmark's one group.
-std::vector<int> Iota(int n) {
-  std::vector<int> ranks(n);
-  for (int i = 0; i < n; ++i) ranks[i] = i;
-  return ranks;
-}
-
-}  // namespace
 
 using comm::Algorithm;
 using comm::Primitive;
@@ -197,7 +187,7 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
                              : comm::RunThreadRanks(launch, run_rank));
   if (!holds_rank0) return std::vector<BenchRow>();
 
-  const std::vector<int> group_nodes = nodes->Of(Iota(p));
+  const std::vector<int>& group_nodes = nodes->node_of();  // the group is the world
   for (size_t i = 0; i < counts.size(); ++i) {
     BenchRow& row = rows[i];
     row.op = op;

@@ -162,10 +162,8 @@ std::string ModelledTable(const ReportInputs& in) {
   // Per row, the busiest rank's time (a collective ends when its slowest rank does).
   std::map<comm::LedgerKey, comm::LinkSeconds> rows;
   for (size_t r = 0; r < in.traffic.size(); ++r) {
-    for (const auto& [key, c] : in.traffic[r].calls()) {
+    for (const auto& [key, s] : in.traffic[r].ModelledSeconds(nodes, o.cluster)) {
       if (key.phase == comm::Phase::kSetup) continue;  // once a run, not a step's
-      const comm::LinkSeconds s = in.traffic[r].ModelledSeconds(
-          nodes, o.cluster, [&](const comm::LedgerKey& k) { return k == key; });
       if (s.total() > rows[key].total()) rows[key] = s;
     }
   }
@@ -300,6 +298,8 @@ std::string ReportJson(const ReportInputs& in) {
       totals[key_peer.first].bytes_recv += t.bytes_recv;
     }
     std::map<comm::LedgerKey, comm::LinkBytes> links = SentByKey(in, nodes, int(r));
+    std::map<comm::LedgerKey, comm::LinkSeconds> modelled =
+        in.traffic[r].ModelledSeconds(nodes, o.cluster);
     w.Key("node").Int(nodes.node(int(r)));
     w.Key("traffic").BeginArray();
     for (const auto& [key, c] : in.traffic[r].calls()) {
@@ -309,11 +309,7 @@ std::string ReportJson(const ReportInputs& in) {
       w.Key("scope").String(key.label).Key("calls").Int(c.calls);
       w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
       w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
-      w.Key("modelled_seconds")
-          .Double(in.traffic[r]
-                      .ModelledSeconds(nodes, o.cluster,
-                                       [&](const comm::LedgerKey& k) { return k == key; })
-                      .total());
+      w.Key("modelled_seconds").Double(modelled[key].total());
       w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
       w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
       w.EndObject();

@@ -33,7 +33,7 @@ struct ReportInputs {
 
 std::string FormatReport(const ReportInputs& in);
 // The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
-// exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), the
+// sent_inter_min, sent_inter_max (the part that crossed a node), exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), the
 // achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks, and
 // modelled (1: MPI's own collective, the ring's bytes booked for it).
 std::string ReportCsv(const ReportInputs& in);
@@ -68,10 +68,13 @@ std::string TimeTable(const ReportInputs& in);
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
 
-// {"config": {..., "world", "dp", "tp", "pp", "zero", "params"}, "steps": S,
-//  "ranks": [{"rank", "dp", "tp", "pp", "traffic": [{"group", "op", "algorithm", "phase",
-//  "scope", "calls", "bytes_sent", "bytes_recv", "seconds", "blocked_seconds",
-//  "busbw_gbps", "modelled"}], "time": {"step_ms", "compute_ms", "comm_exposed_ms",
+// {"config": {..., "world", "dp", "tp", "pp", "zero", "order", "nodes", "gpus_per_node",
+//  "link_intra_gbps", "link_intra_latency_us", "link_inter_gbps", "link_inter_latency_us",
+//  "params"}, "steps": S,
+//  "ranks": [{"rank", "dp", "tp", "pp", "node", "traffic": [{"group", "op", "algorithm",
+//  "phase", "scope", "calls", "bytes_sent", "bytes_recv", "bytes_sent_intra",
+//  "bytes_sent_inter", "seconds", "blocked_seconds", "busbw_gbps", "modelled",
+//  "modelled_seconds"}], "time": {"step_ms", "compute_ms", "comm_exposed_ms",
 //  "comm_hidden_ms", "idle_ms"}, "memory":
 //  {"params", "grads", "optimizer", "activations", "comm", "peak_total"}}]}
 std::string ReportJson(const ReportInputs& in);

@@ -88,8 +88,9 @@ class Nodes {
     return LinkBetween(a, b) == Link::kIntra ? LinkBytes{bytes, 0} : LinkBytes{0, bytes};
   }
   // The nodes of a group's members (world ranks, in group order): what a collective's
-  // algorithm and formula need to know of the placement.
+  // algorithm and formula need to know of the placement; node_of() is the world's.
   std::vector<int> Of(std::span<const int> members) const;
+  const std::vector<int>& node_of() const { return node_of_; }
 
   // "node 0: ranks 0 1 | node 1: ranks 2 3" (--print_topology).
   std::string Describe() const;

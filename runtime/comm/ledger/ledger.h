@@ -122,18 +122,18 @@ class TrafficLedger {
   TransferTotals Total() const {
     return Sum([](const LedgerKey&) { return true; });
   }
-  // The time the messages sent under the keys `match` accepts would take on `cluster`
-  // (the α-β model, nodes.h): each peer's messages and bytes over the link to it.
-  template <typename Match>
-  LinkSeconds ModelledSeconds(const Nodes& nodes, const Cluster& cluster, Match match) const {
-    LinkSeconds s;
+  // The time the messages sent under each key would take on `cluster` (the α-β model,
+  // nodes.h): each peer's messages and bytes over the link to it.
+  std::map<LedgerKey, LinkSeconds> ModelledSeconds(const Nodes& nodes,
+                                                   const Cluster& cluster) const {
+    std::map<LedgerKey, LinkSeconds> seconds;
     for (const auto& [key, v] : transfers_) {
-      if (!match(key.first)) continue;
       const Link link = nodes.LinkBetween(world_rank_, key.second);
+      LinkSeconds& s = seconds[key.first];
       (link == Link::kIntra ? s.intra : s.inter) +=
           cluster.Of(link).Seconds(v.bytes_sent, v.messages_sent);
     }
-    return s;
+    return seconds;
   }
   // Bytes sent under the keys `match` accepts, by the link to each peer (nodes.h).
   template <typename Match>

@@ -219,7 +219,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status Accumulate(void* to, DType to_type, const void* from, DType from_type,
                           int64_t n) override {
-    return WithGrads(from_type, from, [&](auto* x) -> absl::Status {
+    return WithValues(from_type, from, [&](auto* x) -> absl::Status {
       if (to_type == DType::kF32) {
         auto* y = static_cast<float*>(to);
         for (int64_t i = 0; i < n; ++i) y[i] += Widen(x[i]);
@@ -233,7 +233,7 @@ class CpuKernels final : public Kernels {
   }
 
   absl::StatusOr<double> AddSquares(const void* x, DType type, int64_t n, double sum) override {
-    return WithGrads(type, x, [&](auto* g) -> absl::StatusOr<double> {
+    return WithValues(type, x, [&](auto* g) -> absl::StatusOr<double> {
       for (int64_t i = 0; i < n; ++i) {
         const double gi = Widen(g[i]);
         sum += gi * gi;
@@ -254,7 +254,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
                      int64_t n, const AdamWArgs& a) override {
-    return WithGrads(grad_type, grads, [&](auto* grad) -> absl::Status {
+    return WithValues(grad_type, grads, [&](auto* grad) -> absl::Status {
       for (int64_t i = 0; i < n; ++i) {
         float g = Widen(grad[i]);
         float p = params[i] * a.keep;
@@ -268,7 +268,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum, int64_t n,
                    float lr, float mu, float wd, bool first) override {
-    return WithGrads(grad_type, grads, [&](auto* grad) -> absl::Status {
+    return WithValues(grad_type, grads, [&](auto* grad) -> absl::Status {
       for (int64_t i = 0; i < n; ++i) {
         float g = Widen(grad[i]) + wd * params[i];
         momentum[i] = first ? g : mu * momentum[i] + g;
@@ -281,25 +281,25 @@ class CpuKernels final : public Kernels {
  private:
   static float Widen(float x) { return x; }
   static float Widen(BFloat16 x) { return x.ToFloat(); }
-  // body(grads as const float* or const BFloat16*), whose result it returns; an error for
-  // any other type.
+  // body(values as const float* or const BFloat16*: gradients, matmul inputs), whose
+  // result it returns; an error for any other type.
   template <typename Body>
-  static auto WithGrads(DType type, const void* grads, Body body)
+  static auto WithValues(DType type, const void* grads, Body body)
       -> decltype(body(static_cast<const float*>(nullptr))) {
     if (type == DType::kF32) return body(static_cast<const float*>(grads));
     if (type == DType::kBF16) return body(static_cast<const BFloat16*>(grads));
     return UnsupportedConversion(type, DType::kF32);
   }
 
-  // body(x as const float*, or as const BFloat16* when the matmuls take bf16); an error
-  // for any other type.
+  // WithValues for a matmul input, which is bf16 only when the matmuls take bf16.
   template <typename Body>
   absl::Status WithOperand(ConstTypedPtr x, Body body) const {
-    if (x.type == DType::kF32) return body(x.as<float>());
-    if (x.type == DType::kBF16 && inputs_ == MatmulInputs::kBF16) return body(x.as<BFloat16>());
-    return absl::InvalidArgumentError(absl::StrCat("[kernels] a matmul input of type ",
-                                                   Name(x.type), " with ", Name(inputs_),
-                                                   " matmul inputs"));
+    if (x.type == DType::kBF16 && inputs_ != MatmulInputs::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat("[kernels] a matmul input of type ",
+                                                     Name(x.type), " with ", Name(inputs_),
+                                                     " matmul inputs"));
+    }
+    return WithValues(x.type, x.data, body);
   }
   // body(y as float* or BFloat16*); an error for any other type.
   template <typename Body>

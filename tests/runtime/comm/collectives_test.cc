@@ -78,7 +78,7 @@ TEST_P(CollectiveTest, ExactResultsAndExactBytes) {
       EXPECT_EQ(o.sent_to,
                 ExactSentTo(primitive, algorithm, p, r, p / 2, counts[c], sizeof(float)));
       for (int g : {1, 2, 3}) {
-        const std::vector<int> nodes = Nodes::Blocks(p, g)->Of(test_util::Iota(p));
+        const std::vector<int> nodes = Nodes::Blocks(p, g)->node_of();
         LinkBytes measured;
         for (int j = 0; j < p; ++j) measured += Nodes(nodes).Split(r, j, o.sent_to[j]);
         EXPECT_EQ(measured, ExactSentByLink(primitive, algorithm, nodes, r, p / 2, counts[c],
@@ -120,7 +120,7 @@ TEST_P(HierarchicalTest, ExactResultsAndExactBytesByLink) {
   const auto [primitive, p, g] = GetParam();
   CommOptions options = Options(Algorithm::kHierarchical, kMaxChunkBytes);
   options.nodes = std::make_shared<const Nodes>(Nodes::Blocks(p, g).value());
-  const std::vector<int> nodes = options.nodes->Of(test_util::Iota(p));
+  const std::vector<int> nodes = options.nodes->node_of();
   const Algorithm booked = EffectiveAlgorithm(primitive, Algorithm::kHierarchical, nodes);
   const bool two_level = (primitive == Primitive::kAllReduce ||
                           primitive == Primitive::kReduceScatter ||

@@ -37,11 +37,4 @@ inline CommOptions Options(Algorithm algorithm, size_t max_chunk_bytes) {
   return options;
 }
 
-// 0, 1, ..., n - 1: the world ranks of a group that is the whole world.
-inline std::vector<int> Iota(int n) {
-  std::vector<int> ranks(n);
-  for (int i = 0; i < n; ++i) ranks[i] = i;
-  return ranks;
-}
-
 }  // namespace tally::comm::test_util

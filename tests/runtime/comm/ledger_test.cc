@@ -29,7 +29,7 @@ TEST(Ledger, SplitsBytesByLinkAndTimesThemOnAModelledCluster) {
   auto all = [](const LedgerKey&) { return true; };
   EXPECT_EQ(ledger.SentByLink(nodes, all), (LinkBytes{1000000, 1000000}));
   const Cluster cluster{{100, 1}, {10, 5}};  // 100 GB/s + 1 us, 10 GB/s + 5 us
-  const LinkSeconds s = ledger.ModelledSeconds(nodes, cluster, all);
+  const LinkSeconds s = ledger.ModelledSeconds(nodes, cluster)[key];
   EXPECT_DOUBLE_EQ(s.intra, 2e-6 + 1e-5);
   EXPECT_DOUBLE_EQ(s.inter, 5e-6 + 1e-4);
   EXPECT_EQ(ledger.SentByLink(nodes, [](const LedgerKey& k) { return k.group == "tp"; }),
