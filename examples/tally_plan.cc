@@ -41,6 +41,8 @@ ABSL_FLAG(int, tp, 1, "tensor-parallel GPUs");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
 ABSL_FLAG(int, zero, 0, "ZeRO stage, for the memory per GPU");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
+ABSL_FLAG(int, virtual_stages, 1,
+          "chunks of layers a pipeline stage holds (> 1: the interleaved schedule)");
 ABSL_FLAG(std::string, allreduce, "ring",
           "ring, naive or hierarchical (rings inside each node, then across nodes)");
 ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
@@ -117,6 +119,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.pp = absl::GetFlag(FLAGS_pp);
   in.zero = absl::GetFlag(FLAGS_zero);
   in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  in.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   ASSIGN_OR_RETURN(in.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   in.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
@@ -146,9 +149,17 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(positive("pp", in.pp));
   RETURN_IF_ERROR(positive("micro_batches", in.micro_batches));
   RETURN_IF_ERROR(CheckGrid(in));
-  if (in.pp > in.model.layers) {
-    return absl::InvalidArgumentError(absl::StrFormat("[flags] --pp=%d is more stages than the %d layers",
-                                                      in.pp, in.model.layers));
+  RETURN_IF_ERROR(positive("virtual_stages", in.virtual_stages));
+  if (int64_t(in.pp) * in.virtual_stages > in.model.layers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] --pp=%d x --virtual_stages=%d is more stages than the %d layers", in.pp,
+        in.virtual_stages, in.model.layers));
+  }
+  if (in.virtual_stages > 1 && in.micro_batches % in.pp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] --virtual_stages > 1 (interleaved) runs micro-batches in groups of --pp: "
+        "--micro_batches=%d is not a multiple of --pp=%d",
+        in.micro_batches, in.pp));
   }
   if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("[flags] --zero must be 0, 1, 2 or 3");
   if (in.batch % in.micro_batches != 0) {
@@ -160,9 +171,11 @@ absl::StatusOr<PlanInput> InputFromFlags() {
 void PrintTable(const PlanInput& in) {
   std::cout << absl::StrFormat(
       "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d x tp %d x pp %d, "
-      "%d micro-batch(es), %s\n",
+      "%s%d micro-batch(es), %s\n",
       in.model.name, in.model.params, in.model.layers, in.model.hidden, in.batch, in.seq_len,
-      in.bytes_per_value, in.dp, in.tp, in.pp, in.micro_batches, comm::Name(in.allreduce));
+      in.bytes_per_value, in.dp, in.tp, in.pp,
+      in.virtual_stages > 1 ? absl::StrCat("interleaved x ", in.virtual_stages, " chunks, ") : "",
+      in.micro_batches, comm::Name(in.allreduce));
   std::cout << absl::StrFormat(
       "placement: order %s, %s; inside a node %s, across nodes %s\n\n", parallel::Name(in.order),
       in.gpus_per_node > 0 ? absl::StrCat(in.gpus_per_node, " GPUs a node") : "one node",
@@ -192,6 +205,7 @@ void PrintJson(const PlanInput& in) {
   JsonWriter w;
   w.BeginObject().Key("model").String(in.model.name).Key("params").Int(in.model.params);
   w.Key("dp").Int(in.dp).Key("tp").Int(in.tp).Key("pp").Int(in.pp);
+  w.Key("virtual_stages").Int(in.virtual_stages);
   w.Key("order").String(parallel::Name(in.order)).Key("gpus_per_node").Int(in.gpus_per_node);
   w.Key("strategies").BeginArray();
   for (const PlanRow& r : train::Plan(in)) {

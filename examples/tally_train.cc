@@ -56,7 +56,10 @@ ABSL_FLAG(bool, sequence_parallel, false,
 ABSL_FLAG(int, pp, 1, "pipeline stages: the layers split into pp stages");
 ABSL_FLAG(std::vector<std::string>, pp_layers, {},
           "layers per pipeline stage, e.g. 3,3,2 (default: balanced)");
-ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
+ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved");
+ABSL_FLAG(int, virtual_stages, 1,
+          "interleaved schedule: chunks of layers each stage holds (v >= 2; stage s holds "
+          "chunks s, pp+s, ...)");
 ABSL_FLAG(bool, recompute, false,
           "pipeline: keep only each stage's input per micro-batch, recompute in backward");
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
@@ -160,6 +163,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   ASSIGN_OR_RETURN(o.schedule, parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
   o.recompute = absl::GetFlag(FLAGS_recompute);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
+  o.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   o.print_topology = absl::GetFlag(FLAGS_print_topology);
   ASSIGN_OR_RETURN(o.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
   o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);

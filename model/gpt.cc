@@ -9,26 +9,30 @@
 
 namespace tally::model {
 
-GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, Stage stage)
+GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks)
     : config_(config),
       split_(split),
-      layout_(ParameterLayout::ForGPT(config, split.size(), split.rank(), stage.begin,
-                                      stage.end)),
+      layout_(ParameterLayout::ForGPT(config, split.size(), split.rank(), chunks)),
       alloc_(alloc) {}
 
 namespace {
 
-absl::Status Validate(const GPTConfig& config, const LayerSplit& split, Stage stage) {
+absl::Status Validate(const GPTConfig& config, const LayerSplit& split, const Chunks& chunks) {
   RETURN_IF_ERROR(config.Validate());
   if (config.n_head % split.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] n_head=", config.n_head,
                                                    " is not divisible by tp=", split.size(),
                                                    " (each rank takes whole heads)"));
   }
-  const int end = stage.end < 0 ? config.n_layer : stage.end;
-  if (stage.begin < 0 || stage.begin >= end || end > config.n_layer) {
-    return absl::InvalidArgumentError(absl::StrCat("[GPT] no layers [", stage.begin, ", ", end,
-                                                   ") in a model of ", config.n_layer));
+  int after = 0;  // chunks in order, apart, each of some layers
+  for (const LayerRange& r : chunks) {
+    if (r.begin < after || r.begin >= r.end || r.end > config.n_layer ||
+        (after > 0 && r.begin == after)) {
+      return absl::InvalidArgumentError(absl::StrCat("[GPT] no chunk of layers [", r.begin, ", ",
+                                                     r.end, ") after layer ", after,
+                                                     " in a model of ", config.n_layer));
+    }
+    after = r.end;
   }
   return absl::OkStatus();
 }
@@ -37,10 +41,10 @@ absl::Status Validate(const GPTConfig& config, const LayerSplit& split, Stage st
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  uint64_t seed, const LayerSplit* split,
-                                                 Stage stage, const Precision& precision) {
+                                                 const Chunks& chunks, const Precision& precision) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
-  RETURN_IF_ERROR(Validate(config, serial_or_split, stage));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, stage));
+  RETURN_IF_ERROR(Validate(config, serial_or_split, chunks));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc, precision));
   gpt->weights_ = gpt->replica_.get();
@@ -49,10 +53,10 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  WeightStore* weights, const LayerSplit* split,
-                                                 Stage stage) {
+                                                 const Chunks& chunks) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
-  RETURN_IF_ERROR(Validate(config, serial_or_split, stage));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, stage));
+  RETURN_IF_ERROR(Validate(config, serial_or_split, chunks));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   gpt->weights_ = weights;
   return gpt;
@@ -83,17 +87,19 @@ absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
 // Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
 // parallelism the residual stream's rows to r (block.h). `whole`: everything backward
 // needs; otherwise (recompute) the ids and the stage's input.
-absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole) {
+absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chunk) {
   const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / split_.size();
   const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
   const int64_t n = b * t, v = vocab_local(), r = split_.Rows(int(n));
-  const int64_t layers = layout_.layer_end() - layout_.layer_begin();
-  const bool last = layout_.last_stage();
+  const LayerRange& range = layout_.chunks()[size_t(chunk)];
+  const int64_t layers = range.end - range.begin;
+  const bool last = LastChunk(chunk);
   auto empty = [&](int64_t count, DType dtype) {
     return Tensor::Empty({count}, dtype, alloc_, MemoryCategory::kActivations);
   };
   Activations a;
   a.batch = b;
+  a.chunk = chunk;
   ASSIGN_OR_RETURN(a.tokens, empty(n, DType::kI32));
   ASSIGN_OR_RETURN(a.targets, empty(n, DType::kI32));
   if (!whole) {
@@ -228,7 +234,7 @@ absl::StatusOr<float> GPT::ForwardStage(Activations& a, const Activations& ids, 
                                         bool loss) {
   RETURN_IF_ERROR(EnsureScratch(a.batch));
   last_forward_ = &a;
-  const bool first = layout_.first_stage(), last = layout_.last_stage();
+  const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
   return RunForward(a, first ? ids.tokens.data<int32_t>() : nullptr, input,
                     last && loss ? ids.targets.data<int32_t>() : nullptr);
 }
@@ -246,7 +252,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   const int n = b * t, vl = vocab_local();
   const BlockScratch& s = block_scratch_;
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
-  const bool first = layout_.first_stage(), last = layout_.last_stage();
+  const LayerRange& range = layout_.chunks()[size_t(a.chunk)];
+  const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
   // The embeddings stay from the lookup to the LM head, the token embedding transposed.
   float* embeddings = nullptr;
   if (first) {
@@ -258,9 +265,9 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     RETURN_IF_ERROR(k.Copy(a.encoded, input, sizeof(float) * size_t(split_.Rows(n)) * c));
   }
   const float* x = a.encoded;
-  for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
+  for (int l = range.begin; l < range.end; ++l) {
     const int unit = layout_.layer_unit(l);
-    BlockActivations& acts = a.blocks[l - layout_.layer_begin()];
+    BlockActivations& acts = a.blocks[size_t(l - range.begin)];
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, BindBlock(layout_, l, w), x, acts, s));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
@@ -309,7 +316,8 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   const int b = a.batch, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
   const int n = b * t, rows = split_.Rows(n);
   const BlockScratch& s = block_scratch_;
-  const bool first = layout_.first_stage(), last = layout_.last_stage();
+  const LayerRange& range = layout_.chunks()[size_t(a.chunk)];
+  const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
   // Closes the gradients of `unit`, releases its parameters, and tells `ready`.
   auto finish = [&](int unit) -> absl::Status {
     RETURN_IF_ERROR(weights_->CloseGrads(unit));
@@ -349,8 +357,8 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   } else {
     RETURN_IF_ERROR(k.Copy(dresidual_, d_output, sizeof(float) * size_t(rows) * c));
   }
-  for (int l = layout_.layer_end() - 1; l >= layout_.layer_begin(); --l) {
-    const int unit = layout_.layer_unit(l), i = l - layout_.layer_begin();
+  for (int l = range.end - 1; l >= range.begin; --l) {
+    const int unit = layout_.layer_unit(l), i = l - range.begin;
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;

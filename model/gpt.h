@@ -45,20 +45,21 @@ class GPT {
  public:
   // A model with its own Replica, GPT-2's initialisation from the counter RNG; with a
   // `split` over several ranks (not owned; it must outlive the model; null: Serial),
-  // this rank's part of every layer (parameters.h); as a pipeline stage, its layers only.
-  // Its buffers are of `precision`'s types (precision.h).
+  // this rank's part of every layer (parameters.h); as a pipeline stage, the layers of its
+  // `chunks` only (empty: all; parameters.h). Its buffers are of `precision`'s types
+  // (precision.h).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
                                                      const LayerSplit* split = nullptr,
-                                                     Stage stage = {},
+                                                     const Chunks& chunks = {},
                                                      const Precision& precision = {});
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
   // the model and be laid out by ParameterLayout::ForGPT(config, split.size(),
-  // split.rank(), stage.begin, stage.end)).
+  // split.rank(), chunks)).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      WeightStore* weights,
                                                      const LayerSplit* split = nullptr,
-                                                     Stage stage = {});
+                                                     const Chunks& chunks = {});
 
   const GPTConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -91,9 +92,10 @@ class GPT {
 
   // A stage's forward and backward over activations the caller owns (Forward and Backward
   // above use the model's own). A pipeline keeps one set per micro-batch in flight
-  // (parallel/pipeline_parallel.h).
+  // (parallel/pipeline_parallel.h), each of one chunk of the stage's layers.
   struct Activations {
     int batch = 0;  // b: sequences of the micro-batch
+    int chunk = 0;  // of layout().chunks(): the layers they are of
     // buffer: the fp32 activations; operands: those the matmuls read, of the kernels'
     // activation_operand_type() (block.h).
     Tensor buffer, operands, logits, probs, losses, tokens, targets;
@@ -102,25 +104,26 @@ class GPT {
     TypedPtr lnf;
     std::vector<BlockActivations> blocks;
   };
-  // The activations of b sequences on this model's layers, charged to its allocator:
-  // `whole`, everything backward needs; otherwise the ids only (a micro-batch whose
-  // forward is recomputed keeps its ids and its input).
-  absl::StatusOr<Activations> NewActivations(int b, bool whole);
+  // The activations of b sequences on the layers of chunk `chunk`, charged to its
+  // allocator: `whole`, everything backward needs; otherwise the ids only (a micro-batch
+  // whose forward is recomputed keeps its ids and its input).
+  absl::StatusOr<Activations> NewActivations(int b, bool whole, int chunk = 0);
   // The micro-batch's ids to the device, into `ids` (backward reads them again): tokens
   // on a first stage and targets on a last one, (b, T) each, null elsewhere; each in
   // [0, V).
   absl::Status LoadIds(Activations& ids, const int32_t* tokens, const int32_t* targets);
-  // Forward of this model's layers into `a` (whole), with the ids of `ids` (`a` itself, or
-  // the micro-batch's own set when its forward is recomputed into a shared one) and, off
-  // the first stage, `input` (b·T, C): the previous stage's output. With `loss` (the last
-  // stage's targets loaded) returns the mean loss over the b·T positions, else 0.
-  // StageOutput(a) is what the next stage takes.
+  // Forward of the layers of a's chunk into `a` (whole), with the ids of `ids` (`a`
+  // itself, or the micro-batch's own set when its forward is recomputed into a shared
+  // one) and, unless the chunk starts at layer 0, `input` (b·T, C): the previous chunk's
+  // output. With `loss` (the last stage's targets loaded) returns the mean loss over the
+  // b·T positions when the chunk ends the model, else 0. StageOutput(a) is what the next
+  // chunk takes.
   absl::StatusOr<float> ForwardStage(Activations& a, const Activations& ids, const float* input,
                                      bool loss);
   const float* StageOutput(const Activations& a) const { return a.blocks.back().out; }
-  // Backward through `a` after its forward: d_output (b·T, C) the next stage's d_input,
-  // null on the last stage (which starts from dloss); d_input (b·T, C) filled except on
-  // the first stage.
+  // Backward through `a` after its forward: d_output (b·T, C) the next chunk's d_input,
+  // null on the model's last chunk (which starts from dloss); d_input (b·T, C) filled
+  // except on the first.
   absl::Status BackwardStage(Activations& a, const Activations& ids, float dloss,
                              const float* d_output, float* d_input,
                              const GradientsReady& ready = nullptr);
@@ -133,7 +136,13 @@ class GPT {
   const LayerSplit& split() const { return split_; }
 
  private:
-  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, Stage stage);
+  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks);
+  // Whether chunk `chunk` holds the model's first layer (and the embedding lookup), and
+  // its last (and the LM head).
+  bool FirstChunk(int chunk) const { return layout_.chunks()[size_t(chunk)].begin == 0; }
+  bool LastChunk(int chunk) const {
+    return layout_.chunks()[size_t(chunk)].end == config_.n_layer;
+  }
   // The scratch of a micro-batch of b sequences (reused from layer to layer).
   absl::Status EnsureScratch(int b);
   absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,

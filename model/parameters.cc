@@ -32,9 +32,8 @@ void ParameterLayout::Add(std::string name, Shape global_shape, float init_std, 
 }
 
 ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_rank,
-                                        int layer_begin, int layer_end) {
+                                        const Chunks& chunks) {
   const int64_t c = config.n_embd;
-  if (layer_end < 0) layer_end = config.n_layer;
   // GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains; the
   // projections into the residual stream scaled by 1/sqrt(2·L) (two per layer).
   const float std = 0.02f;
@@ -43,15 +42,19 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   ParameterLayout layout;
   layout.tp_ = tp;
   layout.tp_rank_ = tp_rank;
-  layout.layer_begin_ = layer_begin;
-  layout.layer_end_ = layer_end;
-  layout.last_stage_ = layer_end == config.n_layer;
+  layout.n_layer_ = config.n_layer;
+  layout.chunks_ = chunks.empty() ? Chunks{{0, config.n_layer}} : chunks;
+  layout.layer_units_.assign(size_t(config.n_layer), -1);
   if (layout.first_stage() || layout.last_stage()) {
     layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true, kRows);
   }
   if (layout.first_stage()) layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true, kWhole);
   layout.CloseUnit("embeddings");
-  for (int i = layer_begin; i < layer_end; ++i) {
+  for (int i = 0; i < config.n_layer; ++i) {
+    const bool held = std::any_of(layout.chunks_.begin(), layout.chunks_.end(),
+                                  [i](const LayerRange& r) { return r.begin <= i && i < r.end; });
+    if (!held) continue;
+    layout.layer_units_[size_t(i)] = int(layout.units_.size());
     std::string h = absl::StrCat("h.", i, ".");
     layout.Add(h + "ln_1.weight", {c}, 0, 1, false, kWhole);
     layout.Add(h + "ln_1.bias", {c}, 0, 0, false, kWhole);
@@ -73,7 +76,8 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   }
   layout.CloseUnit("ln_f");
   // Where each tensor sits in the whole model's buffer.
-  const bool whole = tp == 1 && layer_begin == 0 && layout.last_stage();
+  const bool whole = tp == 1 && layout.chunks_.size() == 1 && layout.first_stage() &&
+                     layout.last_stage();
   const ParameterLayout reference = whole ? ParameterLayout() : ForGPT(config);
   for (ParamSpec& spec : layout.specs_) {
     spec.per_token = spec.name == "wpe.weight" || spec.name.find("ln_") != std::string::npos;

@@ -33,6 +33,14 @@
 
 namespace tally::model {
 
+// Layers [begin, end).
+struct LayerRange {
+  int begin = 0, end = 0;
+};
+// The layers of a pipeline rank: one range (gpipe, 1f1b), or the interleaved schedule's
+// v chunks, in increasing order and apart. Empty: every layer.
+using Chunks = std::vector<LayerRange>;
+
 struct ParamSpec {
   std::string name;
   Shape shape;
@@ -71,11 +79,11 @@ struct ParamUnit {
 class ParameterLayout {
  public:
   // Tensor-parallel rank `tp_rank` of `tp` (the whole model: tp = 1). n_embd and n_head
-  // must be divisible by tp (TrainOptions::Validate says so). A pipeline stage holds
-  // layers [layer_begin, layer_end) (-1: to the last); the first stage the embeddings,
-  // the last ln_f and, for the tied LM head, its own copy of wte.
+  // must be divisible by tp (TrainOptions::Validate says so). A pipeline stage holds the
+  // layers of its `chunks` (empty: all); the one with layer 0 the embeddings, the one
+  // with the last layer ln_f and, for the tied LM head, its own copy of wte.
   static ParameterLayout ForGPT(const GPTConfig& config, int tp = 1, int tp_rank = 0,
-                                int layer_begin = 0, int layer_end = -1);
+                                const Chunks& chunks = {});
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
@@ -86,12 +94,14 @@ class ParameterLayout {
   // wte alone on a last stage, and its last unit empty but on the last stage.
   const std::vector<ParamUnit>& units() const { return units_; }
   static constexpr int kEmbeddings = 0;
-  int layer_unit(int layer) const { return 1 + layer - layer_begin_; }
+  // The unit of a layer this layout holds.
+  int layer_unit(int layer) const { return layer_units_[size_t(layer)]; }
   int final_norm_unit() const { return int(units_.size()) - 1; }
-  int layer_begin() const { return layer_begin_; }
-  int layer_end() const { return layer_end_; }
-  bool first_stage() const { return layer_begin_ == 0; }
-  bool last_stage() const { return last_stage_; }
+  // The layers held, in chunks (one but under the interleaved schedule).
+  const Chunks& chunks() const { return chunks_; }
+  // Whether the layout holds layer 0 (and the embeddings), and the last layer (and ln_f).
+  bool first_stage() const { return chunks_.front().begin == 0; }
+  bool last_stage() const { return chunks_.back().end == n_layer_; }
 
   // Elements of the per-token tensors (ParamSpec::per_token).
   int64_t per_token_count() const;
@@ -116,8 +126,9 @@ class ParameterLayout {
   std::vector<int64_t> global_offsets_;  // of each spec in the whole model's buffer
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
-  int layer_begin_ = 0, layer_end_ = 0;
-  bool last_stage_ = true;
+  int n_layer_ = 0;
+  Chunks chunks_;
+  std::vector<int> layer_units_;  // per layer of the model; -1 where not held
 };
 
 template <typename Run>

@@ -1,23 +1,30 @@
 // Pipeline parallelism: a stage's executor (GPipe, Huang et al. 2019; 1F1B, PipeDream-
-// Flush / Megatron, Narayanan et al. 2021), as Megatron's schedules.py runs it.
+// Flush / Megatron, and its interleaved form, Narayanan et al. 2021), as Megatron's
+// schedules.py runs them.
 //
 // The layers are split into N stages (pipeline_schedule.h's StageLayers), one per rank
-// of the pp group. A step of m micro-batches runs this stage's list of forwards and
-// backwards (StageSteps: gpipe, every forward then every backward; 1f1b, warm-up
-// forwards, then one forward one backward, then cool-down backwards). Activations go
-// to the next stage and their gradients back, sent without waiting; a buffer is reused
-// only once its last send is done.
+// of the pp group; under the interleaved schedule into v·N chunks, rank s holding chunks
+// s, N+s, ... (StageChunks), so that activations go round the ring of ranks v times. A
+// step of m micro-batches runs this stage's list of forwards and backwards (StageSteps:
+// gpipe, every forward then every backward; 1f1b, warm-up forwards, then one forward one
+// backward, then cool-down backwards; interleaved, the same over the chunks). Activations
+// go to the next (virtual) stage and their gradients back, sent without waiting; a
+// buffer is reused only once its last send is done. Under the interleaved schedule the
+// gradients travel on a communicator of their own (a duplicate of the pp group, also
+// named "pp"): with N = 2 both directions join the same two ranks, and each
+// communicator's messages between two ranks are matched in order.
 //
 //   bytes    each boundary carries every micro-batch's (b·s, h) activations forward and
 //            their gradients back: b·s·h·4 each way per step for the replica's share of
 //            the batch, whatever m is (BoundaryBytesPerStep; 1/tp of it per rank under
-//            sequence parallelism)
+//            sequence parallelism); v·N−1 boundaries instead of N−1 when interleaved
 //   bubble   with a backward as long as a forward, each stage idles (N−1)/(m+N−1) of
-//            the schedule (TheoreticalBubble)
+//            the schedule, (N−1)/(v·m+N−1) interleaved (TheoreticalBubble)
 //   memory   a micro-batch's activations live from its forward to its backward: gpipe
-//            keeps all m in flight, 1f1b at most N − stage (the slots); with recompute a
-//            slot keeps only its ids and input, and the backward runs the forward again
-//            into one whole set first (GPipe's re-materialisation)
+//            keeps all m in flight, 1f1b at most N − stage (the slots), interleaved each
+//            chunk's most in flight (InFlight); with recompute a slot keeps only its ids
+//            and input, and the backward runs the forward again into one whole set of its
+//            chunk first (GPipe's re-materialisation)
 //
 //   ASSIGN_OR_RETURN(auto pipeline, PipelineParallel::Create(gpt, pp_group, options, alloc));
 //   ASSIGN_OR_RETURN(double loss, pipeline->RunSchedule(fill, 1.0f / tokens, span));
@@ -42,7 +49,7 @@ class PipelineParallel {
  public:
   struct Options {
     PipelineSchedule schedule = PipelineSchedule::k1F1B;
-    int micro_batches = 1;     // m, per step
+    int micro_batches = 1;     // m, per step (interleaved: a multiple of N)
     int micro_batch_size = 1;  // b
     bool recompute = false;
     // The type the boundary activations and their gradients travel as (bf16 under
@@ -53,18 +60,21 @@ class PipelineParallel {
     // (--overlap): it lands in the other buffer of a pair while the step runs.
     bool early_receive = false;
   };
-  // `gpt`: this stage's model; `stages`: the pp group, whose rank r is stage r. Both
-  // must outlive the executor. `device`: the model's allocator, which the slots'
-  // activations and the boundary buffers (charged as comm memory) come from.
+  // `gpt`: this stage's model (with v chunks of layers under the interleaved schedule, one
+  // otherwise); `stages`: the pp group, whose rank r is stage r. Both must outlive the
+  // executor. `device`: the model's allocator, which the slots' activations and the
+  // boundary buffers (charged as comm memory) come from.
   static absl::StatusOr<std::unique_ptr<PipelineParallel>> Create(model::GPT* gpt,
                                                                   comm::Communicator* stages,
                                                                   const Options& options,
                                                                   Allocator& device);
 
   int stage() const { return stage_; }
+  // Whether this stage holds the model's last layer (and the loss).
   bool last_stage() const { return stage_ == stages_->size() - 1; }
-  // Micro-batches in flight at once on this stage: gpipe m; 1f1b min(m, N − stage).
-  int slots() const { return slot_count_; }
+  // Micro-batches in flight at once on chunk `chunk` of this stage: gpipe m; 1f1b
+  // min(m, N − stage); interleaved as its steps say.
+  int slots(int chunk = 0) const { return chunks_[size_t(chunk)].slot_count; }
 
   // Micro-batch j of the step, on the host: tokens and targets, (b, T) each.
   using Fill = std::function<void(int micro_batch, int32_t* tokens, int32_t* targets)>;
@@ -94,17 +104,24 @@ class PipelineParallel {
                    Allocator& device);
   // Floats of b sequences' activations at a boundary (this rank's rows of them).
   int64_t BoundaryElements(int b) const;
+  // Chunk `chunk` of this stage as a virtual stage, and whether it is the pipeline's
+  // first or last one (no input from a stage before it; the loss).
+  int VirtualStage(int chunk) const;
+  bool FirstVirtual(int chunk) const { return VirtualStage(chunk) == 0; }
+  bool LastVirtual(int chunk) const;
   // The slots' activations for micro-batches of b sequences.
   absl::Status EnsureSlots(int b);
-  // The forward of `slot`'s micro-batch of b sequences (ids on the host; input from the
-  // previous stage, null on the first); SlotOutput is its output for the next stage.
-  absl::StatusOr<float> ForwardSlot(int slot, int b, const int32_t* tokens, const float* input,
-                                    const int32_t* targets);
-  const float* SlotOutput(int slot) const;
-  // What arrives from one neighbour: the buffer a step reads (and, when the boundary
-  // travels as another type, the one it arrives in), a pair of each under early_receive,
-  // with the next receive posted into the buffer the step does not read.
+  // The forward of `slot`'s micro-batch of b sequences on `chunk` (ids on the host; input
+  // from the previous virtual stage, null on the first); SlotOutput is its output for the
+  // next.
+  absl::StatusOr<float> ForwardSlot(int chunk, int slot, int b, const int32_t* tokens,
+                                    const float* input, const int32_t* targets);
+  const float* SlotOutput(int chunk, int slot) const;
+  // What arrives from one neighbour over `group`: the buffer a step reads (and, when the
+  // boundary travels as another type, the one it arrives in), a pair of each under
+  // early_receive, with the next receive posted into the buffer the step does not read.
   struct Inbox {
+    comm::Communicator* group = nullptr;
     Tensor data[2], wire[2];
     int current = 0;
     std::unique_ptr<comm::Work> posted;
@@ -114,29 +131,41 @@ class PipelineParallel {
   absl::StatusOr<const float*> Take(Inbox& in, int peer);
   // Posts the next receive from `peer` into the other buffer.
   void PostNext(Inbox& in, int peer);
-  // Starts sending `t` to `peer`: itself, or its copy in `wire` (the slot's buffer of
-  // the boundary type).
-  absl::StatusOr<std::unique_ptr<comm::Work>> StartSend(const Tensor& t, const Tensor& wire,
-                                                        int peer);
-  absl::Status BackwardSlot(int slot, float dloss, const float* d_output, float* d_input);
+  // Starts sending `t` to `peer` over `group`: itself, or its copy in `wire` (the slot's
+  // buffer of the boundary type).
+  absl::StatusOr<std::unique_ptr<comm::Work>> StartSend(comm::Communicator& group, const Tensor& t,
+                                                        const Tensor& wire, int peer);
+  absl::Status BackwardSlot(int chunk, int slot, float dloss, const float* d_output,
+                            float* d_input);
 
   model::GPT* gpt_;
   comm::Communicator* stages_;
+  // The gradients' communicator: stages_, or its duplicate under the interleaved schedule.
+  std::unique_ptr<comm::Communicator> own_gradients_;
+  comm::Communicator* gradients_;
   const Options options_;
   Allocator& device_;
   const SentAs boundary_sent_as_;  // Forward's boundaries, in the boundary type
   const int stage_;
-  const int slot_count_;
-  // Each slot's activations (recompute: slots_[0] is the one whole set every backward
-  // recomputes into; the others keep ids and input only), for batch slots_batch_.
-  std::vector<model::GPT::Activations> slots_;
+  // This stage's forwards and backwards of a step.
+  const std::vector<PipelineStep> steps_;
+  // The buffers of one chunk of the stage's layers.
+  struct Chunk {
+    int slot_count = 0;
+    // Each slot's activations (recompute: slots[0] is the one whole set every backward
+    // recomputes into; the others keep ids and input only), for batch slots_batch_.
+    std::vector<model::GPT::Activations> slots;
+    Tensor d_inputs;  // each slot's d_input
+    Tensor outputs;   // recompute: each slot's output, while it is sent
+    // Under a boundary type other than fp32: each slot's outputs and input gradients
+    // while they are sent, in that type.
+    Tensor wire_outputs, wire_d_inputs;
+    // Each slot's last send of its output and of its input gradient.
+    std::vector<std::unique_ptr<comm::Work>> forward_sends, backward_sends;
+  };
+  std::vector<Chunk> chunks_;
   int slots_batch_ = 0;
   Inbox from_previous_, from_next_;  // stage inputs, output gradients
-  Tensor d_inputs_;                  // each slot's d_input
-  Tensor outputs_;              // recompute: each slot's output, while it is sent
-  // Under a boundary type other than fp32: what arrives, and each slot's outputs and
-  // input gradients while they are sent, in that type.
-  Tensor wire_outputs_, wire_d_inputs_;
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, on the host
   int64_t busy_nanos_ = 0, step_nanos_ = 0;
 };

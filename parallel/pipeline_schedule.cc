@@ -5,14 +5,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/status_macros.h"
 
 namespace tally::parallel {
 
 absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::kGPipe;
   if (name == "1f1b") return PipelineSchedule::k1F1B;
+  if (name == "interleaved") return PipelineSchedule::kInterleaved;
   return absl::InvalidArgumentError(
-      absl::StrCat("[flags] --schedule must be gpipe or 1f1b, got '", name, "'"));
+      absl::StrCat("[flags] --schedule must be gpipe, 1f1b or interleaved, got '", name, "'"));
 }
 
 std::string BoundaryScope(int from, int to) { return absl::StrCat("stage", from, "->", to); }
@@ -42,7 +44,15 @@ int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd,
 }
 
 const char* Name(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::kGPipe ? "gpipe" : "1f1b";
+  switch (schedule) {
+    case PipelineSchedule::kGPipe:
+      return "gpipe";
+    case PipelineSchedule::k1F1B:
+      return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved";
+  }
+  return "?";
 }
 
 absl::StatusOr<std::vector<LayerRange>> StageLayers(int n_layer, int stages,
@@ -78,11 +88,65 @@ absl::StatusOr<std::vector<LayerRange>> StageLayers(int n_layer, int stages,
   return ranges;
 }
 
+absl::StatusOr<model::Chunks> StageChunks(int n_layer, int stages, int virtual_stages,
+                                          const std::vector<int>& given, int stage) {
+  if (virtual_stages == 1) {
+    ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, StageLayers(n_layer, stages, given));
+    return model::Chunks{ranges[size_t(stage)]};
+  }
+  const int all = stages * virtual_stages;
+  if (all > n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --pp=", stages, " x --virtual_stages=", virtual_stages, " is ", all,
+        " chunks, more than the ", n_layer, " layers (--n_layer)"));
+  }
+  if (!given.empty() && int(given.size()) != all) {
+    return absl::InvalidArgumentError(absl::StrCat("[flags] --pp_layers has ", given.size(),
+                                                   " entries; the interleaved schedule wants one per "
+                                                   "chunk, --pp x --virtual_stages = ",
+                                                   all));
+  }
+  ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, StageLayers(n_layer, all, given));
+  model::Chunks chunks;
+  for (int c = 0; c < virtual_stages; ++c) {
+    chunks.push_back(ranges[size_t(VirtualStage(c, stages, stage))]);
+  }
+  return chunks;
+}
+
+namespace {
+
+// Megatron's interleaved order (schedules.py): the k-th forward of a stage runs chunk
+// (k mod vN) / N of micro-batch (k / vN)·N + k mod N; the k-th backward the same
+// micro-batch on the chunks in reverse.
+std::vector<PipelineStep> InterleavedSteps(int stages, int stage, int m, int v) {
+  using Step = PipelineStep;
+  const int n = stages, total = m * v;
+  auto at = [&](int k, Step::Kind kind) {
+    const int chunk = (k % (n * v)) / n;
+    return Step{kind, (k / (n * v)) * n + k % n, kind == Step::kForward ? chunk : v - 1 - chunk};
+  };
+  const int warmup = std::min(2 * (n - 1 - stage) + (v - 1) * n, total);
+  std::vector<Step> steps;
+  for (int k = 0; k < warmup; ++k) steps.push_back(at(k, Step::kForward));
+  for (int k = 0; k < total - warmup; ++k) {
+    steps.push_back(at(warmup + k, Step::kForward));
+    steps.push_back(at(k, Step::kBackward));
+  }
+  for (int k = total - warmup; k < total; ++k) steps.push_back(at(k, Step::kBackward));
+  return steps;
+}
+
+}  // namespace
+
 std::vector<PipelineStep> StageSteps(PipelineSchedule schedule, int stages, int stage,
-                                     int micro_batches) {
+                                     int micro_batches, int virtual_stages) {
   using Step = PipelineStep;
   std::vector<Step> steps;
   const int m = micro_batches;
+  if (schedule == PipelineSchedule::kInterleaved) {
+    return InterleavedSteps(stages, stage, m, virtual_stages);
+  }
   if (schedule == PipelineSchedule::kGPipe) {
     for (int i = 0; i < m; ++i) steps.push_back({Step::kForward, i});
     for (int i = 0; i < m; ++i) steps.push_back({Step::kBackward, i});
@@ -99,41 +163,54 @@ std::vector<PipelineStep> StageSteps(PipelineSchedule schedule, int stages, int 
   return steps;
 }
 
+int InFlight(const std::vector<PipelineStep>& steps, int chunk) {
+  int now = 0, most = 0;
+  for (const PipelineStep& s : steps) {
+    if (s.chunk != chunk) continue;
+    now += s.kind == PipelineStep::kForward ? 1 : -1;
+    most = std::max(most, now);
+  }
+  return most;
+}
+
 double Timeline::IdleFraction(int stage) const {
   int busy = 0;
   for (const Slot& s : slots) busy += s.stage == stage ? s.length : 0;
   return length > 0 ? double(length - busy) / length : 0.0;
 }
 
-Timeline Simulate(PipelineSchedule schedule, int stages, int micro_batches, int backward_slots) {
-  const int m = micro_batches;
+Timeline Simulate(PipelineSchedule schedule, int stages, int micro_batches, int backward_slots,
+                  int virtual_stages) {
+  const int m = micro_batches, v = virtual_stages, last = stages * v - 1;
   std::vector<std::vector<PipelineStep>> steps(stages);
-  for (int s = 0; s < stages; ++s) steps[s] = StageSteps(schedule, stages, s, m);
-  // End times of each stage's forward and backward of each micro-batch (-1: not yet).
-  std::vector<std::vector<int>> forward_end(stages, std::vector<int>(m, -1));
-  std::vector<std::vector<int>> backward_end(stages, std::vector<int>(m, -1));
+  for (int s = 0; s < stages; ++s) steps[s] = StageSteps(schedule, stages, s, m, v);
+  // End times of each virtual stage's forward and backward of each micro-batch (-1: not
+  // yet).
+  std::vector<std::vector<int>> forward_end(last + 1, std::vector<int>(m, -1));
+  std::vector<std::vector<int>> backward_end(last + 1, std::vector<int>(m, -1));
   std::vector<size_t> next(stages, 0);
   std::vector<int> free_at(stages, 0);
   Timeline t;
   t.stages = stages;
   t.micro_batches = m;
+  t.virtual_stages = v;
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < stages; ++s) {
       while (next[s] < steps[s].size()) {
         const PipelineStep& step = steps[s][next[s]];
-        const int mb = step.micro_batch;
+        const int mb = step.micro_batch, vs = VirtualStage(step.chunk, stages, s);
         int ready;
         if (step.kind == PipelineStep::kForward) {
-          ready = s == 0 ? 0 : forward_end[s - 1][mb];
+          ready = vs == 0 ? 0 : forward_end[vs - 1][mb];
         } else {
-          ready = s == stages - 1 ? forward_end[s][mb] : backward_end[s + 1][mb];
+          ready = vs == last ? forward_end[vs][mb] : backward_end[vs + 1][mb];
         }
         if (ready < 0) break;  // its input is not there yet
         const int length = step.kind == PipelineStep::kForward ? 1 : backward_slots;
         const int start = std::max(free_at[s], ready);
         free_at[s] = start + length;
-        (step.kind == PipelineStep::kForward ? forward_end : backward_end)[s][mb] = free_at[s];
+        (step.kind == PipelineStep::kForward ? forward_end : backward_end)[vs][mb] = free_at[s];
         t.slots.push_back({s, start, length, step});
         t.length = std::max(t.length, free_at[s]);
         ++next[s];
@@ -144,12 +221,14 @@ Timeline Simulate(PipelineSchedule schedule, int stages, int micro_batches, int 
   return t;
 }
 
-double TheoreticalBubble(int stages, int micro_batches) {
-  return double(stages - 1) / double(micro_batches + stages - 1);
+double TheoreticalBubble(int stages, int micro_batches, int virtual_stages) {
+  return double(stages - 1) / double(virtual_stages * micro_batches + stages - 1);
 }
 
 std::string ScheduleChart(const Timeline& timeline) {
-  const int width = 1 + int(absl::StrCat(std::max(0, timeline.micro_batches - 1)).size());
+  const bool chunks = timeline.virtual_stages > 1;
+  const int width = 1 + int(absl::StrCat(std::max(0, timeline.micro_batches - 1)).size()) +
+                    (chunks ? 1 : 0);
   std::string out;
   for (int s = 0; s < timeline.stages; ++s) {
     std::vector<std::string> cells(timeline.length, std::string(width, '.'));
@@ -157,6 +236,7 @@ std::string ScheduleChart(const Timeline& timeline) {
       if (slot.stage != s) continue;
       std::string cell = absl::StrCat(slot.step.kind == PipelineStep::kForward ? "F" : "B",
                                       slot.step.micro_batch);
+      if (chunks) cell += char('a' + slot.step.chunk);
       cell.resize(width, ' ');
       for (int k = 0; k < slot.length; ++k) cells[slot.start + k] = cell;
     }

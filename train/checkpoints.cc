@@ -62,14 +62,11 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     whole.optimizer = whole.gathered.get();
     whole.optimizer->set_step(local.optimizer->step());
   }
-  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
-                   parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers));
   for (int r = 0; r < o.world(); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(r);
     if (at.dp != 0) continue;
-    const parallel::LayerRange layers = stages[at.pp];
-    const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
-        o.model, o.tp, at.tp, layers.begin, layers.end);
+    const model::ParameterLayout layout =
+        model::ParameterLayout::ForGPT(o.model, o.tp, at.tp, o.StageChunks(at.pp));
     // Rank r's part (ours for r = 0) into its places in the whole model.
     auto place = [&](Tensor* mine, float* into) -> absl::Status {
       Tensor part = r == 0 ? *mine : Tensor();

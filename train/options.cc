@@ -83,6 +83,12 @@ model::Precision TrainOptions::Precision() const {
   return p;
 }
 
+model::Chunks TrainOptions::StageChunks(int pp_rank) const {
+  // One stage runs no schedule: it holds the whole model.
+  return parallel::StageChunks(model.n_layer, pp, pp > 1 ? virtual_stages : 1, pp_layers, pp_rank)
+      .value();
+}
+
 std::shared_ptr<const comm::Nodes> TrainOptions::PlacedNodes() const {
   if (gpus_per_node <= 0) return nullptr;
   return std::make_shared<const comm::Nodes>(comm::Nodes::Blocks(world(), gpus_per_node).value());
@@ -125,7 +131,18 @@ absl::Status TrainOptions::Validate() const {
                " ranks; tally runs at most ", kMaxRanks);
   }
   if (recompute && pp == 1) return bad("--recompute recomputes each pipeline stage's forward; it needs --pp > 1");
-  if (absl::Status s = parallel::StageLayers(model.n_layer, pp, pp_layers).status(); !s.ok()) {
+  if (virtual_stages < 1) return bad("--virtual_stages must be >= 1, got ", virtual_stages);
+  const bool interleaved = schedule == parallel::PipelineSchedule::kInterleaved;
+  if (interleaved && pp > 1 && virtual_stages < 2) {
+    return bad("--schedule=interleaved needs --virtual_stages >= 2 (chunks of layers a stage; "
+               "with one it is 1f1b)");
+  }
+  if (!interleaved && virtual_stages > 1) {
+    return bad("--virtual_stages=", virtual_stages, " needs --schedule=interleaved");
+  }
+  if (absl::Status s =
+          parallel::StageChunks(model.n_layer, pp, pp > 1 ? virtual_stages : 1, pp_layers, 0).status();
+      !s.ok()) {
     return s;
   }
   if (micro_batch_size < 0) return bad("--micro_batch_size must be positive, got ", micro_batch_size);
@@ -146,6 +163,11 @@ absl::Status TrainOptions::Validate() const {
     return bad("--global_batch_size (", global_batch_size,
                ") must be a multiple of --dp x --micro_batch_size (", dp, " x ", micro_batch_size,
                " = ", per_micro_batch, ")");
+  }
+  if (interleaved && pp > 1 && accumulation_steps() % pp != 0) {
+    return bad("--schedule=interleaved runs micro-batches in groups of --pp: ",
+               accumulation_steps(), " micro-batches a step (--global_batch_size / (--dp x "
+               "--micro_batch_size)) is not a multiple of --pp=", pp);
   }
   if (allreduce == comm::Algorithm::kNative) {
     return bad("--allreduce must be ring, naive or hierarchical, got '", comm::Name(allreduce),
@@ -209,6 +231,7 @@ std::vector<std::string> TrainOptions::Warnings() const {
   if (tp == 1 && sequence_parallel) unused("--sequence_parallel", "with --tp=1");
   if (pp == 1) {
     if (schedule != defaults.schedule) unused("--schedule", "with --pp=1");
+    if (virtual_stages != defaults.virtual_stages) unused("--virtual_stages", "with --pp=1");
     if (!pp_layers.empty()) unused("--pp_layers", "with --pp=1");
     if (show_schedule) unused("--show_schedule", "with --pp=1");
   }

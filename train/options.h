@@ -78,10 +78,12 @@ struct TrainOptions {
   bool sequence_parallel = false;
 
   // Pipeline parallelism (parallel/pipeline_schedule.h): the layers in pp stages, the
-  // micro-batches run by `schedule` (gpipe or 1f1b).
+  // micro-batches run by `schedule` (gpipe, 1f1b, or interleaved with virtual_stages
+  // chunks a stage).
   int pp = 1;
-  std::vector<int> pp_layers;  // layers per stage; empty: balanced
+  std::vector<int> pp_layers;  // layers per stage (interleaved: per chunk); empty: balanced
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  int virtual_stages = 1;      // v: chunks of layers a stage holds (interleaved, >= 2)
   bool recompute = false;      // keep only each stage's input per micro-batch
   bool show_schedule = false;  // print the schedule's chart
   bool print_topology = false;  // every rank's coordinates, node and groups, before the run
@@ -133,6 +135,8 @@ struct TrainOptions {
   int world() const { return dp * tp * pp; }
   // The grid: every rank's (dp, tp, pp) coordinates and groups (parallel/topology.h).
   parallel::Topology topology() const { return parallel::Topology(dp, tp, pp, order); }
+  // The layers pipeline rank `pp_rank` holds (parallel::StageChunks); valid options only.
+  model::Chunks StageChunks(int pp_rank) const;
   // The nodes --gpus_per_node places the world on; null without it.
   std::shared_ptr<const comm::Nodes> PlacedNodes() const;
 

@@ -32,7 +32,7 @@ int64_t PartParams(const PlanInput& in) {
   int64_t most = 0;
   for (const parallel::LayerRange& s : stages) {
     for (int t = 0; t < in.tp; ++t) {
-      most = std::max(most, model::ParameterLayout::ForGPT(o.model, in.tp, t, s.begin, s.end).total());
+      most = std::max(most, model::ParameterLayout::ForGPT(o.model, in.tp, t, {s}).total());
     }
   }
   return most;
@@ -167,6 +167,10 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.dp = in.dp;
   o.tp = in.tp;
   o.pp = in.pp;
+  if (in.virtual_stages > 1) {
+    o.schedule = parallel::PipelineSchedule::kInterleaved;
+    o.virtual_stages = in.virtual_stages;
+  }
   o.zero = in.zero;
   o.sequence_parallel = in.sequence_parallel;
   o.global_batch_size = in.batch * in.dp;
@@ -211,8 +215,8 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     // tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's units and calls).
     const model::ParameterLayout layout =
         in.model.gpt ? model::ParameterLayout::ForGPT(
-                           PlanAsTrainOptions(in).model, in.tp, 0, 0,
-                           parallel::StageLayers(in.model.layers, in.pp, {}).value()[0].end)
+                           PlanAsTrainOptions(in).model, in.tp, 0,
+                           {parallel::StageLayers(in.model.layers, in.pp, {}).value()[0]})
                      : model::ParameterLayout();
     using comm::Phase;
     auto zero_pass = [&](int stage, Primitive p, Phase phase, std::span<const int> where, int i) {
@@ -278,25 +282,30 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   if (in.pp > 1) {
     // Each boundary: b·s·h forward and back, per tensor-parallel rank (its part of the
     // sequence under sequence parallelism), in m messages; a middle stage sends both ways.
+    // Interleaved, each of a stage's v chunks sends on (but the model's last) to the next
+    // stage, the last stage's to the first, and back (but the model's first).
     const double boundary = bsh * e / (in.sequence_parallel ? in.tp : 1);
+    const int v = in.virtual_stages;
     Traffic pp;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::PpGroup)) {
       const std::vector<int> where = nodes_of(group);
       for (int s = 0; s < in.pp; ++s) {
         Split gpu;
         double time = 0;
-        for (int peer : {s - 1, s + 1}) {
-          if (peer < 0 || peer >= in.pp) continue;
+        const int forward = v - (s == in.pp - 1 ? 1 : 0), backward = v - (s == 0 ? 1 : 0);
+        for (auto [peer, sends] : {std::pair{(s + 1) % in.pp, forward},
+                                   std::pair{(s + in.pp - 1) % in.pp, backward}}) {
           const bool across = where[size_t(s)] != where[size_t(peer)];
-          (across ? gpu.inter : gpu.intra) += boundary;
-          time += m * Step(across ? in.cluster.inter : in.cluster.intra, boundary / m);
+          (across ? gpu.inter : gpu.intra) += sends * boundary;
+          time += sends * m * Step(across ? in.cluster.inter : in.cluster.intra, boundary / m);
         }
         pp.Add(gpu);
         pp.time = std::max(pp.time, time);
       }
     }
     row("pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, pp,
-        "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
+        v > 1 ? "2(N-1)bsh for the pipeline (the seed's; interleaved moves 2(vN-1)bsh)"
+              : "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
   }
   return rows;
 }

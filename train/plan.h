@@ -46,6 +46,7 @@ struct PlanInput {
   bool fp32_grad_accum = false;
   int dp = 1, tp = 1, pp = 1, zero = 0;
   int micro_batches = 1;    // per data-parallel rank and step
+  int virtual_stages = 1;   // chunks a pipeline stage holds (> 1: the interleaved schedule)
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool sequence_parallel = false;
   // Placement (parallel/topology.h, runtime/comm/nodes.h): the grid's order and GPUs per

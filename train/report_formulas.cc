@@ -21,10 +21,8 @@ int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 
 
 // The parameters world rank `rank` holds: its tensor-parallel part of its stage's layers.
 model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
-  const parallel::LayerRange layers =
-      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value()[o.topology().Of(rank).pp];
-  return model::ParameterLayout::ForGPT(o.model, o.tp, o.topology().Of(rank).tp, layers.begin,
-                                        layers.end);
+  const parallel::GridCoordinates at = o.topology().Of(rank);
+  return model::ParameterLayout::ForGPT(o.model, o.tp, at.tp, o.StageChunks(at.pp));
 }
 
 // The per-token replicas' elements in the gradients the optimizer of world rank `rank`
@@ -187,14 +185,15 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
 
 namespace {
 
-// The most fp32 gradient values a stage holds at once under ZeRO-2/3 with --overlap: its
-// backward opens and closes units in gpt.cc's order (the LM head's embeddings first on a
-// last stage, closed at once unless it is also the first; ln_f; the layers from the top;
-// the embeddings last on a first stage), and a closed unit stays held until the next
-// closes (its reduce-scatter in flight), across the step's micro-batches.
-int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout, int micro_batches) {
+// The most fp32 gradient values a stage holds at once under ZeRO-2/3 with --overlap: each
+// backward of a chunk opens and closes units in gpt.cc's order (the LM head's embeddings
+// first on the last chunk, closed at once unless it is also the first; ln_f; the
+// chunk's layers from the top; the embeddings last on the first chunk), and a closed unit
+// stays held until the next closes (its reduce-scatter in flight), across the step's
+// backwards (`chunks`: the chunk of each, in order).
+int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
+                                 const std::vector<int>& chunks) {
   const std::vector<model::ParamUnit>& units = layout.units();
-  const bool first = layout.first_stage(), last = layout.last_stage();
   const int emb = model::ParameterLayout::kEmbeddings;
   int64_t open = 0, held = 0, most = 0;
   auto count = [&](int unit) { return units[size_t(unit)].count(); };
@@ -207,14 +206,16 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout, int micro
     open -= count(unit);
     most = std::max(most, open + held);
   };
-  for (int k = 0; k < micro_batches; ++k) {
+  for (int chunk : chunks) {
+    const model::LayerRange range = layout.chunks()[size_t(chunk)];
+    const bool first = range.begin == 0, last = layout.last_stage() && chunk + 1 == int(layout.chunks().size());
     if (last) {
       open_unit(emb);
       if (!first) close_unit(emb);
       open_unit(layout.final_norm_unit());
       close_unit(layout.final_norm_unit());
     }
-    for (int l = layout.layer_end() - 1; l >= layout.layer_begin(); --l) {
+    for (int l = range.end - 1; l >= range.begin; --l) {
       open_unit(layout.layer_unit(l));
       close_unit(layout.layer_unit(l));
     }
@@ -274,7 +275,17 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
   int64_t in_flight_reduced = 0;
   if (o.overlap && o.zero >= 2) {
-    if (bytes.grads == 4) open_grads = 4 * GradientsHeldWithOverlap(layout, o.accumulation_steps());
+    if (bytes.grads == 4) {
+      // The chunk of each backward, in the order the stage runs them.
+      std::vector<int> backwards;
+      const int pp_rank = o.topology().Of(rank).pp;
+      for (const parallel::PipelineStep& s :
+           parallel::StageSteps(o.schedule, o.pp, pp_rank, o.accumulation_steps(),
+                                int(layout.chunks().size()))) {
+        if (s.kind == parallel::PipelineStep::kBackward) backwards.push_back(s.chunk);
+      }
+      open_grads = 4 * GradientsHeldWithOverlap(layout, backwards);
+    }
     for (const std::pair<size_t, size_t>& unit : parallel::PiecesOfUnits(layout, o.zero)) {
       int64_t own = 0;
       for (size_t i = unit.first; i < unit.second; ++i) own += sharding.pieces()[i].own.count;

@@ -96,24 +96,36 @@ std::string Verdict(const ReportInputs& in) {
 
 std::string PipelineTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
-  const int m = o.accumulation_steps();
-  const std::vector<parallel::LayerRange> stages =
-      parallel::StageLayers(o.model.n_layer, o.pp, o.pp_layers).value();
+  const int m = o.accumulation_steps(), v = o.virtual_stages;
+  const bool interleaved = o.schedule == parallel::PipelineSchedule::kInterleaved;
+  // Each stage's layers, "0-1", or its chunks' under the interleaved schedule, "0-0,2-2".
+  std::vector<std::string> layers(size_t(o.pp));
+  size_t width = 8;
+  for (int s = 0; s < o.pp; ++s) {
+    std::vector<std::string> chunks;
+    for (const model::LayerRange& chunk : o.StageChunks(s)) {
+      chunks.push_back(absl::StrCat(chunk.begin, "-", chunk.end - 1));
+    }
+    layers[size_t(s)] = absl::StrJoin(chunks, ",");
+    width = std::max(width, layers[size_t(s)].size());
+  }
   std::string out = absl::StrFormat(
-      "\npipeline (%s, %d stages, %d micro-batches of %d%s): time per step; the bubble is the idle "
-      "share of the schedule's time, theory (N-1)/(m+N-1) = %.3f\n%-6s %-8s %10s %10s %8s\n",
-      parallel::Name(o.schedule), o.pp, m, o.micro_batch_size, o.recompute ? ", recompute" : "",
-      parallel::TheoreticalBubble(o.pp, m), "stage", "layers", "busy ms", "idle ms", "bubble");
+      "\npipeline (%s, %d stages%s, %d micro-batches of %d%s): time per step; the bubble is the "
+      "idle share of the schedule's time, theory %s = %.3f\n%-6s %-*s %10s %10s %8s\n",
+      parallel::Name(o.schedule), o.pp, interleaved ? absl::StrCat(" x ", v, " chunks") : "", m,
+      o.micro_batch_size, o.recompute ? ", recompute" : "",
+      interleaved ? "(N-1)/(v*m+N-1)" : "(N-1)/(m+N-1)",
+      parallel::TheoreticalBubble(o.pp, m, interleaved ? v : 1), "stage", int(width), "layers",
+      "busy ms", "idle ms", "bubble");
   const double steps = double(std::max<int64_t>(1, in.steps));
   for (int r = 0; r < int(in.step_nanos.size()); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(r);
     if (at.dp != 0 || at.tp != 0) continue;  // one row per stage
-    const parallel::LayerRange layers = stages[at.pp];
     const double step_ms = double(in.step_nanos[r]) / 1e6 / steps;
     const double busy_ms = double(in.busy_nanos[r]) / 1e6 / steps;
-    out += absl::StrFormat("%-6d %-8s %10.1f %10.1f %8.3f\n", at.pp,
-                           absl::StrCat(layers.begin, "-", layers.end - 1), busy_ms,
-                           step_ms - busy_ms, step_ms > 0 ? 1.0 - busy_ms / step_ms : 0.0);
+    out += absl::StrFormat("%-6d %-*s %10.1f %10.1f %8.3f\n", at.pp, int(width),
+                           layers[size_t(at.pp)], busy_ms, step_ms - busy_ms,
+                           step_ms > 0 ? 1.0 - busy_ms / step_ms : 0.0);
   }
   return out;
 }

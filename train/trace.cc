@@ -68,8 +68,9 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
         const auto [from, to] = *boundary;
         const parallel::Topology grid = o.topology();
         const parallel::GridCoordinates at = grid.Of(int(r));
-        const int sender = grid.RankAt({at.dp, at.tp, from});
-        const int receiver = grid.RankAt({at.dp, at.tp, to});
+        // Virtual stage vs is held by pipeline rank vs mod pp (interleaved; vs otherwise).
+        const int sender = grid.RankAt({at.dp, at.tp, from % o.pp});
+        const int receiver = grid.RankAt({at.dp, at.tp, to % o.pp});
         Ends& ends = flows[{sender, receiver, absl::StrCat(k.label, comm::Name(k.phase))}];
         (r == sender ? ends.sends : ends.recvs).push_back(&e);
       }

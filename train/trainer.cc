@@ -89,11 +89,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                                  options.Precision().activations);
   const parallel::TensorParallel& tp = t->tensor_parallel_;
   const comm::Algorithm algorithm = options.allreduce;
-  ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
-                   parallel::StageLayers(options.model.n_layer, options.pp, options.pp_layers));
-  const model::Stage stage{stages[pp_rank].begin, stages[pp_rank].end};
+  const model::Chunks stage = options.StageChunks(pp_rank);
   const model::ParameterLayout layout =
-      model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank(), stage.begin, stage.end);
+      model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank(), stage);
   if (t->groups_.dp != nullptr && options.zero >= 1) {
     auto make_optimizer = [options](int64_t n, Allocator& alloc) {
       return MakeOptimizer(options, n, alloc);
@@ -288,12 +286,16 @@ void Trainer::LogHeader(std::ostream& log) {
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
   if (options_.pp > 1) {
     const int m = options_.accumulation_steps();
-    log << absl::StrFormat("pipeline: %d stages, %s, %d micro-batches of %d per step%s\n", options_.pp,
+    const int v = options_.virtual_stages;
+    log << absl::StrFormat("pipeline: %d stages%s, %s, %d micro-batches of %d per step%s\n",
+                           options_.pp, v > 1 ? absl::StrCat(" x ", v, " chunks") : "",
                            parallel::Name(options_.schedule), m, options_.micro_batch_size,
                            options_.recompute ? ", recompute" : "");
     if (options_.show_schedule) {
-      log << "schedule, one slot per forward (F) and per backward (B) of a micro-batch:\n"
-          << parallel::ScheduleChart(parallel::Simulate(options_.schedule, options_.pp, m));
+      log << "schedule, one slot per forward (F) and per backward (B) of a micro-batch"
+          << (v > 1 ? " on a chunk (a: the stage's first chunk, b: its second, ...)" : "") << ":\n"
+          << parallel::ScheduleChart(parallel::Simulate(options_.schedule, options_.pp, m,
+                                                        /*backward_slots=*/1, v));
     }
   }
 }

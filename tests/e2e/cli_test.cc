@@ -51,7 +51,15 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--pp=5", "--pp=5 is more stages than the 4 layers"},
       {"--pp=2 --pp_layers=3,2", "--pp_layers sums to 5 layers"},
       {"--pp=2 --pp_layers=3,x", "--pp_layers wants integers, got 'x'"},
-      {"--pp=2 --schedule=zb", "--schedule must be gpipe or 1f1b"},
+      {"--pp=2 --schedule=zb", "--schedule must be gpipe, 1f1b or interleaved"},
+      {"--pp=2 --schedule=interleaved", "--schedule=interleaved needs --virtual_stages >= 2"},
+      {"--pp=2 --virtual_stages=2", "--virtual_stages=2 needs --schedule=interleaved"},
+      {"--pp=4 --schedule=interleaved --virtual_stages=2 --global_batch_size=16",
+       "8 chunks, more than the 4 layers"},
+      {"--pp=2 --schedule=interleaved --virtual_stages=2 --global_batch_size=12 "
+       "--micro_batch_size=4",
+       "3 micro-batches a step (--global_batch_size / (--dp x --micro_batch_size)) is not a "
+       "multiple of --pp=2"},
       {"--dp=0", "--dp must be >= 1"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };

@@ -245,9 +245,13 @@ void ExpectOverlapChangesNothingButTime(TrainOptions o, int zero) {
   EXPECT_EQ(on.params, off.params);
   for (int r = 0; r < o.world(); ++r) {
     for (const auto& [key_peer, t] : off.traffic[r].transfers()) {
+      const comm::LedgerKey& key = key_peer.first;
+      const std::string row = absl::StrCat("rank ", r, ": ", key.group, " ", comm::Name(key.primitive),
+                                           " ", comm::Name(key.phase), " ", key.label, " with world rank ",
+                                           key_peer.second);
       auto it = on.traffic[r].transfers().find(key_peer);
-      ASSERT_NE(it, on.traffic[r].transfers().end()) << key_peer.first.group;
-      EXPECT_EQ(it->second.bytes_sent, t.bytes_sent) << key_peer.first.group;
+      ASSERT_NE(it, on.traffic[r].transfers().end()) << row;
+      EXPECT_EQ(it->second.bytes_sent, t.bytes_sent) << row;
     }
   }
   ExpectMemoryFormulaExact(o, on);
@@ -267,7 +271,12 @@ TEST(Overlap, BucketsReducedDuringBackwardGiveTheSameBitsAndBytes) {
                         Grid{.dp = 2, .pp = 2, .zero = 3, .micro_batches = 2},
                         Grid{.pp = 4, .schedule = parallel::PipelineSchedule::kGPipe,
                              .micro_batches = 4},
-                        Grid{.dp = 2, .pp = 2, .micro_batches = 2}};
+                        Grid{.dp = 2, .pp = 2, .micro_batches = 2},
+                        Grid{.dp = 2, .pp = 2, .zero = 2,
+                             .schedule = parallel::PipelineSchedule::kInterleaved,
+                             .virtual_stages = 2, .micro_batches = 2},
+                        Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
+                             .virtual_stages = 2, .micro_batches = 4}};
   for (const Grid& g : grids) {
     SCOPED_TRACE(g.Name());
     ExpectOverlapChangesNothingButTime(g.On(TinyGrid(4)), g.zero);

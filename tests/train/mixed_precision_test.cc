@@ -82,7 +82,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Grid{.dp = 2, .zero = 3}, Grid{.tp = 2}, Grid{.tp = 2, .sequence_parallel = true},
                       Grid{.pp = 2, .schedule = kGPipe}, Grid{.pp = 2},
                       Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true},
-                      Grid{.dp = 2, .pp = 2, .zero = 3, .recompute = true}),
+                      Grid{.dp = 2, .pp = 2, .zero = 3, .recompute = true},
+                      Grid{.dp = 2, .pp = 2, .zero = 1,
+                           .schedule = parallel::PipelineSchedule::kInterleaved,
+                           .virtual_stages = 2}),
     GridName);
 
 // The seed's Q6 model states, to the byte: with --precision=bf16 the peaks are 2Φ of

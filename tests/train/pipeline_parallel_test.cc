@@ -1,6 +1,7 @@
 // Pipeline parallelism reproduces the single-rank run with the same micro-batches, for
 // every schedule, micro-batch count and recompute setting; each boundary carries exactly
 // b·s·h·4 bytes a step each way; 1f1b and recompute hold fewer activations than gpipe.
+// The interleaved schedule does the same with v chunks a stage, v·N−1 boundaries.
 #include <map>
 #include <string>
 #include <tuple>
@@ -91,6 +92,75 @@ std::vector<Grid> PipelineGrids() {
 
 INSTANTIATE_TEST_SUITE_P(All, PipelineTest, ::testing::ValuesIn(PipelineGrids()), GridName);
 
+// 8 layers, so that pp = 4 with v = 2 puts one on each chunk.
+TrainOptions Layers8(int micro_batches) {
+  TrainOptions o = Layers4(1, micro_batches);
+  o.model.n_layer = 8;
+  return o;
+}
+
+const RunResult& Serial8(int m) {
+  static std::map<int, RunResult>* runs = new std::map<int, RunResult>();
+  auto it = runs->find(m);
+  if (it == runs->end()) it = runs->emplace(m, RunRanks(Layers8(m))).first;
+  return it->second;
+}
+
+class InterleavedTest : public ::testing::TestWithParam<Grid> {};
+
+// Equal to the serial run; each virtual stage's boundary carries b·s·h·4 bytes a step each
+// way, every row the formula's, so a stage sends v times what it sends under 1f1b.
+TEST_P(InterleavedTest, MatchesTheSingleRankRunWithVTimesTheBoundaryBytes) {
+  const Grid& g = GetParam();
+  const int pp = g.pp, v = g.virtual_stages, m = g.micro_batches;
+  const TrainOptions o = g.On(Layers8(m));
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  RunResult run = RunRanks(o);
+  ExpectSameRun(run, Serial8(m));
+  ExpectReportRowsExact(o, run);
+  const int64_t bsh_bytes = int64_t(o.global_batch_size) * o.model.seq_len * o.model.n_embd * 4;
+  for (int vs = 0; vs + 1 < pp * v; ++vs) {
+    auto sent = [&](int rank, const std::string& label) {
+      return run.traffic[rank].Sum([&](const comm::LedgerKey& k) {
+        return k.group == "pp" && k.label == label;
+      }).bytes_sent;
+    };
+    // Virtual stage vs is on pipeline rank vs mod pp.
+    EXPECT_EQ(sent(vs % pp, parallel::BoundaryScope(vs, vs + 1)), o.steps * bsh_bytes) << vs;
+    EXPECT_EQ(sent((vs + 1) % pp, parallel::BoundaryScope(vs + 1, vs)), o.steps * bsh_bytes) << vs;
+  }
+  for (int r = 0; r < pp; ++r) {
+    const int64_t boundaries = run.traffic[r].Sum([](const comm::LedgerKey& k) {
+      return parallel::IsPipelineBoundary(k);
+    }).bytes_sent;
+    // v chunks a stage, each sending forward but the model's last and backward but its first.
+    const int sends = 2 * v - (r == 0 ? 1 : 0) - (r == pp - 1 ? 1 : 0);
+    EXPECT_EQ(boundaries, sends * o.steps * bsh_bytes) << "rank " << r;
+  }
+}
+
+// pp 2 and 4 with v = 2, m of pp and 2·pp, with and without recompute; three chunks a
+// stage; uneven chunks.
+std::vector<Grid> InterleavedGrids() {
+  std::vector<Grid> grids;
+  for (int pp : {2, 4}) {
+    for (int m : {pp, 2 * pp}) {
+      for (bool recompute : {false, true}) {
+        grids.push_back(Grid{.pp = pp, .schedule = parallel::PipelineSchedule::kInterleaved,
+                             .virtual_stages = 2, .recompute = recompute, .micro_batches = m});
+      }
+    }
+  }
+  // Three chunks a stage, uneven chunks.
+  grids.push_back(Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
+                       .virtual_stages = 3, .micro_batches = 4});
+  grids.push_back(Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
+                       .virtual_stages = 2, .pp_layers = {3, 1, 2, 2}, .micro_batches = 2});
+  return grids;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, InterleavedTest, ::testing::ValuesIn(InterleavedGrids()), GridName);
+
 // With more micro-batches than stages, 1f1b keeps at most pp of them in flight on stage
 // 0 where gpipe keeps all m; recompute keeps only inputs.
 TEST(PipelineMemory, OneFOneBAndRecomputeHoldFewerActivations) {
@@ -116,8 +186,8 @@ TEST(PipelineOptions, BadValuesAreClearErrors) {
   o = Layers4(2, 1);
   o.micro_batch_size = 3;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of"));
-  EXPECT_TRUE(absl::StrContains(parallel::ParsePipelineSchedule("interleaved").status().message(),
-                                "--schedule must be gpipe or 1f1b"));
+  EXPECT_TRUE(absl::StrContains(parallel::ParsePipelineSchedule("zb").status().message(),
+                                "--schedule must be gpipe, 1f1b or interleaved"));
 }
 
 }  // namespace

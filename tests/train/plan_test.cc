@@ -128,6 +128,8 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   in.pp = g.pp;
   in.zero = g.zero;
   in.sequence_parallel = g.sequence_parallel;
+  in.virtual_stages = g.virtual_stages;
+  if (g.virtual_stages > 1) in.micro_batches = g.pp;  // interleaved: a group of pp
   for (DType precision : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(Name(precision));
     in.precision = precision;
@@ -202,7 +204,10 @@ INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
                                            Grid{.pp = 4, .schedule = kGPipe},
                                            Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1,
                                                 .sequence_parallel = true, .schedule = kGPipe},
-                                           Grid{.dp = 2, .pp = 2, .zero = 3}),
+                                           Grid{.dp = 2, .pp = 2, .zero = 3},
+                                           Grid{.pp = 2,
+                                                .schedule = parallel::PipelineSchedule::kInterleaved,
+                                                .virtual_stages = 2}),
                          GridName);
 
 }  // namespace

@@ -49,6 +49,7 @@ struct Grid {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   bool sequence_parallel = false;
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  int virtual_stages = 1;           // chunks a stage (interleaved)
   std::vector<int> pp_layers = {};  // empty: balanced
   bool recompute = false;
   int micro_batches = 0;  // per rank and step (0: the options' own)
@@ -63,6 +64,7 @@ struct Grid {
     o.zero = zero;
     o.sequence_parallel = sequence_parallel;
     o.schedule = schedule;
+    o.virtual_stages = virtual_stages;
     o.pp_layers = pp_layers;
     o.recompute = recompute;
     if (micro_batches > 0) o.micro_batch_size = o.global_batch_size / (dp * micro_batches);
@@ -70,7 +72,8 @@ struct Grid {
     o.native_collectives = native_collectives;
     return o;
   }
-  // "dp2_tp1_pp2_zero3", then what is set: "_sp", the schedule (pp > 1, or gpipe), "_m4",
+  // "dp2_tp1_pp2_zero3", then what is set: "_sp", the schedule (pp > 1, or gpipe) and its
+  // chunks ("_interleaved_v2"), "_m4",
   // "_uneven", "_recompute", "_naive", "_native".
   std::string Name() const {
     std::string name = "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" +
@@ -79,6 +82,7 @@ struct Grid {
     if (pp > 1 || schedule != parallel::PipelineSchedule::k1F1B) {
       name += std::string("_") + parallel::Name(schedule);
     }
+    if (virtual_stages > 1) name += "_v" + std::to_string(virtual_stages);
     if (micro_batches > 0) name += "_m" + std::to_string(micro_batches);
     if (!pp_layers.empty()) name += "_uneven";
     if (recompute) name += "_recompute";

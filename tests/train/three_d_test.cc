@@ -17,6 +17,7 @@ namespace {
 TrainOptions Model(int global_batch) { return TinyGrid(global_batch); }
 
 constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
+constexpr parallel::PipelineSchedule kInterleaved = parallel::PipelineSchedule::kInterleaved;
 
 TrainOptions On(const Grid& g, int global_batch) {
   TrainOptions o = g.On(Model(global_batch));
@@ -47,7 +48,13 @@ INSTANTIATE_TEST_SUITE_P(
         Grid{.tp = 4, .sequence_parallel = true},
         Grid{.dp = 2, .pp = 2, .zero = 2},  // ZeRO-2/3 with stages
         Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 3, .sequence_parallel = true, .schedule = kGPipe},
-        Grid{.dp = 2, .pp = 3, .zero = 3, .recompute = true}),
+        Grid{.dp = 2, .pp = 3, .zero = 3, .recompute = true},
+        // Interleaved: two chunks of one layer a stage, with every other strategy.
+        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true,
+             .schedule = kInterleaved, .virtual_stages = 2},
+        Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kInterleaved, .virtual_stages = 2},
+        Grid{.dp = 2, .pp = 2, .zero = 3, .schedule = kInterleaved, .virtual_stages = 2,
+             .recompute = true}),
     GridName);
 
 // A checkpoint of a 3D run resumes on one rank, and one rank's on a 3D grid.
@@ -58,7 +65,11 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   const std::string path = ::testing::TempDir() + "/3d.safetensors";
   std::vector<float> losses;
   for (int zero : {1, 3}) {
-    TrainOptions first = On(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = zero, .sequence_parallel = true}, 8);
+    // ZeRO-3's checkpoint from the interleaved schedule's chunks.
+    const parallel::PipelineSchedule schedule = zero == 3 ? kInterleaved : parallel::PipelineSchedule::k1F1B;
+    TrainOptions first = On(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = zero, .sequence_parallel = true,
+                                 .schedule = schedule, .virtual_stages = zero == 3 ? 2 : 1},
+                            8);
     first.steps = 6;
     TrainAndSave(first, 3, path);
     TrainOptions serial = Model(8);
@@ -76,7 +87,9 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   one.steps = 6;
   TrainAndSave(one, 3, serial_path);
   for (const Grid& g : {Grid{.tp = 2, .pp = 2, .schedule = kGPipe},
-                        Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kGPipe}}) {
+                        Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kGPipe},
+                        Grid{.dp = 2, .pp = 2, .zero = 1, .schedule = kInterleaved,
+                             .virtual_stages = 2}}) {
     TrainOptions grid = On(g, 8);
     grid.steps = 6;
     grid.load = serial_path;
