@@ -35,8 +35,9 @@ ABSL_FLAG(int, n, 20, "timed iterations per size");
 ABSL_FLAG(int, w, 5, "warm-up iterations per size");
 ABSL_FLAG(int, c, 1, "check results (1) or not (0)");
 ABSL_FLAG(std::string, op, "all_reduce",
-          "all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, gather, scatter, "
-          "sendrecv, or all");
+          "all_reduce, all_gather, reduce_scatter, alltoall, alltoallv (uneven blocks of the "
+          "size: rank i sends rank j floor(count/ranks)*((i+2j) mod 3)/2 elements), broadcast, "
+          "reduce, gather, scatter, sendrecv, or all");
 ABSL_FLAG(std::string, algorithm, "ring",
           "ring, naive, hierarchical (rings inside each node, then across: all_reduce, "
           "reduce_scatter and all_gather with --gpus_per_node), native (--backend=mpi or nccl: "
@@ -70,7 +71,8 @@ absl::StatusOr<std::vector<Primitive>> ParseOps(const std::string& text) {
     return std::vector<Primitive>{Primitive::kAllReduce, Primitive::kAllGather,
                                   Primitive::kReduceScatter, Primitive::kAllToAll,
                                   Primitive::kBroadcast, Primitive::kReduce,
-                                  Primitive::kGather, Primitive::kScatter, Primitive::kSendRecv};
+                                  Primitive::kGather, Primitive::kScatter, Primitive::kSendRecv,
+                                  Primitive::kAllToAllV};
   }
   ASSIGN_OR_RETURN(Primitive p, comm::ParsePrimitive(text));
   if (p == Primitive::kBarrier) {

@@ -36,17 +36,22 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
     int64_t count, std::initializer_list<const Tensor*> tensors, bool queued) {
   if (!queued) Drain();
-  const Algorithm chosen =
+  Algorithm chosen =
       options_.native_collectives
           ? Algorithm::kNative
           : EffectiveAlgorithm(primitive, algorithm.value_or(options_.algorithm), group_nodes_);
+  // An all-to-all-v has no native form here: it runs (and is booked as) the ring.
+  if (primitive == Primitive::kAllToAllV && chosen == Algorithm::kNative) chosen = Algorithm::kRing;
   OpSignature signature{primitive, chosen, dtype, op, root, count, collective_calls_++};
   std::string where = absl::StrCat("[", Title(primitive), " on '", name(), "'] rank ", rank());
   if (primitive != Primitive::kSendRecv && root != -1 && (root < 0 || root >= size())) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": root ", root, " is not a rank of a group of ", size()));
   }
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative count"));
+  // Only an all-to-all-v has no count every rank sees (-1, not compared).
+  if (count < 0 && primitive != Primitive::kAllToAllV) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": negative count"));
+  }
   const Tensor* first = nullptr;  // of the buffers this rank passes (a non-root's may be empty)
   for (const Tensor* t : tensors) {
     if (t->defined()) {
@@ -272,6 +277,59 @@ absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::AllToAll(*wire, input.raw_data(), output.raw_data(), n); },
       [&] { return naive::AllToAll(*wire, input.raw_data(), output.raw_data(), n); });
+  return Finish(*wire, int64_t(input.nbytes()), started, s);
+}
+
+absl::StatusOr<std::vector<int64_t>> Communicator::ExchangeCounts(
+    std::span<const int64_t> send_counts) {
+  if (int(send_counts.size()) != size()) {
+    return absl::InvalidArgumentError(absl::StrCat("[AllToAllV on '", name(), "'] rank ", rank(),
+                                                   ": ", send_counts.size(),
+                                                   " counts for a group of ", size()));
+  }
+  ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({size()}, DType::kI64, allocator(), MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty({size()}, DType::kI64, allocator(), MemoryCategory::kComm));
+  std::copy(send_counts.begin(), send_counts.end(), mine.data<int64_t>());
+  RETURN_IF_ERROR(AllToAll(mine, theirs));
+  return std::vector<int64_t>(theirs.data<int64_t>(), theirs.data<int64_t>() + size());
+}
+
+absl::Status Communicator::AllToAllV(const Tensor& input, std::span<const int64_t> send_counts,
+                                     Tensor& output, std::span<const int64_t> recv_counts,
+                                     AlgorithmChoice algorithm) {
+  int64_t started = MonotonicNanos();
+  const std::string where = absl::StrCat("[AllToAllV on '", name(), "'] rank ", rank());
+  if (int(send_counts.size()) != size() || int(recv_counts.size()) != size()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", send_counts.size(), " send and ",
+                                                   recv_counts.size(),
+                                                   " receive counts for a group of ", size()));
+  }
+  int64_t sends = 0, receives = 0;
+  for (int j = 0; j < size(); ++j) {
+    if (send_counts[j] < 0 || recv_counts[j] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": a negative count for rank ", j));
+    }
+    sends += send_counts[j];
+    receives += recv_counts[j];
+  }
+  if (send_counts[rank()] != recv_counts[rank()]) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": sends itself ", send_counts[rank()],
+                                                   " elements but receives ", recv_counts[rank()]));
+  }
+  RETURN_IF_ERROR(CheckCount(Primitive::kAllToAllV, "input", input, sends));
+  RETURN_IF_ERROR(CheckCount(Primitive::kAllToAllV, "output", output, receives));
+  ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllToAllV, algorithm, input.dtype(),
+                                    ReduceOp::kSum, -1, -1, {&input, &output}));
+  absl::Status s = Run(
+      *wire, input.raw_data(), output.raw_data(),
+      [&] {
+        return ring::AllToAllV(*wire, input.raw_data(), send_counts, output.raw_data(),
+                               recv_counts);
+      },
+      [&] {
+        return naive::AllToAllV(*wire, input.raw_data(), send_counts, output.raw_data(),
+                                recv_counts);
+      });
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 

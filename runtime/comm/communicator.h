@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,19 @@ class Communicator {
   // input (n) on every rank, chunk j meant for rank j -> output (size()·c_r): slot j holds
   // rank j's chunk r, where c_r = ChunkOf(n, size(), r).count.
   absl::Status AllToAll(const Tensor& input, Tensor& output, AlgorithmChoice algorithm = {});
+  // The all-to-all with blocks of each pair's own size: input holds send_counts[j]
+  // elements for rank j, packed in rank order; output receives recv_counts[j] from rank j,
+  // packed likewise. recv_counts[j] must be rank j's send_counts[r] (ExchangeCounts gives
+  // them); a pair with nothing to move exchanges no message. Ring: p−1 pairwise steps as
+  // AllToAll; naive: every pair at once; the same bytes, Σ_{j≠r} send_counts[j] elements
+  // (exact_traffic.h's AllToAllVTraffic). It has no native form (it runs the ring).
+  absl::Status AllToAllV(const Tensor& input, std::span<const int64_t> send_counts,
+                         Tensor& output, std::span<const int64_t> recv_counts,
+                         AlgorithmChoice algorithm = {});
+  // What every rank sends this one, from what this one sends every rank: an all-to-all of
+  // one int64 per pair (an `alltoall` row of its own, (p−1)·8 bytes a rank), the counts an
+  // AllToAllV needs first.
+  absl::StatusOr<std::vector<int64_t>> ExchangeCounts(std::span<const int64_t> send_counts);
   absl::Status Barrier(AlgorithmChoice algorithm = {});
 
   // Non-blocking forms of the collectives the strategies overlap with compute: the same

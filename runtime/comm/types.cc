@@ -16,6 +16,7 @@ const char* Name(Primitive p) {
     case Primitive::kAllToAll: return "alltoall";
     case Primitive::kSendRecv: return "sendrecv";
     case Primitive::kBarrier: return "barrier";
+    case Primitive::kAllToAllV: return "alltoallv";
   }
   return "?";
 }
@@ -32,6 +33,7 @@ const char* Title(Primitive p) {
     case Primitive::kAllToAll: return "AllToAll";
     case Primitive::kSendRecv: return "SendRecv";
     case Primitive::kBarrier: return "Barrier";
+    case Primitive::kAllToAllV: return "AllToAllV";
   }
   return "?";
 }
@@ -77,7 +79,7 @@ absl::StatusOr<Primitive> ParsePrimitive(std::string_view name) {
   return absl::InvalidArgumentError(
       "[comm] unknown primitive '" + std::string(name) +
       "'; expected broadcast, scatter, gather, reduce, all_gather, reduce_scatter, all_reduce, "
-      "alltoall, sendrecv or barrier");
+      "alltoall, sendrecv, barrier or alltoallv");
 }
 
 absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {

@@ -10,7 +10,8 @@
 
 namespace tally::comm {
 
-// What a call does. kSendRecv covers point-to-point Send and Recv.
+// What a call does. kSendRecv covers point-to-point Send and Recv; kAllToAllV is the
+// all-to-all whose blocks each rank pair sizes on its own (expert parallelism's dispatch).
 enum class Primitive : uint8_t {
   kBroadcast,
   kScatter,
@@ -22,12 +23,13 @@ enum class Primitive : uint8_t {
   kAllToAll,
   kSendRecv,
   kBarrier,
+  kAllToAllV,
 };
 inline constexpr Primitive kAllPrimitives[] = {
     Primitive::kBroadcast, Primitive::kScatter,       Primitive::kGather,
     Primitive::kReduce,    Primitive::kAllGather,     Primitive::kReduceScatter,
     Primitive::kAllReduce, Primitive::kAllToAll,      Primitive::kSendRecv,
-    Primitive::kBarrier};
+    Primitive::kBarrier,   Primitive::kAllToAllV};
 
 // How it is done. kNaive is the root-based star (the seed's "monitor collects") or a
 // direct exchange; kRing passes chunks around the ring (or down a chain for rooted ops);

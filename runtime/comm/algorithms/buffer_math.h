@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "runtime/comm/transport/device_memory.h"
@@ -30,6 +32,21 @@ inline absl::Status CopyElements(void* dst, const void* src, int64_t count, cons
   if (wire.signature().device >= 0) return DeviceCopy(dst, src, Bytes(count, wire));
   std::memcpy(dst, src, Bytes(count, wire));
   return absl::OkStatus();
+}
+
+// An all-to-all-v's blocks (packed in rank order): where each starts in the input and in
+// the output.
+struct BlockOffsets {
+  std::vector<int64_t> send, recv;
+};
+// The offsets, and this rank's block to itself copied into place.
+inline absl::Status OwnBlockAndOffsets(const Wire& wire, const void* input,
+                                       std::span<const int64_t> send_counts, void* output,
+                                       std::span<const int64_t> recv_counts, BlockOffsets& at) {
+  at = {Offsets(send_counts), Offsets(recv_counts)};
+  const int r = wire.rank();
+  return CopyElements(At(output, at.recv[size_t(r)], wire), At(input, at.send[size_t(r)], wire),
+                      send_counts[size_t(r)], wire);
 }
 
 // data[0, count) divided by the group's size when the call averages (its sum is done).

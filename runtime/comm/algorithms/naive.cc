@@ -1,5 +1,7 @@
 #include "runtime/comm/algorithms/naive.h"
 
+#include <vector>
+
 #include "runtime/comm/algorithms/buffer_math.h"
 #include "runtime/comm/algorithms/reduce.h"
 #include "runtime/status_macros.h"
@@ -111,6 +113,25 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
     wire.Send(peer, At(input, chunk.offset, wire), Bytes(chunk.count, wire), pending,
               SendMode::kExchange);
     wire.Recv(peer, At(output, peer * own.count, wire), Bytes(own.count, wire), pending);
+  }
+  return pending.WaitAll();
+}
+
+absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> send_counts,
+                       void* output, std::span<const int64_t> recv_counts) {
+  const int p = wire.size(), r = wire.rank();
+  BlockOffsets at;
+  RETURN_IF_ERROR(OwnBlockAndOffsets(wire, input, send_counts, output, recv_counts, at));
+  Pending pending;
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == r) continue;
+    if (send_counts[peer] > 0) {
+      wire.Send(peer, At(input, at.send[peer], wire), Bytes(send_counts[peer], wire), pending,
+                SendMode::kExchange);
+    }
+    if (recv_counts[peer] > 0) {
+      wire.Recv(peer, At(output, at.recv[peer], wire), Bytes(recv_counts[peer], wire), pending);
+    }
   }
   return pending.WaitAll();
 }

@@ -12,10 +12,12 @@
 //   AllGather      Gather to rank 0, then Broadcast
 //   ReduceScatter  Reduce to rank 0, then Scatter
 //   AllToAll       every pair at once (direct): M - c_r
+//   AllToAllV      every pair at once, each its own count: Σ_{j≠r} send_counts[j]
 //   Barrier        everyone reports to rank 0, rank 0 releases everyone
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/status.h"
 #include "runtime/comm/ledger/wire.h"
@@ -30,6 +32,9 @@ absl::Status AllGather(Wire& wire, const void* input, void* output, int64_t coun
 absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count, int root);
 absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, int root);
 absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count);
+// As ring::AllToAllV, every pair posted at once.
+absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> send_counts,
+                       void* output, std::span<const int64_t> recv_counts);
 absl::Status Barrier(Wire& wire);
 
 }  // namespace tally::comm::naive

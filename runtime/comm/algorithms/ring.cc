@@ -244,6 +244,28 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
   return absl::OkStatus();
 }
 
+// The same pairing as AllToAll, each pair's block its own size; an empty block is no
+// message (both ends know its count).
+absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> send_counts,
+                       void* output, std::span<const int64_t> recv_counts) {
+  const int p = wire.size(), r = wire.rank();
+  BlockOffsets at;
+  RETURN_IF_ERROR(OwnBlockAndOffsets(wire, input, send_counts, output, recv_counts, at));
+  for (int s = 1; s < p; ++s) {
+    const int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
+    Pending step;
+    if (send_counts[to] > 0) {
+      wire.Send(to, At(input, at.send[to], wire), Bytes(send_counts[to], wire), step,
+                SendMode::kExchange);
+    }
+    if (recv_counts[from] > 0) {
+      wire.Recv(from, At(output, at.recv[from], wire), Bytes(recv_counts[from], wire), step);
+    }
+    RETURN_IF_ERROR(step.WaitAll());
+  }
+  return absl::OkStatus();
+}
+
 // A zero-byte token goes around the ring twice. When rank 0 gets it back the first time,
 // every rank has arrived; the second lap tells them so.
 absl::Status Barrier(Wire& wire) {

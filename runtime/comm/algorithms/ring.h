@@ -10,6 +10,7 @@
 //   Reduce         chain toward the root: M, except the root
 //   Scatter/Gather chain: each rank relays the chunks of the ranks behind it
 //   AllToAll       p-1 steps; at step s rank r sends chunk r+s to rank r+s
+//   AllToAllV      the same steps with each pair's own count: Σ_{j≠r} send_counts[j]
 //   Barrier        a token twice around the ring, zero bytes
 //
 // Every function is called on every rank of the wire's group with the same arguments
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/status.h"
 #include "runtime/comm/ledger/wire.h"
@@ -31,6 +33,10 @@ absl::Status AllGather(Wire& wire, const void* input, void* output, int64_t coun
 absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count, int root);
 absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, int root);
 absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count);
+// input: send_counts[j] elements for rank j, packed in rank order; output: recv_counts[j]
+// from rank j, packed likewise. A pair with nothing to move exchanges no message.
+absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> send_counts,
+                       void* output, std::span<const int64_t> recv_counts);
 absl::Status Barrier(Wire& wire);
 
 }  // namespace tally::comm::ring

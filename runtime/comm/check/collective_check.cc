@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/status_macros.h"
@@ -29,6 +30,24 @@ int64_t Mismatches(const Tensor& t, const std::function<float(int64_t)>& want) {
   return wrong;
 }
 
+// An all-to-all-v's counts (partition.h's SkewedCount): what rank `rank` sends every
+// rank, and receives from every rank.
+std::vector<int64_t> SendCounts(int64_t n, int p, int rank) {
+  std::vector<int64_t> counts(static_cast<size_t>(p), 0);
+  for (int j = 0; j < p; ++j) counts[size_t(j)] = SkewedCount(n, p, rank, j);
+  return counts;
+}
+std::vector<int64_t> RecvCounts(int64_t n, int p, int rank) {
+  std::vector<int64_t> counts(static_cast<size_t>(p), 0);
+  for (int j = 0; j < p; ++j) counts[size_t(j)] = SkewedCount(n, p, j, rank);
+  return counts;
+}
+int64_t Sum(const std::vector<int64_t>& counts) {
+  int64_t sum = 0;
+  for (int64_t c : counts) sum += c;
+  return sum;
+}
+
 // Which of a call's buffers each rank needs, by size (0: unused).
 struct Sizes {
   int64_t input = 0, output = 0;
@@ -49,6 +68,8 @@ Sizes BufferSizes(const Communicator& comm, Primitive primitive, int64_t n, int 
     case Primitive::kAllToAll: return {n, p * own};
     case Primitive::kSendRecv: return {n, n};
     case Primitive::kBarrier: return {0, 0};
+    case Primitive::kAllToAllV:
+      return {Sum(SendCounts(n, p, comm.rank())), Sum(RecvCounts(n, p, comm.rank()))};
   }
   return {};
 }
@@ -93,6 +114,7 @@ void FillInputs(Communicator& comm, Primitive primitive, CallBuffers& b, int64_t
     case Primitive::kGather: Fill(b.input, [&](int64_t i) { return Global(own.offset + i); }); break;
     case Primitive::kScatter: Fill(b.input, Global); break;
     case Primitive::kAllToAll:
+    case Primitive::kAllToAllV:
     case Primitive::kSendRecv: Fill(b.input, [&](int64_t i) { return Tagged(r, i); }); break;
     case Primitive::kBarrier: break;
   }
@@ -111,6 +133,11 @@ absl::Status Call(Communicator& comm, Primitive primitive, Algorithm algorithm, 
     case Primitive::kGather: return comm.Gather(b.input, b.output, count, root, algorithm);
     case Primitive::kAllToAll: return comm.AllToAll(b.input, b.output, algorithm);
     case Primitive::kBarrier: return comm.Barrier(algorithm);
+    case Primitive::kAllToAllV: {
+      const int p = comm.size(), r = comm.rank();
+      return comm.AllToAllV(b.input, SendCounts(count, p, r), b.output, RecvCounts(count, p, r),
+                            algorithm);
+    }
     case Primitive::kSendRecv: {
       if (comm.size() == 1) return absl::OkStatus();
       int right = (comm.rank() + 1) % comm.size();
@@ -156,6 +183,19 @@ int64_t CountWrong(Communicator& comm, Primitive primitive, const CallBuffers& b
       if (p == 1) return 0;
       return Mismatches(b.output, [&](int64_t i) { return Tagged((r + p - 1) % p, i); });
     case Primitive::kBarrier: return 0;
+    case Primitive::kAllToAllV: {
+      // Block j of the output holds rank j's block for this rank, from where it sat in
+      // rank j's input.
+      const std::vector<int64_t> recv = RecvCounts(count, p, r);
+      const std::vector<int64_t> at = Offsets(recv);
+      std::vector<float> want(size_t(Sum(recv)));
+      for (int j = 0; j < p; ++j) {
+        const int64_t from = Offsets(SendCounts(count, p, j))[size_t(r)];
+        for (int64_t i = 0; i < recv[size_t(j)]; ++i) want[size_t(at[size_t(j)] + i)] = Tagged(j, from + i);
+      }
+      return Mismatches(b.output, [&](int64_t i) { return want[size_t(i)]; }) +
+             Mismatches(b.input, [&](int64_t i) { return Tagged(r, i); });
+    }
   }
   return 0;
 }

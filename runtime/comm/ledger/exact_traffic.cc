@@ -92,6 +92,14 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
   if (primitive == Primitive::kAllToAll) {  // both algorithms: every peer's chunk once
     return {s.Whole() - s.Chunk(rank), (group_size - 1) * s.Chunk(rank)};
   }
+  if (primitive == Primitive::kAllToAllV) {  // the skewed counts (partition.h)
+    std::vector<int64_t> send(static_cast<size_t>(group_size), 0), recv = send;
+    for (int j = 0; j < group_size; ++j) {
+      send[size_t(j)] = SkewedCount(count, group_size, rank, j);
+      recv[size_t(j)] = SkewedCount(count, group_size, j, rank);
+    }
+    return AllToAllVTraffic(send, recv, rank, element_size);
+  }
   // kNative: the transport's own algorithm is unknown; it is modelled as the ring.
   return algorithm == Algorithm::kNaive ? Naive(primitive, s, rank, root)
                                         : Ring(primitive, s, rank, root);
@@ -115,6 +123,10 @@ std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int g
   const int right = (rank + 1) % p, left = (rank + p - 1) % p;
   if (primitive == Primitive::kAllToAll) {
     for (int j = 0; j < p; ++j) to[j] = j == rank ? 0 : s.Chunk(j);
+    return to;
+  }
+  if (primitive == Primitive::kAllToAllV) {
+    for (int j = 0; j < p; ++j) to[j] = j == rank ? 0 : SkewedCount(count, p, rank, j) * s.e;
     return to;
   }
   if (primitive == Primitive::kSendRecv) {
@@ -153,6 +165,18 @@ LinkBytes ExactSentByLink(Primitive primitive, Algorithm algorithm, std::span<co
   return bytes;
 }
 
+RankTraffic AllToAllVTraffic(std::span<const int64_t> send_counts,
+                             std::span<const int64_t> recv_counts, int rank,
+                             size_t element_size) {
+  RankTraffic t;
+  for (size_t j = 0; j < send_counts.size(); ++j) {
+    if (int(j) == rank) continue;
+    t.sent += send_counts[j] * int64_t(element_size);
+    t.recv += recv_counts[j] * int64_t(element_size);
+  }
+  return t;
+}
+
 double BusFactor(Primitive primitive, int ranks) {
   const double n = ranks;
   switch (primitive) {
@@ -161,6 +185,7 @@ double BusFactor(Primitive primitive, int ranks) {
     case Primitive::kAllGather:
     case Primitive::kReduceScatter:
     case Primitive::kAllToAll:
+    case Primitive::kAllToAllV:
     case Primitive::kGather:
     case Primitive::kScatter:
       return (n - 1) / n;

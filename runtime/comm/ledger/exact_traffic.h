@@ -29,6 +29,8 @@ struct RankTraffic {
 // none. kSendRecv is the ring exchange of nccl-tests' sendrecv (every rank sends `count`
 // to its right neighbour and receives as much from its left one); a barrier moves nothing.
 // kNative counts as kRing (the model the ledger books for a transport's own collectives).
+// kAllToAllV, whose blocks each pair sizes, is counted with the checks' skewed counts of
+// a nominal `count` (partition.h's SkewedCount; AllToAllVTraffic takes any counts).
 // kHierarchical depends on where the group's ranks are: `nodes` holds the node of every
 // group rank (Nodes::Of(members)); without it, or where the hierarchy degenerates
 // (hierarchical.h), it is the ring, as the communicator runs it.
@@ -49,6 +51,12 @@ std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int g
 // (Nodes::Of(members)).
 LinkBytes ExactSentByLink(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
                           int rank, int root, int64_t count, size_t element_size);
+
+// An all-to-all-v's bytes (ring and naive alike): each block to another rank once,
+// Σ_{j≠rank} send_counts[j] elements sent and Σ_{j≠rank} recv_counts[j] received.
+RankTraffic AllToAllVTraffic(std::span<const int64_t> send_counts,
+                             std::span<const int64_t> recv_counts, int rank,
+                             size_t element_size);
 
 // The algorithm a communicator runs when asked for `algorithm`: kHierarchical only for
 // all-reduce, reduce-scatter and all-gather on a group spread evenly over several nodes

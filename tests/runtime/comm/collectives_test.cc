@@ -1,12 +1,14 @@
 // Every primitive x algorithm x group size x count: exact results from closed-form inputs,
 // and ledger bytes per rank equal to the exact formula, to the byte: in all, to each peer,
-// and by link class with the ranks placed G to a node for G = 1, 2, 3.
+// and by link class with the ranks placed G to a node for G = 1, 2, 3. The all-to-all-v
+// also with counts of no pattern, exchanged first.
 #include <cmath>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/check/collective_check.h"
@@ -103,10 +105,110 @@ INSTANTIATE_TEST_SUITE_P(
                                          Primitive::kGather, Primitive::kReduce,
                                          Primitive::kAllGather, Primitive::kReduceScatter,
                                          Primitive::kAllReduce, Primitive::kAllToAll,
-                                         Primitive::kSendRecv, Primitive::kBarrier),
+                                         Primitive::kSendRecv, Primitive::kBarrier,
+                                         Primitive::kAllToAllV),
                        ::testing::Values(Algorithm::kRing, Algorithm::kNaive),
                        ::testing::Values(1, 2, 3, 4, 5, 6, 8)),
     CaseName);
+
+// An all-to-all-v of counts no pattern makes (zeros, a rank that sends nothing, blocks of
+// one element and blocks that span several pieces), its counts exchanged first: every
+// block where it belongs, the counts' all-to-all and the blocks' bytes exact, Σsent = Σrecv.
+class AllToAllVTest : public ::testing::TestWithParam<std::tuple<Algorithm, int>> {};
+
+TEST_P(AllToAllVTest, ExchangedCountsPlaceEveryBlockAndBookExactBytes) {
+  const auto [algorithm, p] = GetParam();
+  // What rank i sends rank j: zero on the diagonal of 3, nothing at all from the last rank.
+  auto count = [p = p](int i, int j) -> int64_t {
+    if (p > 1 && i == p - 1) return 0;
+    return (i + 2 * j) % 3 == 0 ? 0 : int64_t(1 + 97 * ((i * 7 + j * 3) % 11));
+  };
+  // Element k of i's block for j.
+  auto value = [](int i, int j, int64_t k) { return float(100000 * i + 1000 * j + k % 1000); };
+  CommOptions options;
+  options.max_chunk_bytes = kMaxChunkBytes;
+  std::vector<RankTraffic> blocks(static_cast<size_t>(p)), counts_bytes = blocks;
+  absl::Status status = RunRanks(p, [&](Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    std::vector<int64_t> send(static_cast<size_t>(p), 0);
+    for (int j = 0; j < p; ++j) send[size_t(j)] = count(r, j);
+    {
+      LabelScope label(comm.ledger(), "counts");
+      ASSIGN_OR_RETURN(std::vector<int64_t> recv, comm.ExchangeCounts(send));
+      for (int j = 0; j < p; ++j) {
+        if (recv[size_t(j)] != count(j, r)) return absl::InternalError("counts exchanged wrong");
+      }
+      counts_bytes[size_t(r)] = {comm.ledger().Total().bytes_sent, comm.ledger().Total().bytes_recv};
+      comm.ledger().Clear();
+      std::vector<float> input;
+      for (int j = 0; j < p; ++j) {
+        for (int64_t k = 0; k < send[size_t(j)]; ++k) input.push_back(value(r, j, k));
+      }
+      int64_t total = 0;
+      for (int64_t c : recv) total += c;
+      ASSIGN_OR_RETURN(Tensor in, Filled(comm, int64_t(input.size()),
+                                         [&](int64_t i) { return input[size_t(i)]; }));
+      ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({total}, DType::kF32, comm.allocator()));
+      RETURN_IF_ERROR(comm.AllToAllV(in, send, out, recv, algorithm));
+      int64_t at = 0;
+      for (int j = 0; j < p; ++j) {
+        for (int64_t k = 0; k < recv[size_t(j)]; ++k, ++at) {
+          if (out.data<float>()[at] != value(j, r, k)) {
+            return absl::InternalError(absl::StrCat("rank ", r, ": element ", k, " from ", j));
+          }
+        }
+      }
+      EXPECT_EQ(comm.ledger().calls().begin()->first.primitive, Primitive::kAllToAllV);
+      EXPECT_EQ(AllToAllVTraffic(send, recv, r, sizeof(float)),
+                (RankTraffic{comm.ledger().Total().bytes_sent, comm.ledger().Total().bytes_recv}));
+      blocks[size_t(r)] = {comm.ledger().Total().bytes_sent, comm.ledger().Total().bytes_recv};
+    }
+    return absl::OkStatus();
+  }, options);
+  ASSERT_TRUE(status.ok()) << status;
+  int64_t sent = 0, recv = 0;
+  for (int r = 0; r < p; ++r) {
+    // The counts: one int64 to every other rank.
+    EXPECT_EQ(counts_bytes[size_t(r)], (RankTraffic{8 * (p - 1), 8 * (p - 1)})) << "rank " << r;
+    sent += blocks[size_t(r)].sent;
+    recv += blocks[size_t(r)].recv;
+  }
+  EXPECT_EQ(sent, recv);
+  if (p > 2) {
+    EXPECT_GT(sent, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Counts, AllToAllVTest,
+                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kNaive),
+                                            ::testing::Values(1, 2, 3, 5)),
+                         [](const ::testing::TestParamInfo<std::tuple<Algorithm, int>>& param) {
+                           return absl::StrCat(Name(std::get<0>(param.param)), "_",
+                                               std::get<1>(param.param), "ranks");
+                         });
+
+TEST(AllToAllV, BadCountsAreClearErrors) {
+  absl::Status status = RunRanks(2, [&](Communicator& comm) -> absl::Status {
+    ASSIGN_OR_RETURN(Tensor in, Tensor::Empty({3}, DType::kF32, comm.allocator()));
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({3}, DType::kF32, comm.allocator()));
+    const std::vector<int64_t> wrong_size = {1, 2, 0};
+    absl::Status s = comm.AllToAllV(in, wrong_size, out, wrong_size);
+    EXPECT_TRUE(absl::StrContains(s.message(), "3 send and 3 receive counts for a group of 2")) << s;
+    const std::vector<int64_t> negative = {4, -1};
+    s = comm.AllToAllV(in, negative, out, negative);
+    EXPECT_TRUE(absl::StrContains(s.message(), "a negative count for rank 1")) << s;
+    const std::vector<int64_t> ones = {1, 1};
+    s = comm.AllToAllV(in, ones, out, ones);
+    EXPECT_TRUE(absl::StrContains(s.message(), "input has 3 elements, expected 2")) << s;
+    // Two elements to itself, one received from itself.
+    const std::vector<int64_t> mine_twice =
+        comm.rank() == 0 ? std::vector<int64_t>{2, 1} : std::vector<int64_t>{1, 2};
+    s = comm.AllToAllV(in, mine_twice, out, ones);
+    EXPECT_TRUE(absl::StrContains(s.message(), "sends itself 2 elements but receives 1")) << s;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+}
 
 // The hierarchical algorithms on every placement of N ranks G to a node: exact results,
 // and every byte to every peer as the formula says. Where the placement gives no two

@@ -133,6 +133,8 @@ absl::Status NativeCollective(const Group& group, const OpSignature& signature, 
       break;
     case Primitive::kSendRecv:
       return absl::InvalidArgumentError("[mpi] point-to-point has no native collective");
+    case Primitive::kAllToAllV:  // the Communicator runs its own
+      return absl::InvalidArgumentError("[mpi] all-to-all-v has no native collective here");
   }
   if (code != MPI_SUCCESS) {
     return absl::InternalError(absl::StrCat(group.Where(signature), ": ", MpiError(call, code)));

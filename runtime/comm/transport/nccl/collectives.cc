@@ -54,7 +54,8 @@ Extents ExtentsOf(const OpSignature& s, int n, int r) {
     case Primitive::kScatter: return {root ? count : 0, mine};
     case Primitive::kAllToAll: return {count, int64_t(n) * mine};
     case Primitive::kBarrier:
-    case Primitive::kSendRecv: break;
+    case Primitive::kSendRecv:
+    case Primitive::kAllToAllV: break;  // the Communicator runs its own all-to-all-v
   }
   return {};
 }
@@ -178,7 +179,8 @@ absl::Status NativeCollective(Group& g, const OpSignature& s, const void* input,
       add("ncclAllReduce", ncclAllReduce(barrier.data, barrier.data, 1, type, ncclSum, comm,
                                          stream));
       break;
-    case Primitive::kSendRecv: break;
+    case Primitive::kSendRecv:
+    case Primitive::kAllToAllV: break;
   }
   const ncclResult_t ended = ncclGroupEnd();
   absl::Status status = NcclStatus(code, call);
