@@ -24,6 +24,13 @@ ABSL_FLAG(int, n_layer, kDefaults.model.n_layer, "transformer blocks");
 ABSL_FLAG(int, n_head, kDefaults.model.n_head, "attention heads (must divide n_embd)");
 ABSL_FLAG(int, n_embd, kDefaults.model.n_embd, "channels");
 ABSL_FLAG(int, seq_len, kDefaults.model.seq_len, "tokens per sequence (and positions in the table)");
+ABSL_FLAG(int, n_experts, kDefaults.model.n_experts,
+          "experts in every block's MLP, behind a learned router (0: the dense MLP)");
+ABSL_FLAG(int, moe_top_k, kDefaults.model.moe_top_k, "experts each token goes to");
+ABSL_FLAG(double, capacity_factor, kDefaults.model.capacity_factor,
+          "each expert takes at most ceil(c*k*tokens/E) tokens of a micro-batch (0: no limit)");
+ABSL_FLAG(double, moe_aux_loss_coef, kDefaults.model.aux_loss_coef,
+          "weight of the Switch load-balancing loss");
 ABSL_FLAG(int, global_batch_size, kDefaults.global_batch_size, "sequences per optimizer step");
 ABSL_FLAG(int, micro_batch_size, kDefaults.micro_batch_size,
           "sequences per forward/backward per rank (0: global / dp); the rest of a rank's "
@@ -128,6 +135,10 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
   o.model.n_embd = absl::GetFlag(FLAGS_n_embd);
   o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.model.n_experts = absl::GetFlag(FLAGS_n_experts);
+  o.model.moe_top_k = absl::GetFlag(FLAGS_moe_top_k);
+  o.model.capacity_factor = absl::GetFlag(FLAGS_capacity_factor);
+  o.model.aux_loss_coef = absl::GetFlag(FLAGS_moe_aux_loss_coef);
   o.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
   o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
   o.steps = absl::GetFlag(FLAGS_steps);

@@ -45,10 +45,14 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.proj_w, w.proj_b, b,
                                          t, c_local, c, s.comm, attn));
   RETURN_IF_ERROR(k.AddInPlace(a.residual2, x, int64_t(rows) * c));
-  // MLP branch: out = residual2 + c_proj(GELU(c_fc(LN2(residual2)))).
+  // MLP branch: out = residual2 + c_proj(GELU(c_fc(LN2(residual2)))), or the experts'.
   const TypedPtr ln2 = sp ? TypedPtr(s.rows, a.ln2.type) : a.ln2;
   RETURN_IF_ERROR(
       k.LayerNormForward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, rows, c));
+  if (config.moe()) {
+    RETURN_IF_ERROR(MoeForward(k, config, n, w, a.ln2, a.moe, s.moe, a.out));
+    return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
+  }
   RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b, t, c, hidden,
                                             s.comm, mlp));
   RETURN_IF_ERROR(k.GeluForward(a.fch_gelu, a.fch, int64_t(n) * hidden));
@@ -60,18 +64,21 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
 absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& a, const BlockScratch& s,
-                           float* dresidual) {
+                           float dloss, float* dresidual) {
   const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
   const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
   // MLP branch. d(out) reaches the MLP's c_proj unchanged through the addition.
-  RETURN_IF_ERROR(split.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b,
-                                                      dresidual, s.whole, a.fch_gelu, w.fcproj_w, b,
-                                                      t, hidden, c, s.comm, mlp));
-  RETURN_IF_ERROR(k.GeluBackward(s.d4c, a.fch, s.d4c, int64_t(n) * hidden));
-  RETURN_IF_ERROR(split.ColumnLinearBackward(
-      k, s.dc, s.whole, g.fc_w, g.fc_b, s.d4c, a.ln2, w.fc_w, b, t, c, hidden, s.comm, mlp));
+  if (config.moe()) {
+    RETURN_IF_ERROR(MoeBackward(k, config, n, w, g, a.ln2, a.moe, s.moe, dloss, dresidual, s.dc));
+  } else {
+    RETURN_IF_ERROR(split.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b, dresidual, s.whole,
+                                            a.fch_gelu, w.fcproj_w, b, t, hidden, c, s.comm, mlp));
+    RETURN_IF_ERROR(k.GeluBackward(s.d4c, a.fch, s.d4c, int64_t(n) * hidden));
+    RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.fc_w, g.fc_b, s.d4c, a.ln2,
+                                               w.fc_w, b, t, c, hidden, s.comm, mlp));
+  }
   // dresidual becomes d(residual2): the straight path plus the path through LN2.
   RETURN_IF_ERROR(k.LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, s.dc, a.residual2, w.ln2_w,
                                       a.ln2_mean, a.ln2_rstd, rows, c));

@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/layer_split.h"
+#include "model/moe.h"
 #include "runtime/kernels/kernels.h"
 
 namespace tally::model {
@@ -45,20 +46,24 @@ struct BlockActivations {
   float* fch;        // (N, 4C/tp) c_fc output
   TypedPtr fch_gelu;  // (N, 4C/tp)
   float* out;        // (R, C) residual2 + MLP branch: the next block's input
+  // With experts the MLP branch is moe.h's: its routing and buffers (fch and fch_gelu
+  // unused).
+  MoeActivations moe;
 };
 
 // Scratch reused from layer to layer.
 struct BlockScratch {
-  float* d4c;   // (N, 4C/tp)
-  float* dqkv;  // (N, 3C/tp); in forward, qkv in fp32 before it is kept in bf16
-  float* dc;    // (N, C); in forward, the attention output in fp32 likewise
-  float* dtt;   // (T, T)
+  float* d4c = nullptr;   // (N, 4C/tp); with experts (N·k, 4C)
+  float* dqkv = nullptr;  // (N, 3C/tp); in forward, qkv in fp32 before it is kept in bf16
+  float* dc = nullptr;    // (N, C); in forward, the attention output in fp32 likewise
+  float* dtt = nullptr;   // (T, T)
   // Sequence parallelism only (null otherwise): a LayerNorm's output on this rank's rows
   // (N/tp, C; of the matmuls' operand type), a whole (N, C) activation or gradient, and
   // the collectives' (N, C).
   float* rows = nullptr;
   float* whole = nullptr;
   float* comm = nullptr;
+  MoeScratch moe;  // with experts
 };
 
 // Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp. The
@@ -67,9 +72,10 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
                           int layer, int b, const BlockTensors& w, const float* x,
                           const BlockActivations& acts, const BlockScratch& scratch);
 
+// `dloss` weights each token's loss (and an MoE layer's auxiliary loss, moe.h).
 absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& acts,
-                           const BlockScratch& scratch, float* dresidual);
+                           const BlockScratch& scratch, float dloss, float* dresidual);
 
 }  // namespace tally::model

@@ -27,7 +27,9 @@ std::map<std::string, std::string> Metadata(const GPTConfig& c, const optim::Opt
           {"n_head", absl::StrCat(c.n_head)},
           {"n_embd", absl::StrCat(c.n_embd)},
           {"seq_len", absl::StrCat(c.seq_len)},
-          {"vocab_size", absl::StrCat(c.vocab_size)}};
+          {"vocab_size", absl::StrCat(c.vocab_size)},
+          {"n_experts", absl::StrCat(c.n_experts)},
+          {"moe_top_k", absl::StrCat(c.moe() ? c.moe_top_k : 0)}};
 }
 
 // Copies tensor `name` of `file` into `into` after checking its shape.
@@ -106,9 +108,14 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const G
     RETURN_IF_ERROR(Restore(path, file, spec.name, spec, config, params + spec.offset));
   }
   // Shapes can agree where the model does not (n_head): the metadata must agree too.
+  // A file from before experts existed has no n_experts or moe_top_k: a dense model.
+  for (const char* key : {"n_experts", "moe_top_k"}) {
+    if (file.metadata.find(key) == file.metadata.end()) file.metadata[key] = "0";
+  }
   for (auto [key, value] : {std::pair{"n_layer", config.n_layer}, {"n_head", config.n_head},
                             {"n_embd", config.n_embd}, {"seq_len", config.seq_len},
-                            {"vocab_size", config.vocab_size}}) {
+                            {"vocab_size", config.vocab_size}, {"n_experts", config.n_experts},
+                            {"moe_top_k", config.moe() ? config.moe_top_k : 0}}) {
     if (file.metadata[key] != absl::StrCat(value)) {
       return mismatch("was saved with ", key, "=", file.metadata[key], "; the flags ask for --",
                       key, "=", value);

@@ -76,6 +76,13 @@ absl::Status GPT::UseKernels(std::unique_ptr<Kernels> kernels) {
   return absl::OkStatus();
 }
 
+GPT::MoeStats GPT::TakeMoeStats() {
+  MoeStats taken = std::move(moe_stats_);
+  moe_stats_ = MoeStats();
+  taken.expert_tokens.resize(size_t(config_.n_experts), 0);
+  return taken;
+}
+
 absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
   if (last_forward_ == nullptr) return absl::FailedPreconditionError("[GPT] no forward yet");
   const int64_t v = vocab_local();
@@ -106,9 +113,14 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     ASSIGN_OR_RETURN(a.input, empty(r * c, DType::kF32));
     return a;
   }
-  // The fp32 activations, and those the matmuls read (of the operand type).
-  const int64_t per_block = r * c * 2 + r * 4 + b * nh * t * t + n * hidden;
-  const int64_t operands_per_block = n * c * 2 + n * cl + n * 3 * cl + n * hidden;
+  // The fp32 activations, and those the matmuls read (of the operand type). With experts
+  // the MLP's are the n·k rows the experts take (moe.h): hidden before GELU and outputs,
+  // and their inputs and hidden after GELU.
+  const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
+  const int64_t mlp = config_.moe() ? moe_rows * (hidden + c) : n * hidden;
+  const int64_t mlp_operands = config_.moe() ? moe_rows * (hidden + c) : n * hidden;
+  const int64_t per_block = r * c * 2 + r * 4 + b * nh * t * t + mlp;
+  const int64_t operands_per_block = n * c * 2 + n * cl + n * 3 * cl + mlp_operands;
   const int64_t total = r * c + layers * per_block + (last ? r * 2 : 0);
   const int64_t operands_total = layers * operands_per_block + (last ? n * c : 0);
   ASSIGN_OR_RETURN(a.buffer, empty(total, DType::kF32));
@@ -126,6 +138,7 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     return q;
   };
   a.encoded = take(r * c);  // the stage's input: the embeddings, or the previous stage's output
+  a.routing.resize(config_.moe() ? size_t(layers) : 0);
   for (int64_t l = 0; l < layers; ++l) {
     BlockActivations x;
     x.ln1 = take_operand(n * c);
@@ -138,8 +151,16 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     x.ln2 = take_operand(n * c);
     x.ln2_mean = take(r);
     x.ln2_rstd = take(r);
-    x.fch = take(n * hidden);
-    x.fch_gelu = take_operand(n * hidden);
+    if (config_.moe()) {
+      x.moe.routing = &a.routing[size_t(l)];
+      x.moe.x = take_operand(moe_rows * c);
+      x.moe.hidden = take(moe_rows * hidden);
+      x.moe.hidden_gelu = take_operand(moe_rows * hidden);
+      x.moe.y = take(moe_rows * c);
+    } else {
+      x.fch = take(n * hidden);
+      x.fch_gelu = take_operand(n * hidden);
+    }
     x.out = take(r * c);
     a.blocks.push_back(x);
   }
@@ -171,11 +192,16 @@ absl::Status GPT::EnsureScratch(int b) {
   // Scratch: d4c (N, 4C/tp), dqkv (N, 3C/tp), dc (N, C), dtt (attention backward's: T·T
   // on the CPU), dresidual (R, C); with sequence parallelism also rows (R, C) and whole
   // (N, C), and the collectives' (N, C).
+  // With experts: d4c holds the n·k rows the experts take, and the router's logits (n, E)
+  // and the experts' rows (n·k, C) have room of their own (moe.h).
   const bool sp = split_.sequence_parallel();
   const int64_t sequence = sp ? r * c + n * c : 0;
   const int64_t tt = kernels_->AttentionScratch(int(t), config_.n_head / split_.size());
+  const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
+  const int64_t d4c = config_.moe() ? moe_rows * hidden : n * hidden;
+  const int64_t moe = config_.moe() ? n * config_.n_experts + moe_rows * c : 0;
   ASSIGN_OR_RETURN(scratch_,
-                   Tensor::Empty({n * hidden + n * 3 * cl + n * c + tt + r * c + sequence},
+                   Tensor::Empty({d4c + n * 3 * cl + n * c + tt + r * c + sequence + moe},
                                  DType::kF32, alloc_, MemoryCategory::kActivations));
   float* p = scratch_.data<float>();
   auto take = [&p](int64_t count) {
@@ -183,8 +209,15 @@ absl::Status GPT::EnsureScratch(int b) {
     p += count;
     return q;
   };
-  block_scratch_ = {take(n * hidden), take(n * 3 * cl), take(n * c), take(tt)};
+  block_scratch_ = BlockScratch();
+  block_scratch_.d4c = take(d4c);
+  block_scratch_.dqkv = take(n * 3 * cl);
+  block_scratch_.dc = take(n * c);
+  block_scratch_.dtt = take(tt);
   dresidual_ = take(r * c);
+  if (config_.moe()) {
+    block_scratch_.moe = {take(n * config_.n_experts), take(moe_rows * c), block_scratch_.d4c};
+  }
   if (sp) {
     block_scratch_.rows = take(r * c);
     block_scratch_.whole = take(n * c);
@@ -363,7 +396,15 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
     RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, BindBlock(layout_, l, w),
-                                  BindBlock(layout_, l, g), x, a.blocks[i], s, dresidual_));
+                                  BindBlock(layout_, l, g), x, a.blocks[i], s, dloss, dresidual_));
+    if (config_.moe()) {  // each micro-batch's routing once: at its backward
+      const MoeRouting& r = a.routing[size_t(i)];
+      moe_stats_.aux_loss += r.aux_loss;
+      moe_stats_.dropped += r.assignments() - r.kept_count();
+      moe_stats_.assignments += r.assignments();
+      moe_stats_.expert_tokens.resize(size_t(config_.n_experts), 0);
+      for (int e = 0; e < config_.n_experts; ++e) moe_stats_.expert_tokens[size_t(e)] += r.tokens(e);
+    }
     RETURN_IF_ERROR(finish(unit));
   }
   if (!first) {

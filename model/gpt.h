@@ -103,6 +103,7 @@ class GPT {
     float *encoded = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
     TypedPtr lnf;
     std::vector<BlockActivations> blocks;
+    std::vector<MoeRouting> routing;  // with experts: each block's (moe.h)
   };
   // The activations of b sequences on the layers of chunk `chunk`, charged to its
   // allocator: `whole`, everything backward needs; otherwise the ids only (a micro-batch
@@ -127,6 +128,16 @@ class GPT {
   absl::Status BackwardStage(Activations& a, const Activations& ids, float dloss,
                              const float* d_output, float* d_input,
                              const GradientsReady& ready = nullptr);
+
+  // With experts: over the backwards since the last call (each micro-batch's routing
+  // through each of this model's layers, once), the auxiliary losses summed, the choices
+  // dropped at capacity and made, and the tokens each expert took; reset by the call.
+  struct MoeStats {
+    double aux_loss = 0;
+    int64_t dropped = 0, assignments = 0;
+    std::vector<int64_t> expert_tokens;  // (E)
+  };
+  MoeStats TakeMoeStats();
 
   // Row `row` of the last forward's logits, (b, T, vocab_local()), copied to the host
   // (vocab_local() floats): this rank's vocabulary slice (tensor-parallel rank r holds
@@ -170,6 +181,7 @@ class GPT {
   Tensor scratch_, loss_scratch_, comm_scratch_;
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;
+  MoeStats moe_stats_;
 };
 
 }  // namespace tally::model

@@ -43,6 +43,8 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   layout.tp_ = tp;
   layout.tp_rank_ = tp_rank;
   layout.n_layer_ = config.n_layer;
+  layout.experts_ = config.n_experts;
+  layout.n_embd_ = config.n_embd;
   layout.chunks_ = chunks.empty() ? Chunks{{0, config.n_layer}} : chunks;
   layout.layer_units_.assign(size_t(config.n_layer), -1);
   if (layout.first_stage() || layout.last_stage()) {
@@ -64,10 +66,19 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
     layout.Add(h + "attn.c_proj.bias", {c}, 0, 0, false, kWhole);
     layout.Add(h + "ln_2.weight", {c}, 0, 1, false, kWhole);
     layout.Add(h + "ln_2.bias", {c}, 0, 0, false, kWhole);
-    layout.Add(h + "mlp.c_fc.weight", {4 * c, c}, std, 0, true, kRows);
-    layout.Add(h + "mlp.c_fc.bias", {4 * c}, 0, 0, false, kRows);
-    layout.Add(h + "mlp.c_proj.weight", {c, 4 * c}, residual_std, 0, true, kColumns);
-    layout.Add(h + "mlp.c_proj.bias", {c}, 0, 0, false, kWhole);
+    // The MLP: one, or E experts of its shape behind a router (moe.h).
+    std::vector<std::string> mlps = {h + "mlp."};
+    if (config.moe()) {
+      layout.Add(h + "mlp.router.weight", {config.n_experts, c}, std, 0, true, kWhole);
+      mlps.clear();
+      for (int e = 0; e < config.n_experts; ++e) mlps.push_back(absl::StrCat(h, "mlp.experts.", e, "."));
+    }
+    for (const std::string& mlp : mlps) {
+      layout.Add(mlp + "c_fc.weight", {4 * c, c}, std, 0, true, kRows);
+      layout.Add(mlp + "c_fc.bias", {4 * c}, 0, 0, false, kRows);
+      layout.Add(mlp + "c_proj.weight", {c, 4 * c}, residual_std, 0, true, kColumns);
+      layout.Add(mlp + "c_proj.bias", {c}, 0, 0, false, kWhole);
+    }
     layout.CloseUnit(absl::StrCat("h.", i));
   }
   if (layout.last_stage()) {
@@ -207,6 +218,11 @@ BlockTensors BindBlock(const ParameterLayout& layout, int layer, float* unit) {
   b.proj_b = next.Next();
   b.ln2_w = next.Next();
   b.ln2_b = next.Next();
+  if (layout.experts() > 0) {
+    b.router_w = next.Next();
+    b.experts = layout.experts();
+    b.expert_stride = 8 * layout.n_embd() * layout.n_embd() + 5 * layout.n_embd();
+  }
   b.fc_w = next.Next();
   b.fc_b = next.Next();
   b.fcproj_w = next.Next();

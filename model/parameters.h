@@ -14,6 +14,10 @@
 //   h.{i}.mlp.c_proj.weight (C, 4C)    h.{i}.mlp.c_proj.bias (C)
 //   ln_f.weight (C)              ln_f.bias (C)
 //
+// With E experts (GPTConfig::n_experts > 0) each layer's mlp.* is instead
+//   h.{i}.mlp.router.weight (E, C), then for e = 0 ... E-1
+//   h.{i}.mlp.experts.{e}.c_fc.weight (4C, C) ... h.{i}.mlp.experts.{e}.c_proj.bias (C)
+//
 // Under tensor parallelism over tp ranks (Megatron-LM's split) each rank's buffer holds
 // its part of every tensor, in the same order: c_attn and c_fc split by output rows
 // (column-parallel; c_attn as three blocks Q, K, V, so each rank has whole heads of
@@ -107,6 +111,9 @@ class ParameterLayout {
   int64_t per_token_count() const;
 
   int tp() const { return tp_; }
+  // Experts of each layer's MLP (0: dense), and C.
+  int experts() const { return experts_; }
+  int64_t n_embd() const { return n_embd_; }
   // Calls run(local, global, count) for each run of `count` elements at `local` in this
   // rank's buffer and `global` in the whole model's (ForGPT(config)) buffer that hold the
   // same values; vocabulary padding belongs to no run.
@@ -127,6 +134,8 @@ class ParameterLayout {
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
   int n_layer_ = 0;
+  int experts_ = 0;
+  int64_t n_embd_ = 0;
   Chunks chunks_;
   std::vector<int> layer_units_;  // per layer of the model; -1 where not held
 };
@@ -187,9 +196,13 @@ std::vector<optim::Segment> OptimizerSegments(const std::vector<TensorRange>& ra
 struct EmbeddingTensors {
   float *wte, *wpe;  // wpe: null on a last pipeline stage, which holds wte for the head
 };
+// With experts, fc_w ... fcproj_b are expert 0's; expert e's are expert_stride floats on.
 struct BlockTensors {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  float* router_w = nullptr;  // (E, C)
+  int experts = 0;
+  int64_t expert_stride = 0;
 };
 struct NormTensors {
   float *w, *b;

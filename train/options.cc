@@ -113,6 +113,10 @@ absl::Status TrainOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
   if (absl::Status s = model.Validate(); !s.ok()) return s;
   if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
+  if (model.moe() && tp > 1) {
+    return bad("--n_experts with --tp=", tp, ": experts are not split by tensor parallelism; "
+               "run them with --tp=1 (dp, pp and ZeRO compose with them)");
+  }
   // Every real-valued flag is a finite number (a float flag of 1e39 is inf as a float).
   for (auto [value, flag] : {std::pair{double(lr), "--lr"}, {double(min_lr), "--min_lr"},
                              {double(weight_decay), "--weight_decay"}, {double(grad_clip), "--grad_clip"},
@@ -235,6 +239,15 @@ std::vector<std::string> TrainOptions::Warnings() const {
     if (!pp_layers.empty()) unused("--pp_layers", "with --pp=1");
     if (show_schedule) unused("--show_schedule", "with --pp=1");
   }
+  if (!model.moe()) {
+    if (model.moe_top_k != defaults.model.moe_top_k) unused("--moe_top_k", "without --n_experts");
+    if (model.capacity_factor != defaults.model.capacity_factor) {
+      unused("--capacity_factor", "without --n_experts");
+    }
+    if (model.aux_loss_coef != defaults.model.aux_loss_coef) {
+      unused("--moe_aux_loss_coef", "without --n_experts");
+    }
+  }
   if (dp == 1 && zero == 0) {
     if (allreduce != defaults.allreduce) unused("--allreduce", "with --dp=1");
     if (bucket_mb != defaults.bucket_mb) unused("--bucket_mb", "with --dp=1");
@@ -263,7 +276,7 @@ std::vector<std::string> TrainOptions::Warnings() const {
 
 double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   const double c = model.n_embd, t = model.seq_len, v = model.vocab_size, l = model.n_layer;
-  const double phi = (v + t + 2) * c + l * (12 * c * c + 13 * c);
+  const double phi = double(model.NumParams());
   const model::Precision p = Precision();
   const double params = double(SizeOf(p.params)), grads = double(SizeOf(p.grads));
   const double state = (optimizer == OptimizerKind::kAdamW ? 8 : 4) + (p.master_weights() ? 4 : 0);
@@ -277,9 +290,12 @@ double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   // and the GELU output (N, 4C), those split over tp.
   const double operand = precision == DType::kBF16 ? 2 : 4;
   const double n = double(micro_batch_size) * t;
+  // With experts the MLP's rows are k times as many, and each has its input and output.
+  const double mlp_rows = model.moe() ? n * model.moe_top_k : n;
   const double per_layer =
-      4 * (2 * n * c + 4 * n * c / tp + double(micro_batch_size) * (model.n_head / double(tp)) * t * t) +
-      operand * (2 * n * c + 8 * n * c / tp);
+      4 * (2 * n * c + 4 * mlp_rows * c / tp + double(micro_batch_size) * (model.n_head / double(tp)) * t * t) +
+      operand * (2 * n * c + 4 * n * c / tp + 4 * mlp_rows * c / tp) +
+      (model.moe() ? (4 + operand) * mlp_rows * c : 0);
   const double activations = per_layer * l / pp + 4 * n * v / tp;
   const double per_rank = states / world() + activations + 5.0 * double(data_bytes);
   return per_rank * ranks_here;

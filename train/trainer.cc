@@ -212,12 +212,39 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
                                            options_.grad_clip, groups));
     RETURN_IF_ERROR(gpt_->PublishParams());  // the bf16 copy of the updated master weights
   }
+  if (options_.model.moe()) RETURN_IF_ERROR(MoeFigures(s));
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);
   s.ms = seconds * 1e3;
   s.tokens_per_s = double(tokens) / seconds;
   s.gflops = options_.model.FlopsPerToken() * double(tokens) / seconds / 1e9;
   return s;
+}
+
+absl::Status Trainer::MoeFigures(StepStats& s) {
+  // Every rank's backwards: its micro-batches (dp) through its layers (pp).
+  model::GPT::MoeStats m = gpt_->TakeMoeStats();
+  const int experts = options_.model.n_experts;
+  std::vector<double> sums = {m.aux_loss, double(m.dropped), double(m.assignments)};
+  for (int64_t t : m.expert_tokens) sums.push_back(double(t));
+  if (world_ != nullptr) {
+    comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
+    comm::LabelScope label(world_->ledger(), "moe_stats");
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({int64_t(sums.size())}, DType::kF64, alloc_,
+                                             MemoryCategory::kComm));
+    std::copy(sums.begin(), sums.end(), t.data<double>());
+    RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum));
+    std::copy(t.data<double>(), t.data<double>() + sums.size(), sums.begin());
+  }
+  s.aux_loss = sums[0] / (double(options_.dp) * options_.accumulation_steps());
+  s.dropped = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  const auto tokens = sums.begin() + 3;
+  s.expert_tokens_min = *std::min_element(tokens, tokens + experts);
+  s.expert_tokens_max = *std::max_element(tokens, tokens + experts);
+  double all = 0;
+  for (int e = 0; e < experts; ++e) all += tokens[e];
+  s.expert_tokens_mean = all / experts;
+  return absl::OkStatus();
 }
 
 bool Trainer::Evaluates() const {
@@ -242,12 +269,18 @@ absl::StatusOr<std::string> Trainer::Sample(int bytes) {
 
 namespace {
 
-std::string StepJson(const StepStats& s) {
+std::string StepJson(const StepStats& s, bool moe) {
   JsonWriter w;
   w.BeginObject();
   w.Key("step").Int(s.step).Key("loss").Double(s.loss).Key("lr").Double(s.lr);
   w.Key("grad_norm").Double(s.grad_norm).Key("ms").Double(s.ms);
   w.Key("tokens_per_s").Double(s.tokens_per_s).Key("gflops").Double(s.gflops);
+  if (moe) {
+    w.Key("aux_loss").Double(s.aux_loss).Key("dropped_fraction").Double(s.dropped);
+    w.Key("expert_tokens_min").Double(s.expert_tokens_min);
+    w.Key("expert_tokens_mean").Double(s.expert_tokens_mean);
+    w.Key("expert_tokens_max").Double(s.expert_tokens_max);
+  }
   w.EndObject();
   return w.str();
 }
@@ -333,10 +366,14 @@ absl::Status Trainer::Run(std::ostream& out) {
     done = s.step;
     losses_.push_back(s.loss);
     log << absl::StrFormat(
-        "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s\n",
-        s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops)
-        << std::flush;
-    RETURN_IF_ERROR(write_metrics(StepJson(s)));
+        "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s",
+        s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
+    if (options_.model.moe()) {
+      log << absl::StrFormat(" | aux %.4f | dropped %.1f%% | tokens/expert %.0f..%.0f", s.aux_loss,
+                             100 * s.dropped, s.expert_tokens_min, s.expert_tokens_max);
+    }
+    log << "\n" << std::flush;
+    RETURN_IF_ERROR(write_metrics(StepJson(s, options_.model.moe())));
     bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
     if (Evaluates() && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());

@@ -43,6 +43,12 @@ struct StepStats {
   float loss = 0, lr = 0;
   double grad_norm = 0;  // before clipping
   double ms = 0, tokens_per_s = 0, gflops = 0;
+  // With experts (model/moe.h), over the global batch: the auxiliary loss (summed over
+  // the layers, the mean over the micro-batches; not in `loss`), the share of the
+  // choices dropped at capacity, and the fewest, mean and most tokens an expert took
+  // (summed over the layers).
+  double aux_loss = 0, dropped = 0;
+  double expert_tokens_min = 0, expert_tokens_mean = 0, expert_tokens_max = 0;
 };
 
 class Trainer {
@@ -148,6 +154,8 @@ class Trainer {
   absl::Status SetUpPipeline();
   absl::StatusOr<StepStats> PipelineStep(int64_t step);
   absl::StatusOr<StepStats> Update(int64_t step, float local_loss, int64_t start);
+  // The step's MoE figures into `s`, summed over the world's ranks.
+  absl::Status MoeFigures(StepStats& s);
   std::unique_ptr<parallel::PipelineParallel> pipeline_;  // when pp > 1
   int64_t train_nanos_ = 0;  // whole steps, over the run
 

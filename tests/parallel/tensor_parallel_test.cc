@@ -191,8 +191,9 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
     a.fch = take(n * hidden), a.fch_gelu = take(n * hidden), a.out = take(rows * c);
     std::vector<float> scratch(n * hidden + n * 3 * cl + n * c + t * t + rows * c + 2 * n * c);
     float* q = scratch.data();
-    model::BlockScratch s{q, q + n * hidden, q + n * hidden + n * 3 * cl,
-                          q + n * hidden + n * 3 * cl + n * c};
+    model::BlockScratch s;
+    s.d4c = q, s.dqkv = q + n * hidden, s.dc = q + n * hidden + n * 3 * cl;
+    s.dtt = q + n * hidden + n * 3 * cl + n * c;
     s.rows = s.dtt + t * t, s.whole = s.rows + rows * c, s.comm = s.whole + n * c;
     model::BlockTensors w = model::BindBlock(layout, 0, local.data() + mine.begin);
     model::BlockTensors g = model::BindBlock(layout, 0, r.local_grads.data() + mine.begin);
@@ -201,7 +202,7 @@ TEST_P(TensorParallelLayers, TransformerBlockEqualsTheSerialBlock) {
     r.out.assign(a.out, a.out + rows * c);
     r.dx = Held(dout, b, t, c, tp);
     EXPECT_TRUE(
-        model::BlockBackward(Cpu(), config, tp, 0, b, w, g, x_r.data(), a, s, r.dx.data()).ok());
+        model::BlockBackward(Cpu(), config, tp, 0, b, w, g, x_r.data(), a, s, 1.0f, r.dx.data()).ok());
     return r;
   };
   Result serial = run(model::Serial::Instance());  // the model's own serial block

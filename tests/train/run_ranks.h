@@ -180,6 +180,15 @@ inline void ExpectMemoryFormulaExact(const TrainOptions& o, const RunResult& run
   }
 }
 
+// `o` on its ranks reproduces `serial` (one rank, the same micro-batches), and every report
+// row and model-state memory formula of its ranks is exact.
+inline void ExpectGridMatchesSerial(const TrainOptions& o, const TrainOptions& serial) {
+  const RunResult run = RunRanks(o);
+  ExpectSameRun(run, RunRanks(serial));
+  ExpectReportRowsExact(o, run);
+  ExpectMemoryFormulaExact(o, run);
+}
+
 // Trains the first `steps` steps of `o` on its ranks and saves at `path`.
 inline void TrainAndSave(TrainOptions o, int64_t steps, const std::string& path) {
   comm::LaunchOptions launch;

@@ -30,11 +30,7 @@ class ThreeDTest : public ::testing::TestWithParam<Grid> {};
 TEST_P(ThreeDTest, MatchesTheSingleRankRunAndEveryFormula) {
   const Grid& g = GetParam();
   const int global_batch = 4 * g.dp;
-  TrainOptions o = On(g, global_batch);
-  RunResult run = RunRanks(o);
-  ExpectSameRun(run, RunRanks(Model(global_batch)));
-  ExpectReportRowsExact(o, run);
-  ExpectMemoryFormulaExact(o, run);
+  ExpectGridMatchesSerial(On(g, global_batch), Model(global_batch));
 }
 
 INSTANTIATE_TEST_SUITE_P(

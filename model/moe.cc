@@ -1,0 +1,211 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/status_macros.h"
+
+namespace tally::model {
+
+MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
+  const int e_count = config.n_experts, k = config.moe_top_k;
+  MoeRouting r;
+  r.n = n;
+  r.k = k;
+  r.experts = e_count;
+  r.probs.resize(size_t(n) * e_count);
+  r.choice.resize(size_t(n) * k);
+  r.weight.resize(size_t(n) * k);
+  r.kept.assign(size_t(n) * k, 0);
+  r.routed.assign(size_t(e_count), 0);
+  for (int i = 0; i < n; ++i) {
+    const float* l = logits + size_t(i) * e_count;
+    float* p = r.probs.data() + size_t(i) * e_count;
+    const float max = *std::max_element(l, l + e_count);
+    double sum = 0;
+    for (int e = 0; e < e_count; ++e) sum += std::exp(double(l[e] - max));
+    for (int e = 0; e < e_count; ++e) p[e] = float(std::exp(double(l[e] - max)) / sum);
+    // The k most probable, the lower index first among equals.
+    std::vector<int32_t> order(static_cast<size_t>(e_count));
+    for (int e = 0; e < e_count; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
+    double chosen = 0;
+    for (int j = 0; j < k; ++j) chosen += p[order[size_t(j)]];
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = order[size_t(j)];
+      r.choice[size_t(i) * k + j] = e;
+      r.weight[size_t(i) * k + j] = float(double(p[e]) / chosen);
+      ++r.routed[size_t(e)];
+    }
+  }
+  // Capacity, in priority order: every first choice in token order, then every second...
+  const int64_t capacity =
+      config.capacity_factor > 0
+          ? int64_t(std::ceil(config.capacity_factor * k * double(n) / e_count))
+          : int64_t(n) * k;
+  std::vector<int64_t> taken(static_cast<size_t>(e_count), 0);
+  for (int j = 0; j < k; ++j) {
+    for (int i = 0; i < n; ++i) {
+      const size_t at = size_t(i) * k + j;
+      int64_t& t = taken[size_t(r.choice[at])];
+      if (t < capacity) {
+        r.kept[at] = 1;
+        ++t;
+      }
+    }
+  }
+  r.offset.assign(size_t(e_count) + 1, 0);
+  for (int e = 0; e < e_count; ++e) r.offset[size_t(e) + 1] = r.offset[size_t(e)] + taken[size_t(e)];
+  r.slot_token.resize(size_t(r.offset.back()));
+  r.slot_choice.resize(size_t(r.offset.back()));
+  std::vector<int64_t> filled(r.offset.begin(), r.offset.end() - 1);
+  for (int j = 0; j < k; ++j) {
+    for (int i = 0; i < n; ++i) {
+      const size_t at = size_t(i) * k + j;
+      if (!r.kept[at]) continue;
+      const int64_t slot = filled[size_t(r.choice[at])]++;
+      r.slot_token[size_t(slot)] = i;
+      r.slot_choice[size_t(slot)] = j;
+    }
+  }
+  // Switch's load balancing: coef · E · Σ f_e · P_e.
+  double balance = 0;
+  for (int e = 0; e < e_count; ++e) {
+    double mean_p = 0;
+    for (int i = 0; i < n; ++i) mean_p += r.probs[size_t(i) * e_count + e];
+    balance += double(r.routed[size_t(e)]) / double(r.assignments()) * (mean_p / n);
+  }
+  r.aux_loss = config.aux_loss_coef * e_count * balance;
+  return r;
+}
+
+namespace {
+
+// The expert's tensors: expert 0's, `e` strides on.
+struct Expert {
+  const float *fc_w, *fc_b, *proj_w, *proj_b;
+};
+Expert ExpertOf(const BlockTensors& w, int e) {
+  const int64_t at = int64_t(e) * w.expert_stride;
+  return {w.fc_w + at, w.fc_b + at, w.fcproj_w + at, w.fcproj_b + at};
+}
+struct ExpertGrads {
+  float *fc_w, *fc_b, *proj_w, *proj_b;
+};
+ExpertGrads ExpertGradsOf(const BlockTensors& g, int e) {
+  const int64_t at = int64_t(e) * g.expert_stride;
+  return {g.fc_w + at, g.fc_b + at, g.fcproj_w + at, g.fcproj_b + at};
+}
+
+// Row `row` of a row-major buffer of `c` columns.
+ConstTypedPtr Row(ConstTypedPtr base, int64_t row, int64_t c) { return base + row * c; }
+TypedPtr Row(TypedPtr base, int64_t row, int64_t c) { return base + row * c; }
+
+}  // namespace
+
+absl::Status MoeForward(Kernels& k, const GPTConfig& config, int n, const BlockTensors& w,
+                        ConstTypedPtr x, const MoeActivations& a, const MoeScratch& s,
+                        float* out) {
+  const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c;
+  RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.router_w, nullptr, n, c, e_count));
+  std::vector<float> logits(static_cast<size_t>(n) * e_count);
+  RETURN_IF_ERROR(k.ToHost(logits.data(), s.logits, sizeof(float) * logits.size()));
+  *a.routing = Route(config, logits.data(), n);
+  const MoeRouting& r = *a.routing;
+  // The tokens' rows, as each expert takes them.
+  const size_t row_bytes = size_t(c) * SizeOf(x.type);
+  for (int64_t slot = 0; slot < r.kept_count(); ++slot) {
+    RETURN_IF_ERROR(k.Copy(Row(a.x, slot, c).data, Row(x, r.slot_token[size_t(slot)], c).data, row_bytes));
+  }
+  for (int e = 0; e < e_count; ++e) {
+    const int rows = int(r.tokens(e));
+    if (rows == 0) continue;
+    const int64_t at = r.offset[size_t(e)];
+    const Expert m = ExpertOf(w, e);
+    float* h = a.hidden + at * hidden;
+    RETURN_IF_ERROR(k.LinearForward(h, Row(a.x, at, c), m.fc_w, m.fc_b, rows, c, hidden));
+    RETURN_IF_ERROR(k.GeluForward(Row(a.hidden_gelu, at, hidden), h, int64_t(rows) * hidden));
+    RETURN_IF_ERROR(k.LinearForward(a.y + at * c, Row(a.hidden_gelu, at, hidden), m.proj_w,
+                                    m.proj_b, rows, hidden, c));
+  }
+  // Combine: each kept output, weighted, into its token's row, in expert order.
+  RETURN_IF_ERROR(k.Zero(out, sizeof(float) * size_t(n) * c));
+  for (int64_t slot = 0; slot < r.kept_count(); ++slot) {
+    const int i = r.slot_token[size_t(slot)], j = r.slot_choice[size_t(slot)];
+    float* scaled = s.rows + slot * c;
+    RETURN_IF_ERROR(k.Copy(scaled, a.y + slot * c, sizeof(float) * size_t(c)));
+    RETURN_IF_ERROR(k.Scale(scaled, c, r.weight[size_t(i) * r.k + j]));
+    RETURN_IF_ERROR(k.AddInPlace(out + int64_t(i) * c, scaled, c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int n, const BlockTensors& w,
+                         const BlockTensors& g, ConstTypedPtr x, const MoeActivations& a,
+                         const MoeScratch& s, float dloss, const float* dout, float* dx) {
+  const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c;
+  const MoeRouting& r = *a.routing;
+  const int top = r.k;
+  const int64_t kept = r.kept_count();
+  // d(weight) of each kept choice: dout[token] · y(slot), on the host in double.
+  std::vector<float> host_dout(static_cast<size_t>(n) * c), host_y(static_cast<size_t>(kept) * c);
+  RETURN_IF_ERROR(k.ToHost(host_dout.data(), dout, sizeof(float) * host_dout.size()));
+  RETURN_IF_ERROR(k.ToHost(host_y.data(), a.y, sizeof(float) * host_y.size()));
+  std::vector<double> d_weight(size_t(r.assignments()), 0.0);
+  for (int64_t slot = 0; slot < kept; ++slot) {
+    const int i = r.slot_token[size_t(slot)], j = r.slot_choice[size_t(slot)];
+    double dot = 0;
+    for (int q = 0; q < c; ++q) dot += double(host_dout[size_t(i) * c + q]) * host_y[size_t(slot) * c + q];
+    d_weight[size_t(i) * top + j] = dot;
+  }
+  // The experts: d(y) of a slot is its weight times dout[token].
+  for (int64_t slot = 0; slot < kept; ++slot) {
+    const int i = r.slot_token[size_t(slot)], j = r.slot_choice[size_t(slot)];
+    float* dy = s.rows + slot * c;
+    RETURN_IF_ERROR(k.Copy(dy, dout + int64_t(i) * c, sizeof(float) * size_t(c)));
+    RETURN_IF_ERROR(k.Scale(dy, c, r.weight[size_t(i) * top + j]));
+  }
+  for (int e = 0; e < e_count; ++e) {
+    const int rows = int(r.tokens(e));
+    if (rows == 0) continue;
+    const int64_t at = r.offset[size_t(e)];
+    const Expert m = ExpertOf(w, e);
+    const ExpertGrads d = ExpertGradsOf(g, e);
+    float* dh = s.d_hidden + at * hidden;
+    RETURN_IF_ERROR(k.LinearBackward(dh, d.proj_w, d.proj_b, s.rows + at * c,
+                                     Row(a.hidden_gelu, at, hidden), m.proj_w, rows, hidden, c));
+    RETURN_IF_ERROR(k.GeluBackward(dh, a.hidden + at * hidden, dh, int64_t(rows) * hidden));
+    // The slots' d(x) overwrite their d(y), which is used up.
+    RETURN_IF_ERROR(k.LinearBackward(s.rows + at * c, d.fc_w, d.fc_b, dh, Row(a.x, at, c), m.fc_w,
+                                     rows, c, hidden));
+  }
+  // The router: d(p) through the renormalisation and the auxiliary loss, then the softmax.
+  std::vector<float> d_logits(static_cast<size_t>(n) * e_count);
+  // d(dloss·n · aux)/d p_ie = coef·E·routed_e·dloss / (n·k).
+  const double aux_scale = config.aux_loss_coef * e_count * double(dloss) / (double(top) * n);
+  for (int i = 0; i < n; ++i) {
+    const float* p = r.probs.data() + size_t(i) * e_count;
+    std::vector<double> dp(static_cast<size_t>(e_count), 0.0);
+    for (int e = 0; e < e_count; ++e) dp[size_t(e)] = aux_scale * double(r.routed[size_t(e)]);
+    double chosen = 0, weighted = 0;
+    for (int j = 0; j < top; ++j) {
+      chosen += p[r.choice[size_t(i) * top + j]];
+      weighted += d_weight[size_t(i) * top + j] * r.weight[size_t(i) * top + j];
+    }
+    for (int j = 0; j < top; ++j) {
+      dp[size_t(r.choice[size_t(i) * top + j])] += (d_weight[size_t(i) * top + j] - weighted) / chosen;
+    }
+    double mean = 0;
+    for (int e = 0; e < e_count; ++e) mean += double(p[e]) * dp[size_t(e)];
+    for (int e = 0; e < e_count; ++e) d_logits[size_t(i) * e_count + e] = float(p[e] * (dp[size_t(e)] - mean));
+  }
+  RETURN_IF_ERROR(k.FromHost(s.logits, d_logits.data(), sizeof(float) * d_logits.size()));
+  RETURN_IF_ERROR(k.LinearBackward(dx, g.router_w, nullptr, s.logits, x, w.router_w, n, c, e_count));
+  // And each slot's d(x) into its token's row.
+  for (int64_t slot = 0; slot < kept; ++slot) {
+    RETURN_IF_ERROR(k.AddInPlace(dx + int64_t(r.slot_token[size_t(slot)]) * c, s.rows + slot * c, c));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tally::model

@@ -1,0 +1,114 @@
+// A mixture-of-experts GPT trains as the dense one does; with data parallelism, ZeRO and
+// pipelines (each rank running whole experts on its own tokens) it equals its serial run,
+// every report row and memory formula exact; checkpoints name the router and each
+// expert's tensors and resume across grids; the step reports the auxiliary loss, the
+// drops and the experts' load.
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "runtime/safetensors.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::train {
+namespace {
+
+// TinyGrid's model with 4 experts, top 2, a capacity that drops some choices.
+TrainOptions Moe(int global_batch) {
+  TrainOptions o = TinyGrid(global_batch);
+  o.model.n_experts = 4;
+  o.model.moe_top_k = 2;
+  o.model.capacity_factor = 1.0;
+  return o;
+}
+
+TEST(Moe, TheSerialRunTrainsAsTheDenseOneDoes) {
+  TrainOptions moe = Moe(8), dense = TinyGrid(8);
+  moe.steps = dense.steps = 30;
+  moe.optimizer = dense.optimizer = OptimizerKind::kAdamW;
+  const RunResult m = RunRanks(moe), d = RunRanks(dense);
+  ASSERT_EQ(m.losses.size(), 30u);
+  // Both fall well below the start (ln 256 = 5.55), and end within a tenth of each other.
+  EXPECT_LT(m.losses.back(), m.losses.front() - 1.5);
+  EXPECT_LT(d.losses.back(), d.losses.front() - 1.5);
+  EXPECT_NEAR(m.losses.back(), d.losses.back(), 0.1 * d.losses.back());
+}
+
+class MoeGridTest : public ::testing::TestWithParam<Grid> {};
+
+TEST_P(MoeGridTest, MatchesTheSerialMoeRunAndEveryFormula) {
+  const Grid& g = GetParam();
+  const int global_batch = 4 * g.dp;
+  TrainOptions o = g.On(Moe(global_batch));
+  o.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
+  ExpectGridMatchesSerial(o, Moe(global_batch));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, MoeGridTest,
+    ::testing::Values(Grid{.dp = 2}, Grid{.dp = 2, .zero = 1}, Grid{.dp = 2, .zero = 3},
+                      Grid{.pp = 2}, Grid{.dp = 2, .pp = 2, .zero = 2},
+                      Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
+                           .virtual_stages = 2, .recompute = true}),
+    GridName);
+
+TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
+  TrainOptions straight = Moe(8);
+  straight.steps = 6;
+  const RunResult reference = RunRanks(straight);
+  const std::string path = ::testing::TempDir() + "/moe.safetensors";
+  TrainOptions first = Grid{.dp = 2, .zero = 3}.On(Moe(8));
+  first.steps = 6;
+  TrainAndSave(first, 3, path);
+  SafetensorsFile file = ReadSafetensors(path, int64_t(1) << 30).value();
+  for (const char* name : {"h.0.mlp.router.weight", "h.3.mlp.experts.0.c_fc.weight",
+                           "h.3.mlp.experts.3.c_proj.bias",
+                           "optimizer.momentum_buffer.h.1.mlp.experts.2.c_fc.bias"}) {
+    EXPECT_TRUE(file.tensors.count(name)) << name;
+  }
+  EXPECT_FALSE(file.tensors.count("h.0.mlp.c_fc.weight"));
+  EXPECT_EQ(file.metadata["n_experts"], "4");
+  TrainOptions serial = Moe(8);
+  serial.steps = 6;
+  serial.load = path;
+  const std::vector<float> losses = Resume(serial);
+  ASSERT_EQ(losses.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  // Neither a dense model's flags nor another top-k load it.
+  TrainOptions dense = TinyGrid(8);
+  dense.steps = 6;
+  dense.load = path;
+  EXPECT_TRUE(absl::StrContains(Trainer::Create(dense).status().message(), "[checkpoint]"))
+      << Trainer::Create(dense).status();
+  serial.model.moe_top_k = 1;
+  EXPECT_TRUE(absl::StrContains(Trainer::Create(serial).status().message(),
+                                "was saved with moe_top_k=2; the flags ask for --moe_top_k=1"))
+      << Trainer::Create(serial).status();
+}
+
+TEST(MoeStep, ReportsTheAuxiliaryLossDropsAndLoad) {
+  TrainOptions o = Moe(8);
+  std::unique_ptr<Trainer> t = Trainer::Create(o).value();
+  const StepStats s = t->TrainStep(0).value();
+  // Four layers near balance: each about coef·E·(1/E) = coef.
+  EXPECT_GT(s.aux_loss, 0.5 * 4 * o.model.aux_loss_coef);
+  EXPECT_LT(s.aux_loss, 2.0 * 4 * o.model.aux_loss_coef);
+  EXPECT_GT(s.dropped, 0.0);
+  EXPECT_LT(s.dropped, 0.5);
+  // 8 sequences of 16 tokens, 2 choices each, through 4 layers: the kept ones.
+  const double choices = 8.0 * 16 * 2 * 4;
+  EXPECT_NEAR(s.expert_tokens_mean * 4, choices * (1 - s.dropped), 1e-6);
+  EXPECT_LE(s.expert_tokens_min, s.expert_tokens_mean);
+  EXPECT_GE(s.expert_tokens_max, s.expert_tokens_mean);
+  o.tp = 2;
+  o.global_batch_size = 8;
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "experts are not split by tensor parallelism"));
+  o = Moe(8);
+  o.model.moe_top_k = 5;
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "moe_top_k must be in [1, n_experts = 4]"));
+}
+
+}  // namespace
+}  // namespace tally::train
