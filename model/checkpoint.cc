@@ -109,9 +109,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const G
   }
   // Shapes can agree where the model does not (n_head): the metadata must agree too.
   // A file from before experts existed has no n_experts or moe_top_k: a dense model.
-  for (const char* key : {"n_experts", "moe_top_k"}) {
-    if (file.metadata.find(key) == file.metadata.end()) file.metadata[key] = "0";
-  }
+  for (const char* key : {"n_experts", "moe_top_k"}) file.metadata.try_emplace(key, "0");
   for (auto [key, value] : {std::pair{"n_layer", config.n_layer}, {"n_head", config.n_head},
                             {"n_embd", config.n_embd}, {"seq_len", config.seq_len},
                             {"vocab_size", config.vocab_size}, {"n_experts", config.n_experts},
