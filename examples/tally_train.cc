@@ -31,6 +31,9 @@ ABSL_FLAG(double, capacity_factor, kDefaults.model.capacity_factor,
           "each expert takes at most ceil(c*k*tokens/E) tokens of a micro-batch (0: no limit)");
 ABSL_FLAG(double, moe_aux_loss_coef, kDefaults.model.aux_loss_coef,
           "weight of the Switch load-balancing loss");
+ABSL_FLAG(int, ep, kDefaults.ep,
+          "expert parallelism: each layer's experts split over this many of the dp ranks "
+          "(it divides --dp and --n_experts); tokens reach them by all-to-all");
 ABSL_FLAG(int, global_batch_size, kDefaults.global_batch_size, "sequences per optimizer step");
 ABSL_FLAG(int, micro_batch_size, kDefaults.micro_batch_size,
           "sequences per forward/backward per rank (0: global / dp); the rest of a rank's "
@@ -139,6 +142,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.model.moe_top_k = absl::GetFlag(FLAGS_moe_top_k);
   o.model.capacity_factor = absl::GetFlag(FLAGS_capacity_factor);
   o.model.aux_loss_coef = absl::GetFlag(FLAGS_moe_aux_loss_coef);
+  o.ep = absl::GetFlag(FLAGS_ep);
   o.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
   o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
   o.steps = absl::GetFlag(FLAGS_steps);

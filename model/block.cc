@@ -25,7 +25,8 @@ absl::Status Keep(Kernels& k, TypedPtr kept, const float* result, int64_t n) {
 
 absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                           int layer, int b, const BlockTensors& w, const float* x,
-                          const BlockActivations& a, const BlockScratch& s) {
+                          const BlockActivations& a, const BlockScratch& s,
+                          const ExpertSplit* experts) {
   const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
@@ -50,7 +51,7 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   RETURN_IF_ERROR(
       k.LayerNormForward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, rows, c));
   if (config.moe()) {
-    RETURN_IF_ERROR(MoeForward(k, config, n, w, a.ln2, a.moe, s.moe, a.out));
+    RETURN_IF_ERROR(MoeForward(k, config, layer, n, w, a.ln2, experts, a.moe, s.moe, a.out));
     return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
   }
   RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b, t, c, hidden,
@@ -64,14 +65,15 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
 absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& a, const BlockScratch& s,
-                           float dloss, float* dresidual) {
+                           float dloss, float* dresidual, const ExpertSplit* experts) {
   const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
   const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
   // MLP branch. d(out) reaches the MLP's c_proj unchanged through the addition.
   if (config.moe()) {
-    RETURN_IF_ERROR(MoeBackward(k, config, n, w, g, a.ln2, a.moe, s.moe, dloss, dresidual, s.dc));
+    RETURN_IF_ERROR(
+        MoeBackward(k, config, layer, n, w, g, a.ln2, experts, a.moe, s.moe, dloss, dresidual, s.dc));
   } else {
     RETURN_IF_ERROR(split.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b, dresidual, s.whole,
                                             a.fch_gelu, w.fcproj_w, b, t, hidden, c, s.comm, mlp));

@@ -68,14 +68,17 @@ struct BlockScratch {
 
 // Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp. The
 // block computes with `k` (runtime/kernels/kernels.h); every pointer is on k's device.
+// `experts`: where a mixture of experts' experts are (moe.h; null: all on this rank).
 absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                           int layer, int b, const BlockTensors& w, const float* x,
-                          const BlockActivations& acts, const BlockScratch& scratch);
+                          const BlockActivations& acts, const BlockScratch& scratch,
+                          const ExpertSplit* experts = nullptr);
 
 // `dloss` weights each token's loss (and an MoE layer's auxiliary loss, moe.h).
 absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& acts,
-                           const BlockScratch& scratch, float dloss, float* dresidual);
+                           const BlockScratch& scratch, float dloss, float* dresidual,
+                           const ExpertSplit* experts = nullptr);
 
 }  // namespace tally::model

@@ -9,10 +9,14 @@
 
 namespace tally::model {
 
-GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks)
+GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks,
+         const ExpertSplit* experts)
     : config_(config),
       split_(split),
-      layout_(ParameterLayout::ForGPT(config, split.size(), split.rank(), chunks)),
+      experts_(experts != nullptr && experts->size() > 1 ? experts : nullptr),
+      layout_(ParameterLayout::ForGPT(config, split.size(), split.rank(), chunks,
+                                      experts_ != nullptr ? experts_->size() : 1,
+                                      experts_ != nullptr ? experts_->rank() : 0)),
       alloc_(alloc) {}
 
 namespace {
@@ -41,10 +45,11 @@ absl::Status Validate(const GPTConfig& config, const LayerSplit& split, const Ch
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  uint64_t seed, const LayerSplit* split,
-                                                 const Chunks& chunks, const Precision& precision) {
+                                                 const Chunks& chunks, const Precision& precision,
+                                                 const ExpertSplit* experts) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
   RETURN_IF_ERROR(Validate(config, serial_or_split, chunks));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks, experts));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   ASSIGN_OR_RETURN(gpt->replica_, Replica::Create(gpt->layout_, seed, alloc, precision));
   gpt->weights_ = gpt->replica_.get();
@@ -53,10 +58,10 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  WeightStore* weights, const LayerSplit* split,
-                                                 const Chunks& chunks) {
+                                                 const Chunks& chunks, const ExpertSplit* experts) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
   RETURN_IF_ERROR(Validate(config, serial_or_split, chunks));
-  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks));
+  std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks, experts));
   ASSIGN_OR_RETURN(gpt->kernels_, Kernels::Create(alloc.device()));
   gpt->weights_ = weights;
   return gpt;
@@ -116,9 +121,15 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
   // The fp32 activations, and those the matmuls read (of the operand type). With experts
   // the MLP's are the n·k rows the experts take (moe.h): hidden before GELU and outputs,
   // and their inputs and hidden after GELU.
+  // Under expert parallelism over N ranks the experts here run at most N·n·k rows, and the
+  // rows arrive (and their outputs leave) through buffers of their own.
   const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
-  const int64_t mlp = config_.moe() ? moe_rows * (hidden + c) : n * hidden;
-  const int64_t mlp_operands = config_.moe() ? moe_rows * (hidden + c) : n * hidden;
+  const int64_t expert_rows = moe_rows * expert_ranks();
+  const int64_t wire = experts_ != nullptr ? expert_rows * c : 0;
+  const int64_t mlp = config_.moe() ? moe_rows * c + expert_rows * hidden + (experts_ ? expert_rows * c : 0) + wire
+                                    : n * hidden;
+  const int64_t mlp_operands = config_.moe() ? moe_rows * c + expert_rows * hidden + (experts_ ? expert_rows * c : 0) + wire
+                                             : n * hidden;
   const int64_t per_block = r * c * 2 + r * 4 + b * nh * t * t + mlp;
   const int64_t operands_per_block = n * c * 2 + n * cl + n * 3 * cl + mlp_operands;
   const int64_t total = r * c + layers * per_block + (last ? r * 2 : 0);
@@ -154,9 +165,17 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     if (config_.moe()) {
       x.moe.routing = &a.routing[size_t(l)];
       x.moe.x = take_operand(moe_rows * c);
-      x.moe.hidden = take(moe_rows * hidden);
-      x.moe.hidden_gelu = take_operand(moe_rows * hidden);
       x.moe.y = take(moe_rows * c);
+      x.moe.hidden = take(expert_rows * hidden);
+      x.moe.hidden_gelu = take_operand(expert_rows * hidden);
+      x.moe.expert_x = x.moe.x;  // serial: the experts run the rows in place
+      x.moe.expert_y = x.moe.y;
+      if (experts_ != nullptr) {
+        x.moe.expert_x = take_operand(expert_rows * c);
+        x.moe.expert_y = take(expert_rows * c);
+        x.moe.wire_x = take_operand(expert_rows * c);
+        x.moe.wire_y = take(expert_rows * c);
+      }
     } else {
       x.fch = take(n * hidden);
       x.fch_gelu = take_operand(n * hidden);
@@ -198,8 +217,11 @@ absl::Status GPT::EnsureScratch(int b) {
   const int64_t sequence = sp ? r * c + n * c : 0;
   const int64_t tt = kernels_->AttentionScratch(int(t), config_.n_head / split_.size());
   const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
-  const int64_t d4c = config_.moe() ? moe_rows * hidden : n * hidden;
-  const int64_t moe = config_.moe() ? n * config_.n_experts + moe_rows * c : 0;
+  const int64_t expert_rows = moe_rows * expert_ranks();
+  const int64_t d4c = config_.moe() ? expert_rows * hidden : n * hidden;
+  const int64_t moe = config_.moe() ? n * config_.n_experts + moe_rows * c +
+                                          (experts_ != nullptr ? 2 * expert_rows * c : 0)
+                                    : 0;
   ASSIGN_OR_RETURN(scratch_,
                    Tensor::Empty({d4c + n * 3 * cl + n * c + tt + r * c + sequence + moe},
                                  DType::kF32, alloc_, MemoryCategory::kActivations));
@@ -217,6 +239,10 @@ absl::Status GPT::EnsureScratch(int b) {
   dresidual_ = take(r * c);
   if (config_.moe()) {
     block_scratch_.moe = {take(n * config_.n_experts), take(moe_rows * c), block_scratch_.d4c};
+    if (experts_ != nullptr) {
+      block_scratch_.moe.expert_rows = take(expert_rows * c);
+      block_scratch_.moe.wire_rows = take(expert_rows * c);
+    }
   }
   if (sp) {
     block_scratch_.rows = take(r * c);
@@ -302,7 +328,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     const int unit = layout_.layer_unit(l);
     BlockActivations& acts = a.blocks[size_t(l - range.begin)];
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, BindBlock(layout_, l, w), x, acts, s));
+    RETURN_IF_ERROR(
+        BlockForward(k, config_, split_, l, b, BindBlock(layout_, l, w), x, acts, s, experts_));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = acts.out;
   }
@@ -396,7 +423,8 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
     RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, BindBlock(layout_, l, w),
-                                  BindBlock(layout_, l, g), x, a.blocks[i], s, dloss, dresidual_));
+                                  BindBlock(layout_, l, g), x, a.blocks[i], s, dloss, dresidual_,
+                                  experts_));
     if (config_.moe()) {  // each micro-batch's routing once: at its backward
       const MoeRouting& r = a.routing[size_t(i)];
       moe_stats_.aux_loss += r.aux_loss;
@@ -404,6 +432,19 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
       moe_stats_.assignments += r.assignments();
       moe_stats_.expert_tokens.resize(size_t(config_.n_experts), 0);
       for (int e = 0; e < config_.n_experts; ++e) moe_stats_.expert_tokens[size_t(e)] += r.tokens(e);
+      if (experts_ != nullptr) {  // rows to and from the other ranks, C values each
+        const int me = experts_->rank(), ranks = experts_->size();
+        int64_t out = 0, back = 0;
+        for (int j = 0; j < ranks; ++j) {
+          if (j == me) continue;
+          out += r.send_rows[size_t(j)] * config_.n_embd;
+          back += r.recv_rows[size_t(j)] * config_.n_embd;
+        }
+        const int64_t operand = int64_t(SizeOf(kernels_->activation_operand_type()));
+        expert_bytes_.counts += int64_t(ranks - 1) * (config_.n_experts / ranks) * 8;
+        expert_bytes_.forward += out * operand + back * 4;
+        expert_bytes_.backward += out * 4 + back * 4;
+      }
     }
     RETURN_IF_ERROR(finish(unit));
   }

@@ -28,6 +28,7 @@
 #include "model/parameters.h"
 #include "model/precision.h"
 #include "model/weights.h"
+#include "model/expert_split.h"
 #include "model/layer_split.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
@@ -47,19 +48,22 @@ class GPT {
   // `split` over several ranks (not owned; it must outlive the model; null: Serial),
   // this rank's part of every layer (parameters.h); as a pipeline stage, the layers of its
   // `chunks` only (empty: all; parameters.h). Its buffers are of `precision`'s types
-  // (precision.h).
+  // (precision.h). With `experts` (not owned; null: every expert here) a mixture of
+  // experts' experts are split over its ranks, this rank holding its share (moe.h).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
                                                      const LayerSplit* split = nullptr,
                                                      const Chunks& chunks = {},
-                                                     const Precision& precision = {});
+                                                     const Precision& precision = {},
+                                                     const ExpertSplit* experts = nullptr);
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
   // the model and be laid out by ParameterLayout::ForGPT(config, split.size(),
-  // split.rank(), chunks)).
+  // split.rank(), chunks, experts.size(), experts.rank())).
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      WeightStore* weights,
                                                      const LayerSplit* split = nullptr,
-                                                     const Chunks& chunks = {});
+                                                     const Chunks& chunks = {},
+                                                     const ExpertSplit* experts = nullptr);
 
   const GPTConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -138,6 +142,13 @@ class GPT {
     std::vector<int64_t> expert_tokens;  // (E)
   };
   MoeStats TakeMoeStats();
+  // Under expert parallelism, over every backward so far: the bytes this rank's
+  // all-to-alls must have sent by the routing counts (expert_parallel.h's formula): the
+  // counts, and the rows' dispatch and combine in forward and in backward.
+  struct ExpertBytes {
+    int64_t counts = 0, forward = 0, backward = 0;
+  };
+  const ExpertBytes& expert_bytes() const { return expert_bytes_; }
 
   // Row `row` of the last forward's logits, (b, T, vocab_local()), copied to the host
   // (vocab_local() floats): this rank's vocabulary slice (tensor-parallel rank r holds
@@ -147,7 +158,10 @@ class GPT {
   const LayerSplit& split() const { return split_; }
 
  private:
-  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks);
+  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks,
+      const ExpertSplit* experts);
+  // Ranks the experts are split over (1: all here).
+  int expert_ranks() const { return experts_ != nullptr ? experts_->size() : 1; }
   // Whether chunk `chunk` holds the model's first layer (and the embedding lookup), and
   // its last (and the LM head).
   bool FirstChunk(int chunk) const { return layout_.chunks()[size_t(chunk)].begin == 0; }
@@ -169,6 +183,7 @@ class GPT {
 
   GPTConfig config_;
   const LayerSplit& split_;
+  const ExpertSplit* experts_;  // null: every expert here
   ParameterLayout layout_;
   Allocator& alloc_;
   std::unique_ptr<Kernels> kernels_;
@@ -182,6 +197,7 @@ class GPT {
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;
   MoeStats moe_stats_;
+  ExpertBytes expert_bytes_;
 };
 
 }  // namespace tally::model

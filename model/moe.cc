@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
 
 namespace tally::model {
@@ -101,32 +102,98 @@ ExpertGrads ExpertGradsOf(const BlockTensors& g, int e) {
 ConstTypedPtr Row(ConstTypedPtr base, int64_t row, int64_t c) { return base + row * c; }
 TypedPtr Row(TypedPtr base, int64_t row, int64_t c) { return base + row * c; }
 
+std::string Scope(int layer, const char* what) { return absl::StrCat("layer", layer, ".", what); }
+
+// The rows each of this rank's experts runs: all of the routing's, or under expert
+// parallelism what every rank sent it.
+std::vector<int64_t> LocalRows(const MoeRouting& r, const ExpertSplit* experts) {
+  std::vector<int64_t> rows;
+  if (experts == nullptr) {
+    for (int e = 0; e < r.experts; ++e) rows.push_back(r.tokens(e));
+    return rows;
+  }
+  const int local = r.experts / experts->size();
+  rows.assign(size_t(local), 0);
+  for (size_t i = 0; i < r.recv_counts.size(); ++i) rows[i % size_t(local)] += r.recv_counts[i];
+  return rows;
+}
+
+// Between the rows as they arrive (source by source, each source's expert by expert) and
+// as the experts run them (expert by expert, each expert's source by source): blocks of
+// r.recv_counts rows, `row_bytes` each.
+absl::Status Reorder(Kernels& k, const MoeRouting& r, int local, const void* from, void* to,
+                     size_t row_bytes, bool to_experts) {
+  const int sources = int(r.recv_counts.size()) / local;
+  std::vector<int64_t> by_source(r.recv_counts.size()), by_expert(r.recv_counts.size());
+  int64_t at = 0;
+  for (int j = 0; j < sources; ++j) {
+    for (int l = 0; l < local; ++l) by_source[size_t(j * local + l)] = at, at += r.recv_counts[size_t(j * local + l)];
+  }
+  at = 0;
+  for (int l = 0; l < local; ++l) {
+    for (int j = 0; j < sources; ++j) by_expert[size_t(j * local + l)] = at, at += r.recv_counts[size_t(j * local + l)];
+  }
+  for (size_t b = 0; b < r.recv_counts.size(); ++b) {
+    if (r.recv_counts[b] == 0) continue;
+    const int64_t src = to_experts ? by_source[b] : by_expert[b];
+    const int64_t dst = to_experts ? by_expert[b] : by_source[b];
+    RETURN_IF_ERROR(k.Copy(static_cast<char*>(to) + size_t(dst) * row_bytes,
+                           static_cast<const char*>(from) + size_t(src) * row_bytes,
+                           size_t(r.recv_counts[b]) * row_bytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status MoeForward(Kernels& k, const GPTConfig& config, int n, const BlockTensors& w,
-                        ConstTypedPtr x, const MoeActivations& a, const MoeScratch& s,
-                        float* out) {
+absl::Status MoeForward(Kernels& k, const GPTConfig& config, int layer, int n,
+                        const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
+                        const MoeActivations& a, const MoeScratch& s, float* out) {
   const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c;
   RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.router_w, nullptr, n, c, e_count));
   std::vector<float> logits(static_cast<size_t>(n) * e_count);
   RETURN_IF_ERROR(k.ToHost(logits.data(), s.logits, sizeof(float) * logits.size()));
   *a.routing = Route(config, logits.data(), n);
-  const MoeRouting& r = *a.routing;
+  MoeRouting& r = *a.routing;
   // The tokens' rows, as each expert takes them.
   const size_t row_bytes = size_t(c) * SizeOf(x.type);
   for (int64_t slot = 0; slot < r.kept_count(); ++slot) {
     RETURN_IF_ERROR(k.Copy(Row(a.x, slot, c).data, Row(x, r.slot_token[size_t(slot)], c).data, row_bytes));
   }
-  for (int e = 0; e < e_count; ++e) {
-    const int rows = int(r.tokens(e));
-    if (rows == 0) continue;
-    const int64_t at = r.offset[size_t(e)];
-    const Expert m = ExpertOf(w, e);
+  // Under expert parallelism: the counts, then the rows to their experts' ranks.
+  const int ranks = experts != nullptr ? experts->size() : 1, local = e_count / ranks;
+  if (experts != nullptr) {
+    std::vector<int64_t> per_expert;
+    for (int e = 0; e < e_count; ++e) per_expert.push_back(r.tokens(e));
+    ASSIGN_OR_RETURN(r.recv_counts, experts->ExchangeCounts(per_expert, Scope(layer, "counts")));
+    r.send_rows.assign(size_t(ranks), 0);
+    r.recv_rows.assign(size_t(ranks), 0);
+    for (int j = 0; j < ranks; ++j) {
+      r.send_rows[size_t(j)] = r.offset[size_t((j + 1) * local)] - r.offset[size_t(j * local)];
+      for (int l = 0; l < local; ++l) r.recv_rows[size_t(j)] += r.recv_counts[size_t(j * local + l)];
+    }
+    RETURN_IF_ERROR(experts->AllToAllRows(a.x, r.send_rows, a.wire_x, r.recv_rows, c,
+                                          Scope(layer, "dispatch")));
+    RETURN_IF_ERROR(Reorder(k, r, local, a.wire_x.data, a.expert_x.data, row_bytes, true));
+  }
+  const std::vector<int64_t> rows = LocalRows(r, experts);
+  int64_t at = 0;
+  for (int l = 0; l < local; ++l) {
+    if (rows[size_t(l)] == 0) continue;
+    const Expert m = ExpertOf(w, l);
+    const int count = int(rows[size_t(l)]);
     float* h = a.hidden + at * hidden;
-    RETURN_IF_ERROR(k.LinearForward(h, Row(a.x, at, c), m.fc_w, m.fc_b, rows, c, hidden));
-    RETURN_IF_ERROR(k.GeluForward(Row(a.hidden_gelu, at, hidden), h, int64_t(rows) * hidden));
-    RETURN_IF_ERROR(k.LinearForward(a.y + at * c, Row(a.hidden_gelu, at, hidden), m.proj_w,
-                                    m.proj_b, rows, hidden, c));
+    RETURN_IF_ERROR(k.LinearForward(h, Row(a.expert_x, at, c), m.fc_w, m.fc_b, count, c, hidden));
+    RETURN_IF_ERROR(k.GeluForward(Row(a.hidden_gelu, at, hidden), h, int64_t(count) * hidden));
+    RETURN_IF_ERROR(k.LinearForward(a.expert_y + at * c, Row(a.hidden_gelu, at, hidden), m.proj_w,
+                                    m.proj_b, count, hidden, c));
+    at += count;
+  }
+  if (experts != nullptr) {  // the outputs back to their tokens' ranks
+    const size_t out_row = sizeof(float) * size_t(c);
+    RETURN_IF_ERROR(Reorder(k, r, local, a.expert_y, a.wire_y, out_row, false));
+    RETURN_IF_ERROR(experts->AllToAllRows(a.wire_y, r.recv_rows, a.y, r.send_rows, c,
+                                          Scope(layer, "combine")));
   }
   // Combine: each kept output, weighted, into its token's row, in expert order.
   RETURN_IF_ERROR(k.Zero(out, sizeof(float) * size_t(n) * c));
@@ -139,9 +206,9 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, int n, const BlockT
   }
   return absl::OkStatus();
 }
-
-absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int n, const BlockTensors& w,
-                         const BlockTensors& g, ConstTypedPtr x, const MoeActivations& a,
+absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int layer, int n,
+                         const BlockTensors& w, const BlockTensors& g, ConstTypedPtr x,
+                         const ExpertSplit* experts, const MoeActivations& a,
                          const MoeScratch& s, float dloss, const float* dout, float* dx) {
   const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c;
   const MoeRouting& r = *a.routing;
@@ -165,19 +232,36 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int n, const Block
     RETURN_IF_ERROR(k.Copy(dy, dout + int64_t(i) * c, sizeof(float) * size_t(c)));
     RETURN_IF_ERROR(k.Scale(dy, c, r.weight[size_t(i) * top + j]));
   }
-  for (int e = 0; e < e_count; ++e) {
-    const int rows = int(r.tokens(e));
-    if (rows == 0) continue;
-    const int64_t at = r.offset[size_t(e)];
-    const Expert m = ExpertOf(w, e);
-    const ExpertGrads d = ExpertGradsOf(g, e);
+  // Under expert parallelism d(y) goes to the experts' ranks as the rows went, and d(x)
+  // comes back as the outputs did; the experts run in expert_rows. Serial: in place.
+  const int ranks = experts != nullptr ? experts->size() : 1, local = e_count / ranks;
+  const size_t row = sizeof(float) * size_t(c);
+  float* expert_rows = experts != nullptr ? s.expert_rows : s.rows;
+  if (experts != nullptr) {
+    RETURN_IF_ERROR(experts->AllToAllRows(s.rows, r.send_rows, s.wire_rows, r.recv_rows, c,
+                                          Scope(layer, "dispatch")));
+    RETURN_IF_ERROR(Reorder(k, r, local, s.wire_rows, expert_rows, row, true));
+  }
+  const std::vector<int64_t> rows = LocalRows(r, experts);
+  int64_t at = 0;
+  for (int l = 0; l < local; ++l) {
+    if (rows[size_t(l)] == 0) continue;
+    const Expert m = ExpertOf(w, l);
+    const ExpertGrads d = ExpertGradsOf(g, l);
+    const int count = int(rows[size_t(l)]);
     float* dh = s.d_hidden + at * hidden;
-    RETURN_IF_ERROR(k.LinearBackward(dh, d.proj_w, d.proj_b, s.rows + at * c,
-                                     Row(a.hidden_gelu, at, hidden), m.proj_w, rows, hidden, c));
-    RETURN_IF_ERROR(k.GeluBackward(dh, a.hidden + at * hidden, dh, int64_t(rows) * hidden));
-    // The slots' d(x) overwrite their d(y), which is used up.
-    RETURN_IF_ERROR(k.LinearBackward(s.rows + at * c, d.fc_w, d.fc_b, dh, Row(a.x, at, c), m.fc_w,
-                                     rows, c, hidden));
+    RETURN_IF_ERROR(k.LinearBackward(dh, d.proj_w, d.proj_b, expert_rows + at * c,
+                                     Row(a.hidden_gelu, at, hidden), m.proj_w, count, hidden, c));
+    RETURN_IF_ERROR(k.GeluBackward(dh, a.hidden + at * hidden, dh, int64_t(count) * hidden));
+    // The rows' d(x) overwrite their d(y), which is used up.
+    RETURN_IF_ERROR(k.LinearBackward(expert_rows + at * c, d.fc_w, d.fc_b, dh,
+                                     Row(a.expert_x, at, c), m.fc_w, count, c, hidden));
+    at += count;
+  }
+  if (experts != nullptr) {
+    RETURN_IF_ERROR(Reorder(k, r, local, expert_rows, s.wire_rows, row, false));
+    RETURN_IF_ERROR(experts->AllToAllRows(s.wire_rows, r.recv_rows, s.rows, r.send_rows, c,
+                                          Scope(layer, "combine")));
   }
   // The router: d(p) through the renormalisation and the auxiliary loss, then the softmax.
   std::vector<float> d_logits(static_cast<size_t>(n) * e_count);

@@ -26,8 +26,13 @@
 //              to the objective with the weight of the micro-batch's tokens in the global
 //              batch: its gradient is d aux / d p_ie = coef·E·f_e / n · (dloss·n).
 //
-//   ASSIGN_OR_RETURN(...) MoeForward(k, config, b, w, ln2, acts, scratch, out);
-//   ... MoeBackward(k, config, b, w, g, acts, scratch, dloss, dout, dln2);
+// Under expert parallelism (expert_split.h) a rank holds E/N of the experts: the kept rows
+// go to their experts' ranks and the outputs come back (and the gradients the same ways in
+// backward); a rank runs each of its experts over the rows from every rank, source by
+// source in rank order, each source's in its priority order.
+//
+//   RETURN_IF_ERROR(MoeForward(k, config, layer, n, w, ln2, experts, acts, scratch, out));
+//   ... MoeBackward(k, config, layer, n, w, g, ln2, experts, acts, scratch, dloss, dout, dln2);
 #pragma once
 
 #include <cstdint>
@@ -35,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "model/config.h"
+#include "model/expert_split.h"
 #include "model/parameters.h"
 #include "runtime/kernels/kernels.h"
 
@@ -53,6 +59,9 @@ struct MoeRouting {
   std::vector<int64_t> offset;     // (E + 1)
   std::vector<int32_t> slot_token, slot_choice;
   double aux_loss = 0;             // coef · E · Σ f_e · P_e
+  // Under expert parallelism over N ranks: the rows sent to each rank and received from
+  // it, and what each rank sent each of this rank's experts (N·E/N, source by source).
+  std::vector<int64_t> send_rows, recv_rows, recv_counts;
 
   int64_t assignments() const { return int64_t(n) * k; }
   int64_t kept_count() const { return offset.empty() ? 0 : offset.back(); }
@@ -63,32 +72,44 @@ struct MoeRouting {
 // groups, the auxiliary loss.
 MoeRouting Route(const GPTConfig& config, const float* logits, int n);
 
-// The MoE branch's device buffers for one block: the tokens' rows as the experts take
-// them (n·k, C; the matmuls' operand type), the experts' hidden activations (n·k, 4C,
-// before and after GELU), their outputs (n·k, C, fp32).
+// The MoE branch's device buffers for one block: the kept choices' rows in priority order
+// grouped by expert (n·k, C; the matmuls' operand type) and their outputs (n·k, C, fp32);
+// the rows this rank's experts run, expert by expert (R rows: n·k, or under expert
+// parallelism over N ranks at most N·n·k), their hidden activations (R, 4C, before and
+// after GELU) and outputs (R, C); and under expert parallelism the rows as they arrive,
+// source by source (`wire_x`, `wire_y`; R rows), else null.
 struct MoeActivations {
   MoeRouting* routing = nullptr;
   TypedPtr x;
+  float* y = nullptr;
+  TypedPtr expert_x;
   float* hidden = nullptr;
   TypedPtr hidden_gelu;
-  float* y = nullptr;
+  float* expert_y = nullptr;
+  TypedPtr wire_x;
+  float* wire_y = nullptr;
 };
-// Scratch: the router's logits (n, E) and rows (n·k, C) for the experts' gradients;
-// d_hidden (n·k, 4C).
+// Scratch: the router's logits (n, E), rows (n·k, C) for the outputs' gradients, d_hidden
+// (R, 4C); under expert parallelism rows (R, C) the experts' gradients travel and are
+// computed in.
 struct MoeScratch {
   float* logits = nullptr;
   float* rows = nullptr;
   float* d_hidden = nullptr;
+  float* expert_rows = nullptr;
+  float* wire_rows = nullptr;
 };
 
-// out (n, C) = the combined expert outputs for x (n, C) = ln2, routing into a.routing.
-absl::Status MoeForward(Kernels& k, const GPTConfig& config, int n, const BlockTensors& w,
-                        ConstTypedPtr x, const MoeActivations& a, const MoeScratch& s,
-                        float* out);
+// out (n, C) = the combined expert outputs for x (n, C) = ln2 of layer `layer`, routing
+// into a.routing; `experts`: where the experts are (null: all here).
+absl::Status MoeForward(Kernels& k, const GPTConfig& config, int layer, int n,
+                        const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
+                        const MoeActivations& a, const MoeScratch& s, float* out);
 // From dout (n, C): the experts' and the router's gradients into g, and dx (n, C) =
 // d(loss)/d(x) through both; `dloss` weights the auxiliary loss as each token's loss.
-absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int n, const BlockTensors& w,
-                         const BlockTensors& g, ConstTypedPtr x, const MoeActivations& a,
+absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int layer, int n,
+                         const BlockTensors& w, const BlockTensors& g, ConstTypedPtr x,
+                         const ExpertSplit* experts, const MoeActivations& a,
                          const MoeScratch& s, float dloss, const float* dout, float* dx);
 
 }  // namespace tally::model

@@ -32,7 +32,7 @@ void ParameterLayout::Add(std::string name, Shape global_shape, float init_std, 
 }
 
 ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_rank,
-                                        const Chunks& chunks) {
+                                        const Chunks& chunks, int ep, int ep_rank) {
   const int64_t c = config.n_embd;
   // GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains; the
   // projections into the residual stream scaled by 1/sqrt(2·L) (two per layer).
@@ -43,7 +43,8 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   layout.tp_ = tp;
   layout.tp_rank_ = tp_rank;
   layout.n_layer_ = config.n_layer;
-  layout.experts_ = config.n_experts;
+  layout.experts_ = config.n_experts / ep;
+  layout.first_expert_ = ep_rank * layout.experts_;
   layout.n_embd_ = config.n_embd;
   layout.chunks_ = chunks.empty() ? Chunks{{0, config.n_layer}} : chunks;
   layout.layer_units_.assign(size_t(config.n_layer), -1);
@@ -71,7 +72,9 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
     if (config.moe()) {
       layout.Add(h + "mlp.router.weight", {config.n_experts, c}, std, 0, true, kWhole);
       mlps.clear();
-      for (int e = 0; e < config.n_experts; ++e) mlps.push_back(absl::StrCat(h, "mlp.experts.", e, "."));
+      for (int e = layout.first_expert_; e < layout.first_expert_ + layout.experts_; ++e) {
+        mlps.push_back(absl::StrCat(h, "mlp.experts.", e, "."));
+      }
     }
     for (const std::string& mlp : mlps) {
       layout.Add(mlp + "c_fc.weight", {4 * c, c}, std, 0, true, kRows);
@@ -87,12 +90,13 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   }
   layout.CloseUnit("ln_f");
   // Where each tensor sits in the whole model's buffer.
-  const bool whole = tp == 1 && layout.chunks_.size() == 1 && layout.first_stage() &&
+  const bool whole = tp == 1 && ep == 1 && layout.chunks_.size() == 1 && layout.first_stage() &&
                      layout.last_stage();
   const ParameterLayout reference = whole ? ParameterLayout() : ForGPT(config);
   for (ParamSpec& spec : layout.specs_) {
     spec.per_token = spec.name == "wpe.weight" || spec.name.find("ln_") != std::string::npos;
     spec.tied_copy = spec.name == "wte.weight" && !layout.first_stage();
+    spec.expert = spec.name.find(".mlp.experts.") != std::string::npos;
     layout.global_offsets_.push_back(whole ? spec.offset : reference.Find(spec.name)->offset);
   }
   return layout;

@@ -69,6 +69,9 @@ struct ParamSpec {
   // The last pipeline stage's copy of the tied embedding (wte for the LM head): the first
   // stage's copy is the parameter, this one never counts in the gradient norm.
   bool tied_copy = false;
+  // An expert's tensor (mlp.experts.*): summed over the expert-data-parallel group, its
+  // squares over the expert-parallel group for the gradient norm.
+  bool expert = false;
 };
 
 // Tensors that forward and backward take as a whole, contiguous in the buffer: the
@@ -86,8 +89,10 @@ class ParameterLayout {
   // must be divisible by tp (TrainOptions::Validate says so). A pipeline stage holds the
   // layers of its `chunks` (empty: all); the one with layer 0 the embeddings, the one
   // with the last layer ln_f and, for the tied LM head, its own copy of wte.
+  // With experts split over `ep` ranks (expert parallelism) this one holds experts
+  // [ep_rank·E/ep, (ep_rank+1)·E/ep) of every layer, named by their index in the model.
   static ParameterLayout ForGPT(const GPTConfig& config, int tp = 1, int tp_rank = 0,
-                                const Chunks& chunks = {});
+                                const Chunks& chunks = {}, int ep = 1, int ep_rank = 0);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
@@ -111,8 +116,10 @@ class ParameterLayout {
   int64_t per_token_count() const;
 
   int tp() const { return tp_; }
-  // Experts of each layer's MLP (0: dense), and C.
+  // Experts of each layer's MLP this layout holds (0: dense), the first one's index in the
+  // model, and C.
   int experts() const { return experts_; }
+  int first_expert() const { return first_expert_; }
   int64_t n_embd() const { return n_embd_; }
   // Calls run(local, global, count) for each run of `count` elements at `local` in this
   // rank's buffer and `global` in the whole model's (ForGPT(config)) buffer that hold the
@@ -134,7 +141,7 @@ class ParameterLayout {
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
   int n_layer_ = 0;
-  int experts_ = 0;
+  int experts_ = 0, first_expert_ = 0;
   int64_t n_embd_ = 0;
   Chunks chunks_;
   std::vector<int> layer_units_;  // per layer of the model; -1 where not held

@@ -11,26 +11,57 @@
 namespace tally::parallel {
 
 std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements) {
+  const comm::Chunk whole{0, total};
+  return GradientBuckets(std::span<const comm::Chunk>(&whole, 1), bucket_elements);
+}
+
+std::vector<comm::Chunk> GradientBuckets(std::span<const comm::Chunk> ranges,
+                                         int64_t bucket_elements) {
   std::vector<comm::Chunk> buckets;
   int64_t size = std::max<int64_t>(1, bucket_elements);
-  for (int64_t end = total; end > 0; end -= size) {
-    int64_t begin = std::max<int64_t>(0, end - size);
-    buckets.push_back({begin, end - begin});
+  for (auto range = ranges.rbegin(); range != ranges.rend(); ++range) {
+    for (int64_t end = range->end(); end > range->offset; end -= size) {
+      int64_t begin = std::max<int64_t>(range->offset, end - size);
+      buckets.push_back({begin, end - begin});
+    }
   }
   return buckets;
+}
+
+std::vector<comm::Chunk> ExpertRanges(const model::ParameterLayout& layout, bool experts) {
+  std::vector<comm::Chunk> ranges;
+  for (const model::ParamSpec& spec : layout.specs()) {
+    if (spec.expert != experts || spec.numel == 0) continue;
+    if (!ranges.empty() && ranges.back().end() == spec.offset) {
+      ranges.back().count += spec.numel;
+    } else {
+      ranges.push_back({spec.offset, spec.numel});
+    }
+  }
+  return ranges;
 }
 
 absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
                                           const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,
-                                          comm::Algorithm algorithm, comm::Communicator* stages) {
-  std::vector<optim::Segment> counted;
+                                          comm::Algorithm algorithm, comm::Communicator* stages,
+                                          comm::Communicator* experts) {
+  std::vector<optim::Segment> counted, expert;
   for (const model::TensorRange& r : ranges) {
     if ((r.spec->replicated() && tp.rank() != 0) || r.spec->tied_copy) continue;
-    counted.push_back({r.begin, r.end});
+    (experts != nullptr && r.spec->expert ? expert : counted).push_back({r.begin, r.end});
   }
   ASSIGN_OR_RETURN(double squares,
                    optim::SquaredNorm(k, grads.raw_data(), grads.dtype(), counted));
+  if (experts != nullptr) {  // each rank's experts are its own: their squares over the group
+    ASSIGN_OR_RETURN(double expert_squares,
+                     optim::SquaredNorm(k, grads.raw_data(), grads.dtype(), expert));
+    comm::PhaseScope phase(experts->ledger(), comm::Phase::kOptimizer);
+    comm::LabelScope label(experts->ledger(), "grad_norm");
+    ASSIGN_OR_RETURN(expert_squares, experts->AllReduceValue(expert_squares, DType::kF64,
+                                                             comm::ReduceOp::kSum, algorithm));
+    squares += expert_squares;
+  }
   for (comm::Communicator* group : {shards, tp.group(), stages}) {
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
@@ -43,9 +74,17 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
                                  comm::Algorithm algorithm, DType comm_type,
                                  std::span<const int> nodes) {
+  const comm::Chunk whole{0, params};
+  return GradientSyncBytesPerStep(std::span<const comm::Chunk>(&whole, 1), dp, dp_rank,
+                                  bucket_bytes, algorithm, comm_type, nodes);
+}
+
+int64_t GradientSyncBytesPerStep(std::span<const comm::Chunk> ranges, int dp, int dp_rank,
+                                 int64_t bucket_bytes, comm::Algorithm algorithm, DType comm_type,
+                                 std::span<const int> nodes) {
   const int64_t element = int64_t(SizeOf(comm_type));
   int64_t sent = 0;
-  for (const comm::Chunk& bucket : GradientBuckets(params, bucket_bytes / element)) {
+  for (const comm::Chunk& bucket : GradientBuckets(ranges, bucket_bytes / element)) {
     sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
                                bucket.count, element, nodes).sent;
   }
@@ -58,7 +97,7 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
                                    const GradientGroups& groups) {
   RETURN_IF_ERROR(SumPerTokenGradients(*groups.tp, grads, ranges));
   ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(k, grads, ranges, groups.shards, *groups.tp,
-                                                   groups.algorithm, groups.stages));
+                                                   groups.algorithm, groups.stages, groups.experts));
   if (clip > 0) {
     const float scale = optim::ClipScale(norm, clip);
     if (scale < 1.0f) RETURN_IF_ERROR(k.Scale(grads.raw_data(), grads.dtype(), grads.numel(), scale));
@@ -69,10 +108,16 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
                            comm::Algorithm algorithm, DType comm_type, bool overlap)
+    : GradientSync(dp, std::vector<comm::Chunk>{{0, total}}, bucket_bytes, algorithm, comm_type,
+                   overlap) {}
+
+GradientSync::GradientSync(comm::Communicator* dp, const std::vector<comm::Chunk>& ranges,
+                           int64_t bucket_bytes, comm::Algorithm algorithm, DType comm_type,
+                           bool overlap)
     : dp_(dp),
       algorithm_(algorithm),
       sent_as_(comm_type),
-      buckets_(GradientBuckets(total, bucket_bytes / int64_t(SizeOf(comm_type)))),
+      buckets_(GradientBuckets(ranges, bucket_bytes / int64_t(SizeOf(comm_type)))),
       overlap_(overlap) {}
 
 absl::Status GradientSync::ReduceBucketsFrom(const Tensor& grads, int64_t ready_from) {

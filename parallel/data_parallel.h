@@ -39,6 +39,13 @@ namespace tally::parallel {
 // The buckets of a flat buffer of `total` elements: ranges of at most `bucket_elements`,
 // cut from the end of the buffer toward its start, in that order.
 std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements);
+// The same for several ranges of a buffer, each cut on its own, the last range's first.
+std::vector<comm::Chunk> GradientBuckets(std::span<const comm::Chunk> ranges,
+                                         int64_t bucket_elements);
+// The runs of a layout's buffer that hold experts' tensors (`experts`), or the others:
+// under expert parallelism the first are summed over the expert-data-parallel group,
+// the second over the data-parallel group.
+std::vector<comm::Chunk> ExpertRanges(const model::ParameterLayout& layout, bool experts);
 
 // Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
 // parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket;
@@ -48,6 +55,10 @@ std::vector<comm::Chunk> GradientBuckets(int64_t total, int64_t bucket_elements)
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
                                  comm::Algorithm algorithm, DType comm_type = DType::kF32,
                                  std::span<const int> nodes = {});
+// The same for the buckets of `ranges`.
+int64_t GradientSyncBytesPerStep(std::span<const comm::Chunk> ranges, int dp, int dp_rank,
+                                 int64_t bucket_bytes, comm::Algorithm algorithm,
+                                 DType comm_type = DType::kF32, std::span<const int> nodes = {});
 
 // The global gradient norm, for clipping: Σ g² of this rank's `grads` over `ranges`
 // (tensors every tp rank holds alike counted on tp rank 0 only, the last stage's copy of
@@ -65,6 +76,8 @@ struct GradientGroups {
   const TensorParallel* tp = nullptr;
   comm::Algorithm algorithm = comm::Algorithm::kRing;
   comm::Communicator* stages = nullptr;
+  // Expert parallelism's group, whose ranks hold different experts (null: none).
+  comm::Communicator* experts = nullptr;
 };
 
 // The end of every step, whoever holds the gradients (a replica's whole buffer, or a
@@ -82,7 +95,8 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
                                           const std::vector<model::TensorRange>& ranges,
                                           comm::Communicator* shards, const TensorParallel& tp,
                                           comm::Algorithm algorithm,
-                                          comm::Communicator* stages = nullptr);
+                                          comm::Communicator* stages = nullptr,
+                                          comm::Communicator* experts = nullptr);
 
 class GradientSync {
  public:
@@ -93,6 +107,11 @@ class GradientSync {
   // waits for them all. The sums are the blocking call's, bit for bit.
   GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
                comm::Algorithm algorithm, DType comm_type = DType::kF32, bool overlap = false);
+  // Only `ranges` of the buffer (each cut into buckets on its own; expert parallelism's
+  // two syncs, ExpertRanges).
+  GradientSync(comm::Communicator* dp, const std::vector<comm::Chunk>& ranges,
+               int64_t bucket_bytes, comm::Algorithm algorithm, DType comm_type = DType::kF32,
+               bool overlap = false);
 
   // Call before the backward of the last micro-batch of a step (the earlier micro-batches
   // only accumulate, like DDP's no_sync()).

@@ -79,6 +79,22 @@ std::vector<int> Topology::PpGroup(int rank) const {
   return ranks;
 }
 
+std::vector<int> Topology::EpGroup(int rank) const {
+  std::vector<int> members;
+  for (int r : DpGroup(rank)) {
+    if (Of(r).dp / ep_ == Of(rank).dp / ep_) members.push_back(r);
+  }
+  return members;
+}
+
+std::vector<int> Topology::EdpGroup(int rank) const {
+  std::vector<int> members;
+  for (int r : DpGroup(rank)) {
+    if (Of(r).dp % ep_ == Of(rank).dp % ep_) members.push_back(r);
+  }
+  return members;
+}
+
 std::string Topology::Describe(const comm::Nodes* nodes) const {
   std::string out = absl::StrFormat("topology: world %d = dp %d x pp %d x tp %d (order %s: %s)\n",
                                     world(), dp_, pp_, tp_, Name(order_),
@@ -95,8 +111,13 @@ std::string Topology::Describe(const comm::Nodes* nodes) const {
     const GridCoordinates c = Of(r);
     out += absl::StrFormat("rank %d: dp %d pp %d tp %d", r, c.dp, c.pp, c.tp);
     if (nodes != nullptr) out += absl::StrFormat(" node %d", nodes->node(r));
-    out += absl::StrFormat(" | dp group %s | tp group %s | pp group %s\n", members(DpGroup(r)),
+    out += absl::StrFormat(" | dp group %s | tp group %s | pp group %s", members(DpGroup(r)),
                            members(TpGroup(r)), members(PpGroup(r)));
+    if (ep_ > 1) {
+      out += absl::StrFormat(" | ep %d: ep group %s | edp group %s", c.dp % ep_,
+                             members(EpGroup(r)), members(EdpGroup(r)));
+    }
+    out += "\n";
   }
   return out;
 }
@@ -118,6 +139,12 @@ absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool
     ASSIGN_OR_RETURN(groups.pp, world.Split(replica, rank, "pp"));
     const bool tied = c.pp == 0 || c.pp == pp_ - 1;
     ASSIGN_OR_RETURN(groups.embedding, world.Split(tied ? replica : -1, rank, "embedding"));
+  }
+  if (ep_ > 1) {  // within the dp group (colored by it), by dp rank
+    const int replica = c.pp * tp_ + c.tp, blocks = dp_ / ep_;
+    ASSIGN_OR_RETURN(groups.ep, world.Split(replica * blocks + c.dp / ep_, rank, "ep"));
+    ASSIGN_OR_RETURN(groups.edp,
+                     world.Split(blocks > 1 ? replica * ep_ + c.dp % ep_ : -1, rank, "edp"));
   }
   return groups;
 }

@@ -51,12 +51,17 @@ std::string Name(const Order& order);
 
 class Topology {
  public:
-  Topology(int dp, int tp, int pp, Order order = kMegatronOrder)
-      : dp_(dp), tp_(tp), pp_(pp), order_(order) {}
+  // `ep`: expert parallelism carved out of the data-parallel ranks (it divides dp): dp
+  // ranks d and d' of a dp group share an expert-parallel group when d/ep == d'/ep (their
+  // ep rank is d mod ep), and an expert-data-parallel group (the ranks holding the same
+  // experts) when d mod ep == d' mod ep, as Megatron-LM lays them out.
+  Topology(int dp, int tp, int pp, Order order = kMegatronOrder, int ep = 1)
+      : dp_(dp), tp_(tp), pp_(pp), ep_(ep), order_(order) {}
 
   int dp() const { return dp_; }
   int tp() const { return tp_; }
   int pp() const { return pp_; }
+  int ep() const { return ep_; }
   int world() const { return dp_ * tp_ * pp_; }
   const Order& order() const { return order_; }
 
@@ -67,6 +72,10 @@ class Topology {
   std::vector<int> DpGroup(int rank) const;
   std::vector<int> TpGroup(int rank) const;
   std::vector<int> PpGroup(int rank) const;
+  // With ep > 1: the ranks of `rank`'s expert-parallel group, and of its expert-data-parallel
+  // group, in dp order.
+  std::vector<int> EpGroup(int rank) const;
+  std::vector<int> EdpGroup(int rank) const;
 
   // Every rank's coordinates and the members of its groups (--print_topology), and its
   // node when `nodes` is given.
@@ -75,9 +84,11 @@ class Topology {
   // This rank's groups, split from `world` (every rank of the world must call it): the
   // dp group when `dp_group` (dp > 1, or ZeRO over one rank), the tp group when tp > 1,
   // the pp and embedding groups when pp > 1 (embedding: null on the middle stages);
-  // null otherwise. The groups are named "dp", "tp", "pp" and "embedding" in the ledger.
+  // null otherwise; with ep > 1 the "ep" and "edp" groups (edp: null when dp == ep, each
+  // rank holding experts of its own). The groups are named "dp", "tp", "pp", "embedding",
+  // "ep" and "edp" in the ledger.
   struct Groups {
-    std::unique_ptr<comm::Communicator> dp, tp, pp, embedding;
+    std::unique_ptr<comm::Communicator> dp, tp, pp, embedding, ep, edp;
   };
   absl::StatusOr<Groups> Split(comm::Communicator& world, bool dp_group) const;
 
@@ -87,7 +98,7 @@ class Topology {
     return axis == Axis::kTp ? c.tp : axis == Axis::kDp ? c.dp : c.pp;
   }
 
-  int dp_, tp_, pp_;
+  int dp_, tp_, pp_, ep_;
   Order order_;
 };
 

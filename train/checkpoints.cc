@@ -28,7 +28,8 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
       ASSIGN_OR_RETURN(local.gathered, zero_->GatherOptimizer(/*root=*/0));
       local.optimizer = local.gathered.get();
     }
-  } else if (groups_.dp == nullptr || groups_.dp->rank() == 0) {
+  } else if (groups_.dp == nullptr || groups_.dp->rank() < options_.ep) {
+    // dp rank 0's replica, and under expert parallelism the other experts of dp ranks < ep.
     local.params = gpt_->params();
     if (with_optimizer) local.optimizer = optimizer_.get();
     if (local.params.device().type != DeviceType::kCPU) {  // a GPU's state, to the host
@@ -42,7 +43,7 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
       }
     }
   }
-  if (world_ == nullptr || (groups_.tp == nullptr && groups_.pp == nullptr)) {
+  if (world_ == nullptr || (groups_.tp == nullptr && groups_.pp == nullptr && groups_.ep == nullptr)) {
     return logs() ? std::move(local) : Whole{};  // the part is the whole model
   }
   if (!local.params.defined()) return Whole{};  // dp ranks > 0
@@ -64,9 +65,8 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
   }
   for (int r = 0; r < o.world(); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(r);
-    if (at.dp != 0) continue;
-    const model::ParameterLayout layout =
-        model::ParameterLayout::ForGPT(o.model, o.tp, at.tp, o.StageChunks(at.pp));
+    if (at.dp >= o.ep) continue;  // dp rank 0's part, or under ep the first ep ranks' experts
+    const model::ParameterLayout layout = o.RankLayout(r);
     // Rank r's part (ours for r = 0) into its places in the whole model.
     auto place = [&](Tensor* mine, float* into) -> absl::Status {
       Tensor part = r == 0 ? *mine : Tensor();

@@ -83,6 +83,11 @@ model::Precision TrainOptions::Precision() const {
   return p;
 }
 
+model::ParameterLayout TrainOptions::RankLayout(int rank) const {
+  const parallel::GridCoordinates at = topology().Of(rank);
+  return model::ParameterLayout::ForGPT(model, tp, at.tp, StageChunks(at.pp), ep, at.dp % ep);
+}
+
 model::Chunks TrainOptions::StageChunks(int pp_rank) const {
   // One stage runs no schedule: it holds the whole model.
   return parallel::StageChunks(model.n_layer, pp, pp > 1 ? virtual_stages : 1, pp_layers, pp_rank)
@@ -113,6 +118,22 @@ absl::Status TrainOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
   if (absl::Status s = model.Validate(); !s.ok()) return s;
   if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
+  if (ep < 1) return bad("--ep must be >= 1, got ", ep);
+  if (ep > 1) {
+    if (!model.moe()) return bad("--ep=", ep, " splits experts over ranks: it needs --n_experts");
+    if (model.n_experts % ep != 0) {
+      return bad("--n_experts=", model.n_experts, " must be divisible by --ep=", ep,
+                 " (each rank takes whole experts)");
+    }
+    if (dp % ep != 0) {
+      return bad("--ep=", ep, " must divide --dp=", dp,
+                 " (expert-parallel ranks are carved out of the data-parallel ones)");
+    }
+    if (zero > 0) {
+      return bad("--zero with --ep=", ep, ": ZeRO over the expert-data-parallel groups is not "
+                 "built yet; drop --zero");
+    }
+  }
   if (model.moe() && tp > 1) {
     return bad("--n_experts with --tp=", tp, ": experts are not split by tensor parallelism; "
                "run them with --tp=1 (dp, pp and ZeRO compose with them)");

@@ -77,6 +77,10 @@ struct TrainOptions {
   int tp = 1;
   bool sequence_parallel = false;
 
+  // Expert parallelism (model/moe.h, parallel/topology.h): each layer's experts split
+  // over ep ranks carved out of the dp ranks (dp a multiple of ep).
+  int ep = 1;
+
   // Pipeline parallelism (parallel/pipeline_schedule.h): the layers in pp stages, the
   // micro-batches run by `schedule` (gpipe, 1f1b, or interleaved with virtual_stages
   // chunks a stage).
@@ -134,7 +138,10 @@ struct TrainOptions {
 
   int world() const { return dp * tp * pp; }
   // The grid: every rank's (dp, tp, pp) coordinates and groups (parallel/topology.h).
-  parallel::Topology topology() const { return parallel::Topology(dp, tp, pp, order); }
+  parallel::Topology topology() const { return parallel::Topology(dp, tp, pp, order, ep); }
+  // World rank `rank`'s part of the model: its tp part of its stage's layers, with its ep
+  // rank's experts.
+  model::ParameterLayout RankLayout(int rank) const;
   // The layers pipeline rank `pp_rank` holds (parallel::StageChunks); valid options only.
   model::Chunks StageChunks(int pp_rank) const;
   // The nodes --gpus_per_node places the world on; null without it.

@@ -37,6 +37,10 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
     comm::PhaseScope backward(traffic(), comm::Phase::kBackward);
     sync_->BeginStep();
     RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
+    if (expert_sync_ != nullptr) {
+      expert_sync_->BeginStep();
+      RETURN_IF_ERROR(expert_sync_->Finish(gpt_->grads()));
+    }
   }
   float mean = 0;
   {

@@ -21,8 +21,7 @@ int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 
 
 // The parameters world rank `rank` holds: its tensor-parallel part of its stage's layers.
 model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
-  const parallel::GridCoordinates at = o.topology().Of(rank);
-  return model::ParameterLayout::ForGPT(o.model, o.tp, at.tp, o.StageChunks(at.pp));
+  return o.RankLayout(rank);
 }
 
 // The per-token replicas' elements in the gradients the optimizer of world rank `rank`
@@ -116,6 +115,16 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     return in.steps * p->calls *
            comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
   }
+  if (key.group == "ep" && key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
+    return scalar(o.ep, dp_rank % o.ep, 8);  // the experts' squares
+  }
+  if (key.group == "edp" && key.primitive == comm::Primitive::kAllReduce &&
+      key.phase == comm::Phase::kBackward) {  // the experts' gradient buckets
+    const std::vector<comm::Chunk> experts = parallel::ExpertRanges(StageLayout(o, rank), true);
+    return in.steps * parallel::GradientSyncBytesPerStep(experts, o.dp / o.ep, dp_rank / o.ep,
+                                                         BucketBytes(o), key.algorithm,
+                                                         o.Precision().grad_comm);
+  }
   if (key.group != "dp") return -1;
   // This rank's part of the model: the buffer the dp group reduces or shards; the nodes
   // of the group's ranks (the hierarchical algorithm's bytes depend on them).
@@ -129,6 +138,12 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   };
   switch (key.primitive) {
     case comm::Primitive::kAllReduce:
+      if (key.phase == comm::Phase::kBackward && o.ep > 1) {  // the non-expert buckets
+        return in.steps * parallel::GradientSyncBytesPerStep(parallel::ExpertRanges(layout, false),
+                                                             o.dp, dp_rank, BucketBytes(o),
+                                                             key.algorithm, o.Precision().grad_comm,
+                                                             nodes);
+      }
       if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
         return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank,
                                                              BucketBytes(o), key.algorithm,

@@ -90,8 +90,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   const parallel::TensorParallel& tp = t->tensor_parallel_;
   const comm::Algorithm algorithm = options.allreduce;
   const model::Chunks stage = options.StageChunks(pp_rank);
-  const model::ParameterLayout layout =
-      model::ParameterLayout::ForGPT(options.model, tp.size(), tp.rank(), stage);
+  if (t->groups_.ep != nullptr) {
+    t->experts_ = std::make_unique<parallel::ExpertParallel>(t->groups_.ep.get(),
+                                                             t->model_alloc_.device());
+  }
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
+      options.model, tp.size(), tp.rank(), stage, options.ep,
+      t->groups_.ep != nullptr ? t->groups_.ep->rank() : 0);
   if (t->groups_.dp != nullptr && options.zero >= 1) {
     auto make_optimizer = [options](int64_t n, Allocator& alloc) {
       return MakeOptimizer(options, n, alloc);
@@ -105,14 +110,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                      model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage));
   } else {
     ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp,
-                                                 stage, options.Precision()));
+                                                 stage, options.Precision(), t->experts_.get()));
     ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
     t->ranges_ = model::TensorRanges(t->gpt_->layout());
     t->segments_ = model::OptimizerSegments(t->ranges_);
-    if (t->groups_.dp != nullptr) {
+    const int64_t bucket = int64_t(options.bucket_mb * (1 << 20));
+    const DType grad_comm = options.Precision().grad_comm;
+    if (t->groups_.dp != nullptr && t->experts_ == nullptr) {
+      t->sync_ = std::make_unique<parallel::GradientSync>(t->groups_.dp.get(), layout.total(), bucket,
+                                                          algorithm, grad_comm, options.overlap);
+    } else if (t->groups_.dp != nullptr) {
+      // Expert parallelism: the experts' gradients over the ranks holding the same experts
+      // (none when each holds its own), the rest over the dp group.
       t->sync_ = std::make_unique<parallel::GradientSync>(
-          t->groups_.dp.get(), layout.total(), int64_t(options.bucket_mb * (1 << 20)), algorithm,
-          options.Precision().grad_comm, options.overlap);
+          t->groups_.dp.get(), parallel::ExpertRanges(layout, false), bucket, algorithm, grad_comm,
+          options.overlap);
+      if (t->groups_.edp != nullptr) {
+        t->expert_sync_ = std::make_unique<parallel::GradientSync>(
+            t->groups_.edp.get(), parallel::ExpertRanges(layout, true), bucket, algorithm,
+            grad_comm, options.overlap);
+      }
     }
   }
   if (options.matmul_inputs() != MatmulInputs::kF32) {
@@ -183,11 +200,15 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     }
     // The last micro-batch: sum each gradient bucket over the ranks as soon as it is final.
     sync_->BeginStep();
+    if (expert_sync_ != nullptr) expert_sync_->BeginStep();
     RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens), [&](int64_t begin, int64_t end) {
-      return sync_->Ready(gpt_->grads(), begin, end);
+      RETURN_IF_ERROR(sync_->Ready(gpt_->grads(), begin, end));
+      return expert_sync_ != nullptr ? expert_sync_->Ready(gpt_->grads(), begin, end)
+                                     : absl::OkStatus();
     }));
     RecordSpan("backward", j, t0);
     RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
+    if (expert_sync_ != nullptr) RETURN_IF_ERROR(expert_sync_->Finish(gpt_->grads()));
   }
   return Update(step, float(loss_sum / micro_batches), start);
 }
@@ -205,7 +226,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
     ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
   } else {
     const parallel::GradientGroups groups{nullptr, &tensor_parallel_, comm::Algorithm::kRing,
-                                          groups_.pp.get()};
+                                          groups_.pp.get(), groups_.ep.get()};
     ASSIGN_OR_RETURN(s.grad_norm,
                      parallel::ClipAndStep(gpt_->kernels(), *optimizer_, gpt_->params().data<float>(),
                                            gpt_->grads(), ranges_, segments_, s.lr,
@@ -250,6 +271,7 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
 bool Trainer::Evaluates() const {
   if (groups_.pp != nullptr) return true;  // every stage holds part of the model
   if (zero_ != nullptr && zero_->zero_stage() == 3) return true;
+  if (groups_.ep != nullptr) return true;  // every rank holds some of the experts
   // dp rank 0's tp group
   if (groups_.tp != nullptr) return options_.topology().Of(world_->rank()).dp == 0;
   return logs();

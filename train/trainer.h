@@ -27,6 +27,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
@@ -133,6 +134,10 @@ class Trainer {
   // The model's layers over the tp group (one rank when there is none): its LayerSplit.
   parallel::TensorParallel tensor_parallel_;
   std::unique_ptr<parallel::GradientSync> sync_;
+  // Expert parallelism: the experts' place (over the ep group), and their gradients' sync
+  // over the expert-data-parallel group (null when each rank holds its own experts).
+  std::unique_ptr<parallel::ExpertParallel> experts_;
+  std::unique_ptr<parallel::GradientSync> expert_sync_;
   data::Dataset data_;
   Allocator& alloc_;       // host memory: what the trainer reads itself, scalars to reduce
   Allocator model_alloc_;  // the model's device (--device): weights, activations, optimizer

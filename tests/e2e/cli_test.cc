@@ -61,6 +61,11 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
        "3 micro-batches a step (--global_batch_size / (--dp x --micro_batch_size)) is not a "
        "multiple of --pp=2"},
       {"--dp=0", "--dp must be >= 1"},
+      {"--dp=2 --ep=2", "--ep=2 splits experts over ranks: it needs --n_experts"},
+      {"--n_experts=4 --dp=2 --ep=4", "--ep=4 must divide --dp=2"},
+      {"--n_experts=6 --dp=4 --ep=4", "--n_experts=6 must be divisible by --ep=4"},
+      {"--n_experts=4 --dp=2 --ep=2 --zero=1", "--zero with --ep=2"},
+      {"--n_experts=4 --tp=2", "experts are not split by tensor parallelism"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
   for (const Case& c : cases) {

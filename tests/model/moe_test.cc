@@ -169,14 +169,22 @@ TEST_P(MoeGradients, EqualCentralDifferencesOfTheDoubleDefinition) {
   std::vector<float> ax(rows * c), hidden(rows * h), hidden_gelu(rows * h), y(rows * c);
   std::vector<float> logits(static_cast<size_t>(n) * e_count), scratch_rows(rows * c), d_hidden(rows * h);
   MoeRouting routing;
-  const MoeActivations a{&routing, TypedPtr(ax.data()), hidden.data(), TypedPtr(hidden_gelu.data()),
-                         y.data()};
-  const MoeScratch s{logits.data(), scratch_rows.data(), d_hidden.data()};
+  MoeActivations a;
+  a.routing = &routing;
+  a.x = a.expert_x = TypedPtr(ax.data());
+  a.y = a.expert_y = y.data();
+  a.hidden = hidden.data();
+  a.hidden_gelu = TypedPtr(hidden_gelu.data());
+  MoeScratch s;
+  s.logits = logits.data();
+  s.rows = scratch_rows.data();
+  s.d_hidden = d_hidden.data();
   std::unique_ptr<Kernels> kernels = Kernels::Create(Device::CPU()).value();
   std::vector<float> out(static_cast<size_t>(n) * c), dx(static_cast<size_t>(n) * c);
-  ASSERT_TRUE(MoeForward(*kernels, config, n, w, ConstTypedPtr(x.data()), a, s, out.data()).ok());
-  ASSERT_TRUE(MoeBackward(*kernels, config, n, w, g, ConstTypedPtr(x.data()), a, s, dloss,
-                          dout.data(), dx.data())
+  ASSERT_TRUE(
+      MoeForward(*kernels, config, 0, n, w, ConstTypedPtr(x.data()), nullptr, a, s, out.data()).ok());
+  ASSERT_TRUE(MoeBackward(*kernels, config, 0, n, w, g, ConstTypedPtr(x.data()), nullptr, a, s,
+                          dloss, dout.data(), dx.data())
                   .ok());
   if (capacity > 0) {
     EXPECT_LT(routing.kept_count(), routing.assignments()) << "nothing dropped";

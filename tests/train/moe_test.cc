@@ -1,8 +1,9 @@
 // A mixture-of-experts GPT trains as the dense one does; with data parallelism, ZeRO and
-// pipelines (each rank running whole experts on its own tokens) it equals its serial run,
-// every report row and memory formula exact; checkpoints name the router and each
-// expert's tensors and resume across grids; the step reports the auxiliary loss, the
-// drops and the experts' load.
+// pipelines (each rank running whole experts on its own tokens) and with expert
+// parallelism (experts over ranks, tokens by all-to-all) it equals its serial run, every
+// report row and memory formula exact, the all-to-alls' bytes those of the routing
+// counts; checkpoints name the router and each expert's tensors and resume across grids;
+// the step reports the auxiliary loss, the drops and the experts' load.
 #include <string>
 #include <vector>
 
@@ -54,6 +55,61 @@ INSTANTIATE_TEST_SUITE_P(
                            .virtual_stages = 2, .recompute = true}),
     GridName);
 
+// Expert parallelism: ep of the dp ranks share each layer's experts.
+struct EpGrid {
+  int dp, ep, pp;
+};
+
+class ExpertParallelTest : public ::testing::TestWithParam<EpGrid> {};
+
+TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
+  const EpGrid g = GetParam();
+  const int global_batch = 4 * g.dp;
+  TrainOptions o = Grid{.dp = g.dp, .pp = g.pp}.On(Moe(global_batch));
+  o.ep = g.ep;
+  o.model.n_experts = 4;
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  ExpectGridMatchesSerial(o, Moe(global_batch));
+  // Each rank's all-to-alls sent what its routing counts say, to the byte.
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  std::vector<int64_t> sent(size_t(o.world())), recv(size_t(o.world()));
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
+    world.ledger().Clear();
+    for (int64_t k = 0; k < o.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    auto ep = [&](comm::Primitive p, comm::Phase phase) {
+      return world.ledger().Sum([&](const comm::LedgerKey& key) {
+        return key.group == "ep" && key.primitive == p && key.phase == phase;
+      });
+    };
+    const model::GPT::ExpertBytes& want = trainer->model().expert_bytes();
+    EXPECT_EQ(ep(comm::Primitive::kAllToAll, comm::Phase::kForward).bytes_sent, want.counts);
+    EXPECT_EQ(ep(comm::Primitive::kAllToAllV, comm::Phase::kForward).bytes_sent, want.forward);
+    EXPECT_EQ(ep(comm::Primitive::kAllToAllV, comm::Phase::kBackward).bytes_sent, want.backward);
+    EXPECT_GT(want.forward, 0);
+    const comm::TransferTotals all = world.ledger().Sum([](const comm::LedgerKey& key) {
+      return key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV;
+    });
+    sent[size_t(world.rank())] = all.bytes_sent;
+    recv[size_t(world.rank())] = all.bytes_recv;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  int64_t sent_all = 0, recv_all = 0;
+  for (int r = 0; r < o.world(); ++r) sent_all += sent[size_t(r)], recv_all += recv[size_t(r)];
+  EXPECT_EQ(sent_all, recv_all);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, ExpertParallelTest,
+                         ::testing::Values(EpGrid{2, 2, 1}, EpGrid{4, 2, 1}, EpGrid{4, 4, 1},
+                                           EpGrid{2, 2, 2}),
+                         [](const ::testing::TestParamInfo<EpGrid>& grid) {
+                           return "dp" + std::to_string(grid.param.dp) + "_ep" +
+                                  std::to_string(grid.param.ep) + "_pp" +
+                                  std::to_string(grid.param.pp);
+                         });
+
 TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
   TrainOptions straight = Moe(8);
   straight.steps = 6;
@@ -76,6 +132,20 @@ TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
   const std::vector<float> losses = Resume(serial);
   ASSERT_EQ(losses.size(), 3u);
   for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  // Saved by expert-parallel ranks, each holding half the experts, resumed on one; and
+  // the serial run's checkpoint resumed with the experts split.
+  TrainOptions split = Grid{.dp = 2}.On(Moe(8));
+  split.ep = 2;
+  split.steps = 6;
+  TrainAndSave(split, 3, path);
+  const std::vector<float> from_split = Resume(serial);
+  ASSERT_EQ(from_split.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(from_split[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  TrainAndSave(straight, 3, path);
+  split.load = path;
+  const std::vector<float> into_split = Resume(split);
+  ASSERT_EQ(into_split.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(into_split[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
   // Neither a dense model's flags nor another top-k load it.
   TrainOptions dense = TinyGrid(8);
   dense.steps = 6;

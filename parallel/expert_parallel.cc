@@ -1,0 +1,39 @@
+#include "parallel/expert_parallel.h"
+
+#include <algorithm>
+
+#include "runtime/status_macros.h"
+
+namespace tally::parallel {
+
+absl::StatusOr<std::vector<int64_t>> ExpertParallel::ExchangeCounts(
+    std::span<const int64_t> per_expert, const std::string& scope) const {
+  comm::LabelScope label(group_->ledger(), scope);
+  const int64_t e = int64_t(per_expert.size());
+  ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({e}, DType::kI64, group_->allocator(),
+                                              MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty({e}, DType::kI64, group_->allocator(),
+                                                MemoryCategory::kComm));
+  std::copy(per_expert.begin(), per_expert.end(), mine.data<int64_t>());
+  RETURN_IF_ERROR(group_->AllToAll(mine, theirs));
+  return std::vector<int64_t>(theirs.data<int64_t>(), theirs.data<int64_t>() + e);
+}
+
+absl::Status ExpertParallel::AllToAllRows(ConstTypedPtr send, std::span<const int64_t> send_rows,
+                                          TypedPtr recv, std::span<const int64_t> recv_rows,
+                                          int64_t c, const std::string& scope) const {
+  comm::LabelScope label(group_->ledger(), scope);
+  std::vector<int64_t> send_counts, recv_counts;
+  int64_t sends = 0, receives = 0;
+  for (size_t j = 0; j < send_rows.size(); ++j) {
+    send_counts.push_back(send_rows[j] * c);
+    recv_counts.push_back(recv_rows[j] * c);
+    sends += send_counts.back();
+    receives += recv_counts.back();
+  }
+  Tensor in = Tensor::Borrow(TypedPtr(const_cast<void*>(send.data), send.type), sends, device_);
+  Tensor out = Tensor::Borrow(recv, receives, device_);
+  return group_->AllToAllV(in, send_counts, out, recv_counts);
+}
+
+}  // namespace tally::parallel
