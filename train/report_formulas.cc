@@ -115,6 +115,20 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     return in.steps * p->calls *
            comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
   }
+  if (key.primitive == comm::Primitive::kAllToAllV) {  // what the call's counts said
+    const auto& expected = in.traffic[size_t(rank)].expected();
+    const auto it = expected.find(key);
+    return it != expected.end() ? it->second : -1;
+  }
+  if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAll) {
+    // A layer's routing counts (scope layer{l}.counts): E int64 a micro-batch's forward,
+    // each rank its experts' E/N; a pipeline's recomputed forward counts again (backward).
+    const bool recomputed = key.phase == comm::Phase::kBackward && o.recompute && o.pp > 1;
+    if (key.phase != comm::Phase::kForward && !recomputed) return -1;
+    return in.steps * o.accumulation_steps() *
+           comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.ep, dp_rank % o.ep, -1,
+                              o.model.n_experts, 8).sent;
+  }
   if (key.group == "ep" && key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
     return scalar(o.ep, dp_rank % o.ep, 8);  // the experts' squares
   }
@@ -178,6 +192,16 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const int64_t element = key.primitive == comm::Primitive::kAllGather ? BytesOf(o).params
                                                                        : BytesOf(o).grad_comm;
   const int64_t part_bytes = in.steps * o.model.NumParams() * element / (o.tp * o.pp);
+  if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV &&
+      (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward)) {
+    // The seed's balanced estimate: each all-to-all sends (N−1)/N of the micro-batch's
+    // b·s·k·h values (the rows leave as the activations' type, everything else fp32).
+    const bool rows_out = key.phase == comm::Phase::kForward && key.label.ends_with("dispatch");
+    const int64_t value = rows_out ? BytesOf(o).activations : 4;
+    const int64_t values = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.moe_top_k *
+                           o.model.n_embd;
+    return in.steps * o.accumulation_steps() * (o.ep - 1) * values / o.ep * value;
+  }
   if (key.group == "tp") {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, 0);
     if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||

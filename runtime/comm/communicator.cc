@@ -330,6 +330,10 @@ absl::Status Communicator::AllToAllV(const Tensor& input, std::span<const int64_
         return naive::AllToAllV(*wire, input.raw_data(), send_counts, output.raw_data(),
                                 recv_counts);
       });
+  // What the counts say it sends, for the report's exact column.
+  ledger().AddExpected(wire->key(), AllToAllVTraffic(send_counts, recv_counts, rank(),
+                                                     SizeOf(input.dtype()))
+                                        .sent);
   return Finish(*wire, int64_t(input.nbytes()), started, s);
 }
 

@@ -58,6 +58,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Expert parallelism: ep of the dp ranks share each layer's experts.
 struct EpGrid {
   int dp, ep, pp;
+  bool recompute = false;
 };
 
 class ExpertParallelTest : public ::testing::TestWithParam<EpGrid> {};
@@ -65,7 +66,7 @@ class ExpertParallelTest : public ::testing::TestWithParam<EpGrid> {};
 TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
   const EpGrid g = GetParam();
   const int global_batch = 4 * g.dp;
-  TrainOptions o = Grid{.dp = g.dp, .pp = g.pp}.On(Moe(global_batch));
+  TrainOptions o = Grid{.dp = g.dp, .pp = g.pp, .recompute = g.recompute}.On(Moe(global_batch));
   o.ep = g.ep;
   o.model.n_experts = 4;
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
@@ -86,7 +87,12 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
     const model::GPT::ExpertBytes& want = trainer->model().expert_bytes();
     EXPECT_EQ(ep(comm::Primitive::kAllToAll, comm::Phase::kForward).bytes_sent, want.counts);
     EXPECT_EQ(ep(comm::Primitive::kAllToAllV, comm::Phase::kForward).bytes_sent, want.forward);
-    EXPECT_EQ(ep(comm::Primitive::kAllToAllV, comm::Phase::kBackward).bytes_sent, want.backward);
+    // A pipeline's recomputed forward routes and sends again, in the backward phase.
+    const int64_t again = g.recompute ? want.forward : 0;
+    EXPECT_EQ(ep(comm::Primitive::kAllToAllV, comm::Phase::kBackward).bytes_sent,
+              want.backward + again);
+    EXPECT_EQ(ep(comm::Primitive::kAllToAll, comm::Phase::kBackward).bytes_sent,
+              g.recompute ? want.counts : 0);
     EXPECT_GT(want.forward, 0);
     const comm::TransferTotals all = world.ledger().Sum([](const comm::LedgerKey& key) {
       return key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV;
@@ -103,11 +109,12 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Grids, ExpertParallelTest,
                          ::testing::Values(EpGrid{2, 2, 1}, EpGrid{4, 2, 1}, EpGrid{4, 4, 1},
-                                           EpGrid{2, 2, 2}),
+                                           EpGrid{2, 2, 2}, EpGrid{2, 2, 2, true}),
                          [](const ::testing::TestParamInfo<EpGrid>& grid) {
                            return "dp" + std::to_string(grid.param.dp) + "_ep" +
                                   std::to_string(grid.param.ep) + "_pp" +
-                                  std::to_string(grid.param.pp);
+                                  std::to_string(grid.param.pp) +
+                                  (grid.param.recompute ? "_recompute" : "");
                          });
 
 TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {

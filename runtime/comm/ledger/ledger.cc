@@ -28,6 +28,7 @@ void TrafficLedger::Clear() {
   std::lock_guard<std::mutex> lock(mu_.get());
   transfers_.clear();
   calls_.clear();
+  expected_.clear();
   events_.clear();
 }
 
@@ -62,6 +63,11 @@ void TrafficLedger::Encode(ByteWriter& w) const {
     EncodeKey(w, key);
     w.Int(c.calls).Int(c.payload_bytes).Double(c.seconds).Double(c.blocked_seconds);
   }
+  w.Int(int64_t(expected_.size()));
+  for (const auto& [key, bytes] : expected_) {
+    EncodeKey(w, key);
+    w.Int(bytes);
+  }
   w.Int(int64_t(events_.size()));
   for (const CallEvent& e : events_) {
     EncodeKey(w, e.key);
@@ -89,6 +95,10 @@ bool TrafficLedger::Decode(ByteReader& r) {
     c.payload_bytes = r.Int();
     c.seconds = r.Double();
     c.blocked_seconds = r.Double();
+  }
+  for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
+    const LedgerKey key = DecodeKey(r);
+    expected_[key] = r.Int();
   }
   for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
     CallEvent e;

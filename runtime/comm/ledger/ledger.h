@@ -96,6 +96,15 @@ class TrafficLedger {
     sent_ += bytes;
   }
 
+  // What calls under `key` must send by a formula only their caller can evaluate (an
+  // all-to-all-v's, from the counts it was given), added up per key; the report's exact
+  // column for such rows.
+  void AddExpected(const LedgerKey& key, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_.get());
+    expected_[key] += bytes;
+  }
+  const std::map<LedgerKey, int64_t>& expected() const { return expected_; }
+
   // Keep every call from now on (CallEvent).
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<CallEvent>& events() const { return events_; }
@@ -162,6 +171,7 @@ class TrafficLedger {
   std::string label_;
   std::map<std::pair<LedgerKey, int>, TransferTotals> transfers_;  // (key, peer) -> totals
   std::map<LedgerKey, CallTotals> calls_;
+  std::map<LedgerKey, int64_t> expected_;
   bool tracing_ = false;
   int64_t sent_ = 0;
   std::vector<CallEvent> events_;

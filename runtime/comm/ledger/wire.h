@@ -78,6 +78,8 @@ class Wire {
   // call needs more and kept (as NCCL keeps its buffers), so repeated calls neither
   // allocate nor fault in pages. One per call.
   absl::StatusOr<void*> Scratch(int64_t count);
+  // The ledger row the call books under.
+  const LedgerKey& key() const { return key_; }
 
  private:
   friend class Pending;
