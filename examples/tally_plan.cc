@@ -41,6 +41,11 @@ ABSL_FLAG(int, tp, 1, "tensor-parallel GPUs");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
 ABSL_FLAG(int, zero, 0, "ZeRO stage, for the memory per GPU");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
+ABSL_FLAG(int, n_experts, 0,
+          "experts in every layer's MLP (tally's MLP shape, 8h^2 + 5h each; 0: dense); Φ "
+          "includes them");
+ABSL_FLAG(int, moe_top_k, 2, "experts each token goes to");
+ABSL_FLAG(int, ep, 1, "expert parallelism: each layer's experts split over this many dp ranks");
 ABSL_FLAG(int, virtual_stages, 1,
           "chunks of layers a pipeline stage holds (> 1: the interleaved schedule)");
 ABSL_FLAG(std::string, allreduce, "ring",
@@ -106,7 +111,16 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(override_with("layers", absl::GetFlag(FLAGS_layers), model.layers));
   RETURN_IF_ERROR(override_with("hidden", absl::GetFlag(FLAGS_hidden), model.hidden));
   if (!overrides.empty()) model.name = absl::StrCat(model.name, " with", overrides);
-  PlanInput in{model};
+  const int experts = absl::GetFlag(FLAGS_n_experts), top_k = absl::GetFlag(FLAGS_moe_top_k);
+  if (experts < 0 || (experts > 0 && (top_k < 1 || top_k > experts))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --n_experts must be >= 0 and --moe_top_k in [1, n_experts], got ", experts,
+        " and ", top_k));
+  }
+  PlanInput in{train::WithExperts(model, experts, top_k)};
+  in.n_experts = experts;
+  in.moe_top_k = top_k;
+  in.ep = absl::GetFlag(FLAGS_ep);
   in.batch = absl::GetFlag(FLAGS_batch_size);
   in.seq_len = absl::GetFlag(FLAGS_seq_len);
   ASSIGN_OR_RETURN(in.precision, train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
@@ -150,6 +164,14 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(positive("micro_batches", in.micro_batches));
   RETURN_IF_ERROR(CheckGrid(in));
   RETURN_IF_ERROR(positive("virtual_stages", in.virtual_stages));
+  RETURN_IF_ERROR(positive("ep", in.ep));
+  if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || in.dp % in.ep != 0 ||
+                    in.zero > 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] --ep=%d needs --n_experts divisible by it, --dp divisible by it, and no --zero "
+        "(got --n_experts=%d --dp=%d --zero=%d)",
+        in.ep, in.n_experts, in.dp, in.zero));
+  }
   if (int64_t(in.pp) * in.virtual_stages > in.model.layers) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "[flags] --pp=%d x --virtual_stages=%d is more stages than the %d layers", in.pp,
@@ -174,7 +196,12 @@ void PrintTable(const PlanInput& in) {
       "%s%d micro-batch(es), %s\n",
       in.model.name, in.model.params, in.model.layers, in.model.hidden, in.batch, in.seq_len,
       in.bytes_per_value, in.dp, in.tp, in.pp,
-      in.virtual_stages > 1 ? absl::StrCat("interleaved x ", in.virtual_stages, " chunks, ") : "",
+      absl::StrCat(in.virtual_stages > 1
+                       ? absl::StrCat("interleaved x ", in.virtual_stages, " chunks, ")
+                       : "",
+                   in.n_experts > 0 ? absl::StrCat(in.n_experts, " experts, top ", in.moe_top_k,
+                                                   ", ep ", in.ep, ", ")
+                                    : ""),
       in.micro_batches, comm::Name(in.allreduce));
   std::cout << absl::StrFormat(
       "placement: order %s, %s; inside a node %s, across nodes %s\n\n", parallel::Name(in.order),
@@ -206,6 +233,7 @@ void PrintJson(const PlanInput& in) {
   w.BeginObject().Key("model").String(in.model.name).Key("params").Int(in.model.params);
   w.Key("dp").Int(in.dp).Key("tp").Int(in.tp).Key("pp").Int(in.pp);
   w.Key("virtual_stages").Int(in.virtual_stages);
+  w.Key("n_experts").Int(in.n_experts).Key("moe_top_k").Int(in.moe_top_k).Key("ep").Int(in.ep);
   w.Key("order").String(parallel::Name(in.order)).Key("gpus_per_node").Int(in.gpus_per_node);
   w.Key("strategies").BeginArray();
   for (const PlanRow& r : train::Plan(in)) {

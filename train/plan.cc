@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/parameters.h"
+#include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
 #include "runtime/comm/algorithms/hierarchical.h"
@@ -23,16 +24,36 @@ double Sent(Primitive p, Algorithm a, int n, int rank, int64_t count, int e) {
   return double(comm::ExactTraffic(p, a, n, rank, -1, count, size_t(e)).sent);
 }
 
-// The values one GPU holds: its tensor-parallel part of its stage (the largest).
-int64_t PartParams(const PlanInput& in) {
-  if (!in.model.gpt) return in.model.params / (int64_t(in.tp) * in.pp);
+// One layer's experts' values (0: dense).
+double ExpertValues(const PlanInput& in) {
+  const double h = in.model.hidden;
+  return double(in.n_experts) * (8 * h * h + 5 * h);
+}
+
+// The values one GPU holds: its tensor-parallel part of its stage (the largest), and of
+// them its share of the experts (E/ep of each layer's).
+struct Part {
+  int64_t values = 0, experts = 0;
+  int64_t dense() const { return values - experts; }
+};
+Part PartParams(const PlanInput& in) {
+  if (!in.model.gpt) {
+    const double stage = double(in.tp) * in.pp;
+    const double experts = in.model.layers * ExpertValues(in);
+    return {int64_t((double(in.model.params) - experts + experts / in.ep) / stage),
+            int64_t(experts / in.ep / stage)};
+  }
   const TrainOptions o = PlanAsTrainOptions(in);
   const std::vector<parallel::LayerRange> stages =
       parallel::StageLayers(o.model.n_layer, o.pp, {}).value();
-  int64_t most = 0;
+  Part most;
   for (const parallel::LayerRange& s : stages) {
     for (int t = 0; t < in.tp; ++t) {
-      most = std::max(most, model::ParameterLayout::ForGPT(o.model, in.tp, t, {s}).total());
+      const model::ParameterLayout layout =
+          model::ParameterLayout::ForGPT(o.model, in.tp, t, {s}, in.ep, 0);
+      if (layout.total() <= most.values) continue;
+      most = {layout.total(), 0};
+      for (const comm::Chunk& c : parallel::ExpertRanges(layout, true)) most.experts += c.count;
     }
   }
   return most;
@@ -160,6 +181,19 @@ absl::StatusOr<PlanModel> ModelPreset(const std::string& name) {
       "[flags] --model must be toy, gpt2-124m, llama-7b, llama-13b or llama-70b, got '", name, "'"));
 }
 
+PlanModel WithExperts(PlanModel model, int experts, int top_k) {
+  if (experts <= 0) return model;
+  if (model.gpt) {
+    model.config.n_experts = experts;
+    model.config.moe_top_k = top_k;
+    model.params = model.config.NumParams();
+    return model;
+  }
+  const double h = model.hidden, mlp = 8 * h * h + 5 * h;
+  model.params += int64_t(model.layers * ((experts - 1) * mlp + experts * h));
+  return model;
+}
+
 TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   TrainOptions o;
   o.model = in.model.config;
@@ -172,6 +206,7 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
     o.virtual_stages = in.virtual_stages;
   }
   o.zero = in.zero;
+  o.ep = in.ep;
   o.sequence_parallel = in.sequence_parallel;
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
@@ -189,8 +224,11 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
 std::vector<PlanRow> Plan(const PlanInput& in) {
   std::vector<PlanRow> rows;
   const int e = in.bytes_per_value, m = std::max(1, in.micro_batches);
-  const int64_t part = PartParams(in);  // Φ/(tp·pp), or the largest exact part
-  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order);
+  // Φ/(tp·pp), or the largest exact part; under expert parallelism the dp group sums the
+  // non-expert part and the edp group the experts'.
+  const Part parts = PartParams(in);
+  const int64_t part = in.ep > 1 ? parts.dense() : parts.values;
+  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep);
   const int64_t world = int64_t(in.dp) * in.tp * in.pp;
   // The node of every member of a group: blocks of gpus_per_node world ranks.
   auto nodes_of = [&](const std::vector<int>& members) {
@@ -254,9 +292,26 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     }
     row("dp all-reduce", 2.0 * part * e, ar,
         a == Algorithm::kNaive ? "2NΦ in all" : "2Φ per GPU (2NΦ in all for naive)");
-    row("zero-1", 2.0 * part * e, zero1, "2Φ per GPU: reduce-scatter + all-gather");
-    row("zero-2", 2.0 * part * e, zero2, "2Φ per GPU (the reduce-scatter per micro-batch)");
-    row("zero-3", 3.0 * part * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
+    if (in.ep == 1) {  // (ZeRO over the expert-data-parallel groups is not built)
+      row("zero-1", 2.0 * part * e, zero1, "2Φ per GPU: reduce-scatter + all-gather");
+      row("zero-2", 2.0 * part * e, zero2, "2Φ per GPU (the reduce-scatter per micro-batch)");
+      row("zero-3", 3.0 * part * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
+    }
+  }
+  if (in.ep > 1 && in.dp > in.ep) {  // the experts' gradients over the ranks holding them
+    Traffic edp;
+    const int ranks = in.dp / in.ep;
+    for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::EdpGroup)) {
+      const std::vector<int> where = nodes_of(group);
+      for (int i = 0; i < ranks; ++i) {
+        edp.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, in.allreduce, where, i, -1,
+                                                  parts.experts, size_t(e))));
+      }
+      edp.time = std::max(edp.time, PassesTime(in.allreduce, where, double(parts.experts) * e, 2,
+                                               in.cluster));
+    }
+    row("edp all-reduce (experts)", 2.0 * parts.experts * e, edp,
+        "2Φ_experts/ep per GPU over the dp/ep ranks holding the same experts");
   }
   const double bsh = double(in.batch) * in.seq_len * in.model.hidden;  // per dp rank, a step
   const int layers_per_stage = (in.model.layers + in.pp - 1) / in.pp;
@@ -278,6 +333,32 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     }
     row("tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage, tp,
         "8bsh per layer; the embedding, LM head and cross-entropy add to it");
+  }
+  if (in.n_experts > 0 && in.ep > 1) {
+    // Balanced routing: per layer and micro-batch four all-to-alls (dispatch and combine,
+    // forward and backward), each of the micro-batch's b·s·k/m rows of h values, N−1 of N
+    // parts leaving; and the counts, E int64.
+    const int64_t routed = int64_t(in.batch / m) * in.seq_len * in.moe_top_k;
+    const double calls = 4.0 * m * layers_per_stage;
+    Traffic ep;
+    for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::EpGroup)) {
+      const std::vector<int> where = nodes_of(group);
+      for (int i = 0; i < in.ep; ++i) {
+        Split gpu;
+        gpu.Add(comm::ExactSentByLink(Primitive::kAllToAll, Algorithm::kRing, where, i, -1,
+                                      routed * in.model.hidden, size_t(e)),
+                calls);
+        gpu.Add(comm::ExactSentByLink(Primitive::kAllToAll, Algorithm::kRing, where, i, -1,
+                                      in.n_experts, 8),
+                double(m) * layers_per_stage);
+        ep.Add(gpu);
+      }
+      ep.time = std::max(ep.time, calls * PassesTime(Algorithm::kRing, where,
+                                                     double(routed) * in.model.hidden * e, 1,
+                                                     in.cluster));
+    }
+    row("ep all-to-all", 4.0 * layers_per_stage * (in.ep - 1) / in.ep * bsh * in.moe_top_k * e, ep,
+        "per layer 2 all-to-alls forward, 2 backward, each (N-1)/N of b·s·k·h");
   }
   if (in.pp > 1) {
     // Each boundary: b·s·h forward and back, per tensor-parallel rank (its part of the
@@ -311,7 +392,10 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
 }
 
 std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
-  const double part = double(in.model.params) / (double(in.tp) * in.pp), dp = in.dp;
+  // Under expert parallelism a GPU holds E/ep of each layer's experts.
+  const double experts = in.model.layers * ExpertValues(in);
+  const double part = (double(in.model.params) - experts + experts / in.ep) / (double(in.tp) * in.pp);
+  const double dp = in.dp;
   std::vector<PlanMemory> lines = {{"fp32: 4 + 4 + 8", 4, 4, 8},
                                    {"bf16: 2 + 2 + 12", 2, 2, 12},
                                    {"bf16, fp32 grad accumulation: 2 + 4 + 12", 2, 4, 12}};

@@ -36,6 +36,11 @@ struct PlanModel {
 // gpt2-124m, llama-7b, llama-13b, llama-70b, and "toy" (tally_train's default model).
 absl::StatusOr<PlanModel> ModelPreset(const std::string& name);
 
+// The model with `experts` experts of top-k routing in every layer: tally's GPT shape
+// exactly (its config); another's Φ with each layer's MLP, taken as 8h² + 5h, made E of
+// them plus the router (E·h).
+PlanModel WithExperts(PlanModel model, int experts, int top_k);
+
 
 struct PlanInput {
   PlanModel model;
@@ -47,6 +52,10 @@ struct PlanInput {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   int micro_batches = 1;    // per data-parallel rank and step
   int virtual_stages = 1;   // chunks a pipeline stage holds (> 1: the interleaved schedule)
+  // A mixture of experts (model/moe.h): E experts of tally's MLP shape (8h² + 5h) in every
+  // layer, top-k routing, split over ep of the dp ranks. Φ (model.params) includes them:
+  // WithExperts sets it.
+  int n_experts = 0, moe_top_k = 2, ep = 1;
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool sequence_parallel = false;
   // Placement (parallel/topology.h, runtime/comm/nodes.h): the grid's order and GPUs per

@@ -212,3 +212,49 @@ INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
 
 }  // namespace
 }  // namespace tally::train
+
+namespace tally::train {
+namespace {
+
+// Experts over ep of the dp ranks: the dp and edp rows are what a run measures, the
+// all-to-all row the balanced formula, and a GPU holds E/ep of the experts.
+TEST(PlanExperts, DpAndEdpRowsAreTheMeasuredOnesAndTheAllToAllIsBalanced) {
+  PlanInput in = SmallPlan();
+  in.model = WithExperts(in.model, 4, 2);
+  in.n_experts = 4;
+  in.precision = DType::kF32;
+  in.bytes_per_value = 4;
+  in.dp = 4;
+  in.ep = 2;
+  EXPECT_EQ(in.model.params, in.model.config.NumParams());
+  const RunResult run = RunPlan(in);
+  int compared = 0;
+  for (const PlanRow& row : Plan(in)) {
+    std::function<bool(const comm::LedgerKey&)> rows;
+    if (row.strategy == "dp all-reduce") {
+      rows = [](const comm::LedgerKey& k) { return k.group == "dp" && k.label.empty(); };
+    } else if (row.strategy == "edp all-reduce (experts)") {
+      rows = [](const comm::LedgerKey& k) { return k.group == "edp"; };
+    } else if (row.strategy == "ep all-to-all") {
+      // b·s·k rows of h fp32 values a layer, four times, half of them leaving; the counts.
+      const double values = 2.0 * 16 * 2 * 16;
+      EXPECT_EQ(row.exact_bytes_per_gpu, 4 * 4 * values / 2 * 4 + 4 * (4 / 2) * 8);
+      ++compared;
+      continue;
+    } else {
+      continue;
+    }
+    int64_t most = 0;
+    for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(rows).bytes_sent);
+    EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 3);
+  // fp32 model states: 16 bytes a value of the non-expert part and half the experts.
+  const double h = 16, experts = 4 * 4 * (8 * h * h + 5 * h);
+  EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu,
+                   16 * (double(in.model.params) - experts / 2));
+}
+
+}  // namespace
+}  // namespace tally::train
