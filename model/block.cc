@@ -51,7 +51,7 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   RETURN_IF_ERROR(
       k.LayerNormForward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, rows, c));
   if (config.moe()) {
-    RETURN_IF_ERROR(MoeForward(k, config, layer, n, w, a.ln2, experts, a.moe, s.moe, a.out));
+    RETURN_IF_ERROR(MoeForward(k, config, split, layer, n, w, a.ln2, experts, a.moe, s.moe, a.out));
     return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
   }
   RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b, t, c, hidden,
@@ -73,7 +73,8 @@ absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit
   // MLP branch. d(out) reaches the MLP's c_proj unchanged through the addition.
   if (config.moe()) {
     RETURN_IF_ERROR(
-        MoeBackward(k, config, layer, n, w, g, a.ln2, experts, a.moe, s.moe, dloss, dresidual, s.dc));
+        MoeBackward(k, config, split, layer, n, w, g, a.ln2, experts, a.moe, s.moe, dloss, dresidual,
+                    s.dc));
   } else {
     RETURN_IF_ERROR(split.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b, dresidual, s.whole,
                                             a.fch_gelu, w.fcproj_w, b, t, hidden, c, s.comm, mlp));

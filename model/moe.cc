@@ -146,10 +146,11 @@ absl::Status Reorder(Kernels& k, const MoeRouting& r, int local, const void* fro
 
 }  // namespace
 
-absl::Status MoeForward(Kernels& k, const GPTConfig& config, int layer, int n,
-                        const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
+absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& split, int layer,
+                        int n, const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
                         const MoeActivations& a, const MoeScratch& s, float* out) {
-  const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c;
+  const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c / split.size();
+  const std::string scope = Scope(layer, "experts");
   RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.router_w, nullptr, n, c, e_count));
   std::vector<float> logits(static_cast<size_t>(n) * e_count);
   RETURN_IF_ERROR(k.ToHost(logits.data(), s.logits, sizeof(float) * logits.size()));
@@ -183,10 +184,12 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, int layer, int n,
     const Expert m = ExpertOf(w, l);
     const int count = int(rows[size_t(l)]);
     float* h = a.hidden + at * hidden;
-    RETURN_IF_ERROR(k.LinearForward(h, Row(a.expert_x, at, c), m.fc_w, m.fc_b, count, c, hidden));
+    RETURN_IF_ERROR(split.ColumnLinearForward(k, h, Row(a.expert_x, at, c), TypedPtr(), m.fc_w,
+                                              m.fc_b, 1, count, c, hidden, nullptr, scope));
     RETURN_IF_ERROR(k.GeluForward(Row(a.hidden_gelu, at, hidden), h, int64_t(count) * hidden));
-    RETURN_IF_ERROR(k.LinearForward(a.expert_y + at * c, Row(a.hidden_gelu, at, hidden), m.proj_w,
-                                    m.proj_b, count, hidden, c));
+    RETURN_IF_ERROR(split.RowLinearForward(k, a.expert_y + at * c, nullptr,
+                                           Row(a.hidden_gelu, at, hidden), m.proj_w, m.proj_b, 1,
+                                           count, hidden, c, nullptr, scope));
     at += count;
   }
   if (experts != nullptr) {  // the outputs back to their tokens' ranks
@@ -206,11 +209,12 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, int layer, int n,
   }
   return absl::OkStatus();
 }
-absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int layer, int n,
-                         const BlockTensors& w, const BlockTensors& g, ConstTypedPtr x,
-                         const ExpertSplit* experts, const MoeActivations& a,
+absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
+                         int layer, int n, const BlockTensors& w, const BlockTensors& g,
+                         ConstTypedPtr x, const ExpertSplit* experts, const MoeActivations& a,
                          const MoeScratch& s, float dloss, const float* dout, float* dx) {
-  const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c;
+  const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c / split.size();
+  const std::string scope = Scope(layer, "experts");
   const MoeRouting& r = *a.routing;
   const int top = r.k;
   const int64_t kept = r.kept_count();
@@ -250,12 +254,14 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int layer, int n,
     const ExpertGrads d = ExpertGradsOf(g, l);
     const int count = int(rows[size_t(l)]);
     float* dh = s.d_hidden + at * hidden;
-    RETURN_IF_ERROR(k.LinearBackward(dh, d.proj_w, d.proj_b, expert_rows + at * c,
-                                     Row(a.hidden_gelu, at, hidden), m.proj_w, count, hidden, c));
+    RETURN_IF_ERROR(split.RowLinearBackward(k, dh, d.proj_w, d.proj_b, expert_rows + at * c,
+                                            nullptr, Row(a.hidden_gelu, at, hidden), m.proj_w, 1,
+                                            count, hidden, c, nullptr, scope));
     RETURN_IF_ERROR(k.GeluBackward(dh, a.hidden + at * hidden, dh, int64_t(count) * hidden));
     // The rows' d(x) overwrite their d(y), which is used up.
-    RETURN_IF_ERROR(k.LinearBackward(expert_rows + at * c, d.fc_w, d.fc_b, dh,
-                                     Row(a.expert_x, at, c), m.fc_w, count, c, hidden));
+    RETURN_IF_ERROR(split.ColumnLinearBackward(k, expert_rows + at * c, nullptr, d.fc_w, d.fc_b,
+                                               dh, Row(a.expert_x, at, c), m.fc_w, 1, count, c,
+                                               hidden, nullptr, scope));
     at += count;
   }
   if (experts != nullptr) {

@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/expert_split.h"
+#include "model/layer_split.h"
 #include "model/parameters.h"
 #include "runtime/kernels/kernels.h"
 
@@ -101,14 +102,18 @@ struct MoeScratch {
 };
 
 // out (n, C) = the combined expert outputs for x (n, C) = ln2 of layer `layer`, routing
-// into a.routing; `experts`: where the experts are (null: all here).
-absl::Status MoeForward(Kernels& k, const GPTConfig& config, int layer, int n,
-                        const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
+// into a.routing; `experts`: where the experts are (null: all here). Each expert's c_fc
+// and c_proj run through `split` (layer_split.h: column- and row-parallel under tensor
+// parallelism, its calls under scope layer{l}.experts, without sequence parallelism),
+// the router on every rank alike.
+absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& split, int layer,
+                        int n, const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
                         const MoeActivations& a, const MoeScratch& s, float* out);
 // From dout (n, C): the experts' and the router's gradients into g, and dx (n, C) =
 // d(loss)/d(x) through both; `dloss` weights the auxiliary loss as each token's loss.
-absl::Status MoeBackward(Kernels& k, const GPTConfig& config, int layer, int n,
-                         const BlockTensors& w, const BlockTensors& g, ConstTypedPtr x,
+absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
+                         int layer, int n, const BlockTensors& w, const BlockTensors& g,
+                         ConstTypedPtr x,
                          const ExpertSplit* experts, const MoeActivations& a,
                          const MoeScratch& s, float dloss, const float* dout, float* dx);
 

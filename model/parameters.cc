@@ -225,12 +225,13 @@ BlockTensors BindBlock(const ParameterLayout& layout, int layer, float* unit) {
   if (layout.experts() > 0) {
     b.router_w = next.Next();
     b.experts = layout.experts();
-    b.expert_stride = 8 * layout.n_embd() * layout.n_embd() + 5 * layout.n_embd();
   }
   b.fc_w = next.Next();
   b.fc_b = next.Next();
   b.fcproj_w = next.Next();
   b.fcproj_b = next.Next();
+  // An expert's four tensors (this rank's part of them under tensor parallelism).
+  if (b.experts > 0) b.expert_stride = (b.fcproj_b - b.fc_w) + layout.n_embd();
   return b;
 }
 

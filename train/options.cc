@@ -134,9 +134,9 @@ absl::Status TrainOptions::Validate() const {
                  "built yet; drop --zero");
     }
   }
-  if (model.moe() && tp > 1) {
-    return bad("--n_experts with --tp=", tp, ": experts are not split by tensor parallelism; "
-               "run them with --tp=1 (dp, pp and ZeRO compose with them)");
+  if (model.moe() && tp > 1 && sequence_parallel) {
+    return bad("--n_experts with --sequence_parallel: the experts take whole rows; drop "
+               "--sequence_parallel (--tp splits each expert as Megatron splits the MLP)");
   }
   // Every real-valued flag is a finite number (a float flag of 1e39 is inf as a float).
   for (auto [value, flag] : {std::pair{double(lr), "--lr"}, {double(min_lr), "--min_lr"},

@@ -71,6 +71,8 @@ int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
 std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOptions& o,
                                                                    const comm::LedgerKey& key,
                                                                    int rank) {
+  // The experts' split linears run as many rows as the routing sent them: no closed form.
+  if (key.label.ends_with(".experts")) return std::nullopt;
   parallel::TensorParallelStep step;
   step.sequence_parallel = o.sequence_parallel;
   step.micro_batches = o.accumulation_steps();

@@ -65,7 +65,7 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--n_experts=4 --dp=2 --ep=4", "--ep=4 must divide --dp=2"},
       {"--n_experts=6 --dp=4 --ep=4", "--n_experts=6 must be divisible by --ep=4"},
       {"--n_experts=4 --dp=2 --ep=2 --zero=1", "--zero with --ep=2"},
-      {"--n_experts=4 --tp=2", "experts are not split by tensor parallelism"},
+      {"--n_experts=4 --tp=2 --sequence_parallel", "--n_experts with --sequence_parallel"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
   for (const Case& c : cases) {

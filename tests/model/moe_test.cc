@@ -182,9 +182,11 @@ TEST_P(MoeGradients, EqualCentralDifferencesOfTheDoubleDefinition) {
   std::unique_ptr<Kernels> kernels = Kernels::Create(Device::CPU()).value();
   std::vector<float> out(static_cast<size_t>(n) * c), dx(static_cast<size_t>(n) * c);
   ASSERT_TRUE(
-      MoeForward(*kernels, config, 0, n, w, ConstTypedPtr(x.data()), nullptr, a, s, out.data()).ok());
-  ASSERT_TRUE(MoeBackward(*kernels, config, 0, n, w, g, ConstTypedPtr(x.data()), nullptr, a, s,
-                          dloss, dout.data(), dx.data())
+      MoeForward(*kernels, config, Serial::Instance(), 0, n, w, ConstTypedPtr(x.data()), nullptr, a,
+                 s, out.data())
+          .ok());
+  ASSERT_TRUE(MoeBackward(*kernels, config, Serial::Instance(), 0, n, w, g, ConstTypedPtr(x.data()),
+                          nullptr, a, s, dloss, dout.data(), dx.data())
                   .ok());
   if (capacity > 0) {
     EXPECT_LT(routing.kept_count(), routing.assignments()) << "nothing dropped";

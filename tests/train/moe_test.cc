@@ -50,7 +50,8 @@ TEST_P(MoeGridTest, MatchesTheSerialMoeRunAndEveryFormula) {
 INSTANTIATE_TEST_SUITE_P(
     Grids, MoeGridTest,
     ::testing::Values(Grid{.dp = 2}, Grid{.dp = 2, .zero = 1}, Grid{.dp = 2, .zero = 3},
-                      Grid{.pp = 2}, Grid{.dp = 2, .pp = 2, .zero = 2},
+                      Grid{.pp = 2}, Grid{.dp = 2, .pp = 2, .zero = 2}, Grid{.tp = 2},
+                      Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1},
                       Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
                            .virtual_stages = 2, .recompute = true}),
     GridName);
@@ -59,6 +60,7 @@ INSTANTIATE_TEST_SUITE_P(
 struct EpGrid {
   int dp, ep, pp;
   bool recompute = false;
+  int tp = 1;
 };
 
 class ExpertParallelTest : public ::testing::TestWithParam<EpGrid> {};
@@ -66,7 +68,8 @@ class ExpertParallelTest : public ::testing::TestWithParam<EpGrid> {};
 TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
   const EpGrid g = GetParam();
   const int global_batch = 4 * g.dp;
-  TrainOptions o = Grid{.dp = g.dp, .pp = g.pp, .recompute = g.recompute}.On(Moe(global_batch));
+  TrainOptions o =
+      Grid{.dp = g.dp, .tp = g.tp, .pp = g.pp, .recompute = g.recompute}.On(Moe(global_batch));
   o.ep = g.ep;
   o.model.n_experts = 4;
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
@@ -109,11 +112,13 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Grids, ExpertParallelTest,
                          ::testing::Values(EpGrid{2, 2, 1}, EpGrid{4, 2, 1}, EpGrid{4, 4, 1},
-                                           EpGrid{2, 2, 2}, EpGrid{2, 2, 2, true}),
+                                           EpGrid{2, 2, 2}, EpGrid{2, 2, 2, true},
+                                           EpGrid{2, 2, 1, false, 2}),
                          [](const ::testing::TestParamInfo<EpGrid>& grid) {
                            return "dp" + std::to_string(grid.param.dp) + "_ep" +
                                   std::to_string(grid.param.ep) + "_pp" +
-                                  std::to_string(grid.param.pp) +
+                                  std::to_string(grid.param.pp) + "_tp" +
+                                  std::to_string(grid.param.tp) +
                                   (grid.param.recompute ? "_recompute" : "");
                          });
 
@@ -180,8 +185,8 @@ TEST(MoeStep, ReportsTheAuxiliaryLossDropsAndLoad) {
   EXPECT_LE(s.expert_tokens_min, s.expert_tokens_mean);
   EXPECT_GE(s.expert_tokens_max, s.expert_tokens_mean);
   o.tp = 2;
-  o.global_batch_size = 8;
-  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "experts are not split by tensor parallelism"));
+  o.sequence_parallel = true;
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--n_experts with --sequence_parallel"));
   o = Moe(8);
   o.model.moe_top_k = 5;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "moe_top_k must be in [1, n_experts = 4]"));
