@@ -118,6 +118,11 @@ absl::StatusOr<PlanInput> InputFromFlags() {
         " and ", top_k));
   }
   PlanInput in{train::WithExperts(model, experts, top_k)};
+  if (in.model.params < 0 || (in.model.gpt && !in.model.config.Validate().ok())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --n_experts=", experts, " gives more than ", model::GPTConfig::kMaxParams,
+        " parameters, the most tally counts"));
+  }
   in.n_experts = experts;
   in.moe_top_k = top_k;
   in.ep = absl::GetFlag(FLAGS_ep);

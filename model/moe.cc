@@ -40,10 +40,11 @@ MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
     }
   }
   // Capacity, in priority order: every first choice in token order, then every second...
-  const int64_t capacity =
-      config.capacity_factor > 0
-          ? int64_t(std::ceil(config.capacity_factor * k * double(n) / e_count))
-          : int64_t(n) * k;
+  // No expert can take more than every choice: a larger capacity is no limit.
+  const double limit = config.capacity_factor > 0
+                           ? std::ceil(config.capacity_factor * k * double(n) / e_count)
+                           : double(n) * k;
+  const int64_t capacity = int64_t(std::min(limit, double(n) * k));
   std::vector<int64_t> taken(static_cast<size_t>(e_count), 0);
   for (int j = 0; j < k; ++j) {
     for (int i = 0; i < n; ++i) {

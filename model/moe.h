@@ -12,7 +12,8 @@
 //              lower index first), weighted by their renormalised probabilities
 //              w_j = p_{c_j} / Σ_{l<k} p_{c_l} (so with k = 1 every weight is 1 and the router
 //              learns from the auxiliary loss alone).
-//   capacity   with capacity_factor c > 0, expert e takes at most ⌈c·k·n/E⌉ tokens; the
+//   capacity   with capacity_factor c > 0, expert e takes at most ⌈c·k·n/E⌉ tokens (past
+//              n·k: no limit); the
 //              choices are offered in priority order — every token's first choice in
 //              token order, then every second choice, ... (GShard's order) — and an expert
 //              that is full drops the rest: a dropped choice's output is zero (the residual

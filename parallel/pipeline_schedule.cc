@@ -94,12 +94,13 @@ absl::StatusOr<model::Chunks> StageChunks(int n_layer, int stages, int virtual_s
     ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, StageLayers(n_layer, stages, given));
     return model::Chunks{ranges[size_t(stage)]};
   }
-  const int all = stages * virtual_stages;
-  if (all > n_layer) {
+  const int64_t count = int64_t(stages) * virtual_stages;  // in 64 bits: no flag wraps it
+  if (count > n_layer) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --pp=", stages, " x --virtual_stages=", virtual_stages, " is ", all,
+        "[flags] --pp=", stages, " x --virtual_stages=", virtual_stages, " is ", count,
         " chunks, more than the ", n_layer, " layers (--n_layer)"));
   }
+  const int all = int(count);
   if (!given.empty() && int(given.size()) != all) {
     return absl::InvalidArgumentError(absl::StrCat("[flags] --pp_layers has ", given.size(),
                                                    " entries; the interleaved schedule wants one per "

@@ -190,7 +190,9 @@ PlanModel WithExperts(PlanModel model, int experts, int top_k) {
     return model;
   }
   const double h = model.hidden, mlp = 8 * h * h + 5 * h;
-  model.params += int64_t(model.layers * ((experts - 1) * mlp + experts * h));
+  // Past GPTConfig's ceiling the count is not kept (tally_plan refuses it).
+  const double params = double(model.params) + model.layers * ((experts - 1) * mlp + experts * h);
+  model.params = params > model::GPTConfig::kMaxParams ? -1 : int64_t(params);
   return model;
 }
 

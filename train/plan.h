@@ -38,7 +38,7 @@ absl::StatusOr<PlanModel> ModelPreset(const std::string& name);
 
 // The model with `experts` experts of top-k routing in every layer: tally's GPT shape
 // exactly (its config); another's Φ with each layer's MLP, taken as 8h² + 5h, made E of
-// them plus the router (E·h).
+// them plus the router (E·h). Φ is -1 past GPTConfig::kMaxParams.
 PlanModel WithExperts(PlanModel model, int experts, int top_k);
 
 

@@ -54,6 +54,9 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--pp=2 --schedule=zb", "--schedule must be gpipe, 1f1b or interleaved"},
       {"--pp=2 --schedule=interleaved", "--schedule=interleaved needs --virtual_stages >= 2"},
       {"--pp=2 --virtual_stages=2", "--virtual_stages=2 needs --schedule=interleaved"},
+      {"--pp=2 --schedule=interleaved --virtual_stages=2147483647",
+       "is 4294967294 chunks, more than the 4 layers"},
+      {"--n_experts=4 --capacity_factor=nan", "capacity_factor must be a finite number >= 0"},
       {"--pp=4 --schedule=interleaved --virtual_stages=2 --global_batch_size=16",
        "8 chunks, more than the 4 layers"},
       {"--pp=2 --schedule=interleaved --virtual_stages=2 --global_batch_size=12 "

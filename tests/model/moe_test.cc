@@ -58,6 +58,9 @@ TEST(Route, TopKTiesWeightsCapacityAndTheAuxiliaryLoss) {
     balance += r.routed[size_t(e)] / 8.0 * mean;
   }
   EXPECT_NEAR(r.aux_loss, 0.5 * 3 * balance, 1e-9);
+  // A capacity past every choice is no limit.
+  EXPECT_EQ(Route(Config(3, 2, 1e300, 0.5), logits, 4).kept_count(), 8);
+  EXPECT_EQ(Route(Config(3, 2, 0, 0.5), logits, 4).kept_count(), 8);
 }
 
 // moe.h's definition in double, written apart from moe.cc: the objective
