@@ -124,15 +124,18 @@ std::vector<int64_t> LocalRows(const MoeRouting& r, const ExpertSplit* experts) 
 // r.recv_counts rows, `row_bytes` each.
 absl::Status Reorder(Kernels& k, const MoeRouting& r, int local, const void* from, void* to,
                      size_t row_bytes, bool to_experts) {
-  const int sources = int(r.recv_counts.size()) / local;
-  std::vector<int64_t> by_source(r.recv_counts.size()), by_expert(r.recv_counts.size());
+  // Where block b = (source j, expert l), at j·local + l, starts in either order.
+  const size_t blocks = r.recv_counts.size();
+  const int sources = int(blocks) / local;
+  std::vector<int64_t> by_source(blocks, 0), by_expert(blocks, 0);
+  for (size_t b = 1; b < blocks; ++b) by_source[b] = by_source[b - 1] + r.recv_counts[b - 1];
   int64_t at = 0;
-  for (int j = 0; j < sources; ++j) {
-    for (int l = 0; l < local; ++l) by_source[size_t(j * local + l)] = at, at += r.recv_counts[size_t(j * local + l)];
-  }
-  at = 0;
   for (int l = 0; l < local; ++l) {
-    for (int j = 0; j < sources; ++j) by_expert[size_t(j * local + l)] = at, at += r.recv_counts[size_t(j * local + l)];
+    for (int j = 0; j < sources; ++j) {
+      const size_t b = size_t(j * local + l);
+      by_expert[b] = at;
+      at += r.recv_counts[b];
+    }
   }
   for (size_t b = 0; b < r.recv_counts.size(); ++b) {
     if (r.recv_counts[b] == 0) continue;

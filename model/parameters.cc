@@ -44,7 +44,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   layout.tp_rank_ = tp_rank;
   layout.n_layer_ = config.n_layer;
   layout.experts_ = config.n_experts / ep;
-  layout.first_expert_ = ep_rank * layout.experts_;
+  const int first_expert = ep_rank * layout.experts_;
   layout.n_embd_ = config.n_embd;
   layout.chunks_ = chunks.empty() ? Chunks{{0, config.n_layer}} : chunks;
   layout.layer_units_.assign(size_t(config.n_layer), -1);
@@ -72,7 +72,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
     if (config.moe()) {
       layout.Add(h + "mlp.router.weight", {config.n_experts, c}, std, 0, true, kWhole);
       mlps.clear();
-      for (int e = layout.first_expert_; e < layout.first_expert_ + layout.experts_; ++e) {
+      for (int e = first_expert; e < first_expert + layout.experts_; ++e) {
         mlps.push_back(absl::StrCat(h, "mlp.experts.", e, "."));
       }
     }

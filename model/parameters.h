@@ -116,10 +116,8 @@ class ParameterLayout {
   int64_t per_token_count() const;
 
   int tp() const { return tp_; }
-  // Experts of each layer's MLP this layout holds (0: dense), the first one's index in the
-  // model, and C.
+  // Experts of each layer's MLP this layout holds (0: dense), and C.
   int experts() const { return experts_; }
-  int first_expert() const { return first_expert_; }
   int64_t n_embd() const { return n_embd_; }
   // Calls run(local, global, count) for each run of `count` elements at `local` in this
   // rank's buffer and `global` in the whole model's (ForGPT(config)) buffer that hold the
@@ -141,7 +139,7 @@ class ParameterLayout {
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
   int n_layer_ = 0;
-  int experts_ = 0, first_expert_ = 0;
+  int experts_ = 0;
   int64_t n_embd_ = 0;
   Chunks chunks_;
   std::vector<int> layer_units_;  // per layer of the model; -1 where not held

@@ -9,14 +9,7 @@ namespace tally::parallel {
 absl::StatusOr<std::vector<int64_t>> ExpertParallel::ExchangeCounts(
     std::span<const int64_t> per_expert, const std::string& scope) const {
   comm::LabelScope label(group_->ledger(), scope);
-  const int64_t e = int64_t(per_expert.size());
-  ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({e}, DType::kI64, group_->allocator(),
-                                              MemoryCategory::kComm));
-  ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty({e}, DType::kI64, group_->allocator(),
-                                                MemoryCategory::kComm));
-  std::copy(per_expert.begin(), per_expert.end(), mine.data<int64_t>());
-  RETURN_IF_ERROR(group_->AllToAll(mine, theirs));
-  return std::vector<int64_t>(theirs.data<int64_t>(), theirs.data<int64_t>() + e);
+  return group_->ExchangeCounts(per_expert);
 }
 
 absl::Status ExpertParallel::AllToAllRows(ConstTypedPtr send, std::span<const int64_t> send_rows,

@@ -106,6 +106,11 @@ int PipelineParallel::VirtualStage(int chunk) const {
   return parallel::VirtualStage(chunk, stages_->size(), stage_);
 }
 
+int PipelineParallel::Neighbour(int step) const {
+  const int stages = stages_->size();
+  return (stage_ + step + stages) % stages;
+}
+
 bool PipelineParallel::LastVirtual(int chunk) const {
   return VirtualStage(chunk) == stages_->size() * int(chunks_.size()) - 1;
 }
@@ -200,10 +205,7 @@ absl::Status PipelineParallel::BackwardSlot(int chunk, int slot, float dloss,
 absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dloss,
                                                      const Span& span) {
   const int b = options_.micro_batch_size, m = options_.micro_batches;
-  const int stages = stages_->size();
-  // The neighbours on the ring of stages (under the interleaved schedule the last stage
-  // passes its chunks' outputs on to the first).
-  const int previous = (stage_ + stages - 1) % stages, next = (stage_ + 1) % stages;
+  const int previous = Neighbour(-1), next = Neighbour(+1);
   const int64_t activation = BoundaryElements(b);
   const int64_t start = MonotonicNanos();
   int64_t busy = 0;
@@ -323,8 +325,7 @@ absl::StatusOr<float> PipelineParallel::FromLastStage(float value) {
 }
 
 absl::StatusOr<float> PipelineParallel::Forward(const int32_t* tokens, const int32_t* targets, int b) {
-  const int stages = stages_->size();
-  const int previous = (stage_ + stages - 1) % stages, next = (stage_ + 1) % stages;
+  const int previous = Neighbour(-1), next = Neighbour(+1);
   const int64_t activation = BoundaryElements(b);
   ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, device_, MemoryCategory::kComm));
   float loss = 0;

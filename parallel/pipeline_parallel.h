@@ -109,6 +109,9 @@ class PipelineParallel {
   int VirtualStage(int chunk) const;
   bool FirstVirtual(int chunk) const { return VirtualStage(chunk) == 0; }
   bool LastVirtual(int chunk) const;
+  // The stage `step` (±1) away on the ring of stages (under the interleaved schedule the
+  // last stage passes its chunks' outputs on to the first).
+  int Neighbour(int step) const;
   // The slots' activations for micro-batches of b sequences.
   absl::Status EnsureSlots(int b);
   // The forward of `slot`'s micro-batch of b sequences on `chunk` (ids on the host; input

@@ -282,16 +282,17 @@ absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
 
 absl::StatusOr<std::vector<int64_t>> Communicator::ExchangeCounts(
     std::span<const int64_t> send_counts) {
-  if (int(send_counts.size()) != size()) {
+  const int64_t n = int64_t(send_counts.size());
+  if (n == 0 || n % size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("[AllToAllV on '", name(), "'] rank ", rank(),
-                                                   ": ", send_counts.size(),
-                                                   " counts for a group of ", size()));
+                                                   ": ", n, " counts for a group of ", size(),
+                                                   " (the same number for every rank)"));
   }
-  ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({size()}, DType::kI64, allocator(), MemoryCategory::kComm));
-  ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty({size()}, DType::kI64, allocator(), MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({n}, DType::kI64, allocator(), MemoryCategory::kComm));
+  ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty({n}, DType::kI64, allocator(), MemoryCategory::kComm));
   std::copy(send_counts.begin(), send_counts.end(), mine.data<int64_t>());
   RETURN_IF_ERROR(AllToAll(mine, theirs));
-  return std::vector<int64_t>(theirs.data<int64_t>(), theirs.data<int64_t>() + size());
+  return std::vector<int64_t>(theirs.data<int64_t>(), theirs.data<int64_t>() + n);
 }
 
 absl::Status Communicator::AllToAllV(const Tensor& input, std::span<const int64_t> send_counts,

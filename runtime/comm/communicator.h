@@ -168,8 +168,9 @@ class Communicator {
                          Tensor& output, std::span<const int64_t> recv_counts,
                          AlgorithmChoice algorithm = {});
   // What every rank sends this one, from what this one sends every rank: an all-to-all of
-  // one int64 per pair (an `alltoall` row of its own, (p−1)·8 bytes a rank), the counts an
-  // AllToAllV needs first.
+  // the counts (an `alltoall` row of its own), those an AllToAllV needs first. One count per
+  // rank ((p−1)·8 bytes a rank), or c per rank (c·p counts, rank j's c at j·c: what goes to
+  // each of rank j's experts, say), the received ones likewise source by source.
   absl::StatusOr<std::vector<int64_t>> ExchangeCounts(std::span<const int64_t> send_counts);
   absl::Status Barrier(AlgorithmChoice algorithm = {});
 
