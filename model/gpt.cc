@@ -84,7 +84,7 @@ absl::Status GPT::UseKernels(std::unique_ptr<Kernels> kernels) {
 GPT::MoeStats GPT::TakeMoeStats() {
   MoeStats taken = std::move(moe_stats_);
   moe_stats_ = MoeStats();
-  taken.expert_tokens.resize(size_t(config_.n_experts), 0);
+  taken.expert_tokens.resize(size_t(config_.n_layer) * config_.n_experts, 0);
   return taken;
 }
 
@@ -430,8 +430,11 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
       moe_stats_.aux_loss += r.aux_loss;
       moe_stats_.dropped += r.assignments() - r.kept_count();
       moe_stats_.assignments += r.assignments();
-      moe_stats_.expert_tokens.resize(size_t(config_.n_experts), 0);
-      for (int e = 0; e < config_.n_experts; ++e) moe_stats_.expert_tokens[size_t(e)] += r.tokens(e);
+      const int experts = config_.n_experts;
+      moe_stats_.expert_tokens.resize(size_t(config_.n_layer) * experts, 0);
+      for (int e = 0; e < experts; ++e) {
+        moe_stats_.expert_tokens[size_t(l * experts + e)] += r.tokens(e);
+      }
       if (experts_ != nullptr) {  // rows to and from the other ranks, C values each
         const int me = experts_->rank(), ranks = experts_->size();
         int64_t out = 0, back = 0;

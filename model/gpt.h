@@ -139,7 +139,9 @@ class GPT {
   struct MoeStats {
     double aux_loss = 0;
     int64_t dropped = 0, assignments = 0;
-    std::vector<int64_t> expert_tokens;  // (E)
+    // Choices each expert received, by layer of the model and expert: [l·E + e]
+    // (a pipeline stage's other layers 0).
+    std::vector<int64_t> expert_tokens;
   };
   MoeStats TakeMoeStats();
   // Under expert parallelism, over every backward so far: the bytes this rank's

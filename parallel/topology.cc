@@ -122,13 +122,13 @@ std::string Topology::Describe(const comm::Nodes* nodes) const {
   return out;
 }
 
-absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool dp_group) const {
+absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool sharded) const {
   // A group's color is its index among the groups of its kind; the world rank orders
   // the members.
   const int rank = world.rank();
   const GridCoordinates c = Of(rank);
   Groups groups;
-  if (dp_group) {
+  if (dp_ > 1 || sharded) {
     ASSIGN_OR_RETURN(groups.dp, world.Split(c.pp * tp_ + c.tp, rank, "dp"));
   }
   if (tp_ > 1) {
@@ -144,7 +144,7 @@ absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool
     const int replica = c.pp * tp_ + c.tp, blocks = dp_ / ep_;
     ASSIGN_OR_RETURN(groups.ep, world.Split(replica * blocks + c.dp / ep_, rank, "ep"));
     ASSIGN_OR_RETURN(groups.edp,
-                     world.Split(blocks > 1 ? replica * ep_ + c.dp % ep_ : -1, rank, "edp"));
+                     world.Split(blocks > 1 || sharded ? replica * ep_ + c.dp % ep_ : -1, rank, "edp"));
   }
   return groups;
 }

@@ -22,7 +22,7 @@
 //   const Topology grid(/*dp=*/2, /*tp=*/2, /*pp=*/2);
 //   grid.Of(5)             // {dp 0, tp 1, pp 1}
 //   grid.DpGroup(5)        // {5, 7}
-//   ASSIGN_OR_RETURN(Topology::Groups groups, grid.Split(world, /*dp_group=*/true));
+//   ASSIGN_OR_RETURN(Topology::Groups groups, grid.Split(world, /*sharded=*/false));
 #pragma once
 
 #include <array>
@@ -82,15 +82,15 @@ class Topology {
   std::string Describe(const comm::Nodes* nodes = nullptr) const;
 
   // This rank's groups, split from `world` (every rank of the world must call it): the
-  // dp group when `dp_group` (dp > 1, or ZeRO over one rank), the tp group when tp > 1,
-  // the pp and embedding groups when pp > 1 (embedding: null on the middle stages);
-  // null otherwise; with ep > 1 the "ep" and "edp" groups (edp: null when dp == ep, each
-  // rank holding experts of its own). The groups are named "dp", "tp", "pp", "embedding",
+  // dp group when dp > 1 or `sharded` (ZeRO, which shards even over one rank), the tp
+  // group when tp > 1, the pp and embedding groups when pp > 1 (embedding: null on the
+  // middle stages); null otherwise; with ep > 1 the "ep" and "edp" groups (edp: null when
+  // dp == ep, each rank holding experts of its own, unless `sharded`). The groups are named "dp", "tp", "pp", "embedding",
   // "ep" and "edp" in the ledger.
   struct Groups {
     std::unique_ptr<comm::Communicator> dp, tp, pp, embedding, ep, edp;
   };
-  absl::StatusOr<Groups> Split(comm::Communicator& world, bool dp_group) const;
+  absl::StatusOr<Groups> Split(comm::Communicator& world, bool sharded) const;
 
  private:
   int Size(Axis axis) const { return axis == Axis::kTp ? tp_ : axis == Axis::kDp ? dp_ : pp_; }

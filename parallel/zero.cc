@@ -12,42 +12,75 @@
 
 namespace tally::parallel {
 
-Sharding::Sharding(const std::vector<comm::Chunk>& units, int ranks, int rank) {
-  for (const comm::Chunk& unit : units) {
-    comm::Chunk own = comm::ChunkOf(unit.count, ranks, rank);
-    own.offset += unit.offset;
-    pieces_.push_back({unit, own, size_});
+Sharding::Sharding(const std::vector<ZeroUnit>& units, Cut dense, Cut experts) {
+  for (const ZeroUnit& unit : units) {
+    const Cut cut = unit.experts ? experts : dense;
+    comm::Chunk own = comm::ChunkOf(unit.chunk.count, cut.ranks, cut.rank);
+    own.offset += unit.chunk.offset;
+    pieces_.push_back({unit.chunk, own, size_, unit.experts});
     size_ += own.count;
   }
 }
 
 namespace {
 
+// `chunk` as one unit, or with `expert_parallel` as its runs of experts' tensors and of
+// the others, in buffer order.
+std::vector<ZeroUnit> UnitsOf(const model::ParameterLayout& layout, comm::Chunk chunk,
+                              bool expert_parallel) {
+  if (!expert_parallel) return {{chunk, false}};
+  std::vector<ZeroUnit> runs;
+  for (const model::ParamSpec& spec : layout.specs()) {
+    const int64_t begin = std::max(spec.offset, chunk.offset);
+    const int64_t end = std::min(spec.offset + spec.numel, chunk.end());
+    if (begin >= end) continue;
+    if (!runs.empty() && runs.back().experts == spec.expert) {
+      runs.back().chunk.count = end - runs.back().chunk.offset;
+    } else {
+      runs.push_back({{begin, end - begin}, spec.expert});
+    }
+  }
+  return runs;
+}
+
 // ZeRO-2/3's units, listed by the model's unit they belong to: each model unit whole,
 // except that a first pipeline stage cuts its embeddings into wte and wpe. wte is then a
 // unit on the first and on the last stage alike, so the two copies' shards line up
-// element for element and the embedding group can sum them shard by shard.
-std::vector<std::vector<comm::Chunk>> PartsOfModelUnits(const model::ParameterLayout& layout) {
-  std::vector<std::vector<comm::Chunk>> parts;
-  for (const model::ParamUnit& u : layout.units()) parts.push_back({{u.begin, u.count()}});
+// element for element and the embedding group can sum them shard by shard. With
+// `expert_parallel` a layer's unit is its dense run and its experts' run.
+std::vector<std::vector<ZeroUnit>> PartsOfModelUnits(const model::ParameterLayout& layout,
+                                                     bool expert_parallel) {
+  std::vector<std::vector<ZeroUnit>> parts;
+  for (const model::ParamUnit& u : layout.units()) {
+    parts.push_back(UnitsOf(layout, {u.begin, u.count()}, expert_parallel));
+  }
   if (layout.first_stage() && !layout.last_stage()) {
     const int64_t wte = layout.specs()[0].numel;
     const model::ParamUnit& embeddings = layout.units()[model::ParameterLayout::kEmbeddings];
-    parts[model::ParameterLayout::kEmbeddings] = {{embeddings.begin, wte},
-                                                  {embeddings.begin + wte, embeddings.count() - wte}};
+    parts[model::ParameterLayout::kEmbeddings] = {
+        {{embeddings.begin, wte}}, {{embeddings.begin + wte, embeddings.count() - wte}}};
   }
   return parts;
 }
 
 }  // namespace
 
-std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int zero_stage) {
-  if (zero_stage <= 1) return {comm::Chunk{0, layout.total()}};
-  std::vector<comm::Chunk> units;
-  for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
+std::vector<ZeroUnit> ZeroUnits(const model::ParameterLayout& layout, int zero_stage,
+                                bool expert_parallel) {
+  if (zero_stage <= 1) return UnitsOf(layout, {0, layout.total()}, expert_parallel);
+  std::vector<ZeroUnit> units;
+  for (const std::vector<ZeroUnit>& parts : PartsOfModelUnits(layout, expert_parallel)) {
     units.insert(units.end(), parts.begin(), parts.end());
   }
   return units;
+}
+
+std::vector<comm::Chunk> ChunksOf(const std::vector<ZeroUnit>& units, bool experts) {
+  std::vector<comm::Chunk> chunks;
+  for (const ZeroUnit& unit : units) {
+    if (unit.experts == experts) chunks.push_back(unit.chunk);
+  }
+  return chunks;
 }
 
 int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
@@ -66,13 +99,13 @@ int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitiv
   return 0;
 }
 
-int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
+int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
                          comm::Phase phase, bool recompute, int64_t element,
                          std::span<const int> nodes) {
   const int calls = ZeroCallsPerStep(zero_stage, micro_batches, primitive, phase, recompute);
   int64_t sent = 0;
-  for (const comm::Chunk& unit : ZeroUnits(layout, zero_stage)) {
+  for (const comm::Chunk& unit : units) {
     sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, element, nodes)
                 .sent;
   }
@@ -80,46 +113,51 @@ int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, i
 }
 
 std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,
-                                                     int zero_stage) {
+                                                     int zero_stage, bool expert_parallel) {
   std::vector<std::pair<size_t, size_t>> pieces;
+  const size_t all = ZeroUnits(layout, zero_stage, expert_parallel).size();
   size_t piece = 0;
-  for (const std::vector<comm::Chunk>& parts : PartsOfModelUnits(layout)) {
+  for (const std::vector<ZeroUnit>& parts : PartsOfModelUnits(layout, expert_parallel)) {
     const size_t first = zero_stage >= 2 ? piece : 0;
     piece += parts.size();
-    pieces.push_back({first, zero_stage >= 2 ? piece : 1});
+    pieces.push_back({first, zero_stage >= 2 ? piece : all});
   }
   return pieces;
 }
 
-ZeroWeights::ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
-                         MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-                         comm::Communicator* stages, Device device,
-                         const model::Precision& precision)
+ZeroWeights::ZeroWeights(comm::Communicator* dp, comm::Communicator* experts, int zero_stage,
+                         const model::ParameterLayout& layout, MakeOptimizer make_optimizer,
+                         comm::Algorithm algorithm, TensorParallel tp, comm::Communicator* stages,
+                         Device device, const model::Precision& precision)
     : dp_(dp),
+      experts_(experts),
       alloc_(dp->allocator().ledger(), device),
       tp_(tp),
       stages_(stages),
       zero_stage_(zero_stage),
       layout_(layout),
-      sharding_(ZeroUnits(layout, zero_stage), dp->size(), dp->rank()),
+      sharding_(ZeroUnits(layout, zero_stage, experts != nullptr), {dp->size(), dp->rank()},
+                experts != nullptr ? Sharding::Cut{experts->size(), experts->rank()}
+                                   : Sharding::Cut{dp->size(), dp->rank()}),
       make_optimizer_(std::move(make_optimizer)),
       algorithm_(algorithm),
       precision_(precision),
       grads_sent_as_(precision.grad_comm),
       gathered_(layout.units().size()),
       open_grads_(layout.units().size()),
-      pieces_of_unit_(PiecesOfUnits(layout, zero_stage)) {}
+      pieces_of_unit_(PiecesOfUnits(layout, zero_stage, experts != nullptr)) {}
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
     comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
     MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-    comm::Communicator* stages, Device device, const model::Precision& precision) {
+    comm::Communicator* stages, Device device, const model::Precision& precision,
+    comm::Communicator* experts) {
   if (zero_stage < 1 || zero_stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("[zero] no ZeRO stage ", zero_stage, " (1, 2 or 3)"));
   }
   std::unique_ptr<ZeroWeights> z(
-      new ZeroWeights(dp, zero_stage, layout, std::move(make_optimizer), algorithm, tp, stages,
-                      device, precision));
+      new ZeroWeights(dp, experts, zero_stage, layout, std::move(make_optimizer), algorithm, tp,
+                      stages, device, precision));
   ASSIGN_OR_RETURN(z->kernels_, Kernels::Create(device));
   Allocator& alloc = z->alloc_;
   const size_t units = layout.units().size();
@@ -201,9 +239,9 @@ absl::Status ZeroWeights::GatherUnit(int unit, const Tensor& into,
     const comm::Chunk& part = sharding_.pieces()[i].unit;
     Tensor piece = into.Flat(part.offset - u.begin, part.end() - u.begin);
     if (works == nullptr) {
-      RETURN_IF_ERROR(dp_->AllGather(Own(params_, i), piece, algorithm_));
+      RETURN_IF_ERROR(GroupOf(i).AllGather(Own(params_, i), piece, algorithm_));
     } else {
-      ASSIGN_OR_RETURN(auto work, dp_->IAllGather(Own(params_, i), piece, algorithm_));
+      ASSIGN_OR_RETURN(auto work, GroupOf(i).IAllGather(Own(params_, i), piece, algorithm_));
       works->push_back(std::move(work));
     }
   }
@@ -324,7 +362,7 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
       Tensor part = grads.Flat(piece.unit.offset - u.begin, piece.unit.end() - u.begin);
       ASSIGN_OR_RETURN(SentAs::Pending pending,
                        grads_sent_as_.IReduceScatter(
-                           *dp_, part, in_flight_reduced_.Flat(at, at + piece.own.count),
+                           GroupOf(i), part, in_flight_reduced_.Flat(at, at + piece.own.count),
                            comm::ReduceOp::kSum, algorithm_));
       reducing_.pending.push_back(std::move(pending));
       at += piece.own.count;
@@ -335,7 +373,8 @@ absl::Status ZeroWeights::CloseGrads(int unit) {
     const Sharding::Piece& piece = sharding_.pieces()[i];
     Tensor part = grads.Flat(piece.unit.offset - u.begin, piece.unit.end() - u.begin);
     Tensor reduced = reduced_.Flat(0, piece.own.count);
-    RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(*dp_, part, reduced, comm::ReduceOp::kSum, algorithm_));
+    RETURN_IF_ERROR(
+        grads_sent_as_.ReduceScatter(GroupOf(i), part, reduced, comm::ReduceOp::kSum, algorithm_));
     Tensor into = Own(grad_shard_, i);
     RETURN_IF_ERROR(kernels_->Accumulate(into.raw_data(), into.dtype(), reduced.raw_data(),
                                          reduced.dtype(), piece.own.count));
@@ -366,10 +405,13 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
     for (size_t i = 0; i < pieces.size(); ++i) {
       Tensor unit = grads_.Flat(pieces[i].unit.offset, pieces[i].unit.end());
       Tensor staged = reduced_.Flat(0, pieces[i].own.count);
-      RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(*dp_, unit, staged, comm::ReduceOp::kSum, algorithm_));
+      RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(GroupOf(i), unit, staged, comm::ReduceOp::kSum,
+                                                   algorithm_));
       RETURN_IF_ERROR(Own(grad_shard_, i).CopyFrom(staged));
     }
   }
+  // Every piece's squares over the dp group: an experts' piece is cut over the edp group,
+  // whose ranks together with their ep groups' are the dp group.
   ASSIGN_OR_RETURN(double norm,
                    ClipAndStep(*kernels_, *optimizer_, UpdatedParams(), grad_shard_, ranges_,
                                master_.defined() ? master_segments_ : segments_, lr, clip,
@@ -379,9 +421,10 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   comm::PhaseScope phase(ledger, comm::Phase::kOptimizer);
   // Every rank's updated chunks to every rank: each all-gather's input is the own chunk
   // inside its output, so it moves only the other ranks' chunks.
-  for (const Sharding::Piece& p : pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Sharding::Piece& p = pieces[i];
     Tensor unit = params_.Flat(p.unit.offset, p.unit.end());
-    RETURN_IF_ERROR(dp_->AllGather(params_.Flat(p.own.offset, p.own.end()), unit, algorithm_));
+    RETURN_IF_ERROR(GroupOf(i).AllGather(params_.Flat(p.own.offset, p.own.end()), unit, algorithm_));
   }
   return norm;
 }
@@ -389,21 +432,22 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
 absl::Status ZeroWeights::GatherPiece(const Tensor& shard, size_t i, const Tensor& whole,
                                       int root) {
   const Sharding::Piece& p = sharding_.pieces()[i];
-  const bool is_root = dp_->rank() == root;
+  comm::Communicator& group = GroupOf(i);
+  const bool is_root = group.rank() == root;
   Tensor unit = is_root ? whole.Flat(p.unit.offset, p.unit.end()) : Tensor();
   if (!is_root || shard.device() == whole.device()) {
-    return dp_->Gather(Own(shard, i), unit, p.unit.count, root, algorithm_);
+    return group.Gather(Own(shard, i), unit, p.unit.count, root, algorithm_);
   }
   // A GPU's shards gather on the GPU, then go to the host.
   Allocator on_device(nullptr, shard.device());
   ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({p.unit.count}, shard.dtype(), on_device));
-  RETURN_IF_ERROR(dp_->Gather(Own(shard, i), gathered, p.unit.count, root, algorithm_));
+  RETURN_IF_ERROR(group.Gather(Own(shard, i), gathered, p.unit.count, root, algorithm_));
   return unit.CopyFrom(gathered);
 }
 
 absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
   Allocator unaccounted(nullptr);
-  const bool is_root = dp_->rank() == root;
+  const bool is_root = GathersTo(root);
   Tensor whole;
   if (is_root) {
     ASSIGN_OR_RETURN(whole, Tensor::Empty({layout_.total()}, DType::kF32, unaccounted));
@@ -422,7 +466,7 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> ZeroWeights::GatherOptimizer(int root) {
   Allocator unaccounted(nullptr);
-  const bool is_root = dp_->rank() == root;
+  const bool is_root = GathersTo(root);
   std::unique_ptr<optim::Optimizer> whole;
   if (is_root) {
     ASSIGN_OR_RETURN(whole, make_optimizer_(layout_.total(), unaccounted));

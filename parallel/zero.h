@@ -29,6 +29,13 @@
 //   of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one micro-batch:
 //   2(p-1)/p·4Φ for ZeRO-1 and 2, as data parallelism; 3(p-1)/p·4Φ for ZeRO-3.
 //
+// Under expert parallelism (--ep; parallel/expert_parallel.h) the experts' tensors are
+// data-parallel over the expert-data-parallel group only, so ZeRO cuts them over that
+// group (as DeepSpeed-MoE and Megatron-LM's distributed optimizer do) and the rest over the
+// dp group: every unit is cut into runs of the two kinds (ZeroUnits), each reduced,
+// gathered and updated over its own group. The edp and ep groups tile the dp group, so
+// the gradient norm still sums every rank's squares over the dp group.
+//
 // Under mixed precision (model/precision.h) the parameters and gradients above are bf16
 // (2 bytes where the table says 4), the parameters are gathered and the gradients
 // reduced as bf16 (or the gradients as --grad_comm_dtype says), and the optimizer state
@@ -60,15 +67,33 @@
 
 namespace tally::parallel {
 
-// Rank `rank`'s shard of a buffer cut into `units` (which tile it, in order).
+// A run of the buffer that ZeRO cuts among the ranks of a group on its own.
+struct ZeroUnit {
+  comm::Chunk chunk;
+  // Experts' tensors only, cut over the expert-data-parallel group (the ranks that hold the
+  // same experts) under expert parallelism; otherwise cut over the dp group.
+  bool experts = false;
+};
+
+// This rank's shard of a buffer cut into `units` (which tile it, in order).
 class Sharding {
  public:
+  // The ranks of a group that cuts units, and this one's place among them.
+  struct Cut {
+    int ranks = 1;
+    int rank = 0;
+  };
   struct Piece {
     comm::Chunk unit;    // the unit, in buffer coordinates
     comm::Chunk own;     // the rank's chunk of it, in buffer coordinates
     int64_t packed = 0;  // where the chunk starts in the packed shard
+    bool experts = false;  // cut by the `experts` group
   };
-  Sharding(const std::vector<comm::Chunk>& units, int ranks, int rank);
+  // Units without experts cut by `dense`, the experts' by `experts`.
+  Sharding(const std::vector<ZeroUnit>& units, Cut dense, Cut experts);
+  // Every unit cut by one group.
+  Sharding(const std::vector<ZeroUnit>& units, int ranks, int rank)
+      : Sharding(units, {ranks, rank}, {ranks, rank}) {}
 
   const std::vector<Piece>& pieces() const { return pieces_; }
   int64_t size() const { return size_; }  // elements of the packed shard
@@ -78,27 +103,34 @@ class Sharding {
   int64_t size_ = 0;
 };
 
-// The units ZeRO stage `zero_stage` cuts `layout`'s buffer into.
-std::vector<comm::Chunk> ZeroUnits(const model::ParameterLayout& layout, int zero_stage);
+// The units ZeRO stage `zero_stage` cuts `layout`'s buffer into. With `expert_parallel`
+// each is cut further into runs of experts' tensors and runs of the others, so that the
+// two kinds can be sharded over different groups.
+std::vector<ZeroUnit> ZeroUnits(const model::ParameterLayout& layout, int zero_stage,
+                                bool expert_parallel = false);
+// The chunks of the `units` that hold experts' tensors (`experts`), or of the others.
+std::vector<comm::Chunk> ChunksOf(const std::vector<ZeroUnit>& units, bool experts);
 
 // How many times one step of ZeRO stage `zero_stage` calls `primitive` on each unit under `phase`,
 // with `micro_batches` micro-batches per rank (0: never); `recompute`: a pipeline stage
 // recomputes its forward in backward (ZeRO-3 gathers for it too).
 int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
                      bool recompute = false);
-// The exact bytes rank `rank` of `ranks` sends in those calls in one step: exact_traffic.h
-// summed over the units, times the calls.
+// The exact bytes rank `rank` of `ranks` sends in those calls in one step over `units`
+// (ChunksOf(ZeroUnits(...)) of the group's kind): exact_traffic.h summed over the units,
+// times the calls.
 // `element`: bytes a value of the primitive's buffer (the gradients' wire type for the
 // reduce-scatter, the parameters' type for the all-gather).
 // `nodes`: the node of each rank, for the hierarchical algorithm.
-int64_t ZeroBytesPerStep(const model::ParameterLayout& layout, int zero_stage, int ranks, int rank,
+int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int ranks, int rank,
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
                          comm::Phase phase, bool recompute = false, int64_t element = 4,
                          std::span<const int> nodes = {});
 
-// The sharding pieces [first, second) of each model unit (ZeRO-1: every unit in piece 0).
+// The sharding pieces [first, second) of each model unit (ZeRO-1: every unit in all of
+// them).
 std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,
-                                                     int zero_stage);
+                                                     int zero_stage, bool expert_parallel = false);
 
 class ZeroWeights : public model::WeightStore {
  public:
@@ -109,11 +141,13 @@ class ZeroWeights : public model::WeightStore {
   // `layout` is this rank's (its tensor-parallel part of its pipeline stage); `tp` and
   // `stages` (the pipeline group) then join the gradient norm. The weights, gradients
   // and optimizer state live on `device` (the model's), charged to dp's memory ledger.
+  // `experts`: under expert parallelism the edp group, which cuts the experts' units
+  // (null: none; the dp group cuts every unit).
   static absl::StatusOr<std::unique_ptr<ZeroWeights>> Create(
       comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout, uint64_t seed,
       MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp = {},
       comm::Communicator* stages = nullptr, Device device = Device::CPU(),
-      const model::Precision& precision = {});
+      const model::Precision& precision = {}, comm::Communicator* experts = nullptr);
 
   absl::StatusOr<float*> Params(int unit) override;
   absl::Status ReleaseParams(int unit) override;
@@ -129,8 +163,10 @@ class ZeroWeights : public model::WeightStore {
   // gradient norm before clipping (clip 0: no clipping).
   absl::StatusOr<double> Step(float lr, float clip);
 
-  // The whole parameters, or optimizer state, on `root` (empty / null elsewhere), in
-  // memory no ledger counts: what a checkpoint holds. Collective over the group.
+  // The whole parameters, or optimizer state, on dp rank `root` (empty / null elsewhere),
+  // in memory no ledger counts: what a checkpoint holds. Collective over the group. Under
+  // expert parallelism the experts' parts go to edp rank `root`, so the ranks of one ep
+  // group hold all the experts between them (their other parts: dp rank `root`'s alone).
   absl::StatusOr<Tensor> GatherParams(int root);
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> GatherOptimizer(int root);
   // Keeps this rank's part of whole parameters and (if not null) optimizer state.
@@ -156,9 +192,18 @@ class ZeroWeights : public model::WeightStore {
   }
 
  private:
-  ZeroWeights(comm::Communicator* dp, int zero_stage, const model::ParameterLayout& layout,
-              MakeOptimizer make_optimizer, comm::Algorithm algorithm, TensorParallel tp,
-              comm::Communicator* stages, Device device, const model::Precision& precision);
+  ZeroWeights(comm::Communicator* dp, comm::Communicator* experts, int zero_stage,
+              const model::ParameterLayout& layout, MakeOptimizer make_optimizer,
+              comm::Algorithm algorithm, TensorParallel tp, comm::Communicator* stages,
+              Device device, const model::Precision& precision);
+  // The group that cuts piece `i`.
+  comm::Communicator& GroupOf(size_t i) const {
+    return sharding_.pieces()[i].experts ? *experts_ : *dp_;
+  }
+  // Whether this rank receives whole buffers from GatherPiece(..., root) of some piece.
+  bool GathersTo(int root) const {
+    return dp_->rank() == root || (experts_ != nullptr && experts_->rank() == root);
+  }
   // The updated fp32 master weights of the shard, rounded into the parameters' own
   // chunks (nothing without master weights).
   absl::Status PublishShard();
@@ -186,6 +231,7 @@ class ZeroWeights : public model::WeightStore {
   }
 
   comm::Communicator* dp_;
+  comm::Communicator* experts_;  // the edp group, or null
   Allocator alloc_;  // on the model's device, charged to dp's ledger
   const TensorParallel tp_;
   comm::Communicator* stages_;  // the pipeline group, or null

@@ -28,7 +28,7 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
       ASSIGN_OR_RETURN(local.gathered, zero_->GatherOptimizer(/*root=*/0));
       local.optimizer = local.gathered.get();
     }
-  } else if (groups_.dp == nullptr || groups_.dp->rank() < options_.ep) {
+  } else if (groups_.dp == nullptr || groups_.dp->rank() < options_.ep) {  // a replica
     // dp rank 0's replica, and under expert parallelism the other experts of dp ranks < ep.
     local.params = gpt_->params();
     if (with_optimizer) local.optimizer = optimizer_.get();
@@ -63,9 +63,18 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     whole.optimizer = whole.gathered.get();
     whole.optimizer->set_step(local.optimizer->step());
   }
+  // Dp rank 0's parts, and under ep the other experts of dp ranks < ep, placed first: their
+  // other tensors are dp rank 0's (replicas), or (ZeRO) not gathered on them at all, and
+  // dp rank 0's part then overwrites them.
+  std::vector<int> parts;
   for (int r = 0; r < o.world(); ++r) {
-    const parallel::GridCoordinates at = o.topology().Of(r);
-    if (at.dp >= o.ep) continue;  // dp rank 0's part, or under ep the first ep ranks' experts
+    const int dp_rank = o.topology().Of(r).dp;
+    if (dp_rank > 0 && dp_rank < o.ep) parts.push_back(r);
+  }
+  for (int r = 0; r < o.world(); ++r) {
+    if (o.topology().Of(r).dp == 0) parts.push_back(r);
+  }
+  for (int r : parts) {
     const model::ParameterLayout layout = o.RankLayout(r);
     // Rank r's part (ours for r = 0) into its places in the whole model.
     auto place = [&](Tensor* mine, float* into) -> absl::Status {

@@ -33,7 +33,7 @@ namespace {
 absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
                                 const std::vector<float>& losses, std::ostream& log) {
   TrainOptions serial = options;
-  serial.dp = serial.tp = serial.pp = 1;
+  serial.dp = serial.tp = serial.pp = serial.ep = 1;
   serial.zero = 0;
   serial.sequence_parallel = false;
   serial.recompute = false;
@@ -97,6 +97,7 @@ namespace {
 struct JobRecords {
   int64_t start_step = 0;
   std::vector<float> losses;
+  std::vector<double> expert_tokens;  // Trainer::expert_tokens
   std::vector<RankRecord> ranks;  // every rank's, on the process that holds rank 0
   std::shared_ptr<const comm::Nodes> nodes;  // where the ranks ran
 };
@@ -142,6 +143,7 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
       job.ranks = std::move(all);
       job.start_step = trainer->start_step();
       job.losses = trainer->losses();
+      job.expert_tokens = trainer->expert_tokens();
       job.nodes = nodes;
     }
     return absl::OkStatus();
@@ -167,7 +169,8 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
     spans.push_back(std::move(r.spans));
   }
   const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
-  ReportInputs report{options, steps, traffic, memory, busy, step_time, train_time, job.nodes};
+  ReportInputs report{options,    steps,      traffic,   memory,           busy,
+                      step_time,  train_time, job.nodes, job.expert_tokens};
   if (options.report == ReportFormat::kJson) {
     log << "\n" << ReportJson(report) << "\n";
   } else if (options.report == ReportFormat::kCsv) {

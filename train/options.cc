@@ -129,10 +129,6 @@ absl::Status TrainOptions::Validate() const {
       return bad("--ep=", ep, " must divide --dp=", dp,
                  " (expert-parallel ranks are carved out of the data-parallel ones)");
     }
-    if (zero > 0) {
-      return bad("--zero with --ep=", ep, ": ZeRO over the expert-data-parallel groups is not "
-                 "built yet; drop --zero");
-    }
   }
   if (model.moe() && tp > 1 && sequence_parallel) {
     return bad("--n_experts with --sequence_parallel: the experts take whole rows; drop "

@@ -251,22 +251,41 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   };
   if (in.dp > 1) {
     const Algorithm a = in.allreduce;
-    // ZeRO's reduce-scatters and all-gathers over the part, one pass each, for dp rank i (a
-    // tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's units and calls).
+    // ZeRO's reduce-scatters and all-gathers over the part, one pass each, for rank i of
+    // the group at `where` (a tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's
+    // units and calls). Under expert parallelism the dp group passes over the dense part,
+    // the edp group (`experts`) over the experts'.
     const model::ParameterLayout layout =
         in.model.gpt ? model::ParameterLayout::ForGPT(
                            PlanAsTrainOptions(in).model, in.tp, 0,
-                           {parallel::StageLayers(in.model.layers, in.pp, {}).value()[0]})
+                           {parallel::StageLayers(in.model.layers, in.pp, {}).value()[0]}, in.ep, 0)
                      : model::ParameterLayout();
     using comm::Phase;
-    auto zero_pass = [&](int stage, Primitive p, Phase phase, std::span<const int> where, int i) {
+    auto zero_pass = [&](int stage, Primitive p, Phase phase, std::span<const int> where, int i,
+                         bool experts) {
       Split bytes;
       if (!in.model.gpt) {
-        return bytes.Add(comm::ExactSentByLink(p, a, where, i, -1, part, size_t(e)));
+        return bytes.Add(comm::ExactSentByLink(p, a, where, i, -1, experts ? parts.experts : part,
+                                               size_t(e)));
       }
       const int calls = parallel::ZeroCallsPerStep(stage, 1, p, phase);
-      for (const comm::Chunk& unit : parallel::ZeroUnits(layout, stage)) {
+      for (const comm::Chunk& unit :
+           parallel::ChunksOf(parallel::ZeroUnits(layout, stage, in.ep > 1), experts)) {
         bytes.Add(comm::ExactSentByLink(p, a, where, i, -1, unit.count, size_t(e)), calls);
+      }
+      return bytes;
+    };
+    // One pass of ZeRO stage `stage` for world rank `gpu`, rank i of its dp group at
+    // `where`: the dense part over the dp group, and the experts' over its edp group.
+    auto zero_passes = [&](int stage, Primitive p, Phase phase, std::span<const int> where, int i,
+                           int gpu) {
+      Split bytes = zero_pass(stage, p, phase, where, i, false);
+      if (in.ep > 1) {
+        const std::vector<int> edp = grid.EdpGroup(gpu);
+        const int j = int(std::find(edp.begin(), edp.end(), gpu) - edp.begin());
+        const Split experts = zero_pass(stage, p, phase, nodes_of(edp), j, true);
+        bytes.intra += experts.intra;
+        bytes.inter += experts.inter;
       }
       return bytes;
     };
@@ -276,14 +295,14 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
       const double bytes = double(part) * e;
       for (int i = 0; i < in.dp; ++i) {
         ar.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, a, where, i, -1, part, size_t(e))));
-        Split z1 = zero_pass(1, Primitive::kReduceScatter, Phase::kBackward, where, i);
-        const Split g1 = zero_pass(1, Primitive::kAllGather, Phase::kOptimizer, where, i);
+        Split z1 = zero_passes(1, Primitive::kReduceScatter, Phase::kBackward, where, i, group[i]);
+        const Split g1 = zero_passes(1, Primitive::kAllGather, Phase::kOptimizer, where, i, group[i]);
         z1.intra += g1.intra;
         z1.inter += g1.inter;
         zero1.Add(z1);
         // Per unit: the reduce-scatter (each micro-batch) and one or two all-gather passes.
-        const Split rs = zero_pass(2, Primitive::kReduceScatter, Phase::kBackward, where, i);
-        const Split ag = zero_pass(3, Primitive::kAllGather, Phase::kForward, where, i);
+        const Split rs = zero_passes(2, Primitive::kReduceScatter, Phase::kBackward, where, i, group[i]);
+        const Split ag = zero_passes(3, Primitive::kAllGather, Phase::kForward, where, i, group[i]);
         zero2.Add(Split{m * rs.intra + ag.intra, m * rs.inter + ag.inter});
         zero3.Add(Split{m * rs.intra + 2 * m * ag.intra, m * rs.inter + 2 * m * ag.inter});
       }
@@ -292,13 +311,23 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
       zero2.time = std::max(zero2.time, PassesTime(a, where, bytes, m + 1, in.cluster));
       zero3.time = std::max(zero3.time, PassesTime(a, where, bytes, 3 * m, in.cluster));
     }
+    if (in.ep > 1) {  // then the experts' passes over the edp groups
+      double slowest = 0;
+      for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::EdpGroup)) {
+        slowest = std::max(slowest, PassesTime(a, nodes_of(group), double(parts.experts) * e, 1,
+                                               in.cluster));
+      }
+      zero1.time += 2 * slowest;
+      zero2.time += (m + 1) * slowest;
+      zero3.time += 3 * m * slowest;
+    }
     row("dp all-reduce", 2.0 * part * e, ar,
         a == Algorithm::kNaive ? "2NΦ in all" : "2Φ per GPU (2NΦ in all for naive)");
-    if (in.ep == 1) {  // (ZeRO over the expert-data-parallel groups is not built)
-      row("zero-1", 2.0 * part * e, zero1, "2Φ per GPU: reduce-scatter + all-gather");
-      row("zero-2", 2.0 * part * e, zero2, "2Φ per GPU (the reduce-scatter per micro-batch)");
-      row("zero-3", 3.0 * part * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
-    }
+    // Under ep: the dense Φ over dp and a rank's experts over edp.
+    const double sharded = double(part) + (in.ep > 1 ? double(parts.experts) : 0.0);
+    row("zero-1", 2.0 * sharded * e, zero1, "2Φ per GPU: reduce-scatter + all-gather");
+    row("zero-2", 2.0 * sharded * e, zero2, "2Φ per GPU (the reduce-scatter per micro-batch)");
+    row("zero-3", 3.0 * sharded * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
   }
   if (in.ep > 1 && in.dp > in.ep) {  // the experts' gradients over the ranks holding them
     Traffic edp;
@@ -394,17 +423,20 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
 }
 
 std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
-  // Under expert parallelism a GPU holds E/ep of each layer's experts.
-  const double experts = in.model.layers * ExpertValues(in);
-  const double part = (double(in.model.params) - experts + experts / in.ep) / (double(in.tp) * in.pp);
-  const double dp = in.dp;
+  // Under expert parallelism a GPU holds E/ep of each layer's experts, which ZeRO shards
+  // over the dp/ep ranks of the edp group; the rest over the dp group.
+  const double stage = double(in.tp) * in.pp;
+  const double experts = in.model.layers * ExpertValues(in) / in.ep / stage;
+  const double dense = (double(in.model.params) - in.model.layers * ExpertValues(in)) / stage;
+  auto sharded = [&](bool sharding) {
+    return sharding ? dense / in.dp + experts / (double(in.dp) / in.ep) : dense + experts;
+  };
   std::vector<PlanMemory> lines = {{"fp32: 4 + 4 + 8", 4, 4, 8},
                                    {"bf16: 2 + 2 + 12", 2, 2, 12},
                                    {"bf16, fp32 grad accumulation: 2 + 4 + 12", 2, 4, 12}};
   for (PlanMemory& m : lines) {
-    m.bytes_per_gpu = m.params * part / (in.zero >= 3 ? dp : 1) +
-                      m.grads * part / (in.zero >= 2 ? dp : 1) +
-                      m.optimizer * part / (in.zero >= 1 ? dp : 1);
+    m.bytes_per_gpu = m.params * sharded(in.zero >= 3) + m.grads * sharded(in.zero >= 2) +
+                      m.optimizer * sharded(in.zero >= 1);
   }
   return lines;
 }

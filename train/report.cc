@@ -190,6 +190,51 @@ std::string ModelledTable(const ReportInputs& in) {
   return out;
 }
 
+std::string RoutingTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const int experts = o.model.n_experts;
+  if (experts == 0 || in.steps == 0 ||
+      in.expert_tokens.size() != size_t(o.model.n_layer) * experts) {
+    return "";
+  }
+  std::string out = absl::StrFormat(
+      "\nrouting per step, over %d steps (E = %d, top %d; tokens an expert took (within capacity), "
+      "summed over the ranks; dropped: the layer's choices past capacity%s)\n"
+      "%-6s %10s %10s %10s %9s %8s%s\n",
+      in.steps, experts, o.model.moe_top_k,
+      o.ep > 1 ? "; ep dispatch: bytes a rank sent, min..max over ranks" : "", "layer", "min",
+      "mean", "max", "max/mean", "dropped",
+      o.ep > 1 ? absl::StrFormat(" %22s", "ep dispatch") : "");
+  const double steps = double(in.steps);
+  const double choices = double(o.global_batch_size) * o.model.seq_len * o.model.moe_top_k;
+  for (int l = 0; l < o.model.n_layer; ++l) {
+    const auto first = in.expert_tokens.begin() + ptrdiff_t(l) * experts;
+    const double lo = *std::min_element(first, first + experts) / steps;
+    const double hi = *std::max_element(first, first + experts) / steps;
+    double all = 0;
+    for (int e = 0; e < experts; ++e) all += first[e];
+    const double mean = all / experts / steps;
+    std::string dispatch;
+    if (o.ep > 1) {
+      const std::string scope = absl::StrCat("layer", l, ".dispatch");
+      int64_t most = 0, least = -1;
+      for (const comm::TrafficLedger& ledger : in.traffic) {
+        const comm::TransferTotals t = ledger.Sum([&](const comm::LedgerKey& k) {
+          return k.group == "ep" && k.primitive == comm::Primitive::kAllToAllV &&
+                 k.phase == comm::Phase::kForward && k.label == scope;
+        });
+        if (t.messages_sent + t.messages_recv == 0) continue;  // another stage's layer
+        most = std::max(most, t.bytes_sent / in.steps);
+        least = least < 0 ? t.bytes_sent / in.steps : std::min(least, t.bytes_sent / in.steps);
+      }
+      dispatch = absl::StrFormat(" %22s", Range(std::max<int64_t>(least, 0), most));
+    }
+    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %9.3f %7.1f%%%s\n", l, lo, mean, hi,
+                           mean > 0 ? hi / mean : 0.0, 100 * (1 - all / steps / choices), dispatch);
+  }
+  return out;
+}
+
 std::string FormatReport(const ReportInputs& in) {
   const std::map<comm::LedgerKey, Row> rows = Rows(in);
   const TrainOptions& o = in.options;
@@ -225,6 +270,7 @@ std::string FormatReport(const ReportInputs& in) {
   }
   if (in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
+  out += RoutingTable(in);
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));
   const int64_t master = precision.master_weights() ? 4 : 0;
@@ -288,6 +334,23 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);
+  const int experts = in.options.model.n_experts;
+  if (experts > 0 && in.steps > 0 &&
+      in.expert_tokens.size() == size_t(in.options.model.n_layer) * experts) {
+    // Per layer, the tokens each expert took per step (RoutingTable's figures).
+    w.Key("routing").BeginArray();
+    for (int l = 0; l < in.options.model.n_layer; ++l) {
+      w.BeginObject();
+      w.Key("layer").Int(l);
+      w.Key("expert_tokens_per_step").BeginArray();
+      for (int e = 0; e < experts; ++e) {
+        w.Double(in.expert_tokens[size_t(l) * experts + e] / double(in.steps));
+      }
+      w.EndArray();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   w.Key("ranks").BeginArray();
   for (size_t r = 0; r < in.traffic.size(); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(int(r));

@@ -29,6 +29,9 @@ struct ReportInputs {
   std::vector<int64_t> train_nanos = {};
   // Where the ranks ran (null: one node).
   std::shared_ptr<const comm::Nodes> nodes = nullptr;
+  // With experts: the choices each expert of each layer received over the run, summed
+  // over the ranks, [l·E + e] (Trainer::expert_tokens).
+  std::vector<double> expert_tokens = {};
 };
 
 std::string FormatReport(const ReportInputs& in);
@@ -67,10 +70,15 @@ std::string TimeTable(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
+// With experts: per layer, the choices an expert received per step (fewest, mean, most,
+// and most / mean, the imbalance), and under --ep the bytes a rank's forward dispatch
+// all-to-all-v of the layer sent per step (min..max over the ranks that ran it): uneven
+// routing is uneven bytes.
+std::string RoutingTable(const ReportInputs& in);
 
 // {"config": {..., "world", "dp", "tp", "pp", "zero", "order", "nodes", "gpus_per_node",
 //  "link_intra_gbps", "link_intra_latency_us", "link_inter_gbps", "link_inter_latency_us",
-//  "params"}, "steps": S,
+//  "params"}, "steps": S, with experts "routing": [{"layer", "expert_tokens_per_step": [E]}],
 //  "ranks": [{"rank", "dp", "tp", "pp", "node", "traffic": [{"group", "op", "algorithm",
 //  "phase", "scope", "calls", "bytes_sent", "bytes_recv", "bytes_sent_intra",
 //  "bytes_sent_inter", "seconds", "blocked_seconds", "busbw_gbps", "modelled",

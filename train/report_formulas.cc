@@ -24,13 +24,37 @@ model::ParameterLayout StageLayout(const TrainOptions& o, int rank) {
   return o.RankLayout(rank);
 }
 
+// The units ZeRO cuts world rank `rank`'s part into (zero.h): under expert parallelism
+// the experts' runs apart.
+std::vector<parallel::ZeroUnit> RankZeroUnits(const TrainOptions& o,
+                                              const model::ParameterLayout& layout) {
+  return parallel::ZeroUnits(layout, o.zero, o.ep > 1);
+}
+
+// World rank `rank`'s ZeRO shard of `layout`: the dense units cut over its dp group, the
+// experts' over its edp group (whose rank is the dp rank / ep; topology.h).
+parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLayout& layout,
+                                int rank) {
+  const int dp_rank = o.topology().Of(rank).dp;
+  return parallel::Sharding(RankZeroUnits(o, layout), {o.dp, dp_rank}, {o.dp / o.ep, dp_rank / o.ep});
+}
+
+// The nodes of the ranks of world rank `rank`'s dp group, or (`experts`) of its edp group:
+// the hierarchical algorithm's bytes depend on them.
+std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
+  const TrainOptions& o = in.options;
+  const parallel::Topology grid = o.topology();
+  const std::vector<int> group = experts ? grid.EdpGroup(rank) : grid.DpGroup(rank);
+  return in.nodes != nullptr ? in.nodes->Of(group) : std::vector<int>(group.size(), 0);
+}
+
 // The per-token replicas' elements in the gradients the optimizer of world rank `rank`
 // sees: its part of the model, or its ZeRO shard of that.
 int64_t PerTokenElements(const TrainOptions& o, int rank) {
   const model::ParameterLayout layout = StageLayout(o, rank);
   std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
   if (o.zero >= 1) {
-    const parallel::Sharding shard(parallel::ZeroUnits(layout, o.zero), o.dp, o.topology().Of(rank).dp);
+    const parallel::Sharding shard = RankSharding(o, layout, rank);
     std::vector<model::TensorRange> mine;
     for (const parallel::Sharding::Piece& p : shard.pieces()) {
       for (const model::TensorRange& r : model::RangesIn(ranges, p.own.offset, p.own.end())) {
@@ -134,20 +158,35 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   if (key.group == "ep" && key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
     return scalar(o.ep, dp_rank % o.ep, 8);  // the experts' squares
   }
+  // ZeRO's reduce-scatters (the gradients) and all-gathers (the parameters) of the units
+  // the row's group cuts: the dp group's, or under ep the edp group's (the experts').
+  auto zero_bytes = [&](bool experts, int ranks, int group_rank) -> int64_t {
+    if (ZeroCalls(o, key) == 0) return -1;
+    const std::vector<comm::Chunk> units =
+        parallel::ChunksOf(RankZeroUnits(o, StageLayout(o, rank)), experts);
+    const int64_t element = key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
+                                                                             : BytesOf(o).params;
+    return in.steps * parallel::ZeroBytesPerStep(units, o.zero, ranks, group_rank,
+                                                 o.accumulation_steps(), key.algorithm,
+                                                 key.primitive, key.phase, o.recompute, element,
+                                                 GroupNodes(in, rank, experts));
+  };
+  const bool zero_row = key.primitive == comm::Primitive::kReduceScatter ||
+                        key.primitive == comm::Primitive::kAllGather;
+  if (key.group == "edp" && zero_row) return zero_bytes(true, o.dp / o.ep, dp_rank / o.ep);
   if (key.group == "edp" && key.primitive == comm::Primitive::kAllReduce &&
       key.phase == comm::Phase::kBackward) {  // the experts' gradient buckets
     const std::vector<comm::Chunk> experts = parallel::ExpertRanges(StageLayout(o, rank), true);
     return in.steps * parallel::GradientSyncBytesPerStep(experts, o.dp / o.ep, dp_rank / o.ep,
                                                          BucketBytes(o), key.algorithm,
-                                                         o.Precision().grad_comm);
+                                                         o.Precision().grad_comm,
+                                                         GroupNodes(in, rank, true));
   }
   if (key.group != "dp") return -1;
-  // This rank's part of the model: the buffer the dp group reduces or shards; the nodes
-  // of the group's ranks (the hierarchical algorithm's bytes depend on them).
+  if (zero_row) return zero_bytes(false, o.dp, dp_rank);
+  // This rank's part of the model: the buffer the dp group reduces.
   const model::ParameterLayout layout = StageLayout(o, rank);
-  const std::vector<int> nodes = in.nodes != nullptr
-                                     ? in.nodes->Of(o.topology().DpGroup(rank))
-                                     : std::vector<int>(o.dp, 0);
+  const std::vector<int> nodes = GroupNodes(in, rank, false);
   auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
     return in.steps *
            comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element, nodes).sent;
@@ -168,15 +207,6 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
       if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
       if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
       return -1;
-    case comm::Primitive::kReduceScatter:  // ZeRO: the gradients
-    case comm::Primitive::kAllGather:      // ZeRO: the parameters
-      if (ZeroCalls(o, key) == 0) return -1;
-      return in.steps * parallel::ZeroBytesPerStep(
-                            layout, o.zero, o.dp, dp_rank, o.accumulation_steps(), key.algorithm,
-                            key.primitive, key.phase, o.recompute,
-                            key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
-                                                                             : BytesOf(o).params,
-                            nodes);
     default:
       return -1;
   }
@@ -193,7 +223,15 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   const TrainOptions& o = in.options;
   const int64_t element = key.primitive == comm::Primitive::kAllGather ? BytesOf(o).params
                                                                        : BytesOf(o).grad_comm;
-  const int64_t part_bytes = in.steps * o.model.NumParams() * element / (o.tp * o.pp);
+  // The Φ the row's group sums or shards: the model's, or under expert parallelism the dp
+  // group's dense parameters and the edp group's experts of one ep rank (E/ep of each layer's).
+  int64_t phi = o.model.NumParams();
+  if (o.ep > 1) {
+    const int64_t c = o.model.n_embd;
+    const int64_t experts = int64_t(o.model.n_layer) * o.model.n_experts * (8 * c * c + 5 * c);
+    phi = key.group == "edp" ? experts / o.ep : phi - experts;
+  }
+  const int64_t part_bytes = in.steps * phi * element / (o.tp * o.pp);
   if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV &&
       (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward)) {
     // The seed's balanced estimate: each all-to-all sends (N−1)/N of the micro-batch's
@@ -215,7 +253,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
     return in.steps * p->calls * passes * p->count * int64_t(p->element);
   }
   if (parallel::IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
-  if (key.group != "dp") return -1;
+  if (key.group != "dp" && key.group != "edp") return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
     return 2 * part_bytes;
   }
@@ -271,7 +309,6 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
 }  // namespace
 
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
-  const int dp_rank = o.topology().Of(rank).dp;
   const model::ParameterLayout layout = StageLayout(o, rank);
   const int64_t phi = layout.total();
   const ValueBytes bytes = BytesOf(o);
@@ -280,7 +317,7 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
                                     (o.Precision().master_weights() ? 4 : 0);
   MemoryFormula f;
   if (o.zero == 0) return {bytes.params * phi, bytes.grads * phi, state_per_element * phi};
-  const parallel::Sharding sharding(parallel::ZeroUnits(layout, o.zero), o.dp, dp_rank);
+  const parallel::Sharding sharding = RankSharding(o, layout, rank);
   int64_t largest_chunk = 0;
   for (const parallel::Sharding::Piece& p : sharding.pieces()) {
     largest_chunk = std::max(largest_chunk, p.own.count);
@@ -327,7 +364,7 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
       }
       open_grads = 4 * GradientsHeldWithOverlap(layout, backwards);
     }
-    for (const std::pair<size_t, size_t>& unit : parallel::PiecesOfUnits(layout, o.zero)) {
+    for (const std::pair<size_t, size_t>& unit : parallel::PiecesOfUnits(layout, o.zero, o.ep > 1)) {
       int64_t own = 0;
       for (size_t i = unit.first; i < unit.second; ++i) own += sharding.pieces()[i].own.count;
       in_flight_reduced = std::max(in_flight_reduced, own);

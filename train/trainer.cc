@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
-    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*dp_group=*/options.dp > 1 || options.zero > 0));
+    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.zero > 0));
   }
   t->tensor_parallel_ = parallel::TensorParallel(t->groups_.tp.get(), options.sequence_parallel,
                                                  t->model_alloc_.device(),
@@ -104,10 +104,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     ASSIGN_OR_RETURN(t->zero_, parallel::ZeroWeights::Create(
                                    t->groups_.dp.get(), options.zero, layout, options.seed,
                                    make_optimizer, algorithm, tp, t->groups_.pp.get(),
-                                   t->model_alloc_.device(), options.Precision()));
+                                   t->model_alloc_.device(), options.Precision(), t->groups_.edp.get()));
     t->zero_->set_overlap(options.overlap, options.overlap && options.pp == 1);
     ASSIGN_OR_RETURN(t->gpt_,
-                     model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage));
+                     model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage,
+                                        t->experts_.get()));
   } else {
     ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp,
                                                  stage, options.Precision(), t->experts_.get()));
@@ -262,10 +263,16 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
   s.aux_loss = sums[0] / (double(options_.dp) * options_.accumulation_steps());
   s.dropped = sums[2] > 0 ? sums[1] / sums[2] : 0;
   const auto tokens = sums.begin() + 3;
-  s.expert_tokens_min = *std::min_element(tokens, tokens + experts);
-  s.expert_tokens_max = *std::max_element(tokens, tokens + experts);
+  expert_tokens_.resize(m.expert_tokens.size(), 0.0);
+  std::vector<double> per_expert(size_t(experts), 0.0);  // over the layers
+  for (size_t i = 0; i < m.expert_tokens.size(); ++i) {
+    expert_tokens_[i] += tokens[ptrdiff_t(i)];
+    per_expert[i % size_t(experts)] += tokens[ptrdiff_t(i)];
+  }
+  s.expert_tokens_min = *std::min_element(per_expert.begin(), per_expert.end());
+  s.expert_tokens_max = *std::max_element(per_expert.begin(), per_expert.end());
   double all = 0;
-  for (int e = 0; e < experts; ++e) all += tokens[e];
+  for (double t : per_expert) all += t;
   s.expert_tokens_mean = all / experts;
   return absl::OkStatus();
 }

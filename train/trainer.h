@@ -88,6 +88,9 @@ class Trainer {
   int64_t start_step() const { return start_step_; }
   // The loss of every step Run made.
   const std::vector<float>& losses() const { return losses_; }
+  // With experts: the choices each expert of each layer received over the steps so far,
+  // summed over the world's ranks, [l·E + e] (the report's routing table).
+  const std::vector<double>& expert_tokens() const { return expert_tokens_; }
   // With --trace: every forward and backward of a micro-batch this rank ran.
   struct Span {
     std::string name;  // "forward 3", "backward 3"
@@ -151,6 +154,7 @@ class Trainer {
   int64_t start_step_ = 0;
   StopAgreement* stop_ = nullptr;
   std::vector<float> losses_;
+  std::vector<double> expert_tokens_;
   std::vector<Span> spans_;
   // Records a span from `start` to now (with --trace).
   void RecordSpan(const char* what, int micro_batch, int64_t start);

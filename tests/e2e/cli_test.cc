@@ -67,7 +67,6 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--dp=2 --ep=2", "--ep=2 splits experts over ranks: it needs --n_experts"},
       {"--n_experts=4 --dp=2 --ep=4", "--ep=4 must divide --dp=2"},
       {"--n_experts=6 --dp=4 --ep=4", "--n_experts=6 must be divisible by --ep=4"},
-      {"--n_experts=4 --dp=2 --ep=2 --zero=1", "--zero with --ep=2"},
       {"--n_experts=4 --tp=2 --sequence_parallel", "--n_experts with --sequence_parallel"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
@@ -291,6 +290,23 @@ TEST(TallyTrain, ThreeDRunPrintsTheTopologyAndEveryGroupsRows) {
                             "pp,sendrecv,ring,forward,stage0->1", "embedding,all_reduce"}) {
     EXPECT_TRUE(absl::StrContains(r.output, group)) << group << "\n" << r.output;
   }
+}
+
+// Experts over ep of the dp ranks with ZeRO, in another rank order, from the command
+// line: the single-rank check, the edp rows and the routing table.
+TEST(TallyTrain, ExpertParallelZeroRunMatchesTheSingleRank) {
+  Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --n_experts=4 --capacity_factor=1.25 "
+                        "--dp=4 --ep=2 --tp=2 --zero=1 --order=dp-tp-pp --print_topology "
+                        "--check_against_serial --global_batch_size=8 --steps=2 --eval_every=0 "
+                        "--sample_bytes=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "rank 0: dp 0 pp 0 tp 0 node 0 | dp group [0 1 2 3] | "
+                                          "tp group [0 4] | pp group [0] | ep 0: ep group [0 1] | "
+                                          "edp group [0 2]"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "(within 1e-5)")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "edp       reduce_scatter  ring   backward")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "routing per step, over 2 steps (E = 4, top 2;")) << r.output;
 }
 
 // --trace: one process per rank, and the schedules' different orders on stage 0.

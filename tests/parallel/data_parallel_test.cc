@@ -65,14 +65,15 @@ model::ParameterLayout Tiny() {
 TEST(ZeroUnits, EachStageCutsTheBufferAsItShould) {
   const model::ParameterLayout layout = Tiny();
   ASSERT_EQ(ZeroUnits(layout, 1).size(), 1u);
-  EXPECT_EQ(ZeroUnits(layout, 1)[0].count, layout.total());
+  EXPECT_EQ(ZeroUnits(layout, 1)[0].chunk.count, layout.total());
   for (int stage : {2, 3}) {
-    const std::vector<comm::Chunk> units = ZeroUnits(layout, stage);
+    const std::vector<ZeroUnit> units = ZeroUnits(layout, stage);
     EXPECT_EQ(units.size(), layout.units().size()) << stage;
     int64_t covered = 0;
-    for (const comm::Chunk& u : units) {
-      EXPECT_EQ(u.offset, covered);
-      covered += u.count;
+    for (const ZeroUnit& u : units) {
+      EXPECT_EQ(u.chunk.offset, covered);
+      EXPECT_FALSE(u.experts);
+      covered += u.chunk.count;
     }
     EXPECT_EQ(covered, layout.total());
     for (int ranks : {2, 3}) {
@@ -90,6 +91,53 @@ TEST(ZeroUnits, EachStageCutsTheBufferAsItShould) {
       }
       EXPECT_EQ(shards, layout.total());
       EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0);
+    }
+  }
+}
+
+// Under expert parallelism every unit is cut into runs of the experts' tensors and of the
+// others, which still tile the buffer in order; a layer's unit is two, its dense tensors
+// and its experts'. The experts' runs are sharded over the edp group alone: each of their
+// elements is one rank's of each edp group.
+TEST(ZeroUnits, ExpertParallelismCutsTheExpertsApart) {
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_embd = 8;
+  c.n_head = 2;
+  c.seq_len = 4;
+  c.n_experts = 4;
+  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(c, 1, 0, {}, /*ep=*/2, 1);
+  for (int stage : {1, 2, 3}) {
+    const std::vector<ZeroUnit> units = ZeroUnits(layout, stage, /*expert_parallel=*/true);
+    int64_t covered = 0, experts = 0;
+    for (const ZeroUnit& u : units) {
+      EXPECT_EQ(u.chunk.offset, covered) << stage;
+      covered += u.chunk.count;
+      for (const model::ParamSpec& spec : layout.specs()) {
+        if (spec.offset >= u.chunk.offset && spec.offset < u.chunk.end()) {
+          EXPECT_EQ(spec.expert, u.experts) << spec.name;
+          if (spec.expert) experts += spec.numel;
+        }
+      }
+    }
+    EXPECT_EQ(covered, layout.total());
+    EXPECT_GT(experts, 0);
+    // ZeRO-1: [embeddings, layer 0's dense] [layer 0's experts] [layer 1's dense] [experts] [ln_f]
+    EXPECT_EQ(units.size(), stage == 1 ? 5u : 2u * c.n_layer + 2) << stage;
+    EXPECT_EQ(PiecesOfUnits(layout, stage, true).back().second, units.size()) << stage;
+    // 4 dp ranks, ep 2: edp groups {0, 2} and {1, 3}; dp rank d is edp rank d / 2.
+    std::vector<int> owners(size_t(layout.total()), 0);
+    for (int d = 0; d < 4; ++d) {
+      const Sharding shard(units, {4, d}, {2, d / 2});
+      for (const Sharding::Piece& p : shard.pieces()) {
+        for (int64_t i = p.own.offset; i < p.own.end(); ++i) ++owners[size_t(i)];
+      }
+    }
+    for (const ZeroUnit& u : units) {
+      for (int64_t i = u.chunk.offset; i < u.chunk.end(); ++i) {
+        // Dense elements: one dp rank's; experts': one rank of each of the 2 edp groups.
+        ASSERT_EQ(owners[size_t(i)], u.experts ? 2 : 1) << "element " << i;
+      }
     }
   }
 }
@@ -119,7 +167,7 @@ TEST(ZeroBytes, EachPassSendsNMinusOneOverNOfTheBuffer) {
     for (int n : {2, 3}) {
       int64_t all = 0;
       for (int r = 0; r < n; ++r) {
-        all += ZeroBytesPerStep(layout, stage, n, r, /*micro_batches=*/1, Algorithm::kRing,
+        all += ZeroBytesPerStep(ChunksOf(ZeroUnits(layout, stage), false), stage, n, r, /*micro_batches=*/1, Algorithm::kRing,
                                 Primitive::kReduceScatter, Phase::kBackward, false);
       }
       EXPECT_EQ(all, (n - 1) * layout.total() * 4) << stage << " " << n;

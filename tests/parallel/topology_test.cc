@@ -77,7 +77,7 @@ TEST(Topology, SplitGroupsAreTheGridsGroups) {
   comm::LaunchOptions launch;
   launch.world_size = grid.world();
   absl::Status s = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    absl::StatusOr<Topology::Groups> groups = grid.Split(world, /*dp_group=*/true);
+    absl::StatusOr<Topology::Groups> groups = grid.Split(world, /*sharded=*/false);
     if (!groups.ok()) return groups.status();
     const int r = world.rank();
     auto check = [&](const comm::Communicator* group, const std::vector<int>& members) {

@@ -107,6 +107,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
   const comm::Algorithm algorithm = g.allreduce;
   const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
   const int64_t phi = layout.total();
+  const std::vector<comm::Chunk> units = parallel::ChunksOf(parallel::ZeroUnits(layout, stage), false);
   const int micro_batches = o.accumulation_steps();
   using comm::Phase;
   using comm::Primitive;
@@ -117,7 +118,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
   for (int r = 0; r < dp; ++r) {
     int64_t expected_total = 0;
     for (auto [primitive, phase] : moves) {
-      int64_t exact = o.steps * parallel::ZeroBytesPerStep(layout, stage, dp, r, micro_batches,
+      int64_t exact = o.steps * parallel::ZeroBytesPerStep(units, stage, dp, r, micro_batches,
                                                            algorithm, primitive, phase);
       int64_t sent = zero.traffic[r].Sum([&](const comm::LedgerKey& k) {
         return k.group == "dp" && k.primitive == primitive && k.phase == phase;

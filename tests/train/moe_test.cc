@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "runtime/safetensors.h"
@@ -56,11 +58,13 @@ INSTANTIATE_TEST_SUITE_P(
                            .virtual_stages = 2, .recompute = true}),
     GridName);
 
-// Expert parallelism: ep of the dp ranks share each layer's experts.
+// Expert parallelism: ep of the dp ranks share each layer's experts; ZeRO shards the
+// experts over the edp group and the rest over the dp group.
 struct EpGrid {
   int dp, ep, pp;
   bool recompute = false;
   int tp = 1;
+  int zero = 0;
 };
 
 class ExpertParallelTest : public ::testing::TestWithParam<EpGrid> {};
@@ -69,7 +73,8 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
   const EpGrid g = GetParam();
   const int global_batch = 4 * g.dp;
   TrainOptions o =
-      Grid{.dp = g.dp, .tp = g.tp, .pp = g.pp, .recompute = g.recompute}.On(Moe(global_batch));
+      Grid{.dp = g.dp, .tp = g.tp, .pp = g.pp, .zero = g.zero, .recompute = g.recompute}.On(
+          Moe(global_batch));
   o.ep = g.ep;
   o.model.n_experts = 4;
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
@@ -97,6 +102,11 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
     EXPECT_EQ(ep(comm::Primitive::kAllToAll, comm::Phase::kBackward).bytes_sent,
               g.recompute ? want.counts : 0);
     EXPECT_GT(want.forward, 0);
+    if (g.zero > 0 && g.dp > g.ep) {  // the experts' shards are reduced over the edp group
+      EXPECT_GT(world.ledger().Sum([](const comm::LedgerKey& key) {
+        return key.group == "edp" && key.primitive == comm::Primitive::kReduceScatter;
+      }).bytes_sent, 0);
+    }
     const comm::TransferTotals all = world.ledger().Sum([](const comm::LedgerKey& key) {
       return key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV;
     });
@@ -113,14 +123,25 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
 INSTANTIATE_TEST_SUITE_P(Grids, ExpertParallelTest,
                          ::testing::Values(EpGrid{2, 2, 1}, EpGrid{4, 2, 1}, EpGrid{4, 4, 1},
                                            EpGrid{2, 2, 2}, EpGrid{2, 2, 2, true},
-                                           EpGrid{2, 2, 1, false, 2}),
+                                           EpGrid{2, 2, 1, false, 2},
+                                           EpGrid{4, 2, 1, false, 1, 1}, EpGrid{2, 2, 1, false, 1, 1},
+                                           EpGrid{4, 2, 1, false, 1, 2}, EpGrid{4, 2, 1, false, 1, 3},
+                                           EpGrid{2, 2, 2, false, 1, 2},
+                                           EpGrid{4, 2, 1, false, 2, 3}),
                          [](const ::testing::TestParamInfo<EpGrid>& grid) {
                            return "dp" + std::to_string(grid.param.dp) + "_ep" +
                                   std::to_string(grid.param.ep) + "_pp" +
                                   std::to_string(grid.param.pp) + "_tp" +
                                   std::to_string(grid.param.tp) +
+                                  (grid.param.zero > 0 ? "_zero" + std::to_string(grid.param.zero) : "") +
                                   (grid.param.recompute ? "_recompute" : "");
                          });
+
+// Steps 4..6 resumed from a step-3 checkpoint: the uninterrupted run's.
+void ExpectResumedSteps(const std::vector<float>& resumed, const std::vector<float>& reference) {
+  ASSERT_EQ(resumed.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(resumed[k], reference[3 + k], 1e-5 * reference[3 + k]);
+}
 
 TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
   TrainOptions straight = Moe(8);
@@ -141,23 +162,25 @@ TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
   TrainOptions serial = Moe(8);
   serial.steps = 6;
   serial.load = path;
-  const std::vector<float> losses = Resume(serial);
-  ASSERT_EQ(losses.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  ExpectResumedSteps(Resume(serial), reference.losses);
   // Saved by expert-parallel ranks, each holding half the experts, resumed on one; and
   // the serial run's checkpoint resumed with the experts split.
   TrainOptions split = Grid{.dp = 2}.On(Moe(8));
   split.ep = 2;
   split.steps = 6;
   TrainAndSave(split, 3, path);
-  const std::vector<float> from_split = Resume(serial);
-  ASSERT_EQ(from_split.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(from_split[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  ExpectResumedSteps(Resume(serial), reference.losses);
+  // ZeRO-3 with the experts sharded over the edp groups, resumed on one rank.
+  TrainOptions sharded = Grid{.dp = 4, .zero = 3}.On(Moe(8));
+  sharded.ep = 2;
+  sharded.steps = 6;
+  TrainAndSave(sharded, 3, path);
+  ExpectResumedSteps(Resume(serial), reference.losses);
   TrainAndSave(straight, 3, path);
+  sharded.load = path;
+  ExpectResumedSteps(Resume(sharded), reference.losses);
   split.load = path;
-  const std::vector<float> into_split = Resume(split);
-  ASSERT_EQ(into_split.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(into_split[k], reference.losses[3 + k], 1e-5 * reference.losses[3 + k]);
+  ExpectResumedSteps(Resume(split), reference.losses);
   // Neither a dense model's flags nor another top-k load it.
   TrainOptions dense = TinyGrid(8);
   dense.steps = 6;
@@ -190,6 +213,67 @@ TEST(MoeStep, ReportsTheAuxiliaryLossDropsAndLoad) {
   o = Moe(8);
   o.model.moe_top_k = 5;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "moe_top_k must be in [1, n_experts = 4]"));
+}
+
+// The report's routing table: each layer's tokens per expert are the serial run's (the
+// same routing on every grid), add up to the kept choices, and under --ep the layer's
+// dispatch column is the ledger's per rank.
+TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
+  const TrainOptions serial = Moe(8);
+  std::unique_ptr<Trainer> one = Trainer::Create(serial).value();
+  double kept = 0;
+  for (int64_t k = 0; k < serial.steps; ++k) {
+    const StepStats s = one->TrainStep(k).value();
+    kept += (1 - s.dropped) * 8 * 16 * 2 * serial.model.n_layer;
+  }
+  const std::vector<double> want = one->expert_tokens();
+  ASSERT_EQ(want.size(), size_t(serial.model.n_layer * 4));
+  double sum = 0;
+  for (double t : want) sum += t;
+  EXPECT_NEAR(sum, kept, 1e-6 * kept);
+
+  TrainOptions o = Grid{.dp = 4, .pp = 2}.On(Moe(8));
+  o.ep = 2;
+  std::vector<comm::TrafficLedger> traffic(size_t(o.world()));
+  std::vector<MemoryLedger> memory(size_t(o.world()));
+  std::vector<double> tokens;
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
+    world.ledger().Clear();
+    for (int64_t k = 0; k < o.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    traffic[size_t(world.rank())] = world.ledger();
+    if (world.rank() == 0) tokens = trainer->expert_tokens();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(tokens, want);
+  ReportInputs in{o, o.steps, traffic, memory};
+  in.expert_tokens = tokens;
+  const std::string table = RoutingTable(in);
+  const std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), size_t(2 + o.model.n_layer)) << table;
+  for (int l = 0; l < o.model.n_layer; ++l) {
+    const std::vector<std::string> cells =
+        absl::StrSplit(lines[size_t(2 + l)], ' ', absl::SkipEmpty());
+    ASSERT_EQ(cells.size(), 7u) << lines[size_t(2 + l)];
+    const auto first = want.begin() + l * 4;
+    EXPECT_EQ(cells[1], absl::StrFormat("%.1f", *std::min_element(first, first + 4) / o.steps));
+    EXPECT_EQ(cells[3], absl::StrFormat("%.1f", *std::max_element(first, first + 4) / o.steps));
+    int64_t lo = -1, hi = 0;
+    for (const comm::TrafficLedger& ledger : traffic) {
+      const comm::TransferTotals t = ledger.Sum([&](const comm::LedgerKey& k) {
+        return k.group == "ep" && k.phase == comm::Phase::kForward &&
+               k.label == absl::StrCat("layer", l, ".dispatch");
+      });
+      if (t.messages_sent == 0) continue;
+      hi = std::max(hi, t.bytes_sent / o.steps);
+      lo = lo < 0 ? t.bytes_sent / o.steps : std::min(lo, t.bytes_sent / o.steps);
+    }
+    EXPECT_GT(hi, 0);
+    EXPECT_EQ(cells[6], lo == hi ? absl::StrCat(hi) : absl::StrCat(lo, "..", hi)) << l;
+  }
 }
 
 }  // namespace

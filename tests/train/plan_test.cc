@@ -216,9 +216,8 @@ INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
 namespace tally::train {
 namespace {
 
-// Experts over ep of the dp ranks: the dp and edp rows are what a run measures, the
-// all-to-all row the balanced formula, and a GPU holds E/ep of the experts.
-TEST(PlanExperts, DpAndEdpRowsAreTheMeasuredOnesAndTheAllToAllIsBalanced) {
+// SmallPlan's model with 4 experts, top 2, in fp32, over dp 4 of which ep 2.
+PlanInput ExpertPlan() {
   PlanInput in = SmallPlan();
   in.model = WithExperts(in.model, 4, 2);
   in.n_experts = 4;
@@ -226,6 +225,13 @@ TEST(PlanExperts, DpAndEdpRowsAreTheMeasuredOnesAndTheAllToAllIsBalanced) {
   in.bytes_per_value = 4;
   in.dp = 4;
   in.ep = 2;
+  return in;
+}
+
+// Experts over ep of the dp ranks: the dp and edp rows are what a run measures, the
+// all-to-all row the balanced formula, and a GPU holds E/ep of the experts.
+TEST(PlanExperts, DpAndEdpRowsAreTheMeasuredOnesAndTheAllToAllIsBalanced) {
+  const PlanInput in = ExpertPlan();
   EXPECT_EQ(in.model.params, in.model.config.NumParams());
   const RunResult run = RunPlan(in);
   int compared = 0;
@@ -254,6 +260,39 @@ TEST(PlanExperts, DpAndEdpRowsAreTheMeasuredOnesAndTheAllToAllIsBalanced) {
   const double h = 16, experts = 4 * 4 * (8 * h * h + 5 * h);
   EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu,
                    16 * (double(in.model.params) - experts / 2));
+}
+
+// ZeRO under expert parallelism: the dense part sharded over dp, the experts over edp;
+// the zero-N row is a run's reduce-scatters and all-gathers over both groups.
+TEST(PlanExperts, ZeroRowsAreTheMeasuredDpAndEdpPasses) {
+  for (int zero : {1, 2, 3}) {
+    PlanInput in = ExpertPlan();
+    in.zero = zero;
+    const RunResult run = RunPlan(in);
+    int64_t most = 0, edp = 0;
+    for (const comm::TrafficLedger& ledger : run.traffic) {
+      most = std::max(most, ledger.Sum([](const comm::LedgerKey& k) {
+        return (k.group == "dp" || k.group == "edp") && k.primitive != comm::Primitive::kAllReduce;
+      }).bytes_sent);
+      edp += ledger.Sum([](const comm::LedgerKey& k) { return k.group == "edp"; }).bytes_sent;
+    }
+    EXPECT_GT(edp, 0) << zero;
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      if (row.strategy != absl::StrCat("zero-", zero)) continue;
+      EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
+      ++compared;
+    }
+    EXPECT_EQ(compared, 1) << zero;
+    // fp32 model states: a GPU's half of the experts sharded over its 2 edp ranks, the
+    // rest over the 4 dp ranks, as far as the stage shards.
+    const double h = 16, experts = 4 * 4 * (8 * h * h + 5 * h) / 2, dense = double(in.model.params) - 2 * experts;
+    auto held = [&](bool sharded) { return sharded ? dense / 4 + experts / 2 : dense + experts; };
+    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu,
+                     4 * held(zero >= 3) + 4 * held(zero >= 2) + 8 * held(zero >= 1)) << zero;
+    const MemoryFormula f = PredictedMemory(PlanAsTrainOptions(in), 0);
+    EXPECT_NEAR(double(f.optimizer), 8 * held(true), 8.0 * 40) << zero;  // rounding of uneven chunks
+  }
 }
 
 }  // namespace

@@ -173,7 +173,7 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
       int64_t expected = 0;
       for (comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward, comm::Phase::kOptimizer}) {
         for (comm::Primitive p : {comm::Primitive::kReduceScatter, comm::Primitive::kAllGather}) {
-          expected += o.steps * parallel::ZeroBytesPerStep(part, zero, o.dp, dp_rank, o.accumulation_steps(),
+          expected += o.steps * parallel::ZeroBytesPerStep(parallel::ChunksOf(parallel::ZeroUnits(part, zero), false), zero, o.dp, dp_rank, o.accumulation_steps(),
                                                            comm::Algorithm::kRing, p, phase);
         }
       }
