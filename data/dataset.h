@@ -48,6 +48,10 @@ struct Dataset {
 // kMaxDataBytes, or a split is shorter than one sequence.
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, int seq_len);
 
+// One sequence of zero tokens as both splits: what a dry run trains on (its model has no
+// values, so no text could change what it counts).
+Dataset Placeholder(int seq_len);
+
 // The largest data file read (each byte becomes a 4-byte token): 1 GiB.
 inline constexpr int64_t kMaxDataBytes = int64_t(1) << 30;
 

@@ -24,6 +24,11 @@ ABSL_FLAG(int, n_layer, kDefaults.model.n_layer, "transformer blocks");
 ABSL_FLAG(int, n_head, kDefaults.model.n_head, "attention heads (must divide n_embd)");
 ABSL_FLAG(int, n_embd, kDefaults.model.n_embd, "channels");
 ABSL_FLAG(int, seq_len, kDefaults.model.seq_len, "tokens per sequence (and positions in the table)");
+ABSL_FLAG(int, vocab_size, kDefaults.model.vocab_size,
+          "--dry_run only: the token embedding's rows (training is byte-level, 256)");
+ABSL_FLAG(bool, dry_run, false,
+          "run the real code on meta tensors (shapes, no values): every byte and every "
+          "allocation counted at real size, no computation, no payload moved");
 ABSL_FLAG(int, n_experts, kDefaults.model.n_experts,
           "experts in every block's MLP, behind a learned router (0: the dense MLP)");
 ABSL_FLAG(int, moe_top_k, kDefaults.model.moe_top_k, "experts each token goes to");
@@ -137,6 +142,8 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
   o.model.n_embd = absl::GetFlag(FLAGS_n_embd);
+  o.model.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  o.dry_run = absl::GetFlag(FLAGS_dry_run);
   o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
   o.model.n_experts = absl::GetFlag(FLAGS_n_experts);
   o.model.moe_top_k = absl::GetFlag(FLAGS_moe_top_k);

@@ -158,6 +158,17 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
   RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.router_w, nullptr, n, c, e_count));
   std::vector<float> logits(static_cast<size_t>(n) * e_count);
   RETURN_IF_ERROR(k.ToHost(logits.data(), s.logits, sizeof(float) * logits.size()));
+  if (k.device().type == DeviceType::kMeta) {
+    // A dry run has no logits: token i prefers experts i·k, i·k + 1, ... (mod E), in that
+    // order, the balanced routing the seed's all-to-all estimate assumes.
+    const int top = config.moe_top_k;
+    for (int i = 0; i < n; ++i) {
+      for (int e = 0; e < e_count; ++e) {
+        const int rank = ((e - i * top) % e_count + e_count) % e_count;
+        logits[size_t(i) * e_count + e] = -float(rank);
+      }
+    }
+  }
   *a.routing = Route(config, logits.data(), n);
   MoeRouting& r = *a.routing;
   // The tokens' rows, as each expert takes them.

@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ParameterLayout& 
     ASSIGN_OR_RETURN(r->master_,
                      Tensor::Empty({total}, DType::kF32, alloc, MemoryCategory::kOptimizer));
   }
+  if (alloc.device().type == DeviceType::kMeta) return r;  // no values to initialise
   std::vector<float> host(size_t(layout.total()));
   InitializeParameters(layout, seed, 0, layout.total(), host.data());
   RETURN_IF_ERROR(r->master().CopyFromHost(host.data()));

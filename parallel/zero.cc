@@ -188,8 +188,9 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
 
   // Parameters and segments: ZeRO-3 holds and updates the packed shard; ZeRO-1/2 update
   // their chunks where they are, in the whole buffer. Initialised on the host, then
-  // copied to the device.
-  std::vector<float> init(size_t(zero_stage == 3 ? shard : total));
+  // copied to the device (a meta device's take no values).
+  const bool values = device.type != DeviceType::kMeta;
+  std::vector<float> init(values ? size_t(zero_stage == 3 ? shard : total) : 0);
   const std::vector<model::TensorRange> buffer_ranges = model::TensorRanges(z->layout_);
   for (const Sharding::Piece& p : z->sharding_.pieces()) {
     const int64_t param_shift = zero_stage == 3 ? 0 : p.own.offset - p.packed;
@@ -200,10 +201,11 @@ absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
       z->segments_.push_back(model::OptimizerSegments({r}, param_shift).front());
       z->master_segments_.push_back(model::OptimizerSegments({r}, 0).front());
     }
-    if (zero_stage == 3) {
+    if (zero_stage == 3 && values) {
       model::InitializeParameters(layout, seed, p.own.offset, p.own.end(), init.data() + p.packed);
     }
   }
+  if (!values) return z;
   if (zero_stage < 3) {
     model::InitializeParameters(layout, seed, 0, total, init.data());
     RETURN_IF_ERROR(z->Load(init.data(), nullptr));

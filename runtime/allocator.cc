@@ -22,13 +22,22 @@ std::shared_ptr<Storage> Storage::Borrow(void* data, size_t bytes, Device device
   return storage;
 }
 
+// Where every meta storage "starts": an address no mapping holds (user space ends at 2^47
+// on x86-64 and arm64), so that pointer arithmetic on it is well defined and any read of
+// it fails loudly. Offsets into one storage stay below 2^45 bytes.
+void* const kMetaAddress = reinterpret_cast<void*>(uintptr_t(1) << 46);
+
 Storage::~Storage() {
-  if (owned_) device_.type == DeviceType::kCUDA ? cuda::Free(data_) : std::free(data_);
+  if (owned_ && device_.type == DeviceType::kCUDA) cuda::Free(data_);
+  if (owned_ && device_.type == DeviceType::kCPU) std::free(data_);
   if (ledger_ != nullptr) ledger_->Release(category_, static_cast<int64_t>(bytes_));
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> Allocator::Allocate(size_t bytes,
                                                              MemoryCategory category) {
+  if (device_.type == DeviceType::kMeta) {  // charged, and nothing taken
+    return std::make_shared<Storage>(kMetaAddress, bytes, device_, ledger_, category);
+  }
   if (device_.type == DeviceType::kCUDA) {  // zero-filled device memory (cuda.h)
     absl::Status on = cuda::SetDevice(device_.index);
     absl::StatusOr<void*> data = on.ok() ? cuda::Malloc(bytes) : absl::StatusOr<void*>(on);

@@ -6,7 +6,9 @@
 //
 // Storage is 64-byte aligned (a cache line; enough for any SIMD load) and zero-filled, and
 // gives its bytes back to the ledger when the last reference to it dies. An allocator of
-// a CUDA device hands out device memory (runtime/cuda/cuda.h), charged the same way. An Allocator
+// a CUDA device hands out device memory (runtime/cuda/cuda.h), charged the same way; one
+// of the meta device charges the bytes and takes none (device.h): its storage's data is an
+// address no memory is mapped at. An Allocator
 // belongs to one rank and is used from that rank's thread.
 #pragma once
 

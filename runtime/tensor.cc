@@ -30,18 +30,24 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shap
       dtype_(dtype) {}
 
 absl::Status Tensor::CopyFromHost(const void* host) const {
+  if (device().type == DeviceType::kMeta) return absl::OkStatus();
   if (device().type == DeviceType::kCUDA) return cuda::CopyToDevice(raw_data(), host, nbytes());
   if (nbytes() > 0) std::memcpy(raw_data(), host, nbytes());
   return absl::OkStatus();
 }
 
 absl::Status Tensor::CopyToHost(void* host) const {
+  if (device().type == DeviceType::kMeta) {  // no values: zeros
+    if (nbytes() > 0) std::memset(host, 0, nbytes());
+    return absl::OkStatus();
+  }
   if (device().type == DeviceType::kCUDA) return cuda::CopyToHost(host, raw_data(), nbytes());
   if (nbytes() > 0) std::memcpy(host, raw_data(), nbytes());
   return absl::OkStatus();
 }
 
 absl::Status Tensor::SetZero() const {
+  if (device().type == DeviceType::kMeta) return absl::OkStatus();
   if (device().type == DeviceType::kCUDA) return cuda::Zero(raw_data(), nbytes());
   if (nbytes() > 0) std::memset(raw_data(), 0, nbytes());
   return absl::OkStatus();
@@ -52,6 +58,8 @@ absl::Status Tensor::CopyFrom(const Tensor& from) const {
     return absl::InvalidArgumentError("[Tensor::CopyFrom] " + std::to_string(from.nbytes()) +
                                       " bytes into " + std::to_string(nbytes()));
   }
+  if (device().type == DeviceType::kMeta) return absl::OkStatus();
+  if (from.device().type == DeviceType::kMeta) return SetZero();
   if (from.device().type == DeviceType::kCPU) return CopyFromHost(from.raw_data());
   if (device().type == DeviceType::kCPU) return from.CopyToHost(raw_data());
   return cuda::CopyOnDevice(raw_data(), from.raw_data(), nbytes());

@@ -62,7 +62,8 @@ class Tensor {
   }
 
   // The tensor's bytes from or to host memory (nbytes() of them), and zeroing them, on
-  // whichever device they live (runtime/cuda/cuda.h for a GPU).
+  // whichever device they live (runtime/cuda/cuda.h for a GPU). A meta tensor has none:
+  // writes to it do nothing, and it reads as zeros.
   absl::Status CopyFromHost(const void* host) const;
   absl::Status CopyToHost(void* host) const;
   absl::Status SetZero() const;

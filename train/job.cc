@@ -85,7 +85,8 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
       RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
     }
   }
-  if (options.device != DeviceType::kCPU) return absl::OkStatus();  // the model is in GPU memory
+  // The model is in GPU memory, or (a dry run) nowhere.
+  if (options.device != DeviceType::kCPU || options.dry_run) return absl::OkStatus();
   return FitsInMemory(options.EstimatedBytes(ranks_here, data_bytes),
                       absl::StrCat("[train] this run (", ranks_here, " rank(s): parameters, gradients, "
                                    "optimizer state, one micro-batch's activations, the data)"));
@@ -221,7 +222,8 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
   StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.timeout_s));
-  if (options.world() == 1 && options.zero == 0 && options.backend == Backend::kThreads) {
+  if (options.world() == 1 && options.zero == 0 && options.backend == Backend::kThreads &&
+      !options.dry_run) {  // one rank, no report (a dry run's report is its output)
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
     trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));

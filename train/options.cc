@@ -75,6 +75,11 @@ absl::StatusOr<DType> ParsePrecision(const char* flag, const std::string& name) 
       absl::StrCat("[flags] --", flag, " must be fp32 or bf16, got '", name, "'"));
 }
 
+Device TrainOptions::ModelDevice(int gpu) const {
+  if (dry_run) return Device::Meta();
+  return device == DeviceType::kCUDA ? Device{DeviceType::kCUDA, gpu} : Device::CPU();
+}
+
 model::Precision TrainOptions::Precision() const {
   model::Precision p;
   p.params = p.activations = precision;
@@ -109,6 +114,10 @@ TrainOptions TrainOptions::Resolved() const {
   if (o.micro_batch_size == 0 && o.dp > 0 && o.global_batch_size % o.dp == 0) {
     o.micro_batch_size = o.global_batch_size / o.dp;
   }
+  if (o.dry_run) {  // nothing to evaluate or sample: the model has no values
+    o.eval_every = 0;
+    o.sample_bytes = 0;
+  }
   return o;
 }
 
@@ -117,7 +126,19 @@ TrainOptions TrainOptions::Resolved() const {
 absl::Status TrainOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
   if (absl::Status s = model.Validate(); !s.ok()) return s;
-  if (model.vocab_size != 256) return bad("vocab_size must be 256 (byte tokens)");
+  if (model.vocab_size != 256 && !dry_run) {
+    return bad("--vocab_size=", model.vocab_size, " needs --dry_run (training is byte-level: 256)");
+  }
+  if (dry_run) {
+    for (auto [set, flag] : {std::pair{!save.empty(), "--save"}, {!load.empty(), "--load"},
+                             {check_against_serial, "--check_against_serial"}}) {
+      if (set) return bad(flag, " with --dry_run: a dry run has no values to save, load or compare");
+    }
+    if (backend != Backend::kThreads || device != DeviceType::kCPU) {
+      return bad("--dry_run runs on --backend=threads --device=cpu (its ranks are threads; its "
+                 "tensors have no memory to put on a GPU)");
+    }
+  }
   if (ep < 1) return bad("--ep must be >= 1, got ", ep);
   if (ep > 1) {
     if (!model.moe()) return bad("--ep=", ep, " splits experts over ranks: it needs --n_experts");

@@ -119,6 +119,13 @@ struct TrainOptions {
   // fp32 matmuls (CUDA only).
   DeviceType device = DeviceType::kCPU;
   bool tf32 = false;
+  // A dry run (--dry_run): the model, its weight store, every strategy and the report run
+  // as always, on meta tensors (runtime/device.h): each allocation is booked at its real
+  // size and none taken, kernels do nothing, and the threads transport matches and counts
+  // every message without moving payload (one message a transfer). The losses are not
+  // computed; evaluation, sampling and checkpoints are off. model.vocab_size may then be
+  // other than 256, for real models' shapes.
+  bool dry_run = false;
   // Mixed precision (model/precision.h): fp32, or bf16 parameters, gradients, activations
   // sent and everything reduced, with fp32 master weights and optimizer state.
   // fp32_grad_accum: a bf16 run's gradients accumulate in fp32 (Megatron's main_grad).
@@ -132,6 +139,10 @@ struct TrainOptions {
   // What the matmuls take: bf16 operands with --precision=bf16, else TF32 with --tf32, else
   // fp32.
   MatmulInputs matmul_inputs() const;
+
+  // Where the model's tensors live: the CPU, GPU `gpu` (--device=cuda) or, in a dry run,
+  // the meta device.
+  Device ModelDevice(int gpu) const;
 
   // The most ranks a run may have (dp x tp x pp).
   static constexpr int64_t kMaxRanks = 4096;

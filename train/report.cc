@@ -258,7 +258,7 @@ std::string FormatReport(const ReportInputs& in) {
         row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
         seed >= 0 ? absl::StrCat(seed) : "-",
         seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-",
-        BandwidthRange(row));
+        o.dry_run ? "-" : BandwidthRange(row));  // a dry run moves no payload
   }
   if (nodes) out += LinkTable(in);
   out += ModelledTable(in);
@@ -268,8 +268,9 @@ std::string FormatReport(const ReportInputs& in) {
            "they move, so their bytes are modelled as the ring's, not observed\n";
     break;
   }
-  if (in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
-  if (o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
+  // A dry run's times are those of code that computes nothing: no table of them.
+  if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
+  if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
   out += RoutingTable(in);
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));

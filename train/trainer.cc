@@ -55,9 +55,7 @@ Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communic
       // On the GPU of the rank's transport (NCCL: one per rank); every rank of the threads
       // backend on GPU 0, which they share.
       model_alloc_(alloc_.ledger(),
-                   options.device == DeviceType::kCUDA
-                       ? Device{DeviceType::kCUDA, world != nullptr ? std::max(0, world->gpu()) : 0}
-                       : Device::CPU()) {}
+                   options.ModelDevice(world != nullptr ? std::max(0, world->gpu()) : 0)) {}
 
 // Long, and kept whole: a rank's set-up in the order its parts depend on each other (the
 // grid's groups, the layer split, the weights and the model, the optimizer, the
@@ -72,7 +70,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                                    options.dp, " x --tp=", options.tp, " x --pp=",
                                                    options.pp));
   }
-  ASSIGN_OR_RETURN(data::Dataset data, data::LoadDataset(options.data, options.model.seq_len));
+  data::Dataset data;
+  if (options.dry_run) {
+    data = data::Placeholder(options.model.seq_len);
+  } else {
+    ASSIGN_OR_RETURN(data, data::LoadDataset(options.data, options.model.seq_len));
+  }
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
   // The BLAS thread count is process-wide: set here for one rank, by Train() before it
   // starts the ranks of a multi-rank run.
@@ -336,14 +339,19 @@ std::string ValJson(int64_t step, float val_loss) {
 
 void Trainer::LogHeader(std::ostream& log) {
   const model::GPTConfig& c = options_.model;
+  const std::string data =
+      options_.dry_run
+          ? "data: none (a dry run: meta tensors, no values)"
+          : absl::StrFormat("data: %s, %d bytes (train %d, val %d tokens); unigram entropy %.3f "
+                            "nats, uniform ln(256) = %.3f",
+                            data_.source, data_.bytes, data_.train.tokens(), data_.val.tokens(),
+                            data_.unigram_entropy, std::log(256.0));
   log << absl::StrFormat(
-      "model: %s, %d parameters\ndata: %s, %d bytes (train %d, val %d tokens); unigram entropy "
-      "%.3f nats, uniform ln(256) = %.3f\nbatch: %d sequences x %d tokens per step; dp=%d "
+      "model: %s, %d parameters\n%s\nbatch: %d sequences x %d tokens per step; dp=%d "
       "(zero=%d) x tp=%d x pp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, "
       "warm-up %d, "
       "%d steps\n",
-      c.ToString(), c.NumParams(), data_.source, data_.bytes, data_.train.tokens(),
-      data_.val.tokens(), data_.unigram_entropy, std::log(256.0), options_.global_batch_size,
+      c.ToString(), c.NumParams(), data, options_.global_batch_size,
       c.seq_len, options_.dp, options_.zero, options_.tp, options_.pp, options_.accumulation_steps(),
       options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
@@ -396,6 +404,12 @@ absl::Status Trainer::Run(std::ostream& out) {
     RETURN_IF_ERROR(Finite(s, world_ != nullptr ? world_->rank() : 0));
     done = s.step;
     losses_.push_back(s.loss);
+    if (options_.dry_run) {  // no values: the time of the code's own work, and the step
+      log << absl::StrFormat("step %5d/%d | dry run (meta tensors: no values, no payload) | %7.1f ms\n",
+                             s.step, options_.steps, s.ms)
+          << std::flush;
+      continue;
+    }
     log << absl::StrFormat(
         "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s",
         s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);

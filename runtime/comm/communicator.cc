@@ -75,6 +75,11 @@ absl::StatusOr<int> Communicator::BufferDevice(const std::string& where, const T
                                                    " and ", t.device().ToString(), " mixed"));
   }
   if (t.device().type == DeviceType::kCPU) return -1;
+  if (t.device().type == DeviceType::kMeta) {
+    if (transport_->CarriesMeta()) return OpSignature::kMetaBuffers;
+    return absl::UnimplementedError(absl::StrCat(where, ": meta tensors (a dry run) need the "
+                                                 "threads transport"));
+  }
   if (!transport_->MovesDeviceMemory()) {
     return absl::UnimplementedError(absl::StrCat(where, ": tensors on ", t.device().ToString(),
                                                  " need a transport that moves GPU memory (the "

@@ -28,10 +28,10 @@ namespace tally {
 
 class Kernels {
  public:
-  // The CPU's kernels (oneDNN's matmuls), or those of a CUDA device (cuBLAS), whose
+  // The CPU's kernels (oneDNN's matmuls), those of a CUDA device (cuBLAS), whose
   // matmuls (linear layers and attention's four products) take their operands as `inputs`
-  // says (matmul_inputs.h; TF32 is CUDA's only). A CUDA device in a build or on a machine
-  // without one fails, saying why.
+  // says (matmul_inputs.h; TF32 is CUDA's only), or the meta device's, which do nothing
+  // (device.h). A CUDA device in a build or on a machine without one fails, saying why.
   static absl::StatusOr<std::unique_ptr<Kernels>> Create(
       Device device, MatmulInputs inputs = MatmulInputs::kF32);
   virtual ~Kernels() = default;
@@ -154,5 +154,7 @@ class Kernels {
 // The CUDA half of Kernels::Create (runtime/kernels/cuda; an error in a build without it).
 absl::StatusOr<std::unique_ptr<Kernels>> CreateCudaKernels(int device_index,
                                                            MatmulInputs inputs);
+// The meta device's (meta_kernels.cc): every operation does nothing.
+std::unique_ptr<Kernels> CreateMetaKernels(MatmulInputs inputs);
 
 }  // namespace tally

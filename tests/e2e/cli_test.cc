@@ -68,6 +68,10 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--n_experts=4 --dp=2 --ep=4", "--ep=4 must divide --dp=2"},
       {"--n_experts=6 --dp=4 --ep=4", "--n_experts=6 must be divisible by --ep=4"},
       {"--n_experts=4 --tp=2 --sequence_parallel", "--n_experts with --sequence_parallel"},
+      {"--vocab_size=32000", "--vocab_size=32000 needs --dry_run"},
+      {"--dry_run --save=x.safetensors", "--save with --dry_run: a dry run has no values"},
+      {"--dry_run --check_against_serial", "--check_against_serial with --dry_run"},
+      {"--dry_run --device=cuda", "--dry_run runs on --backend=threads --device=cpu"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
   for (const Case& c : cases) {
@@ -307,6 +311,23 @@ TEST(TallyTrain, ExpertParallelZeroRunMatchesTheSingleRank) {
   EXPECT_TRUE(absl::StrContains(r.output, "(within 1e-5)")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "edp       reduce_scatter  ring   backward")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "routing per step, over 2 steps (E = 4, top 2;")) << r.output;
+}
+
+// A dry run of a LLaMA-7B-sized GPT on 4 data-parallel ranks: seconds, every row exact
+// at real size, the model states its formula's.
+TEST(TallyTrain, DryRunOfASevenBillionParameterModel) {
+  Result r = RunCommand(kTrain + " --dry_run --n_layer=32 --n_embd=4096 --n_head=32 "
+                        "--seq_len=2048 --vocab_size=32000 --dp=4 --global_batch_size=4 --steps=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "6583623680 parameters")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "dry run (meta tensors: no values, no payload)")) << r.output;
+  // 2(N−1)/N of Φ fp32 values, over 1005 buckets of 25 MiB.
+  EXPECT_TRUE(absl::StrContains(r.output, "dp        all_reduce      ring   backward   -                   "
+                                          "1005            39501742080            39501742080"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "  formula     26334494720  26334494720  52668989440"))
+      << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "time per step, ms")) << r.output;
 }
 
 // --trace: one process per rank, and the schedules' different orders on stage 0.

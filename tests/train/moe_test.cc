@@ -234,22 +234,13 @@ TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
 
   TrainOptions o = Grid{.dp = 4, .pp = 2}.On(Moe(8));
   o.ep = 2;
-  std::vector<comm::TrafficLedger> traffic(size_t(o.world()));
-  std::vector<MemoryLedger> memory(size_t(o.world()));
   std::vector<double> tokens;
-  comm::LaunchOptions launch;
-  launch.world_size = o.world();
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
-    world.ledger().Clear();
-    for (int64_t k = 0; k < o.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
-    traffic[size_t(world.rank())] = world.ledger();
-    if (world.rank() == 0) tokens = trainer->expert_tokens();
-    return absl::OkStatus();
+  const RankLedgers run = RunSteps(o, [&](int rank, Trainer& trainer) {
+    if (rank == 0) tokens = trainer.expert_tokens();
   });
-  ASSERT_TRUE(status.ok()) << status;
+  const std::vector<comm::TrafficLedger>& traffic = run.traffic;
   EXPECT_EQ(tokens, want);
-  ReportInputs in{o, o.steps, traffic, memory};
+  ReportInputs in{o, o.steps, run.traffic, run.memory};
   in.expert_tokens = tokens;
   const std::string table = RoutingTable(in);
   const std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());

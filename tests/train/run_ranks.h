@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -133,6 +134,32 @@ inline RunResult RunRanks(const TrainOptions& o) {
   });
   EXPECT_TRUE(status.ok()) << status;
   return result;
+}
+
+// Every rank's ledgers over `o`'s steps on thread ranks: the traffic of the steps (the
+// set-up's cleared), the memory of the whole run. `after`, if given, sees each rank's
+// trainer once its steps are done (on that rank's thread).
+struct RankLedgers {
+  std::vector<comm::TrafficLedger> traffic;
+  std::vector<MemoryLedger> memory;
+};
+inline RankLedgers RunSteps(const TrainOptions& o,
+                            const std::function<void(int rank, Trainer&)>& after = {}) {
+  RankLedgers out{std::vector<comm::TrafficLedger>(size_t(o.world())),
+                  std::vector<MemoryLedger>(size_t(o.world()))};
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
+    world.ledger().Clear();
+    for (int64_t k = 0; k < o.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    out.traffic[size_t(world.rank())] = world.ledger();
+    out.memory[size_t(world.rank())] = world.memory();
+    if (after) after(world.rank(), *trainer);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return out;
 }
 
 inline void ExpectSameLosses(const RunResult& a, const RunResult& b) {

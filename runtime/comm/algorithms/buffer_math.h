@@ -28,7 +28,7 @@ inline size_t Bytes(int64_t count, const Wire& wire) { return size_t(count) * wi
 
 // Copies `count` elements unless source and destination are the same buffer.
 inline absl::Status CopyElements(void* dst, const void* src, int64_t count, const Wire& wire) {
-  if (dst == src || count <= 0) return absl::OkStatus();
+  if (dst == src || count <= 0 || wire.signature().meta()) return absl::OkStatus();
   if (wire.signature().device >= 0) return DeviceCopy(dst, src, Bytes(count, wire));
   std::memcpy(dst, src, Bytes(count, wire));
   return absl::OkStatus();
@@ -52,7 +52,7 @@ inline absl::Status OwnBlockAndOffsets(const Wire& wire, const void* input,
 // data[0, count) divided by the group's size when the call averages (its sum is done).
 inline absl::Status FinishAverageOf(const Wire& wire, void* data, int64_t count) {
   const OpSignature& s = wire.signature();
-  if (s.op != ReduceOp::kAvg || count <= 0) return absl::OkStatus();
+  if (s.op != ReduceOp::kAvg || count <= 0 || s.meta()) return absl::OkStatus();
   if (s.device >= 0) return DeviceFinishAverage(data, count, s.dtype, wire.size());
   FinishAverage(data, count, s.dtype, wire.size());
   return absl::OkStatus();

@@ -43,12 +43,20 @@ TransferTotals& Wire::Row(int peer_world) {
   return *row;
 }
 
+std::vector<Wire::Segment> Wire::Posted(const std::vector<Segment>& segments, size_t bytes) const {
+  if (!signature_.meta()) return segments;
+  return {{0, bytes}};
+}
+
 void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, SendMode mode) {
   TransferTotals& row = Row(PeerWorldRank(peer));
-  for (Segment s : Segments(bytes)) {
+  const std::vector<Segment> segments = Segments(bytes);
+  for (Segment s : segments) {
     row.bytes_sent += int64_t(s.bytes);
     row.messages_sent += 1;
     ledger_.CountSent(int64_t(s.bytes));
+  }
+  for (Segment s : Posted(segments, bytes)) {
     pending.entries_.push_back(
         {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,
                           mode),
@@ -60,9 +68,12 @@ void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pe
   TransferTotals& row = Row(PeerWorldRank(peer));
   std::optional<Reduction> reduction;
   if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
-  for (Segment s : Segments(bytes)) {
+  const std::vector<Segment> segments = Segments(bytes);
+  for (Segment s : segments) {
     row.bytes_recv += int64_t(s.bytes);
     row.messages_recv += 1;
+  }
+  for (Segment s : Posted(segments, bytes)) {
     pending.entries_.push_back({transport_.Irecv(peer, static_cast<char*>(data) + s.offset,
                                                  s.bytes, signature_, reduction),
                                 &row, MonotonicNanos(), false, absl::OkStatus()});
@@ -103,8 +114,9 @@ void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t bloc
 
 absl::StatusOr<void*> Wire::Scratch(int64_t count) {
   size_t bytes = size_t(count) * element_size();
-  const Device device = signature_.device >= 0 ? Device{DeviceType::kCUDA, signature_.device}
-                                               : Device::CPU();
+  const Device device = signature_.meta()        ? Device::Meta()
+                        : signature_.device >= 0 ? Device{DeviceType::kCUDA, signature_.device}
+                                                 : Device::CPU();
   if (scratch_->nbytes() < bytes || scratch_->device() != device) {
     *scratch_ = Tensor();  // give the old buffer back before taking the larger one
     // Kept as 8-byte words, which hold any dtype's elements at any alignment they need.

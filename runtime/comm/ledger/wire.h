@@ -52,6 +52,11 @@ class Wire {
     size_t offset, bytes;
   };
   std::vector<Segment> Segments(size_t bytes) const;
+  // The messages posted for a transfer of `segments`: those, or for meta buffers (a dry
+  // run) one in their place, which carries nothing; the ledger books `segments` either
+  // way, so that a dry run's ledger is a real run's and a dry run at real scale does not
+  // post millions of messages.
+  std::vector<Segment> Posted(const std::vector<Segment>& segments, size_t bytes) const;
 
   // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
   void Send(int peer, const void* data, size_t bytes, Pending& pending,

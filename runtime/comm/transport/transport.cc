@@ -61,8 +61,10 @@ std::string DescribeMismatch(const std::string& group, int my_rank, const OpSign
     return absl::StrCat(head, "rank ", their_rank, " passed ", theirs.count, " elements, rank ",
                         my_rank, " passed ", mine.count);
   }
-  auto memory = [](const OpSignature& s) { return s.device >= 0 ? "GPU memory" : "host memory"; };
-  if ((mine.device >= 0) != (theirs.device >= 0)) {
+  auto memory = [](const OpSignature& s) {
+    return s.meta() ? "meta tensors" : s.device >= 0 ? "GPU memory" : "host memory";
+  };
+  if (std::string(memory(mine)) != memory(theirs)) {
     return both(memory(mine), memory(theirs), "passed buffers in");
   }
   return "";

@@ -43,7 +43,13 @@ struct OpSignature {
   int root = -1;        // -1: the primitive has no root
   int64_t count = -1;   // elements of the call as every rank sees it; -1: not compared
   uint64_t seq = 0;     // collective calls made on the group before this one
-  int device = -1;      // the CUDA device that holds the call's buffers; -1: host memory
+  int device = -1;      // the CUDA device that holds the call's buffers; -1: host memory;
+                        // kMetaBuffers: meta tensors (no payload)
+
+  // The call's buffers are meta tensors (device.h): its messages carry their size, and
+  // are matched, checked and counted as any other, but move no bytes.
+  static constexpr int kMetaBuffers = -2;
+  bool meta() const { return device == kMetaBuffers; }
 
   bool operator==(const OpSignature&) const = default;
 };
@@ -111,6 +117,9 @@ class Transport {
   // Whether the transport moves device memory (OpSignature::device >= 0): copies and
   // reductions between GPU buffers. The default does not.
   virtual bool MovesDeviceMemory() const { return false; }
+  // Whether the transport carries meta buffers' messages (OpSignature::meta()): matched
+  // and counted, with no payload. The default does not.
+  virtual bool CarriesMeta() const { return false; }
   // Whether this transport's calls may run on a thread of the rank other than the rank's
   // own while the rank's other communicators are used (the non-blocking collectives'
   // communication thread). MPI initialised for one thread's calls, and NCCL on the

@@ -316,6 +316,7 @@ class CpuKernels final : public Kernels {
 
 absl::StatusOr<std::unique_ptr<Kernels>> Kernels::Create(Device device, MatmulInputs inputs) {
   if (device.type == DeviceType::kCUDA) return CreateCudaKernels(device.index, inputs);
+  if (device.type == DeviceType::kMeta) return CreateMetaKernels(inputs);
   if (inputs == MatmulInputs::kTF32) {
     return absl::InvalidArgumentError(
         "[kernels] TF32 matmuls are CUDA's (--tf32 needs --device=cuda)");

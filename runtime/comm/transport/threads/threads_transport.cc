@@ -123,6 +123,7 @@ absl::Status MoveBytes(const PendingOp& send, const PendingOp& recv, Hub& hub) {
     hub.session().Abort(status);
     return status;
   }
+  if (recv.signature.meta()) return absl::OkStatus();  // nothing to move
   if (recv.signature.device >= 0) {  // GPU buffers: the rank that matched moves them there
     if (!recv.reduction.has_value()) return DeviceCopy(recv.recv_data, send.send_data, recv.bytes);
     return DeviceReduceInto(recv.recv_data, send.send_data,
@@ -340,7 +341,7 @@ std::unique_ptr<Request> ThreadsTransport::Isend(int peer, const void* data, siz
   op->signature = signature;
   if (mode == SendMode::kExchange && bytes <= kEagerBytes && signature.device < 0) {
     op->eager.reset(new char[bytes > 0 ? bytes : 1]);
-    if (bytes > 0) std::memcpy(op->eager.get(), data, bytes);
+    if (bytes > 0 && !signature.meta()) std::memcpy(op->eager.get(), data, bytes);
     op->send_data = op->eager.get();
     // The message owns its bytes now: the receiver takes them whenever it comes, and the
     // sender has nothing to wait for. (A mismatch found then aborts the run, and the

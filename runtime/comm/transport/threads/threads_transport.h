@@ -171,6 +171,7 @@ class ThreadsTransport : public Transport {
   // transfer is one cudaMemcpy, or one reduction kernel, from one rank's buffer into the
   // other's. Small sends are then not buffered (kEagerBytes is for host memory).
   bool MovesDeviceMemory() const override { return true; }
+  bool CarriesMeta() const override { return true; }
   bool RunsOnAnyThread() const override { return true; }
   absl::Status RunStatus() const override {
     return hub_->session().aborted() ? hub_->session().abort_status() : absl::OkStatus();
