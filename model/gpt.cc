@@ -106,6 +106,7 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
   const LayerRange& range = layout_.chunks()[size_t(chunk)];
   const int64_t layers = range.end - range.begin;
   const bool last = LastChunk(chunk);
+  const MicroBatchActivations sizes = CountActivations(ActivationsShape(), b, layers, last, whole);
   auto empty = [&](int64_t count, DType dtype) {
     return Tensor::Empty({count}, dtype, alloc_, MemoryCategory::kActivations);
   };
@@ -118,22 +119,14 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     ASSIGN_OR_RETURN(a.input, empty(r * c, DType::kF32));
     return a;
   }
-  // The fp32 activations, and those the matmuls read (of the operand type). With experts
-  // the MLP's are the n·k rows the experts take (moe.h): hidden before GELU and outputs,
-  // and their inputs and hidden after GELU.
+  // The fp32 activations, and those the matmuls read (of the operand type), carved as
+  // activations.h counts them. With experts the MLP's are the n·k rows the experts take
+  // (moe.h): hidden before GELU and outputs, and their inputs and hidden after GELU.
   // Under expert parallelism over N ranks the experts here run at most N·n·k rows, and the
   // rows arrive (and their outputs leave) through buffers of their own.
   const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
   const int64_t expert_rows = moe_rows * expert_ranks();
-  const int64_t wire = experts_ != nullptr ? expert_rows * c : 0;
-  const int64_t mlp = config_.moe() ? moe_rows * c + expert_rows * hidden + (experts_ ? expert_rows * c : 0) + wire
-                                    : n * hidden;
-  const int64_t mlp_operands = config_.moe() ? moe_rows * c + expert_rows * hidden + (experts_ ? expert_rows * c : 0) + wire
-                                             : n * hidden;
-  const int64_t per_block = r * c * 2 + r * 4 + b * nh * t * t + mlp;
-  const int64_t operands_per_block = n * c * 2 + n * cl + n * 3 * cl + mlp_operands;
-  const int64_t total = r * c + layers * per_block + (last ? r * 2 : 0);
-  const int64_t operands_total = layers * operands_per_block + (last ? n * c : 0);
+  const int64_t total = sizes.fp32, operands_total = sizes.operands;
   ASSIGN_OR_RETURN(a.buffer, empty(total, DType::kF32));
   ASSIGN_OR_RETURN(a.operands, empty(operands_total, kernels_->activation_operand_type()));
   float* p = a.buffer.data<float>();
@@ -214,17 +207,13 @@ absl::Status GPT::EnsureScratch(int b) {
   // With experts: d4c holds the n·k rows the experts take, and the router's logits (n, E)
   // and the experts' rows (n·k, C) have room of their own (moe.h).
   const bool sp = split_.sequence_parallel();
-  const int64_t sequence = sp ? r * c + n * c : 0;
-  const int64_t tt = kernels_->AttentionScratch(int(t), config_.n_head / split_.size());
+  const ActivationShape shape = ActivationsShape();
+  const int64_t tt = shape.attention_scratch;
   const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
   const int64_t expert_rows = moe_rows * expert_ranks();
   const int64_t d4c = config_.moe() ? expert_rows * hidden : n * hidden;
-  const int64_t moe = config_.moe() ? n * config_.n_experts + moe_rows * c +
-                                          (experts_ != nullptr ? 2 * expert_rows * c : 0)
-                                    : 0;
-  ASSIGN_OR_RETURN(scratch_,
-                   Tensor::Empty({d4c + n * 3 * cl + n * c + tt + r * c + sequence + moe},
-                                 DType::kF32, alloc_, MemoryCategory::kActivations));
+  ASSIGN_OR_RETURN(scratch_, Tensor::Empty({CountScratch(shape, b)}, DType::kF32, alloc_,
+                                           MemoryCategory::kActivations));
   float* p = scratch_.data<float>();
   auto take = [&p](int64_t count) {
     float* q = p;
@@ -251,8 +240,15 @@ absl::Status GPT::EnsureScratch(int b) {
                      Tensor::Empty({n * c}, DType::kF32, alloc_, MemoryCategory::kComm));
     block_scratch_.comm = comm_scratch_.data<float>();
   }
+  CHECK(p == scratch_.data<float>() + scratch_.numel()) << "scratch layout";
   scratch_batch_ = b;
   return absl::OkStatus();
+}
+
+ActivationShape GPT::ActivationsShape() const {
+  return {config_,         split_.size(), split_.sequence_parallel(), expert_ranks(),
+          experts_ != nullptr, vocab_local(),
+          kernels_->AttentionScratch(config_.seq_len, config_.n_head / split_.size())};
 }
 
 absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets, int b) {

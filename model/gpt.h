@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/activations.h"
 #include "model/block.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -172,6 +173,8 @@ class GPT {
   }
   // The scratch of a micro-batch of b sequences (reused from layer to layer).
   absl::Status EnsureScratch(int b);
+  // What this model's activation sizes depend on (activations.h).
+  ActivationShape ActivationsShape() const;
   absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,
                                    const int32_t* targets);
   // `ids`: the activations holding the micro-batch's tokens and targets (`a` itself, or

@@ -306,7 +306,8 @@ std::string FormatReport(const ReportInputs& in) {
                            m.peak(MemoryCategory::kComm), m.peak_total());
     MemoryFormula f = PredictedMemory(o, int(r));
     out += absl::StrFormat("%-12s %12d %12d %12d %12s %12s %12s\n", "  formula", f.params, f.grads,
-                           f.optimizer, "-", "-", "-");
+                           f.optimizer, f.activations >= 0 ? absl::StrCat(f.activations) : "-",
+                           "-", "-");
   }
   return out;
 }

@@ -94,8 +94,17 @@ std::string ReportJson(const ReportInputs& in);
 // the gathered parameter units. Open at once: the embeddings with the largest other unit
 // where the stage holds the embeddings across its layers (parameters: a first stage;
 // gradients: a single stage), else the larger of the two.
+//
+// The activations (model/activations.h's closed forms): the sets of the micro-batches a
+// stage holds at once — one without a pipeline; on a pipeline stage, for each of its
+// chunks, as many as the schedule has in flight there (parallel::InFlight), or with
+// --recompute one whole set, the stage input it recomputes from and the ids and input of
+// the others — plus the scratch, the loss's 3n floats and, under mixed precision, the
+// fp32 working copies of the units in use; -1 for bf16 gradients under ZeRO-2/3 with
+// --overlap (no closed form yet).
 struct MemoryFormula {
   int64_t params = 0, grads = 0, optimizer = 0;
+  int64_t activations = 0;
 };
 MemoryFormula PredictedMemory(const TrainOptions& options, int world_rank);
 

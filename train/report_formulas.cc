@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/activations.h"
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
@@ -308,6 +309,70 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
 
 }  // namespace
 
+int64_t PredictedActivations(const TrainOptions& o, int rank) {
+  // bf16 gradients under ZeRO-2/3 with --overlap: a closed unit's fp32 working copy stays
+  // until the next unit closes, beside the parameters' copies: no closed form here yet.
+  if (o.overlap && o.zero >= 2 && o.Precision().grads != DType::kF32) return -1;
+  const model::ParameterLayout layout = StageLayout(o, rank);
+  const model::GPTConfig& g = o.model;
+  model::ActivationShape shape;
+  shape.config = g;
+  shape.tp = o.tp;
+  shape.sequence_parallel = o.sequence_parallel;
+  shape.expert_ranks = o.ep;
+  shape.expert_parallel = o.ep > 1;
+  shape.vocab_local = layout.last_stage() ? layout.specs().front().shape[0] : 0;
+  // The kernels' attention backward scratch: a head at a time on the CPU, all on a GPU.
+  const int64_t tt = int64_t(g.seq_len) * g.seq_len;
+  shape.attention_scratch = o.device == DeviceType::kCUDA && !o.dry_run ? tt * (g.n_head / o.tp) : tt;
+  const int64_t b = o.micro_batch_size, n = b * g.seq_len;
+  const int64_t operand = o.matmul_inputs() == MatmulInputs::kBF16 ? 2 : 4;
+  int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n);
+  const std::vector<model::LayerRange>& chunks = layout.chunks();
+  std::vector<parallel::PipelineStep> steps;
+  if (o.pp > 1) {
+    steps = parallel::StageSteps(o.schedule, o.pp, o.topology().Of(rank).pp, o.accumulation_steps(),
+                                 int(chunks.size()));
+  }
+  // Mixed precision: the fp32 working copies of the units in use (model/weights.h), of the
+  // parameters, and of the gradients where those are bf16, most at once in any chunk's
+  // forward or backward (gpt.cc's order: the embeddings stay from the lookup through the
+  // head on a chunk with both, a layer or ln_f one at a time beside them).
+  int64_t working = 0;
+  if (o.Precision().params != DType::kF32) {
+    const int64_t grads = o.Precision().grads != DType::kF32 ? 1 : 0;
+    const std::vector<model::ParamUnit>& units = layout.units();
+    const int64_t e = units[model::ParameterLayout::kEmbeddings].count();
+    const int64_t f = layout.last_stage() ? units[size_t(layout.final_norm_unit())].count() : 0;
+    for (const model::LayerRange& chunk : chunks) {
+      const bool first = chunk.begin == 0, last = chunk.end == g.n_layer;
+      int64_t layer = last ? f : 0;
+      for (int l = chunk.begin; l < chunk.end; ++l) {
+        layer = std::max(layer, units[size_t(layout.layer_unit(l))].count());
+      }
+      const int64_t forward = first ? e + layer : last ? std::max(e, layer) : layer;
+      const int64_t backward = (1 + grads) * (first && last ? e + layer
+                                              : first || last ? std::max(e, layer)
+                                                              : layer);
+      working = std::max({working, forward, backward});
+    }
+  }
+  bytes += 4 * working;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t layers = chunks[c].end - chunks[c].begin;
+    const bool last = chunks[c].end == g.n_layer;
+    const int64_t whole = model::CountActivations(shape, b, layers, last, true).Bytes(operand);
+    const int64_t sets = o.pp > 1 ? parallel::InFlight(steps, int(c)) : 1;
+    if (o.pp > 1 && o.recompute) {
+      const int64_t kept = model::CountActivations(shape, b, layers, last, false).Bytes(operand);
+      bytes += whole + 4 * shape.Rows(n) * g.n_embd + (sets - 1) * kept;
+    } else {
+      bytes += sets * whole;
+    }
+  }
+  return bytes;
+}
+
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const model::ParameterLayout layout = StageLayout(o, rank);
   const int64_t phi = layout.total();
@@ -316,7 +381,10 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const int64_t state_per_element = (o.optimizer == OptimizerKind::kAdamW ? 8 : 4) +
                                     (o.Precision().master_weights() ? 4 : 0);
   MemoryFormula f;
-  if (o.zero == 0) return {bytes.params * phi, bytes.grads * phi, state_per_element * phi};
+  f.activations = PredictedActivations(o, rank);
+  if (o.zero == 0) {
+    return {bytes.params * phi, bytes.grads * phi, state_per_element * phi, f.activations};
+  }
   const parallel::Sharding sharding = RankSharding(o, layout, rank);
   int64_t largest_chunk = 0;
   for (const parallel::Sharding::Piece& p : sharding.pieces()) {

@@ -101,6 +101,29 @@ TEST(GPT, Bf16MatmulsKeepTheirInputActivationsInHalfTheBytes) {
   EXPECT_EQ(bytes[0] - bytes[1], 2 * (c.n_layer * per_layer + n * c.n_embd));
 }
 
+// One forward and backward on one rank holds exactly activations.h's closed forms: a
+// micro-batch's set, the scratch and the loss's 3n floats (the default model's shape at
+// b = 8: 89292800 bytes, worked by hand from the table in the README).
+TEST(GPT, ActivationsAreTheClosedForms) {
+  GPTConfig c;
+  const int b = 8;
+  MemoryLedger ledger;
+  Allocator alloc(&ledger);
+  auto gpt = GPT::Create(c, alloc, 1).value();
+  std::vector<int32_t> tokens(size_t(b) * c.seq_len, 7);
+  ASSERT_TRUE(gpt->Forward(tokens.data(), tokens.data(), b).ok());
+  ASSERT_TRUE(gpt->Backward(1.0f / float(tokens.size())).ok());
+  ActivationShape shape;
+  shape.config = c;
+  shape.vocab_local = c.vocab_size;
+  shape.attention_scratch = int64_t(c.seq_len) * c.seq_len;
+  const int64_t n = int64_t(b) * c.seq_len;
+  const int64_t predicted = CountActivations(shape, b, c.n_layer, true, true).Bytes(4) +
+                            4 * (CountScratch(shape, b) + 3 * n);
+  EXPECT_EQ(ledger.peak(MemoryCategory::kActivations), predicted);
+  EXPECT_EQ(predicted, 89292800);
+}
+
 TEST(GPT, RejectsTokensOutsideTheVocabulary) {
   MemoryLedger ledger;
   Allocator alloc(&ledger);

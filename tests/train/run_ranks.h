@@ -204,6 +204,9 @@ inline void ExpectMemoryFormulaExact(const TrainOptions& o, const RunResult& run
     EXPECT_EQ(run.memory[r].peak(MemoryCategory::kParams), f.params) << "rank " << r;
     EXPECT_EQ(run.memory[r].peak(MemoryCategory::kGrads), f.grads) << "rank " << r;
     EXPECT_EQ(run.memory[r].peak(MemoryCategory::kOptimizer), f.optimizer) << "rank " << r;
+    if (f.activations >= 0) {
+      EXPECT_EQ(run.memory[r].peak(MemoryCategory::kActivations), f.activations) << "rank " << r;
+    }
   }
 }
 
