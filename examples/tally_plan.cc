@@ -28,6 +28,13 @@ ABSL_FLAG(std::string, model, "llama-7b",
 ABSL_FLAG(std::optional<int64_t>, params, std::nullopt, "parameters Φ (overrides the preset's)");
 ABSL_FLAG(std::optional<int>, layers, std::nullopt, "transformer layers (overrides the preset's)");
 ABSL_FLAG(std::optional<int>, hidden, std::nullopt, "hidden size h (overrides the preset's)");
+ABSL_FLAG(std::optional<int>, n_layer, std::nullopt,
+          "tally's GPT of this shape (with --n_embd --n_head --vocab_size --seq_len; each "
+          "unset one from the preset): Φ and the activations derived exactly");
+ABSL_FLAG(std::optional<int>, n_embd, std::nullopt, "tally's GPT: channels (see --n_layer)");
+ABSL_FLAG(std::optional<int>, n_head, std::nullopt, "tally's GPT: attention heads (see --n_layer)");
+ABSL_FLAG(std::optional<int>, vocab_size, std::nullopt,
+          "tally's GPT: token embedding rows (see --n_layer)");
 ABSL_FLAG(int, batch_size, 4, "b: sequences per data-parallel rank per step");
 ABSL_FLAG(int, seq_len, 2048, "s: tokens per sequence");
 ABSL_FLAG(std::string, precision, "bf16",
@@ -111,6 +118,31 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(override_with("layers", absl::GetFlag(FLAGS_layers), model.layers));
   RETURN_IF_ERROR(override_with("hidden", absl::GetFlag(FLAGS_hidden), model.hidden));
   if (!overrides.empty()) model.name = absl::StrCat(model.name, " with", overrides);
+  // tally's GPT of a given shape: the preset's (a GPT preset's config, or another's layers
+  // and hidden size with heads of 128 and a 32000-token vocabulary) under the flags given.
+  const auto n_layer = absl::GetFlag(FLAGS_n_layer), n_embd = absl::GetFlag(FLAGS_n_embd),
+             n_head = absl::GetFlag(FLAGS_n_head), vocab = absl::GetFlag(FLAGS_vocab_size);
+  if (n_layer || n_embd || n_head || vocab) {
+    if (!overrides.empty()) {
+      return absl::InvalidArgumentError(
+          "[flags] --params, --layers or --hidden describe another model than tally's GPT: "
+          "give them or --n_layer, --n_embd, --n_head, --vocab_size, not both");
+    }
+    model::GPTConfig config = model.config;
+    if (!model.gpt) {
+      config.n_layer = model.layers;
+      config.n_embd = model.hidden;
+      config.n_head = std::max(1, model.hidden / 128);
+      config.vocab_size = 32000;
+    }
+    config.n_layer = n_layer.value_or(config.n_layer);
+    config.n_embd = n_embd.value_or(config.n_embd);
+    config.n_head = n_head.value_or(config.n_head);
+    config.vocab_size = vocab.value_or(config.vocab_size);
+    config.seq_len = absl::GetFlag(FLAGS_seq_len);
+    RETURN_IF_ERROR(config.Validate());
+    model = train::GptShape(config);
+  }
   const int experts = absl::GetFlag(FLAGS_n_experts), top_k = absl::GetFlag(FLAGS_moe_top_k);
   if (experts < 0 || (experts > 0 && (top_k < 1 || top_k > experts))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -170,12 +202,11 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(CheckGrid(in));
   RETURN_IF_ERROR(positive("virtual_stages", in.virtual_stages));
   RETURN_IF_ERROR(positive("ep", in.ep));
-  if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || in.dp % in.ep != 0 ||
-                    in.zero > 0)) {
+  if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || in.dp % in.ep != 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "[flags] --ep=%d needs --n_experts divisible by it, --dp divisible by it, and no --zero "
-        "(got --n_experts=%d --dp=%d --zero=%d)",
-        in.ep, in.n_experts, in.dp, in.zero));
+        "[flags] --ep=%d needs --n_experts divisible by it and --dp divisible by it (got "
+        "--n_experts=%d --dp=%d)",
+        in.ep, in.n_experts, in.dp));
   }
   if (int64_t(in.pp) * in.virtual_stages > in.model.layers) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -231,6 +262,16 @@ void PrintTable(const PlanInput& in) {
     std::cout << absl::StrFormat("  %-44s %26s%s\n", lines[i].label, train::Bytes(lines[i].bytes_per_gpu),
                                  i == chosen ? "   <- --precision" : "");
   }
+  const train::PlanActivations act = train::PlanActivationsPerGpu(in);
+  if (in.model.gpt && act.bytes_per_gpu >= 0) {
+    std::cout << absl::StrFormat(
+        "activations per GPU (tally's GPT at --precision, the busiest stage %d; a dry run's "
+        "ledger to the byte)  %s\n",
+        act.stage, train::Bytes(double(act.bytes_per_gpu)));
+  }
+  if (in.pp > 1) {
+    std::cout << absl::StrFormat("pipeline bubble (p-1)/(v·m+p-1) = %.4f of a step\n", act.bubble);
+  }
 }
 
 void PrintJson(const PlanInput& in) {
@@ -254,7 +295,13 @@ void PrintJson(const PlanInput& in) {
   w.Key("memory_per_gpu").BeginObject().Key("zero").Int(in.zero);
   const char* keys[] = {"fp32", "bf16", "bf16_fp32_grad_accum"};
   for (size_t i = 0; i < lines.size(); ++i) w.Key(keys[i]).Double(lines[i].bytes_per_gpu);
-  w.EndObject().EndObject();
+  const train::PlanActivations act = train::PlanActivationsPerGpu(in);
+  if (in.model.gpt && act.bytes_per_gpu >= 0) {
+    w.Key("activations").Int(act.bytes_per_gpu).Key("activations_stage").Int(act.stage);
+  }
+  w.EndObject();
+  w.Key("bubble").Double(act.bubble);
+  w.EndObject();
   std::cout << w.str() << "\n";
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/nodes.h"
+#include "train/report.h"
 
 namespace tally::train {
 namespace {
@@ -181,6 +182,18 @@ absl::StatusOr<PlanModel> ModelPreset(const std::string& name) {
       "[flags] --model must be toy, gpt2-124m, llama-7b, llama-13b or llama-70b, got '", name, "'"));
 }
 
+PlanModel GptShape(const model::GPTConfig& config) {
+  PlanModel m;
+  m.gpt = true;
+  m.config = config;
+  m.name = absl::StrCat("gpt (n_layer ", config.n_layer, ", n_head ", config.n_head, ", n_embd ",
+                        config.n_embd, ", vocab_size ", config.vocab_size, ")");
+  m.params = config.NumParams();
+  m.layers = config.n_layer;
+  m.hidden = config.n_embd;
+  return m;
+}
+
 PlanModel WithExperts(PlanModel model, int experts, int top_k) {
   if (experts <= 0) return model;
   if (model.gpt) {
@@ -218,7 +231,26 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.order = in.order;
   o.gpus_per_node = in.gpus_per_node;
   o.cluster = in.cluster;
+  // Another vocabulary than the bytes' is a dry run's (options.h).
+  o.dry_run = o.model.vocab_size != 256;
   return o;
+}
+
+PlanActivations PlanActivationsPerGpu(const PlanInput& in) {
+  PlanActivations out;
+  out.bubble = in.pp > 1 ? parallel::TheoreticalBubble(in.pp, in.micro_batches, in.virtual_stages)
+                         : 0.0;
+  if (!in.model.gpt) return out;
+  const TrainOptions o = PlanAsTrainOptions(in);
+  const parallel::Topology grid = o.topology();
+  for (int r = 0; r < o.world(); ++r) {  // tp rank 0 and dp rank 0 of every stage
+    const parallel::GridCoordinates at = grid.Of(r);
+    if (at.dp != 0 || at.tp != 0) continue;
+    const int64_t bytes = PredictedMemory(o, r).activations;
+    if (bytes < 0) return {-1, at.pp, out.bubble};
+    if (bytes > out.bytes_per_gpu) out = {bytes, at.pp, out.bubble};
+  }
+  return out;
 }
 
 // Long, and kept whole: one row per strategy, its seed form, exact form and time side by
@@ -437,6 +469,25 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
   for (PlanMemory& m : lines) {
     m.bytes_per_gpu = m.params * sharded(in.zero >= 3) + m.grads * sharded(in.zero >= 2) +
                       m.optimizer * sharded(in.zero >= 1);
+  }
+  if (!in.model.gpt) return lines;
+  // tally's GPT: exactly what the busiest stage's dp rank 0 holds (PredictedMemory; the
+  // first ranks take the larger chunks of ZeRO's uneven cuts).
+  const std::pair<DType, bool> precisions[] = {
+      {DType::kF32, false}, {DType::kBF16, false}, {DType::kBF16, true}};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    TrainOptions o = PlanAsTrainOptions(in);
+    o.precision = precisions[i].first;
+    o.fp32_grad_accum = precisions[i].second;
+    const parallel::Topology grid = o.topology();
+    double most = 0;
+    for (int r = 0; r < o.world(); ++r) {
+      const parallel::GridCoordinates at = grid.Of(r);
+      if (at.dp != 0 || at.tp != 0) continue;
+      const MemoryFormula f = PredictedMemory(o, r);
+      most = std::max(most, double(f.params + f.grads + f.optimizer));
+    }
+    lines[i].bytes_per_gpu = most;
   }
   return lines;
 }

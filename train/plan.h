@@ -36,6 +36,11 @@ struct PlanModel {
 // gpt2-124m, llama-7b, llama-13b, llama-70b, and "toy" (tally_train's default model).
 absl::StatusOr<PlanModel> ModelPreset(const std::string& name);
 
+// tally's GPT of the given shape (GPTConfig: layers, heads, hidden size, vocabulary,
+// sequence length): Φ is derived from it (NumParams), and every figure of the plan is
+// exact for it, activations included.
+PlanModel GptShape(const model::GPTConfig& config);
+
 // The model with `experts` experts of top-k routing in every layer: tally's GPT shape
 // exactly (its config); another's Φ with each layer's MLP, taken as 8h² + 5h, made E of
 // them plus the router (E·h). Φ is -1 past GPTConfig::kMaxParams.
@@ -99,6 +104,18 @@ struct PlanMemory {
 };
 // Every precision's line, in the order fp32, bf16, bf16 with fp32 accumulation.
 std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in);
+
+// Of tally's GPT shape (model.gpt): the activation bytes of the busiest GPU (the most over
+// the pipeline stages; PredictedMemory's closed forms, which a dry run's ledger equals),
+// the stage that holds them, and the schedule's bubble (parallel::TheoreticalBubble:
+// (p−1)/(v·m + p−1); 0 without a pipeline). Negative activations: no closed form (see
+// PredictedMemory).
+struct PlanActivations {
+  int64_t bytes_per_gpu = 0;
+  int stage = 0;
+  double bubble = 0;
+};
+PlanActivations PlanActivationsPerGpu(const PlanInput& in);
 
 // The seed's numeric examples, each with the figure it prints and the value computed here.
 struct SeedExample {

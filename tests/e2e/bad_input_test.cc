@@ -235,6 +235,9 @@ TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
       {"--bytes_per_value=3", "--bytes_per_value must be 1, 2, 4 or 8, got 3"},
       {"--dp=65536 --tp=65536 --pp=2", "8589934592 GPUs; tally_plan plans at most 1048576"},
       {"--sweep=dp:2,2147483647", "2147483647 GPUs; tally_plan plans at most"},
+      {"--params=1000000 --n_layer=4", "give them or --n_layer, --n_embd, --n_head, --vocab_size, not both"},
+      {"--n_head=5", "n_embd (4096) must be divisible by n_head (5)"},
+      {"--n_layer=0", "n_layer must be positive, got 0"},
   }, 5);
   Result named = RunCommand(kPlan + " --model=llama-7b --params=1000000");
   EXPECT_EQ(named.exit_code, 0) << named.output;
