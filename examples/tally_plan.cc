@@ -288,7 +288,12 @@ void PrintJson(const PlanInput& in) {
     w.Key("exact_bytes_per_gpu").Double(r.exact_bytes_per_gpu);
     w.Key("total_bytes").Double(r.total_bytes).Key("time_s").Double(r.time_s);
     w.Key("inter_bytes_per_gpu").Double(r.inter_bytes_per_gpu);
-    w.Key("inter_total_bytes").Double(r.inter_total_bytes).Key("links").String(r.links).EndObject();
+    w.Key("inter_total_bytes").Double(r.inter_total_bytes).Key("links").String(r.links);
+    if (r.exact_bytes_per_layer > 0) {
+      w.Key("exact_bytes_per_layer").Double(r.exact_bytes_per_layer);
+      w.Key("seed_bytes_per_layer").Double(r.seed_bytes_per_layer);
+    }
+    w.EndObject();
   }
   w.EndArray();
   const std::vector<train::PlanMemory> lines = train::PlanMemoryPerGpu(in);
@@ -342,6 +347,18 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
 }
 
 absl::Status Main() {
+  if (absl::GetFlag(FLAGS_seed_examples) && absl::GetFlag(FLAGS_json)) {
+    JsonWriter w;
+    w.BeginObject().Key("seed_examples").BeginArray();
+    for (const train::SeedExample& x : train::SeedExamples()) {
+      w.BeginObject().Key("what").String(x.what).Key("seed_figure").String(x.seed_figure);
+      w.Key("seed_bytes").Double(x.seed_bytes).Key("computed_bytes").Double(x.computed_bytes);
+      w.Key("note").String(x.note).EndObject();
+    }
+    w.EndArray().EndObject();
+    std::cout << w.str() << "\n";
+    return absl::OkStatus();
+  }
   if (absl::GetFlag(FLAGS_seed_examples)) {
     std::cout << absl::StrFormat("%-62s %10s %26s  %s\n", "the seed's example", "its figure",
                                  "by its formula, here", "note");

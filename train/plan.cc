@@ -20,11 +20,6 @@ namespace {
 using comm::Algorithm;
 using comm::Primitive;
 
-// Bytes rank `rank` of `n` sends in one call of `p` over `count` values of `e` bytes.
-double Sent(Primitive p, Algorithm a, int n, int rank, int64_t count, int e) {
-  return double(comm::ExactTraffic(p, a, n, rank, -1, count, size_t(e)).sent);
-}
-
 // One layer's experts' values (0: dense).
 double ExpertValues(const PlanInput& in) {
   const double h = in.model.hidden;
@@ -396,6 +391,8 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     }
     row("tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage, tp,
         "8bsh per layer; the embedding, LM head and cross-entropy add to it");
+    rows.back().exact_bytes_per_layer = rows.back().exact_bytes_per_gpu / layers_per_stage;
+    rows.back().seed_bytes_per_layer = 8.0 * bsh * e;
   }
   if (in.n_experts > 0 && in.ep > 1) {
     // Balanced routing: per layer and micro-batch four all-to-alls (dispatch and combine,
@@ -494,34 +491,71 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
 
 std::vector<SeedExample> SeedExamples() {
   const double GB = 1e9, MiB = double(1 << 20), GiB = double(1 << 30);
-  const double phi = 7e9, e = 2, b = 4, s = 2048, h = 4096;  // LLaMA-7B, fp16, b = 4, s = 2048
-  const double bsh = b * s * h * e;
+  // Each figure is the planner's own, for the example's parameters: LLaMA-7B in fp16
+  // (e = 2), b = 4, s = 2048; the 70B layout at s = 4096.
+  auto plan = [](const char* model, int dp, int tp, int pp, int batch, int seq_len,
+                 Algorithm allreduce = Algorithm::kRing) {
+    PlanInput in{ModelPreset(model).value()};
+    in.dp = dp;
+    in.tp = tp;
+    in.pp = pp;
+    in.batch = batch;
+    in.seq_len = seq_len;
+    in.allreduce = allreduce;
+    return in;
+  };
+  auto row = [](const PlanInput& in, const std::string& strategy) {
+    for (const PlanRow& r : Plan(in)) {
+      if (r.strategy == strategy) return r;
+    }
+    return PlanRow{};
+  };
+  auto states = [](PlanInput in, int zero) {  // the bf16 line: 2 + 2 + 12
+    in.zero = zero;
+    return PlanMemoryPerGpu(in)[1].bytes_per_gpu;
+  };
+  const PlanInput naive = plan("llama-7b", 4, 1, 1, 4, 2048, Algorithm::kNaive);
+  const PlanInput ring = plan("llama-7b", 4, 1, 1, 4, 2048);
+  const PlanInput tp = plan("llama-7b", 1, 2, 1, 4, 2048);
+  const PlanInput pp = plan("llama-7b", 1, 1, 4, 4, 2048);
+  const PlanInput one = plan("llama-7b", 1, 1, 1, 4, 2048);
+  const PlanInput eight = plan("llama-7b", 8, 1, 1, 4, 2048);
+  const PlanInput big = plan("llama-70b", 8, 8, 2, 4, 4096);
+  const PlanInput big_b8 = plan("llama-70b", 8, 8, 2, 8, 4096);
+  const int layers70 = big.model.layers / big.pp;
+  // The seed's tp figure per layer: the tp row's seed column over the stage's layers.
+  const double tp_layer = row(tp, "tp (layers of a stage)").seed_bytes_per_gpu / tp.model.layers;
+  const PlanRow naive_dp = row(naive, "dp all-reduce");
   std::vector<SeedExample> out;
-  double naive_total = 0;
-  for (int r = 0; r < 4; ++r) naive_total += Sent(Primitive::kAllReduce, Algorithm::kNaive, 4, r, int64_t(phi), 2);
   out.push_back({"LLaMA-7B naive all-reduce, 4 GPUs, all GPUs' bytes (2·N·Φ)", "112 GB", 112 * GB,
-                 2 * 4 * phi * e,
-                 absl::StrCat("exact: ", Bytes(naive_total),
+                 naive_dp.seed_bytes_per_gpu * naive.dp,
+                 absl::StrCat("exact: ", Bytes(naive_dp.total_bytes),
                               ": the root's broadcast and the others' sends, 2(N-1)·Φ")});
   out.push_back({"LLaMA-7B ring all-reduce, 4 GPUs, per GPU (2(N-1)/N·Φ)", "21 GB", 21 * GB,
-                 Sent(Primitive::kAllReduce, Algorithm::kRing, 4, 0, int64_t(phi), 2), ""});
-  out.push_back({"TP, the FFN's all-reduces per layer (4bsh)", "256 MB", 256 * MiB, 4 * bsh,
+                 row(ring, "dp all-reduce").exact_bytes_per_gpu, ""});
+  out.push_back({"TP, the FFN's all-reduces per layer (4bsh)", "256 MB", 256 * MiB, tp_layer / 2,
                  "the seed's MB is MiB here"});
-  out.push_back({"TP per layer (8bsh)", "512 MB", 512 * MiB, 8 * bsh, ""});
-  out.push_back({"TP, 32 layers", "16 GB", 16 * GiB, 32 * 8 * bsh, "GiB"});
-  out.push_back({"PP, 4 stages (2(N-1)bsh)", "384 MB", 384 * MiB, 2 * 3 * bsh, ""});
-  out.push_back({"ZeRO-1/2 per GPU (2Φ)", "28 GB", 28 * GB, 2 * phi * e, ""});
-  out.push_back({"ZeRO-3 per GPU (3Φ)", "42 GB", 42 * GB, 3 * phi * e, "50% more than ZeRO-1/2"});
-  out.push_back({"model states per GPU, no sharding (16Φ)", "112 GB", 112 * GB, 16 * phi, ""});
-  out.push_back({"model states per GPU, ZeRO-3 over 8 GPUs", "14 GB", 14 * GB, 16 * phi / 8, ""});
-  const double phi70 = 70e9, s70 = 4096, h70 = 8192;
+  out.push_back({"TP per layer (8bsh)", "512 MB", 512 * MiB, tp_layer, ""});
+  out.push_back({"TP, 32 layers", "16 GB", 16 * GiB, tp_layer * tp.model.layers, "GiB"});
+  out.push_back({"PP, 4 stages (2(N-1)bsh)", "384 MB", 384 * MiB,
+                 row(pp, "pp (boundaries)").seed_bytes_per_gpu, ""});
+  out.push_back({"ZeRO-1/2 per GPU (2Φ)", "28 GB", 28 * GB, row(ring, "zero-1").seed_bytes_per_gpu, ""});
+  out.push_back({"ZeRO-3 per GPU (3Φ)", "42 GB", 42 * GB, row(ring, "zero-3").seed_bytes_per_gpu,
+                 "50% more than ZeRO-1/2"});
+  out.push_back({"model states per GPU, no sharding (16Φ)", "112 GB", 112 * GB, states(one, 0), ""});
+  out.push_back({"model states per GPU, ZeRO-3 over 8 GPUs", "14 GB", 14 * GB, states(eight, 3), ""});
   out.push_back({"70B on 128 GPUs (TP 8, PP 2, DP 8): DP per GPU 2Φe/(tp·pp)", "17.5 GB", 17.5 * GB,
-                 2 * phi70 * e / 16, ""});
-  out.push_back({"70B: TP per layer 8·b·s·h·e", "≈ 4 GB", 4 * GB, 8 * 8 * s70 * h70 * e,
-                 "matches with b = 8 (b = 4 gives 2.1 GB)"});
-  out.push_back({"70B: PP 2(N-1)·b·s·h·e, N = 2", "≈ 0.5 GB", 0.5 * GB, 2 * 1 * 4 * s70 * h70 * e,
-                 "matches with b = 4 (b = 8 gives 1.07 GB): the seed's TP and PP figures assume "
-                 "different batch sizes"});
+                 row(big, "dp all-reduce").seed_bytes_per_gpu, ""});
+  const double tp70 = row(big_b8, "tp (layers of a stage)").seed_bytes_per_gpu / layers70;
+  out.push_back({"70B: TP per layer 8·b·s·h·e", "≈ 4 GB", 4 * GB, tp70,
+                 absl::StrCat("matches with b = 8 (b = 4 gives ",
+                              Bytes(row(big, "tp (layers of a stage)").seed_bytes_per_gpu / layers70),
+                              ")")});
+  out.push_back({"70B: PP 2(N-1)·b·s·h·e, N = 2", "≈ 0.5 GB", 0.5 * GB,
+                 row(big, "pp (boundaries)").seed_bytes_per_gpu,
+                 absl::StrCat("matches with b = 4 (b = 8 gives ",
+                              Bytes(row(big_b8, "pp (boundaries)").seed_bytes_per_gpu),
+                              "): the seed's TP and PP figures assume different batch sizes")});
   return out;
 }
 

@@ -81,6 +81,9 @@ struct PlanRow {
   double inter_bytes_per_gpu = 0;  // of the busiest GPU's bytes, those that cross a node
   double inter_total_bytes = 0;    // of all GPUs' bytes, those that cross a node
   std::string links;               // "intra", "inter" or "intra+inter": what the bytes ride
+  // Tensor parallelism: the busiest GPU's bytes for one layer (the row is its stage's
+  // layers'), and the seed's 8bsh; 0 for the other rows.
+  double exact_bytes_per_layer = 0, seed_bytes_per_layer = 0;
 };
 
 // One row per strategy the input's dp, tp and pp switch on (dp rows for each ZeRO stage
@@ -117,7 +120,9 @@ struct PlanActivations {
 };
 PlanActivations PlanActivationsPerGpu(const PlanInput& in);
 
-// The seed's numeric examples, each with the figure it prints and the value computed here.
+// The seed's numeric examples, each with the figure it prints and the value the planner
+// computes for the example's parameters (Plan's seed or exact column, PlanMemoryPerGpu):
+// no figure is written in, so a change to the planner shows here.
 struct SeedExample {
   std::string what;
   std::string seed_figure;  // as the seed writes it

@@ -169,6 +169,12 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
       if (!rows) continue;
       const int64_t most = BusiestSent(run.traffic, rows);
       EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
+      if (row.exact_bytes_per_layer > 0) {  // tp: every layer's rows, layer 0's here
+        EXPECT_EQ(double(BusiestSent(run.traffic, [](const comm::LedgerKey& k) {
+                    return k.group == "tp" && k.label.rfind("layer0.", 0) == 0;
+                  })),
+                  row.exact_bytes_per_layer);
+      }
     }
     int64_t states = 0, activations = 0;
     for (const MemoryLedger& m : run.memory) {
