@@ -8,6 +8,7 @@
 //   tally_plan --model=llama-70b --dp=8 --tp=8 --pp=2 --json
 //   tally_plan --model=llama-7b --sweep=dp:2,4,8,16       one CSV row per value
 //   tally_plan --seed_examples                             the article's numbers, checked
+#include <cmath>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -69,6 +70,15 @@ ABSL_FLAG(std::string, link_inter, "25,2",
 ABSL_FLAG(bool, seed_examples, false, "the seed article's examples, its figures next to ours");
 ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, batch_size) -> CSV");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
+ABSL_FLAG(std::string, cluster, "",
+          "a100, h100, or a JSON file (train/plan.h): GPUs per node, links and the TFLOP/s a "
+          "GPU achieves; replaces --gpus_per_node --link_intra --link_inter and times the step");
+ABSL_FLAG(bool, search, false,
+          "every grid of --world GPUs (dp x tp x pp, ZeRO, micro-batches) whose memory fits "
+          "--gpu_memory_gb, fastest predicted step first (--cluster)");
+ABSL_FLAG(int, world, 0, "--search: the GPUs (0: dp x tp x pp)");
+ABSL_FLAG(int, global_batch_size, 0, "--search: sequences per step (0: --batch_size x --dp)");
+ABSL_FLAG(double, gpu_memory_gb, 80, "--search: memory per GPU, GB (1e9 bytes)");
 
 namespace tally {
 namespace {
@@ -181,6 +191,12 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   ASSIGN_OR_RETURN(in.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
   ASSIGN_OR_RETURN(in.cluster.intra, comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
   ASSIGN_OR_RETURN(in.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
+  if (!absl::GetFlag(FLAGS_cluster).empty()) {
+    ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
+    in.gpus_per_node = cluster.gpus_per_node;
+    in.cluster = cluster.links;
+    in.tflops = cluster.tflops;
+  }
   auto positive = [](const char* flag, int64_t v) -> absl::Status {
     if (v >= 1) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrFormat("[flags] --%s must be >= 1, got %d", flag, v));
@@ -346,6 +362,52 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
   return absl::OkStatus();
 }
 
+// --search: the grids that fit, fastest first (the first 20).
+absl::Status Search(const PlanInput& base) {
+  const int world = absl::GetFlag(FLAGS_world) > 0 ? absl::GetFlag(FLAGS_world)
+                                                   : base.dp * base.tp * base.pp;
+  const int global = absl::GetFlag(FLAGS_global_batch_size) > 0 ? absl::GetFlag(FLAGS_global_batch_size)
+                                                                : base.batch * base.dp;
+  const double memory = absl::GetFlag(FLAGS_gpu_memory_gb);
+  if (world > (1 << 16) || !(memory > 0) || !std::isfinite(memory)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --search wants --world in [1, 65536] and --gpu_memory_gb > 0, got ", world,
+        " and ", memory));
+  }
+  const std::vector<train::SearchResult> found = train::SearchGrids(base, world, global, memory * 1e9);
+  if (absl::GetFlag(FLAGS_json)) {
+    JsonWriter w;
+    w.BeginObject().Key("world").Int(world).Key("global_batch_size").Int(global);
+    w.Key("grids").BeginArray();
+    for (const train::SearchResult& r : found) {
+      w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
+      w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
+      w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
+      w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
+      w.Key("step_s").Double(r.time.step_s).EndObject();
+    }
+    w.EndArray().EndObject();
+    std::cout << w.str() << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << absl::StrFormat(
+      "%s on %d GPUs, %d sequences of %d a step, at most %.0f GB a GPU, %s: %d grids fit "
+      "(the 20 fastest; predicted: compute / (1 - bubble) + communication, none of it "
+      "overlapped)\n%4s %4s %4s %4s %5s %13s %10s %10s %8s %10s\n",
+      base.model.name, world, global, base.seq_len, memory,
+      base.tflops > 0 ? absl::StrFormat("%.0f TFLOP/s a GPU", base.tflops) : "no compute time",
+      int(found.size()), "dp", "tp", "pp", "zero", "m", "memory/GPU", "compute s", "comm s",
+      "bubble", "step s");
+  for (size_t i = 0; i < found.size() && i < 20; ++i) {
+    const train::SearchResult& r = found[i];
+    std::cout << absl::StrFormat("%4d %4d %4d %4d %5d %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
+                                 r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
+                                 r.memory_bytes / 1e9, r.time.compute_s, r.time.comm_s,
+                                 r.time.bubble, r.time.step_s);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
   if (absl::GetFlag(FLAGS_seed_examples) && absl::GetFlag(FLAGS_json)) {
     JsonWriter w;
@@ -370,6 +432,7 @@ absl::Status Main() {
   }
   ASSIGN_OR_RETURN(PlanInput in, InputFromFlags());
   if (!absl::GetFlag(FLAGS_sweep).empty()) return Sweep(in, absl::GetFlag(FLAGS_sweep));
+  if (absl::GetFlag(FLAGS_search)) return Search(in);
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(in);
   } else {

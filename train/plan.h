@@ -69,7 +69,49 @@ struct PlanInput {
   parallel::Order order = parallel::kMegatronOrder;
   int gpus_per_node = 0;
   comm::Cluster cluster = {};
+  // The dense bf16 TFLOP/s a GPU achieves on the model's matmuls (ClusterPreset), for the
+  // predicted step time; 0: no compute time.
+  double tflops = 0;
 };
+
+// A GPU cluster to plan on: GPUs per node, the links inside and across nodes (α-β), and
+// the dense bf16 TFLOP/s a GPU achieves. Presets (half of each GPU's dense bf16 peak, an
+// assumption to replace with a measured figure):
+//   a100  the seed's node: 8 GPUs, NVLink 600 GB/s + 1 us, InfiniBand 25 GB/s + 2 us,
+//         156 TFLOP/s (of 312)
+//   h100  8 GPUs, NVLink 900 GB/s + 1 us, InfiniBand 50 GB/s + 2 us, 495 TFLOP/s (of 989)
+// or a JSON file: {"gpus_per_node": 8, "tflops": 156, "intra": [600, 1], "inter": [25, 2]}
+// (links as [GB/s, us a message]).
+struct ClusterPreset {
+  std::string name;
+  int gpus_per_node = 8;
+  double tflops = 0;
+  comm::Cluster links;
+};
+absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file);
+
+// One step of `in` on its cluster, predicted: the busiest GPU's compute (the model's
+// FLOPs per token — GPTConfig::FlopsPerToken for tally's GPT, 6Φ + 12·L·h·s otherwise —
+// times its tokens, over tp·pp, at in.tflops), stretched by the pipeline bubble
+// (compute / (1 − bubble)), and every strategy's α-β time (Plan's rows: the dp
+// all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap).
+struct StepTime {
+  double compute_s = 0, comm_s = 0, bubble = 0, step_s = 0;
+};
+StepTime PredictStep(const PlanInput& in);
+
+// --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
+// hidden size, within a node when nodes are set; pp at most the layers), ZeRO 0–3 when
+// dp > 1, and micro-batches dividing a dp rank's share of `global_batch` sequences — whose
+// model states (at in.precision) and activations (tally's GPT; none counted otherwise) fit
+// in `gpu_bytes`, fastest predicted step first.
+struct SearchResult {
+  PlanInput in;
+  StepTime time;
+  double memory_bytes = 0;
+};
+std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int global_batch,
+                                      double gpu_bytes);
 
 struct PlanRow {
   std::string strategy;

@@ -238,6 +238,8 @@ TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
       {"--params=1000000 --n_layer=4", "give them or --n_layer, --n_embd, --n_head, --vocab_size, not both"},
       {"--n_head=5", "n_embd (4096) must be divisible by n_head (5)"},
       {"--n_layer=0", "n_layer must be positive, got 0"},
+      {"--cluster=tpu", "--cluster must be a100, h100 or a JSON file"},
+      {"--search --gpu_memory_gb=-1", "--search wants --world in [1, 65536] and --gpu_memory_gb > 0"},
   }, 5);
   Result named = RunCommand(kPlan + " --model=llama-7b --params=1000000");
   EXPECT_EQ(named.exit_code, 0) << named.output;

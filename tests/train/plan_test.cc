@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -187,6 +188,60 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     EXPECT_EQ(PlanActivationsPerGpu(in).bytes_per_gpu, activations);
   }
   EXPECT_EQ(planned, 24);
+}
+
+// --search: the grids of 4 GPUs that fit a memory bound, fastest predicted step first;
+// each one's memory is its plan's lines (model states at the precision + activations),
+// and the predicted step is compute / (1 − bubble) + the strategies' α-β times.
+TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
+  PlanInput base = SmallPlan();
+  base.precision = DType::kF32;
+  base.bytes_per_value = 4;
+  base.tflops = 1;  // 1e12 FLOP/s
+  const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30);
+  ASSERT_FALSE(all.empty());
+  double most = 0, least = 1e300;
+  for (const SearchResult& r : all) {
+    EXPECT_EQ(r.in.dp * r.in.tp * r.in.pp, 4);
+    EXPECT_EQ(r.in.batch * r.in.dp, 8);
+    const double memory = PlanMemoryPerGpu(r.in)[0].bytes_per_gpu +
+                          double(PlanActivationsPerGpu(r.in).bytes_per_gpu);
+    EXPECT_DOUBLE_EQ(r.memory_bytes, memory);
+    most = std::max(most, memory);
+    least = std::min(least, memory);
+  }
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].time.step_s, all[i].time.step_s);
+  // A bound between the least and the most memory keeps exactly the grids under it.
+  const double bound = (least + most) / 2;
+  const std::vector<SearchResult> fit = SearchGrids(base, 4, 8, bound);
+  size_t under = 0;
+  for (const SearchResult& r : all) under += r.memory_bytes <= bound ? 1 : 0;
+  EXPECT_EQ(fit.size(), under);
+  EXPECT_LT(fit.size(), all.size());
+  // One grid's prediction by hand: dp 4, no pipeline, compute 6Φ·tokens + attention.
+  PlanInput dp4 = base;
+  dp4.dp = 4;
+  dp4.batch = 2;
+  const StepTime t = PredictStep(dp4);
+  model::GPTConfig c = base.model.config;
+  c.seq_len = dp4.seq_len;
+  EXPECT_DOUBLE_EQ(t.compute_s, c.FlopsPerToken() * 2 * dp4.seq_len / 1e12);
+  EXPECT_EQ(t.bubble, 0);
+  double comm = 0;
+  for (const PlanRow& row : Plan(dp4)) comm += row.strategy == "dp all-reduce" ? row.time_s : 0;
+  EXPECT_DOUBLE_EQ(t.comm_s, comm);
+  EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.comm_s);
+  // The presets, and a file's cluster.
+  EXPECT_EQ(LoadCluster("a100")->tflops, 156);
+  EXPECT_EQ(LoadCluster("h100")->links.inter.gbps, 50);
+  const std::string path = ::testing::TempDir() + "/cluster.json";
+  std::ofstream(path) << R"({"gpus_per_node": 4, "tflops": 100, "intra": [300, 1.5], "inter": [12.5, 3]})";
+  const ClusterPreset file = LoadCluster(path).value();
+  EXPECT_EQ(file.gpus_per_node, 4);
+  EXPECT_EQ(file.links.intra.latency_us, 1.5);
+  std::ofstream(path) << R"({"gpus_per_node": 4, "tflops": -1, "intra": [300, 1], "inter": [12, 3]})";
+  EXPECT_TRUE(absl::StrContains(LoadCluster(path).status().message(), "tflops must be a number > 0"));
+  EXPECT_FALSE(LoadCluster("/no/such/cluster.json").ok());
 }
 
 class PlanAgainstRuns : public ::testing::TestWithParam<Grid> {};
