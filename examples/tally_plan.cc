@@ -59,6 +59,7 @@ ABSL_FLAG(int, virtual_stages, 1,
 ABSL_FLAG(std::string, allreduce, "ring",
           "ring, naive or hierarchical (rings inside each node, then across nodes)");
 ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
+ABSL_FLAG(bool, recompute, false, "pipeline stages recompute their forward in backward (pp > 1)");
 ABSL_FLAG(int, gpus_per_node, 0,
           "GPUs per node: GPUs r and r' share a node iff r/G == r'/G (0: every GPU on one node)");
 ABSL_FLAG(std::string, order, "tp-dp-pp",
@@ -182,6 +183,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   in.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  in.recompute = absl::GetFlag(FLAGS_recompute);
   ASSIGN_OR_RETURN(in.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   in.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   if (in.gpus_per_node < 0) {
@@ -382,6 +384,7 @@ absl::Status Search(const PlanInput& base) {
     for (const train::SearchResult& r : found) {
       w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
       w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
+      w.Key("recompute").Bool(r.in.recompute);
       w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
       w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
       w.Key("step_s").Double(r.time.step_s).EndObject();
@@ -393,15 +396,16 @@ absl::Status Search(const PlanInput& base) {
   std::cout << absl::StrFormat(
       "%s on %d GPUs, %d sequences of %d a step, at most %.0f GB a GPU, %s: %d grids fit "
       "(the 20 fastest; predicted: compute / (1 - bubble) + communication, none of it "
-      "overlapped)\n%4s %4s %4s %4s %5s %13s %10s %10s %8s %10s\n",
+      "overlapped)\n%4s %4s %4s %4s %5s %9s %13s %10s %10s %8s %10s\n",
       base.model.name, world, global, base.seq_len, memory,
       base.tflops > 0 ? absl::StrFormat("%.0f TFLOP/s a GPU", base.tflops) : "no compute time",
-      int(found.size()), "dp", "tp", "pp", "zero", "m", "memory/GPU", "compute s", "comm s",
+      int(found.size()), "dp", "tp", "pp", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
       "bubble", "step s");
   for (size_t i = 0; i < found.size() && i < 20; ++i) {
     const train::SearchResult& r = found[i];
-    std::cout << absl::StrFormat("%4d %4d %4d %4d %5d %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
+    std::cout << absl::StrFormat("%4d %4d %4d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
                                  r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
+                                 r.in.recompute ? "yes" : "no",
                                  r.memory_bytes / 1e9, r.time.compute_s, r.time.comm_s,
                                  r.time.bubble, r.time.step_s);
   }

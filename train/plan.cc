@@ -224,6 +224,7 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.zero = in.zero;
   o.ep = in.ep;
   o.sequence_parallel = in.sequence_parallel;
+  o.recompute = in.recompute && in.pp > 1;
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
   o.allreduce = in.allreduce;
@@ -382,8 +383,9 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   if (in.tp > 1) {
     const int64_t micro = int64_t(bsh / m);  // one micro-batch's activations
     // Four all-reduces per layer and micro-batch (or their all-gathers and reduce-scatters:
-    // the same bytes), on the busiest stage's layers.
-    const double calls = 4.0 * m * layers_per_stage;
+    // the same bytes), on the busiest stage's layers; six with recompute (the forward's
+    // two again).
+    const double calls = (in.recompute && in.pp > 1 ? 6.0 : 4.0) * m * layers_per_stage;
     Traffic tp;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
       const std::vector<int> where = nodes_of(group);
@@ -404,8 +406,10 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     // Balanced routing: per layer and micro-batch four all-to-alls (dispatch and combine,
     // forward and backward), each of the micro-batch's b·s·k/m rows of h values, N−1 of N
     // parts leaving; and the counts, E int64.
+    // A recomputed forward routes, counts and sends again.
     const int64_t routed = int64_t(in.batch / m) * in.seq_len * in.moe_top_k;
-    const double calls = 4.0 * m * layers_per_stage;
+    const double forwards = in.recompute && in.pp > 1 ? 2.0 : 1.0;
+    const double calls = (2.0 * forwards + 2.0) * m * layers_per_stage;
     Traffic ep;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::EpGroup)) {
       const std::vector<int> where = nodes_of(group);
@@ -416,7 +420,7 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
                 calls);
         gpu.Add(comm::ExactSentByLink(Primitive::kAllToAll, Algorithm::kRing, where, i, -1,
                                       in.n_experts, 8),
-                double(m) * layers_per_stage);
+                forwards * m * layers_per_stage);
         ep.Add(gpu);
       }
       ep.time = std::max(ep.time, calls * PassesTime(Algorithm::kRing, where,
@@ -626,7 +630,8 @@ StepTime PredictStep(const PlanInput& in) {
                       12.0 * in.model.layers * double(in.model.hidden) * in.seq_len;
   }
   if (in.tflops > 0) {
-    t.compute_s = flops_per_token * tokens / (double(in.tp) * in.pp) / (in.tflops * 1e12);
+    const double passes = in.recompute && in.pp > 1 ? 4.0 / 3.0 : 1.0;  // 6 FLOPs a weight, 8
+    t.compute_s = passes * flops_per_token * tokens / (double(in.tp) * in.pp) / (in.tflops * 1e12);
   }
   t.bubble = PlanActivationsPerGpu(in).bubble;
   const std::string dp_row = in.zero > 0 ? absl::StrCat("zero-", in.zero) : "dp all-reduce";
@@ -657,7 +662,10 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
       for (int m = 1; m <= batch && m <= 64; ++m) {
         if (!divides(m, batch)) continue;
         for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+         for (bool recompute : {false, true}) {
+          if (recompute && pp == 1) continue;
           PlanInput in = base;
+          in.recompute = recompute;
           in.dp = dp;
           in.tp = tp;
           in.pp = pp;
@@ -671,6 +679,7 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
                                 double(std::max<int64_t>(0, act.bytes_per_gpu));
           if (memory > gpu_bytes) continue;
           out.push_back({in, PredictStep(in), memory});
+         }
         }
       }
     }

@@ -63,6 +63,9 @@ struct PlanInput {
   int n_experts = 0, moe_top_k = 2, ep = 1;
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool sequence_parallel = false;
+  // A pipeline stage keeps only its input per micro-batch and recomputes the forward in
+  // backward (tally_train --recompute; pp > 1): less activation memory, a forward more.
+  bool recompute = false;
   // Placement (parallel/topology.h, runtime/comm/nodes.h): the grid's order and GPUs per
   // node (0: every GPU on one node), and the links the α-β times use (the defaults:
   // NVLink 600 GB/s inside a node, 25 GB/s InfiniBand across nodes).
@@ -92,7 +95,8 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file);
 
 // One step of `in` on its cluster, predicted: the busiest GPU's compute (the model's
 // FLOPs per token — GPTConfig::FlopsPerToken for tally's GPT, 6Φ + 12·L·h·s otherwise —
-// times its tokens, over tp·pp, at in.tflops), stretched by the pipeline bubble
+// times its tokens, over tp·pp, at in.tflops; 4/3 of it with recompute: the forward
+// again), stretched by the pipeline bubble
 // (compute / (1 − bubble)), and every strategy's α-β time (Plan's rows: the dp
 // all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap).
 struct StepTime {
@@ -102,7 +106,8 @@ StepTime PredictStep(const PlanInput& in);
 
 // --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
 // hidden size, within a node when nodes are set; pp at most the layers), ZeRO 0–3 when
-// dp > 1, and micro-batches dividing a dp rank's share of `global_batch` sequences — whose
+// dp > 1, micro-batches dividing a dp rank's share of `global_batch` sequences, and with
+// pp > 1 recompute or not — whose
 // model states (at in.precision) and activations (tally's GPT; none counted otherwise) fit
 // in `gpu_bytes`, fastest predicted step first.
 struct SearchResult {

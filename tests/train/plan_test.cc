@@ -151,6 +151,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     in.micro_batches = pick({1, 2});
     in.batch = in.micro_batches * pick({1, 2});
     in.sequence_parallel = in.tp > 1 && pick({0, 1}) == 1;
+    in.recompute = in.pp > 1 && pick({0, 1}) == 1;
     in.precision = pick({0, 1}) == 1 ? DType::kBF16 : DType::kF32;
     in.bytes_per_value = int(SizeOf(in.precision));
     TrainOptions o = PlanAsTrainOptions(in);
@@ -163,6 +164,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
                               " seq_len ", c.seq_len, " vocab ", c.vocab_size, " dp ", in.dp,
                               " tp ", in.tp, " pp ", in.pp, " zero ", in.zero, " m ",
                               in.micro_batches, " b ", in.batch, " sp ", in.sequence_parallel,
+                              " recompute ", in.recompute,
                               " ", Name(in.precision)));
     const RankLedgers run = RunSteps(o);
     for (const PlanRow& row : Plan(in)) {
