@@ -83,7 +83,9 @@ JsonWriter& JsonWriter::Int(int64_t value) {
 
 JsonWriter& JsonWriter::Double(double value) {
   BeforeValue();
-  if (std::isfinite(value)) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::abs(value) < 0x1p53) {
+    out_ += absl::StrFormat("%.0f", value);  // a whole number, exactly (bytes)
+  } else if (std::isfinite(value)) {
     out_ += absl::StrFormat("%.9g", value);
   } else {
     out_ += "null";

@@ -26,7 +26,9 @@ class JsonWriter {
   JsonWriter& Key(std::string_view key);
   JsonWriter& String(std::string_view value);
   JsonWriter& Int(int64_t value);
-  JsonWriter& Double(double value);  // non-finite values are written as null
+  // A whole number below 2^53 exactly, others to 9 significant digits; non-finite values
+  // as null.
+  JsonWriter& Double(double value);
   JsonWriter& Bool(bool value);
   JsonWriter& IntArray(const std::vector<int64_t>& values);
 
