@@ -123,5 +123,27 @@ TEST(SeedAtScale, DryRunsEqualThePlanToTheByte) {
   }
 }
 
+// 512 ranks (tp 8 x pp 4 x dp 16 with ZeRO-1) run dry, each reported, each rank's model
+// states its formula's.
+TEST(SeedAtScale, FiveHundredTwelveRanksRunDry) {
+  const Result r = RunCommand(kTrain + " --dry_run --n_layer=8 --n_embd=512 --n_head=8 --seq_len=256 "
+                              "--tp=8 --pp=4 --dp=16 --zero=1 --global_batch_size=64 "
+                              "--micro_batch_size=1 --steps=1 --report=json");
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 4000);
+  const JsonValue report = LastJson(r);
+  ASSERT_EQ(report.Find("ranks")->array.size(), 512u);
+  // Every rank of a pipeline stage sends its boundary: 4 stages, 3 boundaries each way.
+  int senders = 0;
+  for (const JsonValue& rank : report.Find("ranks")->array) {
+    for (const JsonValue& row : rank.Find("traffic")->array) {
+      if (Str(row, "group") == "pp" && Str(row, "op") == "sendrecv" && row.Find("bytes_sent")->AsInt() > 0) {
+        ++senders;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(senders, 512);
+}
+
 }  // namespace
 }  // namespace tally
