@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "examples/example_main.h"
 #include "runtime/status_macros.h"
+#include "train/plan.h"
 #include "train/trainer.h"
 
 namespace {
@@ -26,6 +27,10 @@ ABSL_FLAG(int, n_embd, kDefaults.model.n_embd, "channels");
 ABSL_FLAG(int, seq_len, kDefaults.model.seq_len, "tokens per sequence (and positions in the table)");
 ABSL_FLAG(int, vocab_size, kDefaults.model.vocab_size,
           "--dry_run only: the token embedding's rows (training is byte-level, 256)");
+ABSL_FLAG(std::string, cluster, "",
+          "a100, h100, or a JSON file: GPUs per node, links and the TFLOP/s a GPU achieves "
+          "(replaces --link_intra --link_inter; --gpus_per_node unless given); a dry run is "
+          "replayed on it");
 ABSL_FLAG(bool, dry_run, false,
           "run the real code on meta tensors (shapes, no values): every byte and every "
           "allocation counted at real size, no computation, no payload moved");
@@ -191,6 +196,13 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   ASSIGN_OR_RETURN(o.cluster.intra, comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
   ASSIGN_OR_RETURN(o.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
+  if (!absl::GetFlag(FLAGS_cluster).empty()) {
+    ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
+    o.cluster_name = cluster.name;
+    o.cluster = cluster.links;
+    o.tflops = cluster.tflops;
+    if (o.gpus_per_node == 0) o.gpus_per_node = cluster.gpus_per_node;
+  }
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
   ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));

@@ -1,4 +1,5 @@
 #include "train/report.h"
+#include "train/replay.h"
 
 #include <algorithm>
 #include <limits>
@@ -190,6 +191,40 @@ std::string ModelledTable(const ReportInputs& in) {
   return out;
 }
 
+std::string ReplayTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  std::vector<const Timeline*> timelines;
+  for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
+  const comm::Nodes nodes = NodesOf(in);
+  absl::StatusOr<std::vector<ReplayedRank>> replayed = Replay(timelines, nodes, o.cluster, o.tflops);
+  if (!replayed.ok()) return absl::StrCat("\n", replayed.status().message(), "\n");
+  const double steps = double(std::max<int64_t>(1, in.steps)), ms = 1e3 / steps;
+  std::string out = absl::StrFormat(
+      "\npredicted on the cluster %s (%.0f TFLOP/s a GPU, %d GPUs a node; inside %s, across %s), "
+      "ms per step: every rank's timeline replayed (compute; exposed: waiting in a collective "
+      "or a send; idle: waiting for a pipeline neighbour)\n%-8s %12s %12s %12s %12s %10s\n",
+      o.cluster_name, o.tflops, nodes.gpus_per_node(), comm::Describe(o.cluster.intra),
+      comm::Describe(o.cluster.inter), "rank", "step", "compute", "exposed", "idle", "exposed %");
+  double slowest = 0;
+  int slowest_rank = 0;
+  for (size_t r = 0; r < replayed->size(); ++r) {
+    const ReplayedRank& x = (*replayed)[r];
+    if (x.seconds > slowest) slowest = x.seconds, slowest_rank = int(r);
+  }
+  // Every rank of a small run; of a large one the slowest, and the first of each stage.
+  for (size_t r = 0; r < replayed->size(); ++r) {
+    const ReplayedRank& x = (*replayed)[r];
+    const parallel::GridCoordinates at = o.topology().Of(int(r));
+    if (replayed->size() > 16 && int(r) != slowest_rank && (at.dp != 0 || at.tp != 0)) continue;
+    out += absl::StrFormat("%-8d %12.3f %12.3f %12.3f %12.3f %9.0f%%\n", r, x.seconds * ms,
+                           x.compute_s * ms, x.exposed_s * ms, x.idle_s * ms,
+                           x.seconds > 0 ? 100 * x.exposed_s / x.seconds : 0.0);
+  }
+  out += absl::StrFormat("predicted step: %.3f ms (rank %d, the slowest)\n", slowest * ms,
+                         slowest_rank);
+  return out;
+}
+
 std::string RoutingTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
   const int experts = o.model.n_experts;
@@ -271,6 +306,7 @@ std::string FormatReport(const ReportInputs& in) {
   // A dry run's times are those of code that computes nothing: no table of them.
   if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
+  if (o.dry_run && o.tflops > 0) out += ReplayTable(in);
   out += RoutingTable(in);
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));

@@ -70,6 +70,10 @@ std::string TimeTable(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
+// A dry run with --cluster: every rank's timeline replayed on the cluster (train/replay.h):
+// per rank the predicted step, its compute, exposed communication and pipeline idle, and
+// the predicted step of the run (its slowest rank).
+std::string ReplayTable(const ReportInputs& in);
 // With experts: per layer, the choices an expert received per step (fewest, mean, most,
 // and most / mean, the imbalance), and under --ep the bytes a rank's forward dispatch
 // all-to-all-v of the layer sent per step (min..max over the ranks that ran it): uneven

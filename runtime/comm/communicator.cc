@@ -22,6 +22,11 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, RankResources* 
                            CommOptions options)
     : transport_(std::move(transport)), resources_(resources), options_(options) {
   group_nodes_ = GroupNodes();
+  timeline_group_ = name() + ":";
+  for (int r = 0; r < size(); ++r) {
+    absl::StrAppend(&timeline_group_, r > 0 ? "," : "", transport_->world_rank(r));
+  }
+  absl::StrAppend(&timeline_group_, "#", resources_->groups[timeline_group_]++);
 }
 
 absl::Status Communicator::CheckCount(Primitive primitive, const char* what, const Tensor& t,
@@ -117,8 +122,13 @@ absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
 absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                                   absl::Status status) {
   wire.RecordCall(payload_bytes, started, started);
+  tally::Timeline& timeline = ledger().timeline();
+  if (timeline.recording()) {
+    timeline.Collective(TimelineGroup(), size(), int64_t(wire.signature().seq), wire.sent());
+  }
   return status;
 }
+
 
 absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice algorithm) {
   int64_t started = MonotonicNanos();
@@ -368,6 +378,10 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
       std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
                              options_.max_chunk_bytes),
       data.nbytes(), started));
+  if (ledger().timeline().recording() && peer >= 0 && peer < size()) {
+    work->timeline_work_ = ledger().timeline().PostMessage(
+        TimelineGroup(), transport_->world_rank(peer), send, int64_t(data.nbytes()));
+  }
   if (!device.ok()) {
     work->pending_.Fail(device.status());
   } else if (send) {
@@ -404,6 +418,7 @@ absl::Status CollectiveWork::Wait() {
     ended = done_->ended_nanos;
   }
   wire_->RecordCall(payload_bytes_, started_nanos_, waited, ended);
+  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent());
   waited_ = true;
   return status_;
 }
@@ -415,6 +430,10 @@ std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, C
   std::unique_ptr<CollectiveWork> work(
       new CollectiveWork(std::move(wire), call.payload_bytes, started));
   Wire* w = work->wire_.get();
+  if (ledger().timeline().recording()) {
+    work->timeline_work_ = ledger().timeline().PostCollective(TimelineGroup(), size(),
+                                                              int64_t(w->signature().seq));
+  }
   std::shared_ptr<CollectiveWork::Done> done = work->done_;
   if (!transport_->RunsOnAnyThread() || w->signature().device >= 0) {
     done->Set(call.run(*w));  // on the rank's thread: now
@@ -463,6 +482,7 @@ absl::Status Work::Wait() {
   const int64_t waited = MonotonicNanos();
   absl::Status status = pending_.WaitAll();
   wire_->RecordCall(int64_t(bytes_), started_nanos_, waited);
+  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent());
   return status;
 }
 

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,9 @@ struct RankResources {
   MemoryLedger memory;
   TrafficLedger traffic;
   Allocator allocator;
+  // How many communicators of each name and members the rank has made: their timeline
+  // names (runtime/timeline.h) tell two groups of the same ranks apart.
+  std::map<std::string, int> groups;
 };
 
 class Communicator;
@@ -70,6 +74,7 @@ class Work {
   Pending pending_;
   size_t bytes_;
   int64_t started_nanos_;
+  int64_t timeline_work_ = -1;  // its number on the rank's timeline (timeline.h)
 };
 
 // A non-blocking collective (IAllReduce, IReduceScatter, IAllGather): its algorithm runs
@@ -103,6 +108,7 @@ class CollectiveWork {
   int64_t payload_bytes_, started_nanos_;
   bool waited_ = false;
   absl::Status status_;
+  int64_t timeline_work_ = -1;  // its number on the rank's timeline (timeline.h)
 };
 
 class Communicator {
@@ -250,6 +256,11 @@ class Communicator {
   std::vector<int> GroupNodes() const;
   std::vector<int> group_nodes_;   // GroupNodes(), kept
   Tensor scratch_;                 // the comm buffer the algorithms borrow (Wire::Scratch)
+  // The group as the rank's timeline names it (timeline.h): "name:world ranks#k", the
+  // rank's k-th communicator of that name and members (every member makes them in the
+  // same order).
+  const std::string& TimelineGroup() const { return timeline_group_; }
+  std::string timeline_group_;
   uint64_t collective_calls_ = 0;  // the sequence number of the next collective
   uint64_t splits_ = 0;
   // The communication thread, started by the first non-blocking call; declared last, so

@@ -72,6 +72,7 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--dry_run --save=x.safetensors", "--save with --dry_run: a dry run has no values"},
       {"--dry_run --check_against_serial", "--check_against_serial with --dry_run"},
       {"--dry_run --device=cuda", "--dry_run runs on --backend=threads --device=cpu"},
+      {"--cluster=tpu", "--cluster must be a100, h100 or a JSON file"},
       {"--no_such_flag=1", "Unknown command line flag"},
   };
   for (const Case& c : cases) {

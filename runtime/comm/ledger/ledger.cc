@@ -30,6 +30,7 @@ void TrafficLedger::Clear() {
   calls_.clear();
   expected_.clear();
   events_.clear();
+  timeline_.Clear();
 }
 
 namespace {
@@ -73,6 +74,7 @@ void TrafficLedger::Encode(ByteWriter& w) const {
     EncodeKey(w, e.key);
     w.Int(e.start_nanos).Int(e.end_nanos).Int(e.payload_bytes).Int(e.sent_so_far);
   }
+  timeline_.Encode(w);
 }
 
 bool TrafficLedger::Decode(ByteReader& r) {
@@ -109,7 +111,7 @@ bool TrafficLedger::Decode(ByteReader& r) {
     e.sent_so_far = r.Int();
     events_.push_back(std::move(e));
   }
-  return r.ok();
+  return timeline_.Decode(r) && r.ok();
 }
 
 LabelScope::LabelScope(TrafficLedger& ledger, const std::string& part)

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "runtime/byte_stream.h"
 #include "runtime/copyable_mutex.h"
+#include "runtime/timeline.h"
 #include "runtime/comm/nodes.h"
 #include "runtime/comm/types.h"
 
@@ -154,6 +155,10 @@ class TrafficLedger {
     return bytes;
   }
 
+  // The rank's timeline (timeline.h), recorded while it is on.
+  tally::Timeline& timeline() { return timeline_; }
+  const tally::Timeline& timeline() const { return timeline_; }
+
   // Forgets everything booked so far. Not while a call is in flight.
   void Clear();
 
@@ -175,6 +180,7 @@ class TrafficLedger {
   bool tracing_ = false;
   int64_t sent_ = 0;
   std::vector<CallEvent> events_;
+  tally::Timeline timeline_;
 };
 
 // Sets the ledger's phase for the scope's lifetime.

@@ -56,6 +56,10 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
     row.messages_sent += 1;
     ledger_.CountSent(int64_t(s.bytes));
   }
+  const int peer_world = PeerWorldRank(peer);
+  if (sent_.empty() || sent_.back().peer != peer_world) sent_.push_back({peer_world, 0, 0});
+  sent_.back().bytes += int64_t(bytes);
+  sent_.back().messages += int64_t(segments.size());
   for (Segment s : Posted(segments, bytes)) {
     pending.entries_.push_back(
         {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,

@@ -85,6 +85,9 @@ class Wire {
   absl::StatusOr<void*> Scratch(int64_t count);
   // The ledger row the call books under.
   const LedgerKey& key() const { return key_; }
+  TrafficLedger& ledger() { return ledger_; }
+  // What this call has sent so far, by peer (world rank): the replay's (timeline.h).
+  const std::vector<tally::PeerBytes>& sent() const { return sent_; }
 
  private:
   friend class Pending;
@@ -101,6 +104,7 @@ class Wire {
   size_t max_chunk_bytes_;
   LedgerKey key_;
   std::vector<std::pair<int, TransferTotals*>> rows_;  // (peer world rank, its row)
+  std::vector<tally::PeerBytes> sent_;
 };
 
 // Requests posted together and waited for together.

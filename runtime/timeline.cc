@@ -1,0 +1,108 @@
+#include "runtime/timeline.h"
+
+#include <utility>
+
+namespace tally {
+namespace {
+thread_local Timeline* current = nullptr;
+}  // namespace
+
+Timeline* CurrentTimeline() { return current; }
+ScopedTimeline::ScopedTimeline(Timeline* timeline) : saved_(current) { current = timeline; }
+ScopedTimeline::~ScopedTimeline() { current = saved_; }
+
+void Timeline::Compute(double flops) {
+  if (!recording_ || flops <= 0) return;
+  if (!entries_.empty() && entries_.back().kind == TimelineEntry::Kind::kCompute) {
+    entries_.back().flops += flops;
+    return;
+  }
+  TimelineEntry e;
+  e.flops = flops;
+  entries_.push_back(std::move(e));
+}
+
+void Timeline::Collective(const std::string& group, int group_size, int64_t seq,
+                          std::vector<PeerBytes> sent) {
+  if (!recording_) return;
+  TimelineEntry e;
+  e.kind = TimelineEntry::Kind::kCollective;
+  e.group = group;
+  e.group_size = group_size;
+  e.seq = seq;
+  e.sent = std::move(sent);
+  entries_.push_back(std::move(e));
+}
+
+int64_t Timeline::PostCollective(const std::string& group, int group_size, int64_t seq) {
+  if (!recording_) return -1;
+  TimelineEntry e;
+  e.kind = TimelineEntry::Kind::kPost;
+  e.work = works_++;
+  e.group = group;
+  e.group_size = group_size;
+  e.seq = seq;
+  entries_.push_back(e);
+  return e.work;
+}
+
+int64_t Timeline::PostMessage(const std::string& group, int peer, bool send, int64_t bytes) {
+  if (!recording_) return -1;
+  TimelineEntry e;
+  e.kind = TimelineEntry::Kind::kPost;
+  e.work = works_++;
+  e.group = group;
+  e.group_size = 2;
+  e.peer = peer;
+  e.send = send;
+  e.bytes = bytes;
+  entries_.push_back(e);
+  return e.work;
+}
+
+void Timeline::Wait(int64_t work, std::vector<PeerBytes> sent) {
+  if (!recording_ || work < 0) return;
+  TimelineEntry e;
+  e.kind = TimelineEntry::Kind::kWait;
+  e.work = work;
+  e.sent = std::move(sent);
+  entries_.push_back(std::move(e));
+}
+
+void Timeline::Encode(ByteWriter& w) const {
+  w.Int(int64_t(entries_.size()));
+  for (const TimelineEntry& e : entries_) {
+    w.Int(int64_t(e.kind)).Double(e.flops).Int(e.work).String(e.group).Int(e.group_size);
+    w.Int(e.seq).Int(e.peer).Int(e.send ? 1 : 0).Int(e.bytes).Int(int64_t(e.sent.size()));
+    for (const PeerBytes& p : e.sent) w.Int(p.peer).Int(p.bytes).Int(p.messages);
+  }
+}
+
+bool Timeline::Decode(ByteReader& r) {
+  entries_.clear();
+  for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
+    TimelineEntry e;
+    const int64_t kind = r.Int();
+    if (kind < 0 || kind > int64_t(TimelineEntry::Kind::kWait)) return false;
+    e.kind = TimelineEntry::Kind(kind);
+    e.flops = r.Double();
+    e.work = r.Int();
+    e.group = r.String();
+    e.group_size = int(r.Int());
+    e.seq = r.Int();
+    e.peer = int(r.Int());
+    e.send = r.Int() != 0;
+    e.bytes = r.Int();
+    for (int64_t j = 0, m = r.Int(); r.ok() && j < m; ++j) {
+      PeerBytes p;
+      p.peer = int(r.Int());
+      p.bytes = r.Int();
+      p.messages = r.Int();
+      e.sent.push_back(p);
+    }
+    entries_.push_back(std::move(e));
+  }
+  return r.ok();
+}
+
+}  // namespace tally

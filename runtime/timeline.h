@@ -1,0 +1,83 @@
+// A rank's timeline: what it computed and communicated, in the order it did, so that a
+// run can be replayed on a modelled cluster (train/replay.h) — compute at the cluster's
+// FLOP rate, each message at its link's α-β cost, every wait where the run waited.
+//
+//   compute     FLOPs the rank's kernels ran (consecutive ones added up)
+//   collective  a blocking collective: its group, its sequence number on the group, and
+//               what this rank sent in it (peer, bytes, messages)
+//   post        a non-blocking collective or a point-to-point send or receive, posted;
+//               its work number on this rank
+//   wait        the rank waits for a posted work; what it sent in it, now known
+//
+// Recorded only while on (TrafficLedger::timeline().set_recording), by the rank's own
+// thread: the communicator's calls (runtime/comm) and, through ScopedTimeline, the rank's
+// kernels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/byte_stream.h"
+
+namespace tally {
+
+struct PeerBytes {
+  int peer = -1;  // world rank
+  int64_t bytes = 0, messages = 0;
+};
+
+struct TimelineEntry {
+  enum class Kind : uint8_t { kCompute, kCollective, kPost, kWait };
+  Kind kind = Kind::kCompute;
+  double flops = 0;        // kCompute
+  int64_t work = -1;       // kPost, kWait
+  std::string group;       // kCollective, kPost: "name:world ranks" (one string per group)
+  int group_size = 0;      // kCollective, kPost
+  int64_t seq = -1;        // the collective's sequence on its group; -1: point-to-point
+  int peer = -1;           // point-to-point: the peer's world rank
+  bool send = false;       // point-to-point: a send, else a receive
+  int64_t bytes = 0;       // point-to-point: the message's bytes
+  std::vector<PeerBytes> sent;  // kCollective, kWait: what this rank sent
+};
+
+class Timeline {
+ public:
+  bool recording() const { return recording_; }
+  void set_recording(bool on) { recording_ = on; }
+
+  void Compute(double flops);
+  void Collective(const std::string& group, int group_size, int64_t seq,
+                  std::vector<PeerBytes> sent);
+  // A posted work's number (kPost), to wait for with Wait.
+  int64_t PostCollective(const std::string& group, int group_size, int64_t seq);
+  int64_t PostMessage(const std::string& group, int peer, bool send, int64_t bytes);
+  void Wait(int64_t work, std::vector<PeerBytes> sent);
+
+  const std::vector<TimelineEntry>& entries() const { return entries_; }
+  void Clear() { entries_.clear(); }
+
+  void Encode(ByteWriter& w) const;
+  bool Decode(ByteReader& r);
+
+ private:
+  bool recording_ = false;
+  int64_t works_ = 0;
+  std::vector<TimelineEntry> entries_;
+};
+
+// The timeline the kernels of this thread's rank add their FLOPs to, for the scope's
+// lifetime (null: none).
+Timeline* CurrentTimeline();
+class ScopedTimeline {
+ public:
+  explicit ScopedTimeline(Timeline* timeline);
+  ~ScopedTimeline();
+  ScopedTimeline(const ScopedTimeline&) = delete;
+  ScopedTimeline& operator=(const ScopedTimeline&) = delete;
+
+ private:
+  Timeline* saved_;
+};
+
+}  // namespace tally

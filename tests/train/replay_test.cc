@@ -1,0 +1,101 @@
+// A run replayed on a modelled cluster: hand-made timelines give the times of the model
+// (train/replay.h) exactly, and a dry run's timeline holds the FLOPs of its matmuls and
+// every call, so that its replay adds up.
+#include "train/replay.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::train {
+namespace {
+
+// 1 TFLOP/s; links of 1 GB/s + 1 us inside a node, 0.5 GB/s + 2 us across.
+const comm::Cluster kLinks{{1, 1}, {0.5, 2}};
+
+TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
+  Timeline a, b;
+  a.set_recording(true);
+  b.set_recording(true);
+  a.Compute(2e12);  // 2 s
+  b.Compute(1e12);  // 1 s
+  a.Collective("g:0,1#0", 2, 0, {{1, 1'000'000'000, 1}});  // 1 s + 1 us
+  b.Collective("g:0,1#0", 2, 0, {{0, 500'000'000, 2}});    // 0.5 s + 2 us
+  const std::vector<ReplayedRank> r =
+      Replay({&a, &b}, comm::Nodes::One(2), kLinks, 1).value();
+  EXPECT_DOUBLE_EQ(r[0].compute_s, 2);
+  EXPECT_DOUBLE_EQ(r[0].seconds, 2 + 1 + 1e-6);
+  EXPECT_DOUBLE_EQ(r[1].seconds, r[0].seconds);
+  EXPECT_DOUBLE_EQ(r[1].exposed_s, 1 + 1 + 1e-6);  // a's second of compute, then the call
+  EXPECT_DOUBLE_EQ(r[0].exposed_s, 1 + 1e-6);
+}
+
+TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) {
+  Timeline a, b;
+  a.set_recording(true);
+  b.set_recording(true);
+  a.Compute(3e12);
+  const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000);
+  a.Wait(send, {{1, 250'000'000, 1}});  // across nodes: 0.5 s + 2 us
+  const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000);
+  b.Wait(recv, {});
+  b.Compute(1e12);
+  const std::vector<ReplayedRank> r =
+      Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, 1).value();
+  const double arrives = 3 + 0.5 + 2e-6;
+  EXPECT_DOUBLE_EQ(r[0].seconds, arrives);
+  EXPECT_DOUBLE_EQ(r[0].exposed_s, 0.5 + 2e-6);
+  EXPECT_DOUBLE_EQ(r[1].idle_s, arrives);
+  EXPECT_DOUBLE_EQ(r[1].seconds, arrives + 1);
+  // A wait nobody can satisfy is an error, not a hang.
+  Timeline lonely;
+  lonely.set_recording(true);
+  lonely.Collective("g:0,1#0", 2, 0, {});
+  EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, 1).ok());
+}
+
+// A dry run records its matmuls' FLOPs and every call; replayed, each rank's compute is
+// those FLOPs at the rate, and its step is compute + exposed + idle.
+TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
+  TrainOptions o = Grid{.dp = 2, .pp = 2}.On(TinyGrid(4));
+  o.dry_run = true;
+  o.steps = 1;
+  o.tflops = 1;
+  o = o.Resolved();
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  std::vector<Timeline> timelines(size_t(o.world()));
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
+    std::ostream null(nullptr);
+    RETURN_IF_ERROR(trainer->Run(null));
+    timelines[size_t(world.rank())] = world.ledger().timeline();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  std::vector<const Timeline*> all;
+  for (const Timeline& t : timelines) all.push_back(&t);
+  const std::vector<ReplayedRank> r = Replay(all, comm::Nodes::One(o.world()), kLinks, 1).value();
+  // Per micro-batch of b sequences on a stage of L layers: forward 24·n·C² + 4·b·T²·C a
+  // layer, the LM head 2·n·C·V on the last stage; backward twice the forward.
+  const model::GPTConfig& c = o.model;
+  const double b = o.micro_batch_size, n = b * c.seq_len, C = c.n_embd, T = c.seq_len;
+  const double layer = 24 * n * C * C + 4 * b * T * T * C, layers = c.n_layer / 2.0;
+  const double m = o.accumulation_steps();
+  for (int rank = 0; rank < o.world(); ++rank) {
+    const bool last = o.topology().Of(rank).pp == 1;
+    const double forward = layers * layer + (last ? 2 * n * C * c.vocab_size : 0);
+    EXPECT_NEAR(r[size_t(rank)].compute_s * 1e12, 3 * m * forward, 1e-6 * forward) << rank;
+    EXPECT_NEAR(r[size_t(rank)].seconds,
+                r[size_t(rank)].compute_s + r[size_t(rank)].exposed_s + r[size_t(rank)].idle_s,
+                1e-12);
+    EXPECT_GT(r[size_t(rank)].exposed_s, 0) << rank;  // the dp all-reduce, at least
+  }
+  EXPECT_GT(r[0].idle_s + r[2].idle_s, 0);  // stage 0 waits for stage 1's gradients
+}
+
+}  // namespace
+}  // namespace tally::train

@@ -1,0 +1,151 @@
+#include "train/replay.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tally::train {
+namespace {
+
+using Kind = TimelineEntry::Kind;
+
+// A collective (blocking or posted) as its members reach it.
+struct Call {
+  int size = 0, arrived = 0;
+  double last_arrival = 0, slowest = 0;  // the last member in, and the longest messages
+  double end() const { return last_arrival + slowest; }
+  bool complete() const { return arrived == size; }
+};
+
+// A point-to-point channel's messages in order: when each send and receive was posted, and
+// each send's α-β time.
+struct Channel {
+  std::vector<std::pair<double, double>> sends;  // (posted, seconds)
+  std::vector<double> recvs;                     // posted
+};
+
+// What a posted work is: a collective, or the index-th message of a channel.
+struct Work {
+  bool message = false, send = false;
+  std::pair<std::string, int64_t> call;         // (group, seq)
+  std::tuple<std::string, int, int> channel;    // (group, source, destination)
+  size_t index = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
+                                                 const comm::Nodes& nodes,
+                                                 const comm::Cluster& links, double tflops) {
+  const int ranks = int(timelines.size());
+  // The α-β time of what rank r sent in a call.
+  auto seconds = [&](int r, const std::vector<PeerBytes>& sent) {
+    double s = 0;
+    for (const PeerBytes& p : sent) {
+      s += links.Of(nodes.LinkBetween(r, p.peer)).Seconds(p.bytes, p.messages);
+    }
+    return s;
+  };
+  // What each posted work sent, from its wait (works are numbered per rank).
+  std::vector<std::map<int64_t, const std::vector<PeerBytes>*>> waited(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    for (const TimelineEntry& e : timelines[size_t(r)]->entries()) {
+      if (e.kind == Kind::kWait) waited[size_t(r)][e.work] = &e.sent;
+    }
+  }
+  std::map<std::pair<std::string, int64_t>, Call> calls;
+  std::map<std::tuple<std::string, int, int>, Channel> channels;
+  std::vector<std::map<int64_t, Work>> works(static_cast<size_t>(ranks));
+  std::vector<ReplayedRank> out(static_cast<size_t>(ranks));
+  std::vector<size_t> next(static_cast<size_t>(ranks), 0);
+  std::vector<bool> arrived(static_cast<size_t>(ranks), false);  // at its current blocking collective
+  const std::vector<PeerBytes> none;
+  auto sent_of = [&](int r, int64_t work) -> const std::vector<PeerBytes>& {
+    const auto it = waited[size_t(r)].find(work);
+    return it != waited[size_t(r)].end() ? *it->second : none;
+  };
+  auto wait_until = [&](ReplayedRank& rank, double end, bool idle) {
+    const double wait = std::max(0.0, end - rank.seconds);
+    (idle ? rank.idle_s : rank.exposed_s) += wait;
+    rank.seconds += wait;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<TimelineEntry>& entries = timelines[size_t(r)]->entries();
+      ReplayedRank& rank = out[size_t(r)];
+      while (next[size_t(r)] < entries.size()) {
+        const TimelineEntry& e = entries[next[size_t(r)]];
+        if (e.kind == Kind::kCompute) {
+          const double s = tflops > 0 ? e.flops / (tflops * 1e12) : 0;
+          rank.compute_s += s;
+          rank.seconds += s;
+        } else if (e.kind == Kind::kCollective) {
+          Call& call = calls[{e.group, e.seq}];
+          if (!arrived[size_t(r)]) {
+            call.size = e.group_size;
+            ++call.arrived;
+            call.last_arrival = std::max(call.last_arrival, rank.seconds);
+            call.slowest = std::max(call.slowest, seconds(r, e.sent));
+            arrived[size_t(r)] = true;
+          }
+          if (!call.complete()) break;
+          wait_until(rank, call.end(), false);
+          arrived[size_t(r)] = false;
+        } else if (e.kind == Kind::kPost && e.seq >= 0) {
+          Call& call = calls[{e.group, e.seq}];
+          call.size = e.group_size;
+          ++call.arrived;
+          call.last_arrival = std::max(call.last_arrival, rank.seconds);
+          call.slowest = std::max(call.slowest, seconds(r, sent_of(r, e.work)));
+          works[size_t(r)][e.work] = {false, false, {e.group, e.seq}, {}, 0};
+        } else if (e.kind == Kind::kPost) {
+          const std::tuple<std::string, int, int> key{e.group, e.send ? r : e.peer,
+                                                      e.send ? e.peer : r};
+          Channel& channel = channels[key];
+          Work work{true, e.send, {}, key, 0};
+          if (e.send) {
+            work.index = channel.sends.size();
+            channel.sends.push_back({rank.seconds, seconds(r, sent_of(r, e.work))});
+          } else {
+            work.index = channel.recvs.size();
+            channel.recvs.push_back(rank.seconds);
+          }
+          works[size_t(r)][e.work] = work;
+        } else {  // kWait
+          const auto it = works[size_t(r)].find(e.work);
+          if (it == works[size_t(r)].end()) {
+            return absl::InternalError(absl::StrCat("[replay] rank ", r, " waits for work ", e.work,
+                                                    ", never posted"));
+          }
+          const Work& work = it->second;
+          if (!work.message) {
+            const Call& call = calls[work.call];
+            if (!call.complete()) break;
+            wait_until(rank, call.end(), false);
+          } else {
+            const Channel& channel = channels[work.channel];
+            if (work.index >= channel.sends.size() || work.index >= channel.recvs.size()) break;
+            const auto [sent, transfer] = channel.sends[work.index];
+            wait_until(rank, std::max(sent, channel.recvs[work.index]) + transfer, !work.send);
+          }
+        }
+        ++next[size_t(r)];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (next[size_t(r)] < timelines[size_t(r)]->entries().size()) {
+      return absl::InternalError(absl::StrCat("[replay] rank ", r, " cannot go past entry ",
+                                              next[size_t(r)], " of its timeline"));
+    }
+  }
+  return out;
+}
+
+}  // namespace tally::train
