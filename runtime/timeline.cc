@@ -23,9 +23,10 @@ void Timeline::Compute(double flops) {
 }
 
 void Timeline::Collective(const std::string& group, int group_size, int64_t seq,
-                          std::vector<PeerBytes> sent) {
+                          std::string what, std::vector<PeerBytes> sent) {
   if (!recording_) return;
   TimelineEntry e;
+  e.what = std::move(what);
   e.kind = TimelineEntry::Kind::kCollective;
   e.group = group;
   e.group_size = group_size;
@@ -34,9 +35,11 @@ void Timeline::Collective(const std::string& group, int group_size, int64_t seq,
   entries_.push_back(std::move(e));
 }
 
-int64_t Timeline::PostCollective(const std::string& group, int group_size, int64_t seq) {
+int64_t Timeline::PostCollective(const std::string& group, int group_size, int64_t seq,
+                                 std::string what) {
   if (!recording_) return -1;
   TimelineEntry e;
+  e.what = std::move(what);
   e.kind = TimelineEntry::Kind::kPost;
   e.work = works_++;
   e.group = group;
@@ -46,9 +49,11 @@ int64_t Timeline::PostCollective(const std::string& group, int group_size, int64
   return e.work;
 }
 
-int64_t Timeline::PostMessage(const std::string& group, int peer, bool send, int64_t bytes) {
+int64_t Timeline::PostMessage(const std::string& group, int peer, bool send, int64_t bytes,
+                              std::string what) {
   if (!recording_) return -1;
   TimelineEntry e;
+  e.what = std::move(what);
   e.kind = TimelineEntry::Kind::kPost;
   e.work = works_++;
   e.group = group;
@@ -73,7 +78,8 @@ void Timeline::Encode(ByteWriter& w) const {
   w.Int(int64_t(entries_.size()));
   for (const TimelineEntry& e : entries_) {
     w.Int(int64_t(e.kind)).Double(e.flops).Int(e.work).String(e.group).Int(e.group_size);
-    w.Int(e.seq).Int(e.peer).Int(e.send ? 1 : 0).Int(e.bytes).Int(int64_t(e.sent.size()));
+    w.Int(e.seq).Int(e.peer).Int(e.send ? 1 : 0).Int(e.bytes).String(e.what);
+    w.Int(int64_t(e.sent.size()));
     for (const PeerBytes& p : e.sent) w.Int(p.peer).Int(p.bytes).Int(p.messages);
   }
 }
@@ -93,6 +99,7 @@ bool Timeline::Decode(ByteReader& r) {
     e.peer = int(r.Int());
     e.send = r.Int() != 0;
     e.bytes = r.Int();
+    e.what = r.String();
     for (int64_t j = 0, m = r.Int(); r.ok() && j < m; ++j) {
       PeerBytes p;
       p.peer = int(r.Int());

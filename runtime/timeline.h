@@ -39,6 +39,7 @@ struct TimelineEntry {
   bool send = false;       // point-to-point: a send, else a receive
   int64_t bytes = 0;       // point-to-point: the message's bytes
   std::vector<PeerBytes> sent;  // kCollective, kWait: what this rank sent
+  std::string what;        // kCollective, kPost: the call's ledger row ("dp all_reduce ...")
 };
 
 class Timeline {
@@ -47,11 +48,12 @@ class Timeline {
   void set_recording(bool on) { recording_ = on; }
 
   void Compute(double flops);
-  void Collective(const std::string& group, int group_size, int64_t seq,
+  void Collective(const std::string& group, int group_size, int64_t seq, std::string what,
                   std::vector<PeerBytes> sent);
   // A posted work's number (kPost), to wait for with Wait.
-  int64_t PostCollective(const std::string& group, int group_size, int64_t seq);
-  int64_t PostMessage(const std::string& group, int peer, bool send, int64_t bytes);
+  int64_t PostCollective(const std::string& group, int group_size, int64_t seq, std::string what);
+  int64_t PostMessage(const std::string& group, int peer, bool send, int64_t bytes,
+                      std::string what);
   void Wait(int64_t work, std::vector<PeerBytes> sent);
 
   const std::vector<TimelineEntry>& entries() const { return entries_; }

@@ -20,6 +20,7 @@
 #include "runtime/signals.h"
 #include "runtime/status_macros.h"
 #include "train/rank_records.h"
+#include "train/replay.h"
 #include "train/report.h"
 #include "train/trace.h"
 #include "train/trainer.h"
@@ -185,7 +186,17 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
   if (options.peer_matrix) {
     log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), job.nodes.get());
   }
-  if (!options.trace.empty()) {
+  if (!options.trace.empty() && options.dry_run && options.tflops > 0) {
+    // A dry run's own times are of code that computes nothing: its predicted timeline.
+    std::vector<const Timeline*> timelines;
+    for (const comm::TrafficLedger& ledger : traffic) timelines.push_back(&ledger.timeline());
+    const comm::Nodes nodes = job.nodes != nullptr ? *job.nodes : comm::Nodes::One(options.world());
+    ASSIGN_OR_RETURN(std::vector<ReplayedRank> replayed,
+                     Replay(timelines, nodes, options.cluster, options.tflops));
+    RETURN_IF_ERROR(WriteTextFile(options.trace, PredictedTraceJson(options, replayed) + "\n"));
+    log << "predicted trace written to '" << options.trace
+        << "' (open it in Perfetto or chrome://tracing)\n";
+  } else if (!options.trace.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));
     log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
   }

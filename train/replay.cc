@@ -68,11 +68,14 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
     const auto it = waited[size_t(r)].find(work);
     return it != waited[size_t(r)].end() ? *it->second : none;
   };
-  auto wait_until = [&](ReplayedRank& rank, double end, bool idle) {
+  auto wait_until = [&](ReplayedRank& rank, double end, bool idle, const std::string& what) {
     const double wait = std::max(0.0, end - rank.seconds);
     (idle ? rank.idle_s : rank.exposed_s) += wait;
+    rank.spans.push_back({what, rank.seconds, rank.seconds + wait, false});
     rank.seconds += wait;
   };
+  // The name of a posted work, from its post.
+  std::vector<std::map<int64_t, std::string>> names(static_cast<size_t>(ranks));
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < ranks; ++r) {
@@ -82,6 +85,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
         const TimelineEntry& e = entries[next[size_t(r)]];
         if (e.kind == Kind::kCompute) {
           const double s = tflops > 0 ? e.flops / (tflops * 1e12) : 0;
+          rank.spans.push_back({"compute", rank.seconds, rank.seconds + s, true});
           rank.compute_s += s;
           rank.seconds += s;
         } else if (e.kind == Kind::kCollective) {
@@ -94,7 +98,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
             arrived[size_t(r)] = true;
           }
           if (!call.complete()) break;
-          wait_until(rank, call.end(), false);
+          wait_until(rank, call.end(), false, e.what);
           arrived[size_t(r)] = false;
         } else if (e.kind == Kind::kPost && e.seq >= 0) {
           Call& call = calls[{e.group, e.seq}];
@@ -103,6 +107,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
           call.last_arrival = std::max(call.last_arrival, rank.seconds);
           call.slowest = std::max(call.slowest, seconds(r, sent_of(r, e.work)));
           works[size_t(r)][e.work] = {false, false, {e.group, e.seq}, {}, 0};
+          names[size_t(r)][e.work] = e.what;
         } else if (e.kind == Kind::kPost) {
           const std::tuple<std::string, int, int> key{e.group, e.send ? r : e.peer,
                                                       e.send ? e.peer : r};
@@ -116,6 +121,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
             channel.recvs.push_back(rank.seconds);
           }
           works[size_t(r)][e.work] = work;
+          names[size_t(r)][e.work] = e.what;
         } else {  // kWait
           const auto it = works[size_t(r)].find(e.work);
           if (it == works[size_t(r)].end()) {
@@ -126,12 +132,13 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
           if (!work.message) {
             const Call& call = calls[work.call];
             if (!call.complete()) break;
-            wait_until(rank, call.end(), false);
+            wait_until(rank, call.end(), false, names[size_t(r)][e.work]);
           } else {
             const Channel& channel = channels[work.channel];
             if (work.index >= channel.sends.size() || work.index >= channel.recvs.size()) break;
             const auto [sent, transfer] = channel.sends[work.index];
-            wait_until(rank, std::max(sent, channel.recvs[work.index]) + transfer, !work.send);
+            wait_until(rank, std::max(sent, channel.recvs[work.index]) + transfer, !work.send,
+                       names[size_t(r)][e.work]);
           }
         }
         ++next[size_t(r)];

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,8 +28,16 @@
 
 namespace tally::train {
 
+// A stretch of a rank's replayed time: computing, or in a call (from when the rank
+// entered or waited for it to its end).
+struct ReplaySpan {
+  std::string name;  // "compute", or the call's ledger row
+  double start = 0, end = 0;
+  bool compute = false;
+};
 struct ReplayedRank {
   double seconds = 0, compute_s = 0, exposed_s = 0, idle_s = 0;  // over the timeline
+  std::vector<ReplaySpan> spans;
 };
 
 // Fails only if the timelines cannot all run to their end (a wait nobody can satisfy).

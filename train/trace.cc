@@ -92,4 +92,28 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
   return w.str();
 }
 
+std::string PredictedTraceJson(const TrainOptions& o, const std::vector<ReplayedRank>& ranks) {
+  JsonWriter w;
+  w.BeginObject().Key("displayTimeUnit").String("ms").Key("traceEvents").BeginArray();
+  for (int r = 0; r < int(ranks.size()); ++r) {
+    const parallel::GridCoordinates at = o.topology().Of(r);
+    for (auto [tid, name] : {std::pair{0, absl::StrCat("rank ", r, " (dp ", at.dp, ", pp ", at.pp, ", tp ",
+                                                      at.tp, ") on ", o.cluster_name, ", predicted")},
+                             {kComputeTrack, std::string("compute")},
+                             {kCommTrack, std::string("communication")}}) {
+      w.BeginObject().Key("name").String(tid == 0 ? "process_name" : "thread_name");
+      w.Key("ph").String("M").Key("pid").Int(r).Key("tid").Int(tid);
+      w.Key("args").BeginObject().Key("name").String(name).EndObject().EndObject();
+    }
+    for (const ReplaySpan& s : ranks[size_t(r)].spans) {
+      if (s.end <= s.start) continue;
+      w.BeginObject().Key("name").String(s.name).Key("ph").String("X").Key("pid").Int(r);
+      w.Key("tid").Int(s.compute ? kComputeTrack : kCommTrack).Key("ts").Double(s.start * 1e6);
+      w.Key("dur").Double((s.end - s.start) * 1e6).EndObject();
+    }
+  }
+  w.EndArray().EndObject();
+  return w.str();
+}
+
 }  // namespace tally::train

@@ -12,6 +12,7 @@
 
 #include "runtime/comm/ledger/ledger.h"
 #include "train/options.h"
+#include "train/replay.h"
 #include "train/trainer.h"
 
 namespace tally::train {
@@ -19,5 +20,11 @@ namespace tally::train {
 // `ledgers` traced (TrafficLedger::set_tracing) and `spans` recorded, by world rank.
 std::string TraceJson(const TrainOptions& options, const std::vector<comm::TrafficLedger>& ledgers,
                       const std::vector<std::vector<Trainer::Span>>& spans);
+
+// A dry run replayed on --cluster (train/replay.h): the predicted timeline, each rank's
+// compute spans on its "compute" track and the time it spent in each call (from entering
+// or waiting to the call's end) on its "communication" track, in predicted microseconds.
+std::string PredictedTraceJson(const TrainOptions& options,
+                               const std::vector<ReplayedRank>& ranks);
 
 }  // namespace tally::train

@@ -119,12 +119,21 @@ absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
   return absl::OkStatus();
 }
 
+namespace {
+// A call as the timeline names it: its ledger row.
+std::string TimelineName(const LedgerKey& key) {
+  return absl::StrCat(key.group, " ", Name(key.primitive), " ", Name(key.phase),
+                      key.label.empty() ? "" : " ", key.label);
+}
+}  // namespace
+
 absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t started,
                                   absl::Status status) {
   wire.RecordCall(payload_bytes, started, started);
   tally::Timeline& timeline = ledger().timeline();
   if (timeline.recording()) {
-    timeline.Collective(TimelineGroup(), size(), int64_t(wire.signature().seq), wire.sent());
+    timeline.Collective(TimelineGroup(), size(), int64_t(wire.signature().seq),
+                        TimelineName(wire.key()), wire.sent());
   }
   return status;
 }
@@ -380,7 +389,8 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
       data.nbytes(), started));
   if (ledger().timeline().recording() && peer >= 0 && peer < size()) {
     work->timeline_work_ = ledger().timeline().PostMessage(
-        TimelineGroup(), transport_->world_rank(peer), send, int64_t(data.nbytes()));
+        TimelineGroup(), transport_->world_rank(peer), send, int64_t(data.nbytes()),
+        TimelineName(work->wire_->key()));
   }
   if (!device.ok()) {
     work->pending_.Fail(device.status());
@@ -431,8 +441,8 @@ std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, C
       new CollectiveWork(std::move(wire), call.payload_bytes, started));
   Wire* w = work->wire_.get();
   if (ledger().timeline().recording()) {
-    work->timeline_work_ = ledger().timeline().PostCollective(TimelineGroup(), size(),
-                                                              int64_t(w->signature().seq));
+    work->timeline_work_ = ledger().timeline().PostCollective(
+        TimelineGroup(), size(), int64_t(w->signature().seq), TimelineName(w->key()));
   }
   std::shared_ptr<CollectiveWork::Done> done = work->done_;
   if (!transport_->RunsOnAnyThread() || w->signature().device >= 0) {

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/json_reader.h"
 #include "tests/train/run_ranks.h"
+#include "train/trace.h"
 
 namespace tally::train {
 namespace {
@@ -21,8 +23,8 @@ TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
   b.set_recording(true);
   a.Compute(2e12);  // 2 s
   b.Compute(1e12);  // 1 s
-  a.Collective("g:0,1#0", 2, 0, {{1, 1'000'000'000, 1}});  // 1 s + 1 us
-  b.Collective("g:0,1#0", 2, 0, {{0, 500'000'000, 2}});    // 0.5 s + 2 us
+  a.Collective("g:0,1#0", 2, 0, "g all_reduce", {{1, 1'000'000'000, 1}});  // 1 s + 1 us
+  b.Collective("g:0,1#0", 2, 0, "g all_reduce", {{0, 500'000'000, 2}});    // 0.5 s + 2 us
   const std::vector<ReplayedRank> r =
       Replay({&a, &b}, comm::Nodes::One(2), kLinks, 1).value();
   EXPECT_DOUBLE_EQ(r[0].compute_s, 2);
@@ -37,9 +39,9 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   a.set_recording(true);
   b.set_recording(true);
   a.Compute(3e12);
-  const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000);
+  const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000, "pp sendrecv");
   a.Wait(send, {{1, 250'000'000, 1}});  // across nodes: 0.5 s + 2 us
-  const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000);
+  const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000, "pp sendrecv");
   b.Wait(recv, {});
   b.Compute(1e12);
   const std::vector<ReplayedRank> r =
@@ -52,7 +54,7 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   // A wait nobody can satisfy is an error, not a hang.
   Timeline lonely;
   lonely.set_recording(true);
-  lonely.Collective("g:0,1#0", 2, 0, {});
+  lonely.Collective("g:0,1#0", 2, 0, "g all_reduce", {});
   EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, 1).ok());
 }
 
@@ -95,6 +97,28 @@ TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
     EXPECT_GT(r[size_t(rank)].exposed_s, 0) << rank;  // the dp all-reduce, at least
   }
   EXPECT_GT(r[0].idle_s + r[2].idle_s, 0);  // stage 0 waits for stage 1's gradients
+  // The predicted trace: each rank's spans, compute and calls on their own tracks, end to end.
+  const JsonValue trace = ParseJson(PredictedTraceJson(o, r)).value();
+  size_t spans = 0, compute = 0;
+  for (const JsonValue& e : trace.Find("traceEvents")->array) {
+    if (e.Find("ph")->string != "X") continue;
+    ++spans;
+    compute += e.Find("name")->string == "compute" ? 1 : 0;
+  }
+  size_t want = 0, want_compute = 0;
+  for (const ReplayedRank& rank : r) {
+    double at = 0;
+    for (const ReplaySpan& span : rank.spans) {
+      EXPECT_DOUBLE_EQ(span.start, at);  // one after another, no gap
+      at = span.end;
+      want += span.end > span.start ? 1 : 0;
+      want_compute += span.end > span.start && span.compute ? 1 : 0;
+    }
+    EXPECT_DOUBLE_EQ(at, rank.seconds);
+  }
+  EXPECT_EQ(spans, want);
+  EXPECT_EQ(compute, want_compute);
+  EXPECT_GT(compute, 0u);
 }
 
 }  // namespace
