@@ -29,7 +29,7 @@ ABSL_FLAG(int, vocab_size, kDefaults.model.vocab_size,
           "--dry_run only: the token embedding's rows (training is byte-level, 256)");
 ABSL_FLAG(std::string, cluster, "",
           "a100, h100, or a JSON file: GPUs per node, links and the TFLOP/s a GPU achieves "
-          "(replaces --link_intra --link_inter; --gpus_per_node unless given); a dry run is "
+          "(replaces --link_intra --link_inter; --gpus_per_node unless given); the run is "
           "replayed on it");
 ABSL_FLAG(bool, dry_run, false,
           "run the real code on meta tensors (shapes, no values): every byte and every "

@@ -71,6 +71,9 @@ class Timeline {
 // The timeline the kernels of this thread's rank add their FLOPs to, for the scope's
 // lifetime (null: none).
 Timeline* CurrentTimeline();
+inline void CountFlops(double flops) {
+  if (Timeline* timeline = CurrentTimeline()) timeline->Compute(flops);
+}
 class ScopedTimeline {
  public:
   explicit ScopedTimeline(Timeline* timeline);

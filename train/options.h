@@ -98,8 +98,8 @@ struct TrainOptions {
   // The modelled cluster the report times the ledger's messages on (α-β per link class).
   comm::Cluster cluster;
   // --cluster=a100|h100|FILE (train/plan.h's ClusterPreset): its name, and the TFLOP/s a
-  // GPU achieves; it also sets `cluster` and (unless given) gpus_per_node. A dry run is
-  // then replayed on it (train/replay.h).
+  // GPU achieves; it also sets `cluster` and (unless given) gpus_per_node. The run (dry
+  // or real) is then replayed on it (train/replay.h).
   std::string cluster_name;
   double tflops = 0;
   bool check_against_serial = false;  // also train one rank on the same batches, compare

@@ -306,7 +306,7 @@ std::string FormatReport(const ReportInputs& in) {
   // A dry run's times are those of code that computes nothing: no table of them.
   if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
-  if (o.dry_run && o.tflops > 0) out += ReplayTable(in);
+  if (o.tflops > 0) out += ReplayTable(in);
   out += RoutingTable(in);
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));

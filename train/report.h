@@ -70,7 +70,7 @@ std::string TimeTable(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
-// A dry run with --cluster: every rank's timeline replayed on the cluster (train/replay.h):
+// A run with --cluster: every rank's timeline replayed on the cluster (train/replay.h):
 // per rank the predicted step, its compute, exposed communication and pipeline idle, and
 // the predicted step of the run (its slowest rank).
 std::string ReplayTable(const ReportInputs& in);

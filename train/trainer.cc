@@ -394,11 +394,10 @@ absl::Status Trainer::Run(std::ostream& out) {
   };
   int64_t done = start_step_;  // steps trained, counted from the first
   bool stopped = false;         // by a signal, before the step every rank agreed on
-  // A dry run on a modelled cluster records the steps' timeline (runtime/timeline.h): the
-  // report replays it (train/replay.h).
-  Timeline* timeline = options_.dry_run && options_.tflops > 0 && world_ != nullptr
-                           ? &world_->ledger().timeline()
-                           : nullptr;
+  // A run on a modelled cluster (--cluster) records the steps' timeline
+  // (runtime/timeline.h): the report replays it (train/replay.h).
+  Timeline* timeline = options_.tflops > 0 && world_ != nullptr ? &world_->ledger().timeline()
+                                                                 : nullptr;
   if (timeline != nullptr) timeline->set_recording(true);
   ScopedTimeline kernels_record_into(timeline);
   for (int64_t k = start_step_; k < options_.steps; ++k) {

@@ -1,8 +1,6 @@
 // The meta device's kernels (device.h): every operation does nothing, so a dry run
 // (--dry_run) runs the model's real code, with its real allocations booked, in no time.
-// The matmuls add their FLOPs to the rank's timeline (CurrentTimeline, runtime/timeline.h), for a replay
-// on a modelled cluster: a linear layer 2·n·C·OC forward and twice that backward (dx and
-// dW), attention's two T×T products 4·b·T²·C forward and twice that backward.
+// The matmuls count their FLOPs (flops.h) as every device's kernels do.
 // A value read back to the host is zero (the loss, the gradient norm's squares), and the
 // scratch a kernel asks for is the CPU kernels', so that a dry run books what a CPU run
 // takes.
@@ -10,14 +8,10 @@
 
 #include <cstring>
 
-#include "runtime/timeline.h"
+#include "runtime/kernels/flops.h"
 
 namespace tally {
 namespace {
-
-void AddFlops(double flops) {
-  if (Timeline* timeline = CurrentTimeline()) timeline->Compute(flops);
-}
 
 class MetaKernels final : public Kernels {
  public:
@@ -36,23 +30,23 @@ class MetaKernels final : public Kernels {
 
   absl::Status LinearForward(float*, ConstTypedPtr, const float*, const float*, int n, int c,
                              int oc) override {
-    AddFlops(2.0 * n * c * oc);
+    CountLinearForward(n, c, oc);
     return absl::OkStatus();
   }
   absl::Status LinearBackward(float*, float*, float*, const float*, ConstTypedPtr, const float*,
                               int n, int c, int oc) override {
-    AddFlops(4.0 * n * c * oc);
+    CountLinearBackward(n, c, oc);
     return absl::OkStatus();
   }
   absl::Status AttentionForward(float*, float*, ConstTypedPtr, int b, int t, int c, int) override {
-    AddFlops(4.0 * b * t * double(t) * c);
+    CountAttentionForward(b, t, c);
     return absl::OkStatus();
   }
   // The CPU kernels' (cpu_kernels.cc): one head's T×T probabilities' gradients.
   int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
   absl::Status AttentionBackward(float*, float*, const float*, ConstTypedPtr, const float*, int b,
                                  int t, int c, int) override {
-    AddFlops(8.0 * b * t * double(t) * c);
+    CountAttentionBackward(b, t, c);
     return absl::OkStatus();
   }
   absl::Status LayerNormForward(TypedPtr, float*, float*, const float*, const float*,

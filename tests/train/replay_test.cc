@@ -58,15 +58,11 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, 1).ok());
 }
 
-// A dry run records its matmuls' FLOPs and every call; replayed, each rank's compute is
-// those FLOPs at the rate, and its step is compute + exposed + idle.
-TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
-  TrainOptions o = Grid{.dp = 2, .pp = 2}.On(TinyGrid(4));
-  o.dry_run = true;
-  o.steps = 1;
+// Every rank's timeline of `o`'s steps, replayed on kLinks at 1 TFLOP/s.
+std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
   o.tflops = 1;
   o = o.Resolved();
-  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   std::vector<Timeline> timelines(size_t(o.world()));
   comm::LaunchOptions launch;
   launch.world_size = o.world();
@@ -77,10 +73,22 @@ TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
     timelines[size_t(world.rank())] = world.ledger().timeline();
     return absl::OkStatus();
   });
-  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(status.ok()) << status;
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
-  const std::vector<ReplayedRank> r = Replay(all, comm::Nodes::One(o.world()), kLinks, 1).value();
+  absl::StatusOr<std::vector<ReplayedRank>> replayed =
+      Replay(all, comm::Nodes::One(o.world()), kLinks, 1);
+  EXPECT_TRUE(replayed.ok()) << replayed.status();
+  return replayed.ok() ? *replayed : std::vector<ReplayedRank>(size_t(o.world()));
+}
+
+// A dry run records its matmuls' FLOPs and every call; replayed, each rank's compute is
+// those FLOPs at the rate, and its step is compute + exposed + idle.
+TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
+  TrainOptions o = Grid{.dp = 2, .pp = 2}.On(TinyGrid(4));
+  o.dry_run = true;
+  o.steps = 1;
+  const std::vector<ReplayedRank> r = RunAndReplay(o);
   // Per micro-batch of b sequences on a stage of L layers: forward 24·n·C² + 4·b·T²·C a
   // layer, the LM head 2·n·C·V on the last stage; backward twice the forward.
   const model::GPTConfig& c = o.model;
@@ -119,6 +127,28 @@ TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
   EXPECT_EQ(spans, want);
   EXPECT_EQ(compute, want_compute);
   EXPECT_GT(compute, 0u);
+}
+
+// A real run's timeline is its dry run's: the same FLOPs, calls and messages, so the same
+// replay to the last bit, for a grid with every kind of call (tp, pp, ZeRO-2's posted
+// reduce-scatters with --overlap).
+TEST(Replay, ARealRunReplaysAsItsDryRun) {
+  TrainOptions o = Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 2}.On(TinyGrid(4));
+  o.steps = 2;
+  o.overlap = true;
+  o.eval_every = 0;
+  o.sample_bytes = 0;
+  TrainOptions dry = o;
+  dry.dry_run = true;
+  const std::vector<ReplayedRank> real = RunAndReplay(o), planned = RunAndReplay(dry);
+  ASSERT_EQ(real.size(), planned.size());
+  for (size_t r = 0; r < real.size(); ++r) {
+    EXPECT_EQ(real[r].seconds, planned[r].seconds) << r;
+    EXPECT_EQ(real[r].compute_s, planned[r].compute_s) << r;
+    EXPECT_EQ(real[r].exposed_s, planned[r].exposed_s) << r;
+    EXPECT_EQ(real[r].idle_s, planned[r].idle_s) << r;
+    EXPECT_GT(real[r].compute_s, 0) << r;
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "runtime/kernels/cpu/gelu.h"
 #include "runtime/kernels/cpu/layernorm.h"
 #include "runtime/kernels/cpu/linear.h"
+#include "runtime/kernels/flops.h"
 #include "runtime/kernels/kernels.h"
 
 namespace tally {
@@ -45,6 +46,7 @@ class CpuKernels final : public Kernels {
 
   absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b, int n,
                              int c, int oc) override {
+    CountLinearForward(n, c, oc);
     return WithOperand(x, [&](auto* xs) {
       cpu::LinearForward(y, xs, w, b, n, c, oc, inputs_);
       return absl::OkStatus();
@@ -52,6 +54,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, ConstTypedPtr x,
                               const float* w, int n, int c, int oc) override {
+    CountLinearBackward(n, c, oc);
     return WithOperand(x, [&](auto* xs) {
       cpu::LinearBackward(dx, dw, db, dy, xs, w, n, c, oc, /*accumulate_dx=*/false, inputs_);
       return absl::OkStatus();
@@ -59,6 +62,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,
                                 int nh) override {
+    CountAttentionForward(b, t, c);
     return WithOperand(qkv, [&](auto* q) {
       cpu::AttentionForward(y, att, q, b, t, c, nh, inputs_);
       return absl::OkStatus();
@@ -67,6 +71,7 @@ class CpuKernels final : public Kernels {
   int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
   absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, ConstTypedPtr qkv,
                                  const float* att, int b, int t, int c, int nh) override {
+    CountAttentionBackward(b, t, c);
     return WithOperand(qkv, [&](auto* q) {
       cpu::AttentionBackward(dqkv, scratch, dy, q, att, b, t, c, nh, inputs_);
       return absl::OkStatus();

@@ -6,6 +6,7 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/kernels/cuda/kernels.h"
+#include "runtime/kernels/flops.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
 
@@ -38,19 +39,23 @@ class CudaKernels final : public Kernels {
 
   absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b, int n,
                              int c, int oc) override {
+    CountLinearForward(n, c, oc);
     return cuda::LinearForward(*blas_, y, x, w, b, n, c, oc);
   }
   absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, ConstTypedPtr x,
                               const float* w, int n, int c, int oc) override {
+    CountLinearBackward(n, c, oc);
     return cuda::LinearBackward(*blas_, dx, dw, db, dy, x, w, n, c, oc);
   }
   absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,
                                 int nh) override {
+    CountAttentionForward(b, t, c);
     return cuda::AttentionForward(*blas_, y, att, qkv, b, t, c, nh);
   }
   int64_t AttentionScratch(int t, int nh) const override { return int64_t(nh) * t * t; }
   absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, ConstTypedPtr qkv,
                                  const float* att, int b, int t, int c, int nh) override {
+    CountAttentionBackward(b, t, c);
     return cuda::AttentionBackward(*blas_, dqkv, scratch, dy, qkv, att, b, t, c, nh);
   }
   absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x,
