@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, allreduce, "ring",
           "ring, naive or hierarchical (rings inside each node, then across nodes)");
 ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
 ABSL_FLAG(bool, recompute, false, "pipeline stages recompute their forward in backward (pp > 1)");
+ABSL_FLAG(std::string, schedule, "1f1b",
+          "pipeline schedule for tally's GPT's activations: gpipe or 1f1b (interleaved: "
+          "--virtual_stages)");
 ABSL_FLAG(int, gpus_per_node, 0,
           "GPUs per node: GPUs r and r' share a node iff r/G == r'/G (0: every GPU on one node)");
 ABSL_FLAG(std::string, order, "tp-dp-pp",
@@ -184,6 +187,13 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   in.recompute = absl::GetFlag(FLAGS_recompute);
+  ASSIGN_OR_RETURN(const parallel::PipelineSchedule schedule,
+                   parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
+  if (schedule == parallel::PipelineSchedule::kInterleaved) {
+    return absl::InvalidArgumentError(
+        "[flags] tally_plan's interleaved schedule is --virtual_stages=v (v >= 2)");
+  }
+  in.gpipe = schedule == parallel::PipelineSchedule::kGPipe;
   ASSIGN_OR_RETURN(in.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   in.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   if (in.gpus_per_node < 0) {
@@ -384,7 +394,7 @@ absl::Status Search(const PlanInput& base) {
     for (const train::SearchResult& r : found) {
       w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
       w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
-      w.Key("recompute").Bool(r.in.recompute);
+      w.Key("recompute").Bool(r.in.recompute).Key("ep").Int(r.in.ep);
       w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
       w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
       w.Key("step_s").Double(r.time.step_s).EndObject();

@@ -220,6 +220,8 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   if (in.virtual_stages > 1) {
     o.schedule = parallel::PipelineSchedule::kInterleaved;
     o.virtual_stages = in.virtual_stages;
+  } else if (in.gpipe) {
+    o.schedule = parallel::PipelineSchedule::kGPipe;
   }
   o.zero = in.zero;
   o.ep = in.ep;
@@ -657,14 +659,18 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
     for (int pp = 1; pp <= world / tp && pp <= base.model.layers; ++pp) {
       if (!divides(pp, world / tp)) continue;
       const int dp = world / (tp * pp);
-      if (!divides(dp, global_batch) || (base.ep > 1 && !divides(base.ep, dp))) continue;
+      if (!divides(dp, global_batch)) continue;
       const int batch = global_batch / dp;
       for (int m = 1; m <= batch && m <= 64; ++m) {
         if (!divides(m, batch)) continue;
         for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
          for (bool recompute : {false, true}) {
           if (recompute && pp == 1) continue;
+          // Experts: every ep that divides dp and E (1: each rank holds every expert).
+          for (int ep = 1; ep <= dp; ++ep) {
+          if (!divides(ep, dp) || (ep > 1 && !divides(ep, base.n_experts))) continue;
           PlanInput in = base;
+          in.ep = ep;
           in.recompute = recompute;
           in.dp = dp;
           in.tp = tp;
@@ -679,6 +685,7 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
                                 double(std::max<int64_t>(0, act.bytes_per_gpu));
           if (memory > gpu_bytes) continue;
           out.push_back({in, PredictStep(in), memory});
+          }
          }
         }
       }

@@ -57,6 +57,9 @@ struct PlanInput {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   int micro_batches = 1;    // per data-parallel rank and step
   int virtual_stages = 1;   // chunks a pipeline stage holds (> 1: the interleaved schedule)
+  // Gpipe keeps every micro-batch's activations until its backward (the activations line;
+  // the bytes and the bubble are 1f1b's).
+  bool gpipe = false;
   // A mixture of experts (model/moe.h): E experts of tally's MLP shape (8h² + 5h) in every
   // layer, top-k routing, split over ep of the dp ranks. Φ (model.params) includes them:
   // WithExperts sets it.
@@ -106,8 +109,8 @@ StepTime PredictStep(const PlanInput& in);
 
 // --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
 // hidden size, within a node when nodes are set; pp at most the layers), ZeRO 0–3 when
-// dp > 1, micro-batches dividing a dp rank's share of `global_batch` sequences, and with
-// pp > 1 recompute or not — whose
+// dp > 1, micro-batches dividing a dp rank's share of `global_batch` sequences, with
+// pp > 1 recompute or not, and with experts every ep dividing dp and E — whose
 // model states (at in.precision) and activations (tally's GPT; none counted otherwise) fit
 // in `gpu_bytes`, fastest predicted step first.
 struct SearchResult {

@@ -152,6 +152,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     in.batch = in.micro_batches * pick({1, 2});
     in.sequence_parallel = in.tp > 1 && pick({0, 1}) == 1;
     in.recompute = in.pp > 1 && pick({0, 1}) == 1;
+    in.gpipe = in.pp > 1 && pick({0, 1}) == 1;
     in.precision = pick({0, 1}) == 1 ? DType::kBF16 : DType::kF32;
     in.bytes_per_value = int(SizeOf(in.precision));
     TrainOptions o = PlanAsTrainOptions(in);
@@ -164,7 +165,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
                               " seq_len ", c.seq_len, " vocab ", c.vocab_size, " dp ", in.dp,
                               " tp ", in.tp, " pp ", in.pp, " zero ", in.zero, " m ",
                               in.micro_batches, " b ", in.batch, " sp ", in.sequence_parallel,
-                              " recompute ", in.recompute,
+                              " recompute ", in.recompute, " gpipe ", in.gpipe,
                               " ", Name(in.precision)));
     const RankLedgers run = RunSteps(o);
     for (const PlanRow& row : Plan(in)) {
@@ -233,6 +234,19 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   for (const PlanRow& row : Plan(dp4)) comm += row.strategy == "dp all-reduce" ? row.time_s : 0;
   EXPECT_DOUBLE_EQ(t.comm_s, comm);
   EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.comm_s);
+  // With experts the search tries every ep that divides dp and E, each fitting grid's
+  // memory its plan's.
+  PlanInput moe = base;
+  moe.model = WithExperts(moe.model, 4, 2);
+  moe.n_experts = 4;
+  int with_ep = 0;
+  for (const SearchResult& r : SearchGrids(moe, 4, 8, 1e30)) {
+    with_ep += r.in.ep > 1 ? 1 : 0;
+    EXPECT_EQ(r.in.dp % r.in.ep, 0);
+    EXPECT_DOUBLE_EQ(r.memory_bytes, PlanMemoryPerGpu(r.in)[0].bytes_per_gpu +
+                                         double(PlanActivationsPerGpu(r.in).bytes_per_gpu));
+  }
+  EXPECT_GT(with_ep, 0);
   // The presets, and a file's cluster.
   EXPECT_EQ(LoadCluster("a100")->tflops, 156);
   EXPECT_EQ(LoadCluster("h100")->links.inter.gbps, 50);
