@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <span>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -649,47 +650,72 @@ StepTime PredictStep(const PlanInput& in) {
 
 std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int global_batch,
                                       double gpu_bytes) {
-  std::vector<SearchResult> out;
   auto divides = [](int64_t d, int64_t n) { return d > 0 && n % d == 0; };
-  const size_t precision_line = base.precision == DType::kF32 ? 0 : base.fp32_grad_accum ? 2 : 1;
-  for (int tp = 1; tp <= world; ++tp) {
-    if (!divides(tp, world) || !divides(tp, base.model.hidden)) continue;
-    if (base.model.gpt && !divides(tp, base.model.config.n_head)) continue;
-    if (base.gpus_per_node > 0 && tp > base.gpus_per_node) continue;
-    for (int pp = 1; pp <= world / tp && pp <= base.model.layers; ++pp) {
-      if (!divides(pp, world / tp)) continue;
-      const int dp = world / (tp * pp);
-      if (!divides(dp, global_batch)) continue;
-      const int batch = global_batch / dp;
-      for (int m = 1; m <= batch && m <= 64; ++m) {
-        if (!divides(m, batch)) continue;
-        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-         for (bool recompute : {false, true}) {
-          if (recompute && pp == 1) continue;
-          // Experts: every ep that divides dp and E (1: each rank holds every expert).
-          for (int ep = 1; ep <= dp; ++ep) {
-          if (!divides(ep, dp) || (ep > 1 && !divides(ep, base.n_experts))) continue;
-          PlanInput in = base;
-          in.ep = ep;
-          in.recompute = recompute;
-          in.dp = dp;
-          in.tp = tp;
-          in.pp = pp;
-          in.zero = zero;
-          in.batch = batch;
-          in.micro_batches = m;
-          in.virtual_stages = 1;
-          in.sequence_parallel = base.sequence_parallel && tp > 1 && in.seq_len % tp == 0;
-          const PlanActivations act = PlanActivationsPerGpu(in);
-          const double memory = PlanMemoryPerGpu(in)[precision_line].bytes_per_gpu +
-                                double(std::max<int64_t>(0, act.bytes_per_gpu));
-          if (memory > gpu_bytes) continue;
-          out.push_back({in, PredictStep(in), memory});
-          }
-         }
-        }
-      }
+  // The grids, one axis at a time: each grid so far becomes its variants along the next.
+  std::vector<PlanInput> grids = {base};
+  auto expand = [&grids](auto variants) {
+    std::vector<PlanInput> next;
+    for (const PlanInput& grid : grids) {
+      for (const PlanInput& v : variants(grid)) next.push_back(v);
     }
+    grids = std::move(next);
+  };
+  expand([&](PlanInput g) {  // tp: dividing the heads and the hidden size, within a node
+    std::vector<PlanInput> v;
+    for (g.tp = 1; g.tp <= world; ++g.tp) {
+      if (!divides(g.tp, world) || !divides(g.tp, base.model.hidden)) continue;
+      if (base.model.gpt && !divides(g.tp, base.model.config.n_head)) continue;
+      if (base.gpus_per_node > 0 && g.tp > base.gpus_per_node) continue;
+      g.sequence_parallel = base.sequence_parallel && g.tp > 1 && g.seq_len % g.tp == 0;
+      v.push_back(g);
+    }
+    return v;
+  });
+  expand([&](PlanInput g) {  // pp, and dp the rest, splitting the global batch
+    std::vector<PlanInput> v;
+    for (g.pp = 1; g.pp <= world / g.tp && g.pp <= base.model.layers; ++g.pp) {
+      g.dp = world / (g.tp * g.pp);
+      if (!divides(g.pp, world / g.tp) || !divides(g.dp, global_batch)) continue;
+      g.batch = global_batch / g.dp;
+      g.virtual_stages = 1;
+      v.push_back(g);
+    }
+    return v;
+  });
+  expand([&](PlanInput g) {  // micro-batches
+    std::vector<PlanInput> v;
+    for (g.micro_batches = 1; g.micro_batches <= std::min(g.batch, 64); ++g.micro_batches) {
+      if (divides(g.micro_batches, g.batch)) v.push_back(g);
+    }
+    return v;
+  });
+  expand([&](PlanInput g) {  // ZeRO, over more than one rank
+    std::vector<PlanInput> v;
+    for (g.zero = 0; g.zero <= (g.dp > 1 ? 3 : 0); ++g.zero) v.push_back(g);
+    return v;
+  });
+  expand([&](PlanInput g) {  // recompute, on a pipeline
+    std::vector<PlanInput> v;
+    for (const bool recompute : {false, true}) {
+      g.recompute = recompute;
+      if (!recompute || g.pp > 1) v.push_back(g);
+    }
+    return v;
+  });
+  expand([&](PlanInput g) {  // ep: dividing dp and E (1: each rank holds every expert)
+    std::vector<PlanInput> v;
+    for (g.ep = 1; g.ep <= g.dp; ++g.ep) {
+      const bool experts_split = base.n_experts > 0 && divides(g.ep, base.n_experts);
+      if (divides(g.ep, g.dp) && (g.ep == 1 || experts_split)) v.push_back(g);
+    }
+    return v;
+  });
+  const size_t precision_line = base.precision == DType::kF32 ? 0 : base.fp32_grad_accum ? 2 : 1;
+  std::vector<SearchResult> out;
+  for (const PlanInput& in : grids) {
+    const double memory = PlanMemoryPerGpu(in)[precision_line].bytes_per_gpu +
+                          double(std::max<int64_t>(0, PlanActivationsPerGpu(in).bytes_per_gpu));
+    if (memory <= gpu_bytes) out.push_back({in, PredictStep(in), memory});
   }
   std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {
     return a.time.step_s < b.time.step_s;

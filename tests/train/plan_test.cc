@@ -7,6 +7,8 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -203,6 +205,14 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   base.tflops = 1;  // 1e12 FLOP/s
   const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30);
   ASSERT_FALSE(all.empty());
+  // Each grid once: a dense model has no ep to try.
+  std::set<std::tuple<int, int, int, int, int, bool, int>> seen;
+  for (const SearchResult& r : all) {
+    EXPECT_EQ(r.in.ep, 1);
+    EXPECT_TRUE(seen.insert({r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
+                             r.in.recompute, r.in.ep})
+                    .second);
+  }
   double most = 0, least = 1e300;
   for (const SearchResult& r : all) {
     EXPECT_EQ(r.in.dp * r.in.tp * r.in.pp, 4);
