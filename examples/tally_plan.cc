@@ -376,15 +376,17 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
 
 // --search: the grids that fit, fastest first (the first 20).
 absl::Status Search(const PlanInput& base) {
-  const int world = absl::GetFlag(FLAGS_world) > 0 ? absl::GetFlag(FLAGS_world)
-                                                   : base.dp * base.tp * base.pp;
-  const int global = absl::GetFlag(FLAGS_global_batch_size) > 0 ? absl::GetFlag(FLAGS_global_batch_size)
-                                                                : base.batch * base.dp;
+  const int world = absl::GetFlag(FLAGS_world) != 0 ? absl::GetFlag(FLAGS_world)
+                                                    : base.dp * base.tp * base.pp;
+  const int global = absl::GetFlag(FLAGS_global_batch_size) != 0
+                         ? absl::GetFlag(FLAGS_global_batch_size)
+                         : base.batch * base.dp;
   const double memory = absl::GetFlag(FLAGS_gpu_memory_gb);
-  if (world > (1 << 16) || !(memory > 0) || !std::isfinite(memory)) {
+  if (world < 1 || world > (1 << 16) || global < 1 || !(memory > 0) || !std::isfinite(memory)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --search wants --world in [1, 65536] and --gpu_memory_gb > 0, got ", world,
-        " and ", memory));
+        "[flags] --search wants --world in [1, 65536] (0: dp x tp x pp), --global_batch_size "
+        ">= 1 (0: batch_size x dp) and --gpu_memory_gb > 0, got ",
+        world, ", ", global, " and ", memory));
   }
   const std::vector<train::SearchResult> found = train::SearchGrids(base, world, global, memory * 1e9);
   if (absl::GetFlag(FLAGS_json)) {

@@ -22,47 +22,44 @@ void Timeline::Compute(double flops) {
   entries_.push_back(std::move(e));
 }
 
-void Timeline::Collective(const std::string& group, int group_size, int64_t seq,
-                          std::string what, std::vector<PeerBytes> sent) {
-  if (!recording_) return;
+namespace {
+// An entry of a call on `group`: a collective, or a post.
+TimelineEntry CallEntry(TimelineEntry::Kind kind, const std::string& group, int group_size,
+                        int64_t seq, std::string what) {
   TimelineEntry e;
-  e.what = std::move(what);
-  e.kind = TimelineEntry::Kind::kCollective;
+  e.kind = kind;
   e.group = group;
   e.group_size = group_size;
   e.seq = seq;
-  e.sent = std::move(sent);
-  entries_.push_back(std::move(e));
+  e.what = std::move(what);
+  return e;
+}
+}  // namespace
+
+void Timeline::Collective(const std::string& group, int group_size, int64_t seq,
+                          std::string what, std::vector<PeerBytes> sent) {
+  if (!recording_) return;
+  entries_.push_back(
+      CallEntry(TimelineEntry::Kind::kCollective, group, group_size, seq, std::move(what)));
+  entries_.back().sent = std::move(sent);
 }
 
 int64_t Timeline::PostCollective(const std::string& group, int group_size, int64_t seq,
                                  std::string what) {
   if (!recording_) return -1;
-  TimelineEntry e;
-  e.what = std::move(what);
-  e.kind = TimelineEntry::Kind::kPost;
-  e.work = works_++;
-  e.group = group;
-  e.group_size = group_size;
-  e.seq = seq;
-  entries_.push_back(e);
-  return e.work;
+  entries_.push_back(CallEntry(TimelineEntry::Kind::kPost, group, group_size, seq, std::move(what)));
+  return entries_.back().work = works_++;
 }
 
 int64_t Timeline::PostMessage(const std::string& group, int peer, bool send, int64_t bytes,
                               std::string what) {
   if (!recording_) return -1;
-  TimelineEntry e;
-  e.what = std::move(what);
-  e.kind = TimelineEntry::Kind::kPost;
-  e.work = works_++;
-  e.group = group;
-  e.group_size = 2;
+  entries_.push_back(CallEntry(TimelineEntry::Kind::kPost, group, 2, -1, std::move(what)));
+  TimelineEntry& e = entries_.back();
   e.peer = peer;
   e.send = send;
   e.bytes = bytes;
-  entries_.push_back(e);
-  return e.work;
+  return e.work = works_++;
 }
 
 void Timeline::Wait(int64_t work, std::vector<PeerBytes> sent) {

@@ -241,19 +241,31 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   return o;
 }
 
+namespace {
+
+// The world ranks of dp rank 0 and tp rank 0 of every pipeline stage: the stages' first
+// ranks, which hold their stage's largest ZeRO chunks (ChunkOf gives the first ranks the
+// larger ones).
+std::vector<int> StageFirstRanks(const TrainOptions& o) {
+  std::vector<int> ranks;
+  const parallel::Topology grid = o.topology();
+  for (int stage = 0; stage < o.pp; ++stage) ranks.push_back(grid.RankAt({0, 0, stage}));
+  return ranks;
+}
+
+}  // namespace
+
 PlanActivations PlanActivationsPerGpu(const PlanInput& in) {
   PlanActivations out;
   out.bubble = in.pp > 1 ? parallel::TheoreticalBubble(in.pp, in.micro_batches, in.virtual_stages)
                          : 0.0;
   if (!in.model.gpt) return out;
   const TrainOptions o = PlanAsTrainOptions(in);
-  const parallel::Topology grid = o.topology();
-  for (int r = 0; r < o.world(); ++r) {  // tp rank 0 and dp rank 0 of every stage
-    const parallel::GridCoordinates at = grid.Of(r);
-    if (at.dp != 0 || at.tp != 0) continue;
+  for (int r : StageFirstRanks(o)) {
     const int64_t bytes = PredictedMemory(o, r).activations;
-    if (bytes < 0) return {-1, at.pp, out.bubble};
-    if (bytes > out.bytes_per_gpu) out = {bytes, at.pp, out.bubble};
+    const int stage = o.topology().Of(r).pp;
+    if (bytes < 0) return {-1, stage, out.bubble};
+    if (bytes > out.bytes_per_gpu) out = {bytes, stage, out.bubble};
   }
   return out;
 }
@@ -489,11 +501,8 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
     TrainOptions o = PlanAsTrainOptions(in);
     o.precision = precisions[i].first;
     o.fp32_grad_accum = precisions[i].second;
-    const parallel::Topology grid = o.topology();
     double most = 0;
-    for (int r = 0; r < o.world(); ++r) {
-      const parallel::GridCoordinates at = grid.Of(r);
-      if (at.dp != 0 || at.tp != 0) continue;
+    for (int r : StageFirstRanks(o)) {
       const MemoryFormula f = PredictedMemory(o, r);
       most = std::max(most, double(f.params + f.grads + f.optimizer));
     }

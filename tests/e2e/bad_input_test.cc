@@ -239,7 +239,9 @@ TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
       {"--n_head=5", "n_embd (4096) must be divisible by n_head (5)"},
       {"--n_layer=0", "n_layer must be positive, got 0"},
       {"--cluster=tpu", "--cluster must be a100, h100 or a JSON file"},
-      {"--search --gpu_memory_gb=-1", "--search wants --world in [1, 65536] and --gpu_memory_gb > 0"},
+      {"--search --gpu_memory_gb=-1", "--search wants --world in [1, 65536]"},
+      {"--search --world=-3", "got -3, "},
+      {"--search --global_batch_size=-8", ", -8 and 80"},
   }, 5);
   Result named = RunCommand(kPlan + " --model=llama-7b --params=1000000");
   EXPECT_EQ(named.exit_code, 0) << named.output;

@@ -15,7 +15,8 @@ Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Te
       signature_(signature),
       max_chunk_bytes_(max_chunk_bytes),
       key_{transport.name(), signature.primitive, signature.algorithm, ledger.phase(),
-           ledger.label()} {}
+           ledger.label()},
+      recording_(ledger.timeline().recording()) {}
 
 std::vector<Wire::Segment> Wire::Segments(size_t bytes) const {
   size_t element = element_size();
@@ -56,10 +57,12 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
     row.messages_sent += 1;
     ledger_.CountSent(int64_t(s.bytes));
   }
-  const int peer_world = PeerWorldRank(peer);
-  if (sent_.empty() || sent_.back().peer != peer_world) sent_.push_back({peer_world, 0, 0});
-  sent_.back().bytes += int64_t(bytes);
-  sent_.back().messages += int64_t(segments.size());
+  if (recording_) {  // the replay's record of the call (timeline.h)
+    const int peer_world = PeerWorldRank(peer);
+    if (sent_.empty() || sent_.back().peer != peer_world) sent_.push_back({peer_world, 0, 0});
+    sent_.back().bytes += int64_t(bytes);
+    sent_.back().messages += int64_t(segments.size());
+  }
   for (Segment s : Posted(segments, bytes)) {
     pending.entries_.push_back(
         {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,

@@ -86,7 +86,8 @@ class Wire {
   // The ledger row the call books under.
   const LedgerKey& key() const { return key_; }
   TrafficLedger& ledger() { return ledger_; }
-  // What this call has sent so far, by peer (world rank): the replay's (timeline.h).
+  // What this call has sent so far, by peer (world rank), when the rank's timeline records
+  // (timeline.h; read when the call was made); empty otherwise.
   const std::vector<tally::PeerBytes>& sent() const { return sent_; }
 
  private:
@@ -104,6 +105,7 @@ class Wire {
   size_t max_chunk_bytes_;
   LedgerKey key_;
   std::vector<std::pair<int, TransferTotals*>> rows_;  // (peer world rank, its row)
+  bool recording_;  // the rank's timeline, as the call was made (on the rank's thread)
   std::vector<tally::PeerBytes> sent_;
 };
 
