@@ -7,6 +7,9 @@
 // bytes a tally_train run with the same flags measures, to the byte; for a preset of
 // another shape (LLaMA) they are the same collectives over Φ values.
 //
+// plan.cc: the models, the strategies' rows, memory and the seed's examples;
+// plan_search.cc: clusters, a step's predicted time and the search over grids.
+//
 //   ASSIGN_OR_RETURN(PlanModel model, ModelPreset("llama-7b"));
 //   PlanInput in{model};
 //   in.dp = 4;
