@@ -38,6 +38,7 @@ absl::Status BenchConfig::Validate() const {
   if (ranks > kMaxRanks) return bad(absl::StrCat("--ranks=", ranks, " is more than the ", kMaxRanks, " ranks tally runs"));
   if (root < 0 || root >= ranks) return bad("--root must be a rank in [0, --ranks)");
   if (max_chunk_bytes < 4) return bad("--max_chunk_bytes must be at least one element (4)");
+  if (small_allreduce_bytes < 0) return bad("--small_allreduce_bytes must be >= 0 (0: never)");
   if (gpus_per_node < 0) return bad("--gpus_per_node must be at least 1 (or 0: the machine's own nodes)");
   if (!(timeout_s > 0) || !std::isfinite(timeout_s)) return bad("--timeout_s must be a positive number");
   if (nccl && !gpu) return bad("--backend=nccl needs --device=cuda (NCCL moves GPU memory)");
@@ -97,6 +98,7 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
   launch.timeout = absl::Seconds(config.timeout_s);
   launch.comm.algorithm = algorithm;
   launch.comm.max_chunk_bytes = size_t(config.max_chunk_bytes);
+  launch.comm.small_allreduce_bytes = config.small_allreduce_bytes;
   if (config.gpus_per_node > 0) {
     ASSIGN_OR_RETURN(comm::Nodes placed, comm::Nodes::Blocks(p, config.gpus_per_node));
     launch.comm.nodes = std::make_shared<const comm::Nodes>(std::move(placed));
@@ -191,7 +193,8 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
   for (size_t i = 0; i < counts.size(); ++i) {
     BenchRow& row = rows[i];
     row.op = op;
-    row.algorithm = comm::EffectiveAlgorithm(op, algorithm, group_nodes);  // what ran
+    row.algorithm = comm::EffectiveAlgorithm(op, algorithm, group_nodes, counts[i] * 4,
+                                             config.small_allreduce_bytes);  // what ran
     row.nodes = nodes->count();
     row.ranks = p;
     row.root = (op == Primitive::kBroadcast || op == Primitive::kReduce ||
@@ -205,9 +208,9 @@ absl::StatusOr<std::vector<BenchRow>> RunSweep(const BenchConfig& config, Primit
     row.busbw_gbps = row.algbw_gbps * comm::BusFactor(op, p);
     for (int r = 0; r < p; ++r) {
       row.exact_sent_bytes_per_rank.push_back(
-          comm::ExactTraffic(op, algorithm, p, r, root, row.count, 4, group_nodes).sent);
+          comm::ExactTraffic(op, row.algorithm, p, r, root, row.count, 4, group_nodes).sent);
       row.exact_inter_bytes_per_rank.push_back(
-          comm::ExactSentByLink(op, algorithm, group_nodes, r, root, row.count, 4).inter);
+          comm::ExactSentByLink(op, row.algorithm, group_nodes, r, root, row.count, 4).inter);
     }
     row.inter_max = *std::max_element(row.inter_bytes_per_rank.begin(), row.inter_bytes_per_rank.end());
     row.exact_inter_max = *std::max_element(row.exact_inter_bytes_per_rank.begin(),
@@ -267,7 +270,9 @@ std::string FormatRow(const BenchRow& row) {
   std::string line = absl::StrFormat(
       "  %-14s %-5s %12d %11d %4s %5s %4d %11.2f %10.3f %10.3f %6d %14d %14d",
       comm::Name(row.op),
-      row.algorithm == Algorithm::kHierarchical ? "hier" : comm::Name(row.algorithm),
+      row.algorithm == Algorithm::kHierarchical         ? "hier"
+      : row.algorithm == Algorithm::kRecursiveDoubling ? "rec_dbl"
+                                                        : comm::Name(row.algorithm),
       row.size_bytes, row.count, "f32", reduces ? "sum" : "none", row.root, row.time_us,
       row.algbw_gbps, row.busbw_gbps, row.wrong, row.sent_max, row.exact_sent_max);
   if (row.nodes > 1) line += absl::StrFormat(" %14d %14d", row.inter_max, row.exact_inter_max);

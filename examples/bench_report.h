@@ -23,6 +23,7 @@ struct BenchConfig {
   int ranks = 2;
   int root = 0;
   int64_t max_chunk_bytes = int64_t(1) << 20;
+  int64_t small_allreduce_bytes = 0;  // CommOptions': all-reduces up to it run recursive doubling
   double timeout_s = 60;
   bool mpi = false;   // one MPI process per rank (under mpirun) instead of threads
   bool nccl = false;  // the bytes over NCCL, a GPU per rank (threads, or under mpirun)

@@ -40,8 +40,12 @@ ABSL_FLAG(std::string, op, "all_reduce",
           "reduce, gather, scatter, sendrecv, or all");
 ABSL_FLAG(std::string, algorithm, "ring",
           "ring, naive, hierarchical (rings inside each node, then across: all_reduce, "
-          "reduce_scatter and all_gather with --gpus_per_node), native (--backend=mpi or nccl: "
-          "the library's own collectives), or all");
+          "reduce_scatter and all_gather with --gpus_per_node), recursive_doubling (all_reduce: "
+          "whole buffers in log2(ranks) rounds), native (--backend=mpi or nccl: the library's "
+          "own collectives), or all");
+ABSL_FLAG(int64_t, small_allreduce_bytes, 0,
+          "all-reduces of at most this many bytes that would run the ring run "
+          "recursive_doubling (and are booked so); 0: never");
 ABSL_FLAG(int, gpus_per_node, 0,
           "ranks per node: ranks r and r' share a node iff r/G == r'/G, and the table adds the "
           "bytes that crossed a node (0: one node for thread ranks, the real nodes under mpirun)");
@@ -87,7 +91,8 @@ absl::StatusOr<std::vector<Primitive>> ParseOps(const std::string& text) {
 absl::StatusOr<std::vector<Algorithm>> ParseAlgorithms(const std::string& text, bool native,
                                                        bool nodes) {
   if (text == "all") {
-    std::vector<Algorithm> all = {Algorithm::kRing, Algorithm::kNaive};
+    std::vector<Algorithm> all = {Algorithm::kRing, Algorithm::kNaive,
+                                  Algorithm::kRecursiveDoubling};
     if (nodes) all.push_back(Algorithm::kHierarchical);
     if (native) all.push_back(Algorithm::kNative);
     return all;
@@ -131,6 +136,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   if (config.ranks == 0) config.ranks = config.mpi ? comm::mpi::ProcessCount() : 2;
   config.root = absl::GetFlag(FLAGS_root);
   config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  config.small_allreduce_bytes = absl::GetFlag(FLAGS_small_allreduce_bytes);
   config.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   ASSIGN_OR_RETURN(config.ops, ParseOps(absl::GetFlag(FLAGS_op)));
   config.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
@@ -150,20 +156,35 @@ absl::Status Main() {
   if (!parsed.ok()) return speaks ? parsed.status() : absl::Status(parsed.status().code(), "");
   const BenchConfig& config = *parsed;
   if (speaks) std::printf("%s", FormatHeader(config).c_str());
+  double memcpy_gbps = 0;  // one thread's, the bound of a copy through shared memory
   if (absl::GetFlag(FLAGS_memcpy_baseline)) {
+    memcpy_gbps = MemcpyGBps(config.max_bytes, 1);
     std::printf("# memcpy baseline, %lld bytes: %.2f GB/s on 1 thread, %.2f GB/s per thread on %d\n",
-                (long long)config.max_bytes, MemcpyGBps(config.max_bytes, 1),
+                (long long)config.max_bytes, memcpy_gbps,
                 MemcpyGBps(config.max_bytes, config.ranks), config.ranks);
   }
   std::vector<BenchRow> all_rows;
   for (Primitive op : config.ops) {
     for (Algorithm algorithm : config.algorithms) {
+      // Recursive doubling is an all-reduce; asked of the others it would run the ring again.
+      if (algorithm == Algorithm::kRecursiveDoubling && op != Primitive::kAllReduce &&
+          config.algorithms.size() > 1) {
+        continue;
+      }
       ASSIGN_OR_RETURN(std::vector<BenchRow> rows, RunSweep(config, op, algorithm));
       for (const BenchRow& row : rows) all_rows.push_back(row);
     }
   }
   if (!speaks) return absl::OkStatus();
   std::printf("%s", FormatSummary(all_rows).c_str());
+  if (memcpy_gbps > 0) {  // the largest size of each sweep against the copy it cannot beat
+    for (const BenchRow& row : all_rows) {
+      if (row.size_bytes != all_rows.back().size_bytes) continue;
+      std::printf("# %s %s at %lld bytes: busbw %.2f GB/s, %.0f%% of one thread's memcpy\n",
+                  comm::Name(row.op), comm::Name(row.algorithm), (long long)row.size_bytes,
+                  row.busbw_gbps, 100.0 * row.busbw_gbps / memcpy_gbps);
+    }
+  }
   if (!absl::GetFlag(FLAGS_J).empty()) {
     RETURN_IF_ERROR(WriteBenchJson(absl::GetFlag(FLAGS_J), all_rows));
   }

@@ -11,7 +11,8 @@
 // or bf16), through the same Kernels the model uses. Then it trains the model (default L=4, H=4,
 // C=256, T=128, global batch 8, AdamW) for --warmup + --steps steps on the embedded
 // corpus and reports the timed steps' tokens/s and model GFLOP/s (6·params + 12·L·C·T per
-// token), and that as a fraction of the peak (MFU against the measured peak).
+// token), and that as a fraction of the peak (MFU against the measured peak), and each
+// thread count's tokens/s over one thread's of the same precision (when 1 is measured).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
 #include "runtime/clock.h"
@@ -199,22 +201,28 @@ absl::Status Main() {
     std::printf("CPU: %s, oneDNN kernels %s\n", CpuName().c_str(), cpu::MatmulIsa());
   }
   const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "matmul GFLOP/s";
-  std::printf("%8s %9s %8s %14s %12s %14s %16s\n", "device", "precision", "threads", peak,
-              "tokens/s", "model GFLOP/s", "of the peak");
+  std::printf("%8s %9s %8s %14s %12s %14s %12s %13s\n", "device", "precision", "threads", peak,
+              "tokens/s", "model GFLOP/s", "of the peak", "x 1 thread");
   JsonWriter w;
   w.BeginArray();
   for (DType precision : precisions) {
+    double one_thread = 0;  // tokens/s of this precision on one thread, where measured
     for (int t : thread_counts) {
       ASSIGN_OR_RETURN(Row row, Measure(device, t, precision));
-      std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %15.1f%%\n", row.device.c_str(),
+      if (t == 1) one_thread = row.tokens_per_s;
+      const double speedup = one_thread > 0 ? row.tokens_per_s / one_thread : 0;
+      std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s\n", row.device.c_str(),
                   row.precision.c_str(), row.threads, row.peak_gflops, row.tokens_per_s,
-                  row.gflops, 100.0 * row.gflops / row.peak_gflops);
+                  row.gflops, 100.0 * row.gflops / row.peak_gflops,
+                  speedup > 0 ? absl::StrFormat("%.2fx", speedup).c_str() : "-");
       std::fflush(stdout);
       w.BeginObject().Key("device").String(row.device).Key("precision").String(row.precision);
       w.Key("threads").Int(row.threads);
       w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
       w.Key("model_gflops").Double(row.gflops);
-      w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops).EndObject();
+      w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops);
+      if (speedup > 0) w.Key("speedup_over_one_thread").Double(speedup);
+      w.EndObject();
     }
   }
   w.EndArray();

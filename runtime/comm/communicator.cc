@@ -9,6 +9,7 @@
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/algorithms/naive.h"
+#include "runtime/comm/algorithms/recursive_doubling.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/algorithms/ring.h"
 #include "runtime/status_macros.h"
@@ -44,18 +45,20 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
   Algorithm chosen =
       options_.native_collectives
           ? Algorithm::kNative
-          : EffectiveAlgorithm(primitive, algorithm.value_or(options_.algorithm), group_nodes_);
+          : EffectiveAlgorithm(primitive, algorithm.value_or(options_.algorithm), group_nodes_,
+                               count * int64_t(SizeOf(dtype)), options_.small_allreduce_bytes);
   // An all-to-all-v has no native form here: it runs (and is booked as) the ring.
   if (primitive == Primitive::kAllToAllV && chosen == Algorithm::kNative) chosen = Algorithm::kRing;
   OpSignature signature{primitive, chosen, dtype, op, root, count, collective_calls_++};
-  std::string where = absl::StrCat("[", Title(primitive), " on '", name(), "'] rank ", rank());
+  // Where a failure happened, written only when one does (a small call takes a microsecond).
+  auto where = [&] { return absl::StrCat("[", Title(primitive), " on '", name(), "'] rank ", rank()); };
   if (primitive != Primitive::kSendRecv && root != -1 && (root < 0 || root >= size())) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": root ", root, " is not a rank of a group of ", size()));
+        absl::StrCat(where(), ": root ", root, " is not a rank of a group of ", size()));
   }
   // Only an all-to-all-v has no count every rank sees (-1, not compared).
   if (count < 0 && primitive != Primitive::kAllToAllV) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": negative count"));
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": negative count"));
   }
   const Tensor* first = nullptr;  // of the buffers this rank passes (a non-root's may be empty)
   for (const Tensor* t : tensors) {
@@ -64,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
       ASSIGN_OR_RETURN(signature.device, BufferDevice(where, *t, *first));
     }
     if (t->dtype() != dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": tensors of dtype ", Name(dtype),
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": tensors of dtype ", Name(dtype),
                                                      " and ", Name(t->dtype()), " mixed"));
     }
   }
@@ -73,25 +76,25 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
                                 options_.max_chunk_bytes);
 }
 
-absl::StatusOr<int> Communicator::BufferDevice(const std::string& where, const Tensor& t,
-                                               const Tensor& first) const {
+absl::StatusOr<int> Communicator::BufferDevice(absl::FunctionRef<std::string()> where,
+                                               const Tensor& t, const Tensor& first) const {
   if (t.device() != first.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": tensors on ", first.device().ToString(),
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": tensors on ", first.device().ToString(),
                                                    " and ", t.device().ToString(), " mixed"));
   }
   if (t.device().type == DeviceType::kCPU) return -1;
   if (t.device().type == DeviceType::kMeta) {
     if (transport_->CarriesMeta()) return OpSignature::kMetaBuffers;
-    return absl::UnimplementedError(absl::StrCat(where, ": meta tensors (a dry run) need the "
+    return absl::UnimplementedError(absl::StrCat(where(), ": meta tensors (a dry run) need the "
                                                  "threads transport"));
   }
   if (!transport_->MovesDeviceMemory()) {
-    return absl::UnimplementedError(absl::StrCat(where, ": tensors on ", t.device().ToString(),
+    return absl::UnimplementedError(absl::StrCat(where(), ": tensors on ", t.device().ToString(),
                                                  " need a transport that moves GPU memory (the "
                                                  "threads transport does)"));
   }
   if (gpu() >= 0 && t.device().index != gpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": tensors on ", t.device().ToString(),
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": tensors on ", t.device().ToString(),
                                                    ", but this rank's transport is on GPU ",
                                                    gpu()));
   }
@@ -112,6 +115,7 @@ absl::Status Communicator::Run(Wire& wire, const void* input, void* output,
     case Algorithm::kRing: return ring_call();
     case Algorithm::kNaive: return naive_call();
     case Algorithm::kHierarchical: return hierarchical_call();
+    case Algorithm::kRecursiveDoubling: return ring_call();  // all-reduce runs its own
     case Algorithm::kNative: break;
   }
   RETURN_IF_ERROR(transport_->NativeCollective(wire.signature(), input, output));
@@ -166,6 +170,9 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
 
 Communicator::Call Communicator::AllReduceCall(const Tensor& data) {
   return {int64_t(data.nbytes()), [this, data](Wire& w) {
+            if (w.signature().algorithm == Algorithm::kRecursiveDoubling) {
+              return recursive_doubling::AllReduce(w, data.raw_data(), data.numel());
+            }
             return Run(
                 w, data.raw_data(), data.raw_data(),
                 [&] { return ring::AllReduce(w, data.raw_data(), data.numel()); },
@@ -381,7 +388,7 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   OpSignature signature{Primitive::kSendRecv, options_.algorithm, data.dtype(), ReduceOp::kSum,
                         -1, data.numel(), 0};
   absl::StatusOr<int> device = BufferDevice(
-      absl::StrCat("[SendRecv on '", name(), "'] rank ", rank()), data, data);
+      [&] { return absl::StrCat("[SendRecv on '", name(), "'] rank ", rank()); }, data, data);
   signature.device = device.ok() ? *device : -1;
   auto work = std::unique_ptr<Work>(new Work(
       std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,

@@ -44,6 +44,10 @@ struct CommOptions {
   // Every collective calls the transport's own (MPI_Allreduce, ...) instead of ring or
   // naive; the ledger books the ring's bytes for it under algorithm "native" (modelled).
   bool native_collectives = false;
+  // An all-reduce of at most this many bytes that would run the ring runs recursive
+  // doubling instead (recursive_doubling.h: log2(p) rounds instead of 2(p-1)), and is
+  // booked as such; 0: never. NCCL and MPI libraries switch the same way by size.
+  int64_t small_allreduce_bytes = 0;
   // The world's nodes (nodes.h), shared by every communicator split from the world; null:
   // every rank on one node.
   std::shared_ptr<const Nodes> nodes;
@@ -244,7 +248,7 @@ class Communicator {
                       absl::Status status);
   // The CUDA device of a call's buffer `t` (-1: host memory), which must be where the
   // call's `first` buffer is, on a transport that moves GPU memory if it is a GPU.
-  absl::StatusOr<int> BufferDevice(const std::string& where, const Tensor& t,
+  absl::StatusOr<int> BufferDevice(absl::FunctionRef<std::string()> where, const Tensor& t,
                                    const Tensor& first) const;
   absl::Status CheckCount(Primitive primitive, const char* what, const Tensor& t,
                           int64_t expected) const;

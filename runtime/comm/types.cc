@@ -44,6 +44,7 @@ const char* Name(Algorithm a) {
     case Algorithm::kNaive: return "naive";
     case Algorithm::kNative: return "native";
     case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
   }
   return "?";
 }
@@ -87,8 +88,10 @@ absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
   if (name == "naive") return Algorithm::kNaive;
   if (name == "native") return Algorithm::kNative;
   if (name == "hierarchical") return Algorithm::kHierarchical;
-  return absl::InvalidArgumentError("[comm] unknown algorithm '" + std::string(name) +
-                                    "'; expected ring, naive, native or hierarchical");
+  if (name == "recursive_doubling") return Algorithm::kRecursiveDoubling;
+  return absl::InvalidArgumentError(
+      "[comm] unknown algorithm '" + std::string(name) +
+      "'; expected ring, naive, native, hierarchical or recursive_doubling");
 }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name) {

@@ -37,8 +37,10 @@ inline constexpr Primitive kAllPrimitives[] = {
 // ledger cannot observe: it books the ring's, marked modelled. kHierarchical is two
 // levels of rings, inside each node and across nodes (hierarchical.h), for all-reduce,
 // reduce-scatter and all-gather over a group spread evenly over several nodes; anything
-// else asked of it runs (and is booked as) the ring.
-enum class Algorithm : uint8_t { kRing, kNaive, kNative, kHierarchical };
+// else asked of it runs (and is booked as) the ring. kRecursiveDoubling is the
+// latency-optimal all-reduce of small buffers (recursive_doubling.h): whole buffers
+// exchanged in log2(p) rounds; other primitives asked of it run the ring.
+enum class Algorithm : uint8_t { kRing, kNaive, kNative, kHierarchical, kRecursiveDoubling };
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax, kMin, kProd };
 
@@ -47,7 +49,7 @@ enum class Phase : uint8_t { kForward, kBackward, kOptimizer, kSetup, kEval, kCh
 inline constexpr int kNumPhases = 7;
 
 const char* Name(Primitive p);  // snake_case, as nccl-tests names them: "all_reduce"
-const char* Name(Algorithm a);  // "ring", "naive", "native", "hierarchical"
+const char* Name(Algorithm a);  // "ring", "naive", "native", "hierarchical", "recursive_doubling"
 const char* Name(ReduceOp op);  // "sum", "avg", ...
 const char* Name(Phase phase);  // "forward", ...
 // The CamelCase name used in error messages: "AllReduce".

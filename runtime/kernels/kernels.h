@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
+#include "runtime/kernels/adamw.h"
 #include "runtime/dtype.h"
 #include "runtime/kernels/matmul_inputs.h"
 
@@ -141,9 +142,7 @@ class Kernels {
   absl::Status Scale(float* x, int64_t n, float factor) { return Scale(x, DType::kF32, n, factor); }
   // One AdamW update of n elements (optim/optimizer.h, torch's order of operations):
   // p = p·keep; m += (1-β1)(g - m); v = β2·v + (1-β2)·g²; p -= step_size·m/(√v/bias2_sqrt + eps).
-  struct AdamWArgs {
-    float keep, step_size, beta1, beta2, eps, bias2_sqrt;
-  };
+  using AdamWArgs = tally::AdamWArgs;
   virtual absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
                              int64_t n, const AdamWArgs& args) = 0;
   // SGD with momentum: g += wd·p; b = first ? g : μ·b + g; p -= lr·b.

@@ -174,7 +174,7 @@ TEST(TallyBench, NodesSplitEveryRowAndTheHierarchicalRingCrossesLess) {
   Result r = RunCommand(kBench + " --ranks=6 --gpus_per_node=3 --algorithm=all -b 6K -e 6K -n 1 -w 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "inter/rank")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "0 of 3 rows differ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "0 of 4 rows differ")) << r.output;
   // 6 KiB: the ring's edge ranks send 2·5/6·6144 = 10240 bytes across; hierarchical
   // 2·(2-1)/2·6144/3 = 2048 on every rank.
   EXPECT_TRUE(absl::StrContains(r.output, "10240          10240          10240          10240"))

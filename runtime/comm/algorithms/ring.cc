@@ -130,7 +130,7 @@ absl::Status AllGather(Wire& wire, const void* input, void* output, int64_t coun
 absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
   int p = wire.size(), d = Distance(wire, root);
   if (p == 1) return absl::OkStatus();
-  std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
+  Wire::SegmentList segments = wire.Segments(Bytes(count, wire));
   Pending from_left, to_right;
   if (d > 0) {
     for (Wire::Segment seg : segments) {
@@ -155,7 +155,7 @@ absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, 
     ASSIGN_OR_RETURN(partial, wire.Scratch(count));
   }
   RETURN_IF_ERROR(CopyElements(partial, input, count, wire));
-  std::vector<Wire::Segment> segments = wire.Segments(Bytes(count, wire));
+  Wire::SegmentList segments = wire.Segments(Bytes(count, wire));
   Pending from_right, to_left;
   if (d < p - 1) {
     for (Wire::Segment seg : segments) {

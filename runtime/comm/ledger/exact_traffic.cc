@@ -4,6 +4,7 @@
 
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/algorithms/recursive_doubling.h"
 
 namespace tally::comm {
 namespace {
@@ -63,12 +64,20 @@ RankTraffic Naive(Primitive primitive, const Sizes& s, int r, int root) {
 
 }  // namespace
 
-Algorithm EffectiveAlgorithm(Primitive primitive, Algorithm algorithm, std::span<const int> nodes) {
-  if (algorithm != Algorithm::kHierarchical) return algorithm;
-  const bool two_level = primitive == Primitive::kAllReduce ||
-                         primitive == Primitive::kReduceScatter ||
-                         primitive == Primitive::kAllGather;
-  return two_level && hierarchical::LayoutOf(nodes) ? algorithm : Algorithm::kRing;
+Algorithm EffectiveAlgorithm(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
+                             int64_t bytes, int64_t small_allreduce_bytes) {
+  if (algorithm == Algorithm::kHierarchical) {
+    const bool two_level = primitive == Primitive::kAllReduce ||
+                           primitive == Primitive::kReduceScatter ||
+                           primitive == Primitive::kAllGather;
+    if (two_level && hierarchical::LayoutOf(nodes)) return algorithm;
+    algorithm = Algorithm::kRing;
+  }
+  if (primitive != Primitive::kAllReduce) {
+    return algorithm == Algorithm::kRecursiveDoubling ? Algorithm::kRing : algorithm;
+  }
+  const bool small = small_allreduce_bytes > 0 && bytes >= 0 && bytes <= small_allreduce_bytes;
+  return algorithm == Algorithm::kRing && small ? Algorithm::kRecursiveDoubling : algorithm;
 }
 
 RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_size, int rank,
@@ -88,6 +97,14 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
   }
   Sizes s{group_size, count, int64_t(element_size)};
   if (group_size <= 1 || primitive == Primitive::kBarrier) return {};
+  if (EffectiveAlgorithm(primitive, algorithm, nodes) == Algorithm::kRecursiveDoubling) {
+    RankTraffic t;
+    for (const recursive_doubling::Step& step : recursive_doubling::Schedule(group_size, rank)) {
+      if (step.sends()) t.sent += s.Whole();
+      if (step.receives()) t.recv += s.Whole();
+    }
+    return t;
+  }
   if (primitive == Primitive::kSendRecv) return {s.Whole(), s.Whole()};
   if (primitive == Primitive::kAllToAll) {  // both algorithms: every peer's chunk once
     return {s.Whole() - s.Chunk(rank), (group_size - 1) * s.Chunk(rank)};
@@ -113,13 +130,20 @@ std::vector<int64_t> ExactSentTo(Primitive primitive, Algorithm algorithm, int g
     return hierarchical::SentTo(primitive, *hierarchical::LayoutOf(nodes), rank, count,
                                 element_size);
   }
-  algorithm = algorithm == Algorithm::kHierarchical ? Algorithm::kRing : algorithm;
+  algorithm = algorithm == Algorithm::kHierarchical ? Algorithm::kRing
+                                                    : EffectiveAlgorithm(primitive, algorithm, {});
   const int p = group_size;
   std::vector<int64_t> to(std::max(p, 0), 0);
   const RankTraffic total =
       ExactTraffic(primitive, algorithm, group_size, rank, root, count, element_size);
   if (p <= 1 || total.sent == 0) return to;
   const Sizes s{p, count, int64_t(element_size)};
+  if (algorithm == Algorithm::kRecursiveDoubling) {
+    for (const recursive_doubling::Step& step : recursive_doubling::Schedule(p, rank)) {
+      if (step.sends()) to[step.peer] += s.Whole();
+    }
+    return to;
+  }
   const int right = (rank + 1) % p, left = (rank + p - 1) % p;
   if (primitive == Primitive::kAllToAll) {
     for (int j = 0; j < p; ++j) to[j] = j == rank ? 0 : s.Chunk(j);

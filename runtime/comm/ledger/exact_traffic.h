@@ -60,8 +60,12 @@ RankTraffic AllToAllVTraffic(std::span<const int64_t> send_counts,
 
 // The algorithm a communicator runs when asked for `algorithm`: kHierarchical only for
 // all-reduce, reduce-scatter and all-gather on a group spread evenly over several nodes
-// of several ranks (hierarchical.h), the ring otherwise; the others as asked.
-Algorithm EffectiveAlgorithm(Primitive primitive, Algorithm algorithm, std::span<const int> nodes);
+// of several ranks (hierarchical.h), the ring otherwise; kRecursiveDoubling only for
+// all-reduce, the ring otherwise; and an all-reduce of `bytes` that would run the ring
+// runs recursive doubling when bytes <= small_allreduce_bytes (CommOptions); the others as
+// asked.
+Algorithm EffectiveAlgorithm(Primitive primitive, Algorithm algorithm, std::span<const int> nodes,
+                             int64_t bytes = -1, int64_t small_allreduce_bytes = 0);
 
 // nccl-tests' bus bandwidth: busbw = algbw (payload bytes / time) × this factor, the share
 // of the payload that crosses each link for an optimal algorithm on `ranks` ranks:

@@ -18,10 +18,10 @@ Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Te
            ledger.label()},
       recording_(ledger.timeline().recording()) {}
 
-std::vector<Wire::Segment> Wire::Segments(size_t bytes) const {
+Wire::SegmentList Wire::Segments(size_t bytes) const {
   size_t element = element_size();
   size_t piece = std::max(element, max_chunk_bytes_ / element * element);
-  std::vector<Segment> segments;
+  SegmentList segments;
   size_t offset = 0;
   do {
     size_t n = std::min(piece, bytes - offset);
@@ -44,14 +44,14 @@ TransferTotals& Wire::Row(int peer_world) {
   return *row;
 }
 
-std::vector<Wire::Segment> Wire::Posted(const std::vector<Segment>& segments, size_t bytes) const {
+Wire::SegmentList Wire::Posted(const SegmentList& segments, size_t bytes) const {
   if (!signature_.meta()) return segments;
   return {{0, bytes}};
 }
 
 void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, SendMode mode) {
   TransferTotals& row = Row(PeerWorldRank(peer));
-  const std::vector<Segment> segments = Segments(bytes);
+  const SegmentList segments = Segments(bytes);
   for (Segment s : segments) {
     row.bytes_sent += int64_t(s.bytes);
     row.messages_sent += 1;
@@ -75,7 +75,7 @@ void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pe
   TransferTotals& row = Row(PeerWorldRank(peer));
   std::optional<Reduction> reduction;
   if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
-  const std::vector<Segment> segments = Segments(bytes);
+  const SegmentList segments = Segments(bytes);
   for (Segment s : segments) {
     row.bytes_recv += int64_t(s.bytes);
     row.messages_recv += 1;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -51,12 +52,14 @@ class Wire {
   struct Segment {
     size_t offset, bytes;
   };
-  std::vector<Segment> Segments(size_t bytes) const;
+  // Most transfers are one piece: kept inline, without a heap allocation per transfer.
+  using SegmentList = absl::InlinedVector<Segment, 1>;
+  SegmentList Segments(size_t bytes) const;
   // The messages posted for a transfer of `segments`: those, or for meta buffers (a dry
   // run) one in their place, which carries nothing; the ledger books `segments` either
   // way, so that a dry run's ledger is a real run's and a dry run at real scale does not
   // post millions of messages.
-  std::vector<Segment> Posted(const std::vector<Segment>& segments, size_t bytes) const;
+  SegmentList Posted(const SegmentList& segments, size_t bytes) const;
 
   // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
   void Send(int peer, const void* data, size_t bytes, Pending& pending,
@@ -129,7 +132,7 @@ class Pending {
     bool waited = false;
     absl::Status status;
   };
-  std::vector<Entry> entries_;
+  absl::InlinedVector<Entry, 2> entries_;  // a step is a send and a receive, mostly
 };
 
 }  // namespace tally::comm

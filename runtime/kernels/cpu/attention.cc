@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "runtime/kernels/cpu/fast_math.h"
+#include "runtime/kernels/cpu/parallel.h"
 
 namespace tally::cpu {
 namespace {
@@ -17,9 +19,14 @@ void CausalSoftmax(T* p, int t) {
     T max = s[0];
     for (int col = 1; col <= row; ++col) max = std::max(max, s[col]);
     T sum = 0;
-    for (int col = 0; col <= row; ++col) {
-      s[col] = FastExp(s[col] - max);
-      sum += s[col];
+    if constexpr (std::is_same_v<T, float>) {
+      ExpMinus(s, s, max, row + 1);
+      for (int col = 0; col <= row; ++col) sum += s[col];
+    } else {
+      for (int col = 0; col <= row; ++col) {
+        s[col] = FastExp(s[col] - max);
+        sum += s[col];
+      }
     }
     T inv = T(1) / sum;
     for (int col = 0; col <= row; ++col) s[col] *= inv;
@@ -41,18 +48,24 @@ void CausalSoftmaxBackward(T* ds, const T* p, int t) {
 }
 
 // Attention with its matmul operands of type O (T, or bf16 roundings of them): each
-// sequence's qkv (and dy) rounded once, each head's P (and dS) as it is formed.
+// sequence's qkv (and dy) rounded once per thread that takes one of its heads, each head's
+// P (and dS) as it is formed. The (sequence, head) pairs run on the intra-op threads, a
+// block of pairs each, every pair's matmuls on its own thread.
 template <typename O, typename T, typename Q>
 void Forward(T* y, T* att, const Q* qkv, int b, int t, int c, int nh) {
   int hs = c / nh;
   T scale = T(1) / std::sqrt(T(hs));
-  for (int i = 0; i < b; ++i) {
-    const O* base = AsOperand<O>(0, qkv + static_cast<long>(i) * t * 3 * c, t, 3 * c);
-    for (int h = 0; h < nh; ++h) {
+  ParallelFor(int64_t(b) * nh, 1, [&](int64_t first, int64_t last) {
+    const O* base = nullptr;
+    for (int64_t pair = first; pair < last; ++pair) {
+      const int i = static_cast<int>(pair / nh), h = static_cast<int>(pair % nh);
+      if (base == nullptr || pair % nh == 0) {
+        base = AsOperand<O>(0, qkv + static_cast<long>(i) * t * 3 * c, t, 3 * c);
+      }
       const O* q = base + h * hs;
       const O* k = base + c + h * hs;
       const O* v = base + 2 * c + h * hs;
-      T* p = att + (static_cast<long>(i) * nh + h) * t * t;
+      T* p = att + pair * t * t;
       // S = Q·Kᵀ·scale, every row of Q against every row of K; then P = softmax(S).
       Gemm(Trans::kNo, Trans::kYes, t, t, hs, scale, q, 3 * c, k, 3 * c, T(0), p, t);
       CausalSoftmax(p, t);
@@ -60,27 +73,39 @@ void Forward(T* y, T* att, const Q* qkv, int b, int t, int c, int nh) {
       Gemm(Trans::kNo, Trans::kNo, t, hs, t, T(1), AsOperand<O>(1, p, t, t), t, v, 3 * c, T(0),
            y + static_cast<long>(i) * t * c + h * hs, c);
     }
-  }
+  });
 }
 
 // With P the softmax and dP = dY·Vᵀ, dS = CausalSoftmaxBackward(dP), and then
-// dQ = dS·K·scale, dK = dSᵀ·Q·scale, dV = Pᵀ·dY.
+// dQ = dS·K·scale, dK = dSᵀ·Q·scale, dV = Pᵀ·dY. The thread that takes the first pair
+// forms dP in `scratch`, the others in a t×t buffer of their own (kernel scratch, outside
+// the memory ledger, as the matmuls' packing buffers are).
 template <typename O, typename T, typename Q>
 void Backward(T* dqkv, T* scratch, const T* dy, const Q* qkv, const T* att, int b, int t, int c,
               int nh) {
   int hs = c / nh;
   T scale = T(1) / std::sqrt(T(hs));
-  for (int i = 0; i < b; ++i) {
-    const O* base = AsOperand<O>(0, qkv + static_cast<long>(i) * t * 3 * c, t, 3 * c);
-    const O* dyi = AsOperand<O>(1, dy + static_cast<long>(i) * t * c, t, c);
-    T* dbase = dqkv + static_cast<long>(i) * t * 3 * c;
-    for (int h = 0; h < nh; ++h) {
+  ParallelFor(int64_t(b) * nh, 1, [&](int64_t first, int64_t last) {
+    thread_local std::vector<T> own;
+    T* ds = scratch;
+    if (first > 0) {
+      if (own.size() < size_t(t) * size_t(t)) own.resize(size_t(t) * size_t(t));
+      ds = own.data();
+    }
+    const O* base = nullptr;
+    const O* dyi = nullptr;
+    for (int64_t pair = first; pair < last; ++pair) {
+      const int i = static_cast<int>(pair / nh), h = static_cast<int>(pair % nh);
+      if (base == nullptr || pair % nh == 0) {
+        base = AsOperand<O>(0, qkv + static_cast<long>(i) * t * 3 * c, t, 3 * c);
+        dyi = AsOperand<O>(1, dy + static_cast<long>(i) * t * c, t, c);
+      }
+      T* dbase = dqkv + static_cast<long>(i) * t * 3 * c;
       const O* q = base + h * hs;
       const O* k = base + c + h * hs;
       const O* v = base + 2 * c + h * hs;
-      const T* p = att + (static_cast<long>(i) * nh + h) * t * t;
+      const T* p = att + pair * t * t;
       const O* dyh = dyi + h * hs;
-      T* ds = scratch;
       // dV = Pᵀ·dY
       Gemm(Trans::kYes, Trans::kNo, t, hs, t, T(1), AsOperand<O>(2, p, t, t), t, dyh, c, T(0),
            dbase + 2 * c + h * hs, 3 * c);
@@ -93,7 +118,7 @@ void Backward(T* dqkv, T* scratch, const T* dy, const Q* qkv, const T* att, int 
       Gemm(Trans::kYes, Trans::kNo, t, hs, t, scale, ds_in, t, q, 3 * c, T(0), dbase + c + h * hs,
            3 * c);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 #include "runtime/kernels/cpu/gelu.h"
 #include "runtime/kernels/cpu/layernorm.h"
 #include "runtime/kernels/cpu/linear.h"
+#include "runtime/kernels/cpu/optimizer.h"
+#include "runtime/kernels/cpu/parallel.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/flops.h"
 #include "runtime/kernels/kernels.h"
 
@@ -101,107 +104,126 @@ class CpuKernels final : public Kernels {
     return absl::OkStatus();
   }
   absl::Status AddInPlace(float* y, const float* x, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+    cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) y[i] += x[i];
+    });
     return absl::OkStatus();
   }
   absl::Status AddBias(float* y, const float* b, int64_t rows, int c) override {
-    for (int64_t i = 0; i < rows; ++i) {
-      float* row = y + i * c;
-      for (int j = 0; j < c; ++j) row[j] += b[j];
-    }
+    cpu::ParallelFor(rows, cpu::GrainFor(c), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        float* row = y + i * c;
+        for (int j = 0; j < c; ++j) row[j] += b[j];
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status EmbeddingLookup(float* x, const int32_t* tokens, const float* wte, int64_t first,
                                int vocab, int64_t n, int c) override {
-    for (int64_t i = 0; i < n; ++i) {
-      float* out = x + i * c;
-      const int64_t row = tokens[i] - first;
-      if (row >= 0 && row < vocab) {
-        std::memcpy(out, wte + row * c, sizeof(float) * size_t(c));
-      } else {
-        std::fill(out, out + c, 0.0f);
+    cpu::ParallelFor(n, cpu::GrainFor(c), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float* out = x + i * c;
+        const int64_t row = tokens[i] - first;
+        if (row >= 0 && row < vocab) {
+          std::memcpy(out, wte + row * c, sizeof(float) * size_t(c));
+        } else {
+          std::fill(out, out + c, 0.0f);
+        }
       }
-    }
+    });
     return absl::OkStatus();
   }
   absl::Status EmbeddingLookupBackward(float* dwte, const float* dx, const int32_t* tokens,
                                        int64_t first, int vocab, int64_t n, int c) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = tokens[i] - first;
-      if (row < 0 || row >= vocab) continue;
-      const float* g = dx + i * c;
-      float* tok = dwte + row * c;
-      for (int k = 0; k < c; ++k) tok[k] += g[k];
-    }
+    // By columns: a token's row takes its positions' gradients in order.
+    cpu::ParallelFor(c, cpu::GrainFor(n), [&](int64_t begin, int64_t end) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = tokens[i] - first;
+        if (row < 0 || row >= vocab) continue;
+        const float* g = dx + i * c;
+        float* tok = dwte + row * c;
+        for (int64_t k = begin; k < end; ++k) tok[k] += g[k];
+      }
+    });
     return absl::OkStatus();
   }
   absl::Status AddPositions(float* x, const float* wpe, int64_t rows, int period, int offset,
                             int c) override {
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* pos = wpe + (offset + i % period) * c;
-      float* out = x + i * c;
-      for (int k = 0; k < c; ++k) out[k] += pos[k];
-    }
+    cpu::ParallelFor(rows, cpu::GrainFor(c), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const float* pos = wpe + (offset + i % period) * c;
+        float* out = x + i * c;
+        for (int k = 0; k < c; ++k) out[k] += pos[k];
+      }
+    });
     return absl::OkStatus();
   }
   absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, int period,
                                     int offset, int c) override {
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* g = dx + i * c;
-      float* pos = dwpe + (offset + i % period) * c;
-      for (int k = 0; k < c; ++k) pos[k] += g[k];
-    }
+    cpu::ParallelFor(c, cpu::GrainFor(rows), [&](int64_t first, int64_t last) {
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* g = dx + i * c;
+        float* pos = dwpe + (offset + i % period) * c;
+        for (int64_t k = first; k < last; ++k) pos[k] += g[k];
+      }
+    });
     return absl::OkStatus();
   }
 
   absl::Status LogitMax(float* max, const float* logits, int n, int vocab, int valid) override {
-    for (int i = 0; i < n; ++i) {
-      const float* row = logits + int64_t(i) * vocab;
-      float m = -INFINITY;
-      for (int j = 0; j < valid; ++j) m = std::max(m, row[j]);
-      max[i] = m;
-    }
+    cpu::ParallelFor(n, cpu::GrainFor(valid), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const float* row = logits + i * vocab;
+        float m = -INFINITY;
+        for (int j = 0; j < valid; ++j) m = std::max(m, row[j]);
+        max[i] = m;
+      }
+    });
     return absl::OkStatus();
   }
   absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
                           const float* max, const int32_t* targets, int64_t first, int n, int vocab,
                           int valid) override {
-    for (int i = 0; i < n; ++i) {
-      const float* row = logits + int64_t(i) * vocab;
-      float* p = probs + int64_t(i) * vocab;
-      float s = 0;
-      for (int j = 0; j < valid; ++j) {
-        p[j] = cpu::FastExp(row[j] - max[i]);  // the global max: exp cannot overflow
-        s += p[j];
+    cpu::ParallelFor(n, cpu::GrainFor(2 * vocab), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* row = logits + i * vocab;
+        float* p = probs + i * vocab;
+        cpu::ExpMinus(p, row, max[i], valid);  // the global max: exp cannot overflow
+        float s = 0;
+        for (int j = 0; j < valid; ++j) s += p[j];
+        std::fill(p + valid, p + vocab, 0.0f);
+        sum[i] = s;
+        const int64_t column = targets[i] - first;
+        target[i] = column >= 0 && column < valid ? row[column] : 0.0f;
       }
-      std::fill(p + valid, p + vocab, 0.0f);
-      sum[i] = s;
-      const int64_t column = targets[i] - first;
-      target[i] = column >= 0 && column < valid ? row[column] : 0.0f;
-    }
+    });
     return absl::OkStatus();
   }
   absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
                            const float* max, int n, int vocab, int valid) override {
-    for (int i = 0; i < n; ++i) {
-      float* p = probs + int64_t(i) * vocab;
-      const float inv = 1.0f / sum[i];
-      for (int j = 0; j < valid; ++j) p[j] *= inv;
-      // log p[target] from the logits, which keeps precision where p underflows.
-      losses[i] = std::log(sum[i]) - (target[i] - max[i]);
-    }
+    cpu::ParallelFor(n, cpu::GrainFor(vocab), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        float* p = probs + i * vocab;
+        const float inv = 1.0f / sum[i];
+        for (int j = 0; j < valid; ++j) p[j] *= inv;
+        // log p[target] from the logits, which keeps precision where p underflows.
+        losses[i] = std::log(sum[i]) - (target[i] - max[i]);
+      }
+    });
     return absl::OkStatus();
   }
   absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
                                     int64_t first, float dloss, int n, int vocab) override {
-    for (int i = 0; i < n; ++i) {
-      const float* p = probs + int64_t(i) * vocab;
-      float* d = dlogits + int64_t(i) * vocab;
-      for (int j = 0; j < vocab; ++j) d[j] = p[j] * dloss;
-      const int64_t column = targets[i] - first;
-      if (column >= 0 && column < vocab) d[column] -= dloss;
-    }
+    cpu::ParallelFor(n, cpu::GrainFor(vocab), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* p = probs + i * vocab;
+        float* d = dlogits + i * vocab;
+        for (int j = 0; j < vocab; ++j) d[j] = p[j] * dloss;
+        const int64_t column = targets[i] - first;
+        if (column >= 0 && column < vocab) d[column] -= dloss;
+      }
+    });
     return absl::OkStatus();
   }
 
@@ -209,15 +231,15 @@ class CpuKernels final : public Kernels {
                        int64_t n) override {
     if (to_type == from_type) return Copy(to, from, size_t(n) * SizeOf(to_type));
     if (to_type == DType::kBF16 && from_type == DType::kF32) {
-      auto* y = static_cast<BFloat16*>(to);
-      const auto* x = static_cast<const float*>(from);
-      for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::FromFloat(x[i]);
+      cpu::RoundToBF16(static_cast<BFloat16*>(to), static_cast<const float*>(from), 1, n, n);
       return absl::OkStatus();
     }
     if (to_type == DType::kF32 && from_type == DType::kBF16) {
       auto* y = static_cast<float*>(to);
       const auto* x = static_cast<const BFloat16*>(from);
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i].ToFloat();
+      cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
+        for (int64_t i = first; i < last; ++i) y[i] = x[i].ToFloat();
+      });
       return absl::OkStatus();
     }
     return UnsupportedConversion(to_type, from_type);
@@ -227,12 +249,18 @@ class CpuKernels final : public Kernels {
     return WithValues(from_type, from, [&](auto* x) -> absl::Status {
       if (to_type == DType::kF32) {
         auto* y = static_cast<float*>(to);
-        for (int64_t i = 0; i < n; ++i) y[i] += Widen(x[i]);
+        cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
+          for (int64_t i = first; i < last; ++i) y[i] += Widen(x[i]);
+        });
         return absl::OkStatus();
       }
       if (to_type != DType::kBF16) return UnsupportedConversion(to_type, from_type);
       auto* y = static_cast<BFloat16*>(to);
-      for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::FromFloat(y[i].ToFloat() + Widen(x[i]));
+      cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
+        for (int64_t i = first; i < last; ++i) {
+          y[i] = BFloat16::FromFloat(y[i].ToFloat() + Widen(x[i]));
+        }
+      });
       return absl::OkStatus();
     });
   }
@@ -249,36 +277,37 @@ class CpuKernels final : public Kernels {
   absl::Status Scale(void* x, DType type, int64_t n, float factor) override {
     if (type == DType::kF32) {
       auto* y = static_cast<float*>(x);
-      for (int64_t i = 0; i < n; ++i) y[i] *= factor;
+      cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
+        for (int64_t i = first; i < last; ++i) y[i] *= factor;
+      });
       return absl::OkStatus();
     }
     if (type != DType::kBF16) return UnsupportedConversion(type, DType::kF32);
     auto* y = static_cast<BFloat16*>(x);
-    for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::FromFloat(y[i].ToFloat() * factor);
+    cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) y[i] = BFloat16::FromFloat(y[i].ToFloat() * factor);
+    });
     return absl::OkStatus();
   }
   absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
                      int64_t n, const AdamWArgs& a) override {
     return WithValues(grad_type, grads, [&](auto* grad) -> absl::Status {
-      for (int64_t i = 0; i < n; ++i) {
-        float g = Widen(grad[i]);
-        float p = params[i] * a.keep;
-        m[i] = m[i] + (1.0f - a.beta1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
-        v[i] = v[i] * a.beta2 + (1.0f - a.beta2) * g * g;
-        float denom = std::sqrt(v[i]) / a.bias2_sqrt + a.eps;
-        params[i] = p - a.step_size * (m[i] / denom);
-      }
+      cpu::ParallelFor(n, cpu::GrainFor(8), [&](int64_t first, int64_t last) {
+        cpu::AdamW(params + first, grad + first, m + first, v + first, last - first, a);
+      });
       return absl::OkStatus();
     });
   }
   absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum, int64_t n,
                    float lr, float mu, float wd, bool first) override {
     return WithValues(grad_type, grads, [&](auto* grad) -> absl::Status {
-      for (int64_t i = 0; i < n; ++i) {
-        float g = Widen(grad[i]) + wd * params[i];
-        momentum[i] = first ? g : mu * momentum[i] + g;
-        params[i] -= lr * momentum[i];
-      }
+      cpu::ParallelFor(n, cpu::GrainFor(4), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float g = Widen(grad[i]) + wd * params[i];
+          momentum[i] = first ? g : mu * momentum[i] + g;
+          params[i] -= lr * momentum[i];
+        }
+      });
       return absl::OkStatus();
     });
   }

@@ -38,6 +38,11 @@ namespace tally::cpu {
   return 1.0f - 2.0f / (FastExp(2.0f * u) + 1.0f);
 }
 
+// to[j] = FastExp(from[j] - shift) for j < n: a softmax's numerators, compiled for AVX-512,
+// AVX2 and the baseline (cpu_clones.h; the same values in each). A row's sum is left to the
+// caller, who adds them in order.
+void ExpMinus(float* to, const float* from, float shift, int64_t n);
+
 // The double versions stay exact: they serve the finite-difference tests.
 inline double FastExp(double x) { return std::exp(x); }
 inline double FastTanh(double u) { return std::tanh(u); }

@@ -2,6 +2,7 @@
 
 #include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/fast_math.h"
+#include "runtime/kernels/cpu/parallel.h"
 
 namespace tally::cpu {
 namespace {
@@ -30,14 +31,25 @@ template <typename T>
   }
 }
 
+// The float versions (the training path) are compiled for AVX-512, for AVX2 and for the
+// baseline (cpu_clones.h), and run on the intra-op threads, a block of elements each.
+TALLY_CPU_CLONES void ForwardBlock(float* y, const float* x, long n) { Forward(y, x, n); }
+TALLY_CPU_CLONES void ForwardBlock(BFloat16* y, const float* x, long n) { Forward(y, x, n); }
+TALLY_CPU_CLONES void BackwardBlock(float* dx, const float* x, const float* dy, long n) {
+  Backward(dx, x, dy, n);
+}
+
 }  // namespace
 
-// The float versions (the training path) are compiled for AVX2 + FMA and for the baseline
-// (cpu_clones.h).
-TALLY_CPU_CLONES void GeluForward(float* y, const float* x, long n) { Forward(y, x, n); }
-TALLY_CPU_CLONES void GeluForward(BFloat16* y, const float* x, long n) { Forward(y, x, n); }
-TALLY_CPU_CLONES void GeluBackward(float* dx, const float* x, const float* dy, long n) {
-  Backward(dx, x, dy, n);
+void GeluForward(float* y, const float* x, long n) {
+  ParallelFor(n, GrainFor(8), [&](int64_t i, int64_t end) { ForwardBlock(y + i, x + i, end - i); });
+}
+void GeluForward(BFloat16* y, const float* x, long n) {
+  ParallelFor(n, GrainFor(8), [&](int64_t i, int64_t end) { ForwardBlock(y + i, x + i, end - i); });
+}
+void GeluBackward(float* dx, const float* x, const float* dy, long n) {
+  ParallelFor(n, GrainFor(8),
+              [&](int64_t i, int64_t end) { BackwardBlock(dx + i, x + i, dy + i, end - i); });
 }
 void GeluForward(double* y, const double* x, long n) { Forward(y, x, n); }
 void GeluBackward(double* dx, const double* x, const double* dy, long n) { Backward(dx, x, dy, n); }

@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,22 +15,10 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/cpu_clones.h"
+#include "runtime/kernels/cpu/parallel.h"
 
 namespace tally::cpu {
 namespace {
-
-std::atomic<int> matmul_threads{1};
-
-// oneDNN runs on OpenMP, whose thread count belongs to each calling thread: every rank's
-// thread takes the process's figure before its matmul.
-void UseMatmulThreads() {
-  thread_local int current = 0;
-  const int wanted = matmul_threads.load(std::memory_order_relaxed);
-  if (current != wanted) {
-    omp_set_num_threads(wanted);
-    current = wanted;
-  }
-}
 
 // One oneDNN primitive build at a time in the process: its primitive cache and JIT
 // registry are shared by every thread, and its own locks are invisible to
@@ -149,7 +136,7 @@ TALLY_CPU_CLONES void Round(BFloat16* to, const float* from, int64_t n) {
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
-  UseMatmulThreads();
+  UseIntraOpThreads();
   const dnnl_status_t status =
       dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', m, n, k, alpha, a,
                  lda, b, ldb, beta, c, ldc);
@@ -165,7 +152,7 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
           const BFloat16* b, int ldb, float beta, float* c, int ldc) {
-  UseMatmulThreads();
+  UseIntraOpThreads();
   thread_local BF16Matmuls matmuls;
   if (matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   // No bf16 matmul here: the same products (a bf16 x bf16 product is exact in fp32),
@@ -181,7 +168,7 @@ void RoundToBF16(BFloat16* to, const float* from, int64_t rows, int64_t cols, in
   // result does not depend on how many).
   const int64_t block = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
   const int64_t blocks = (rows + block - 1) / block;
-  UseMatmulThreads();
+  UseIntraOpThreads();
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t end = std::min(rows, (i + 1) * block);
@@ -215,12 +202,8 @@ const char* MatmulIsa() {
 }
 
 void SetBlasThreads(int threads) {
-#if defined(__SANITIZE_THREAD__)
-  threads = 1;
-#endif
-  threads = threads < 1 ? 1 : threads;
-  matmul_threads.store(threads, std::memory_order_relaxed);
-  openblas_set_num_threads(threads);
+  SetIntraOpThreads(threads);
+  openblas_set_num_threads(IntraOpThreads());
 }
 
 }  // namespace tally::cpu

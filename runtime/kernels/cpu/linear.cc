@@ -1,5 +1,9 @@
 #include "runtime/kernels/cpu/linear.h"
 
+#include <algorithm>
+
+#include "runtime/kernels/cpu/parallel.h"
+
 namespace tally::cpu {
 namespace {
 
@@ -29,10 +33,16 @@ template <typename T, typename X>
 void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int oc,
                    MatmulInputs inputs) {
   // Start every row from the bias, then let the GEMM add x·Wᵀ on top (beta = 1).
-  for (int i = 0; i < n; ++i) {
-    T* row = y + static_cast<long>(i) * oc;
-    for (int o = 0; o < oc; ++o) row[o] = b != nullptr ? b[o] : T(0);
-  }
+  ParallelFor(n, GrainFor(oc), [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      T* row = y + i * oc;
+      if (b != nullptr) {
+        std::copy(b, b + oc, row);
+      } else {
+        std::fill(row, row + oc, T(0));
+      }
+    }
+  });
   if constexpr (std::is_same_v<T, float>) {
     if (inputs == MatmulInputs::kBF16) return Forward<BFloat16>(y, x, w, n, c, oc);
   }
@@ -56,11 +66,13 @@ void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, in
   } else {
     CHECK(bf16) << "a bf16 x needs bf16 matmul inputs";
   }
-  if (db != nullptr) {
-    for (int i = 0; i < n; ++i) {
-      const T* row = dy + static_cast<long>(i) * oc;
-      for (int o = 0; o < oc; ++o) db[o] += row[o];
-    }
+  if (db != nullptr) {  // by columns, each summed over the rows in order
+    ParallelFor(oc, GrainFor(n), [&](int64_t first, int64_t last) {
+      for (int i = 0; i < n; ++i) {
+        const T* row = dy + static_cast<long>(i) * oc;
+        for (int64_t o = first; o < last; ++o) db[o] += row[o];
+      }
+    });
   }
 }
 

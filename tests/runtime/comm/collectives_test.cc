@@ -111,6 +111,15 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(1, 2, 3, 4, 5, 6, 8)),
     CaseName);
 
+// Recursive doubling on every group size to 8, powers of two and the folds between them;
+// asked of another primitive it runs (and is counted as) the ring.
+INSTANTIATE_TEST_SUITE_P(
+    RecursiveDoubling, CollectiveTest,
+    ::testing::Combine(::testing::Values(Primitive::kAllReduce, Primitive::kReduceScatter),
+                       ::testing::Values(Algorithm::kRecursiveDoubling),
+                       ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8)),
+    CaseName);
+
 // An all-to-all-v of counts no pattern makes (zeros, a rank that sends nothing, blocks of
 // one element and blocks that span several pieces), its counts exchanged first: every
 // block where it belongs, the counts' all-to-all and the blocks' bytes exact, Σsent = Σrecv.
@@ -310,6 +319,47 @@ TEST(Hierarchical, AllReduceSendsTheSeedsInterNodeBytesAndTheRingsSums) {
     EXPECT_EQ(hier[r], hier[0]) << "every rank the same bits";
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_NEAR(hier[r][i], ring[r][i], 1e-6f * 6e3f) << i;
+    }
+  }
+}
+
+// CommOptions::small_allreduce_bytes: an all-reduce of at most that many bytes that would
+// run the ring runs recursive doubling and is booked as such, a larger one the ring; every
+// rank ends with the same bits (a sum and an average of values no order sums exactly),
+// within float rounding of the ring's.
+TEST(RecursiveDoubling, SmallAllReducesRunItAndEveryRankHasTheSameBits) {
+  for (int p : {2, 5, 8}) {
+    const int64_t small = 16, large = 17;  // 64 bytes: the threshold; 68 bytes
+    CommOptions options = Options(Algorithm::kRing, kMaxChunkBytes);
+    options.small_allreduce_bytes = small * 4;
+    std::vector<std::vector<float>> doubled(p), ringed(p), averaged(p);
+    std::vector<std::vector<LedgerKey>> keys(p);
+    absl::Status status = RunRanks(p, [&](Communicator& comm) -> absl::Status {
+      auto value = [&](int64_t i) { return std::sin(float(i) * 0.37f + float(comm.rank())) * 1e3f; };
+      ASSIGN_OR_RETURN(Tensor a, Filled(comm, small, value));
+      ASSIGN_OR_RETURN(Tensor b, Filled(comm, large, value));
+      ASSIGN_OR_RETURN(Tensor c, Filled(comm, small, value));
+      RETURN_IF_ERROR(comm.AllReduce(a, ReduceOp::kSum));
+      RETURN_IF_ERROR(comm.AllReduce(b, ReduceOp::kSum));
+      RETURN_IF_ERROR(comm.AllReduce(c, ReduceOp::kAvg));
+      for (const auto& [key, totals] : comm.ledger().calls()) keys[comm.rank()].push_back(key);
+      doubled[comm.rank()].assign(a.data<float>(), a.data<float>() + small);
+      ringed[comm.rank()].assign(b.data<float>(), b.data<float>() + large);
+      averaged[comm.rank()].assign(c.data<float>(), c.data<float>() + small);
+      return absl::OkStatus();
+    }, options);
+    ASSERT_TRUE(status.ok()) << status;
+    for (int r = 0; r < p; ++r) {
+      SCOPED_TRACE(absl::StrCat(p, " ranks, rank ", r));
+      ASSERT_EQ(keys[r].size(), 2u);  // one row each, the two sums' and the average's apart
+      EXPECT_EQ(keys[r][0].algorithm, Algorithm::kRing);
+      EXPECT_EQ(keys[r][1].algorithm, Algorithm::kRecursiveDoubling);
+      EXPECT_EQ(doubled[r], doubled[0]);
+      EXPECT_EQ(averaged[r], averaged[0]);
+      for (int64_t i = 0; i < small; ++i) {
+        EXPECT_NEAR(doubled[r][i], ringed[r][i], 1e-6f * 1e3f * float(p)) << i;
+        EXPECT_NEAR(averaged[r][i], doubled[r][i] / float(p), 1e-6f * 1e3f) << i;
+      }
     }
   }
 }

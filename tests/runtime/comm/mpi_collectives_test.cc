@@ -42,7 +42,8 @@ TEST(MpiCollectives, ResultsAndBytesAreTheThreadsTransports) {
   int checked = 0;
   absl::Status status = mpi::RunMpiRank(launch, [&](Communicator& world) -> absl::Status {
     for (Primitive p : kAllPrimitives) {
-      for (Algorithm a : {Algorithm::kRing, Algorithm::kNaive}) {
+      for (Algorithm a :
+           {Algorithm::kRing, Algorithm::kNaive, Algorithm::kRecursiveDoubling}) {
         for (int64_t count : {0, 1, 7, 5000}) {
           for (int root : Rooted(p) ? std::vector<int>{0, n - 1} : std::vector<int>{-1}) {
             const std::string what = absl::StrCat(Name(p), " ", Name(a), " count ", count,

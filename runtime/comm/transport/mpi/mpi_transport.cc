@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cstddef>
 #include <memory>
 #include <numeric>
@@ -27,9 +28,13 @@
 namespace tally::comm::mpi {
 namespace {
 
-// Every message is two MPI messages: its header, then its bytes. MPI keeps the order of
-// the messages between two processes with the same tag on one communicator, so the
-// k-th header and the k-th data message of a channel belong together.
+// Every message is its header with up to kInline of its bytes in one MPI message, and,
+// past kInline, an MPI message with the rest. A small message is thus one MPI message,
+// which Open MPI's shared memory sends eagerly (its eager limit, 4 KiB, includes its own header), and a header
+// always matches the receive posted for it, whatever the sizes, so that a size mismatch
+// is told, not waited for. MPI keeps the order of the messages between two processes with
+// the same tag on one communicator, so the k-th header and the k-th data message of a
+// channel belong together.
 constexpr int kHeaderTag = 1;
 constexpr int kDataTag = 2;
 
@@ -37,6 +42,10 @@ struct Header {
   OpSignature signature;
   uint64_t bytes = 0;
 };
+static_assert(sizeof(Header) % 8 == 0, "the inline bytes start aligned for any dtype");
+// Header and inline bytes within the eager limit with room for the library's own header.
+constexpr size_t kInline = 4096 - 64 - sizeof(Header);
+static_assert(kInline % 8 == 0, "whole elements of any dtype");
 
 // The first failure of any wait in this process. MPI has no way to wake a peer's wait,
 // so each process remembers: once one wait has failed, every later wait fails at once
@@ -47,9 +56,9 @@ absl::Status& FirstFailure() {
   return *failure;
 }
 
-// Staging buffers of reducing receives, kept for reuse: a fresh buffer per message of
-// a megabyte would be a fresh mmap and its page faults every time. Used by the rank's
-// one thread.
+// Staging buffers of headers and reducing receives, kept for reuse: a fresh buffer per
+// message of a megabyte would be a fresh mmap and its page faults every time. Used by the
+// rank's one thread.
 struct Staging {
   size_t capacity = 0;
   std::unique_ptr<char[]> data;
@@ -62,10 +71,15 @@ std::vector<Staging>& FreeStaging() {
 
 Staging TakeStaging(size_t bytes) {
   std::vector<Staging>& free = FreeStaging();
+  size_t best = free.size();  // the smallest that fits: headers do not take the megabytes
   for (size_t i = 0; i < free.size(); ++i) {
-    if (free[i].capacity < bytes) continue;
-    Staging s = std::move(free[i]);
-    free.erase(free.begin() + std::ptrdiff_t(i));
+    if (free[i].capacity >= bytes && (best == free.size() || free[i].capacity < free[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best < free.size()) {
+    Staging s = std::move(free[best]);
+    free.erase(free.begin() + std::ptrdiff_t(best));
     return s;
   }
   const size_t capacity = std::max<size_t>(bytes, 1);
@@ -78,46 +92,50 @@ void GiveStaging(Staging s) {
 
 class MpiRequest : public Request {
  public:
-  // A send posts its header and its bytes at once.
+  // A send posts its header (with the inline bytes) and the rest at once.
   static std::unique_ptr<Request> Send(std::shared_ptr<const Group> group, int peer,
                                        const void* data, size_t bytes, const OpSignature& signature) {
     std::unique_ptr<MpiRequest> r(new MpiRequest(std::move(group), peer, bytes, signature));
     r->is_send_ = true;
-    r->header_->signature = signature;
-    r->header_->bytes = bytes;
-    return Post(std::move(r), const_cast<void*>(data));  // MPI_Isend only reads it
+    Header* header = r->header();
+    header->signature = signature;
+    header->bytes = bytes;
+    if (r->inline_bytes() > 0) std::memcpy(r->inline_data(), data, r->inline_bytes());
+    // MPI_Isend only reads the rest.
+    return Post(std::move(r), const_cast<char*>(static_cast<const char*>(data)) + kInline);
   }
 
-  // A receive posts both; with a reduction the bytes land in a staging buffer and are
-  // combined into `data` once they are all there.
+  // A receive posts both; with a reduction the rest lands in a staging buffer, and both
+  // parts are combined into `data` once they are all there.
   static std::unique_ptr<Request> Recv(std::shared_ptr<const Group> group, int peer, void* data,
                                        size_t bytes, const OpSignature& signature,
                                        std::optional<Reduction> reduction) {
     std::unique_ptr<MpiRequest> r(new MpiRequest(std::move(group), peer, bytes, signature));
     r->data_ = data;
     r->reduction_ = reduction;
-    void* into = data;
-    if (reduction.has_value()) {
-      r->staging_ = TakeStaging(bytes);
-      into = r->staging_.data.get();
+    void* rest = static_cast<char*>(data) + kInline;
+    if (reduction.has_value() && bytes > kInline) {
+      r->staging_ = TakeStaging(bytes - kInline);
+      rest = r->staging_.data.get();
     }
-    return Post(std::move(r), into);
+    return Post(std::move(r), rest);
   }
 
   ~MpiRequest() override {
     if (done_) {
       GiveStaging(std::move(staging_));
+      GiveStaging(std::move(head_));
       return;
     }
     // Dropped unfinished (a failed run on its way out): withdraw what can be withdrawn,
-    // and leave the header to MPI, which may still read or write it.
+    // and leave the buffers to MPI, which may still read or write them.
     for (MPI_Request& request : requests_) {
       if (request == MPI_REQUEST_NULL) continue;
       if (!is_send_) MPI_Cancel(&request);
       MPI_Request_free(&request);
     }
-    header_.release();
-    staging_.data.release();  // MPI may still write into it
+    head_.data.release();
+    staging_.data.release();
   }
 
   absl::Status Wait() override {
@@ -133,12 +151,12 @@ class MpiRequest : public Request {
         if (flag) {
           header_checked = true;
           std::string mismatch =
-              DescribeMismatch(group_->name, group_->rank, mine_, peer_, header_->signature);
+              DescribeMismatch(group_->name, group_->rank, mine_, peer_, header()->signature);
           if (!mismatch.empty()) return Finish(absl::InvalidArgumentError(mismatch));
-          if (header_->bytes != bytes_) {
+          if (header()->bytes != bytes_) {
             return Finish(absl::InvalidArgumentError(
                 absl::StrCat(group_->Where(mine_), " expected ", bytes_, " bytes from rank ",
-                             peer_, ", which sent ", header_->bytes)));
+                             peer_, ", which sent ", header()->bytes)));
           }
         }
       }
@@ -154,20 +172,39 @@ class MpiRequest : public Request {
             peer_, " (", is_send_ ? "send" : "recv", " of ", bytes_, " bytes); deadline exceeded")));
       }
     }
-    if (reduction_.has_value()) {
-      const int64_t count = int64_t(bytes_ / SizeOf(reduction_->dtype));
-      ReduceInto(data_, staging_.data.get(), count, reduction_->dtype, reduction_->op);
+    if (!is_send_) {
+      char* data = static_cast<char*>(data_);
+      if (!reduction_.has_value()) {
+        if (inline_bytes() > 0) std::memcpy(data, inline_data(), inline_bytes());
+      } else {
+        const size_t element = SizeOf(reduction_->dtype);
+        ReduceInto(data, inline_data(), int64_t(inline_bytes() / element), reduction_->dtype,
+                   reduction_->op);
+        if (bytes_ > kInline) {
+          ReduceInto(data + kInline, staging_.data.get(), int64_t((bytes_ - kInline) / element),
+                     reduction_->dtype, reduction_->op);
+        }
+      }
     }
     return Finish(absl::OkStatus());
   }
 
  private:
   MpiRequest(std::shared_ptr<const Group> group, int peer, size_t bytes, const OpSignature& mine)
-      : group_(std::move(group)), peer_(peer), bytes_(bytes), mine_(mine), header_(new Header) {}
+      : group_(std::move(group)),
+        peer_(peer),
+        bytes_(bytes),
+        mine_(mine),
+        head_(TakeStaging(sizeof(Header) + kInline)) {}
 
-  // Posts the header (tag kHeaderTag) and then the bytes at `data` (kDataTag), sending or
-  // receiving as the request does.
-  static std::unique_ptr<Request> Post(std::unique_ptr<MpiRequest> r, void* data) {
+  Header* header() { return reinterpret_cast<Header*>(head_.data.get()); }
+  char* inline_data() { return head_.data.get() + sizeof(Header); }
+  size_t inline_bytes() const { return std::min(bytes_, kInline); }
+
+  // Posts the header with the inline bytes (tag kHeaderTag; a receive has room for the
+  // most a header carries) and then, past kInline, the rest at `rest` (kDataTag), sending
+  // or receiving as the request does.
+  static std::unique_ptr<Request> Post(std::unique_ptr<MpiRequest> r, void* rest) {
     const MPI_Comm comm = r->group_->comm;
     auto post = [&](void* buffer, size_t bytes, int tag, MPI_Request* request) {
       return r->is_send_ ? Check("MPI_Isend", MPI_Isend(buffer, int(bytes), MPI_BYTE, r->peer_,
@@ -175,8 +212,11 @@ class MpiRequest : public Request {
                          : Check("MPI_Irecv", MPI_Irecv(buffer, int(bytes), MPI_BYTE, r->peer_,
                                                         tag, comm, request));
     };
-    absl::Status s = post(r->header_.get(), sizeof(Header), kHeaderTag, &r->requests_[0]);
-    if (s.ok()) s = post(data, r->bytes_, kDataTag, &r->requests_[1]);
+    const size_t head_bytes = sizeof(Header) + (r->is_send_ ? r->inline_bytes() : kInline);
+    absl::Status s = post(r->head_.data.get(), head_bytes, kHeaderTag, &r->requests_[0]);
+    if (s.ok() && r->bytes_ > kInline) {
+      s = post(rest, r->bytes_ - kInline, kDataTag, &r->requests_[1]);
+    }
     if (!s.ok()) return FailedRequest(s);
     return r;
   }
@@ -193,8 +233,8 @@ class MpiRequest : public Request {
   size_t bytes_;
   OpSignature mine_;
   bool is_send_ = false;
-  std::unique_ptr<Header> header_;  // sent, or received
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, data
+  Staging head_;  // the header and the inline bytes, sent or received
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, the rest
   void* data_ = nullptr;
   std::optional<Reduction> reduction_;
   Staging staging_;

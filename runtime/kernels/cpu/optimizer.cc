@@ -1,0 +1,40 @@
+#include "runtime/kernels/cpu/optimizer.h"
+
+#include <cmath>
+
+#include "runtime/kernels/cpu/cpu_clones.h"
+
+namespace tally::cpu {
+namespace {
+
+inline float Widen(float x) { return x; }
+inline float Widen(BFloat16 x) { return x.ToFloat(); }
+
+// Always inlined, so that each clone below compiles the loop for its own target.
+template <typename G>
+[[gnu::always_inline]] inline void Update(float* params, const G* grads, float* m, float* v,
+                                          int64_t n, const AdamWArgs& a) {
+  const float keep = a.keep, step_size = a.step_size, beta1 = a.beta1, beta2 = a.beta2,
+              eps = a.eps, bias2_sqrt = a.bias2_sqrt;
+  for (int64_t i = 0; i < n; ++i) {
+    float g = Widen(grads[i]);
+    float p = params[i] * keep;
+    m[i] = m[i] + (1.0f - beta1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
+    v[i] = v[i] * beta2 + (1.0f - beta2) * g * g;
+    float denom = std::sqrt(v[i]) / bias2_sqrt + eps;
+    params[i] = p - step_size * (m[i] / denom);
+  }
+}
+
+}  // namespace
+
+TALLY_CPU_CLONES void AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
+                            const AdamWArgs& a) {
+  Update(params, grads, m, v, n, a);
+}
+TALLY_CPU_CLONES void AdamW(float* params, const BFloat16* grads, float* m, float* v, int64_t n,
+                            const AdamWArgs& a) {
+  Update(params, grads, m, v, n, a);
+}
+
+}  // namespace tally::cpu
