@@ -19,13 +19,11 @@
 
 namespace tally {
 
-inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*run)()) {
-  absl::SetProgramUsageMessage(usage);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "unexpected argument '%s' (flags are --name=value)\n", positional[1]);
-    return 2;
-  }
+namespace internal_example {
+
+// Runs `run`, and turns its Status (or an exception) into the exit code.
+template <typename Run>
+int Finish(Run run) {
   absl::Status status;
   try {
     status = run();
@@ -46,6 +44,28 @@ inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*r
     return 1;
   }
   return 0;
+}
+
+}  // namespace internal_example
+
+inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*run)()) {
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "unexpected argument '%s' (flags are --name=value)\n", positional[1]);
+    return 2;
+  }
+  return internal_example::Finish([&] { return run(); });
+}
+
+// The same for a program that takes arguments besides its flags (tally_compare's files):
+// `run` gets them, in order.
+inline int RunExampleWithArguments(int argc, char** argv, const char* usage,
+                                   absl::Status (*run)(const std::vector<std::string>&)) {
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> arguments(positional.begin() + 1, positional.end());
+  return internal_example::Finish([&] { return run(arguments); });
 }
 
 }  // namespace tally

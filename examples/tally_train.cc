@@ -117,6 +117,9 @@ ABSL_FLAG(std::string, overlap, "off",
           "goes on (PyTorch DDP's overlap; the threads backend), off: inside backward");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
 ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
+ABSL_FLAG(std::string, report_html, "",
+          "write the report as one self-contained HTML page here (charts of the bytes, memory, "
+          "time, peers and pipeline; more than one rank)");
 ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.backend),
           "threads (every rank a thread of this process), mpi (one process per rank: "
           "mpirun -np WORLD tally_train --backend=mpi ...) or nccl (--device=cuda, a GPU per "
@@ -226,6 +229,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   }
   o.overlap = overlap == "on";
   o.traffic_json = absl::GetFlag(FLAGS_traffic_json);
+  o.report_html = absl::GetFlag(FLAGS_report_html);
   return o;
 }
 

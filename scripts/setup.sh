@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ pkg-config libabsl-dev libgtest-dev libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev)
+# chromium: the report page's test loads the page in it, headless.
+packages=(cmake ninja-build g++ pkg-config libabsl-dev libgtest-dev libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -21,7 +21,9 @@
 #include "runtime/status_macros.h"
 #include "train/rank_records.h"
 #include "train/replay.h"
+#include "train/compare.h"
 #include "train/report.h"
+#include "train/report_page.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -81,7 +83,8 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
     RETURN_IF_ERROR(CheckInputFile(options.load, "[checkpoint]", std::numeric_limits<int64_t>::max()).status());
   }
   for (auto [path, flag] : {std::pair{&options.save, "--save"}, {&options.metrics_json, "--metrics_json"},
-                            {&options.traffic_json, "--traffic_json"}, {&options.trace, "--trace"}}) {
+                            {&options.traffic_json, "--traffic_json"}, {&options.trace, "--trace"},
+                            {&options.report_html, "--report_html"}}) {
     if (writes_outputs && !path->empty()) {
       RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
     }
@@ -172,7 +175,7 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
   }
   const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
   ReportInputs report{options,    steps,      traffic,   memory,           busy,
-                      step_time,  train_time, job.nodes, job.expert_tokens};
+                      step_time,  train_time, job.nodes, job.expert_tokens, &spans};
   if (options.report == ReportFormat::kJson) {
     log << "\n" << ReportJson(report) << "\n";
   } else if (options.report == ReportFormat::kCsv) {
@@ -182,6 +185,11 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
   }
   if (!options.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
+  }
+  if (!options.report_html.empty()) {  // the page of the run, drawn from its JSON
+    ASSIGN_OR_RETURN(RunReport run, ParseRunReport(ReportJson(report), options.report_html));
+    ASSIGN_OR_RETURN(Comparison page, Compare({run}));
+    RETURN_IF_ERROR(WriteTextFile(options.report_html, ReportPage({run}, page)));
   }
   if (options.peer_matrix) {
     log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), job.nodes.get());
@@ -216,9 +224,6 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
   };
   if (absl::Status s = options.Validate(); !s.ok()) return said_once(s);
-  if (!mpi || comm::mpi::ProcessRank() == 0) {
-    for (const std::string& warning : options.Warnings()) std::cerr << warning << "\n";
-  }
   // The ranks on this machine: every rank of a threads run, one per local MPI process.
   const int ranks_here = mpi ? comm::mpi::LocalProcesses() : options.world();
   // Rank 0 writes every file; under MPI the other processes may be on other machines.
@@ -229,6 +234,10 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (options.device == DeviceType::kCUDA) {
     // No GPU, or no CUDA in this build: the message says which.
     if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);
+  }
+  // Flags without effect, once the run is going to start (a refused run says only why).
+  if (!mpi || comm::mpi::ProcessRank() == 0) {
+    for (const std::string& warning : options.Warnings()) std::cerr << warning << "\n";
   }
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;

@@ -305,6 +305,11 @@ std::vector<std::string> TrainOptions::Warnings() const {
   if (precision == DType::kBF16 && tf32) unused("--tf32", "with --precision=bf16 (its matmuls take bf16)");
   if (dp == 1 && zero == 0 && grad_comm_dtype) unused("--grad_comm_dtype", "with --dp=1");
   if (eval_every == 0 && eval_batches != defaults.eval_batches) unused("--eval_batches", "with --eval_every=0");
+  // One rank on threads trains alone, without the job's report (train/job.cc).
+  if (world() == 1 && zero == 0 && backend == Backend::kThreads && !dry_run) {
+    if (!traffic_json.empty()) unused("--traffic_json", "with one rank (there is no report)");
+    if (!report_html.empty()) unused("--report_html", "with one rank (there is no report)");
+  }
   if (sample_bytes == 0) {
     if (temperature != defaults.temperature) unused("--temperature", "with --sample_bytes=0");
     if (top_k != defaults.top_k) unused("--top_k", "with --sample_bytes=0");

@@ -70,6 +70,7 @@ struct TrainOptions {
   // threads backend's communication thread, runtime/comm/progress.h).
   bool overlap = false;
   std::string traffic_json;          // every rank's traffic and memory, as JSON
+  std::string report_html;           // the report as one self-contained page (report_page.h)
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -355,6 +356,13 @@ std::string ReportJson(const ReportInputs& in) {
   w.BeginObject().Key("config").BeginObject();
   w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
+  w.Key("vocab_size").Int(o.model.vocab_size);
+  if (o.model.moe()) {
+    w.Key("n_experts").Int(o.model.n_experts).Key("moe_top_k").Int(o.model.moe_top_k);
+    w.Key("capacity_factor").Double(o.model.capacity_factor).Key("ep").Int(o.ep);
+  }
+  w.Key("sequence_parallel").Bool(o.sequence_parallel).Key("overlap").Bool(o.overlap);
+  w.Key("dry_run").Bool(o.dry_run);
   w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
   w.Key("allreduce").String(comm::Name(o.allreduce)).Key("bucket_mb").Double(o.bucket_mb);
   w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
@@ -389,6 +397,19 @@ std::string ReportJson(const ReportInputs& in) {
     }
     w.EndArray();
   }
+  const std::vector<std::vector<int64_t>> peers = comm::PeerMatrix(in.traffic);
+  // A rank records the same spans every step: the last step's are the last 1/steps of them.
+  auto LastStep = [&](const std::vector<Trainer::Span>& spans) {
+    const size_t per_step = in.steps > 0 ? spans.size() / size_t(in.steps) : spans.size();
+    return std::span<const Trainer::Span>(spans).last(per_step);
+  };
+  // The spans' time origin: the first span of the last step on any rank.
+  int64_t span_origin = std::numeric_limits<int64_t>::max();
+  if (in.spans != nullptr) {
+    for (const std::vector<Trainer::Span>& spans : *in.spans) {
+      for (const Trainer::Span& s : LastStep(spans)) span_origin = std::min(span_origin, s.start_nanos);
+    }
+  }
   w.Key("ranks").BeginArray();
   for (size_t r = 0; r < in.traffic.size(); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(int(r));
@@ -414,6 +435,10 @@ std::string ReportJson(const ReportInputs& in) {
       w.Key("modelled_seconds").Double(modelled[key].total());
       w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
       w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
+      if (const int64_t exact = ExactSent(in, key, int(r)); exact >= 0) {
+        w.Key("exact_bytes_sent").Int(exact);
+      }
+      if (const int64_t seed = SeedSent(in, key); seed >= 0) w.Key("seed_bytes_sent").Int(seed);
       w.EndObject();
     }
     w.EndArray();
@@ -429,7 +454,23 @@ std::string ReportJson(const ReportInputs& in) {
     w.Key("optimizer").Int(m.peak(MemoryCategory::kOptimizer));
     w.Key("activations").Int(m.peak(MemoryCategory::kActivations));
     w.Key("comm").Int(m.peak(MemoryCategory::kComm)).Key("peak_total").Int(m.peak_total());
-    w.EndObject().EndObject();
+    w.EndObject();
+    const MemoryFormula f = PredictedMemory(o, int(r));
+    w.Key("memory_formula").BeginObject().Key("params").Int(f.params).Key("grads").Int(f.grads);
+    w.Key("optimizer").Int(f.optimizer);
+    if (f.activations >= 0) w.Key("activations").Int(f.activations);
+    w.EndObject();
+    w.Key("peers").IntArray(peers[r]);
+    if (in.spans != nullptr && r < in.spans->size() && !(*in.spans)[r].empty()) {
+      w.Key("spans").BeginArray();
+      for (const Trainer::Span& s : LastStep((*in.spans)[r])) {
+        w.BeginObject().Key("name").String(s.name);
+        w.Key("start_ms").Double(double(s.start_nanos - span_origin) / 1e6);
+        w.Key("end_ms").Double(double(s.end_nanos - span_origin) / 1e6).EndObject();
+      }
+      w.EndArray();
+    }
+    w.EndObject();
   }
   w.EndArray().EndObject();
   return w.str();

@@ -15,6 +15,7 @@
 #include "runtime/comm/ledger/ledger.h"
 #include "runtime/memory_ledger.h"
 #include "train/options.h"
+#include "train/trainer.h"
 
 namespace tally::train {
 
@@ -32,6 +33,8 @@ struct ReportInputs {
   // With experts: the choices each expert of each layer received over the run, summed
   // over the ranks, [l·E + e] (Trainer::expert_tokens).
   std::vector<double> expert_tokens = {};
+  // Each rank's forward and backward spans (recorded with --trace or --report_html).
+  const std::vector<std::vector<Trainer::Span>>* spans = nullptr;
 };
 
 std::string FormatReport(const ReportInputs& in);
@@ -80,15 +83,22 @@ std::string ReplayTable(const ReportInputs& in);
 // routing is uneven bytes.
 std::string RoutingTable(const ReportInputs& in);
 
-// {"config": {..., "world", "dp", "tp", "pp", "zero", "order", "nodes", "gpus_per_node",
+// {"config": {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", with experts
+//  "n_experts", "moe_top_k", "capacity_factor" and "ep", "sequence_parallel", "overlap",
+//  "dry_run", ..., "world", "dp", "tp", "pp", "zero", "order", "nodes", "gpus_per_node",
 //  "link_intra_gbps", "link_intra_latency_us", "link_inter_gbps", "link_inter_latency_us",
 //  "params"}, "steps": S, with experts "routing": [{"layer", "expert_tokens_per_step": [E]}],
 //  "ranks": [{"rank", "dp", "tp", "pp", "node", "traffic": [{"group", "op", "algorithm",
 //  "phase", "scope", "calls", "bytes_sent", "bytes_recv", "bytes_sent_intra",
 //  "bytes_sent_inter", "seconds", "blocked_seconds", "busbw_gbps", "modelled",
-//  "modelled_seconds"}], "time": {"step_ms", "compute_ms", "comm_exposed_ms",
+//  "modelled_seconds", and where the row has them "exact_bytes_sent" and
+//  "seed_bytes_sent"}], "time": {"step_ms", "compute_ms", "comm_exposed_ms",
 //  "comm_hidden_ms", "idle_ms"}, "memory":
-//  {"params", "grads", "optimizer", "activations", "comm", "peak_total"}}]}
+//  {"params", "grads", "optimizer", "activations", "comm", "peak_total"},
+//  "memory_formula": {"params", "grads", "optimizer", and where it has one "activations"},
+//  "peers": [bytes sent to each world rank over the run], and where spans were recorded
+//  "spans": [{"name", "start_ms", "end_ms"}]: the last step's forwards and backwards, in
+//  ms from the first span of that step on any rank}]}
 std::string ReportJson(const ReportInputs& in);
 
 // The peak bytes the memory formulas predict for one rank (fp32): params 4Φ, grads 4Φ,

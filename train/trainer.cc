@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
 }
 
 void Trainer::RecordSpan(const char* what, int micro_batch, int64_t start) {
-  if (options_.trace.empty()) return;
+  if (options_.trace.empty() && options_.report_html.empty()) return;
   spans_.push_back({absl::StrCat(what, " ", micro_batch), start, MonotonicNanos()});
 }
 

@@ -134,7 +134,9 @@ TEST(BadInput, AFlagWithoutEffectIsNamedInAWarning) {
                                              {"--schedule=gpipe", "--schedule"},
                                              {"--pp_layers=1", "--pp_layers"},
                                              {"--allreduce=naive", "--allreduce"},
-                                             {"--bucket_mb=1", "--bucket_mb"}}) {
+                                             {"--bucket_mb=1", "--bucket_mb"},
+                                             {"--report_html=" + Temp("one.html"), "--report_html"},
+                                             {"--traffic_json=" + Temp("one.json"), "--traffic_json"}}) {
     Result r = RunCommand(kTrain + kTiny + " --steps=1 " + w.flags);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(absl::StrContains(r.output, "[flags] warning: " + w.flag + " has no effect"))

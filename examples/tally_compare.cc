@@ -1,0 +1,62 @@
+// tally_compare: runs side by side, from the JSON tally_train writes (train/compare.h).
+//
+//   tally_train --dp=4 --zero=1 --steps=10 --traffic_json=zero1.json
+//   tally_train --dp=4 --zero=3 --steps=10 --traffic_json=zero3.json
+//   tally_compare zero1.json zero3.json            traffic, memory and time, with ratios
+//   tally_compare --csv zero1.json zero3.json      the same rows for machines
+//   tally_compare --json zero1.json zero3.json
+//   tally_compare --html=zero.html zero1.json zero3.json   also the page (train/report_page.h)
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "examples/example_main.h"
+#include "runtime/files.h"
+#include "runtime/json_writer.h"
+#include "runtime/status_macros.h"
+#include "train/compare.h"
+#include "train/report_page.h"
+
+ABSL_FLAG(bool, csv, false, "print the rows as CSV (section,key,run,label,min,max,ratio)");
+ABSL_FLAG(bool, json, false, "print the comparison as JSON");
+ABSL_FLAG(std::string, html, "",
+          "also write the runs side by side as one self-contained HTML page here");
+
+namespace tally {
+namespace {
+
+absl::Status Main(const std::vector<std::string>& files) {
+  if (files.empty()) {
+    return absl::InvalidArgumentError(
+        "[tally_compare] name the runs' JSON files: tally_compare A.json B.json [more...] "
+        "(tally_train --report=json or --traffic_json=FILE writes them)");
+  }
+  if (absl::GetFlag(FLAGS_csv) && absl::GetFlag(FLAGS_json)) {
+    return absl::InvalidArgumentError("[tally_compare] --csv or --json, not both");
+  }
+  const std::string html = absl::GetFlag(FLAGS_html);
+  if (!html.empty()) RETURN_IF_ERROR(CheckOutputFile(html, "[tally_compare] --html"));
+  std::vector<train::RunReport> runs;
+  for (const std::string& file : files) {
+    ASSIGN_OR_RETURN(train::RunReport run, train::ReadRunReport(file));
+    runs.push_back(std::move(run));
+  }
+  ASSIGN_OR_RETURN(train::Comparison c, train::Compare(runs));
+  const std::string out = absl::GetFlag(FLAGS_csv)    ? train::ComparisonCsv(c)
+                          : absl::GetFlag(FLAGS_json) ? train::ComparisonJson(c)
+                                                      : train::ComparisonText(c);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (!html.empty()) RETURN_IF_ERROR(WriteTextFile(html, train::ReportPage(runs, c)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tally
+
+int main(int argc, char** argv) {
+  return tally::RunExampleWithArguments(
+      argc, argv, "runs side by side: tally_compare A.json B.json [more...] [--csv | --json]",
+      tally::Main);
+}

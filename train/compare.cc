@@ -1,0 +1,407 @@
+#include "train/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/files.h"
+#include "runtime/json_reader.h"
+#include "runtime/json_writer.h"
+#include "runtime/status_macros.h"
+
+namespace tally::train {
+namespace {
+
+constexpr char kWho[] = "[tally_compare]";
+
+// The configuration keys that make the model: runs that differ in one are not compared.
+constexpr const char* kModelKeys[] = {"n_layer", "n_head",    "n_embd",    "seq_len",
+                                      "vocab_size", "n_experts", "moe_top_k", "params"};
+// Keys that follow from the others (the grid's size, where the ranks sit): no label names them.
+constexpr const char* kDerived[] = {"world", "nodes", "gpus_per_node", "grad_comm_dtype"};
+constexpr const char* kMemory[] = {"params", "grads", "optimizer", "activations", "comm",
+                                   "peak_total"};
+constexpr const char* kTime[] = {"step_ms", "compute_ms", "comm_exposed_ms", "comm_hidden_ms",
+                                 "idle_ms"};
+
+std::string AsText(const JsonValue& v) {
+  switch (v.kind) {
+    case JsonValue::Kind::kString: return v.string;
+    case JsonValue::Kind::kBool: return v.boolean ? "true" : "false";
+    case JsonValue::Kind::kNumber:
+      return v.is_integer() && std::abs(v.number) < 9.007199254740992e15
+                 ? absl::StrCat(v.AsInt())
+                 : absl::StrFormat("%g", v.number);
+    case JsonValue::Kind::kNull: return "null";
+    default: return "...";
+  }
+}
+
+absl::Status NotAReport(const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      kWho, " ", path, " is not a tally_train report (--report=json or --traffic_json): ", why));
+}
+
+// A JSON number that must be there.
+absl::StatusOr<double> NumberAt(const JsonValue& object, const std::string& key,
+                                const std::string& path, const std::string& where) {
+  const JsonValue* v = object.Find(key);
+  if (v == nullptr || !v->is_number()) {
+    return NotAReport(path, absl::StrCat(where, " has no number \"", key, "\""));
+  }
+  return v->number;
+}
+
+absl::StatusOr<std::string> StringAt(const JsonValue& object, const std::string& key,
+                                     const std::string& path, const std::string& where) {
+  const JsonValue* v = object.Find(key);
+  if (v == nullptr || v->kind != JsonValue::Kind::kString) {
+    return NotAReport(path, absl::StrCat(where, " has no string \"", key, "\""));
+  }
+  return v->string;
+}
+
+absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::string& path,
+                                          size_t index) {
+  const std::string where = absl::StrCat("rank entry ", index);
+  if (rank.kind != JsonValue::Kind::kObject) return NotAReport(path, where + " is not an object");
+  RunReport::Rank out;
+  for (auto [key, to] : {std::pair{"dp", &out.dp}, {"tp", &out.tp}, {"pp", &out.pp},
+                         {"node", &out.node}}) {
+    if (const JsonValue* v = rank.Find(key); v != nullptr && v->is_number()) *to = int(v->AsInt());
+  }
+  std::set<std::string> no_exact, no_seed;  // keys with a row that has no formula
+  const JsonValue* traffic = rank.Find("traffic");
+  if (traffic == nullptr || traffic->kind != JsonValue::Kind::kArray) {
+    return NotAReport(path, where + " has no \"traffic\" array");
+  }
+  for (const JsonValue& row : traffic->array) {
+    ASSIGN_OR_RETURN(std::string group, StringAt(row, "group", path, where));
+    ASSIGN_OR_RETURN(std::string op, StringAt(row, "op", path, where));
+    ASSIGN_OR_RETURN(std::string phase, StringAt(row, "phase", path, where));
+    ASSIGN_OR_RETURN(double sent, NumberAt(row, "bytes_sent", path, where));
+    const std::string key = absl::StrCat(group, " ", op, " ", phase);
+    out.sent[key] += int64_t(sent);
+    for (auto [field, into, missing] : {std::tuple{"exact_bytes_sent", &out.exact, &no_exact},
+                                        {"seed_bytes_sent", &out.seed, &no_seed}}) {
+      const JsonValue* v = row.Find(field);
+      if (v != nullptr && v->is_number()) {
+        (*into)[key] += v->AsInt();
+      } else {
+        missing->insert(key);
+      }
+    }
+  }
+  for (const std::string& key : no_exact) out.exact.erase(key);
+  for (const std::string& key : no_seed) out.seed.erase(key);
+  const JsonValue* memory = rank.Find("memory");
+  if (memory == nullptr || memory->kind != JsonValue::Kind::kObject) {
+    return NotAReport(path, where + " has no \"memory\" object");
+  }
+  for (const char* category : kMemory) {
+    ASSIGN_OR_RETURN(double bytes, NumberAt(*memory, category, path, where + "'s memory"));
+    out.memory[category] = int64_t(bytes);
+  }
+  if (const JsonValue* f = rank.Find("memory_formula"); f != nullptr) {
+    for (const auto& [category, v] : f->object) {
+      if (v.is_number()) out.memory_formula[category] = v.AsInt();
+    }
+  }
+  if (const JsonValue* peers = rank.Find("peers"); peers != nullptr) {
+    for (const JsonValue& v : peers->array) out.peers.push_back(v.is_number() ? v.AsInt() : 0);
+  }
+  if (const JsonValue* spans = rank.Find("spans"); spans != nullptr) {
+    for (const JsonValue& s : spans->array) {
+      const JsonValue* name = s.Find("name");
+      const JsonValue* start = s.Find("start_ms");
+      const JsonValue* end = s.Find("end_ms");
+      if (name == nullptr || start == nullptr || end == nullptr) continue;
+      out.spans.push_back({name->string, start->number, end->number});
+    }
+  }
+  if (const JsonValue* time = rank.Find("time"); time != nullptr) {
+    for (const char* part : kTime) {
+      if (const JsonValue* ms = time->Find(part); ms != nullptr && ms->is_number()) {
+        out.time[part] = ms->number;
+      }
+    }
+  }
+  return out;
+}
+
+// The run's cell of a row: min..max of value(rank) over the ranks where it is present.
+template <typename Value>
+Comparison::Cell CellOf(const RunReport& run, Value value) {
+  Comparison::Cell cell;
+  for (const RunReport::Rank& rank : run.ranks) {
+    const std::optional<double> v = value(rank);
+    if (!v.has_value()) continue;
+    cell.min = cell.present ? std::min(cell.min, *v) : *v;
+    cell.max = cell.present ? std::max(cell.max, *v) : *v;
+    cell.present = true;
+  }
+  return cell;
+}
+
+template <typename Map>
+std::optional<double> Lookup(const Map& map, const std::string& key) {
+  auto it = map.find(key);
+  if (it == map.end()) return std::nullopt;
+  return double(it->second);
+}
+
+// Bytes as the cell shows them: whole numbers; milliseconds to 3 decimals.
+std::string Figure(const std::string& section, double v) {
+  return section == "time" ? absl::StrFormat("%.3f", v) : absl::StrCat(int64_t(v));
+}
+
+std::string CellText(const std::string& section, const Comparison::Cell& c) {
+  if (!c.present) return "-";
+  if (c.min == c.max) return Figure(section, c.max);
+  return absl::StrCat(Figure(section, c.min), "..", Figure(section, c.max));
+}
+
+std::string RatioText(const Comparison::Cell& c) {
+  return c.ratio.has_value() ? absl::StrFormat("%.4f", *c.ratio) : "-";
+}
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string quoted = "\"";
+  for (char ch : s) {
+    if (ch == '"') quoted += '"';
+    quoted += ch;
+  }
+  return quoted + "\"";
+}
+
+}  // namespace
+
+absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::string& path) {
+  // tally_train's log lines may come first: the report is the line that opens an object.
+  size_t start = 0;
+  while (start < text.size() && text[start] != '{') {
+    const size_t line_end = text.find('\n', start);
+    if (line_end == std::string_view::npos) {
+      start = text.size();
+      break;
+    }
+    start = line_end + 1;
+  }
+  if (start >= text.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWho, " ", path, " is not JSON: no line starts with '{'"));
+  }
+  absl::StatusOr<JsonValue> doc = ParseJson(text.substr(start));
+  if (!doc.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWho, " ", path, " is not JSON: ", doc.status().message()));
+  }
+  const JsonValue* config = doc->Find("config");
+  const JsonValue* ranks = doc->Find("ranks");
+  if (doc->kind != JsonValue::Kind::kObject || config == nullptr ||
+      config->kind != JsonValue::Kind::kObject || ranks == nullptr ||
+      ranks->kind != JsonValue::Kind::kArray || ranks->array.empty()) {
+    return NotAReport(path, "no \"config\" object and \"ranks\" array");
+  }
+  RunReport run;
+  run.path = path;
+  for (const auto& [key, value] : config->object) run.config[key] = AsText(value);
+  ASSIGN_OR_RETURN(double steps, NumberAt(*doc, "steps", path, "the report"));
+  run.steps = int64_t(steps);
+  for (size_t i = 0; i < ranks->array.size(); ++i) {
+    ASSIGN_OR_RETURN(RunReport::Rank rank, ParseRank(ranks->array[i], path, i));
+    run.ranks.push_back(std::move(rank));
+  }
+  return run;
+}
+
+absl::StatusOr<RunReport> ReadRunReport(const std::string& path) {
+  RETURN_IF_ERROR(CheckInputFile(path, absl::StrCat(kWho, " ", path), int64_t(1) << 30).status());
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(kWho, " cannot open ", path));
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return ParseRunReport(text, path);
+}
+
+absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
+  if (runs.empty()) return absl::InvalidArgumentError(absl::StrCat(kWho, " no runs to compare"));
+  const RunReport& first = runs.front();
+  for (const RunReport& run : runs) {
+    for (const char* key : kModelKeys) {
+      auto a = first.config.find(key), b = run.config.find(key);
+      const std::string va = a == first.config.end() ? "(none)" : a->second;
+      const std::string vb = b == run.config.end() ? "(none)" : b->second;
+      if (va != vb) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kWho, " runs of different models: ", first.path, " has ", key, "=", va,
+                         ", ", run.path, " has ", key, "=", vb));
+      }
+    }
+  }
+  Comparison c;
+  // Labels: the keys whose values differ, in the config's (alphabetical) order.
+  std::set<std::string> keys;
+  for (const RunReport& run : runs) {
+    for (const auto& [key, value] : run.config) keys.insert(key);
+  }
+  std::vector<std::string> differing;
+  for (const std::string& key : keys) {
+    std::set<std::string> values;
+    for (const RunReport& run : runs) {
+      auto it = run.config.find(key);
+      values.insert(it == run.config.end() ? "(none)" : it->second);
+    }
+    const bool derived = std::find_if(std::begin(kDerived), std::end(kDerived), [&](const char* d) {
+                           return key == d;
+                         }) != std::end(kDerived);
+    if (values.size() > 1 && !derived) differing.push_back(key);
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::vector<std::string> parts;
+    for (const std::string& key : differing) {
+      auto it = runs[i].config.find(key);
+      parts.push_back(absl::StrCat(key, "=", it == runs[i].config.end() ? "(none)" : it->second));
+    }
+    c.paths.push_back(runs[i].path);
+    if (runs.size() == 1) {  // nothing differs: the run's grid names it
+      for (const char* key : {"dp", "tp", "pp", "zero"}) {
+        auto it = runs[i].config.find(key);
+        if (it != runs[i].config.end()) parts.push_back(absl::StrCat(key, "=", it->second));
+      }
+    }
+    c.labels.push_back(parts.empty() ? absl::StrCat("run ", i + 1) : absl::StrJoin(parts, " "));
+  }
+
+  auto add_row = [&](const std::string& section, const std::string& key, auto value) {
+    Comparison::Row row{section, key, {}};
+    for (const RunReport& run : runs) row.cells.push_back(CellOf(run, value));
+    const Comparison::Cell& base = row.cells.front();
+    for (Comparison::Cell& cell : row.cells) {
+      if (cell.present && base.present && base.max > 0) cell.ratio = cell.max / base.max;
+    }
+    c.rows.push_back(std::move(row));
+  };
+  std::set<std::string> traffic;
+  for (const RunReport& run : runs) {
+    for (const RunReport::Rank& rank : run.ranks) {
+      for (const auto& [key, bytes] : rank.sent) traffic.insert(key);
+    }
+  }
+  for (const std::string& key : traffic) {
+    add_row("traffic", key, [&](const RunReport::Rank& r) -> std::optional<double> {
+      std::optional<double> v = Lookup(r.sent, key);
+      return v.has_value() && *v > 0 ? v : std::nullopt;  // the ranks that sent any
+    });
+  }
+  add_row("traffic", "total", [&](const RunReport::Rank& r) -> std::optional<double> {
+    int64_t total = 0;
+    for (const auto& [key, bytes] : r.sent) total += bytes;
+    return double(total);
+  });
+  for (const char* category : kMemory) {
+    add_row("memory", category, [&](const RunReport::Rank& r) { return Lookup(r.memory, category); });
+  }
+  for (const char* part : kTime) {
+    add_row("time", part, [&](const RunReport::Rank& r) { return Lookup(r.time, part); });
+  }
+  // A time row no run has says nothing.
+  c.rows.erase(std::remove_if(c.rows.begin(), c.rows.end(),
+                              [](const Comparison::Row& row) {
+                                return std::none_of(row.cells.begin(), row.cells.end(),
+                                                    [](const auto& cell) { return cell.present; });
+                              }),
+               c.rows.end());
+  return c;
+}
+
+std::string ComparisonText(const Comparison& c) {
+  std::ostringstream out;
+  for (size_t i = 0; i < c.labels.size(); ++i) {
+    out << "run " << i + 1 << ": " << c.labels[i] << "  (" << c.paths[i] << ")\n";
+  }
+  static const std::map<std::string, std::string> kTitles = {
+      {"traffic", "traffic: bytes sent per rank over the run, min..max over the ranks that sent any"},
+      {"memory", "memory: peak bytes per rank, min..max over the ranks"},
+      {"time", "time: ms per step, min..max over the ranks"}};
+  for (const char* section : {"traffic", "memory", "time"}) {
+    std::vector<const Comparison::Row*> rows;
+    for (const Comparison::Row& row : c.rows) {
+      if (row.section == section) rows.push_back(&row);
+    }
+    if (rows.empty()) continue;
+    // Columns: the key, then per run its cell and (after the first) its ratio.
+    size_t key_width = 3;
+    std::vector<size_t> width(c.labels.size());
+    for (size_t i = 0; i < c.labels.size(); ++i) width[i] = c.labels[i].size();
+    for (const Comparison::Row* row : rows) {
+      key_width = std::max(key_width, row->key.size());
+      for (size_t i = 0; i < row->cells.size(); ++i) {
+        width[i] = std::max(width[i], CellText(row->section, row->cells[i]).size());
+      }
+    }
+    out << "\n" << kTitles.at(section) << "; ratio: the busiest rank against run 1's\n";
+    out << absl::StrFormat("%-*s", int(key_width), "row");
+    for (size_t i = 0; i < c.labels.size(); ++i) {
+      out << "  " << absl::StrFormat("%*s", int(width[i]), c.labels[i]);
+      if (i > 0) out << absl::StrFormat("  %8s", "ratio");
+    }
+    out << "\n";
+    for (const Comparison::Row* row : rows) {
+      out << absl::StrFormat("%-*s", int(key_width), row->key);
+      for (size_t i = 0; i < row->cells.size(); ++i) {
+        out << "  " << absl::StrFormat("%*s", int(width[i]), CellText(row->section, row->cells[i]));
+        if (i > 0) out << absl::StrFormat("  %8s", RatioText(row->cells[i]));
+      }
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::string ComparisonCsv(const Comparison& c) {
+  std::string out = "section,key,run,label,min,max,ratio\n";
+  for (const Comparison::Row& row : c.rows) {
+    for (size_t i = 0; i < row.cells.size(); ++i) {
+      const Comparison::Cell& cell = row.cells[i];
+      absl::StrAppend(&out, row.section, ",", CsvField(row.key), ",", i + 1, ",",
+                      CsvField(c.labels[i]), ",",
+                      cell.present ? Figure(row.section, cell.min) : "", ",",
+                      cell.present ? Figure(row.section, cell.max) : "", ",",
+                      cell.ratio.has_value() ? absl::StrFormat("%.6g", *cell.ratio) : "", "\n");
+    }
+  }
+  return out;
+}
+
+std::string ComparisonJson(const Comparison& c) {
+  JsonWriter w;
+  w.BeginObject().Key("runs").BeginArray();
+  for (size_t i = 0; i < c.labels.size(); ++i) {
+    w.BeginObject().Key("path").String(c.paths[i]).Key("label").String(c.labels[i]).EndObject();
+  }
+  w.EndArray().Key("rows").BeginArray();
+  for (const Comparison::Row& row : c.rows) {
+    w.BeginObject().Key("section").String(row.section).Key("key").String(row.key);
+    w.Key("cells").BeginArray();
+    for (const Comparison::Cell& cell : row.cells) {
+      w.BeginObject().Key("present").Bool(cell.present);
+      if (cell.present) w.Key("min").Double(cell.min).Key("max").Double(cell.max);
+      if (cell.ratio.has_value()) w.Key("ratio").Double(*cell.ratio);
+      w.EndObject();
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str() + "\n";
+}
+
+}  // namespace tally::train

@@ -1,0 +1,526 @@
+#include "train/report_page.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tally::train {
+namespace {
+
+// Okabe and Ito's colour-blind-safe palette.
+constexpr char kBlue[] = "#0072B2", kOrange[] = "#E69F00", kGreen[] = "#009E73",
+               kPurple[] = "#CC79A7", kSky[] = "#56B4E9", kVermillion[] = "#D55E00",
+               kYellow[] = "#F0E442", kBlack[] = "#000000", kGrey[] = "#999999";
+
+// One colour per group, the same in every chart.
+std::string GroupColour(const std::string& group) {
+  static const std::map<std::string, std::string> kColours = {
+      {"dp", kBlue},    {"tp", kOrange}, {"pp", kGreen},         {"ep", kPurple},
+      {"edp", kSky},    {"world", kBlack}, {"embedding", kYellow}};
+  auto it = kColours.find(group);
+  return it != kColours.end() ? it->second : kVermillion;
+}
+
+std::string Escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The unit an axis up to `max` bytes is labelled in.
+struct Unit {
+  const char* name;
+  double bytes;
+};
+Unit UnitFor(double max) {
+  if (max >= double(int64_t(1) << 30)) return {"GiB", double(int64_t(1) << 30)};
+  if (max >= double(1 << 20)) return {"MiB", double(1 << 20)};
+  if (max >= 1024) return {"KiB", 1024};
+  return {"B", 1};
+}
+
+std::string Bytes(double v) {
+  const Unit u = UnitFor(v);
+  if (u.bytes == 1) return absl::StrCat(int64_t(v), " B");
+  return absl::StrFormat("%.1f %s (%d B)", v / u.bytes, u.name, int64_t(v));
+}
+
+// The axis's end: the smallest 1, 2 or 5 × 10^k at least `max` (in the axis's unit).
+double NiceMax(double max) {
+  if (max <= 0) return 1;
+  const double p = std::pow(10.0, std::floor(std::log10(max)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * p >= max * (1 - 1e-12)) return m * p;
+  }
+  return 10 * p;
+}
+
+std::string TickLabel(double v) {
+  return std::abs(v - std::round(v)) < 1e-9 ? absl::StrCat(int64_t(std::round(v)))
+                                            : absl::StrFormat("%g", v);
+}
+
+// A horizontal axis at y from x0 to x0 + width for values 0..end, `unit` after its label.
+std::string HorizontalAxis(double x0, double y, double width, double end, const std::string& unit) {
+  std::string out = absl::StrFormat(
+      R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~", x0, y, x0 + width, y);
+  for (int i = 0; i <= 4; ++i) {
+    const double x = x0 + width * i / 4;
+    absl::StrAppendFormat(&out,
+                          R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~"
+                          R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%s</text>)~",
+                          x, y, x, y + 4, x, y + 15, TickLabel(end * i / 4));
+  }
+  absl::StrAppendFormat(&out, R"~(<text x="%.1f" y="%.1f" class="unit">%s</text>)~",
+                        x0 + width + 16, y + 15, Escape(unit));
+  return out;
+}
+
+// A vertical axis at x from y0 (value 0) up to y0 - height (value `end`).
+std::string VerticalAxis(double x, double y0, double height, double end, const std::string& unit) {
+  std::string out = absl::StrFormat(
+      R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~", x, y0, x, y0 - height);
+  for (int i = 0; i <= 4; ++i) {
+    const double y = y0 - height * i / 4;
+    absl::StrAppendFormat(&out,
+                          R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~"
+                          R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="end">%s</text>)~",
+                          x - 4, y, x, y, x - 6, y + 4, TickLabel(end * i / 4));
+  }
+  absl::StrAppendFormat(&out, R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle">%s</text>)~",
+                        x, y0 - height - 8, Escape(unit));
+  return out;
+}
+
+std::string Svg(double width, double height, const std::string& label, const std::string& body) {
+  return absl::StrFormat(
+      R"~(<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">%s</svg>)~",
+      width, height, width, height, Escape(label), body);
+}
+
+// Hatch patterns in a group's colour (the formula's bars), defined once per page.
+std::string Patterns(const std::set<std::string>& colours) {
+  std::string out = R"~(<svg width="0" height="0" class="defs"><defs>)~";
+  for (const std::string& c : colours) {
+    absl::StrAppendFormat(
+        &out,
+        R"~(<pattern id="hatch-%s" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffffff"/><line x1="0" y1="0" x2="0" y2="6" stroke="%s" stroke-width="3"/></pattern>)~",
+        c.substr(1), c);
+  }
+  return out + "</defs></svg>";
+}
+
+const RunReport::Rank* Busiest(const RunReport& run, const std::map<std::string, int64_t> RunReport::Rank::*field,
+                               const std::string& key, int64_t* value) {
+  const RunReport::Rank* best = nullptr;
+  for (const RunReport::Rank& rank : run.ranks) {
+    auto it = (rank.*field).find(key);
+    if (it == (rank.*field).end()) continue;
+    if (best == nullptr || it->second > *value) {
+      best = &rank;
+      *value = it->second;
+    }
+  }
+  return best;
+}
+
+std::string ConfigSection(const std::vector<RunReport>& runs, const Comparison& c) {
+  std::set<std::string> keys;
+  for (const RunReport& run : runs) {
+    for (const auto& [key, value] : run.config) keys.insert(key);
+  }
+  auto value = [](const RunReport& run, const std::string& key) {
+    auto it = run.config.find(key);
+    return it == run.config.end() ? std::string("-") : it->second;
+  };
+  std::vector<std::string> differing, same;
+  for (const std::string& key : keys) {
+    std::set<std::string> values;
+    for (const RunReport& run : runs) values.insert(value(run, key));
+    (values.size() > 1 ? differing : same).push_back(key);
+  }
+  std::string out = R"~(<section id="config"><h2>Configuration</h2><table class="config"><tr><th>key</th>)~";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    absl::StrAppend(&out, "<th>run ", i + 1, ": ", Escape(c.labels[i]), "<br><span class=\"path\">",
+                    Escape(c.paths[i]), "</span></th>");
+  }
+  out += "</tr>";
+  for (const std::vector<std::string>* list : {&differing, &same}) {
+    for (const std::string& key : *list) {
+      absl::StrAppend(&out, "<tr", list == &differing ? " class=\"differs\"" : "", "><td>",
+                      Escape(key), "</td>");
+      for (const RunReport& run : runs) absl::StrAppend(&out, "<td>", Escape(value(run, key)), "</td>");
+      out += "</tr>";
+    }
+  }
+  out += "</table>";
+  if (runs.size() > 1) out += "<p class=\"note\">Highlighted: the keys that differ between the runs.</p>";
+  out += "</section>\n";
+
+  out += R"~(<section id="grid"><h2>Grid: which rank is which coordinate</h2><div class="side">)~";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    absl::StrAppend(&out, "<div><h3>", Escape(c.labels[i]),
+                    "</h3><table class=\"grid\"><tr><th>rank</th><th>dp</th><th>tp</th><th>pp</th>"
+                    "<th>node</th></tr>");
+    for (size_t r = 0; r < runs[i].ranks.size(); ++r) {
+      const RunReport::Rank& k = runs[i].ranks[r];
+      absl::StrAppend(&out, "<tr><td>", r, "</td><td>", k.dp, "</td><td>", k.tp, "</td><td>", k.pp,
+                      "</td><td>", k.node, "</td></tr>");
+    }
+    out += "</table></div>";
+  }
+  return out + "</div></section>\n";
+}
+
+// Per traffic row, a chart: for each run its busiest rank's bytes, measured, by the exact
+// formula and by the seed's.
+std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison& c) {
+  std::string out =
+      R"~(<section id="traffic"><h2>Bytes sent per rank, by group, primitive and phase</h2>)~"
+      R"~(<p class="note">Each bar is the busiest rank's bytes over the run: measured by the ledger (solid), by the exact formula (hatched), by the seed article's formula (outlined). The colour is the group's.</p>)~";
+  std::set<std::string> colours = {kSky};  // the time charts' hidden communication too
+  std::string charts;
+  for (const Comparison::Row& row : c.rows) {
+    if (row.section != "traffic") continue;
+    const std::string group = row.key.substr(0, row.key.find(' '));
+    const std::string colour = row.key == "total" ? std::string(kGrey) : GroupColour(group);
+    colours.insert(colour);
+    struct Bar {
+      std::string run, kind, css;
+      double value;
+    };
+    std::vector<Bar> bars;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (row.cells[i].present) bars.push_back({c.labels[i], "measured", "measured", row.cells[i].max});
+      int64_t v = 0;
+      if (Busiest(runs[i], &RunReport::Rank::exact, row.key, &v) != nullptr) {
+        bars.push_back({c.labels[i], "exact formula", "exact", double(v)});
+      }
+      v = 0;
+      if (Busiest(runs[i], &RunReport::Rank::seed, row.key, &v) != nullptr) {
+        bars.push_back({c.labels[i], "seed's formula", "seed", double(v)});
+      }
+    }
+    double max = 0;
+    for (const Bar& b : bars) max = std::max(max, b.value);
+    const Unit unit = UnitFor(max);
+    const double end = NiceMax(max / unit.bytes);
+    const double left = 230, width = 380, bar_h = 14, gap = 4;
+    const double height = 28 + bars.size() * (bar_h + gap) + 24;
+    std::string body;
+    double y = 24;
+    for (const Bar& b : bars) {
+      const double w = end > 0 ? width * (b.value / unit.bytes) / end : 0;
+      const std::string fill = b.css == "measured" ? colour
+                               : b.css == "exact"  ? absl::StrCat("url(#hatch-", colour.substr(1), ")")
+                                                   : "#ffffff";
+      absl::StrAppendFormat(
+          &body,
+          R"~(<text x="%.1f" y="%.1f" class="label" text-anchor="end">%s · %s</text>)~"
+          R"~(<rect class="bar %s" data-row="%s" data-run="%s" data-bytes="%d" x="%.1f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="%s"><title>%s · %s · %s: %s</title></rect>)~",
+          left - 6, y + bar_h - 3, Escape(b.run), b.kind, b.css, Escape(row.key), Escape(b.run),
+          int64_t(b.value), left, y, std::max(w, 0.5), bar_h, fill, colour, Escape(row.key),
+          Escape(b.run), b.kind, Bytes(b.value));
+      y += bar_h + gap;
+    }
+    body += HorizontalAxis(left, y + 2, width, end, unit.name);
+    absl::StrAppend(&charts, "<figure class=\"chart traffic\" data-row=\"", Escape(row.key),
+                    "\"><figcaption><span class=\"swatch\" style=\"background:", colour, "\"></span>",
+                    Escape(row.key), "</figcaption>",
+                    Svg(left + width + 50, height, row.key + ": bytes sent per rank", body),
+                    "</figure>\n");
+  }
+  return out + Patterns(colours) + "<div class=\"charts\">" + charts + "</div></section>\n";
+}
+
+// Each rank's peak bytes by category, stacked, and the formula's total as a line.
+std::string MemoryChart(const RunReport& run, const std::string& label) {
+  static const std::pair<const char*, const char*> kCategories[] = {
+      {"params", kBlue}, {"grads", kOrange}, {"optimizer", kGreen}, {"activations", kPurple},
+      {"comm", kSky}};
+  const size_t n = run.ranks.size();
+  double max = 0;
+  std::vector<double> formula(n, -1);
+  for (size_t r = 0; r < n; ++r) {
+    double stacked = 0;
+    for (auto [category, colour] : kCategories) {
+      auto it = run.ranks[r].memory.find(category);
+      if (it != run.ranks[r].memory.end()) stacked += double(it->second);
+    }
+    const auto& f = run.ranks[r].memory_formula;
+    if (f.count("params") && f.count("grads") && f.count("optimizer")) {
+      formula[r] = double(f.at("params") + f.at("grads") + f.at("optimizer") +
+                          (f.count("activations") ? f.at("activations") : 0));
+    }
+    max = std::max({max, stacked, formula[r]});
+  }
+  const Unit unit = UnitFor(max);
+  const double end = NiceMax(max / unit.bytes);
+  const double bar_w = std::clamp(480.0 / double(std::max<size_t>(n, 1)), 6.0, 28.0);
+  const double left = 60, top = 24, height = 200, width = double(n) * bar_w * 1.25;
+  std::string body;
+  for (size_t r = 0; r < n; ++r) {
+    const double x = left + 4 + double(r) * bar_w * 1.25;
+    double base = top + height;
+    for (auto [category, colour] : kCategories) {
+      auto it = run.ranks[r].memory.find(category);
+      if (it == run.ranks[r].memory.end()) continue;
+      const double h = height * (double(it->second) / unit.bytes) / end;
+      base -= h;
+      absl::StrAppendFormat(
+          &body,
+          R"~(<rect class="bar memory" data-rank="%d" data-category="%s" data-bytes="%d" x="%.1f" y="%.2f" width="%.1f" height="%.2f" fill="%s"><title>%s, rank %d: %s peak %s</title></rect>)~",
+          r, category, it->second, x, base, bar_w, h, colour, Escape(label), r, category,
+          Bytes(double(it->second)));
+    }
+    if (formula[r] >= 0) {
+      const double y = top + height - height * (formula[r] / unit.bytes) / end;
+      absl::StrAppendFormat(
+          &body,
+          R"~(<line class="formula" x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"><title>%s, rank %d: formula (params + grads + optimizer%s) %s</title></line>)~",
+          x - 2, y, x + bar_w + 2, y, Escape(label), r,
+          run.ranks[r].memory_formula.count("activations") ? " + activations" : "",
+          Bytes(formula[r]));
+    }
+    if (n <= 32 || r % 8 == 0) {
+      absl::StrAppendFormat(&body, R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%d</text>)~",
+                            x + bar_w / 2, top + height + 14, r);
+    }
+  }
+  body += VerticalAxis(left, top + height, height, end, unit.name);
+  absl::StrAppendFormat(&body, R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">rank</text>)~",
+                        left + width / 2, top + height + 30);
+  std::string legend = "<p class=\"legend\">";
+  for (auto [category, colour] : kCategories) {
+    absl::StrAppend(&legend, "<span class=\"swatch\" style=\"background:", colour, "\"></span>",
+                    category, " ");
+  }
+  legend += "<span class=\"swatch line\"></span>formula</p>";
+  return absl::StrCat("<figure class=\"chart memory\"><figcaption>", Escape(label),
+                      "</figcaption>", Svg(left + width + 20, top + height + 40,
+                                           label + ": memory per rank", body),
+                      legend, "</figure>");
+}
+
+// Each rank's step: compute, exposed communication, pipeline idle (stacked), and the
+// communication hidden under compute (hatched inside the compute).
+std::string TimeChart(const RunReport& run, const std::string& label) {
+  const size_t n = run.ranks.size();
+  auto at = [&](size_t r, const char* part) {
+    auto it = run.ranks[r].time.find(part);
+    return it == run.ranks[r].time.end() ? 0.0 : it->second;
+  };
+  double max = 0;
+  for (size_t r = 0; r < n; ++r) {
+    max = std::max(max, at(r, "compute_ms") + at(r, "comm_exposed_ms") + at(r, "idle_ms"));
+  }
+  const double end = NiceMax(max);
+  const double bar_w = std::clamp(480.0 / double(std::max<size_t>(n, 1)), 6.0, 28.0);
+  const double left = 60, top = 24, height = 200, width = double(n) * bar_w * 1.25;
+  std::string body;
+  static const std::pair<const char*, const char*> kParts[] = {
+      {"compute_ms", kGreen}, {"comm_exposed_ms", kVermillion}, {"idle_ms", kGrey}};
+  for (size_t r = 0; r < n; ++r) {
+    const double x = left + 4 + double(r) * bar_w * 1.25;
+    double base = top + height;
+    for (auto [part, colour] : kParts) {
+      const double h = height * at(r, part) / end;
+      base -= h;
+      absl::StrAppendFormat(
+          &body,
+          R"~(<rect class="bar time" data-rank="%d" data-part="%s" x="%.1f" y="%.2f" width="%.1f" height="%.2f" fill="%s"><title>%s, rank %d: %s %.3f ms</title></rect>)~",
+          r, part, x, base, bar_w, h, colour, Escape(label), r, part, at(r, part));
+    }
+    const double hidden = height * std::min(at(r, "comm_hidden_ms"), at(r, "compute_ms")) / end;
+    if (hidden > 0) {
+      absl::StrAppendFormat(
+          &body,
+          R"~(<rect class="bar time" data-rank="%d" data-part="comm_hidden_ms" x="%.1f" y="%.2f" width="%.1f" height="%.2f" fill="url(#hatch-%s)"><title>%s, rank %d: comm_hidden_ms %.3f ms (within compute)</title></rect>)~",
+          r, x + bar_w / 4, top + height - hidden, bar_w / 2, hidden, std::string(kSky).substr(1),
+          Escape(label), r, at(r, "comm_hidden_ms"));
+    }
+    if (n <= 32 || r % 8 == 0) {
+      absl::StrAppendFormat(&body, R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%d</text>)~",
+                            x + bar_w / 2, top + height + 14, r);
+    }
+  }
+  body += VerticalAxis(left, top + height, height, end, "ms per step");
+  std::string legend = absl::StrCat(
+      "<p class=\"legend\"><span class=\"swatch\" style=\"background:", kGreen,
+      "\"></span>compute <span class=\"swatch\" style=\"background:", kVermillion,
+      "\"></span>communication exposed <span class=\"swatch\" style=\"background:", kGrey,
+      "\"></span>pipeline idle <span class=\"swatch hatched\"></span>communication hidden</p>");
+  return absl::StrCat("<figure class=\"chart time\"><figcaption>", Escape(label), "</figcaption>",
+                      Svg(left + width + 20, top + height + 30, label + ": time per step", body),
+                      legend, "</figure>");
+}
+
+// Bytes from every rank (row) to every rank (column), white to blue by the square root of
+// the share of the largest cell.
+std::string PeerChart(const RunReport& run, const std::string& label) {
+  const size_t n = run.ranks.size();
+  double max = 0;
+  for (const RunReport::Rank& rank : run.ranks) {
+    for (int64_t v : rank.peers) max = std::max(max, double(v));
+  }
+  const double cell = std::clamp(480.0 / double(std::max<size_t>(n, 1)), 3.0, 28.0);
+  const double left = 40, top = 30;
+  std::string body;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n && j < run.ranks[i].peers.size(); ++j) {
+      const double v = double(run.ranks[i].peers[j]);
+      const double t = max > 0 ? std::sqrt(v / max) : 0;
+      // From white (255, 255, 255) toward the palette's blue (0, 114, 178).
+      const int red = int(std::lround(255 * (1 - t))), green = int(std::lround(255 - 141 * t)),
+                blue = int(std::lround(255 - 77 * t));
+      absl::StrAppendFormat(
+          &body,
+          R"~(<rect class="peer" data-from="%d" data-to="%d" data-bytes="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="rgb(%d,%d,%d)" stroke="#dddddd" stroke-width="0.5"><title>%s: rank %d to rank %d, %s</title></rect>)~",
+          i, j, int64_t(v), left + double(j) * cell, top + double(i) * cell, cell, cell, red,
+          green, blue, Escape(label), i, j, Bytes(v));
+    }
+    if (n <= 32 || i % 8 == 0) {
+      absl::StrAppendFormat(&body,
+                            R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="end">%d</text>)~"
+                            R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%d</text>)~",
+                            left - 4, top + (double(i) + 0.7) * cell, i,
+                            left + (double(i) + 0.5) * cell, top - 6, i);
+    }
+  }
+  const double side = double(n) * cell;
+  absl::StrAppendFormat(&body,
+                        R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle">to rank</text>)~"
+                        R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle" transform="rotate(-90 %.1f %.1f)">from rank</text>)~",
+                        left + side / 2, top + side + 18, 12.0, top + side / 2, 12.0, top + side / 2);
+  return absl::StrCat("<figure class=\"chart peers\"><figcaption>", Escape(label), " (largest cell ",
+                      Bytes(max), ")</figcaption>",
+                      Svg(left + side + 20, top + side + 30, label + ": bytes between ranks", body),
+                      "</figure>");
+}
+
+// The last step's forwards and backwards on each rank, on one time axis.
+std::string PipelineChart(const RunReport& run, const std::string& label) {
+  double end_ms = 0;
+  for (const RunReport::Rank& rank : run.ranks) {
+    for (const auto& s : rank.spans) end_ms = std::max(end_ms, s.end_ms);
+  }
+  const double end = NiceMax(end_ms);
+  const double left = 60, top = 10, row_h = 18, width = 560;
+  const size_t n = run.ranks.size();
+  std::string body;
+  for (size_t r = 0; r < n; ++r) {
+    const double y = top + double(r) * (row_h + 4);
+    absl::StrAppendFormat(&body, R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="end">rank %d</text>)~",
+                          left - 6, y + row_h - 5, r);
+    for (const auto& s : run.ranks[r].spans) {
+      const bool forward = s.name.rfind("forward", 0) == 0;
+      const double x = left + width * s.start_ms / end, w = width * (s.end_ms - s.start_ms) / end;
+      absl::StrAppendFormat(
+          &body,
+          R"~(<rect class="span" data-rank="%d" x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="#ffffff" stroke-width="0.5"><title>%s, rank %d: %s, %.3f to %.3f ms</title></rect>)~",
+          r, x, y, std::max(w, 0.5), row_h, forward ? kSky : kVermillion, Escape(label), r,
+          Escape(s.name), s.start_ms, s.end_ms);
+      if (w > 14) {
+        absl::StrAppendFormat(&body, R"~(<text x="%.2f" y="%.1f" class="inbar" text-anchor="middle">%s</text>)~",
+                              x + w / 2, y + row_h - 5, Escape(s.name.substr(s.name.find(' ') + 1)));
+      }
+    }
+  }
+  const double axis_y = top + double(n) * (row_h + 4) + 2;
+  body += HorizontalAxis(left, axis_y, width, end, "ms");
+  std::string legend = absl::StrCat("<p class=\"legend\"><span class=\"swatch\" style=\"background:",
+                                    kSky, "\"></span>forward <span class=\"swatch\" style=\"background:",
+                                    kVermillion, "\"></span>backward (the micro-batch in the bar)</p>");
+  return absl::StrCat("<figure class=\"chart pipeline\"><figcaption>", Escape(label),
+                      "</figcaption>",
+                      Svg(left + width + 40, axis_y + 24, label + ": the last step's schedule", body),
+                      legend, "</figure>");
+}
+
+template <typename Chart>
+std::string SideBySide(const std::vector<RunReport>& runs, const Comparison& c, Chart chart,
+                       bool (*has)(const RunReport&)) {
+  std::string out = "<div class=\"side\">";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    out += has(runs[i]) ? chart(runs[i], c.labels[i])
+                        : absl::StrCat("<p class=\"note\">", Escape(c.labels[i]), ": not recorded</p>");
+  }
+  return out + "</div>";
+}
+
+constexpr char kStyle[] = R"~(
+body { font-family: sans-serif; color: #222222; margin: 24px; max-width: 1400px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #cccccc; }
+h3 { font-size: 14px; margin: 4px 0; }
+table { border-collapse: collapse; font-size: 12px; margin: 6px 0; }
+td, th { border: 1px solid #cccccc; padding: 2px 8px; text-align: left; }
+tr.differs td { background: #fff4d6; font-weight: bold; }
+.path { font-weight: normal; color: #666666; }
+.side { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+figure { margin: 6px 0; } figcaption { font-size: 13px; font-weight: bold; }
+.note, .legend { font-size: 12px; color: #444444; }
+.swatch { display: inline-block; width: 12px; height: 12px; border: 1px solid #555555;
+          vertical-align: middle; margin-right: 4px; }
+.swatch.line { height: 0; border: 0; border-top: 2px dashed #000000; }
+.swatch.hatched { background: repeating-linear-gradient(45deg, #56B4E9 0 3px, #ffffff 3px 6px); }
+svg text { font-family: sans-serif; }
+.tick { font-size: 10px; fill: #333333; } .unit { font-size: 10px; fill: #333333; }
+.label { font-size: 11px; fill: #222222; } .inbar { font-size: 9px; fill: #000000; }
+.axis { stroke: #333333; stroke-width: 1; }
+.bar.seed { stroke-dasharray: 3 2; stroke-width: 1.5; }
+.formula { stroke: #000000; stroke-width: 2; stroke-dasharray: 4 2; }
+.defs { position: absolute; }
+@media print { body { margin: 0; } section { break-inside: avoid-page; } }
+)~";
+
+}  // namespace
+
+std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) {
+  const std::string title = runs.size() == 1
+                                ? absl::StrCat("tally report: ", c.labels[0] == "run 1" ? c.paths[0] : c.labels[0])
+                                : absl::StrCat("tally comparison: ", absl::StrJoin(c.labels, " vs "));
+  std::string out = absl::StrCat("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>",
+                                 Escape(title), "</title><style>", kStyle, "</style></head><body>\n<h1>",
+                                 Escape(title), "</h1>\n");
+  std::string steps;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    absl::StrAppend(&steps, i > 0 ? "; " : "", Escape(c.labels[i]), ": ", runs[i].steps, " steps, ",
+                    runs[i].ranks.size(), " ranks");
+  }
+  absl::StrAppend(&out, "<p class=\"note\">", steps, ". Bytes are over the whole run.</p>\n");
+  out += ConfigSection(runs, c);
+  out += TrafficSection(runs, c);
+  out += "<section id=\"memory\"><h2>Memory per rank</h2><p class=\"note\">Each category's peak "
+         "(the categories need not peak at the same moment), and the formula's model states and "
+         "activations as a dashed line.</p>";
+  out += SideBySide(runs, c, MemoryChart, [](const RunReport&) { return true; });
+  out += "</section>\n<section id=\"time\"><h2>Time per step, per rank</h2>";
+  out += SideBySide(runs, c, TimeChart, [](const RunReport& r) { return !r.ranks[0].time.empty(); });
+  out += "</section>\n<section id=\"peers\"><h2>Bytes between ranks</h2>";
+  out += SideBySide(runs, c, PeerChart, [](const RunReport& r) { return !r.ranks[0].peers.empty(); });
+  out += "</section>\n<section id=\"pipeline\"><h2>The last step's schedule</h2>";
+  out += SideBySide(runs, c, PipelineChart, [](const RunReport& r) {
+    return std::any_of(r.ranks.begin(), r.ranks.end(), [](const auto& k) { return !k.spans.empty(); });
+  });
+  out += "</section>\n</body></html>\n";
+  return out;
+}
+
+}  // namespace tally::train
