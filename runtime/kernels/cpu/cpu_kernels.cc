@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/attention.h"
@@ -266,11 +267,21 @@ class CpuKernels final : public Kernels {
   }
 
   absl::StatusOr<double> AddSquares(const void* x, DType type, int64_t n, double sum) override {
+    // Blocks of 2^14 elements, each one cpu::SumOfSquares (eight lanes, in a fixed order)
+    // on whichever thread takes it, the blocks' sums then added to `sum` in order: the same
+    // bits on any thread count.
+    constexpr int64_t kBlock = int64_t(1) << 14;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    thread_local std::vector<double> partial;
+    partial.assign(size_t(blocks), 0.0);  // kept between calls: no allocation once grown
+    double* block_sums = partial.data();
     return WithValues(type, x, [&](auto* g) -> absl::StatusOr<double> {
-      for (int64_t i = 0; i < n; ++i) {
-        const double gi = Widen(g[i]);
-        sum += gi * gi;
-      }
+      cpu::ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
+          block_sums[b] = cpu::SumOfSquares(g + b * kBlock, std::min(kBlock, n - b * kBlock));
+        }
+      });
+      for (int64_t b = 0; b < blocks; ++b) sum += block_sums[b];
       return sum;
     });
   }

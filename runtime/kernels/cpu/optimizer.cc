@@ -26,7 +26,29 @@ template <typename G>
   }
 }
 
+template <typename G>
+[[gnu::always_inline]] inline double Squares(const G* x, int64_t n) {
+  double lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const double v = Widen(x[i + j]);
+      lane[j] += v * v;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double v = Widen(x[i]);
+    lane[j] += v * v;
+  }
+  double sum = 0;
+  for (double l : lane) sum += l;
+  return sum;
+}
+
 }  // namespace
+
+TALLY_CPU_CLONES double SumOfSquares(const float* x, int64_t n) { return Squares(x, n); }
+TALLY_CPU_CLONES double SumOfSquares(const BFloat16* x, int64_t n) { return Squares(x, n); }
 
 TALLY_CPU_CLONES void AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
                             const AdamWArgs& a) {

@@ -1,4 +1,5 @@
-// AdamW's element-wise update on the CPU (the formula: runtime/kernels/adamw.h).
+// The optimizer's CPU loops: AdamW's element-wise update (the formula:
+// runtime/kernels/adamw.h), and the gradient norm's sum of squares.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,11 @@ namespace tally::cpu {
 void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWArgs& a);
 void AdamW(float* params, const BFloat16* grads, float* m, float* v, int64_t n,
            const AdamWArgs& a);
+
+// x[0]² + ... + x[n-1]² in double, in a fixed order: element i goes to lane i mod 8 (each
+// lane summed in order), and the eight lanes are added in order 0..7 at the end. Compiled
+// for AVX-512, AVX2 and the baseline (the same values in each: one vector add per lane).
+double SumOfSquares(const float* x, int64_t n);
+double SumOfSquares(const BFloat16* x, int64_t n);
 
 }  // namespace tally::cpu

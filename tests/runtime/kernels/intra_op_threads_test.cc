@@ -114,6 +114,17 @@ Outputs RunKernels(int threads, MatmulInputs inputs) {
   check(k->Scale(scaled.data(), DType::kF32, p, 0.3f));
   out.insert(out.end(), {params, m, v, sgd_params, widened, accumulated, scaled});
 
+  // The gradient norm's squares (a double, kept as its bits), fp32 and bf16, over 6 blocks.
+  const std::vector<float> big = Random(size_t(90000), 14);
+  std::vector<BFloat16> big16(big.size());
+  check(k->Convert(big16.data(), DType::kBF16, big.data(), DType::kF32, int64_t(big.size())));
+  for (double squares : {k->AddSquares(big.data(), DType::kF32, int64_t(big.size()), 0.5).value(),
+                         k->AddSquares(big16.data(), DType::kBF16, int64_t(big.size()), 0.5).value()}) {
+    std::vector<float> bits(2);
+    std::memcpy(bits.data(), &squares, sizeof(squares));
+    out.push_back(bits);
+  }
+
   cpu::SetBlasThreads(1);
   return out;
 }
@@ -136,6 +147,19 @@ INSTANTIATE_TEST_SUITE_P(MatmulInputs, IntraOpThreads,
                          [](const ::testing::TestParamInfo<MatmulInputs>& param) {
                            return std::string(Name(param.param));
                          });
+
+// The blocked sum of squares against a long double one: the order changes only the last
+// bits.
+TEST(AddSquares, BlocksOfEightLanesAgreeWithOneLongSum) {
+  std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU(), MatmulInputs::kF32).value();
+  for (int64_t n : {0, 1, 7, 8, 9, 16384, 16385, 100003}) {
+    const std::vector<float> x = Random(size_t(n), int(n) + 3, 3.0f);
+    long double exact = 2.0L;
+    for (float v : x) exact += (long double)v * v;
+    const double got = k->AddSquares(x.data(), DType::kF32, n, 2.0).value();
+    EXPECT_NEAR(got, double(exact), 1e-13 * double(exact)) << n;
+  }
+}
 
 TEST(ParallelFor, CoversTheRangeOnceInBlocksOfAtLeastTheGrain) {
   cpu::SetBlasThreads(2);
