@@ -109,7 +109,7 @@ void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
 }
 
 void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos) {
-  ledger_.RecordCall(key_, payload_bytes, SecondsSince(started_nanos), SecondsSince(blocked_nanos));
+  RecordCall(payload_bytes, started_nanos, blocked_nanos, MonotonicNanos());
 }
 
 void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos,
