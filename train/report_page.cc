@@ -202,19 +202,20 @@ std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison&
     const std::string colour = row.key == "total" ? std::string(kGrey) : GroupColour(group);
     colours.insert(colour);
     struct Bar {
-      std::string run, kind, css;
+      size_t run;
+      std::string kind, css;
       double value;
     };
     std::vector<Bar> bars;
     for (size_t i = 0; i < runs.size(); ++i) {
-      if (row.cells[i].present) bars.push_back({c.labels[i], "measured", "measured", row.cells[i].max});
+      if (row.cells[i].present) bars.push_back({i, "measured", "measured", row.cells[i].max});
       int64_t v = 0;
       if (Busiest(runs[i], &RunReport::Rank::exact, row.key, &v) != nullptr) {
-        bars.push_back({c.labels[i], "exact formula", "exact", double(v)});
+        bars.push_back({i, "exact formula", "exact", double(v)});
       }
       v = 0;
       if (Busiest(runs[i], &RunReport::Rank::seed, row.key, &v) != nullptr) {
-        bars.push_back({c.labels[i], "seed's formula", "seed", double(v)});
+        bars.push_back({i, "seed's formula", "seed", double(v)});
       }
     }
     double max = 0;
@@ -230,13 +231,17 @@ std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison&
       const std::string fill = b.css == "measured" ? colour
                                : b.css == "exact"  ? absl::StrCat("url(#hatch-", colour.substr(1), ")")
                                                    : "#ffffff";
+      // A long label (many runs, many differences) is "run N" beside the bar; the
+      // configuration table's header and the tooltip name it in full.
+      const std::string& label = c.labels[b.run];
+      const std::string shown = label.size() <= 24 ? label : absl::StrCat("run ", b.run + 1);
       absl::StrAppendFormat(
           &body,
           R"~(<text x="%.1f" y="%.1f" class="label" text-anchor="end">%s · %s</text>)~"
           R"~(<rect class="bar %s" data-row="%s" data-run="%s" data-bytes="%d" x="%.1f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="%s"><title>%s · %s · %s: %s</title></rect>)~",
-          left - 6, y + bar_h - 3, Escape(b.run), b.kind, b.css, Escape(row.key), Escape(b.run),
+          left - 6, y + bar_h - 3, Escape(shown), b.kind, b.css, Escape(row.key), Escape(label),
           int64_t(b.value), left, y, std::max(w, 0.5), bar_h, fill, colour, Escape(row.key),
-          Escape(b.run), b.kind, Bytes(b.value));
+          Escape(label), b.kind, Bytes(b.value));
       y += bar_h + gap;
     }
     body += HorizontalAxis(left, y + 2, width, end, unit.name);
@@ -493,9 +498,11 @@ svg text { font-family: sans-serif; }
 }  // namespace
 
 std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) {
-  const std::string title = runs.size() == 1
-                                ? absl::StrCat("tally report: ", c.labels[0] == "run 1" ? c.paths[0] : c.labels[0])
-                                : absl::StrCat("tally comparison: ", absl::StrJoin(c.labels, " vs "));
+  const std::string joined = absl::StrJoin(c.labels, " vs ");
+  const std::string title =
+      runs.size() == 1      ? absl::StrCat("tally report: ", c.labels[0])
+      : joined.size() <= 100 ? absl::StrCat("tally comparison: ", joined)
+                             : absl::StrCat("tally comparison of ", runs.size(), " runs");
   std::string out = absl::StrCat("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>",
                                  Escape(title), "</title><style>", kStyle, "</style></head><body>\n<h1>",
                                  Escape(title), "</h1>\n");
