@@ -22,9 +22,10 @@ const std::string kTiny =
     " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1 --steps=2 --eval_every=0 "
     "--sample_bytes=0";
 
-// A run's --traffic_json, written to `name` under the test's directory.
+// A run's --traffic_json, written to `name` under the test's directory (prefixed: other
+// tests write there at the same time).
 std::string TrainRun(const std::string& name, const std::string& flags) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = ::testing::TempDir() + "/compare_" + name;
   Result r = RunCommand(kTrain + kTiny + " " + flags + " --traffic_json=" + path);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return path;
@@ -79,7 +80,7 @@ TEST(TallyCompare, RingAgainstNaiveOnFourRanks) {
 
 TEST(TallyCompare, ZeroOneAgainstZeroThree) {
   // --report=json to stdout, the log lines first, as a user redirects it.
-  const std::string z1 = ::testing::TempDir() + "/z1.json";
+  const std::string z1 = ::testing::TempDir() + "/compare_z1.json";
   ASSERT_EQ(RunCommand(kTrain + kTiny + " --dp=4 --zero=1 --report=json > " + z1).exit_code, 0);
   const std::string z3 = TrainRun("z3.json", "--dp=4 --zero=3");
   const int64_t m = 4 * Params(z3), steps = 2;
@@ -100,24 +101,24 @@ TEST(TallyCompare, ZeroOneAgainstZeroThree) {
 TEST(TallyCompare, BadInputIsOneClearLine) {
   const std::string dir = ::testing::TempDir();
   const std::string run = TrainRun("good.json", "--dp=2");
-  const std::string wider = ::testing::TempDir() + "/wider.json";
+  const std::string wider = ::testing::TempDir() + "/compare_wider.json";
   ASSERT_EQ(RunCommand(kTrain + " --n_layer=1 --n_head=2 --n_embd=64 --seq_len=32 --threads=1 "
                                 "--dp=2 --steps=1 --eval_every=0 --sample_bytes=0 --traffic_json=" +
                        wider)
                 .exit_code,
             0);
-  std::ofstream(dir + "/text.json") << "loss 3.2\nnot json at all\n";
-  std::ofstream(dir + "/broken.json") << "{\"config\": {\"dp\": 2";
-  std::ofstream(dir + "/other.json") << "[{\"op\": \"all_reduce\", \"time_us\": 3}]\n{\"a\": 1}\n";
+  std::ofstream(dir + "/compare_text.json") << "loss 3.2\nnot json at all\n";
+  std::ofstream(dir + "/compare_broken.json") << "{\"config\": {\"dp\": 2";
+  std::ofstream(dir + "/compare_other.json") << "[{\"op\": \"all_reduce\", \"time_us\": 3}]\n{\"a\": 1}\n";
   struct Case {
     std::string args, message;
   };
   const Case cases[] = {
       {"", "name the runs' JSON files"},
-      {dir + "/missing.json", "missing.json"},
-      {dir + "/text.json", "is not JSON: no line starts with '{'"},
-      {dir + "/broken.json", "is not JSON: [json]"},
-      {dir + "/other.json", "is not a tally_train report"},
+      {dir + "/compare_missing.json", "compare_missing.json"},
+      {dir + "/compare_text.json", "is not JSON: no line starts with '{'"},
+      {dir + "/compare_broken.json", "is not JSON: [json]"},
+      {dir + "/compare_other.json", "is not a tally_train report"},
       {run + " " + wider, "runs of different models"},
       {"--csv --json " + run, "--csv or --json, not both"},
   };

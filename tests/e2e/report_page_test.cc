@@ -100,7 +100,8 @@ TEST(ReportPage, A3DRunAndAComparisonInChromium) {
   const std::string chromium = Chromium(&why);
   if (chromium.empty()) GTEST_SKIP() << why;
   const std::string dir = ::testing::TempDir();
-  const std::string page = dir + "/run3d.html", json = dir + "/run3d.json";
+  // Names of this test's own: other tests run at the same time in the same directory.
+  const std::string page = dir + "/page_run3d.html", json = dir + "/page_run3d.json";
   Result run = RunCommand(kTrain + kTiny +
                           " --dp=2 --tp=2 --pp=2 --zero=1 --global_batch_size=8 "
                           "--micro_batch_size=2 --report_html=" + page + " --traffic_json=" + json);
@@ -140,7 +141,8 @@ TEST(ReportPage, A3DRunAndAComparisonInChromium) {
   EXPECT_FALSE(absl::StrContains(loaded.log, "CONSOLE")) << loaded.log;
 
   // ZeRO-1 against ZeRO-3, side by side.
-  const std::string z1 = dir + "/z1.json", z3 = dir + "/z3.json", both = dir + "/compare.html";
+  const std::string z1 = dir + "/page_z1.json", z3 = dir + "/page_z3.json";
+  const std::string both = dir + "/page_compare.html";
   ASSERT_EQ(RunCommand(kTrain + kTiny + " --dp=4 --zero=1 --traffic_json=" + z1).exit_code, 0);
   ASSERT_EQ(RunCommand(kTrain + kTiny + " --dp=4 --zero=3 --traffic_json=" + z3).exit_code, 0);
   Result compared = RunCommand(kCompare + " --html=" + both + " " + z1 + " " + z3);
