@@ -176,18 +176,22 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
   const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
   ReportInputs report{options,    steps,      traffic,   memory,           busy,
                       step_time,  train_time, job.nodes, job.expert_tokens, &spans};
+  // The JSON report, written once for whichever outputs ask for it.
+  const bool wants_json = options.report == ReportFormat::kJson ||
+                          !options.traffic_json.empty() || !options.report_html.empty();
+  const std::string json = wants_json ? ReportJson(report) : std::string();
   if (options.report == ReportFormat::kJson) {
-    log << "\n" << ReportJson(report) << "\n";
+    log << "\n" << json << "\n";
   } else if (options.report == ReportFormat::kCsv) {
     log << "\n" << ReportCsv(report);
   } else {
     log << "\n" << FormatReport(report);
   }
   if (!options.traffic_json.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, ReportJson(report) + "\n"));
+    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, json + "\n"));
   }
   if (!options.report_html.empty()) {  // the page of the run, drawn from its JSON
-    ASSIGN_OR_RETURN(RunReport run, ParseRunReport(ReportJson(report), options.report_html));
+    ASSIGN_OR_RETURN(RunReport run, ParseRunReport(json, options.report_html));
     ASSIGN_OR_RETURN(Comparison page, Compare({run}));
     RETURN_IF_ERROR(WriteTextFile(options.report_html, ReportPage({run}, page)));
   }

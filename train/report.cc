@@ -399,7 +399,7 @@ std::string ReportJson(const ReportInputs& in) {
   }
   const std::vector<std::vector<int64_t>> peers = comm::PeerMatrix(in.traffic);
   // A rank records the same spans every step: the last step's are the last 1/steps of them.
-  auto LastStep = [&](const std::vector<Trainer::Span>& spans) {
+  auto last_step = [&](const std::vector<Trainer::Span>& spans) {
     const size_t per_step = in.steps > 0 ? spans.size() / size_t(in.steps) : spans.size();
     return std::span<const Trainer::Span>(spans).last(per_step);
   };
@@ -407,7 +407,7 @@ std::string ReportJson(const ReportInputs& in) {
   int64_t span_origin = std::numeric_limits<int64_t>::max();
   if (in.spans != nullptr) {
     for (const std::vector<Trainer::Span>& spans : *in.spans) {
-      for (const Trainer::Span& s : LastStep(spans)) span_origin = std::min(span_origin, s.start_nanos);
+      for (const Trainer::Span& s : last_step(spans)) span_origin = std::min(span_origin, s.start_nanos);
     }
   }
   w.Key("ranks").BeginArray();
@@ -463,7 +463,7 @@ std::string ReportJson(const ReportInputs& in) {
     w.Key("peers").IntArray(peers[r]);
     if (in.spans != nullptr && r < in.spans->size() && !(*in.spans)[r].empty()) {
       w.Key("spans").BeginArray();
-      for (const Trainer::Span& s : LastStep((*in.spans)[r])) {
+      for (const Trainer::Span& s : last_step((*in.spans)[r])) {
         w.BeginObject().Key("name").String(s.name);
         w.Key("start_ms").Double(double(s.start_nanos - span_origin) / 1e6);
         w.Key("end_ms").Double(double(s.end_nanos - span_origin) / 1e6).EndObject();

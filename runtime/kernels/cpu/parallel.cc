@@ -37,7 +37,6 @@ void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64
     body(0, n);
     return;
   }
-  UseIntraOpThreads();
 #pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(blocks))
   for (int64_t i = 0; i < blocks; ++i) body(n * i / blocks, n * (i + 1) / blocks);
 }
