@@ -35,12 +35,13 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 struct BFloat16 {
   uint16_t bits = 0;
 
+  // Written without a branch, so that loops storing bf16 vectorise.
   static BFloat16 FromFloat(float value) {
     uint32_t u;
     std::memcpy(&u, &value, sizeof(u));
-    if ((u & 0x7fffffffu) > 0x7f800000u) return BFloat16{uint16_t((u >> 16) | 0x40)};  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return BFloat16{uint16_t(u >> 16)};
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x40u;  // a NaN stays a NaN, made quiet
+    return BFloat16{uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
   }
   float ToFloat() const {
     uint32_t u = uint32_t(bits) << 16;

@@ -16,8 +16,7 @@
 
 namespace tally::comm {
 
-Work::Work(std::unique_ptr<Wire> wire, size_t bytes, int64_t started_nanos)
-    : wire_(std::move(wire)), bytes_(bytes), started_nanos_(started_nanos) {}
+Work::Work(std::unique_ptr<Wire> wire, size_t bytes) : wire_(std::move(wire)), bytes_(bytes) {}
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, RankResources* resources,
                            CommOptions options)
@@ -41,6 +40,7 @@ absl::Status Communicator::CheckCount(Primitive primitive, const char* what, con
 absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
     int64_t count, std::initializer_list<const Tensor*> tensors, bool queued) {
+  const int64_t started = MonotonicNanos();  // the call's time includes the drain
   if (!queued) Drain();
   Algorithm chosen =
       options_.native_collectives
@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
   }
   RETURN_IF_ERROR(transport_->Announce(signature));
   return std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
-                                options_.max_chunk_bytes);
+                                options_.max_chunk_bytes, started);
 }
 
 absl::StatusOr<int> Communicator::BufferDevice(absl::FunctionRef<std::string()> where,
@@ -131,9 +131,8 @@ std::string TimelineName(const LedgerKey& key) {
 }
 }  // namespace
 
-absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t started,
-                                  absl::Status status) {
-  wire.RecordCall(payload_bytes, started, started);
+absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, absl::Status status) {
+  wire.RecordCall(payload_bytes, wire.started_nanos());
   tally::Timeline& timeline = ledger().timeline();
   if (timeline.recording()) {
     timeline.Collective(TimelineGroup(), size(), int64_t(wire.signature().seq),
@@ -144,19 +143,17 @@ absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, int64_t sta
 
 
 absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBroadcast, algorithm, data.dtype(), ReduceOp::kSum,
                                     root, data.numel(), {&data}));
   absl::Status s = Run(
       *wire, data.raw_data(), data.raw_data(),
       [&] { return ring::Broadcast(*wire, data.raw_data(), data.numel(), root); },
       [&] { return naive::Broadcast(*wire, data.raw_data(), data.numel(), root); });
-  return Finish(*wire, int64_t(data.nbytes()), started, s);
+  return Finish(*wire, int64_t(data.nbytes()), s);
 }
 
 absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
                                   AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   bool is_root = rank() == root;
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kReduce, "output", output, input.numel()));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduce, algorithm, input.dtype(), op, root,
@@ -165,7 +162,7 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root); },
       [&] { return naive::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root); });
-  return Finish(*wire, int64_t(input.nbytes()), started, s);
+  return Finish(*wire, int64_t(input.nbytes()), s);
 }
 
 Communicator::Call Communicator::AllReduceCall(const Tensor& data) {
@@ -185,11 +182,10 @@ Communicator::Call Communicator::AllReduceCall(const Tensor& data) {
 }
 
 absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}));
   const Call call = AllReduceCall(data);
-  return Finish(*wire, call.payload_bytes, started, call.run(*wire));
+  return Finish(*wire, call.payload_bytes, call.run(*wire));
 }
 
 absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, ReduceOp op,
@@ -223,14 +219,13 @@ Communicator::Call Communicator::ReduceScatterCall(const Tensor& input, const Te
 
 absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
                                          AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   int64_t n = input.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kReduceScatter, "output", output,
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1, n,
                                     {&input, &output}));
   const Call call = ReduceScatterCall(input, output);
-  return Finish(*wire, call.payload_bytes, started, call.run(*wire));
+  return Finish(*wire, call.payload_bytes, call.run(*wire));
 }
 
 Communicator::Call Communicator::AllGatherCall(const Tensor& input, const Tensor& output) {
@@ -249,19 +244,17 @@ Communicator::Call Communicator::AllGatherCall(const Tensor& input, const Tensor
 
 absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
                                      AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   int64_t n = output.numel();
   RETURN_IF_ERROR(
       CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
   const Call call = AllGatherCall(input, output);
-  return Finish(*wire, call.payload_bytes, started, call.run(*wire));
+  return Finish(*wire, call.payload_bytes, call.run(*wire));
 }
 
 absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t count, int root,
                                    AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   bool is_root = rank() == root;
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kScatter, "input", input, count));
   if (root >= 0 && root < size() && count >= 0) {
@@ -275,12 +268,11 @@ absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t 
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::Scatter(*wire, input.raw_data(), output.raw_data(), count, root); },
       [&] { return naive::Scatter(*wire, input.raw_data(), output.raw_data(), count, root); });
-  return Finish(*wire, count * int64_t(SizeOf(output.dtype())), started, s);
+  return Finish(*wire, count * int64_t(SizeOf(output.dtype())), s);
 }
 
 absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t count, int root,
                                   AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   bool is_root = rank() == root;
   if (is_root) RETURN_IF_ERROR(CheckCount(Primitive::kGather, "output", output, count));
   if (root >= 0 && root < size() && count >= 0) {
@@ -293,12 +285,11 @@ absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t c
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::Gather(*wire, input.raw_data(), output.raw_data(), count, root); },
       [&] { return naive::Gather(*wire, input.raw_data(), output.raw_data(), count, root); });
-  return Finish(*wire, count * int64_t(SizeOf(input.dtype())), started, s);
+  return Finish(*wire, count * int64_t(SizeOf(input.dtype())), s);
 }
 
 absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
                                     AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   int64_t n = input.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kAllToAll, "output", output,
                              size() * ChunkOf(n, size(), rank()).count));
@@ -308,7 +299,7 @@ absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
       *wire, input.raw_data(), output.raw_data(),
       [&] { return ring::AllToAll(*wire, input.raw_data(), output.raw_data(), n); },
       [&] { return naive::AllToAll(*wire, input.raw_data(), output.raw_data(), n); });
-  return Finish(*wire, int64_t(input.nbytes()), started, s);
+  return Finish(*wire, int64_t(input.nbytes()), s);
 }
 
 absl::StatusOr<std::vector<int64_t>> Communicator::ExchangeCounts(
@@ -329,7 +320,6 @@ absl::StatusOr<std::vector<int64_t>> Communicator::ExchangeCounts(
 absl::Status Communicator::AllToAllV(const Tensor& input, std::span<const int64_t> send_counts,
                                      Tensor& output, std::span<const int64_t> recv_counts,
                                      AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   const std::string where = absl::StrCat("[AllToAllV on '", name(), "'] rank ", rank());
   if (int(send_counts.size()) != size() || int(recv_counts.size()) != size()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", send_counts.size(), " send and ",
@@ -366,23 +356,21 @@ absl::Status Communicator::AllToAllV(const Tensor& input, std::span<const int64_
   ledger().AddExpected(wire->key(), AllToAllVTraffic(send_counts, recv_counts, rank(),
                                                      SizeOf(input.dtype()))
                                         .sent);
-  return Finish(*wire, int64_t(input.nbytes()), started, s);
+  return Finish(*wire, int64_t(input.nbytes()), s);
 }
 
 absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
-  int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBarrier, algorithm, DType::kF32, ReduceOp::kSum,
                                     -1, 0, {}));
   absl::Status s = Run(*wire, nullptr, nullptr, [&] { return ring::Barrier(*wire); },
                        [&] { return naive::Barrier(*wire); });
-  return Finish(*wire, 0, started, s);
+  return Finish(*wire, 0, s);
 }
 
 // ---------------------------------------------------------------------------- point-to-point
 
 std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, bool send) {
   Drain();  // after the non-blocking collectives posted before it
-  int64_t started = MonotonicNanos();
   // Point-to-point messages are not collective calls: they carry no sequence number, and
   // only the count and dtype are compared at the receiver.
   OpSignature signature{Primitive::kSendRecv, options_.algorithm, data.dtype(), ReduceOp::kSum,
@@ -390,10 +378,10 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   absl::StatusOr<int> device = BufferDevice(
       [&] { return absl::StrCat("[SendRecv on '", name(), "'] rank ", rank()); }, data, data);
   signature.device = device.ok() ? *device : -1;
-  auto work = std::unique_ptr<Work>(new Work(
-      std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
-                             options_.max_chunk_bytes),
-      data.nbytes(), started));
+  auto work = std::unique_ptr<Work>(
+      new Work(std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
+                                      options_.max_chunk_bytes, MonotonicNanos()),
+               data.nbytes()));
   if (ledger().timeline().recording() && peer >= 0 && peer < size()) {
     work->timeline_work_ = ledger().timeline().PostMessage(
         TimelineGroup(), transport_->world_rank(peer), send, int64_t(data.nbytes()),
@@ -420,9 +408,8 @@ void CollectiveWork::Done::Set(absl::Status s) {
   cv.notify_all();
 }
 
-CollectiveWork::CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes,
-                               int64_t started_nanos)
-    : wire_(std::move(wire)), payload_bytes_(payload_bytes), started_nanos_(started_nanos) {}
+CollectiveWork::CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes)
+    : wire_(std::move(wire)), payload_bytes_(payload_bytes) {}
 
 absl::Status CollectiveWork::Wait() {
   if (waited_) return status_;
@@ -434,7 +421,7 @@ absl::Status CollectiveWork::Wait() {
     status_ = done_->status;
     ended = done_->ended_nanos;
   }
-  wire_->RecordCall(payload_bytes_, started_nanos_, waited, ended);
+  wire_->RecordCall(payload_bytes_, waited, ended);
   wire_->ledger().timeline().Wait(timeline_work_, wire_->sent());
   waited_ = true;
   return status_;
@@ -442,10 +429,8 @@ absl::Status CollectiveWork::Wait() {
 
 CollectiveWork::~CollectiveWork() { Wait().IgnoreError(); }
 
-std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, Call call,
-                                                  int64_t started) {
-  std::unique_ptr<CollectiveWork> work(
-      new CollectiveWork(std::move(wire), call.payload_bytes, started));
+std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, Call call) {
+  std::unique_ptr<CollectiveWork> work(new CollectiveWork(std::move(wire), call.payload_bytes));
   Wire* w = work->wire_.get();
   if (ledger().timeline().recording()) {
     work->timeline_work_ = ledger().timeline().PostCollective(
@@ -467,38 +452,35 @@ std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, C
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllReduce(
     const Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
-  const int64_t started = MonotonicNanos();
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}, /*queued=*/true));
-  return Post(std::move(wire), AllReduceCall(data), started);
+  return Post(std::move(wire), AllReduceCall(data));
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IReduceScatter(
     const Tensor& input, const Tensor& output, ReduceOp op, AlgorithmChoice algorithm) {
-  const int64_t started = MonotonicNanos();
   const int64_t n = input.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kReduceScatter, "output", output,
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1,
                                     n, {&input, &output}, /*queued=*/true));
-  return Post(std::move(wire), ReduceScatterCall(input, output), started);
+  return Post(std::move(wire), ReduceScatterCall(input, output));
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllGather(
     const Tensor& input, const Tensor& output, AlgorithmChoice algorithm) {
-  const int64_t started = MonotonicNanos();
   const int64_t n = output.numel();
   RETURN_IF_ERROR(CheckCount(Primitive::kAllGather, "input", input,
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, input.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}, /*queued=*/true));
-  return Post(std::move(wire), AllGatherCall(input, output), started);
+  return Post(std::move(wire), AllGatherCall(input, output));
 }
 
 absl::Status Work::Wait() {
   const int64_t waited = MonotonicNanos();
   absl::Status status = pending_.WaitAll();
-  wire_->RecordCall(int64_t(bytes_), started_nanos_, waited);
+  wire_->RecordCall(int64_t(bytes_), waited);
   wire_->ledger().timeline().Wait(timeline_work_, wire_->sent());
   return status;
 }

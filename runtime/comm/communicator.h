@@ -73,11 +73,10 @@ class Work {
 
  private:
   friend class Communicator;
-  Work(std::unique_ptr<Wire> wire, size_t bytes, int64_t started_nanos);
+  Work(std::unique_ptr<Wire> wire, size_t bytes);
   std::unique_ptr<Wire> wire_;
   Pending pending_;
   size_t bytes_;
-  int64_t started_nanos_;
   int64_t timeline_work_ = -1;  // its number on the rank's timeline (timeline.h)
 };
 
@@ -105,11 +104,11 @@ class CollectiveWork {
     int64_t ended_nanos = 0;
     void Set(absl::Status s);
   };
-  CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes, int64_t started_nanos);
+  CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes);
 
   std::unique_ptr<Wire> wire_;
   std::shared_ptr<Done> done_ = std::make_shared<Done>();
-  int64_t payload_bytes_, started_nanos_;
+  int64_t payload_bytes_;
   bool waited_ = false;
   absl::Status status_;
   int64_t timeline_work_ = -1;  // its number on the rank's timeline (timeline.h)
@@ -212,8 +211,9 @@ class Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, const std::string& name);
 
  private:
-  // Checks the arguments every collective shares, then returns the Wire of the call. A
-  // blocking call (not `queued`) first waits for the non-blocking ones posted before it.
+  // Checks the arguments every collective shares, then returns the Wire of the call, timed
+  // from here. A blocking call (not `queued`) first waits for the non-blocking ones posted
+  // before it.
   absl::StatusOr<std::unique_ptr<Wire>> Begin(Primitive primitive, AlgorithmChoice algorithm,
                                               DType dtype, ReduceOp op, int root, int64_t count,
                                               std::initializer_list<const Tensor*> tensors,
@@ -229,7 +229,7 @@ class Communicator {
   Call AllGatherCall(const Tensor& input, const Tensor& output);
   // Runs `call` on the communication thread, or now where the transport or the buffers'
   // device keep it on this thread.
-  std::unique_ptr<CollectiveWork> Post(std::unique_ptr<Wire> wire, Call call, int64_t started);
+  std::unique_ptr<CollectiveWork> Post(std::unique_ptr<Wire> wire, Call call);
   // Waits until every non-blocking call posted so far has run.
   void Drain() {
     if (progress_ != nullptr) progress_->Drain();
@@ -244,8 +244,7 @@ class Communicator {
                    absl::FunctionRef<absl::Status()> naive_call,
                    absl::FunctionRef<absl::Status()> hierarchical_call);
   // Books the call in the ledger and passes on its status.
-  absl::Status Finish(Wire& wire, int64_t payload_bytes, int64_t started,
-                      absl::Status status);
+  absl::Status Finish(Wire& wire, int64_t payload_bytes, absl::Status status);
   // The CUDA device of a call's buffer `t` (-1: host memory), which must be where the
   // call's `first` buffer is, on a transport that moves GPU memory if it is a GPU.
   absl::StatusOr<int> BufferDevice(absl::FunctionRef<std::string()> where, const Tensor& t,

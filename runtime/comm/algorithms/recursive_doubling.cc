@@ -30,8 +30,11 @@ absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
   const size_t bytes = Bytes(count, wire);
   const std::vector<Step> steps = Schedule(wire.size(), wire.rank());
   // A round's partners read each other's buffer while reducing into their own: each sends
-  // a copy.
-  ASSIGN_OR_RETURN(void* copy, wire.Scratch(steps.empty() ? 0 : count));
+  // a copy (its own, unless the transport copies the message as it posts it).
+  void* copy = nullptr;
+  if (!steps.empty() && !wire.ExchangeCopiedAtPost(bytes)) {
+    ASSIGN_OR_RETURN(copy, wire.Scratch(count));
+  }
   bool averaged = false;
   for (const Step& step : steps) {
     // The result is complete before it goes back to a folded rank (or, with no fold, after
@@ -49,8 +52,8 @@ absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
         averaged = true;  // the folded rank gets the finished result
         break;
       case Move::kExchange:
-        RETURN_IF_ERROR(CopyElements(copy, data, count, wire));
-        wire.Send(step.peer, copy, bytes, pending, SendMode::kExchange);
+        if (copy != nullptr) RETURN_IF_ERROR(CopyElements(copy, data, count, wire));
+        wire.Send(step.peer, copy != nullptr ? copy : data, bytes, pending, SendMode::kExchange);
         wire.RecvReduce(step.peer, data, bytes, pending);
         break;
     }

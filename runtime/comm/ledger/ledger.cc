@@ -11,8 +11,10 @@
 namespace tally::comm {
 
 void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
-                               double blocked_seconds, int64_t ended_nanos) {
+                               double blocked_seconds, int64_t ended_nanos,
+                               int64_t sent_bytes) {
   std::lock_guard<std::mutex> lock(mu_.get());
+  sent_ += sent_bytes;
   CallTotals& c = calls_[key];
   c.calls += 1;
   c.payload_bytes += payload_bytes;

@@ -49,7 +49,8 @@ struct TransferTotals {
   int64_t bytes_recv = 0;
   int64_t messages_sent = 0;
   int64_t messages_recv = 0;
-  double seconds = 0;  // from post to completion, summed over messages
+  double seconds = 0;  // from post to completion, summed over messages (those waited
+                       // for together complete together, when the last of them does)
 };
 
 // One call, kept when the ledger traces (--trace): when it ran, and how many bytes the
@@ -81,21 +82,17 @@ class TrafficLedger {
 
   // The totals of (key, peer), created empty on first use. The reference stays valid
   // until Clear(), so a call can look its rows up once and book every message into them.
-  // Transfers, RecordCall and CountSent may come from the rank's communication thread
+  // Transfers and RecordCall may come from the rank's communication thread
   // (non-blocking collectives) as well as from the rank's own; a row is only ever
   // written by the thread that runs its call.
   TransferTotals& Transfers(const LedgerKey& key, int peer_world_rank) {
     std::lock_guard<std::mutex> lock(mu_.get());
     return transfers_[{key, peer_world_rank}];
   }
-  // A call that ended at `ended_nanos` (MonotonicNanos; -1: now).
+  // A call that ended at `ended_nanos` (MonotonicNanos; -1: now), having sent
+  // `sent_bytes` (added to the running total of CallEvent::sent_so_far as it ends).
   void RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
-                  double blocked_seconds, int64_t ended_nanos = -1);
-  // Every byte sent, as it is posted (the running total of CallEvent::sent_so_far).
-  void CountSent(int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_.get());
-    sent_ += bytes;
-  }
+                  double blocked_seconds, int64_t ended_nanos = -1, int64_t sent_bytes = 0);
 
   // What calls under `key` must send by a formula only their caller can evaluate (an
   // all-to-all-v's, from the counts it was given), added up per key; the report's exact

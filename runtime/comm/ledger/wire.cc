@@ -7,7 +7,7 @@
 namespace tally::comm {
 
 Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
-           const OpSignature& signature, size_t max_chunk_bytes)
+           const OpSignature& signature, size_t max_chunk_bytes, int64_t started_nanos)
     : transport_(transport),
       ledger_(ledger),
       allocator_(allocator),
@@ -16,7 +16,8 @@ Wire::Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Te
       max_chunk_bytes_(max_chunk_bytes),
       key_{transport.name(), signature.primitive, signature.algorithm, ledger.phase(),
            ledger.label()},
-      recording_(ledger.timeline().recording()) {}
+      recording_(ledger.timeline().recording()),
+      started_nanos_(started_nanos) {}
 
 Wire::SegmentList Wire::Segments(size_t bytes) const {
   size_t element = element_size();
@@ -55,7 +56,7 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
   for (Segment s : segments) {
     row.bytes_sent += int64_t(s.bytes);
     row.messages_sent += 1;
-    ledger_.CountSent(int64_t(s.bytes));
+    sent_bytes_ += int64_t(s.bytes);
   }
   if (recording_) {  // the replay's record of the call (timeline.h)
     const int peer_world = PeerWorldRank(peer);
@@ -67,7 +68,7 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
     pending.entries_.push_back(
         {transport_.Isend(peer, static_cast<const char*>(data) + s.offset, s.bytes, signature_,
                           mode),
-         &row, MonotonicNanos(), false, absl::OkStatus()});
+         this, &row, PostedNanos(), false, absl::OkStatus()});
   }
 }
 
@@ -83,7 +84,7 @@ void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pe
   for (Segment s : Posted(segments, bytes)) {
     pending.entries_.push_back({transport_.Irecv(peer, static_cast<char*>(data) + s.offset,
                                                  s.bytes, signature_, reduction),
-                                &row, MonotonicNanos(), false, absl::OkStatus()});
+                                this, &row, PostedNanos(), false, absl::OkStatus()});
   }
 }
 
@@ -94,7 +95,7 @@ void Wire::BookModelled() {
   TransferTotals& to = Row(PeerWorldRank(right()));
   to.bytes_sent += t.sent;
   to.messages_sent += t.sent > 0 ? 1 : 0;
-  ledger_.CountSent(t.sent);
+  sent_bytes_ += t.sent;
   TransferTotals& from = Row(PeerWorldRank(left()));
   from.bytes_recv += t.recv;
   from.messages_recv += t.recv > 0 ? 1 : 0;
@@ -108,15 +109,33 @@ void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
   PostRecv(peer, data, bytes, /*reduce=*/true, pending);
 }
 
-void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos) {
-  RecordCall(payload_bytes, started_nanos, blocked_nanos, MonotonicNanos());
+int64_t Wire::PostedNanos() {
+  if (posted_nanos_ < 0) posted_nanos_ = StampCompleted();
+  return posted_nanos_;
 }
 
-void Wire::RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos,
-                      int64_t ended_nanos) {
-  const double seconds = double(ended_nanos - started_nanos) / 1e9;
+void Wire::Completed(TransferTotals* row, int64_t posted_nanos) {
+  posted_nanos_ = -1;
+  completed_.push_back({row, posted_nanos});
+}
+
+int64_t Wire::StampCompleted(int64_t now) {
+  if (now < 0) now = MonotonicNanos();
+  for (auto [row, posted] : completed_) row->seconds += double(now - posted) / 1e9;
+  completed_.clear();
+  return now;
+}
+
+void Wire::RecordCall(int64_t payload_bytes, int64_t blocked_nanos) {
+  RecordCall(payload_bytes, blocked_nanos, StampCompleted());
+}
+
+void Wire::RecordCall(int64_t payload_bytes, int64_t blocked_nanos, int64_t ended_nanos) {
+  StampCompleted(ended_nanos);
+  const double seconds = double(ended_nanos - started_nanos_) / 1e9;
   const double blocked = double(std::max<int64_t>(0, ended_nanos - blocked_nanos)) / 1e9;
-  ledger_.RecordCall(key_, payload_bytes, seconds, blocked, ended_nanos);
+  ledger_.RecordCall(key_, payload_bytes, seconds, blocked, ended_nanos, sent_bytes_);
+  sent_bytes_ = 0;
 }
 
 absl::StatusOr<void*> Wire::Scratch(int64_t count) {
@@ -135,7 +154,7 @@ absl::StatusOr<void*> Wire::Scratch(int64_t count) {
 }
 
 void Pending::Fail(absl::Status status) {
-  entries_.push_back({FailedRequest(std::move(status)), nullptr, MonotonicNanos(), false, {}});
+  entries_.push_back({FailedRequest(std::move(status)), nullptr, nullptr, 0, false, {}});
 }
 
 absl::Status Pending::Wait(size_t i) {
@@ -143,7 +162,7 @@ absl::Status Pending::Wait(size_t i) {
   if (!e.waited) {
     e.status = e.request->Wait();
     e.waited = true;
-    if (e.row != nullptr) e.row->seconds += SecondsSince(e.posted_nanos);
+    if (e.wire != nullptr) e.wire->Completed(e.row, e.posted_nanos);
   }
   return e.status;
 }

@@ -32,9 +32,10 @@ class Pending;
 
 class Wire {
  public:
-  // `scratch` is the communicator's reusable comm buffer (see Scratch).
+  // `scratch` is the communicator's reusable comm buffer (see Scratch). The call began at
+  // `started_nanos` (MonotonicNanos).
   Wire(Transport& transport, TrafficLedger& ledger, Allocator& allocator, Tensor* scratch,
-       const OpSignature& signature, size_t max_chunk_bytes);
+       const OpSignature& signature, size_t max_chunk_bytes, int64_t started_nanos);
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
@@ -61,6 +62,12 @@ class Wire {
   // post millions of messages.
   SegmentList Posted(const SegmentList& segments, size_t bytes) const;
 
+  // Whether a kExchange send of `bytes` leaves the caller's buffer free as soon as it is
+  // posted (the transport copies it then: Transport::ExchangeCopiedAtPost).
+  bool ExchangeCopiedAtPost(size_t bytes) const {
+    return bytes <= transport_.ExchangeCopiedAtPost(signature_);
+  }
+
   // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
   void Send(int peer, const void* data, size_t bytes, Pending& pending,
             SendMode mode = SendMode::kRendezvous);
@@ -74,12 +81,12 @@ class Wire {
   void BookModelled();
 
   // Books one call of the collective (payload: the caller's buffer size) in the ledger: it
-  // ran from `started_nanos` until now, and held the caller up from `blocked_nanos`.
-  void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos);
+  // ran from started_nanos() until now, and held the caller up from `blocked_nanos`.
+  void RecordCall(int64_t payload_bytes, int64_t blocked_nanos);
   // The same for a call that ended at `ended_nanos` (a non-blocking collective, booked
   // when it is waited for): held up from `blocked_nanos` to its end, if it had not ended.
-  void RecordCall(int64_t payload_bytes, int64_t started_nanos, int64_t blocked_nanos,
-                  int64_t ended_nanos);
+  void RecordCall(int64_t payload_bytes, int64_t blocked_nanos, int64_t ended_nanos);
+  int64_t started_nanos() const { return started_nanos_; }
 
   // Space for `count` elements of the call's dtype, valid until the call returns, in the
   // call's memory (host, or its GPU). It is the communicator's comm buffer, grown when a
@@ -96,6 +103,15 @@ class Wire {
  private:
   friend class Pending;
   void PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending);
+
+  // The messages' times (TransferTotals::seconds) take no clock reading of their own: a
+  // message is stamped as posted by the first post of the run it belongs to (posts made
+  // back to back, with no wait between), and as done by the first reading after its wait
+  // (the next run of posts', or the call's end).
+  int64_t PostedNanos();
+  void Completed(TransferTotals* row, int64_t posted_nanos);
+  // Reads the clock (or takes `now`), booking the times of the messages completed since.
+  int64_t StampCompleted(int64_t now = -1);
   int PeerWorldRank(int peer) const;
   // The ledger row of this call and peer, looked up once per call.
   TransferTotals& Row(int peer_world);
@@ -108,7 +124,11 @@ class Wire {
   size_t max_chunk_bytes_;
   LedgerKey key_;
   std::vector<std::pair<int, TransferTotals*>> rows_;  // (peer world rank, its row)
+  int64_t sent_bytes_ = 0;  // added to the ledger's running total as the call is recorded
   bool recording_;  // the rank's timeline, as the call was made (on the rank's thread)
+  int64_t started_nanos_;
+  int64_t posted_nanos_ = -1;  // the current run of posts' stamp; -1 after a wait
+  absl::InlinedVector<std::pair<TransferTotals*, int64_t>, 2> completed_;  // (row, posted)
   std::vector<tally::PeerBytes> sent_;
 };
 
@@ -127,7 +147,8 @@ class Pending {
   friend class Wire;
   struct Entry {
     std::unique_ptr<Request> request;
-    TransferTotals* row;   // where the wait time is booked (null: nowhere)
+    Wire* wire;            // that posted it (null: a failure found before posting)
+    TransferTotals* row;   // where its time is booked
     int64_t posted_nanos;  // MonotonicNanos() when posted
     bool waited = false;
     absl::Status status;

@@ -117,6 +117,10 @@ class Transport {
   // Whether the transport moves device memory (OpSignature::device >= 0): copies and
   // reductions between GPU buffers. The default does not.
   virtual bool MovesDeviceMemory() const { return false; }
+  // The most bytes of a kExchange send that the transport copies out of the caller's
+  // buffer as it posts it, so that the buffer may change at once (recursive doubling
+  // reduces into the buffer it sends from). The default copies none.
+  virtual size_t ExchangeCopiedAtPost(const OpSignature&) const { return 0; }
   // Whether the transport carries meta buffers' messages (OpSignature::meta()): matched
   // and counted, with no payload. The default does not.
   virtual bool CarriesMeta() const { return false; }

@@ -3,6 +3,7 @@
 #include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/fast_math.h"
 #include "runtime/kernels/cpu/parallel.h"
+#include "runtime/kernels/cpu/store.h"
 
 namespace tally::cpu {
 namespace {
@@ -13,10 +14,10 @@ constexpr double kCubic = 0.044715;
 // Always inlined, so that each clone below compiles the loop for its own target.
 template <typename T, typename Y>
 [[gnu::always_inline]] inline void Forward(Y* y, const T* x, long n) {
-  for (long i = 0; i < n; ++i) {
+  StoreEach(y, n, [x](long i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kCubic) * x[i] * x[i] * x[i]);
-    y[i] = StoredAs<Y>(T(0.5) * x[i] * (T(1) + FastTanh(u)));
-  }
+    return T(0.5) * x[i] * (T(1) + FastTanh(u));
+  });
 }
 
 template <typename T>

@@ -123,13 +123,7 @@ const float* Widened(int slot, const BFloat16* from, int rows, int cols, int ld)
 }
 
 TALLY_CPU_CLONES void Round(BFloat16* to, const float* from, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &from[i], sizeof(u));
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = (u >> 16) | 0x40u;  // quiet, as BFloat16::FromFloat
-    to[i].bits = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) to[i] = BFloat16::FromFloat(from[i]);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "runtime/dtype.h"
 #include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/parallel.h"
+#include "runtime/kernels/cpu/store.h"
 
 namespace tally::cpu {
 namespace {
@@ -33,7 +34,7 @@ template <int R, typename T, typename Y>
     const T* xi = xr + r * c;
     Y* yi = y + (first + r) * c;
     const T mr = m[r];
-    for (int j = 0; j < c; ++j) yi[j] = StoredAs<Y>((xi[j] - mr) * s * w[j] + b[j]);
+    StoreEach(yi, c, [&](long j) { return (xi[j] - mr) * s * w[j] + b[j]; });
     mean[first + r] = mr;
     rstd[first + r] = s;
   }

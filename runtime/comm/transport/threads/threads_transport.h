@@ -172,6 +172,9 @@ class ThreadsTransport : public Transport {
   // other's. Small sends are then not buffered (kEagerBytes is for host memory).
   bool MovesDeviceMemory() const override { return true; }
   bool CarriesMeta() const override { return true; }
+  size_t ExchangeCopiedAtPost(const OpSignature& signature) const override {
+    return signature.device < 0 ? kEagerBytes : 0;
+  }
   bool RunsOnAnyThread() const override { return true; }
   absl::Status RunStatus() const override {
     return hub_->session().aborted() ? hub_->session().abort_status() : absl::OkStatus();
