@@ -9,8 +9,8 @@ namespace tally::model {
 absl::StatusOr<float*> WorkingCopies::Widen(int unit, const Tensor& stored) {
   Tensor& copy = copies_[unit];
   if (!copy.defined()) {
-    ASSIGN_OR_RETURN(copy, Tensor::Empty({stored.numel()}, DType::kF32, alloc_,
-                                         MemoryCategory::kActivations));
+    ASSIGN_OR_RETURN(copy, Tensor::Unfilled({stored.numel()}, DType::kF32, alloc_,
+                                            MemoryCategory::kActivations));
     RETURN_IF_ERROR(kernels_.Convert(copy.raw_data(), DType::kF32, stored.raw_data(),
                                      stored.dtype(), stored.numel()));
   }

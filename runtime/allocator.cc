@@ -34,7 +34,7 @@ Storage::~Storage() {
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> Allocator::Allocate(size_t bytes,
-                                                             MemoryCategory category) {
+                                                             MemoryCategory category, Fill fill) {
   if (device_.type == DeviceType::kMeta) {  // charged, and nothing taken
     return std::make_shared<Storage>(kMetaAddress, bytes, device_, ledger_, category);
   }
@@ -53,7 +53,7 @@ absl::StatusOr<std::shared_ptr<Storage>> Allocator::Allocate(size_t bytes,
     return absl::ResourceExhaustedError("[Allocate] could not allocate " + std::to_string(bytes) +
                                         " bytes of " + std::string(Name(category)));
   }
-  std::memset(data, 0, rounded);
+  if (fill == Fill::kZero) std::memset(data, 0, rounded);
   return std::make_shared<Storage>(data, bytes, device_, ledger_, category);
 }
 

@@ -4,7 +4,9 @@
 //   Allocator alloc(&ledger);
 //   std::shared_ptr<Storage> s = alloc.Allocate(4096, MemoryCategory::kActivations);
 //
-// Storage is 64-byte aligned (a cache line; enough for any SIMD load) and zero-filled, and
+// Storage is 64-byte aligned (a cache line; enough for any SIMD load) and zero-filled
+// (host memory asked for as Fill::kNone is left as it comes: for a buffer its user writes
+// whole before reading it), and
 // gives its bytes back to the ledger when the last reference to it dies. An allocator of
 // a CUDA device hands out device memory (runtime/cuda/cuda.h), charged the same way; one
 // of the meta device charges the bytes and takes none (device.h): its storage's data is an
@@ -51,7 +53,9 @@ class Allocator {
   explicit Allocator(MemoryLedger* ledger, Device device = Device::CPU())
       : ledger_(ledger), device_(device) {}
 
-  absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t bytes, MemoryCategory category);
+  enum class Fill { kZero, kNone };
+  absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t bytes, MemoryCategory category,
+                                                    Fill fill = Fill::kZero);
 
   MemoryLedger* ledger() const { return ledger_; }
   Device device() const { return device_; }

@@ -70,8 +70,8 @@ Tensor Tensor::Borrow(TypedPtr data, int64_t count, Device device) {
                 data.type);
 }
 
-absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Allocator& alloc,
-                                     MemoryCategory category) {
+absl::StatusOr<Tensor> Tensor::New(Shape shape, DType dtype, Allocator& alloc,
+                                   MemoryCategory category, Allocator::Fill fill) {
   for (int64_t d : shape) {
     if (d < 0) {
       return absl::InvalidArgumentError("[Tensor::Empty] negative dimension in shape " +
@@ -79,8 +79,18 @@ absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Allocator& alloc,
     }
   }
   size_t bytes = static_cast<size_t>(NumElements(shape)) * SizeOf(dtype);
-  ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, alloc.Allocate(bytes, category));
+  ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, alloc.Allocate(bytes, category, fill));
   return Tensor(std::move(storage), 0, std::move(shape), dtype);
+}
+
+absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Allocator& alloc,
+                                     MemoryCategory category) {
+  return New(std::move(shape), dtype, alloc, category, Allocator::Fill::kZero);
+}
+
+absl::StatusOr<Tensor> Tensor::Unfilled(Shape shape, DType dtype, Allocator& alloc,
+                                        MemoryCategory category) {
+  return New(std::move(shape), dtype, alloc, category, Allocator::Fill::kNone);
 }
 
 Tensor Tensor::Slice(int64_t begin, int64_t end) const {

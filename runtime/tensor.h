@@ -36,6 +36,10 @@ class Tensor {
   // A new zero-filled tensor charged to `category` of the allocator's ledger.
   static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype, Allocator& alloc,
                                        MemoryCategory category = MemoryCategory::kOther);
+  // The same, its values left as they come in host memory: for a buffer that is written
+  // whole before it is read (a working copy), which the zero-fill would only touch twice.
+  static absl::StatusOr<Tensor> Unfilled(Shape shape, DType dtype, Allocator& alloc,
+                                         MemoryCategory category);
 
   // A 1-D view of `count` values (fp32 from a float*) on `device` that the tensor neither
   // owns nor counts (an activation inside a buffer the model carved up); the memory must
@@ -80,6 +84,8 @@ class Tensor {
 
  private:
   Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shape, DType dtype);
+  static absl::StatusOr<Tensor> New(Shape shape, DType dtype, Allocator& alloc,
+                                    MemoryCategory category, Allocator::Fill fill);
 
   std::shared_ptr<Storage> storage_;
   size_t offset_bytes_ = 0;

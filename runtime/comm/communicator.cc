@@ -165,27 +165,28 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
   return Finish(*wire, int64_t(input.nbytes()), s);
 }
 
+absl::Status Communicator::AllReduceOn(Wire& w, const Tensor& data) {
+  if (w.signature().algorithm == Algorithm::kRecursiveDoubling) {
+    return recursive_doubling::AllReduce(w, data.raw_data(), data.numel());
+  }
+  return Run(
+      w, data.raw_data(), data.raw_data(),
+      [&] { return ring::AllReduce(w, data.raw_data(), data.numel()); },
+      [&] { return naive::AllReduce(w, data.raw_data(), data.numel()); },
+      [&] {
+        return hierarchical::AllReduce(w, *hierarchical::LayoutOf(group_nodes_), data.raw_data(),
+                                       data.numel());
+      });
+}
+
 Communicator::Call Communicator::AllReduceCall(const Tensor& data) {
-  return {int64_t(data.nbytes()), [this, data](Wire& w) {
-            if (w.signature().algorithm == Algorithm::kRecursiveDoubling) {
-              return recursive_doubling::AllReduce(w, data.raw_data(), data.numel());
-            }
-            return Run(
-                w, data.raw_data(), data.raw_data(),
-                [&] { return ring::AllReduce(w, data.raw_data(), data.numel()); },
-                [&] { return naive::AllReduce(w, data.raw_data(), data.numel()); },
-                [&] {
-                  return hierarchical::AllReduce(w, *hierarchical::LayoutOf(group_nodes_),
-                                                 data.raw_data(), data.numel());
-                });
-          }};
+  return {int64_t(data.nbytes()), [this, data](Wire& w) { return AllReduceOn(w, data); }};
 }
 
 absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}));
-  const Call call = AllReduceCall(data);
-  return Finish(*wire, call.payload_bytes, call.run(*wire));
+  return Finish(*wire, int64_t(data.nbytes()), AllReduceOn(*wire, data));
 }
 
 absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, ReduceOp op,
@@ -203,18 +204,21 @@ absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, R
   return dtype == DType::kF32 ? double(one.data<float>()[0]) : one.data<double>()[0];
 }
 
+absl::Status Communicator::ReduceScatterOn(Wire& w, const Tensor& input, const Tensor& output) {
+  const int64_t n = input.numel();
+  return Run(
+      w, input.raw_data(), output.raw_data(),
+      [&] { return ring::ReduceScatter(w, input.raw_data(), output.raw_data(), n); },
+      [&] { return naive::ReduceScatter(w, input.raw_data(), output.raw_data(), n); },
+      [&] {
+        return hierarchical::ReduceScatter(w, *hierarchical::LayoutOf(group_nodes_),
+                                           input.raw_data(), output.raw_data(), n);
+      });
+}
+
 Communicator::Call Communicator::ReduceScatterCall(const Tensor& input, const Tensor& output) {
-  return {int64_t(input.nbytes()), [this, input, output](Wire& w) {
-            const int64_t n = input.numel();
-            return Run(
-                w, input.raw_data(), output.raw_data(),
-                [&] { return ring::ReduceScatter(w, input.raw_data(), output.raw_data(), n); },
-                [&] { return naive::ReduceScatter(w, input.raw_data(), output.raw_data(), n); },
-                [&] {
-                  return hierarchical::ReduceScatter(w, *hierarchical::LayoutOf(group_nodes_),
-                                                     input.raw_data(), output.raw_data(), n);
-                });
-          }};
+  return {int64_t(input.nbytes()),
+          [this, input, output](Wire& w) { return ReduceScatterOn(w, input, output); }};
 }
 
 absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op,
@@ -224,22 +228,24 @@ absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, Re
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1, n,
                                     {&input, &output}));
-  const Call call = ReduceScatterCall(input, output);
-  return Finish(*wire, call.payload_bytes, call.run(*wire));
+  return Finish(*wire, int64_t(input.nbytes()), ReduceScatterOn(*wire, input, output));
+}
+
+absl::Status Communicator::AllGatherOn(Wire& w, const Tensor& input, const Tensor& output) {
+  const int64_t n = output.numel();
+  return Run(
+      w, input.raw_data(), output.raw_data(),
+      [&] { return ring::AllGather(w, input.raw_data(), output.raw_data(), n); },
+      [&] { return naive::AllGather(w, input.raw_data(), output.raw_data(), n); },
+      [&] {
+        return hierarchical::AllGather(w, *hierarchical::LayoutOf(group_nodes_), input.raw_data(),
+                                       output.raw_data(), n);
+      });
 }
 
 Communicator::Call Communicator::AllGatherCall(const Tensor& input, const Tensor& output) {
-  return {int64_t(output.nbytes()), [this, input, output](Wire& w) {
-            const int64_t n = output.numel();
-            return Run(
-                w, input.raw_data(), output.raw_data(),
-                [&] { return ring::AllGather(w, input.raw_data(), output.raw_data(), n); },
-                [&] { return naive::AllGather(w, input.raw_data(), output.raw_data(), n); },
-                [&] {
-                  return hierarchical::AllGather(w, *hierarchical::LayoutOf(group_nodes_),
-                                                 input.raw_data(), output.raw_data(), n);
-                });
-          }};
+  return {int64_t(output.nbytes()),
+          [this, input, output](Wire& w) { return AllGatherOn(w, input, output); }};
 }
 
 absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
@@ -249,8 +255,7 @@ absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
       CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
-  const Call call = AllGatherCall(input, output);
-  return Finish(*wire, call.payload_bytes, call.run(*wire));
+  return Finish(*wire, int64_t(output.nbytes()), AllGatherOn(*wire, input, output));
 }
 
 absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t count, int root,

@@ -218,8 +218,12 @@ class Communicator {
                                               DType dtype, ReduceOp op, int root, int64_t count,
                                               std::initializer_list<const Tensor*> tensors,
                                               bool queued = false);
-  // What a call with a non-blocking form runs on its wire (its algorithm), and its
-  // payload; the tensors are held by the call.
+  // The algorithm of a call with a non-blocking form, on its wire.
+  absl::Status AllReduceOn(Wire& w, const Tensor& data);
+  absl::Status ReduceScatterOn(Wire& w, const Tensor& input, const Tensor& output);
+  absl::Status AllGatherOn(Wire& w, const Tensor& input, const Tensor& output);
+  // The same as a call to run later (the non-blocking form), and its payload; the
+  // tensors are held by the call.
   struct Call {
     int64_t payload_bytes;
     std::function<absl::Status(Wire&)> run;

@@ -5,11 +5,11 @@
 
 namespace tally::comm::recursive_doubling {
 
-std::vector<Step> Schedule(int group_size, int rank) {
+Steps Schedule(int group_size, int rank) {
   int doubling = 1;  // p', the largest power of two <= p
   while (doubling * 2 <= group_size) doubling *= 2;
   const int extra = group_size - doubling;
-  std::vector<Step> steps;
+  Steps steps;
   if (rank < 2 * extra && rank % 2 == 0) {  // folds into rank + 1 and waits for the result
     steps.push_back({rank + 1, Move::kSend});
     steps.push_back({rank + 1, Move::kReceive});
@@ -28,7 +28,7 @@ std::vector<Step> Schedule(int group_size, int rank) {
 
 absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
   const size_t bytes = Bytes(count, wire);
-  const std::vector<Step> steps = Schedule(wire.size(), wire.rank());
+  const Steps steps = Schedule(wire.size(), wire.rank());
   // A round's partners read each other's buffer while reducing into their own: each sends
   // a copy (its own, unless the transport copies the message as it posts it).
   void* copy = nullptr;

@@ -18,8 +18,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "runtime/comm/ledger/wire.h"
 
@@ -37,6 +37,8 @@ struct Step {
   bool sends() const { return move == Move::kSend || move == Move::kExchange; }
   bool receives() const { return move != Move::kSend; }
 };
-std::vector<Step> Schedule(int group_size, int rank);
+// A rank's steps: at most log2(p) + 2, kept inline (a small all-reduce allocates nothing).
+using Steps = absl::InlinedVector<Step, 8>;
+Steps Schedule(int group_size, int rank);
 
 }  // namespace tally::comm::recursive_doubling

@@ -22,14 +22,14 @@ template <typename T, typename Y>
 
 template <typename T>
 [[gnu::always_inline]] inline void Backward(T* dx, const T* x, const T* dy, long n) {
-  for (long i = 0; i < n; ++i) {
+  StoreEach(dx, n, [x, dy](long i) {
     T xi = x[i];
     T u = T(kSqrt2OverPi) * (xi + T(kCubic) * xi * xi * xi);
     T th = FastTanh(u);
     T sech2 = T(1) - th * th;
     T du = T(kSqrt2OverPi) * (T(1) + T(3 * kCubic) * xi * xi);
-    dx[i] = (T(0.5) * (T(1) + th) + T(0.5) * xi * sech2 * du) * dy[i];
-  }
+    return (T(0.5) * (T(1) + th) + T(0.5) * xi * sech2 * du) * dy[i];
+  });
 }
 
 // The float versions (the training path) are compiled for AVX-512, for AVX2 and for the
