@@ -37,7 +37,7 @@ absl::Status Communicator::CheckCount(Primitive primitive, const char* what, con
                                                  t.numel(), " elements, expected ", expected));
 }
 
-absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
+absl::StatusOr<Wire> Communicator::Begin(
     Primitive primitive, AlgorithmChoice algorithm, DType dtype, ReduceOp op, int root,
     int64_t count, std::initializer_list<const Tensor*> tensors, bool queued) {
   const int64_t started = MonotonicNanos();  // the call's time includes the drain
@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<Wire>> Communicator::Begin(
     }
   }
   RETURN_IF_ERROR(transport_->Announce(signature));
-  return std::make_unique<Wire>(*transport_, ledger(), allocator(), &scratch_, signature,
-                                options_.max_chunk_bytes, started);
+  return Wire(*transport_, ledger(), allocator(), &scratch_, signature, options_.max_chunk_bytes,
+              started);
 }
 
 absl::StatusOr<int> Communicator::BufferDevice(absl::FunctionRef<std::string()> where,
@@ -146,10 +146,10 @@ absl::Status Communicator::Broadcast(Tensor& data, int root, AlgorithmChoice alg
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBroadcast, algorithm, data.dtype(), ReduceOp::kSum,
                                     root, data.numel(), {&data}));
   absl::Status s = Run(
-      *wire, data.raw_data(), data.raw_data(),
-      [&] { return ring::Broadcast(*wire, data.raw_data(), data.numel(), root); },
-      [&] { return naive::Broadcast(*wire, data.raw_data(), data.numel(), root); });
-  return Finish(*wire, int64_t(data.nbytes()), s);
+      wire, data.raw_data(), data.raw_data(),
+      [&] { return ring::Broadcast(wire, data.raw_data(), data.numel(), root); },
+      [&] { return naive::Broadcast(wire, data.raw_data(), data.numel(), root); });
+  return Finish(wire, int64_t(data.nbytes()), s);
 }
 
 absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
@@ -159,10 +159,10 @@ absl::Status Communicator::Reduce(const Tensor& input, Tensor& output, ReduceOp 
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduce, algorithm, input.dtype(), op, root,
                                     input.numel(), {&input, is_root ? &output : &input}));
   absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
-      [&] { return ring::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root); },
-      [&] { return naive::Reduce(*wire, input.raw_data(), output.raw_data(), input.numel(), root); });
-  return Finish(*wire, int64_t(input.nbytes()), s);
+      wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::Reduce(wire, input.raw_data(), output.raw_data(), input.numel(), root); },
+      [&] { return naive::Reduce(wire, input.raw_data(), output.raw_data(), input.numel(), root); });
+  return Finish(wire, int64_t(input.nbytes()), s);
 }
 
 absl::Status Communicator::AllReduceOn(Wire& w, const Tensor& data) {
@@ -186,7 +186,7 @@ Communicator::Call Communicator::AllReduceCall(const Tensor& data) {
 absl::Status Communicator::AllReduce(Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}));
-  return Finish(*wire, int64_t(data.nbytes()), AllReduceOn(*wire, data));
+  return Finish(wire, int64_t(data.nbytes()), AllReduceOn(wire, data));
 }
 
 absl::StatusOr<double> Communicator::AllReduceValue(double value, DType dtype, ReduceOp op,
@@ -228,7 +228,7 @@ absl::Status Communicator::ReduceScatter(const Tensor& input, Tensor& output, Re
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1, n,
                                     {&input, &output}));
-  return Finish(*wire, int64_t(input.nbytes()), ReduceScatterOn(*wire, input, output));
+  return Finish(wire, int64_t(input.nbytes()), ReduceScatterOn(wire, input, output));
 }
 
 absl::Status Communicator::AllGatherOn(Wire& w, const Tensor& input, const Tensor& output) {
@@ -255,7 +255,7 @@ absl::Status Communicator::AllGather(const Tensor& input, Tensor& output,
       CheckCount(Primitive::kAllGather, "input", input, ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, output.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
-  return Finish(*wire, int64_t(output.nbytes()), AllGatherOn(*wire, input, output));
+  return Finish(wire, int64_t(output.nbytes()), AllGatherOn(wire, input, output));
 }
 
 absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t count, int root,
@@ -270,10 +270,10 @@ absl::Status Communicator::Scatter(const Tensor& input, Tensor& output, int64_t 
                                     ReduceOp::kSum, root, count,
                                     {&output, is_root ? &input : &output}));
   absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
-      [&] { return ring::Scatter(*wire, input.raw_data(), output.raw_data(), count, root); },
-      [&] { return naive::Scatter(*wire, input.raw_data(), output.raw_data(), count, root); });
-  return Finish(*wire, count * int64_t(SizeOf(output.dtype())), s);
+      wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::Scatter(wire, input.raw_data(), output.raw_data(), count, root); },
+      [&] { return naive::Scatter(wire, input.raw_data(), output.raw_data(), count, root); });
+  return Finish(wire, count * int64_t(SizeOf(output.dtype())), s);
 }
 
 absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t count, int root,
@@ -287,10 +287,10 @@ absl::Status Communicator::Gather(const Tensor& input, Tensor& output, int64_t c
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kGather, algorithm, input.dtype(), ReduceOp::kSum,
                                     root, count, {&input, is_root ? &output : &input}));
   absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
-      [&] { return ring::Gather(*wire, input.raw_data(), output.raw_data(), count, root); },
-      [&] { return naive::Gather(*wire, input.raw_data(), output.raw_data(), count, root); });
-  return Finish(*wire, count * int64_t(SizeOf(input.dtype())), s);
+      wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::Gather(wire, input.raw_data(), output.raw_data(), count, root); },
+      [&] { return naive::Gather(wire, input.raw_data(), output.raw_data(), count, root); });
+  return Finish(wire, count * int64_t(SizeOf(input.dtype())), s);
 }
 
 absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
@@ -301,10 +301,10 @@ absl::Status Communicator::AllToAll(const Tensor& input, Tensor& output,
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllToAll, algorithm, input.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}));
   absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
-      [&] { return ring::AllToAll(*wire, input.raw_data(), output.raw_data(), n); },
-      [&] { return naive::AllToAll(*wire, input.raw_data(), output.raw_data(), n); });
-  return Finish(*wire, int64_t(input.nbytes()), s);
+      wire, input.raw_data(), output.raw_data(),
+      [&] { return ring::AllToAll(wire, input.raw_data(), output.raw_data(), n); },
+      [&] { return naive::AllToAll(wire, input.raw_data(), output.raw_data(), n); });
+  return Finish(wire, int64_t(input.nbytes()), s);
 }
 
 absl::StatusOr<std::vector<int64_t>> Communicator::ExchangeCounts(
@@ -348,28 +348,28 @@ absl::Status Communicator::AllToAllV(const Tensor& input, std::span<const int64_
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllToAllV, algorithm, input.dtype(),
                                     ReduceOp::kSum, -1, -1, {&input, &output}));
   absl::Status s = Run(
-      *wire, input.raw_data(), output.raw_data(),
+      wire, input.raw_data(), output.raw_data(),
       [&] {
-        return ring::AllToAllV(*wire, input.raw_data(), send_counts, output.raw_data(),
+        return ring::AllToAllV(wire, input.raw_data(), send_counts, output.raw_data(),
                                recv_counts);
       },
       [&] {
-        return naive::AllToAllV(*wire, input.raw_data(), send_counts, output.raw_data(),
+        return naive::AllToAllV(wire, input.raw_data(), send_counts, output.raw_data(),
                                 recv_counts);
       });
   // What the counts say it sends, for the report's exact column.
-  ledger().AddExpected(wire->key(), AllToAllVTraffic(send_counts, recv_counts, rank(),
+  ledger().AddExpected(wire.key(), AllToAllVTraffic(send_counts, recv_counts, rank(),
                                                      SizeOf(input.dtype()))
                                         .sent);
-  return Finish(*wire, int64_t(input.nbytes()), s);
+  return Finish(wire, int64_t(input.nbytes()), s);
 }
 
 absl::Status Communicator::Barrier(AlgorithmChoice algorithm) {
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kBarrier, algorithm, DType::kF32, ReduceOp::kSum,
                                     -1, 0, {}));
-  absl::Status s = Run(*wire, nullptr, nullptr, [&] { return ring::Barrier(*wire); },
-                       [&] { return naive::Barrier(*wire); });
-  return Finish(*wire, 0, s);
+  absl::Status s = Run(wire, nullptr, nullptr, [&] { return ring::Barrier(wire); },
+                       [&] { return naive::Barrier(wire); });
+  return Finish(wire, 0, s);
 }
 
 // ---------------------------------------------------------------------------- point-to-point
@@ -459,7 +459,7 @@ absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllReduce(
     const Tensor& data, ReduceOp op, AlgorithmChoice algorithm) {
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllReduce, algorithm, data.dtype(), op, -1,
                                     data.numel(), {&data}, /*queued=*/true));
-  return Post(std::move(wire), AllReduceCall(data));
+  return Post(std::make_unique<Wire>(std::move(wire)), AllReduceCall(data));
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IReduceScatter(
@@ -469,7 +469,7 @@ absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IReduceScatter(
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kReduceScatter, algorithm, input.dtype(), op, -1,
                                     n, {&input, &output}, /*queued=*/true));
-  return Post(std::move(wire), ReduceScatterCall(input, output));
+  return Post(std::make_unique<Wire>(std::move(wire)), ReduceScatterCall(input, output));
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllGather(
@@ -479,7 +479,7 @@ absl::StatusOr<std::unique_ptr<CollectiveWork>> Communicator::IAllGather(
                              ChunkOf(n, size(), rank()).count));
   ASSIGN_OR_RETURN(auto wire, Begin(Primitive::kAllGather, algorithm, input.dtype(),
                                     ReduceOp::kSum, -1, n, {&input, &output}, /*queued=*/true));
-  return Post(std::move(wire), AllGatherCall(input, output));
+  return Post(std::make_unique<Wire>(std::move(wire)), AllGatherCall(input, output));
 }
 
 absl::Status Work::Wait() {

@@ -214,10 +214,9 @@ class Communicator {
   // Checks the arguments every collective shares, then returns the Wire of the call, timed
   // from here. A blocking call (not `queued`) first waits for the non-blocking ones posted
   // before it.
-  absl::StatusOr<std::unique_ptr<Wire>> Begin(Primitive primitive, AlgorithmChoice algorithm,
-                                              DType dtype, ReduceOp op, int root, int64_t count,
-                                              std::initializer_list<const Tensor*> tensors,
-                                              bool queued = false);
+  absl::StatusOr<Wire> Begin(Primitive primitive, AlgorithmChoice algorithm, DType dtype,
+                             ReduceOp op, int root, int64_t count,
+                             std::initializer_list<const Tensor*> tensors, bool queued = false);
   // The algorithm of a call with a non-blocking form, on its wire.
   absl::Status AllReduceOn(Wire& w, const Tensor& data);
   absl::Status ReduceScatterOn(Wire& w, const Tensor& input, const Tensor& output);

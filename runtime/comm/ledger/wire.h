@@ -123,7 +123,7 @@ class Wire {
   OpSignature signature_;
   size_t max_chunk_bytes_;
   LedgerKey key_;
-  std::vector<std::pair<int, TransferTotals*>> rows_;  // (peer world rank, its row)
+  absl::InlinedVector<std::pair<int, TransferTotals*>, 2> rows_;  // (peer world rank, its row)
   int64_t sent_bytes_ = 0;  // added to the ledger's running total as the call is recorded
   bool recording_;  // the rank's timeline, as the call was made (on the rank's thread)
   int64_t started_nanos_;
