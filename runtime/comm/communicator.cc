@@ -403,11 +403,11 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   return work;
 }
 
-void CollectiveWork::Done::Set(absl::Status s) {
+void CollectiveWork::Done::Set(absl::Status s, int64_t ended) {
   {
     std::lock_guard<std::mutex> lock(mu);
     status = std::move(s);
-    ended_nanos = MonotonicNanos();
+    ended_nanos = ended;
     done = true;
   }
   cv.notify_all();
@@ -443,14 +443,18 @@ std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, C
   }
   std::shared_ptr<CollectiveWork::Done> done = work->done_;
   if (!transport_->RunsOnAnyThread() || w->signature().device >= 0) {
-    done->Set(call.run(*w));  // on the rank's thread: now
+    absl::Status status = call.run(*w);  // on the rank's thread: now
+    done->Set(std::move(status), w->StampCompleted());
     return work;
   }
   if (progress_ == nullptr) progress_ = std::make_unique<Progress>();
   progress_->Post([w, done, run = std::move(call.run)]() mutable {
     absl::Status status = run(*w);
+    // The messages' times are booked here, by the thread that ran the call and books
+    // every other call of its rows, not by the waiter.
+    const int64_t ended = w->StampCompleted();
     run = nullptr;  // the call's tensors go before its waiter goes on (memory peaks)
-    done->Set(std::move(status));
+    done->Set(std::move(status), ended);
   });
   return work;
 }

@@ -102,7 +102,7 @@ class CollectiveWork {
     bool done = false;
     absl::Status status;
     int64_t ended_nanos = 0;
-    void Set(absl::Status s);
+    void Set(absl::Status s, int64_t ended);
   };
   CollectiveWork(std::unique_ptr<Wire> wire, int64_t payload_bytes);
 

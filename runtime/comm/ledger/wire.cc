@@ -131,7 +131,6 @@ void Wire::RecordCall(int64_t payload_bytes, int64_t blocked_nanos) {
 }
 
 void Wire::RecordCall(int64_t payload_bytes, int64_t blocked_nanos, int64_t ended_nanos) {
-  StampCompleted(ended_nanos);
   const double seconds = double(ended_nanos - started_nanos_) / 1e9;
   const double blocked = double(std::max<int64_t>(0, ended_nanos - blocked_nanos)) / 1e9;
   ledger_.RecordCall(key_, payload_bytes, seconds, blocked, ended_nanos, sent_bytes_);

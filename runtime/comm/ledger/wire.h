@@ -85,7 +85,11 @@ class Wire {
   void RecordCall(int64_t payload_bytes, int64_t blocked_nanos);
   // The same for a call that ended at `ended_nanos` (a non-blocking collective, booked
   // when it is waited for): held up from `blocked_nanos` to its end, if it had not ended.
+  // The thread that ran the call has booked its messages' times (StampCompleted).
   void RecordCall(int64_t payload_bytes, int64_t blocked_nanos, int64_t ended_nanos);
+  // Reads the clock (or takes `now`), booking the times of the messages waited for since
+  // the last reading; returns the reading.
+  int64_t StampCompleted(int64_t now = -1);
   int64_t started_nanos() const { return started_nanos_; }
 
   // Space for `count` elements of the call's dtype, valid until the call returns, in the
@@ -110,8 +114,6 @@ class Wire {
   // (the next run of posts', or the call's end).
   int64_t PostedNanos();
   void Completed(TransferTotals* row, int64_t posted_nanos);
-  // Reads the clock (or takes `now`), booking the times of the messages completed since.
-  int64_t StampCompleted(int64_t now = -1);
   int PeerWorldRank(int peer) const;
   // The ledger row of this call and peer, looked up once per call.
   TransferTotals& Row(int peer_world);
