@@ -49,8 +49,9 @@ struct TransferTotals {
   int64_t bytes_recv = 0;
   int64_t messages_sent = 0;
   int64_t messages_recv = 0;
-  double seconds = 0;  // from post to completion, summed over messages (those waited
-                       // for together complete together, when the last of them does)
+  double seconds = 0;  // from post to completion, summed over messages (as the Wire
+                       // stamps them: a run of posts shares one reading, and a message is
+                       // done at the first reading after its wait; wire.h)
 };
 
 // One call, kept when the ledger traces (--trace): when it ran, and how many bytes the

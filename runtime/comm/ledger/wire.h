@@ -151,7 +151,7 @@ class Pending {
     std::unique_ptr<Request> request;
     Wire* wire;            // that posted it (null: a failure found before posting)
     TransferTotals* row;   // where its time is booked
-    int64_t posted_nanos;  // MonotonicNanos() when posted
+    int64_t posted_nanos;  // its run of posts' stamp (Wire::PostedNanos)
     bool waited = false;
     absl::Status status;
   };
