@@ -4,46 +4,191 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/fast_math.h"
 #include "runtime/kernels/cpu/parallel.h"
+#include "runtime/kernels/cpu/store.h"
 
 namespace tally::cpu {
 namespace {
 
 // Each row of S (t, t) in place: softmax over the columns up to the row's own position,
-// zeros after it (the future is masked out).
-template <typename T>
-void CausalSoftmax(T* p, int t) {
+// zeros after it (the future is masked out). The double version serves the tests.
+void CausalSoftmax(double* p, double*, int t) {
   for (int row = 0; row < t; ++row) {
-    T* s = p + static_cast<long>(row) * t;
-    T max = s[0];
+    double* s = p + static_cast<long>(row) * t;
+    double max = s[0];
     for (int col = 1; col <= row; ++col) max = std::max(max, s[col]);
-    T sum = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      ExpMinus(s, s, max, row + 1);
-      for (int col = 0; col <= row; ++col) sum += s[col];
-    } else {
-      for (int col = 0; col <= row; ++col) {
-        s[col] = FastExp(s[col] - max);
-        sum += s[col];
-      }
+    double sum = 0;
+    for (int col = 0; col <= row; ++col) {
+      s[col] = FastExp(s[col] - max);
+      sum += s[col];
     }
-    T inv = T(1) / sum;
+    double inv = 1.0 / sum;
     for (int col = 0; col <= row; ++col) s[col] *= inv;
     for (int col = row + 1; col < t; ++col) s[col] = 0;
   }
 }
 
-// dP (t, t) in place into dS = P ⊙ (dP - rowsum(dP ⊙ P)), zeros past each row's position.
-template <typename T>
-void CausalSoftmaxBackward(T* ds, const T* p, int t) {
+// The float rows go in groups of kGroup consecutive rows. A row's sum (and, backward, its
+// dot product) runs in column order, one value at a time, as the double version's: a chain
+// of dependent additions, four cycles each. The group's chains run side by side, so that
+// the processor overlaps them; each row's result is the same as alone.
+constexpr int kGroup = 8;
+
+// Rows `row`..`row` + kGroup - 1 of S (t, t), `s` pointing at the first: each row's
+// columns up to its own position into their softmax, zeros after, and the rows again in
+// `rounded` (bf16, when not null: P·V's operand, made as P is). A row's max is taken in
+// 16 lanes (exact in any order).
+TALLY_CPU_CLONES void SoftmaxGroup(float* s, int row, int t, BFloat16* rounded) {
+  float sum[kGroup] = {};
+  for (int i = 0; i < kGroup; ++i) {
+    float* r = s + static_cast<long>(i) * t;
+    const int n = row + i + 1;
+    float lanes[16];
+    for (int l = 0; l < 16; ++l) lanes[l] = r[0];
+    int col = 0;
+    for (; col + 16 <= n; col += 16) {
+      for (int l = 0; l < 16; ++l) lanes[l] = std::max(lanes[l], r[col + l]);
+    }
+    float max = lanes[0];
+    for (int l = 1; l < 16; ++l) max = std::max(max, lanes[l]);
+    for (; col < n; ++col) max = std::max(max, r[col]);
+    for (int j = 0; j < n; ++j) r[j] = FastExp(r[j] - max);
+  }
+  for (int j = 0; j <= row; ++j) {  // the columns every row of the group has
+    for (int i = 0; i < kGroup; ++i) sum[i] += s[static_cast<long>(i) * t + j];
+  }
+  for (int i = 1; i < kGroup; ++i) {
+    for (int j = row + 1; j <= row + i; ++j) sum[i] += s[static_cast<long>(i) * t + j];
+  }
+  for (int i = 0; i < kGroup; ++i) {
+    float* r = s + static_cast<long>(i) * t;
+    const int n = row + i + 1;
+    const float inv = 1.0f / sum[i];
+    for (int j = 0; j < n; ++j) r[j] *= inv;
+    for (int j = n; j < t; ++j) r[j] = 0;
+    if (rounded != nullptr) {
+      BFloat16* to = rounded + static_cast<long>(i) * t;
+      for (int j = 0; j < n; ++j) to[j] = BFloat16::FromFloat(r[j]);
+      std::fill(to + n, to + t, BFloat16{});
+    }
+  }
+}
+
+// One row alone (the rows after the last whole group), the same values.
+void SoftmaxRow(float* r, int n, int t, BFloat16* rounded) {
+  float max = r[0];
+  for (int col = 1; col < n; ++col) max = std::max(max, r[col]);
+  ExpMinus(r, r, max, n);
+  float sum = 0;
+  for (int j = 0; j < n; ++j) sum += r[j];
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < n; ++j) r[j] *= inv;
+  for (int j = n; j < t; ++j) r[j] = 0;
+  if (rounded != nullptr) {
+    for (int j = 0; j < n; ++j) rounded[j] = BFloat16::FromFloat(r[j]);
+    std::fill(rounded + n, rounded + t, BFloat16{});
+  }
+}
+
+void CausalSoftmax(float* p, BFloat16* rounded, int t) {
+  int row = 0;
+  for (; row + kGroup <= t; row += kGroup) {
+    SoftmaxGroup(p + static_cast<long>(row) * t, row, t,
+                 rounded == nullptr ? nullptr : rounded + static_cast<long>(row) * t);
+  }
+  for (; row < t; ++row) {
+    SoftmaxRow(p + static_cast<long>(row) * t, row + 1, t,
+               rounded == nullptr ? nullptr : rounded + static_cast<long>(row) * t);
+  }
+}
+void CausalSoftmax(float* p, float*, int t) { CausalSoftmax(p, static_cast<BFloat16*>(nullptr), t); }
+
+// dP (t, t) into dS = P ⊙ (dP - rowsum(dP ⊙ P)), zeros past each row's position, written
+// to `ds` (of the matmuls' operand type; it may be dp itself).
+void CausalSoftmaxBackward(double* ds, double*, double* dp, const double* p, int t) {
   for (int row = 0; row < t; ++row) {
-    const T* pr = p + static_cast<long>(row) * t;
-    T* dr = ds + static_cast<long>(row) * t;
-    T dot = 0;
+    const double* pr = p + static_cast<long>(row) * t;
+    double* dr = dp + static_cast<long>(row) * t;
+    double* out = ds + static_cast<long>(row) * t;
+    double dot = 0;
     for (int col = 0; col <= row; ++col) dot += dr[col] * pr[col];
-    for (int col = 0; col <= row; ++col) dr[col] = pr[col] * (dr[col] - dot);
-    for (int col = row + 1; col < t; ++col) dr[col] = 0;
+    for (int col = 0; col <= row; ++col) out[col] = pr[col] * (dr[col] - dot);
+    for (int col = row + 1; col < t; ++col) out[col] = 0;
+  }
+}
+
+// Rows `row`..`row` + rows - 1 (rows <= kGroup) of dP into dS, as above, `dp`, `p` and
+// `ds` pointing at the first; the dot products side by side (kGroup at a time). A bf16 dS
+// comes with the rows of P rounded too, into `p_rounded` (dV = Pᵀ·dY's operand: P is read
+// here anyway).
+template <typename O>
+[[gnu::always_inline]] inline void SoftmaxBackwardGroup(O* ds, O* p_rounded, const float* dp,
+                                                        const float* p, int row, int rows,
+                                                        int t) {
+  float dot[kGroup] = {};
+  if (rows == kGroup) {
+    for (int j = 0; j <= row; ++j) {  // the columns every row of the group has
+      for (int i = 0; i < kGroup; ++i) {
+        const long at = static_cast<long>(i) * t + j;
+        dot[i] += dp[at] * p[at];
+      }
+    }
+    for (int i = 1; i < kGroup; ++i) {
+      for (int j = row + 1; j <= row + i; ++j) {
+        const long at = static_cast<long>(i) * t + j;
+        dot[i] += dp[at] * p[at];
+      }
+    }
+  } else {
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j <= row + i; ++j) {
+        const long at = static_cast<long>(i) * t + j;
+        dot[i] += dp[at] * p[at];
+      }
+    }
+  }
+  for (int i = 0; i < rows; ++i) {
+    const long at = static_cast<long>(i) * t;
+    const float* dr = dp + at;
+    const float* pr = p + at;
+    const int n = row + i + 1;
+    const float d = dot[i];
+    StoreEach(ds + at, n, [&](long col) { return pr[col] * (dr[col] - d); });
+    std::fill(ds + at + n, ds + at + t, O{});
+    if constexpr (std::is_same_v<O, BFloat16>) {
+      for (int col = 0; col < n; ++col) p_rounded[at + col] = BFloat16::FromFloat(pr[col]);
+      std::fill(p_rounded + at + n, p_rounded + at + t, O{});
+    }
+  }
+}
+TALLY_CPU_CLONES void SoftmaxBackwardGroup(float* ds, float*, const float* dp, const float* p,
+                                           int row, int rows, int t) {
+  SoftmaxBackwardGroup<float>(ds, nullptr, dp, p, row, rows, t);
+}
+TALLY_CPU_CLONES void SoftmaxBackwardGroup(BFloat16* ds, BFloat16* p_rounded, const float* dp,
+                                           const float* p, int row, int rows, int t) {
+  SoftmaxBackwardGroup<BFloat16>(ds, p_rounded, dp, p, row, rows, t);
+}
+
+template <typename O>
+void CausalSoftmaxBackward(O* ds, O* p_rounded, float* dp, const float* p, int t) {
+  for (int row = 0; row < t; row += kGroup) {
+    const long at = static_cast<long>(row) * t;
+    SoftmaxBackwardGroup(ds + at, p_rounded == nullptr ? nullptr : p_rounded + at, dp + at,
+                         p + at, row, std::min(kGroup, t - row), t);
+  }
+}
+
+// Where a t×t matrix made here is kept as a matmul operand of type O: the matrix itself,
+// or the calling thread's bf16 scratch `slot`.
+template <typename O, typename T>
+O* OperandBuffer(int slot, T* x, int64_t n) {
+  if constexpr (std::is_same_v<O, T>) {
+    return x;
+  } else {
+    return BF16Scratch(slot, n);
   }
 }
 
@@ -66,18 +211,19 @@ void Forward(T* y, T* att, const Q* qkv, int b, int t, int c, int nh) {
       const O* k = base + c + h * hs;
       const O* v = base + 2 * c + h * hs;
       T* p = att + pair * t * t;
+      O* p_in = OperandBuffer<O>(1, p, t * t);
       // S = Q·Kᵀ·scale, every row of Q against every row of K; then P = softmax(S).
       Gemm(Trans::kNo, Trans::kYes, t, t, hs, scale, q, 3 * c, k, 3 * c, T(0), p, t);
-      CausalSoftmax(p, t);
+      CausalSoftmax(p, p_in, t);
       // Y = P·V, written into head h's columns of y.
-      Gemm(Trans::kNo, Trans::kNo, t, hs, t, T(1), AsOperand<O>(1, p, t, t), t, v, 3 * c, T(0),
+      Gemm(Trans::kNo, Trans::kNo, t, hs, t, T(1), p_in, t, v, 3 * c, T(0),
            y + static_cast<long>(i) * t * c + h * hs, c);
     }
   });
 }
 
 // With P the softmax and dP = dY·Vᵀ, dS = CausalSoftmaxBackward(dP), and then
-// dQ = dS·K·scale, dK = dSᵀ·Q·scale, dV = Pᵀ·dY. The thread that takes the first pair
+// dV = Pᵀ·dY, dQ = dS·K·scale, dK = dSᵀ·Q·scale. The thread that takes the first pair
 // forms dP in `scratch`, the others in a t×t buffer of their own (kernel scratch, outside
 // the memory ledger, as the matmuls' packing buffers are).
 template <typename O, typename T, typename Q>
@@ -106,13 +252,21 @@ void Backward(T* dqkv, T* scratch, const T* dy, const Q* qkv, const T* att, int 
       const O* v = base + 2 * c + h * hs;
       const T* p = att + pair * t * t;
       const O* dyh = dyi + h * hs;
-      // dV = Pᵀ·dY
-      Gemm(Trans::kYes, Trans::kNo, t, hs, t, T(1), AsOperand<O>(2, p, t, t), t, dyh, c, T(0),
-           dbase + 2 * c + h * hs, 3 * c);
-      // dP = dY·Vᵀ, then the softmax backward in place.
+      // dP = dY·Vᵀ, then the softmax backward (in place, or into bf16 dS and P).
       Gemm(Trans::kNo, Trans::kYes, t, t, hs, T(1), dyh, c, v, 3 * c, T(0), ds, t);
-      CausalSoftmaxBackward(ds, p, t);
-      const O* ds_in = AsOperand<O>(3, ds, t, t);
+      O* ds_in = OperandBuffer<O>(3, ds, t * t);
+      const O* p_in = nullptr;
+      if constexpr (std::is_same_v<O, T>) {
+        CausalSoftmaxBackward(ds_in, static_cast<O*>(nullptr), ds, p, t);
+        p_in = p;
+      } else {
+        O* p_rounded = BF16Scratch(2, int64_t(t) * t);
+        CausalSoftmaxBackward(ds_in, p_rounded, ds, p, t);
+        p_in = p_rounded;
+      }
+      // dV = Pᵀ·dY
+      Gemm(Trans::kYes, Trans::kNo, t, hs, t, T(1), p_in, t, dyh, c, T(0), dbase + 2 * c + h * hs,
+           3 * c);
       Gemm(Trans::kNo, Trans::kNo, t, hs, t, scale, ds_in, t, k, 3 * c, T(0), dbase + h * hs,
            3 * c);
       Gemm(Trans::kYes, Trans::kNo, t, hs, t, scale, ds_in, t, q, 3 * c, T(0), dbase + c + h * hs,

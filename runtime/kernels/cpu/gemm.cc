@@ -41,9 +41,9 @@ std::mutex building;
 class BF16Matmuls {
  public:
   bool Run(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
-           const BFloat16* b, int ldb, float beta, float* c, int ldc) {
-    const Shape shape{ta == Trans::kYes, tb == Trans::kYes, m, n, k, lda, ldb, ldc, alpha, beta,
-                      omp_get_max_threads()};
+           const BFloat16* b, int ldb, float beta, float* c, int ldc, const float* bias) {
+    const Shape shape{ta == Trans::kYes, tb == Trans::kYes, bias != nullptr, m, n, k, lda, ldb,
+                      ldc, alpha, beta, omp_get_max_threads()};
     auto it = cache_.find(shape);
     if (it == cache_.end()) {
       if (cache_.size() >= 256) cache_.clear();
@@ -54,24 +54,33 @@ class BF16Matmuls {
     e.a.set_data_handle(const_cast<BFloat16*>(a));
     e.b.set_data_handle(const_cast<BFloat16*>(b));
     e.c.set_data_handle(c);
-    e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    if (bias != nullptr) {
+      e.bias.set_data_handle(const_cast<float*>(bias));
+      e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a},
+                                 {DNNL_ARG_WEIGHTS, e.b},
+                                 {DNNL_ARG_BIAS, e.bias},
+                                 {DNNL_ARG_DST, e.c}});
+    } else {
+      e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    }
     return true;
   }
 
  private:
   struct Shape {
-    bool ta, tb;
+    bool ta, tb, bias;
     int m, n, k, lda, ldb, ldc;
     float alpha, beta;
     int threads;
     bool operator<(const Shape& o) const {
-      return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads) <
-             std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.threads);
+      return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldc, alpha, beta, threads) <
+             std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta,
+                      o.threads);
     }
   };
   struct Entry {
     dnnl::matmul matmul;
-    dnnl::memory a, b, c;
+    dnnl::memory a, b, c, bias;
   };
 
   std::optional<Entry> Build(const Shape& s) {
@@ -82,6 +91,10 @@ class BF16Matmuls {
     const memory::desc b({s.k, s.n}, memory::data_type::bf16,
                          s.tb ? memory::dims{1, s.ldb} : memory::dims{s.ldb, 1});
     const memory::desc c({s.m, s.n}, memory::data_type::f32, memory::dims{s.ldc, 1});
+    // The bias, one per column, added to every row.
+    const memory::desc bias = s.bias ? memory::desc({1, s.n}, memory::data_type::f32,
+                                                    memory::dims{s.n, 1})
+                                     : memory::desc();
     dnnl::primitive_attr attr;
     if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
     if (s.beta != 0.0f) {
@@ -91,9 +104,11 @@ class BF16Matmuls {
     }
     std::lock_guard<std::mutex> lock(building);
     try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+      dnnl::matmul::primitive_desc pd(
+          s.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr, engine_);
       return Entry{dnnl::matmul(pd), memory(a, engine_, nullptr), memory(b, engine_, nullptr),
-                   memory(c, engine_, nullptr)};
+                   memory(c, engine_, nullptr),
+                   s.bias ? memory(bias, engine_, nullptr) : memory()};
     } catch (const dnnl::error&) {
       return std::nullopt;  // no bf16 matmul on this CPU
     }
@@ -145,14 +160,18 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a
 }
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
-          const BFloat16* b, int ldb, float beta, float* c, int ldc) {
+          const BFloat16* b, int ldb, float beta, float* c, int ldc, const float* bias) {
   UseIntraOpThreads();
   thread_local BF16Matmuls matmuls;
-  if (matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  if (matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias)) return;
   // No bf16 matmul here: the same products (a bf16 x bf16 product is exact in fp32),
   // summed in fp32 by sgemm.
   const int a_rows = ta == Trans::kYes ? k : m, a_cols = ta == Trans::kYes ? m : k;
   const int b_rows = tb == Trans::kYes ? n : k, b_cols = tb == Trans::kYes ? k : n;
+  if (bias != nullptr) {  // C starts from the bias (beta is 0 with one)
+    for (int r = 0; r < m; ++r) std::copy(bias, bias + n, c + int64_t(r) * ldc);
+    beta = 1.0f;
+  }
   Gemm(ta, tb, m, n, k, alpha, Widened(0, a, a_rows, a_cols, lda), a_cols,
        Widened(1, b, b_rows, b_cols, ldb), b_cols, beta, c, ldc);
 }

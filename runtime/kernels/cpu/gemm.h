@@ -27,8 +27,12 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a
           const double* b, int ldb, double beta, double* c, int ldc);
 // bf16 operands, fp32 products summed in fp32, fp32 C: oneDNN's bf16 matmul, or, on a
 // CPU without one (AVX2 only), the operands widened to fp32 (exactly) through sgemm.
+// With a `bias` (n fp32 values; beta must then be 0) C = alpha·op(A)·op(B) + bias, the
+// bias added to each row's sums as the matmul writes them (the same value as starting C
+// from the bias with beta = 1, without that pass over C).
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
-          const BFloat16* b, int ldb, float beta, float* c, int ldc);
+          const BFloat16* b, int ldb, float beta, float* c, int ldc,
+          const float* bias = nullptr);
 
 // to (rows, cols; contiguous) = from (rows, cols; `ld` between rows) rounded to bf16.
 void RoundToBF16(BFloat16* to, const float* from, int64_t rows, int64_t cols, int64_t ld);

@@ -7,13 +7,7 @@
 namespace tally::cpu {
 namespace {
 
-// The layer with its matmul operands of type O (T, or bf16 roundings of them).
-template <typename O, typename T, typename X>
-void Forward(T* y, const X* x, const T* w, int n, int c, int oc) {
-  Gemm(Trans::kNo, Trans::kYes, n, oc, c, T(1), AsOperand<O>(0, x, n, c), c,
-       AsOperand<O>(1, w, oc, c), c, T(1), y, oc);
-}
-
+// The layer's gradients with its matmul operands of type O (T, or bf16 roundings of them).
 template <typename O, typename T, typename X>
 void Backward(T* dx, T* dw, const T* dy, const X* x, const T* w, int n, int c, int oc,
               bool accumulate_dx) {
@@ -32,22 +26,26 @@ void Backward(T* dx, T* dw, const T* dy, const X* x, const T* w, int n, int c, i
 template <typename T, typename X>
 void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int oc,
                    MatmulInputs inputs) {
-  // Start every row from the bias, then let the GEMM add x·Wᵀ on top (beta = 1).
-  ParallelFor(n, GrainFor(oc), [&](int64_t first, int64_t last) {
-    for (int64_t i = first; i < last; ++i) {
-      T* row = y + i * oc;
-      if (b != nullptr) {
-        std::copy(b, b + oc, row);
-      } else {
-        std::fill(row, row + oc, T(0));
-      }
-    }
-  });
   if constexpr (std::is_same_v<T, float>) {
-    if (inputs == MatmulInputs::kBF16) return Forward<BFloat16>(y, x, w, n, c, oc);
+    if (inputs == MatmulInputs::kBF16) {
+      // The bf16 matmul adds the bias as it writes y.
+      return Gemm(Trans::kNo, Trans::kYes, n, oc, c, 1.0f, AsOperand<BFloat16>(0, x, n, c), c,
+                  AsOperand<BFloat16>(1, w, oc, c), c, 0.0f, y, oc, b);
+    }
   }
   if constexpr (std::is_same_v<T, X>) {
-    Forward<T>(y, x, w, n, c, oc);
+    // Start every row from the bias, then let the GEMM add x·Wᵀ on top (beta = 1).
+    ParallelFor(n, GrainFor(oc), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        T* row = y + i * oc;
+        if (b != nullptr) {
+          std::copy(b, b + oc, row);
+        } else {
+          std::fill(row, row + oc, T(0));
+        }
+      }
+    });
+    Gemm(Trans::kNo, Trans::kYes, n, oc, c, T(1), x, c, w, c, T(1), y, oc);
   } else {
     CHECK(false) << "a bf16 x needs bf16 matmul inputs";
   }
