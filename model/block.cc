@@ -37,14 +37,14 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   const TypedPtr ln1 = sp ? TypedPtr(s.rows, a.ln1.type) : a.ln1;
   RETURN_IF_ERROR(k.LayerNormForward(ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, rows, c));
   float* qkv = Fp32Room(a.qkv, s.dqkv);
-  RETURN_IF_ERROR(split.ColumnLinearForward(k, qkv, ln1, a.ln1, w.qkv_w, w.qkv_b, b, t, c,
-                                            3 * c_local, s.comm, attn));
+  RETURN_IF_ERROR(split.ColumnLinearForward(k, qkv, ln1, a.ln1, w.operands(w.qkv_w), w.qkv_b, b,
+                                            t, c, 3 * c_local, s.comm, attn));
   RETURN_IF_ERROR(Keep(k, a.qkv, qkv, int64_t(n) * 3 * c_local));
   float* atty = Fp32Room(a.atty, s.dc);
   RETURN_IF_ERROR(k.AttentionForward(atty, a.att, a.qkv, b, t, c_local, heads));
   RETURN_IF_ERROR(Keep(k, a.atty, atty, int64_t(n) * c_local));
-  RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.proj_w, w.proj_b, b,
-                                         t, c_local, c, s.comm, attn));
+  RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.operands(w.proj_w),
+                                         w.proj_b, b, t, c_local, c, s.comm, attn));
   RETURN_IF_ERROR(k.AddInPlace(a.residual2, x, int64_t(rows) * c));
   // MLP branch: out = residual2 + c_proj(GELU(c_fc(LN2(residual2)))), or the experts'.
   const TypedPtr ln2 = sp ? TypedPtr(s.rows, a.ln2.type) : a.ln2;
@@ -54,11 +54,11 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
     RETURN_IF_ERROR(MoeForward(k, config, split, layer, n, w, a.ln2, experts, a.moe, s.moe, a.out));
     return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
   }
-  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.fc_w, w.fc_b, b, t, c, hidden,
-                                            s.comm, mlp));
+  RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.operands(w.fc_w), w.fc_b, b,
+                                            t, c, hidden, s.comm, mlp));
   RETURN_IF_ERROR(k.GeluForward(a.fch_gelu, a.fch, int64_t(n) * hidden));
-  RETURN_IF_ERROR(split.RowLinearForward(k, a.out, s.whole, a.fch_gelu, w.fcproj_w, w.fcproj_b, b,
-                                         t, hidden, c, s.comm, mlp));
+  RETURN_IF_ERROR(split.RowLinearForward(k, a.out, s.whole, a.fch_gelu, w.operands(w.fcproj_w),
+                                         w.fcproj_b, b, t, hidden, c, s.comm, mlp));
   return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
 }
 
@@ -77,22 +77,22 @@ absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit
                     s.dc));
   } else {
     RETURN_IF_ERROR(split.RowLinearBackward(k, s.d4c, g.fcproj_w, g.fcproj_b, dresidual, s.whole,
-                                            a.fch_gelu, w.fcproj_w, b, t, hidden, c, s.comm, mlp));
+                                            a.fch_gelu, w.operands(w.fcproj_w), b, t, hidden, c,
+                                            s.comm, mlp));
     RETURN_IF_ERROR(k.GeluBackward(s.d4c, a.fch, s.d4c, int64_t(n) * hidden));
     RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.fc_w, g.fc_b, s.d4c, a.ln2,
-                                               w.fc_w, b, t, c, hidden, s.comm, mlp));
+                                               w.operands(w.fc_w), b, t, c, hidden, s.comm, mlp));
   }
   // dresidual becomes d(residual2): the straight path plus the path through LN2.
   RETURN_IF_ERROR(k.LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, s.dc, a.residual2, w.ln2_w,
                                       a.ln2_mean, a.ln2_rstd, rows, c));
   // Attention branch, the same way: dresidual becomes d(x).
-  RETURN_IF_ERROR(split.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual,
-                                                      s.whole, a.atty, w.proj_w, b, t, c_local, c,
-                                                      s.comm, attn));
+  RETURN_IF_ERROR(split.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual, s.whole, a.atty,
+                                          w.operands(w.proj_w), b, t, c_local, c, s.comm, attn));
   RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, a.att, b, t, c_local, heads));
-  RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.qkv_w, g.qkv_b,
-                                                         s.dqkv, a.ln1, w.qkv_w, b, t, c,
-                                                         3 * c_local, s.comm, attn));
+  RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.qkv_w, g.qkv_b, s.dqkv, a.ln1,
+                                             w.operands(w.qkv_w), b, t, c, 3 * c_local, s.comm,
+                                             attn));
   return k.LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, s.dc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd,
                              rows, c);
 }

@@ -245,6 +245,12 @@ absl::Status GPT::EnsureScratch(int b) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<UnitOperands> GPT::Operands(int unit, const float* values) {
+  ASSIGN_OR_RETURN(const ConstTypedPtr stored, weights_->Stored(unit));
+  if (stored.type != kernels_->activation_operand_type()) return UnitOperands{values, {}};
+  return UnitOperands{values, stored};
+}
+
 ActivationShape GPT::ActivationsShape() const {
   return {config_,         split_.size(), split_.sequence_parallel(), expert_ranks(),
           experts_ != nullptr, vocab_local(),
@@ -324,8 +330,9 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     const int unit = layout_.layer_unit(l);
     BlockActivations& acts = a.blocks[size_t(l - range.begin)];
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
-    RETURN_IF_ERROR(
-        BlockForward(k, config_, split_, l, b, BindBlock(layout_, l, w), x, acts, s, experts_));
+    BlockTensors bound = BindBlock(layout_, l, w);
+    ASSIGN_OR_RETURN(bound.operands, Operands(unit, w));
+    RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, bound, x, acts, s, experts_));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = acts.out;
   }
@@ -347,10 +354,11 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
   }
   // logits = lnf · wteᵀ, each rank its vocabulary slice: the LM head is column-parallel.
-  const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-  RETURN_IF_ERROR(split_.ColumnLinearForward(k, a.logits.data<float>(), lnf_rows,
-                                                        a.lnf, e.wte, nullptr, b, t, c, vl, s.comm,
-                                                        "lm_head"));
+  EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+  ASSIGN_OR_RETURN(e.operands, Operands(kEmbeddings, embeddings));
+  RETURN_IF_ERROR(split_.ColumnLinearForward(k, a.logits.data<float>(), lnf_rows, a.lnf,
+                                             e.operands(e.wte), nullptr, b, t, c, vl, s.comm,
+                                             "lm_head"));
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
@@ -391,16 +399,17 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   };
   if (last) {
     RETURN_IF_ERROR(open_embeddings());
-    const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+    EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
+    ASSIGN_OR_RETURN(e.operands, Operands(kEmbeddings, embeddings));
     const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
     // dlogits overwrites probs, which nothing needs afterwards.
     float* dlogits = a.probs.data<float>();
     RETURN_IF_ERROR(split_.CrossEntropyBackward(
         k, dlogits, dlogits, ids.targets.data<int32_t>(), dloss, n, vl));
     float* dlnf = s.dc;
-    RETURN_IF_ERROR(split_.ColumnLinearBackward(k, dlnf, s.whole, ge.wte, nullptr,
-                                                           dlogits, a.lnf, e.wte, b, t, c, vl,
-                                                           s.comm, "lm_head"));
+    RETURN_IF_ERROR(split_.ColumnLinearBackward(k, dlnf, s.whole, ge.wte, nullptr, dlogits,
+                                                a.lnf, e.operands(e.wte), b, t, c, vl, s.comm,
+                                                "lm_head"));
     if (!first) RETURN_IF_ERROR(finish(kEmbeddings));  // the head's copy of wte is done
     RETURN_IF_ERROR(k.Zero(dresidual_, sizeof(float) * size_t(rows) * c));
     const int unit = layout_.final_norm_unit();
@@ -418,7 +427,9 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     ASSIGN_OR_RETURN(float* g, weights_->OpenGrads(unit));
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
-    RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, BindBlock(layout_, l, w),
+    BlockTensors bound = BindBlock(layout_, l, w);
+    ASSIGN_OR_RETURN(bound.operands, Operands(unit, w));
+    RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, bound,
                                   BindBlock(layout_, l, g), x, a.blocks[i], s, dloss, dresidual_,
                                   experts_));
     if (config_.moe()) {  // each micro-batch's routing once: at its backward

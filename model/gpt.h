@@ -181,6 +181,10 @@ class GPT {
   // its own set when `a` is the one its forward was recomputed into).
   absl::Status RunBackward(Activations& a, const Activations& ids, float dloss,
                            const float* d_output, float* d_input, const GradientsReady& ready);
+  // Where unit `unit`'s matrices enter the matmuls, `values` being its parameters as
+  // Params handed them out: the store's own copy when that is of the matmuls' operand type
+  // (bf16 under mixed precision), else `values` themselves.
+  absl::StatusOr<UnitOperands> Operands(int unit, const float* values);
   Replica* replica() {
     CHECK(replica_ != nullptr) << "the model's weights are not a replica";
     return replica_.get();

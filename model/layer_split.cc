@@ -12,26 +12,26 @@ const Serial& Serial::Instance() {
 }
 
 absl::Status Serial::ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr,
-                                         const float* w, const float* b, int batch, int t, int in,
+                                         ConstTypedPtr w, const float* b, int batch, int t, int in,
                                          int out_local, float*, const std::string&) const {
   return k.LinearForward(y, x, w, b, batch * t, in, out_local);
 }
 
 absl::Status Serial::ColumnLinearBackward(Kernels& k, float* dx, float*, float* dw, float* db,
-                                          const float* dy, ConstTypedPtr x_whole, const float* w,
+                                          const float* dy, ConstTypedPtr x_whole, ConstTypedPtr w,
                                           int batch, int t, int in, int out_local, float*,
                                           const std::string&) const {
   return k.LinearBackward(dx, dw, db, dy, x_whole, w, batch * t, in, out_local);
 }
 
-absl::Status Serial::RowLinearForward(Kernels& k, float* y, float*, ConstTypedPtr x, const float* w,
-                                      const float* b, int batch, int t, int in_local, int out,
-                                      float*, const std::string&) const {
+absl::Status Serial::RowLinearForward(Kernels& k, float* y, float*, ConstTypedPtr x,
+                                      ConstTypedPtr w, const float* b, int batch, int t,
+                                      int in_local, int out, float*, const std::string&) const {
   return k.LinearForward(y, x, w, b, batch * t, in_local, out);
 }
 
 absl::Status Serial::RowLinearBackward(Kernels& k, float* dx, float* dw, float* db, const float* dy,
-                                       float*, ConstTypedPtr x, const float* w, int batch, int t,
+                                       float*, ConstTypedPtr x, ConstTypedPtr w, int batch, int t,
                                        int in_local, int out, float*, const std::string&) const {
   return k.LinearBackward(dx, dw, db, dy, x, w, batch * t, in_local, out);
 }

@@ -12,8 +12,9 @@
 // weight, the activations' rows on this rank, the whole activations a split layer
 // needs); with one rank each is its serial module, operation for operation. Shapes: b
 // sequences of t tokens, n = b·t rows; activations row-major; every pointer on the
-// kernels' device. The linears' inputs (x, x_whole) are fp32, or bf16 when the kernels'
-// matmuls take bf16 (Kernels::activation_operand_type()). `scope` names the operation's collectives in the traffic ledger.
+// kernels' device. The linears' inputs (x, x_whole) and weights (w) are fp32, or bf16 when
+// the kernels' matmuls take bf16 (Kernels::activation_operand_type()). `scope` names the
+// operation's collectives in the traffic ledger.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,7 @@ class LayerSplit {
   // x_whole is x (rows, in) gathered along the sequence under sequence parallelism (into
   // x_whole, which backward needs) and x itself otherwise (pass null).
   virtual absl::Status ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr x_whole,
-                                           const float* w, const float* b, int batch, int t,
+                                           ConstTypedPtr w, const float* b, int batch, int t,
                                            int in, int out_local, float* scratch,
                                            const std::string& scope) const = 0;
   // dx_whole (n, in) = dy_r · W_r, summed over the ranks into dx (rows, in) (dx is
@@ -50,7 +51,7 @@ class LayerSplit {
   // may be null).
   virtual absl::Status ColumnLinearBackward(Kernels& k, float* dx, float* dx_whole, float* dw,
                                             float* db, const float* dy, ConstTypedPtr x_whole,
-                                            const float* w, int batch, int t, int in,
+                                            ConstTypedPtr w, int batch, int t, int in,
                                             int out_local, float* scratch,
                                             const std::string& scope) const = 0;
   // Row-parallel: W (out, in) split by input columns, x_r (n, in_local) this rank's
@@ -58,14 +59,14 @@ class LayerSplit {
   // added once; y_whole (n, out) is the partial product's room under sequence
   // parallelism (null otherwise).
   virtual absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, ConstTypedPtr x,
-                                        const float* w, const float* b, int batch, int t,
+                                        ConstTypedPtr w, const float* b, int batch, int t,
                                         int in_local, int out, float* scratch,
                                         const std::string& scope) const = 0;
   // dy (rows, out) gathered into dy_whole (n, out) under sequence parallelism (null
   // otherwise); dx_r = dy_whole · W_r, dW_r += dy_wholeᵀ · x_r, db += Σ dy_whole.
   virtual absl::Status RowLinearBackward(Kernels& k, float* dx, float* dw, float* db,
                                          const float* dy, float* dy_whole, ConstTypedPtr x,
-                                         const float* w, int batch, int t, int in_local, int out,
+                                         ConstTypedPtr w, int batch, int t, int in_local, int out,
                                          float* scratch, const std::string& scope) const = 0;
 
   // x (rows, c) = wte[token] + wpe[position], this rank holding vocabulary rows
@@ -103,19 +104,19 @@ class Serial final : public LayerSplit {
   int rank() const override { return 0; }
   bool sequence_parallel() const override { return false; }
   absl::Status ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr x_whole,
-                                   const float* w, const float* b, int batch, int t, int in,
+                                   ConstTypedPtr w, const float* b, int batch, int t, int in,
                                    int out_local, float* scratch,
                                    const std::string& scope) const override;
   absl::Status ColumnLinearBackward(Kernels& k, float* dx, float* dx_whole, float* dw, float* db,
-                                    const float* dy, ConstTypedPtr x_whole, const float* w,
+                                    const float* dy, ConstTypedPtr x_whole, ConstTypedPtr w,
                                     int batch, int t, int in, int out_local, float* scratch,
                                     const std::string& scope) const override;
   absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, ConstTypedPtr x,
-                                const float* w, const float* b, int batch, int t, int in_local,
+                                ConstTypedPtr w, const float* b, int batch, int t, int in_local,
                                 int out, float* scratch, const std::string& scope) const override;
   absl::Status RowLinearBackward(Kernels& k, float* dx, float* dw, float* db, const float* dy,
-                                 float* dy_whole, ConstTypedPtr x, const float* w, int batch, int t,
-                                 int in_local, int out, float* scratch,
+                                 float* dy_whole, ConstTypedPtr x, ConstTypedPtr w, int batch,
+                                 int t, int in_local, int out, float* scratch,
                                  const std::string& scope) const override;
   absl::Status EmbeddingForward(Kernels& k, float* x, float* x_whole, const int32_t* tokens,
                                 const float* wte_local, const float* wpe, int batch, int t, int c,

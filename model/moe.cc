@@ -83,13 +83,16 @@ MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
 
 namespace {
 
-// The expert's tensors: expert 0's, `e` strides on.
+// The expert's tensors: expert 0's, `e` strides on (its matrices as the matmuls read them).
 struct Expert {
-  const float *fc_w, *fc_b, *proj_w, *proj_b;
+  ConstTypedPtr fc_w;
+  const float* fc_b;
+  ConstTypedPtr proj_w;
+  const float* proj_b;
 };
 Expert ExpertOf(const BlockTensors& w, int e) {
   const int64_t at = int64_t(e) * w.expert_stride;
-  return {w.fc_w + at, w.fc_b + at, w.fcproj_w + at, w.fcproj_b + at};
+  return {w.operands(w.fc_w + at), w.fc_b + at, w.operands(w.fcproj_w + at), w.fcproj_b + at};
 }
 struct ExpertGrads {
   float *fc_w, *fc_b, *proj_w, *proj_b;
@@ -155,7 +158,7 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
                         const MoeActivations& a, const MoeScratch& s, float* out) {
   const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c / split.size();
   const std::string scope = Scope(layer, "experts");
-  RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.router_w, nullptr, n, c, e_count));
+  RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.operands(w.router_w), nullptr, n, c, e_count));
   std::vector<float> logits(static_cast<size_t>(n) * e_count);
   RETURN_IF_ERROR(k.ToHost(logits.data(), s.logits, sizeof(float) * logits.size()));
   if (k.device().type == DeviceType::kMeta) {
@@ -305,7 +308,8 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& 
     for (int e = 0; e < e_count; ++e) d_logits[size_t(i) * e_count + e] = float(p[e] * (dp[size_t(e)] - mean));
   }
   RETURN_IF_ERROR(k.FromHost(s.logits, d_logits.data(), sizeof(float) * d_logits.size()));
-  RETURN_IF_ERROR(k.LinearBackward(dx, g.router_w, nullptr, s.logits, x, w.router_w, n, c, e_count));
+  RETURN_IF_ERROR(k.LinearBackward(dx, g.router_w, nullptr, s.logits, x, w.operands(w.router_w), n,
+                                   c, e_count));
   // And each slot's d(x) into its token's row.
   for (int64_t slot = 0; slot < kept; ++slot) {
     RETURN_IF_ERROR(k.AddInPlace(dx + int64_t(r.slot_token[size_t(slot)]) * c, s.rows + slot * c, c));

@@ -196,10 +196,24 @@ std::vector<TensorRange> RangesIn(const std::vector<TensorRange>& ranges, int64_
 std::vector<optim::Segment> OptimizerSegments(const std::vector<TensorRange>& ranges,
                                               int64_t param_shift = 0);
 
+// Where a unit's weights enter the matmuls: the fp32 values the model computes with
+// (`values`, as Params handed them out), or the same elements of the store's own copy of
+// the unit (`stored`, bf16 under mixed precision: WeightStore::Stored) when that is set.
+struct UnitOperands {
+  const float* values = nullptr;
+  ConstTypedPtr stored;
+  // The tensor at `p` (inside values) as a matmul operand.
+  ConstTypedPtr operator()(const float* p) const {
+    return stored.data == nullptr ? ConstTypedPtr(p) : stored + (p - values);
+  }
+};
+
 // Pointers to the tensors of one unit, given where the unit's data starts (parameters or
-// gradients, in the flat buffer or in a gathered copy of the unit).
+// gradients, in the flat buffer or in a gathered copy of the unit), and, for parameters,
+// where their matrices enter the matmuls (unset: the pointers themselves).
 struct EmbeddingTensors {
   float *wte, *wpe;  // wpe: null on a last pipeline stage, which holds wte for the head
+  UnitOperands operands;
 };
 // With experts, fc_w ... fcproj_b are expert 0's; expert e's are expert_stride floats on.
 struct BlockTensors {
@@ -208,6 +222,7 @@ struct BlockTensors {
   float* router_w = nullptr;  // (E, C)
   int experts = 0;
   int64_t expert_stride = 0;
+  UnitOperands operands;
 };
 struct NormTensors {
   float *w, *b;

@@ -10,13 +10,13 @@
 // A store of bf16 parameters hands the model an fp32 copy of each unit in use (exact: bf16
 // widens without rounding), and takes its gradients back in fp32, adding them into its
 // buffer with one rounding (runtime/kernels/kernels.h, Convert and Accumulate). The
-// matmuls take bf16 operands (MatmulInputs::kBF16: the weights' are those bf16 values
-// again, the activation gradients are rounded as they enter) and sum in fp32. The
-// activations they read (LayerNorm outputs, qkv, the attention output, the GELU output)
-// are kept in bf16, rounded once as they are made (model/block.h); LayerNorm, softmax,
-// GELU, the residual adds and the loss compute in fp32; the residual stream and the softmax
-// probabilities stay fp32, as under torch.autocast, and so does GELU's input (c_fc's
-// output, which autocast would keep in bf16).
+// matmuls take bf16 operands (MatmulInputs::kBF16: the weights straight from the store's
+// bf16 buffer (WeightStore::Stored), the activation gradients rounded as they enter) and
+// sum in fp32. The activations they read (LayerNorm outputs, qkv, the attention output,
+// the GELU output) are kept in bf16, rounded once as they are made (model/block.h);
+// LayerNorm, softmax, GELU, the residual adds and the loss compute in fp32; the residual
+// stream and the softmax probabilities stay fp32, as under torch.autocast, and so does
+// GELU's input (c_fc's output, which autocast would keep in bf16).
 #pragma once
 
 #include "runtime/dtype.h"

@@ -17,7 +17,8 @@
 //
 // Under mixed precision (precision.h) a store keeps bf16 buffers and fp32 master weights:
 // Params widens the unit into an fp32 working copy, OpenGrads hands out a zeroed fp32
-// one, and CloseGrads adds it into the bf16 gradients, rounding once.
+// one, and CloseGrads adds it into the bf16 gradients, rounding once. The linears' weights
+// enter the bf16 matmuls from the store's own buffer (Stored), not from the working copy.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,10 @@ class WeightStore {
 
   // The parameters of `unit` (its count() floats), valid until ReleaseParams(unit).
   virtual absl::StatusOr<float*> Params(int unit) = 0;
+  // The same parameters as the store keeps them (bf16 under mixed precision, else the
+  // floats Params handed out), valid as long as those. The linears' weights enter bf16
+  // matmuls from here: Params' fp32 copy would be rounded back to these same values.
+  virtual absl::StatusOr<ConstTypedPtr> Stored(int unit) = 0;
   virtual absl::Status ReleaseParams(int unit) = 0;
   // The gradients of `unit` for one backward, added into until CloseGrads(unit).
   virtual absl::StatusOr<float*> OpenGrads(int unit) = 0;
@@ -86,6 +91,10 @@ class Replica : public WeightStore {
                                                          const Precision& precision = {});
 
   absl::StatusOr<float*> Params(int unit) override;
+  absl::StatusOr<ConstTypedPtr> Stored(int unit) override {
+    const Tensor stored = Unit(params_, unit);
+    return ConstTypedPtr(stored.raw_data(), stored.dtype());
+  }
   absl::Status ReleaseParams(int unit) override;
   absl::StatusOr<float*> OpenGrads(int unit) override;
   absl::Status CloseGrads(int unit) override;

@@ -63,7 +63,7 @@ absl::Status TensorParallel::SequenceReduceScatter(const float* whole, float* pa
 }
 
 absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x,
-                                                 TypedPtr x_whole, const float* w, const float* b,
+                                                 TypedPtr x_whole, ConstTypedPtr w, const float* b,
                                                  int batch, int t, int in, int out_local,
                                                  float* scratch, const std::string& scope) const {
   ConstTypedPtr input = x;
@@ -76,7 +76,7 @@ absl::Status TensorParallel::ColumnLinearForward(Kernels& k, float* y, ConstType
 
 absl::Status TensorParallel::ColumnLinearBackward(Kernels& k, float* dx,
                                           float* dx_whole, float* dw, float* db, const float* dy,
-                                          ConstTypedPtr x_whole, const float* w, int batch, int t,
+                                          ConstTypedPtr x_whole, ConstTypedPtr w, int batch, int t,
                                           int in, int out_local, float* scratch,
                                           const std::string& scope) const {
   const int n = batch * t;
@@ -90,7 +90,7 @@ absl::Status TensorParallel::ColumnLinearBackward(Kernels& k, float* dx,
 }
 
 absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
-                                      float* y_whole, ConstTypedPtr x, const float* w,
+                                      float* y_whole, ConstTypedPtr x, ConstTypedPtr w,
                                       const float* b, int batch, int t, int in_local, int out,
                                       float* scratch, const std::string& scope) const {
   const int n = batch * t;
@@ -107,7 +107,7 @@ absl::Status TensorParallel::RowLinearForward(Kernels& k, float* y,
 
 absl::Status TensorParallel::RowLinearBackward(Kernels& k, float* dx, float* dw,
                                        float* db, const float* dy, float* dy_whole, ConstTypedPtr x,
-                                       const float* w, int batch, int t, int in_local, int out,
+                                       ConstTypedPtr w, int batch, int t, int in_local, int out,
                                        float* scratch, const std::string& scope) const {
   const float* grad = dy;
   if (sequence_parallel()) {  // g's backward: gather the sequence

@@ -94,19 +94,19 @@ class TensorParallel final : public model::LayerSplit {
   // looks up its own tokens (zero rows for the others) and g completes every row, then
   // the positions are added; the cross-entropy: three all-reduces of one float per row.
   absl::Status ColumnLinearForward(Kernels& k, float* y, ConstTypedPtr x, TypedPtr x_whole,
-                                   const float* w, const float* b, int batch, int t, int in,
+                                   ConstTypedPtr w, const float* b, int batch, int t, int in,
                                    int out_local, float* scratch,
                                    const std::string& scope) const override;
   absl::Status ColumnLinearBackward(Kernels& k, float* dx, float* dx_whole, float* dw, float* db,
-                                    const float* dy, ConstTypedPtr x_whole, const float* w,
+                                    const float* dy, ConstTypedPtr x_whole, ConstTypedPtr w,
                                     int batch, int t, int in, int out_local, float* scratch,
                                     const std::string& scope) const override;
   absl::Status RowLinearForward(Kernels& k, float* y, float* y_whole, ConstTypedPtr x,
-                                const float* w, const float* b, int batch, int t, int in_local,
+                                ConstTypedPtr w, const float* b, int batch, int t, int in_local,
                                 int out, float* scratch, const std::string& scope) const override;
   absl::Status RowLinearBackward(Kernels& k, float* dx, float* dw, float* db, const float* dy,
-                                 float* dy_whole, ConstTypedPtr x, const float* w, int batch, int t,
-                                 int in_local, int out, float* scratch,
+                                 float* dy_whole, ConstTypedPtr x, ConstTypedPtr w, int batch,
+                                 int t, int in_local, int out, float* scratch,
                                  const std::string& scope) const override;
   absl::Status EmbeddingForward(Kernels& k, float* x, float* x_whole, const int32_t* tokens,
                                 const float* wte_local, const float* wpe, int batch, int t, int c,

@@ -295,6 +295,16 @@ absl::StatusOr<float*> ZeroWeights::Params(int unit) {
   return working_params_->Widen(unit, whole);
 }
 
+absl::StatusOr<ConstTypedPtr> ZeroWeights::Stored(int unit) {
+  const model::ParamUnit& u = layout_.units()[unit];
+  const Tensor whole = zero_stage_ < 3 ? params_.Flat(u.begin, u.end) : gathered_[unit];
+  if (!whole.defined()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("[zero] unit ", unit, "'s parameters are not gathered"));
+  }
+  return ConstTypedPtr(whole.raw_data(), whole.dtype());
+}
+
 absl::Status ZeroWeights::ReleaseParams(int unit) {
   gathered_[unit] = Tensor();
   working_params_->Release(unit);

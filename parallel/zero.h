@@ -150,6 +150,7 @@ class ZeroWeights : public model::WeightStore {
       const model::Precision& precision = {}, comm::Communicator* experts = nullptr);
 
   absl::StatusOr<float*> Params(int unit) override;
+  absl::StatusOr<ConstTypedPtr> Stored(int unit) override;
   absl::Status ReleaseParams(int unit) override;
   absl::StatusOr<float*> OpenGrads(int unit) override;
   absl::Status CloseGrads(int unit) override;

@@ -57,10 +57,11 @@ class Kernels {
   // linears' x, attention's qkv) may be bf16 when the matmul inputs are (MatmulInputs::
   // kBF16): the model keeps them so, and the LayerNorm and GELU that produce them write bf16
   // (rounded to nearest even) into a bf16 y. Everything else is fp32.
-  virtual absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b,
+  // The linears' weights w may be bf16 too (a bf16 store's own copy: model/weights.h).
+  virtual absl::Status LinearForward(float* y, ConstTypedPtr x, ConstTypedPtr w, const float* b,
                                      int n, int c, int oc) = 0;
   virtual absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy,
-                                      ConstTypedPtr x, const float* w, int n, int c, int oc) = 0;
+                                      ConstTypedPtr x, ConstTypedPtr w, int n, int c, int oc) = 0;
   virtual absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t,
                                         int c, int nh) = 0;
   // AttentionBackward's scratch, in floats, for nh heads of t positions.

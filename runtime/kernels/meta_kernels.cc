@@ -28,12 +28,12 @@ class MetaKernels final : public Kernels {
   }
   absl::Status Zero(void*, size_t) override { return absl::OkStatus(); }
 
-  absl::Status LinearForward(float*, ConstTypedPtr, const float*, const float*, int n, int c,
+  absl::Status LinearForward(float*, ConstTypedPtr, ConstTypedPtr, const float*, int n, int c,
                              int oc) override {
     CountLinearForward(n, c, oc);
     return absl::OkStatus();
   }
-  absl::Status LinearBackward(float*, float*, float*, const float*, ConstTypedPtr, const float*,
+  absl::Status LinearBackward(float*, float*, float*, const float*, ConstTypedPtr, ConstTypedPtr,
                               int n, int c, int oc) override {
     CountLinearBackward(n, c, oc);
     return absl::OkStatus();

@@ -155,6 +155,7 @@ class RecordingStore : public WeightStore {
  public:
   explicit RecordingStore(Replica* replica) : replica_(replica) {}
   absl::StatusOr<float*> Params(int unit) override { return Log("P", unit, replica_->Params(unit)); }
+  absl::StatusOr<ConstTypedPtr> Stored(int unit) override { return replica_->Stored(unit); }
   absl::Status ReleaseParams(int unit) override { return Log("R", unit, absl::OkStatus()); }
   absl::StatusOr<float*> OpenGrads(int unit) override { return Log("O", unit, replica_->OpenGrads(unit)); }
   absl::Status CloseGrads(int unit) override { return Log("C", unit, absl::OkStatus()); }

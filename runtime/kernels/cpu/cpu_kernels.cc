@@ -48,20 +48,24 @@ class CpuKernels final : public Kernels {
 
   MatmulInputs matmul_inputs() const override { return inputs_; }
 
-  absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b, int n,
+  absl::Status LinearForward(float* y, ConstTypedPtr x, ConstTypedPtr w, const float* b, int n,
                              int c, int oc) override {
     CountLinearForward(n, c, oc);
     return WithOperand(x, [&](auto* xs) {
-      cpu::LinearForward(y, xs, w, b, n, c, oc, inputs_);
-      return absl::OkStatus();
+      return WithOperand(w, [&](auto* ws) {
+        cpu::LinearForward(y, xs, ws, b, n, c, oc, inputs_);
+        return absl::OkStatus();
+      });
     });
   }
   absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, ConstTypedPtr x,
-                              const float* w, int n, int c, int oc) override {
+                              ConstTypedPtr w, int n, int c, int oc) override {
     CountLinearBackward(n, c, oc);
     return WithOperand(x, [&](auto* xs) {
-      cpu::LinearBackward(dx, dw, db, dy, xs, w, n, c, oc, /*accumulate_dx=*/false, inputs_);
-      return absl::OkStatus();
+      return WithOperand(w, [&](auto* ws) {
+        cpu::LinearBackward(dx, dw, db, dy, xs, ws, n, c, oc, /*accumulate_dx=*/false, inputs_);
+        return absl::OkStatus();
+      });
     });
   }
   absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,

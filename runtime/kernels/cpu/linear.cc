@@ -8,8 +8,8 @@ namespace tally::cpu {
 namespace {
 
 // The layer's gradients with its matmul operands of type O (T, or bf16 roundings of them).
-template <typename O, typename T, typename X>
-void Backward(T* dx, T* dw, const T* dy, const X* x, const T* w, int n, int c, int oc,
+template <typename O, typename T, typename X, typename W>
+void Backward(T* dx, T* dw, const T* dy, const X* x, const W* w, int n, int c, int oc,
               bool accumulate_dx) {
   const O* g = AsOperand<O>(2, dy, n, oc);
   if (dx != nullptr) {
@@ -23,8 +23,8 @@ void Backward(T* dx, T* dw, const T* dy, const X* x, const T* w, int n, int c, i
 
 }  // namespace
 
-template <typename T, typename X>
-void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int oc,
+template <typename T, typename X, typename W>
+void LinearForward(T* y, const X* x, const W* w, const T* b, int n, int c, int oc,
                    MatmulInputs inputs) {
   if constexpr (std::is_same_v<T, float>) {
     if (inputs == MatmulInputs::kBF16) {
@@ -33,7 +33,7 @@ void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int o
                   AsOperand<BFloat16>(1, w, oc, c), c, 0.0f, y, oc, b);
     }
   }
-  if constexpr (std::is_same_v<T, X>) {
+  if constexpr (std::is_same_v<T, X> && std::is_same_v<T, W>) {
     // Start every row from the bias, then let the GEMM add x·Wᵀ on top (beta = 1).
     ParallelFor(n, GrainFor(oc), [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) {
@@ -47,22 +47,22 @@ void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int o
     });
     Gemm(Trans::kNo, Trans::kYes, n, oc, c, T(1), x, c, w, c, T(1), y, oc);
   } else {
-    CHECK(false) << "a bf16 x needs bf16 matmul inputs";
+    CHECK(false) << "a bf16 x or w needs bf16 matmul inputs";
   }
 }
 
-template <typename T, typename X>
-void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, int n, int c, int oc,
+template <typename T, typename X, typename W>
+void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const W* w, int n, int c, int oc,
                     bool accumulate_dx, MatmulInputs inputs) {
   bool bf16 = false;
   if constexpr (std::is_same_v<T, float>) {
     bf16 = inputs == MatmulInputs::kBF16;
     if (bf16) Backward<BFloat16>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
   }
-  if constexpr (std::is_same_v<T, X>) {
+  if constexpr (std::is_same_v<T, X> && std::is_same_v<T, W>) {
     if (!bf16) Backward<T>(dx, dw, dy, x, w, n, c, oc, accumulate_dx);
   } else {
-    CHECK(bf16) << "a bf16 x needs bf16 matmul inputs";
+    CHECK(bf16) << "a bf16 x or w needs bf16 matmul inputs";
   }
   if (db != nullptr) {  // by columns, each summed over the rows in order
     ParallelFor(oc, GrainFor(n), [&](int64_t first, int64_t last) {
@@ -74,16 +74,25 @@ void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, in
   }
 }
 
+// x and w each fp32 or bf16 (fp32 sums); double for the tests.
 template void LinearForward(float*, const float*, const float*, const float*, int, int, int,
+                            MatmulInputs);
+template void LinearForward(float*, const float*, const BFloat16*, const float*, int, int, int,
                             MatmulInputs);
 template void LinearForward(float*, const BFloat16*, const float*, const float*, int, int, int,
                             MatmulInputs);
-template void LinearForward(double*, const double*, const double*, const double*, int, int, int,
+template void LinearForward(float*, const BFloat16*, const BFloat16*, const float*, int, int, int,
                             MatmulInputs);
-template void LinearBackward(float*, float*, float*, const float*, const float*, const float*, int,
-                             int, int, bool, MatmulInputs);
+template void LinearBackward(float*, float*, float*, const float*, const float*, const float*,
+                             int, int, int, bool, MatmulInputs);
+template void LinearBackward(float*, float*, float*, const float*, const float*, const BFloat16*,
+                             int, int, int, bool, MatmulInputs);
 template void LinearBackward(float*, float*, float*, const float*, const BFloat16*, const float*,
                              int, int, int, bool, MatmulInputs);
+template void LinearBackward(float*, float*, float*, const float*, const BFloat16*, const BFloat16*,
+                             int, int, int, bool, MatmulInputs);
+template void LinearForward(double*, const double*, const double*, const double*, int, int, int,
+                            MatmulInputs);
 template void LinearBackward(double*, double*, double*, const double*, const double*,
                              const double*, int, int, int, bool, MatmulInputs);
 

@@ -7,21 +7,21 @@
 //                                  dW (OC, C) += dyᵀ · x,  db (OC) += Σ_rows dy
 // Weight and bias gradients always accumulate (micro-batches add up); dx or dW may be
 // null when nobody needs it. With MatmulInputs::kBF16 (float only) x, W and dy enter the
-// products rounded to bf16 (x may be kept in bf16 already: X = BFloat16); the products,
-// sums, bias and outputs are fp32.
+// products rounded to bf16 (x and W may be kept in bf16 already: X, W = BFloat16); the
+// products, sums, bias and outputs are fp32.
 #pragma once
 
 #include "runtime/kernels/cpu/gemm.h"
 
 namespace tally::cpu {
 
-// X: T, or BFloat16 for T = float with MatmulInputs::kBF16.
-template <typename T, typename X>
-void LinearForward(T* y, const X* x, const T* w, const T* b, int n, int c, int oc,
+// X, W: T, or BFloat16 for T = float with MatmulInputs::kBF16.
+template <typename T, typename X, typename W>
+void LinearForward(T* y, const X* x, const W* w, const T* b, int n, int c, int oc,
                    MatmulInputs inputs = MatmulInputs::kF32);
 
-template <typename T, typename X>
-void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, int n, int c, int oc,
+template <typename T, typename X, typename W>
+void LinearBackward(T* dx, T* dw, T* db, const T* dy, const X* x, const W* w, int n, int c, int oc,
                     bool accumulate_dx = false, MatmulInputs inputs = MatmulInputs::kF32);
 
 }  // namespace tally::cpu

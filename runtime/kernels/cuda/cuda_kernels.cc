@@ -37,13 +37,13 @@ class CudaKernels final : public Kernels {
 
   MatmulInputs matmul_inputs() const override { return blas_->inputs(); }
 
-  absl::Status LinearForward(float* y, ConstTypedPtr x, const float* w, const float* b, int n,
+  absl::Status LinearForward(float* y, ConstTypedPtr x, ConstTypedPtr w, const float* b, int n,
                              int c, int oc) override {
     CountLinearForward(n, c, oc);
     return cuda::LinearForward(*blas_, y, x, w, b, n, c, oc);
   }
   absl::Status LinearBackward(float* dx, float* dw, float* db, const float* dy, ConstTypedPtr x,
-                              const float* w, int n, int c, int oc) override {
+                              ConstTypedPtr w, int n, int c, int oc) override {
     CountLinearBackward(n, c, oc);
     return cuda::LinearBackward(*blas_, dx, dw, db, dy, x, w, n, c, oc);
   }

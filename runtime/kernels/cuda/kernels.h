@@ -47,13 +47,14 @@ class Blas {
 };
 
 // y (n, oc) = x (n, c) · wᵀ + b, w stored (oc, c); b may be null. The activations x (and
-// attention's qkv) may be bf16 under bf16 inputs: the products read them as they are.
-absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, const float* w, const float* b,
+// attention's qkv) and the weights w may be bf16 under bf16 inputs: the products read them
+// as they are.
+absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, ConstTypedPtr w, const float* b,
                            int n, int c, int oc);
 // dx = dy · w (added to dx when accumulate_dx), dw += dyᵀ · x, db += column sums of dy;
 // a null output is skipped.
 absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
-                            ConstTypedPtr x, const float* w, int n, int c, int oc,
+                            ConstTypedPtr x, ConstTypedPtr w, int n, int c, int oc,
                             bool accumulate_dx = false);
 
 // Causal self-attention over qkv (b, t, 3c) -> y (b, t, c), keeping the softmax

@@ -152,7 +152,7 @@ absl::StatusOr<const float*> Blas::Ones(int n) {
 
 // ---------------------------------------------------------------------------- layers
 
-absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, const float* w, const float* b,
+absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, ConstTypedPtr w, const float* b,
                            int n, int c, int oc) {
   const int64_t count = int64_t(n) * oc;
   TALLY_LAUNCH(FillRowsKernel, Blocks(count), y, b, oc, count);
@@ -161,7 +161,7 @@ absl::Status LinearForward(Blas& blas, float* y, ConstTypedPtr x, const float* w
 }
 
 absl::Status LinearBackward(Blas& blas, float* dx, float* dw, float* db, const float* dy,
-                            ConstTypedPtr x, const float* w, int n, int c, int oc,
+                            ConstTypedPtr x, ConstTypedPtr w, int n, int c, int oc,
                             bool accumulate_dx) {
   if (dx != nullptr) {  // dx (n, c) = dy (n, oc) · w (oc, c)
     RETURN_IF_ERROR(RowMajorGemm(blas, false, false, n, c, oc, 1.0f, dy, oc, 0, w, c, 0,

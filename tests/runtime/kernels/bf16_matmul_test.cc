@@ -152,24 +152,28 @@ TEST(BF16Matmul, ActivationsKeptInBf16GiveTheSameResultsBitForBit) {
   ASSERT_TRUE(k->GeluForward({y16.data(), DType::kBF16}, x.data(), n * c).ok());
   for (int i = 0; i < n * c; ++i) ASSERT_EQ(y16[i].bits, BFloat16::FromFloat(y32[i]).bits) << i;
 
-  // The linear layer, forward and backward, with x fp32 or kept in bf16.
+  // The linear layer, forward and backward, with x and w each fp32 or kept in bf16 (a bf16
+  // store's weights: model/weights.h).
   const std::vector<float> lw = Random(oc * c, 10), lb = Random(oc, 11), dy = Random(n * oc, 12);
-  const std::vector<BFloat16> x16 = ToBF16(x);
-  std::vector<float> out[2], dx[2], dw[2], db[2];
-  for (int kept = 0; kept < 2; ++kept) {
-    const ConstTypedPtr in = kept ? ConstTypedPtr(x16.data(), DType::kBF16) : x.data();
+  const std::vector<BFloat16> x16 = ToBF16(x), lw16 = ToBF16(lw);
+  std::vector<float> out[4], dx[4], dw[4], db[4];
+  for (int kept = 0; kept < 4; ++kept) {
+    const ConstTypedPtr in = kept & 1 ? ConstTypedPtr(x16.data(), DType::kBF16) : x.data();
+    const ConstTypedPtr weights = kept & 2 ? ConstTypedPtr(lw16.data(), DType::kBF16) : lw.data();
     out[kept].resize(n * oc);
     dx[kept].resize(n * c);
     dw[kept].assign(oc * c, 0.25f);
     db[kept].assign(oc, 0.5f);
-    ASSERT_TRUE(k->LinearForward(out[kept].data(), in, lw.data(), lb.data(), n, c, oc).ok());
+    ASSERT_TRUE(k->LinearForward(out[kept].data(), in, weights, lb.data(), n, c, oc).ok());
     ASSERT_TRUE(k->LinearBackward(dx[kept].data(), dw[kept].data(), db[kept].data(), dy.data(), in,
-                                  lw.data(), n, c, oc).ok());
+                                  weights, n, c, oc).ok());
   }
-  EXPECT_EQ(out[0], out[1]);
-  EXPECT_EQ(dx[0], dx[1]);
-  EXPECT_EQ(dw[0], dw[1]);
-  EXPECT_EQ(db[0], db[1]);
+  for (int kept = 1; kept < 4; ++kept) {
+    EXPECT_EQ(out[0], out[kept]) << kept;
+    EXPECT_EQ(dx[0], dx[kept]) << kept;
+    EXPECT_EQ(dw[0], dw[kept]) << kept;
+    EXPECT_EQ(db[0], db[kept]) << kept;
+  }
 
   // Attention, forward and backward, with qkv fp32 or kept in bf16.
   const int batch = 2, t = 7, ac = 8, nh = 2;
@@ -197,6 +201,8 @@ TEST(BF16Matmul, ActivationsKeptInBf16GiveTheSameResultsBitForBit) {
                                                    lw.data(), lb.data(), n, c, oc);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_NE(refused.message().find("bf16"), std::string::npos) << refused.message();
+  EXPECT_TRUE(absl::IsInvalidArgument(fp32->LinearForward(
+      out[0].data(), x.data(), {lw16.data(), DType::kBF16}, lb.data(), n, c, oc)));
 }
 
 }  // namespace
