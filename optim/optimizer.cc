@@ -23,12 +23,13 @@ absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const AdamWOptions& options
 }
 
 absl::Status AdamW::Step(float* params, const void* grads, DType grad_type, float lr,
-                         const std::vector<Segment>& segments) {
+                         const std::vector<Segment>& segments, float grad_scale) {
   ++step_;
   const float b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(double(b1), double(step_));
   const double bias2 = 1.0 - std::pow(double(b2), double(step_));
-  Kernels::AdamWArgs args{1.0f, float(lr / bias1), b1, b2, options_.eps, float(std::sqrt(bias2))};
+  Kernels::AdamWArgs args{1.0f, float(lr / bias1), b1, b2, options_.eps, float(std::sqrt(bias2)),
+                          grad_scale};
   float* m = m_.data<float>();
   float* v = v_.data<float>();
   for (const Segment& seg : segments) {
@@ -49,14 +50,15 @@ absl::StatusOr<std::unique_ptr<SGD>> SGD::Create(const SGDOptions& options, int6
 }
 
 absl::Status SGD::Step(float* params, const void* grads, DType grad_type, float lr,
-                       const std::vector<Segment>& segments) {
+                       const std::vector<Segment>& segments, float grad_scale) {
   ++step_;
   float* b = buf_.data<float>();
   for (const Segment& seg : segments) {
     const float wd = seg.decay ? options_.weight_decay : 0.0f;
     RETURN_IF_ERROR(kernels_->Sgd(params + seg.param_shift + seg.begin,
                                   At(grads, grad_type, seg.begin), grad_type, b + seg.begin,
-                                  seg.end - seg.begin, lr, options_.momentum, wd, step_ == 1));
+                                  seg.end - seg.begin, lr, options_.momentum, wd, step_ == 1,
+                                  grad_scale));
   }
   return absl::OkStatus();
 }

@@ -36,13 +36,18 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // One update of the parameters of `segments` from grads[0, size), whose elements are
-  // `grad_type` (fp32, or bf16: read as fp32). The parameters are fp32: under mixed
-  // precision, the master weights.
+  // `grad_type` (fp32, or bf16: read as fp32), each clipped by `grad_scale` as it is read
+  // (times it, rounded to the gradients' type: runtime/kernels/kernels.h; the buffer is
+  // left as it is). The parameters are fp32: under mixed precision, the master weights.
   virtual absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
-                            const std::vector<Segment>& segments) = 0;
+                            const std::vector<Segment>& segments, float grad_scale) = 0;
+  absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
+                    const std::vector<Segment>& segments) {
+    return Step(params, grads, grad_type, lr, segments, 1.0f);
+  }
   absl::Status Step(float* params, const float* grads, float lr,
                     const std::vector<Segment>& segments) {
-    return Step(params, grads, DType::kF32, lr, segments);
+    return Step(params, grads, DType::kF32, lr, segments, 1.0f);
   }
   // The state buffers over the range, by torch's names ("exp_avg", "momentum_buffer").
   virtual std::vector<std::pair<std::string, Tensor*>> State() = 0;
@@ -70,7 +75,7 @@ class AdamW : public Optimizer {
 
   using Optimizer::Step;
   absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
-                    const std::vector<Segment>& segments) override;
+                    const std::vector<Segment>& segments, float grad_scale) override;
   std::vector<std::pair<std::string, Tensor*>> State() override {
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
   }
@@ -97,7 +102,7 @@ class SGD : public Optimizer {
                                                      Allocator& alloc);
   using Optimizer::Step;
   absl::Status Step(float* params, const void* grads, DType grad_type, float lr,
-                    const std::vector<Segment>& segments) override;
+                    const std::vector<Segment>& segments, float grad_scale) override;
   std::vector<std::pair<std::string, Tensor*>> State() override {
     return {{"momentum_buffer", &buf_}};
   }

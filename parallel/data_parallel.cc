@@ -98,11 +98,10 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
   RETURN_IF_ERROR(SumPerTokenGradients(*groups.tp, grads, ranges));
   ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(k, grads, ranges, groups.shards, *groups.tp,
                                                    groups.algorithm, groups.stages, groups.experts));
-  if (clip > 0) {
-    const float scale = optim::ClipScale(norm, clip);
-    if (scale < 1.0f) RETURN_IF_ERROR(k.Scale(grads.raw_data(), grads.dtype(), grads.numel(), scale));
-  }
-  RETURN_IF_ERROR(optimizer.Step(params, grads.raw_data(), grads.dtype(), lr, segments));
+  // Clipped as the optimizer reads them (torch scales the gradients in place first: the
+  // same values, without that pass).
+  const float scale = clip > 0 ? optim::ClipScale(norm, clip) : 1.0f;
+  RETURN_IF_ERROR(optimizer.Step(params, grads.raw_data(), grads.dtype(), lr, segments, scale));
   return norm;
 }
 

@@ -8,6 +8,9 @@ namespace tally {
 
 struct AdamWArgs {
   float keep, step_size, beta1, beta2, eps, bias2_sqrt;
+  // The gradients' clipping factor: g = grad·grad_scale, rounded to the gradients' type
+  // (runtime/kernels/kernels.h).
+  float grad_scale = 1.0f;
 };
 
 }  // namespace tally

@@ -141,6 +141,9 @@ class Kernels {
   // x[i] *= factor (in fp32, rounded back to bf16 for a bf16 x).
   virtual absl::Status Scale(void* x, DType type, int64_t n, float factor) = 0;
   absl::Status Scale(float* x, int64_t n, float factor) { return Scale(x, DType::kF32, n, factor); }
+  // The optimizers read each gradient clipped: g = grad·grad_scale, rounded to the
+  // gradients' type (bf16: to nearest even), as Scale over the gradients would leave it,
+  // without that pass (the gradients' buffer is left as it is).
   // One AdamW update of n elements (optim/optimizer.h, torch's order of operations):
   // p = p·keep; m += (1-β1)(g - m); v = β2·v + (1-β2)·g²; p -= step_size·m/(√v/bias2_sqrt + eps).
   using AdamWArgs = tally::AdamWArgs;
@@ -148,7 +151,8 @@ class Kernels {
                              int64_t n, const AdamWArgs& args) = 0;
   // SGD with momentum: g += wd·p; b = first ? g : μ·b + g; p -= lr·b.
   virtual absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum,
-                           int64_t n, float lr, float mu, float wd, bool first) = 0;
+                           int64_t n, float lr, float mu, float wd, bool first,
+                           float grad_scale) = 0;
 };
 
 // The CUDA half of Kernels::Create (runtime/kernels/cuda; an error in a build without it).

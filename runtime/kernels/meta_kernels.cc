@@ -108,8 +108,8 @@ class MetaKernels final : public Kernels {
                      const AdamWArgs&) override {
     return absl::OkStatus();
   }
-  absl::Status Sgd(float*, const void*, DType, float*, int64_t, float, float, float,
-                   bool) override {
+  absl::Status Sgd(float*, const void*, DType, float*, int64_t, float, float, float, bool,
+                   float) override {
     return absl::OkStatus();
   }
 

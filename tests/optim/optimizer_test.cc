@@ -109,6 +109,47 @@ TEST(MixedPrecision, Bf16GradientsUpdateAsTheirFp32Values) {
   for (int i = 0; i < n; ++i) EXPECT_EQ(narrow[i].ToFloat(), wide[i] * 0.5f);
 }
 
+// The optimizers clip the gradients as they read them: the same update, bit for bit, as
+// scaling the gradients' buffer first (rounded back to bf16 for bf16 gradients), with the
+// buffer left as it was.
+TEST(Clipping, InsideTheStepEqualsScalingTheGradientsFirst) {
+  std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU()).value();
+  const int n = 1000;
+  std::vector<float> wide(n);
+  std::vector<BFloat16> narrow(n);
+  for (int i = 0; i < n; ++i) {
+    wide[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 7));
+    narrow[i] = BFloat16::FromFloat(wide[i]);
+  }
+  const float scale = 0.3137f;  // no power of two: the products round
+  const std::vector<Segment> all = {{0, n, true}};
+  Allocator alloc(nullptr);
+  for (const bool bf16 : {false, true}) {
+    const DType type = bf16 ? DType::kBF16 : DType::kF32;
+    std::vector<float> g32 = wide, scaled32 = wide;
+    std::vector<BFloat16> g16 = narrow, scaled16 = narrow;
+    void* grads = bf16 ? static_cast<void*>(g16.data()) : g32.data();
+    void* scaled = bf16 ? static_cast<void*>(scaled16.data()) : scaled32.data();
+    ASSERT_TRUE(k->Scale(scaled, type, n, scale).ok());
+    auto inside = AdamW::Create({}, n, alloc).value();
+    auto first = AdamW::Create({}, n, alloc).value();
+    auto sgd_inside = SGD::Create({}, n, alloc).value();
+    auto sgd_first = SGD::Create({}, n, alloc).value();
+    std::vector<float> p_inside(n, 0.5f), p_first(n, 0.5f), q_inside(n, 0.5f), q_first(n, 0.5f);
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(inside->Step(p_inside.data(), grads, type, 0.1f, all, scale).ok());
+      ASSERT_TRUE(first->Step(p_first.data(), scaled, type, 0.1f, all).ok());
+      ASSERT_TRUE(sgd_inside->Step(q_inside.data(), grads, type, 0.1f, all, scale).ok());
+      ASSERT_TRUE(sgd_first->Step(q_first.data(), scaled, type, 0.1f, all).ok());
+    }
+    EXPECT_EQ(p_inside, p_first) << Name(type);
+    EXPECT_EQ(q_inside, q_first) << Name(type);
+    EXPECT_NE(p_inside, std::vector<float>(n, 0.5f));
+    EXPECT_EQ(g32, wide);  // the gradients themselves are not scaled
+    for (int i = 0; i < n; ++i) ASSERT_EQ(g16[i].bits, narrow[i].bits) << i;
+  }
+}
+
 TEST(MixedPrecision, AccumulateRoundsOnceAndConvertRoundsToNearestEven) {
   std::unique_ptr<Kernels> k = Kernels::Create(Device::CPU()).value();
   // 1 + 2^-8 is halfway between two bf16 values: nearest even is 1.

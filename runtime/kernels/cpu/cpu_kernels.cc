@@ -314,11 +314,11 @@ class CpuKernels final : public Kernels {
     });
   }
   absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum, int64_t n,
-                   float lr, float mu, float wd, bool first) override {
+                   float lr, float mu, float wd, bool first, float grad_scale) override {
     return WithValues(grad_type, grads, [&](auto* grad) -> absl::Status {
       cpu::ParallelFor(n, cpu::GrainFor(4), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          float g = Widen(grad[i]) + wd * params[i];
+          float g = cpu::Clipped(grad[i], grad_scale) + wd * params[i];
           momentum[i] = first ? g : mu * momentum[i] + g;
           params[i] -= lr * momentum[i];
         }

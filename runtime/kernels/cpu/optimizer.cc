@@ -15,9 +15,9 @@ template <typename G>
 [[gnu::always_inline]] inline void Update(float* params, const G* grads, float* m, float* v,
                                           int64_t n, const AdamWArgs& a) {
   const float keep = a.keep, step_size = a.step_size, beta1 = a.beta1, beta2 = a.beta2,
-              eps = a.eps, bias2_sqrt = a.bias2_sqrt;
+              eps = a.eps, bias2_sqrt = a.bias2_sqrt, grad_scale = a.grad_scale;
   for (int64_t i = 0; i < n; ++i) {
-    float g = Widen(grads[i]);
+    float g = Clipped(grads[i], grad_scale);
     float p = params[i] * keep;
     m[i] = m[i] + (1.0f - beta1) * (g - m[i]);  // torch's lerp: m + (1-β1)(g - m)
     v[i] = v[i] * beta2 + (1.0f - beta2) * g * g;

@@ -11,6 +11,13 @@ namespace tally::cpu {
 
 // n parameters from fp32 or bf16 gradients (widened exactly), compiled for AVX-512, AVX2
 // and the baseline (cpu_clones.h; IEEE square root and division: the same values in each).
+// A gradient times the clipping factor, rounded to its own type: what Kernels::Scale
+// leaves in the gradients' buffer, which the optimizers read instead (kernels.h).
+inline float Clipped(float g, float scale) { return g * scale; }
+inline float Clipped(BFloat16 g, float scale) {
+  return BFloat16::FromFloat(g.ToFloat() * scale).ToFloat();
+}
+
 void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWArgs& a);
 void AdamW(float* params, const BFloat16* grads, float* m, float* v, int64_t n,
            const AdamWArgs& a);

@@ -151,22 +151,23 @@ class CudaKernels final : public Kernels {
                      int64_t n, const AdamWArgs& a) override {
     if (grad_type == DType::kF32) {
       return cuda::AdamWStep(params, static_cast<const float*>(grads), m, v, n, a.keep,
-                             a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt);
+                             a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt, a.grad_scale);
     }
     if (grad_type == DType::kBF16) {
       return cuda::AdamWStep(params, static_cast<const uint16_t*>(grads), m, v, n, a.keep,
-                             a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt);
+                             a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt, a.grad_scale);
     }
     return NotAGradientType(grad_type);
   }
   absl::Status Sgd(float* params, const void* grads, DType grad_type, float* momentum, int64_t n,
-                   float lr, float mu, float wd, bool first) override {
+                   float lr, float mu, float wd, bool first, float grad_scale) override {
     if (grad_type == DType::kF32) {
-      return cuda::SgdStep(params, static_cast<const float*>(grads), momentum, n, lr, mu, wd, first);
+      return cuda::SgdStep(params, static_cast<const float*>(grads), momentum, n, lr, mu, wd, first,
+                           grad_scale);
     }
     if (grad_type == DType::kBF16) {
       return cuda::SgdStep(params, static_cast<const uint16_t*>(grads), momentum, n, lr, mu, wd,
-                           first);
+                           first, grad_scale);
     }
     return NotAGradientType(grad_type);
   }

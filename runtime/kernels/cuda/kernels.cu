@@ -75,13 +75,21 @@ __global__ void AddKernel(float* y, const float* a, const float* b, int64_t n) {
 // A gradient as fp32, from fp32 or bf16 storage.
 __device__ float Grad(const float* g, int64_t i) { return g[i]; }
 __device__ float Grad(const uint16_t* g, int64_t i) { return FromBF16Bits(g[i]); }
+// The same times the clipping factor, rounded to the gradients' type: what ScaleKernel or
+// ScaleBF16Kernel would leave in the buffer (__fmul_rn is never fused into a later add).
+__device__ float Clipped(const float* g, int64_t i, float scale) {
+  return __fmul_rn(g[i], scale);
+}
+__device__ float Clipped(const uint16_t* g, int64_t i, float scale) {
+  return FromBF16Bits(ToBF16Bits(__fmul_rn(FromBF16Bits(g[i]), scale)));
+}
 
 template <typename G>
 __global__ void AdamWKernel(float* p, const G* g, float* m, float* v, int64_t n, float keep,
                             float step_size, float beta1, float beta2, float eps,
-                            float bias2_sqrt) {
+                            float bias2_sqrt, float grad_scale) {
   TALLY_GRID_STRIDE(i, n) {
-    const float gi = Grad(g, i);
+    const float gi = Clipped(g, i, grad_scale);
     const float w = p[i] * keep;
     m[i] = m[i] + (1.0f - beta1) * (gi - m[i]);
     v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
@@ -139,9 +147,9 @@ __global__ void ScaleBF16Kernel(uint16_t* x, float factor, int64_t n) {
 
 template <typename G>
 __global__ void SgdKernel(float* p, const G* g, float* b, int64_t n, float lr, float mu,
-                          float wd, bool first) {
+                          float wd, bool first, float grad_scale) {
   TALLY_GRID_STRIDE(i, n) {
-    const float gi = Grad(g, i) + wd * p[i];
+    const float gi = Clipped(g, i, grad_scale) + wd * p[i];
     b[i] = first ? gi : mu * b[i] + gi;
     p[i] -= lr * b[i];
   }
@@ -369,12 +377,15 @@ absl::Status ScaleBF16(uint16_t* x, int64_t n, float factor) {
 
 template <typename G>
 absl::Status SgdStep(float* params, const G* grads, float* momentum, int64_t n, float lr,
-                     float mu, float wd, bool first) {
-  TALLY_LAUNCH(SgdKernel<G>, Blocks(n), params, grads, momentum, n, lr, mu, wd, first);
+                     float mu, float wd, bool first, float grad_scale) {
+  TALLY_LAUNCH(SgdKernel<G>, Blocks(n), params, grads, momentum, n, lr, mu, wd, first,
+               grad_scale);
   return absl::OkStatus();
 }
-template absl::Status SgdStep(float*, const float*, float*, int64_t, float, float, float, bool);
-template absl::Status SgdStep(float*, const uint16_t*, float*, int64_t, float, float, float, bool);
+template absl::Status SgdStep(float*, const float*, float*, int64_t, float, float, float, bool,
+                              float);
+template absl::Status SgdStep(float*, const uint16_t*, float*, int64_t, float, float, float, bool,
+                              float);
 
 template <typename G>
 absl::StatusOr<double> AddSquares(const G* x, int64_t n, double sum, double* partials) {
@@ -397,15 +408,16 @@ absl::Status Add(float* y, const float* a, const float* b, int64_t n) {
 
 template <typename G>
 absl::Status AdamWStep(float* params, const G* grads, float* m, float* v, int64_t n, float keep,
-                       float step_size, float beta1, float beta2, float eps, float bias2_sqrt) {
+                       float step_size, float beta1, float beta2, float eps, float bias2_sqrt,
+                       float grad_scale) {
   TALLY_LAUNCH(AdamWKernel<G>, Blocks(n), params, grads, m, v, n, keep, step_size, beta1, beta2,
-               eps, bias2_sqrt);
+               eps, bias2_sqrt, grad_scale);
   return absl::OkStatus();
 }
 template absl::Status AdamWStep(float*, const float*, float*, float*, int64_t, float, float, float,
-                                float, float, float);
-template absl::Status AdamWStep(float*, const uint16_t*, float*, float*, int64_t, float, float,
                                 float, float, float, float);
+template absl::Status AdamWStep(float*, const uint16_t*, float*, float*, int64_t, float, float,
+                                float, float, float, float, float);
 
 absl::Status FloatToBF16(uint16_t* y, const float* x, int64_t n) {
   TALLY_LAUNCH(FloatToBF16Kernel, Blocks(n), y, x, n);

@@ -99,10 +99,11 @@ absl::Status AddPositionsBackward(float* dwpe, const float* dx, int64_t rows, in
 absl::Status AddBias(float* y, const float* b, int64_t rows, int c);
 absl::Status Scale(float* x, int64_t n, float factor);
 absl::Status ScaleBF16(uint16_t* x, int64_t n, float factor);  // rounded back to bf16
-// Gradients G: float, or uint16_t holding bf16 bits (instantiated for both).
+// Gradients G: float, or uint16_t holding bf16 bits (instantiated for both), read clipped
+// by grad_scale as Kernels::Sgd and Kernels::AdamW say.
 template <typename G>
 absl::Status SgdStep(float* params, const G* grads, float* momentum, int64_t n, float lr,
-                     float mu, float wd, bool first);
+                     float mu, float wd, bool first, float grad_scale);
 // sum + Σ x²: each of up to kSquaresBlocks blocks sums its part in double into
 // `partials` (that many doubles of device memory), and the host adds them.
 inline constexpr int kSquaresBlocks = 1024;
@@ -123,6 +124,6 @@ absl::Status Add(float* y, const float* a, const float* b, int64_t n);
 template <typename G>
 absl::Status AdamWStep(float* params, const G* grads, float* m, float* v, int64_t n,
                        float keep, float step_size, float beta1, float beta2, float eps,
-                       float bias2_sqrt);
+                       float bias2_sqrt, float grad_scale);
 
 }  // namespace tally::cuda

@@ -237,7 +237,8 @@ TEST_F(CudaKernels, AddAndAdamW) {
     v[i] = v[i] * b2 + (1.0f - b2) * g[i] * g[i];
     p[i] = w - step_size * (m[i] / (std::sqrt(v[i]) / bias2 + eps));
   }
-  ASSERT_TRUE(cuda::AdamWStep(d_p, Up(g), d_m, d_v, n, keep, step_size, b1, b2, eps, bias2).ok());
+  ASSERT_TRUE(
+      cuda::AdamWStep(d_p, Up(g), d_m, d_v, n, keep, step_size, b1, b2, eps, bias2, 1.0f).ok());
   ExpectClose(d_p, p, 1e-6f, 1e-5f, "params");
   ExpectClose(d_m, m, 1e-7f, 1e-6f, "m");
   ExpectClose(d_v, v, 1e-7f, 1e-6f, "v");

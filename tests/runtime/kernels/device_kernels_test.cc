@@ -143,7 +143,7 @@ TEST_F(DeviceKernels, BiasResidualAndOptimizerUpdates) {
   const float* d_g = Up(g);
   float* d_m = Up(m);
   float* d_v = Up(v);
-  const Kernels::AdamWArgs args{0.999f, 0.01f, 0.9f, 0.95f, 1e-8f, 0.2236068f};
+  const Kernels::AdamWArgs args{0.999f, 0.01f, 0.9f, 0.95f, 1e-8f, 0.2236068f, 0.75f};
   for (int step = 0; step < 3; ++step) {
     ASSERT_TRUE(cpu_->AdamW(p.data(), g.data(), DType::kF32, m.data(), v.data(), n, args).ok());
     ASSERT_TRUE(gpu_->AdamW(d_p, d_g, DType::kF32, d_m, d_v, n, args).ok());
@@ -153,8 +153,10 @@ TEST_F(DeviceKernels, BiasResidualAndOptimizerUpdates) {
   float* d_momentum = Up(momentum);
   for (int step = 0; step < 2; ++step) {
     ASSERT_TRUE(
-        cpu_->Sgd(p.data(), g.data(), DType::kF32, momentum.data(), n, 0.1f, 0.9f, 0.01f, step == 0).ok());
-    ASSERT_TRUE(gpu_->Sgd(d_p, d_g, DType::kF32, d_momentum, n, 0.1f, 0.9f, 0.01f, step == 0).ok());
+        cpu_->Sgd(p.data(), g.data(), DType::kF32, momentum.data(), n, 0.1f, 0.9f, 0.01f, step == 0,
+                  0.75f).ok());
+    ASSERT_TRUE(gpu_->Sgd(d_p, d_g, DType::kF32, d_momentum, n, 0.1f, 0.9f, 0.01f, step == 0,
+                          0.75f).ok());
   }
   ExpectClose(d_p, p, 1e-6f, 1e-6f, "sgd params");
   ASSERT_TRUE(cpu_->Scale(p.data(), n, 0.5f).ok());

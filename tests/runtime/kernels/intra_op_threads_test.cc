@@ -103,9 +103,9 @@ Outputs RunKernels(int threads, MatmulInputs inputs) {
   std::vector<float> params = Random(p, 13), m(p, 0.0f), v(p, 0.0f), momentum(p, 0.0f);
   std::vector<float> sgd_params = params;
   check(k->AdamW(params.data(), grads.data(), DType::kF32, m.data(), v.data(), p,
-                 {0.99f, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.3f}));
+                 {0.99f, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.3f, 0.8f}));
   check(k->Sgd(sgd_params.data(), grads.data(), DType::kF32, momentum.data(), p, 1e-2f, 0.9f,
-               0.1f, true));
+               0.1f, true, 0.8f));
   std::vector<BFloat16> half(p);
   std::vector<float> widened(p), accumulated = grads, scaled = grads;
   check(k->Convert(half.data(), DType::kBF16, grads.data(), DType::kF32, p));
