@@ -83,9 +83,10 @@ struct GradientGroups {
 // The end of every step, whoever holds the gradients (a replica's whole buffer, or a
 // ZeRO shard): under sequence parallelism the per-token replicas' sum
 // (SumPerTokenGradients), the global gradient norm (GlobalGradientNorm), clipping to
-// `clip` by torch's rule (0: off), and the optimizer's update of `params` (fp32: the
-// master weights under mixed precision) over `segments` with learning rate `lr`. The
-// gradients may be fp32 or bf16. Returns the norm before clipping.
+// `clip` by torch's rule (0: off; applied as the optimizer reads each gradient, which
+// leaves `grads` unclipped), and the optimizer's update of `params` (fp32: the master
+// weights under mixed precision) over `segments` with learning rate `lr`. The gradients
+// may be fp32 or bf16. Returns the norm before clipping.
 absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
                                    Tensor& grads, const std::vector<model::TensorRange>& ranges,
                                    const std::vector<optim::Segment>& segments, float lr, float clip,
