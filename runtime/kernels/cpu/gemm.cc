@@ -177,19 +177,25 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* 
 }
 
 void RoundToBF16(BFloat16* to, const float* from, int64_t rows, int64_t cols, int64_t ld) {
-  // Blocks of rows on the matmul's threads (each element is rounded on its own, so the
-  // result does not depend on how many).
-  const int64_t block = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
-  const int64_t blocks = (rows + block - 1) / block;
+  // Blocks of about 2^16 values on the matmuls' threads: of the values themselves when
+  // they are contiguous (a flat conversion is one row), else of whole rows. Each element
+  // is rounded on its own, so the result does not depend on how many threads.
+  constexpr int64_t kBlock = int64_t(1) << 16;
   UseIntraOpThreads();
+  if (ld == cols) {
+    const int64_t n = rows * cols, blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (int64_t i = 0; i < blocks; ++i) {
+      Round(to + i * kBlock, from + i * kBlock, std::min(kBlock, n - i * kBlock));
+    }
+    return;
+  }
+  const int64_t block = std::max<int64_t>(1, kBlock / std::max<int64_t>(1, cols));
+  const int64_t blocks = (rows + block - 1) / block;
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t end = std::min(rows, (i + 1) * block);
-    if (ld == cols) {
-      Round(to + i * block * cols, from + i * block * cols, (end - i * block) * cols);
-    } else {
-      for (int64_t r = i * block; r < end; ++r) Round(to + r * cols, from + r * ld, cols);
-    }
+    for (int64_t r = i * block; r < end; ++r) Round(to + r * cols, from + r * ld, cols);
   }
 }
 
