@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/attention.h"
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/fast_math.h"
 #include "runtime/kernels/cpu/gelu.h"
 #include "runtime/kernels/cpu/layernorm.h"
@@ -243,7 +244,7 @@ class CpuKernels final : public Kernels {
       auto* y = static_cast<float*>(to);
       const auto* x = static_cast<const BFloat16*>(from);
       cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
-        for (int64_t i = first; i < last; ++i) y[i] = x[i].ToFloat();
+        cpu::Widen(y + first, x + first, last - first);
       });
       return absl::OkStatus();
     }
@@ -251,22 +252,16 @@ class CpuKernels final : public Kernels {
   }
   absl::Status Accumulate(void* to, DType to_type, const void* from, DType from_type,
                           int64_t n) override {
+    if (to_type != DType::kF32 && to_type != DType::kBF16) {
+      return UnsupportedConversion(to_type, from_type);
+    }
     return WithValues(from_type, from, [&](auto* x) -> absl::Status {
-      if (to_type == DType::kF32) {
-        auto* y = static_cast<float*>(to);
+      return WithOutput(TypedPtr(to, to_type), [&](auto* y) -> absl::Status {
         cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
-          for (int64_t i = first; i < last; ++i) y[i] += Widen(x[i]);
+          cpu::Accumulate(y + first, x + first, last - first);
         });
         return absl::OkStatus();
-      }
-      if (to_type != DType::kBF16) return UnsupportedConversion(to_type, from_type);
-      auto* y = static_cast<BFloat16*>(to);
-      cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
-        for (int64_t i = first; i < last; ++i) {
-          y[i] = BFloat16::FromFloat(y[i].ToFloat() + Widen(x[i]));
-        }
       });
-      return absl::OkStatus();
     });
   }
 
@@ -328,8 +323,6 @@ class CpuKernels final : public Kernels {
   }
 
  private:
-  static float Widen(float x) { return x; }
-  static float Widen(BFloat16 x) { return x.ToFloat(); }
   // body(values as const float* or const BFloat16*: gradients, matmul inputs), whose
   // result it returns; an error for any other type.
   template <typename Body>

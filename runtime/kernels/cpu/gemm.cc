@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/parallel.h"
 
@@ -118,10 +119,6 @@ class BF16Matmuls {
   dnnl::stream stream_{engine_};
   std::map<Shape, std::optional<Entry>> cache_;
 };
-
-TALLY_CPU_CLONES void Widen(float* to, const BFloat16* from, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) to[i] = from[i].ToFloat();
-}
 
 // rows x cols of bf16 values (`ld` between rows) widened, exactly, into the calling
 // thread's fp32 buffer `slot` (0 or 1), contiguous.
