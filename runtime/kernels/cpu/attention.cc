@@ -103,7 +103,9 @@ void CausalSoftmax(float* p, BFloat16* rounded, int t) {
                rounded == nullptr ? nullptr : rounded + static_cast<long>(row) * t);
   }
 }
-void CausalSoftmax(float* p, float*, int t) { CausalSoftmax(p, static_cast<BFloat16*>(nullptr), t); }
+void CausalSoftmax(float* p, float*, int t) {
+  CausalSoftmax(p, static_cast<BFloat16*>(nullptr), t);
+}
 
 // dP (t, t) into dS = P ⊙ (dP - rowsum(dP ⊙ P)), zeros past each row's position, written
 // to `ds` (of the matmuls' operand type; it may be dp itself).

@@ -62,7 +62,8 @@ class BF16Matmuls {
                                  {DNNL_ARG_BIAS, e.bias},
                                  {DNNL_ARG_DST, e.c}});
     } else {
-      e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+      e.matmul.execute(stream_,
+                       {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
     }
     return true;
   }
