@@ -51,6 +51,10 @@ struct BFloat16 {
   }
 };
 
+// A stored value as fp32: a bf16 widened (exactly), a float as it is.
+inline float AsFloat(float value) { return value; }
+inline float AsFloat(BFloat16 value) { return value.ToFloat(); }
+
 // `value` as it is stored in a Y: rounded to nearest even for a BFloat16, else converted.
 template <typename Y, typename V>
 Y StoredAs(V value) {

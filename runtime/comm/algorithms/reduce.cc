@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "runtime/kernels/cpu/cpu_clones.h"
+#include "runtime/kernels/cpu/convert.h"
 
 namespace tally::comm {
 namespace {
@@ -15,24 +15,13 @@ void ReduceLoop(T* __restrict dst, const T* __restrict src, int64_t count, Combi
   for (int64_t i = 0; i < count; ++i) dst[i] = combine(dst[i], src[i]);
 }
 
-// The sums every reducing collective runs, compiled for AVX-512, AVX2 and the baseline
-// (cpu_clones.h; elementwise, so the same values in each).
-TALLY_CPU_CLONES void Sum(float* __restrict dst, const float* __restrict src, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = dst[i] + src[i];
-}
-TALLY_CPU_CLONES void Sum(BFloat16* __restrict dst, const BFloat16* __restrict src,
-                          int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    dst[i] = BFloat16::FromFloat(dst[i].ToFloat() + src[i].ToFloat());
-  }
-}
-
 template <typename T>
 void ReduceTyped(T* dst, const T* src, int64_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      if constexpr (std::is_same_v<T, float>) return Sum(dst, src, count);
+      // The sum every reducing collective runs: at the CPU's width (convert.h).
+      if constexpr (std::is_same_v<T, float>) return cpu::Accumulate(dst, src, count);
       return ReduceLoop(dst, src, count, [](T a, T b) { return a + b; });
     case ReduceOp::kProd:
       return ReduceLoop(dst, src, count, [](T a, T b) { return a * b; });
@@ -45,7 +34,7 @@ void ReduceTyped(T* dst, const T* src, int64_t count, ReduceOp op) {
 
 // bf16 reduces in fp32 and rounds once per element.
 void ReduceBF16(BFloat16* dst, const BFloat16* src, int64_t count, ReduceOp op) {
-  if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return Sum(dst, src, count);
+  if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return cpu::Accumulate(dst, src, count);
   for (int64_t i = 0; i < count; ++i) {
     float a = dst[i].ToFloat(), b = src[i].ToFloat();
     float r = 0;

@@ -36,13 +36,13 @@ void CausalSoftmax(double* p, double*, int t) {
 // the processor overlaps them; each row's result is the same as alone.
 constexpr int kGroup = 8;
 
-// Rows `row`..`row` + kGroup - 1 of S (t, t), `s` pointing at the first: each row's
-// columns up to its own position into their softmax, zeros after, and the rows again in
-// `rounded` (bf16, when not null: P·V's operand, made as P is). A row's max is taken in
-// 16 lanes (exact in any order).
-TALLY_CPU_CLONES void SoftmaxGroup(float* s, int row, int t, BFloat16* rounded) {
+// Rows `row`..`row` + rows - 1 (rows <= kGroup) of S (t, t), `s` pointing at the first:
+// each row's columns up to its own position into their softmax, zeros after, and the rows
+// again in `rounded` (bf16, when not null: P·V's operand, made as P is). A row's max is
+// taken in 16 lanes (exact in any order); the sums of a whole group side by side.
+TALLY_CPU_CLONES void SoftmaxGroup(float* s, int row, int rows, int t, BFloat16* rounded) {
   float sum[kGroup] = {};
-  for (int i = 0; i < kGroup; ++i) {
+  for (int i = 0; i < rows; ++i) {
     float* r = s + static_cast<long>(i) * t;
     const int n = row + i + 1;
     float lanes[16];
@@ -56,13 +56,19 @@ TALLY_CPU_CLONES void SoftmaxGroup(float* s, int row, int t, BFloat16* rounded) 
     for (; col < n; ++col) max = std::max(max, r[col]);
     for (int j = 0; j < n; ++j) r[j] = FastExp(r[j] - max);
   }
-  for (int j = 0; j <= row; ++j) {  // the columns every row of the group has
-    for (int i = 0; i < kGroup; ++i) sum[i] += s[static_cast<long>(i) * t + j];
+  if (rows == kGroup) {
+    for (int j = 0; j <= row; ++j) {  // the columns every row of the group has
+      for (int i = 0; i < kGroup; ++i) sum[i] += s[static_cast<long>(i) * t + j];
+    }
+    for (int i = 1; i < kGroup; ++i) {
+      for (int j = row + 1; j <= row + i; ++j) sum[i] += s[static_cast<long>(i) * t + j];
+    }
+  } else {
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j <= row + i; ++j) sum[i] += s[static_cast<long>(i) * t + j];
+    }
   }
-  for (int i = 1; i < kGroup; ++i) {
-    for (int j = row + 1; j <= row + i; ++j) sum[i] += s[static_cast<long>(i) * t + j];
-  }
-  for (int i = 0; i < kGroup; ++i) {
+  for (int i = 0; i < rows; ++i) {
     float* r = s + static_cast<long>(i) * t;
     const int n = row + i + 1;
     const float inv = 1.0f / sum[i];
@@ -76,31 +82,11 @@ TALLY_CPU_CLONES void SoftmaxGroup(float* s, int row, int t, BFloat16* rounded) 
   }
 }
 
-// One row alone (the rows after the last whole group), the same values.
-void SoftmaxRow(float* r, int n, int t, BFloat16* rounded) {
-  float max = r[0];
-  for (int col = 1; col < n; ++col) max = std::max(max, r[col]);
-  ExpMinus(r, r, max, n);
-  float sum = 0;
-  for (int j = 0; j < n; ++j) sum += r[j];
-  const float inv = 1.0f / sum;
-  for (int j = 0; j < n; ++j) r[j] *= inv;
-  for (int j = n; j < t; ++j) r[j] = 0;
-  if (rounded != nullptr) {
-    for (int j = 0; j < n; ++j) rounded[j] = BFloat16::FromFloat(r[j]);
-    std::fill(rounded + n, rounded + t, BFloat16{});
-  }
-}
-
 void CausalSoftmax(float* p, BFloat16* rounded, int t) {
-  int row = 0;
-  for (; row + kGroup <= t; row += kGroup) {
-    SoftmaxGroup(p + static_cast<long>(row) * t, row, t,
-                 rounded == nullptr ? nullptr : rounded + static_cast<long>(row) * t);
-  }
-  for (; row < t; ++row) {
-    SoftmaxRow(p + static_cast<long>(row) * t, row + 1, t,
-               rounded == nullptr ? nullptr : rounded + static_cast<long>(row) * t);
+  for (int row = 0; row < t; row += kGroup) {
+    const long at = static_cast<long>(row) * t;
+    SoftmaxGroup(p + at, row, std::min(kGroup, t - row), t,
+                 rounded == nullptr ? nullptr : rounded + at);
   }
 }
 void CausalSoftmax(float* p, float*, int t) {

@@ -5,9 +5,6 @@
 namespace tally::cpu {
 namespace {
 
-inline float AsFloat(float x) { return x; }
-inline float AsFloat(BFloat16 x) { return x.ToFloat(); }
-
 // Always inlined, so that each clone below compiles the loop for its own target.
 template <typename Y, typename X>
 [[gnu::always_inline]] inline void Add(Y* y, const X* x, int64_t n) {

@@ -2,7 +2,8 @@
 // buffer into another, either type into either, in fp32 and rounded once to nearest even
 // where the destination is bf16. Each is compiled for AVX-512, AVX2 and the baseline
 // (cpu_clones.h; the same values in each) and runs on the calling thread: the kernels cut
-// the range over the intra-op threads (parallel.h).
+// the range over the intra-op threads (parallel.h); the collectives' local sums
+// (comm/algorithms/reduce.cc) are Accumulate too.
 #pragma once
 
 #include <cstdint>

@@ -7,9 +7,6 @@
 namespace tally::cpu {
 namespace {
 
-inline float Widen(float x) { return x; }
-inline float Widen(BFloat16 x) { return x.ToFloat(); }
-
 // Always inlined, so that each clone below compiles the loop for its own target.
 template <typename G>
 [[gnu::always_inline]] inline void Update(float* params, const G* grads, float* m, float* v,
@@ -32,12 +29,12 @@ template <typename G>
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     for (int j = 0; j < 8; ++j) {
-      const double v = Widen(x[i + j]);
+      const double v = AsFloat(x[i + j]);
       lane[j] += v * v;
     }
   }
   for (int j = 0; i < n; ++i, ++j) {
-    const double v = Widen(x[i]);
+    const double v = AsFloat(x[i]);
     lane[j] += v * v;
   }
   double sum = 0;

@@ -13,9 +13,9 @@ namespace tally::cpu {
 // and the baseline (cpu_clones.h; IEEE square root and division: the same values in each).
 // A gradient times the clipping factor, rounded to its own type: what Kernels::Scale
 // leaves in the gradients' buffer, which the optimizers read instead (kernels.h).
-inline float Clipped(float g, float scale) { return g * scale; }
-inline float Clipped(BFloat16 g, float scale) {
-  return BFloat16::FromFloat(g.ToFloat() * scale).ToFloat();
+template <typename G>
+float Clipped(G g, float scale) {
+  return AsFloat(StoredAs<G>(AsFloat(g) * scale));
 }
 
 void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWArgs& a);
