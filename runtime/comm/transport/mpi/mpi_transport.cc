@@ -29,12 +29,15 @@ namespace tally::comm::mpi {
 namespace {
 
 // Every message is its header with up to kInline of its bytes in one MPI message, and,
-// past kInline, an MPI message with the rest. A small message is thus one MPI message,
-// which Open MPI's shared memory sends eagerly (its eager limit, 4 KiB, includes its own header), and a header
-// always matches the receive posted for it, whatever the sizes, so that a size mismatch
-// is told, not waited for. MPI keeps the order of the messages between two processes with
-// the same tag on one communicator, so the k-th header and the k-th data message of a
-// channel belong together.
+// past those, an MPI message with the rest. A small message is thus one MPI message,
+// which Open MPI's shared memory sends eagerly (its eager limit, 4 KiB, includes its own
+// header). A message of kBareHeaderFrom bytes or more inlines none: its bytes go in one MPI
+// message straight from the sender's buffer to the receiver's (Open MPI's shared memory
+// moves them with one copy, CMA), and copying its first kInline bytes through the header
+// would only add a copy on each side. A header always matches the receive posted for it,
+// whatever the sizes, so that a size mismatch is told, not waited for. MPI keeps the order
+// of the messages between two processes with the same tag on one communicator, so the
+// k-th header and the k-th data message of a channel belong together.
 constexpr int kHeaderTag = 1;
 constexpr int kDataTag = 2;
 
@@ -46,6 +49,9 @@ static_assert(sizeof(Header) % 8 == 0, "the inline bytes start aligned for any d
 // Header and inline bytes within the eager limit with room for the library's own header.
 constexpr size_t kInline = 4096 - 64 - sizeof(Header);
 static_assert(kInline % 8 == 0, "whole elements of any dtype");
+// Open MPI's shared memory sends the first 32 KiB of a large message through its own
+// buffers and the rest by one copy; from here on the message is a rendezvous in any case.
+constexpr size_t kBareHeaderFrom = 32768;
 
 // The first failure of any wait in this process. MPI has no way to wake a peer's wait,
 // so each process remembers: once one wait has failed, every later wait fails at once
@@ -102,7 +108,8 @@ class MpiRequest : public Request {
     header->bytes = bytes;
     if (r->inline_bytes() > 0) std::memcpy(r->inline_data(), data, r->inline_bytes());
     // MPI_Isend only reads the rest.
-    return Post(std::move(r), const_cast<char*>(static_cast<const char*>(data)) + kInline);
+    const size_t skip = r->inline_bytes();
+    return Post(std::move(r), const_cast<char*>(static_cast<const char*>(data)) + skip);
   }
 
   // A receive posts both; with a reduction the rest lands in a staging buffer, and both
@@ -113,9 +120,9 @@ class MpiRequest : public Request {
     std::unique_ptr<MpiRequest> r(new MpiRequest(std::move(group), peer, bytes, signature));
     r->data_ = data;
     r->reduction_ = reduction;
-    void* rest = static_cast<char*>(data) + kInline;
-    if (reduction.has_value() && bytes > kInline) {
-      r->staging_ = TakeStaging(bytes - kInline);
+    void* rest = static_cast<char*>(data) + r->inline_bytes();
+    if (reduction.has_value() && r->rest_bytes() > 0) {
+      r->staging_ = TakeStaging(r->rest_bytes());
       rest = r->staging_.data.get();
     }
     return Post(std::move(r), rest);
@@ -183,8 +190,8 @@ class MpiRequest : public Request {
         const size_t element = SizeOf(reduction_->dtype);
         ReduceInto(data, inline_data(), int64_t(inline_bytes() / element), reduction_->dtype,
                    reduction_->op);
-        if (bytes_ > kInline) {
-          ReduceInto(data + kInline, staging_.data.get(), int64_t((bytes_ - kInline) / element),
+        if (rest_bytes() > 0) {
+          ReduceInto(data + inline_bytes(), staging_.data.get(), int64_t(rest_bytes() / element),
                      reduction_->dtype, reduction_->op);
         }
       }
@@ -202,11 +209,14 @@ class MpiRequest : public Request {
 
   Header* header() { return reinterpret_cast<Header*>(head_.data.get()); }
   char* inline_data() { return head_.data.get() + sizeof(Header); }
-  size_t inline_bytes() const { return std::min(bytes_, kInline); }
+  size_t inline_bytes() const {
+    return bytes_ >= kBareHeaderFrom ? 0 : std::min(bytes_, kInline);
+  }
+  size_t rest_bytes() const { return bytes_ - inline_bytes(); }
 
   // Posts the header with the inline bytes (tag kHeaderTag; a receive has room for the
-  // most a header carries) and then, past kInline, the rest at `rest` (kDataTag), sending
-  // or receiving as the request does.
+  // most a header carries) and then the rest, if any, at `rest` (kDataTag), sending or
+  // receiving as the request does.
   static std::unique_ptr<Request> Post(std::unique_ptr<MpiRequest> r, void* rest) {
     const MPI_Comm comm = r->group_->comm;
     auto post = [&](void* buffer, size_t bytes, int tag, MPI_Request* request) {
@@ -217,8 +227,8 @@ class MpiRequest : public Request {
     };
     const size_t head_bytes = sizeof(Header) + (r->is_send_ ? r->inline_bytes() : kInline);
     absl::Status s = post(r->head_.data.get(), head_bytes, kHeaderTag, &r->requests_[0]);
-    if (s.ok() && r->bytes_ > kInline) {
-      s = post(rest, r->bytes_ - kInline, kDataTag, &r->requests_[1]);
+    if (s.ok() && r->rest_bytes() > 0) {
+      s = post(rest, r->rest_bytes(), kDataTag, &r->requests_[1]);
     }
     if (!s.ok()) return FailedRequest(s);
     return r;
