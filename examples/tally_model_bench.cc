@@ -30,6 +30,7 @@
 #include "runtime/cuda/cuda.h"
 #include "runtime/files.h"
 #include "runtime/json_writer.h"
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
@@ -198,7 +199,8 @@ absl::Status Main() {
                 absl::GetFlag(FLAGS_tf32) ? "TF32" : "fp32");
     thread_counts = {0};
   } else {
-    std::printf("CPU: %s, oneDNN kernels %s\n", CpuName().c_str(), cpu::MatmulIsa());
+    std::printf("CPU: %s, oneDNN kernels %s, bf16 rounding by %s\n", CpuName().c_str(),
+                cpu::MatmulIsa(), cpu::RoundsWithInstruction() ? "instruction" : "loop");
   }
   const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "matmul GFLOP/s";
   std::printf("%8s %9s %8s %14s %12s %14s %12s %13s\n", "device", "precision", "threads", peak,

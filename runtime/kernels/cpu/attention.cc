@@ -76,7 +76,7 @@ TALLY_CPU_CLONES void SoftmaxGroup(float* s, int row, int rows, int t, BFloat16*
     for (int j = n; j < t; ++j) r[j] = 0;
     if (rounded != nullptr) {
       BFloat16* to = rounded + static_cast<long>(i) * t;
-      for (int j = 0; j < n; ++j) to[j] = BFloat16::FromFloat(r[j]);
+      Round(to, r, n);
       std::fill(to + n, to + t, BFloat16{});
     }
   }
@@ -146,7 +146,7 @@ template <typename O>
     StoreEach(ds + at, n, [&](long col) { return pr[col] * (dr[col] - d); });
     std::fill(ds + at + n, ds + at + t, O{});
     if constexpr (std::is_same_v<O, BFloat16>) {
-      for (int col = 0; col < n; ++col) p_rounded[at + col] = BFloat16::FromFloat(pr[col]);
+      Round(p_rounded + at, pr, n);
       std::fill(p_rounded + at + n, p_rounded + at + t, O{});
     }
   }

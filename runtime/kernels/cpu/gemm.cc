@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/convert.h"
-#include "runtime/kernels/cpu/cpu_clones.h"
 #include "runtime/kernels/cpu/parallel.h"
 
 namespace tally::cpu {
@@ -133,10 +132,6 @@ const float* Widened(int slot, const BFloat16* from, int rows, int cols, int ld)
     for (int r = 0; r < rows; ++r) Widen(buffer.data() + size_t(r) * cols, from + int64_t(r) * ld, cols);
   }
   return buffer.data();
-}
-
-TALLY_CPU_CLONES void Round(BFloat16* to, const float* from, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) to[i] = BFloat16::FromFloat(from[i]);
 }
 
 }  // namespace
