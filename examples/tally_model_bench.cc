@@ -13,6 +13,9 @@
 // corpus and reports the timed steps' tokens/s and model GFLOP/s (6·params + 12·L·C·T per
 // token), and that as a fraction of the peak (MFU against the measured peak), and each
 // thread count's tokens/s over one thread's of the same precision (when 1 is measured).
+// With --rounds=N every configuration is measured N times, round after round, and each
+// figure is the median of its N (the ratios are ratios of medians).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -24,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
 #include "runtime/clock.h"
@@ -50,6 +54,9 @@ ABSL_FLAG(std::string, precision, "fp32",
           "fp32, bf16, or both (fp32,bf16): the runs' --precision (bf16: bf16 parameters, "
           "gradients and matmul operands, fp32 sums, master weights and optimizer state)");
 ABSL_FLAG(bool, tf32, false, "--device=cuda: train with TF32 matmuls (and measure that peak too)");
+ABSL_FLAG(int, rounds, 1,
+          "measure every precision and thread count this many times, taking turns, and "
+          "report the median of each (a noisy host's slow spells then fall on all alike)");
 
 namespace tally {
 namespace {
@@ -121,6 +128,27 @@ struct Row {
   double peak_gflops = 0, tokens_per_s = 0, gflops = 0;
 };
 
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// One configuration's rounds as one row: the median peak and tokens/s (the model GFLOP/s
+// follow the tokens/s).
+Row MedianRow(const std::vector<Row>& rounds) {
+  Row row = rounds.front();
+  std::vector<double> peaks, tokens;
+  for (const Row& r : rounds) {
+    peaks.push_back(r.peak_gflops);
+    tokens.push_back(r.tokens_per_s);
+  }
+  row.peak_gflops = Median(peaks);
+  row.gflops *= Median(tokens) / row.tokens_per_s;
+  row.tokens_per_s = Median(tokens);
+  return row;
+}
+
 // The bench's model and batch as training options.
 train::TrainOptions BenchOptions(DeviceType device, int threads, DType precision) {
   train::TrainOptions o;
@@ -175,8 +203,10 @@ absl::Status Main() {
     }
     thread_counts.push_back(t);
   }
-  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
-    return absl::InvalidArgumentError("[tally_model_bench] need --steps >= 1 and --warmup >= 0");
+  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0 ||
+      absl::GetFlag(FLAGS_rounds) < 1) {
+    return absl::InvalidArgumentError(
+        "[tally_model_bench] need --steps >= 1, --warmup >= 0 and --rounds >= 1");
   }
   std::vector<DType> precisions;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_precision), ',')) {
@@ -205,29 +235,61 @@ absl::Status Main() {
   const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "matmul GFLOP/s";
   std::printf("%8s %9s %8s %14s %12s %14s %12s %13s\n", "device", "precision", "threads", peak,
               "tokens/s", "model GFLOP/s", "of the peak", "x 1 thread");
+  // Every precision and thread count once a round; a configuration's row is printed once
+  // its last round is in.
+  struct Config {
+    DType precision;
+    int threads;
+    std::vector<Row> rounds;
+  };
+  std::vector<Config> configs;
+  for (DType precision : precisions) {
+    for (int t : thread_counts) configs.push_back({precision, t, {}});
+  }
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  std::vector<std::string> each_round;
   JsonWriter w;
   w.BeginArray();
-  for (DType precision : precisions) {
+  for (int r = 0; r < rounds; ++r) {
     double one_thread = 0;  // tokens/s of this precision on one thread, where measured
-    for (int t : thread_counts) {
-      ASSIGN_OR_RETURN(Row row, Measure(device, t, precision));
-      if (t == 1) one_thread = row.tokens_per_s;
+    for (Config& config : configs) {
+      ASSIGN_OR_RETURN(Row measured, Measure(device, config.threads, config.precision));
+      config.rounds.push_back(measured);
+      if (r + 1 < rounds) continue;
+      const Row row = MedianRow(config.rounds);
+      if (&config == &configs.front() || (&config - 1)->precision != config.precision) {
+        one_thread = 0;  // the first thread count of a precision
+      }
+      if (config.threads == 1) one_thread = row.tokens_per_s;
       const double speedup = one_thread > 0 ? row.tokens_per_s / one_thread : 0;
       std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s\n", row.device.c_str(),
                   row.precision.c_str(), row.threads, row.peak_gflops, row.tokens_per_s,
                   row.gflops, 100.0 * row.gflops / row.peak_gflops,
                   speedup > 0 ? absl::StrFormat("%.2fx", speedup).c_str() : "-");
       std::fflush(stdout);
+      std::vector<std::string> tokens;
+      for (const Row& each : config.rounds) {
+        tokens.push_back(absl::StrFormat("%.0f", each.tokens_per_s));
+      }
+      each_round.push_back(absl::StrFormat("%s %s %d: %s", row.device, row.precision, row.threads,
+                                           absl::StrJoin(tokens, " / ")));
       w.BeginObject().Key("device").String(row.device).Key("precision").String(row.precision);
       w.Key("threads").Int(row.threads);
       w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
       w.Key("model_gflops").Double(row.gflops);
       w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops);
       if (speedup > 0) w.Key("speedup_over_one_thread").Double(speedup);
+      w.Key("rounds").Int(rounds).Key("tokens_per_s_each_round").BeginArray();
+      for (const Row& each : config.rounds) w.Double(each.tokens_per_s);
+      w.EndArray();
       w.EndObject();
     }
   }
   w.EndArray();
+  if (rounds > 1) {
+    std::printf("tokens/s of each round (the rows give their medians):\n");
+    for (const std::string& line : each_round) std::printf("  %s\n", line.c_str());
+  }
   if (!absl::GetFlag(FLAGS_json).empty()) {
     RETURN_IF_ERROR(WriteTextFile(absl::GetFlag(FLAGS_json), w.str() + "\n"));
   }

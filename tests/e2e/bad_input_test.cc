@@ -266,6 +266,7 @@ TEST(BadInput, TallyModelBenchRefusesBeforeMeasuring) {
       {"--n_layer=100000000", "GiB of memory, and this machine has"},
       {"--batch=0", "--global_batch_size must be positive, got 0"},
       {"--threads=0", "--threads must list positive integers"},
+      {"--rounds=0", "need --steps >= 1, --warmup >= 0 and --rounds >= 1"},
       {"--json=/dev/null", "--json '/dev/null' is a character device"},
   }, 5);
 }
