@@ -10,8 +10,8 @@
 namespace tally::cpu {
 namespace {
 
-// Always inlined, so that each clone below compiles the loop for its own target. A bf16
-// y is summed a tile at a time and the tile rounded by Round (store.h).
+// Always inlined, so that each clone below compiles the loop for its own target. Through
+// StoreEach (store.h): a bf16 y is summed a tile at a time, and the tile rounded by Round.
 template <typename Y, typename X>
 [[gnu::always_inline]] inline void Add(Y* y, const X* x, int64_t n) {
   StoreEach(y, long(n), [y, x](long i) { return AsFloat(y[i]) + AsFloat(x[i]); });

@@ -1,8 +1,9 @@
 // Element-wise passes between fp32 and bf16: widening bf16 to fp32 (exact), rounding fp32
 // to bf16, and adding one buffer into another, either type into either, in fp32 and
-// rounded once to nearest even where the destination is bf16. Each is compiled for AVX-512, AVX2 and the baseline
-// (cpu_clones.h; the same values in each) and runs on the calling thread: the kernels cut
-// the range over the intra-op threads (parallel.h); the collectives' local sums
+// rounded once to nearest even where the destination is bf16. Each is compiled for
+// AVX-512, AVX2 and the baseline (cpu_clones.h; the same values in each; the rounding
+// also has an instruction of its own, below) and runs on the calling thread: the kernels
+// cut the range over the intra-op threads (parallel.h); the collectives' local sums
 // (comm/algorithms/reduce.cc) are Accumulate too.
 #pragma once
 
