@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -251,17 +252,15 @@ absl::Status Main() {
   JsonWriter w;
   w.BeginArray();
   for (int r = 0; r < rounds; ++r) {
-    double one_thread = 0;  // tokens/s of this precision on one thread, where measured
+    std::map<DType, double> one_thread;  // tokens/s of a precision on one thread, once measured
     for (Config& config : configs) {
       ASSIGN_OR_RETURN(Row measured, Measure(device, config.threads, config.precision));
       config.rounds.push_back(measured);
       if (r + 1 < rounds) continue;
       const Row row = MedianRow(config.rounds);
-      if (&config == &configs.front() || (&config - 1)->precision != config.precision) {
-        one_thread = 0;  // the first thread count of a precision
-      }
-      if (config.threads == 1) one_thread = row.tokens_per_s;
-      const double speedup = one_thread > 0 ? row.tokens_per_s / one_thread : 0;
+      if (config.threads == 1) one_thread[config.precision] = row.tokens_per_s;
+      const auto one = one_thread.find(config.precision);
+      const double speedup = one != one_thread.end() ? row.tokens_per_s / one->second : 0;
       std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s\n", row.device.c_str(),
                   row.precision.c_str(), row.threads, row.peak_gflops, row.tokens_per_s,
                   row.gflops, 100.0 * row.gflops / row.peak_gflops,
