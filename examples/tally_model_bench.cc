@@ -13,6 +13,9 @@
 // corpus and reports the timed steps' tokens/s and model GFLOP/s (6·params + 12·L·C·T per
 // token), and that as a fraction of the peak (MFU against the measured peak), and each
 // thread count's tokens/s over one thread's of the same precision (when 1 is measured).
+// On the CPU it also times the step's own matmuls where they run (cpu::TimeMatmuls) and
+// gives their share of the step ("in matmuls") and the fraction of the peak the step would
+// reach were everything else free ("matmul-bound": of the peak / in matmuls).
 // With --rounds=N every configuration is measured N times, round after round, and each
 // figure is the median of its N (the ratios are ratios of medians).
 #include <algorithm>
@@ -127,7 +130,15 @@ struct Row {
   std::string device, precision;
   int threads = 0;
   double peak_gflops = 0, tokens_per_s = 0, gflops = 0;
+  // CPU: the part of the timed steps' wall time spent in the matmuls (cpu::MatmulSeconds);
+  // 0 on a GPU, whose matmuls run asynchronously.
+  double matmul_share = 0;
 };
+
+// "64.2%", or "-" for 0 (not measured).
+std::string Percent(double fraction) {
+  return fraction > 0 ? absl::StrFormat("%.1f%%", 100.0 * fraction) : "-";
+}
 
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -139,12 +150,14 @@ double Median(std::vector<double> values) {
 // follow the tokens/s).
 Row MedianRow(const std::vector<Row>& rounds) {
   Row row = rounds.front();
-  std::vector<double> peaks, tokens;
+  std::vector<double> peaks, tokens, shares;
   for (const Row& r : rounds) {
     peaks.push_back(r.peak_gflops);
     tokens.push_back(r.tokens_per_s);
+    shares.push_back(r.matmul_share);
   }
   row.peak_gflops = Median(peaks);
+  row.matmul_share = Median(shares);
   row.gflops *= Median(tokens) / row.tokens_per_s;
   row.tokens_per_s = Median(tokens);
   return row;
@@ -182,13 +195,18 @@ absl::StatusOr<Row> Measure(DeviceType device, int threads, DType precision) {
   } else {
     row.peak_gflops = CpuPeakGflops<float>();
   }
-  double seconds = 0;
+  double seconds = 0, matmul_seconds = 0;
   for (int64_t k = 0; k < o.steps; ++k) {
     // A step's time ends when its loss and gradient norm are on the host; its optimizer
     // update may still run on a GPU, and then counts in the next step.
+    const double matmuls_before = cpu::MatmulSeconds();
     ASSIGN_OR_RETURN(train::StepStats s, trainer->TrainStep(k));
-    if (k >= absl::GetFlag(FLAGS_warmup)) seconds += s.ms / 1e3;
+    if (k >= absl::GetFlag(FLAGS_warmup)) {
+      seconds += s.ms / 1e3;
+      matmul_seconds += cpu::MatmulSeconds() - matmuls_before;
+    }
   }
+  if (device == DeviceType::kCPU) row.matmul_share = matmul_seconds / seconds;
   double tokens = double(absl::GetFlag(FLAGS_steps)) * o.global_batch_size * o.model.seq_len;
   row.tokens_per_s = tokens / seconds;
   row.gflops = o.model.FlopsPerToken() * row.tokens_per_s / 1e9;
@@ -232,10 +250,12 @@ absl::Status Main() {
   } else {
     std::printf("CPU: %s, oneDNN kernels %s, bf16 rounding by %s\n", CpuName().c_str(),
                 cpu::MatmulIsa(), cpu::RoundsWithInstruction() ? "instruction" : "loop");
+    cpu::TimeMatmuls(true);
   }
   const char* peak = device == DeviceType::kCUDA ? "cuBLAS GFLOP/s" : "matmul GFLOP/s";
-  std::printf("%8s %9s %8s %14s %12s %14s %12s %13s\n", "device", "precision", "threads", peak,
-              "tokens/s", "model GFLOP/s", "of the peak", "x 1 thread");
+  std::printf("%8s %9s %8s %14s %12s %14s %12s %13s %11s %13s\n", "device", "precision",
+              "threads", peak, "tokens/s", "model GFLOP/s", "of the peak", "x 1 thread",
+              "in matmuls", "matmul-bound");
   // Every precision and thread count once a round; a configuration's row is printed once
   // its last round is in.
   struct Config {
@@ -261,10 +281,13 @@ absl::Status Main() {
       if (config.threads == 1) one_thread[config.precision] = row.tokens_per_s;
       const auto one = one_thread.find(config.precision);
       const double speedup = one != one_thread.end() ? row.tokens_per_s / one->second : 0;
-      std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s\n", row.device.c_str(),
-                  row.precision.c_str(), row.threads, row.peak_gflops, row.tokens_per_s,
-                  row.gflops, 100.0 * row.gflops / row.peak_gflops,
-                  speedup > 0 ? absl::StrFormat("%.2fx", speedup).c_str() : "-");
+      const double of_peak = row.gflops / row.peak_gflops;
+      std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s %11s %13s\n",
+                  row.device.c_str(), row.precision.c_str(), row.threads, row.peak_gflops,
+                  row.tokens_per_s, row.gflops, 100.0 * of_peak,
+                  speedup > 0 ? absl::StrFormat("%.2fx", speedup).c_str() : "-",
+                  Percent(row.matmul_share).c_str(),
+                  Percent(row.matmul_share > 0 ? of_peak / row.matmul_share : 0).c_str());
       std::fflush(stdout);
       std::vector<std::string> tokens;
       for (const Row& each : config.rounds) {
@@ -276,7 +299,11 @@ absl::Status Main() {
       w.Key("threads").Int(row.threads);
       w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
       w.Key("model_gflops").Double(row.gflops);
-      w.Key("fraction_of_peak").Double(row.gflops / row.peak_gflops);
+      w.Key("fraction_of_peak").Double(of_peak);
+      if (row.matmul_share > 0) {
+        w.Key("matmul_share").Double(row.matmul_share);
+        w.Key("matmul_bound_fraction_of_peak").Double(of_peak / row.matmul_share);
+      }
       if (speedup > 0) w.Key("speedup_over_one_thread").Double(speedup);
       w.Key("rounds").Int(rounds).Key("tokens_per_s_each_round").BeginArray();
       for (const Row& each : config.rounds) w.Double(each.tokens_per_s);

@@ -192,6 +192,31 @@ TEST(TallyBench, GpuBuffersWithoutAGpuSayWhy) {
   }
 }
 
+// A short tally_model_bench run: its rows in the JSON, each precision against its peak,
+// the matmuls' share of the step, and the matmul-bound ceiling that share gives.
+TEST(TallyModelBench, RowsGiveThePeakTheMatmulShareAndTheCeiling) {
+  const std::string json = ::testing::TempDir() + "/model_bench.json";
+  Result r = RunCommand(std::string(TALLY_MODEL_BENCH_BINARY) +
+                        " --threads=1 --steps=2 --warmup=1 --precision=fp32,bf16 --n_layer=1 "
+                        "--n_head=2 --n_embd=64 --seq_len=32 --batch=2 --json=" + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "of the peak    x 1 thread  in matmuls  matmul-bound"))
+      << r.output;
+  JsonValue doc = ReadJson(json);
+  ASSERT_EQ(doc.array.size(), 2u) << r.output;
+  for (const JsonValue& row : doc.array) {
+    SCOPED_TRACE(row.Find("precision")->string);
+    EXPECT_GT(row.Find("tokens_per_s")->number, 0.0);
+    const double of_peak = row.Find("fraction_of_peak")->number;
+    const double share = row.Find("matmul_share")->number;
+    EXPECT_GT(of_peak, 0.0);
+    EXPECT_GT(share, 0.0);
+    EXPECT_LT(share, 1.0);
+    EXPECT_NEAR(row.Find("matmul_bound_fraction_of_peak")->number, of_peak / share,
+                1e-8 * of_peak / share);  // the JSON keeps 9 significant digits
+  }
+}
+
 TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
   std::string json = ::testing::TempDir() + "/traffic.json";
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --global_batch_size=4 --steps=2 --eval_every=0 "

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/clock.h"
 #include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/parallel.h"
 
@@ -120,6 +122,31 @@ class BF16Matmuls {
   std::map<Shape, std::optional<Entry>> cache_;
 };
 
+std::atomic<bool> timing{false};
+std::atomic<int64_t> matmul_nanos{0};
+
+// Adds one Gemm call's wall time to matmul_nanos while timing is on. Only the outermost
+// call on a thread counts (the bf16 Gemm falls back on the float one on AVX2-only CPUs).
+class MatmulTimer {
+ public:
+  MatmulTimer()
+      : start_(depth_++ == 0 && timing.load(std::memory_order_relaxed) ? MonotonicNanos() : -1) {}
+  ~MatmulTimer() {
+    --depth_;
+    if (start_ < 0) return;
+    const int64_t nanos = MonotonicNanos() - start_;
+    matmul_nanos.fetch_add(omp_in_parallel() ? nanos / omp_get_num_threads() : nanos,
+                           std::memory_order_relaxed);
+  }
+  MatmulTimer(const MatmulTimer&) = delete;
+  MatmulTimer& operator=(const MatmulTimer&) = delete;
+
+ private:
+  static thread_local int depth_;
+  const int64_t start_;
+};
+thread_local int MatmulTimer::depth_ = 0;
+
 // rows x cols of bf16 values (`ld` between rows) widened, exactly, into the calling
 // thread's fp32 buffer `slot` (0 or 1), contiguous.
 const float* Widened(int slot, const BFloat16* from, int rows, int cols, int ld) {
@@ -138,6 +165,7 @@ const float* Widened(int slot, const BFloat16* from, int rows, int cols, int ld)
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
+  const MatmulTimer timer;
   UseIntraOpThreads();
   const dnnl_status_t status =
       dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', m, n, k, alpha, a,
@@ -154,6 +182,7 @@ void Gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* a
 
 void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const BFloat16* a, int lda,
           const BFloat16* b, int ldb, float beta, float* c, int ldc, const float* bias) {
+  const MatmulTimer timer;
   UseIntraOpThreads();
   thread_local BF16Matmuls matmuls;
   if (matmuls.Run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias)) return;
@@ -198,6 +227,10 @@ BFloat16* BF16Scratch(int slot, int64_t n) {
   if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
   return buffer.data();
 }
+
+void TimeMatmuls(bool on) { timing.store(on, std::memory_order_relaxed); }
+
+double MatmulSeconds() { return double(matmul_nanos.load(std::memory_order_relaxed)) * 1e-9; }
 
 const char* MatmulIsa() {
   switch (dnnl_get_effective_cpu_isa()) {

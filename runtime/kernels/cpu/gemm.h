@@ -55,6 +55,15 @@ const O* AsOperand(int slot, const T* x, int64_t rows, int64_t cols) {
   }
 }
 
+// Wall time in the float and bf16 Gemm calls, for the benchmarks (tally_model_bench's
+// matmul share of a step; one total for the process, so for one rank). Off until
+// TimeMatmuls(true); then each call adds its time, and a call made inside the intra-op
+// threads' loop (attention's per-head products on more than one thread) adds its team's
+// share, its time over the team's size: ParallelFor's blocks are equal, so the shares add
+// up to the loop's matmul wall time. Off, a call pays one relaxed load.
+void TimeMatmuls(bool on);
+double MatmulSeconds();
+
 // The instruction set oneDNN's kernels use on this CPU ("avx2", "avx512_core_bf16",
 // "avx512_core_amx", ...), for the benchmarks' headers.
 const char* MatmulIsa();
