@@ -31,6 +31,10 @@ ABSL_FLAG(std::string, cluster, "",
           "a100, h100, or a JSON file: GPUs per node, links and the TFLOP/s a GPU achieves "
           "(replaces --link_intra --link_inter; --gpus_per_node unless given); the run is "
           "replayed on it");
+ABSL_FLAG(std::string, slow_rank, "",
+          "RANK:MS: that world rank sleeps MS milliseconds at the start of every step (and "
+          "its modelled timeline computes MS ms more): the report names it as the peer the "
+          "others waited for");
 ABSL_FLAG(bool, dry_run, false,
           "run the real code on meta tensors (shapes, no values): every byte and every "
           "allocation counted at real size, no computation, no payload moved");
@@ -206,6 +210,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
     o.tflops = cluster.tflops;
     if (o.gpus_per_node == 0) o.gpus_per_node = cluster.gpus_per_node;
   }
+  RETURN_IF_ERROR(train::ParseSlowRank(absl::GetFlag(FLAGS_slow_rank), o));
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
   ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));

@@ -22,39 +22,52 @@ void Timeline::Compute(double flops) {
   entries_.push_back(std::move(e));
 }
 
+void Timeline::ComputeSeconds(double seconds) {
+  if (!recording_ || !(seconds > 0)) return;
+  if (entries_.empty() || entries_.back().kind != TimelineEntry::Kind::kCompute) {
+    entries_.emplace_back();
+  }
+  entries_.back().seconds += seconds;
+}
+
 namespace {
 // An entry of a call on `group`: a collective, or a post.
 TimelineEntry CallEntry(TimelineEntry::Kind kind, const std::string& group, int group_size,
-                        int64_t seq, std::string what) {
+                        int64_t seq, std::string what, int64_t begin_nanos, int64_t end_nanos) {
   TimelineEntry e;
   e.kind = kind;
   e.group = group;
   e.group_size = group_size;
   e.seq = seq;
   e.what = std::move(what);
+  e.begin_nanos = begin_nanos;
+  e.end_nanos = end_nanos;
   return e;
 }
 }  // namespace
 
 void Timeline::Collective(const std::string& group, int group_size, int64_t seq,
-                          std::string what, std::vector<PeerBytes> sent) {
+                          std::string what, std::vector<PeerBytes> sent, int64_t begin_nanos,
+                          int64_t end_nanos) {
   if (!recording_) return;
-  entries_.push_back(
-      CallEntry(TimelineEntry::Kind::kCollective, group, group_size, seq, std::move(what)));
+  entries_.push_back(CallEntry(TimelineEntry::Kind::kCollective, group, group_size, seq,
+                               std::move(what), begin_nanos, end_nanos));
   entries_.back().sent = std::move(sent);
 }
 
 int64_t Timeline::PostCollective(const std::string& group, int group_size, int64_t seq,
-                                 std::string what) {
+                                 std::string what, int64_t nanos) {
   if (!recording_) return -1;
-  entries_.push_back(CallEntry(TimelineEntry::Kind::kPost, group, group_size, seq, std::move(what)));
+  entries_.push_back(CallEntry(TimelineEntry::Kind::kPost, group, group_size, seq,
+                               std::move(what), nanos, nanos));
   return entries_.back().work = works_++;
 }
 
 int64_t Timeline::PostMessage(const std::string& group, int peer, bool send, int64_t bytes,
-                              std::string what) {
+                              std::string what, int64_t nanos) {
   if (!recording_) return -1;
-  entries_.push_back(CallEntry(TimelineEntry::Kind::kPost, group, 2, -1, std::move(what)));
+  entries_.push_back(
+      CallEntry(TimelineEntry::Kind::kPost, group, 2, -1, std::move(what), nanos, nanos));
   TimelineEntry& e = entries_.back();
   e.peer = peer;
   e.send = send;
@@ -62,19 +75,23 @@ int64_t Timeline::PostMessage(const std::string& group, int peer, bool send, int
   return e.work = works_++;
 }
 
-void Timeline::Wait(int64_t work, std::vector<PeerBytes> sent) {
+void Timeline::Wait(int64_t work, std::vector<PeerBytes> sent, int64_t begin_nanos,
+                    int64_t end_nanos) {
   if (!recording_ || work < 0) return;
   TimelineEntry e;
   e.kind = TimelineEntry::Kind::kWait;
   e.work = work;
   e.sent = std::move(sent);
+  e.begin_nanos = begin_nanos;
+  e.end_nanos = end_nanos;
   entries_.push_back(std::move(e));
 }
 
 void Timeline::Encode(ByteWriter& w) const {
   w.Int(int64_t(entries_.size()));
   for (const TimelineEntry& e : entries_) {
-    w.Int(int64_t(e.kind)).Double(e.flops).Int(e.work).String(e.group).Int(e.group_size);
+    w.Int(int64_t(e.kind)).Double(e.flops).Double(e.seconds).Int(e.begin_nanos).Int(e.end_nanos);
+    w.Int(e.work).String(e.group).Int(e.group_size);
     w.Int(e.seq).Int(e.peer).Int(e.send ? 1 : 0).Int(e.bytes).String(e.what);
     w.Int(int64_t(e.sent.size()));
     for (const PeerBytes& p : e.sent) w.Int(p.peer).Int(p.bytes).Int(p.messages);
@@ -89,6 +106,9 @@ bool Timeline::Decode(ByteReader& r) {
     if (kind < 0 || kind > int64_t(TimelineEntry::Kind::kWait)) return false;
     e.kind = TimelineEntry::Kind(kind);
     e.flops = r.Double();
+    e.seconds = r.Double();
+    e.begin_nanos = r.Int();
+    e.end_nanos = r.Int();
     e.work = r.Int();
     e.group = r.String();
     e.group_size = int(r.Int());

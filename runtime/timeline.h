@@ -2,12 +2,18 @@
 // run can be replayed on a modelled cluster (train/replay.h) — compute at the cluster's
 // FLOP rate, each message at its link's α-β cost, every wait where the run waited.
 //
-//   compute     FLOPs the rank's kernels ran (consecutive ones added up)
+//   compute     FLOPs the rank's kernels ran (consecutive ones added up), and seconds of
+//               work that is no kernel's (--slow_rank's added compute)
 //   collective  a blocking collective: its group, its sequence number on the group, and
 //               what this rank sent in it (peer, bytes, messages)
 //   post        a non-blocking collective or a point-to-point send or receive, posted;
 //               its work number on this rank
 //   wait        the rank waits for a posted work; what it sent in it, now known
+//
+// Every call also carries when it happened on this host (MonotonicNanos, runtime/clock.h;
+// one clock for every thread and process of a machine): a collective from its start to
+// its end, a post when it was posted, a wait from when the rank began waiting to when it
+// went on. Those stamps are the measured clock's; the replay uses only FLOPs and bytes.
 //
 // Recorded only while on (TrafficLedger::timeline().set_recording), by the rank's own
 // thread: the communicator's calls (runtime/comm) and, through ScopedTimeline, the rank's
@@ -31,6 +37,8 @@ struct TimelineEntry {
   enum class Kind : uint8_t { kCompute, kCollective, kPost, kWait };
   Kind kind = Kind::kCompute;
   double flops = 0;        // kCompute
+  double seconds = 0;      // kCompute: time that is no kernel's FLOPs, the same on any cluster
+  int64_t begin_nanos = 0, end_nanos = 0;  // when it happened on this host (see above)
   int64_t work = -1;       // kPost, kWait
   std::string group;       // kCollective, kPost: "name:world ranks" (one string per group)
   int group_size = 0;      // kCollective, kPost
@@ -48,13 +56,18 @@ class Timeline {
   void set_recording(bool on) { recording_ = on; }
 
   void Compute(double flops);
+  // `seconds` of compute that no kernel counts (the same on every cluster).
+  void ComputeSeconds(double seconds);
+  // A blocking collective from `begin_nanos` to `end_nanos` (MonotonicNanos).
   void Collective(const std::string& group, int group_size, int64_t seq, std::string what,
-                  std::vector<PeerBytes> sent);
-  // A posted work's number (kPost), to wait for with Wait.
-  int64_t PostCollective(const std::string& group, int group_size, int64_t seq, std::string what);
+                  std::vector<PeerBytes> sent, int64_t begin_nanos, int64_t end_nanos);
+  // A posted work's number (kPost), to wait for with Wait; posted at `nanos`.
+  int64_t PostCollective(const std::string& group, int group_size, int64_t seq, std::string what,
+                         int64_t nanos);
   int64_t PostMessage(const std::string& group, int peer, bool send, int64_t bytes,
-                      std::string what);
-  void Wait(int64_t work, std::vector<PeerBytes> sent);
+                      std::string what, int64_t nanos);
+  // The rank waited for `work` from `begin_nanos` to `end_nanos`.
+  void Wait(int64_t work, std::vector<PeerBytes> sent, int64_t begin_nanos, int64_t end_nanos);
 
   const std::vector<TimelineEntry>& entries() const { return entries_; }
   void Clear() { entries_.clear(); }

@@ -31,6 +31,8 @@ constexpr const char* kMemory[] = {"params", "grads", "optimizer", "activations"
                                    "peak_total"};
 constexpr const char* kTime[] = {"step_ms", "compute_ms", "comm_exposed_ms", "comm_hidden_ms",
                                  "idle_ms"};
+constexpr const char* kModelledTime[] = {"step_ms", "compute_ms", "comm_exposed_ms", "comm_waiting_ms",
+                                         "idle_ms"};
 
 std::string AsText(const JsonValue& v) {
   switch (v.kind) {
@@ -134,6 +136,13 @@ absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::stri
       }
     }
   }
+  if (const JsonValue* time = rank.Find("modelled_time"); time != nullptr) {
+    for (const char* part : kModelledTime) {
+      if (const JsonValue* ms = time->Find(part); ms != nullptr && ms->is_number()) {
+        out.modelled_time[part] = ms->number;
+      }
+    }
+  }
   return out;
 }
 
@@ -158,9 +167,12 @@ std::optional<double> Lookup(const Map& map, const std::string& key) {
   return double(it->second);
 }
 
-// Bytes as the cell shows them: whole numbers; milliseconds to 3 decimals.
+// Bytes as the cell shows them: whole numbers; milliseconds to 3 decimals (the modelled
+// clock's to 4: a small model's step on a cluster is a fraction of a millisecond).
 std::string Figure(const std::string& section, double v) {
-  return section == "time" ? absl::StrFormat("%.3f", v) : absl::StrCat(int64_t(v));
+  if (section == "time") return absl::StrFormat("%.3f", v);
+  if (section == "modelled") return absl::StrFormat("%.4f", v);
+  return absl::StrCat(int64_t(v));
 }
 
 std::string CellText(const std::string& section, const Comparison::Cell& c) {
@@ -169,8 +181,11 @@ std::string CellText(const std::string& section, const Comparison::Cell& c) {
   return absl::StrCat(Figure(section, c.min), "..", Figure(section, c.max));
 }
 
-std::string RatioText(const Comparison::Cell& c) {
-  return c.ratio.has_value() ? absl::StrFormat("%.4f", *c.ratio) : "-";
+// Exact figures (bytes, memory, the modelled clock) to four decimals; the measured clock's
+// to two significant figures, all that its noise leaves.
+std::string RatioText(const std::string& section, const Comparison::Cell& c) {
+  if (!c.ratio.has_value()) return "-";
+  return section == "time" ? absl::StrFormat("%.2g", *c.ratio) : absl::StrFormat("%.4f", *c.ratio);
 }
 
 std::string CsvField(const std::string& s) {
@@ -313,6 +328,9 @@ absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
   for (const char* part : kTime) {
     add_row("time", part, [&](const RunReport::Rank& r) { return Lookup(r.time, part); });
   }
+  for (const char* part : kModelledTime) {
+    add_row("modelled", part, [&](const RunReport::Rank& r) { return Lookup(r.modelled_time, part); });
+  }
   // A time row no run has says nothing.
   c.rows.erase(std::remove_if(c.rows.begin(), c.rows.end(),
                               [](const Comparison::Row& row) {
@@ -331,8 +349,11 @@ std::string ComparisonText(const Comparison& c) {
   static const std::map<std::string, std::string> kTitles = {
       {"traffic", "traffic: bytes sent per rank over the run, min..max over the ranks that sent any"},
       {"memory", "memory: peak bytes per rank, min..max over the ranks"},
-      {"time", "time: ms per step, min..max over the ranks"}};
-  for (const char* section : {"traffic", "memory", "time"}) {
+      {"time", "time, measured on the host that ran each run (noisy: ratios to two significant "
+               "figures): ms per step, min..max over the ranks"},
+      {"modelled", "time, modelled (the last step replayed on each run's modelled cluster: the "
+                   "same on every host): ms, min..max over the ranks"}};
+  for (const char* section : {"traffic", "memory", "time", "modelled"}) {
     std::vector<const Comparison::Row*> rows;
     for (const Comparison::Row& row : c.rows) {
       if (row.section == section) rows.push_back(&row);
@@ -359,7 +380,7 @@ std::string ComparisonText(const Comparison& c) {
       out << absl::StrFormat("%-*s", int(key_width), row->key);
       for (size_t i = 0; i < row->cells.size(); ++i) {
         out << "  " << absl::StrFormat("%*s", int(width[i]), CellText(row->section, row->cells[i]));
-        if (i > 0) out << absl::StrFormat("  %8s", RatioText(row->cells[i]));
+        if (i > 0) out << absl::StrFormat("  %8s", RatioText(row->section, row->cells[i]));
       }
       out << "\n";
     }

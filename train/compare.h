@@ -6,14 +6,17 @@
 //   ASSIGN_OR_RETURN(Comparison c, Compare({a, b}));
 //   std::cout << ComparisonText(c);
 //
-// Rows, in three sections:
+// Rows, in four sections:
 //   traffic  per group × primitive × phase (summed over algorithms and scopes, so that a
 //            ring and a naive run line up): the bytes a rank sent over the run, min..max
 //            over the ranks that sent any; and "total", all of a rank's bytes;
 //   memory   per category (params, grads, optimizer, activations, comm, peak_total): the
 //            peak bytes a rank held, min..max over the ranks;
-//   time     per part of a step (step_ms, compute_ms, comm_exposed_ms, comm_hidden_ms,
-//            idle_ms), min..max over the ranks, where the JSON has it.
+//   time     per part of a step on the measured clock (step_ms, compute_ms,
+//            comm_exposed_ms, comm_hidden_ms, idle_ms), min..max over the ranks, where the
+//            JSON has it (a dry run has none); its ratios to two significant figures;
+//   modelled the same on the modelled clock (step_ms, compute_ms, comm_exposed_ms,
+//            comm_waiting_ms, idle_ms of the last step replayed; report.h's ModelledRun).
 // Each run's cell is next to its ratio to the first run: the largest value (the busiest
 // rank) over the first run's largest. Runs are named by the configuration keys whose values
 // differ between them ("dp=4 zero=1"; one run by its dp, tp, pp and zero); runs of
@@ -42,7 +45,8 @@ struct RunReport {
     std::map<std::string, int64_t> exact, seed;
     std::map<std::string, int64_t> memory;  // category -> peak bytes
     std::map<std::string, int64_t> memory_formula;  // params, grads, optimizer(, activations)
-    std::map<std::string, double> time;     // part of a step -> ms (empty: none written)
+    std::map<std::string, double> time;     // part of a step -> ms, measured (empty: none)
+    std::map<std::string, double> modelled_time;  // the same, modelled (empty: none written)
     std::vector<int64_t> peers;             // bytes sent to each rank (empty: none written)
     struct Span {
       std::string name;  // "forward 3"
@@ -66,7 +70,7 @@ struct Comparison {
     std::optional<double> ratio;  // max / the first run's max, where both are present and > 0
   };
   struct Row {
-    std::string section;  // "traffic", "memory", "time"
+    std::string section;  // "traffic", "memory", "time" (measured), "modelled"
     std::string key;      // "dp all_reduce backward", "params", "step_ms"
     std::vector<Cell> cells;  // one per run
   };

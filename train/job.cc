@@ -2,10 +2,14 @@
 // processes; then, on rank 0, the report, the files it writes, and the check against a
 // single rank.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <limits>
 #include <ostream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -142,7 +146,8 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
     trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));
     RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
-                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->spans()};
+                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->cpu_nanos(),
+                    trainer->spans()};
     ASSIGN_OR_RETURN(std::vector<RankRecord> all, GatherRecords(world, mine));
     if (world.rank() == 0) {
       job.ranks = std::move(all);
@@ -160,10 +165,11 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
 
 // Rank 0's end of the run: the report in the asked format, the peer matrix, and the
 // files (--traffic_json, --trace).
-absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& log) {
+absl::Status Report(const TrainOptions& options, JobRecords& job, int ranks_here,
+                    std::ostream& log) {
   std::vector<comm::TrafficLedger> traffic;
   std::vector<MemoryLedger> memory;
-  std::vector<int64_t> busy, step_time, train_time;
+  std::vector<int64_t> busy, step_time, train_time, cpu_time;
   std::vector<std::vector<Trainer::Span>> spans;
   for (RankRecord& r : job.ranks) {
     traffic.push_back(std::move(r.traffic));
@@ -171,11 +177,15 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
     busy.push_back(r.busy_nanos);
     step_time.push_back(r.step_nanos);
     train_time.push_back(r.train_nanos);
+    cpu_time.push_back(r.cpu_nanos);
     spans.push_back(std::move(r.spans));
   }
   const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
   ReportInputs report{options,    steps,      traffic,   memory,           busy,
                       step_time,  train_time, job.nodes, job.expert_tokens, &spans};
+  report.cpu_nanos = std::move(cpu_time);
+  report.ranks_here = ranks_here;
+  report.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   // The JSON report, written once for whichever outputs ask for it.
   const bool wants_json = options.report == ReportFormat::kJson ||
                           !options.traffic_json.empty() || !options.report_html.empty();
@@ -198,14 +208,11 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
   if (options.peer_matrix) {
     log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), job.nodes.get());
   }
-  if (!options.trace.empty() && options.dry_run && options.tflops > 0) {
+  if (!options.trace.empty() && options.dry_run) {
     // A dry run's own times are of code that computes nothing: its predicted timeline.
-    std::vector<const Timeline*> timelines;
-    for (const comm::TrafficLedger& ledger : traffic) timelines.push_back(&ledger.timeline());
-    const comm::Nodes nodes = job.nodes != nullptr ? *job.nodes : comm::Nodes::One(options.world());
-    ASSIGN_OR_RETURN(std::vector<ReplayedRank> replayed,
-                     Replay(timelines, nodes, options.cluster, options.tflops));
-    RETURN_IF_ERROR(WriteTextFile(options.trace, PredictedTraceJson(options, replayed) + "\n"));
+    const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(report);
+    if (!replayed.ok()) return replayed.status();
+    RETURN_IF_ERROR(WriteTextFile(options.trace, PredictedTraceJson(options, *replayed) + "\n"));
     log << "predicted trace written to '" << options.trace
         << "' (open it in Perfetto or chrome://tracing)\n";
   } else if (!options.trace.empty()) {
@@ -214,6 +221,43 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, std::ostream& 
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+namespace {
+
+// A dry run has nothing to lose in the middle of a step (no values, no files until its
+// report), and its one step can take minutes at a thousand ranks: while it lives, a
+// SIGINT or SIGTERM ends the process within a poll's 10 ms, with one line and 128 + the
+// signal, without waiting for the step to end or the ranks' state to be freed (freeing a
+// thousand ranks' messages alone takes seconds).
+class DryRunStop {
+ public:
+  explicit DryRunStop(bool dry_run) {
+    if (!dry_run) return;
+    watcher_ = std::thread([this] {
+      while (!done_.load(std::memory_order_acquire)) {
+        if (const int signal = StopSignal(); signal != 0) {
+          const std::string line = absl::StrCat("[train] stopped by ", SignalName(signal),
+                                                " during the dry run (it has nothing to save)\n");
+          std::cerr << line << std::flush;
+          std::_Exit(128 + signal);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  ~DryRunStop() {
+    done_.store(true, std::memory_order_release);
+    if (watcher_.joinable()) watcher_.join();
+  }
+  DryRunStop(const DryRunStop&) = delete;
+  DryRunStop& operator=(const DryRunStop&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread watcher_;
+};
 
 }  // namespace
 
@@ -255,9 +299,13 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
   }
   SetIntraOpThreads(options, ranks_here);
-  ASSIGN_OR_RETURN(JobRecords job, RunRanks(options, mpi, stop, log));
+  JobRecords job;
+  {
+    DryRunStop dry_run_stop(options.dry_run);
+    ASSIGN_OR_RETURN(job, RunRanks(options, mpi, stop, log));
+  }
   if (job.ranks.empty()) return absl::OkStatus();  // another process reports
-  RETURN_IF_ERROR(Report(options, job, log));
+  RETURN_IF_ERROR(Report(options, job, ranks_here, log));
   if (!options.check_against_serial) return absl::OkStatus();
   return CheckAgainstSerial(options, job.start_step, job.losses, log);
 }

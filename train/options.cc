@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -31,6 +32,27 @@ const char* Name(ReportFormat report) {
 }
 
 const char* Name(DeviceType device) { return device == DeviceType::kCPU ? "cpu" : "cuda"; }
+
+std::string TrainOptions::ModelledClusterName() const {
+  return cluster_given() ? cluster_name
+                         : absl::StrCat(kDefaultCluster, ", the default (--cluster to choose)");
+}
+
+absl::Status ParseSlowRank(const std::string& text, TrainOptions& o) {
+  if (text.empty()) return absl::OkStatus();
+  const size_t colon = text.find(':');
+  int rank = -1;
+  double ms = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(text.substr(0, colon), &rank) ||
+      !absl::SimpleAtod(text.substr(colon + 1), &ms) || rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --slow_rank must be RANK:MS (a world rank >= 0 and milliseconds, e.g. 1:20), got '",
+        text, "'"));
+  }
+  o.slow_rank = rank;
+  o.slow_ms = ms;
+  return absl::OkStatus();
+}
 
 namespace {
 
@@ -241,6 +263,18 @@ absl::Status TrainOptions::Validate() const {
         "ring and naive)");
   }
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
+  if (slow_rank >= 0) {
+    if (world() == 1) return bad("--slow_rank needs more than one rank (nobody waits for it)");
+    if (slow_rank >= world()) {
+      return bad("--slow_rank=", slow_rank, ":", slow_ms, ": rank ", slow_rank,
+                 " is not in the run's ", world(), " ranks (0..", world() - 1, ")");
+    }
+    // Its peers wait for it every step: longer than their deadline would stop the run.
+    if (!(slow_ms > 0) || !std::isfinite(slow_ms) || slow_ms >= 1e3 * timeout_s) {
+      return bad("--slow_rank=", slow_rank, ":", slow_ms, ": the milliseconds must be > 0 and "
+                 "below --timeout_s (", 1e3 * timeout_s, " ms), the longest a peer waits");
+    }
+  }
   if (tf32 && device != DeviceType::kCUDA) return bad("--tf32 needs --device=cuda (it is cuBLAS's)");
   if (device == DeviceType::kCUDA && backend == Backend::kMpi) {
     return bad(

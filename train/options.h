@@ -39,6 +39,9 @@ absl::StatusOr<comm::Algorithm> ParseAllReduce(const std::string& name);
 // --precision, --grad_comm_dtype (the flag named in the message): fp32 or bf16.
 absl::StatusOr<DType> ParsePrecision(const char* flag, const std::string& name);
 const char* PrecisionName(DType dtype);  // "fp32", "bf16"
+struct TrainOptions;
+// --slow_rank=R:MS into o.slow_rank and o.slow_ms (empty: none); the range is Validate's.
+absl::Status ParseSlowRank(const std::string& text, TrainOptions& o);
 
 struct TrainOptions {
   model::GPTConfig model;
@@ -103,6 +106,19 @@ struct TrainOptions {
   // or real) is then replayed on it (train/replay.h).
   std::string cluster_name;
   double tflops = 0;
+  // The cluster the report's modelled clock runs on: --cluster's, else the default
+  // kDefaultCluster's TFLOP/s with the run's own links and nodes (--link_intra,
+  // --link_inter, --gpus_per_node). The seed's 30% verdict is read on this clock.
+  static constexpr const char* kDefaultCluster = "a100";
+  static constexpr double kDefaultTflops = 156;
+  bool cluster_given() const { return tflops > 0; }
+  double ModelledTflops() const { return cluster_given() ? tflops : kDefaultTflops; }
+  // "a100, the default (--cluster to choose)", or --cluster's name.
+  std::string ModelledClusterName() const;
+  // --slow_rank=R:MS: world rank R sleeps MS milliseconds at the start of every step (its
+  // core left to the others), and its modelled timeline gains MS ms of compute; -1: none.
+  int slow_rank = -1;
+  double slow_ms = 0;
   bool check_against_serial = false;  // also train one rank on the same batches, compare
   bool peer_matrix = false;    // print the bytes from every rank to every rank
   ReportFormat report = ReportFormat::kText;  // the end-of-run report

@@ -27,6 +27,7 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   const int64_t tokens = int64_t(o.global_batch_size) * o.model.seq_len;
   const int64_t first = FirstSequence(step);
   const int64_t start = MonotonicNanos();
+  SlowDown();
   auto fill = [&](int micro_batch, int32_t* inputs, int32_t* targets) {
     data_.train.Fill(first + int64_t(micro_batch) * b, b, inputs, targets);
   };

@@ -47,9 +47,9 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
   for (auto [key, link] : {std::pair{"intra", &c.links.intra}, {"inter", &c.links.inter}}) {
     const JsonValue* v = doc->Find(key);
     if (v == nullptr || v->array.size() != 2 || !v->array[0].is_number() ||
-        !v->array[1].is_number() || !(v->array[0].number > 0) || !(v->array[1].number >= 0) ||
+        !v->array[1].is_number() || !(v->array[0].number > 0) || !(v->array[1].number > 0) ||
         !std::isfinite(v->array[0].number) || !std::isfinite(v->array[1].number)) {
-      return bad(absl::StrCat(key, " must be [GB/s > 0, microseconds >= 0]"));
+      return bad(absl::StrCat(key, " must be [GB/s > 0, microseconds > 0]"));
     }
     *link = {v->array[0].number, v->array[1].number};
   }

@@ -14,7 +14,7 @@ std::string Encode(const RankRecord& record) {
   ByteWriter w;
   record.traffic.Encode(w);
   record.memory.Encode(w);
-  w.Int(record.busy_nanos).Int(record.step_nanos).Int(record.train_nanos);
+  w.Int(record.busy_nanos).Int(record.step_nanos).Int(record.train_nanos).Int(record.cpu_nanos);
   w.Int(int64_t(record.spans.size()));
   for (const Trainer::Span& s : record.spans) w.String(s.name).Int(s.start_nanos).Int(s.end_nanos);
   return w.bytes();
@@ -27,6 +27,7 @@ absl::StatusOr<RankRecord> Decode(std::string_view bytes, int rank) {
   record.busy_nanos = r.Int();
   record.step_nanos = r.Int();
   record.train_nanos = r.Int();
+  record.cpu_nanos = r.Int();
   for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
     Trainer::Span s;
     s.name = r.String();

@@ -19,7 +19,7 @@ namespace tally::train {
 struct RankRecord {
   comm::TrafficLedger traffic;
   MemoryLedger memory;
-  int64_t busy_nanos = 0, step_nanos = 0, train_nanos = 0;  // Trainer's, over the run
+  int64_t busy_nanos = 0, step_nanos = 0, train_nanos = 0, cpu_nanos = 0;  // Trainer's, over the run
   std::vector<Trainer::Span> spans;
 };
 

@@ -17,8 +17,13 @@ using Kind = TimelineEntry::Kind;
 struct Call {
   int size = 0, arrived = 0;
   double last_arrival = 0, slowest = 0;  // the last member in, and the longest messages
+  int last_rank = -1;                    // who came in last
   double end() const { return last_arrival + slowest; }
   bool complete() const { return arrived == size; }
+  void Arrive(int rank, double at) {
+    ++arrived;
+    if (last_rank < 0 || at > last_arrival) last_arrival = at, last_rank = rank;
+  }
 };
 
 // A point-to-point channel's messages in order: when each send and receive was posted, and
@@ -27,6 +32,12 @@ struct Channel {
   std::vector<std::pair<double, double>> sends;  // (posted, seconds)
   std::vector<double> recvs;                     // posted
 };
+
+// Books a wait from t0 to t1 on a call whose last peer, `peer`, arrived at `arrival`.
+void BookWait(WaitedFor& waited, int peer, double arrival, double t0, double t1) {
+  if (peer < 0) return;
+  waited.Add(peer, std::min(std::max(arrival - t0, 0.0), std::max(t1 - t0, 0.0)));
+}
 
 // What a posted work is: a collective, or the index-th message of a channel.
 struct Work {
@@ -37,6 +48,21 @@ struct Work {
 };
 
 }  // namespace
+
+void WaitedFor::Add(int peer, double s) {
+  if (!(s > 0)) return;
+  seconds += s;
+  by_peer[peer] += s;
+}
+
+int WaitedFor::Most() const {
+  int most = -1;
+  double longest = 0;
+  for (const auto& [peer, s] : by_peer) {
+    if (s > longest) longest = s, most = peer;
+  }
+  return most;
+}
 
 absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
                                                  const comm::Nodes& nodes,
@@ -71,7 +97,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
   auto wait_until = [&](ReplayedRank& rank, double end, bool idle, const std::string& what) {
     const double wait = std::max(0.0, end - rank.seconds);
     (idle ? rank.idle_s : rank.exposed_s) += wait;
-    rank.spans.push_back({what, rank.seconds, rank.seconds + wait, false});
+    rank.spans.push_back({what, rank.seconds, rank.seconds + wait, false, idle});
     rank.seconds += wait;
   };
   // The name of a posted work, from its post.
@@ -84,27 +110,26 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
       while (next[size_t(r)] < entries.size()) {
         const TimelineEntry& e = entries[next[size_t(r)]];
         if (e.kind == Kind::kCompute) {
-          const double s = tflops > 0 ? e.flops / (tflops * 1e12) : 0;
-          rank.spans.push_back({"compute", rank.seconds, rank.seconds + s, true});
+          const double s = (tflops > 0 ? e.flops / (tflops * 1e12) : 0) + e.seconds;
+          rank.spans.push_back({"compute", rank.seconds, rank.seconds + s, true, false});
           rank.compute_s += s;
           rank.seconds += s;
         } else if (e.kind == Kind::kCollective) {
           Call& call = calls[{e.group, e.seq}];
           if (!arrived[size_t(r)]) {
             call.size = e.group_size;
-            ++call.arrived;
-            call.last_arrival = std::max(call.last_arrival, rank.seconds);
+            call.Arrive(r, rank.seconds);
             call.slowest = std::max(call.slowest, seconds(r, e.sent));
             arrived[size_t(r)] = true;
           }
           if (!call.complete()) break;
+          BookWait(rank.waited, call.last_rank, call.last_arrival, rank.seconds, call.end());
           wait_until(rank, call.end(), false, e.what);
           arrived[size_t(r)] = false;
         } else if (e.kind == Kind::kPost && e.seq >= 0) {
           Call& call = calls[{e.group, e.seq}];
           call.size = e.group_size;
-          ++call.arrived;
-          call.last_arrival = std::max(call.last_arrival, rank.seconds);
+          call.Arrive(r, rank.seconds);
           call.slowest = std::max(call.slowest, seconds(r, sent_of(r, e.work)));
           works[size_t(r)][e.work] = {false, false, {e.group, e.seq}, {}, 0};
           names[size_t(r)][e.work] = e.what;
@@ -132,13 +157,18 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
           if (!work.message) {
             const Call& call = calls[work.call];
             if (!call.complete()) break;
+            BookWait(rank.waited, call.last_rank, call.last_arrival, rank.seconds, call.end());
             wait_until(rank, call.end(), false, names[size_t(r)][e.work]);
           } else {
             const Channel& channel = channels[work.channel];
             if (work.index >= channel.sends.size() || work.index >= channel.recvs.size()) break;
             const auto [sent, transfer] = channel.sends[work.index];
-            wait_until(rank, std::max(sent, channel.recvs[work.index]) + transfer, !work.send,
-                       names[size_t(r)][e.work]);
+            const double end = std::max(sent, channel.recvs[work.index]) + transfer;
+            if (work.send) {  // exposed: the receiver is the peer (idle receives are the bubble)
+              BookWait(rank.waited, std::get<2>(work.channel), channel.recvs[work.index],
+                       rank.seconds, end);
+            }
+            wait_until(rank, end, !work.send, names[size_t(r)][e.work]);
           }
         }
         ++next[size_t(r)];
@@ -150,6 +180,62 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
     if (next[size_t(r)] < timelines[size_t(r)]->entries().size()) {
       return absl::InternalError(absl::StrCat("[replay] rank ", r, " cannot go past entry ",
                                               next[size_t(r)], " of its timeline"));
+    }
+  }
+  return out;
+}
+
+std::vector<MeasuredWaits> MeasureWaits(const std::vector<const Timeline*>& timelines) {
+  const int ranks = int(timelines.size());
+  auto at = [](int64_t nanos) { return double(nanos) * 1e-9; };
+  // Every call's arrivals, and every channel's posts, on this host's clock.
+  std::map<std::pair<std::string, int64_t>, Call> calls;
+  std::map<std::tuple<std::string, int, int>, Channel> channels;
+  std::vector<std::map<int64_t, Work>> works(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    for (const TimelineEntry& e : timelines[size_t(r)]->entries()) {
+      if (e.kind == Kind::kCollective || (e.kind == Kind::kPost && e.seq >= 0)) {
+        calls[{e.group, e.seq}].Arrive(r, at(e.begin_nanos));
+        if (e.kind == Kind::kPost) works[size_t(r)][e.work] = {false, false, {e.group, e.seq}, {}, 0};
+      } else if (e.kind == Kind::kPost) {
+        const std::tuple<std::string, int, int> key{e.group, e.send ? r : e.peer,
+                                                    e.send ? e.peer : r};
+        Channel& channel = channels[key];
+        Work work{true, e.send, {}, key, e.send ? channel.sends.size() : channel.recvs.size()};
+        if (e.send) {
+          channel.sends.push_back({at(e.begin_nanos), 0});
+        } else {
+          channel.recvs.push_back(at(e.begin_nanos));
+        }
+        works[size_t(r)][e.work] = work;
+      }
+    }
+  }
+  std::vector<MeasuredWaits> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    MeasuredWaits& rank = out[size_t(r)];
+    for (const TimelineEntry& e : timelines[size_t(r)]->entries()) {
+      const double t0 = at(e.begin_nanos), t1 = at(e.end_nanos);
+      if (e.kind == Kind::kCollective) {
+        const Call& call = calls[{e.group, e.seq}];
+        rank.exposed_s += t1 - t0;
+        BookWait(rank.waited, call.last_rank, call.last_arrival, t0, t1);
+      } else if (e.kind == Kind::kWait) {
+        const auto it = works[size_t(r)].find(e.work);
+        if (it == works[size_t(r)].end()) continue;
+        const Work& work = it->second;
+        if (!work.message) {
+          const Call& call = calls[work.call];
+          rank.exposed_s += t1 - t0;
+          BookWait(rank.waited, call.last_rank, call.last_arrival, t0, t1);
+        } else if (work.send) {  // a receive's wait is the bubble, not exposed
+          const Channel& channel = channels[work.channel];
+          rank.exposed_s += t1 - t0;
+          if (work.index < channel.recvs.size()) {
+            BookWait(rank.waited, std::get<2>(work.channel), channel.recvs[work.index], t0, t1);
+          }
+        }
+      }
     }
   }
   return out;

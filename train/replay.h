@@ -16,9 +16,18 @@
 // for a send) and idle (waiting for a pipeline neighbour's message). Nothing else is
 // modelled (no kernel launch, no memory bandwidth, no contention between transfers on one
 // link).
+//
+// Who waited for whom (the seed's diagnosis of a communication bottleneck): a wait that
+// began at t0 and ended at t1 on a call whose last peer arrived at A is
+//   waiting for that peer   min(max(A - t0, 0), t1 - t0)   (booked to the peer)
+//   moving bytes            the rest
+// where a collective's members arrive when they enter it (blocking) or post it, and a
+// send's peer when it posts the matching receive. The replay reads A on the modelled
+// clock; MeasuredWaits reads the same on this host's, from the timeline's stamps.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,9 +43,20 @@ struct ReplaySpan {
   std::string name;  // "compute", or the call's ledger row
   double start = 0, end = 0;
   bool compute = false;
+  bool idle = false;  // waiting for a pipeline neighbour's message (the bubble)
+};
+// The part of a rank's exposed time it spent waiting for a late peer, by that peer's
+// world rank.
+struct WaitedFor {
+  double seconds = 0;
+  std::map<int, double> by_peer;
+  void Add(int peer, double s);
+  // The peer waited for longest (-1: none).
+  int Most() const;
 };
 struct ReplayedRank {
   double seconds = 0, compute_s = 0, exposed_s = 0, idle_s = 0;  // over the timeline
+  WaitedFor waited;  // of exposed_s
   std::vector<ReplaySpan> spans;
 };
 
@@ -44,5 +64,15 @@ struct ReplayedRank {
 absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
                                                  const comm::Nodes& nodes,
                                                  const comm::Cluster& links, double tflops);
+
+// The same split on this host's clock: each rank's exposed time in its timeline's
+// collectives and sends (from the stamps; their sum, not the ledger's over the run), and
+// the part of it spent waiting for the last peer. Stamps of ranks on different machines
+// are not comparable: the caller passes only timelines of one machine.
+struct MeasuredWaits {
+  double exposed_s = 0;
+  WaitedFor waited;
+};
+std::vector<MeasuredWaits> MeasureWaits(const std::vector<const Timeline*>& timelines);
 
 }  // namespace tally::train

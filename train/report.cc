@@ -53,10 +53,6 @@ const char* AlgoColumn(comm::Algorithm a) {
   return a == comm::Algorithm::kHierarchical ? "hier" : comm::Name(a);
 }
 
-// Where the ranks ran: the report's nodes, or one node.
-comm::Nodes NodesOf(const ReportInputs& in) {
-  return in.nodes != nullptr ? *in.nodes : comm::Nodes::One(int(in.traffic.size()));
-}
 
 // Rank r's bytes sent under each key, by link class.
 std::map<comm::LedgerKey, comm::LinkBytes> SentByKey(const ReportInputs& in, const comm::Nodes& nodes,
@@ -69,6 +65,10 @@ std::map<comm::LedgerKey, comm::LinkBytes> SentByKey(const ReportInputs& in, con
 }
 
 }  // namespace
+
+comm::Nodes NodesOf(const ReportInputs& in) {
+  return in.nodes != nullptr ? *in.nodes : comm::Nodes::One(int(in.traffic.size()));
+}
 
 namespace {
 
@@ -192,40 +192,6 @@ std::string ModelledTable(const ReportInputs& in) {
   return out;
 }
 
-std::string ReplayTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
-  std::vector<const Timeline*> timelines;
-  for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
-  const comm::Nodes nodes = NodesOf(in);
-  absl::StatusOr<std::vector<ReplayedRank>> replayed = Replay(timelines, nodes, o.cluster, o.tflops);
-  if (!replayed.ok()) return absl::StrCat("\n", replayed.status().message(), "\n");
-  const double steps = double(std::max<int64_t>(1, in.steps)), ms = 1e3 / steps;
-  std::string out = absl::StrFormat(
-      "\npredicted on the cluster %s (%.0f TFLOP/s a GPU, %d GPUs a node; inside %s, across %s), "
-      "ms per step: every rank's timeline replayed (compute; exposed: waiting in a collective "
-      "or a send; idle: waiting for a pipeline neighbour)\n%-8s %12s %12s %12s %12s %10s\n",
-      o.cluster_name, o.tflops, nodes.gpus_per_node(), comm::Describe(o.cluster.intra),
-      comm::Describe(o.cluster.inter), "rank", "step", "compute", "exposed", "idle", "exposed %");
-  double slowest = 0;
-  int slowest_rank = 0;
-  for (size_t r = 0; r < replayed->size(); ++r) {
-    const ReplayedRank& x = (*replayed)[r];
-    if (x.seconds > slowest) slowest = x.seconds, slowest_rank = int(r);
-  }
-  // Every rank of a small run; of a large one the slowest, and the first of each stage.
-  for (size_t r = 0; r < replayed->size(); ++r) {
-    const ReplayedRank& x = (*replayed)[r];
-    const parallel::GridCoordinates at = o.topology().Of(int(r));
-    if (replayed->size() > 16 && int(r) != slowest_rank && (at.dp != 0 || at.tp != 0)) continue;
-    out += absl::StrFormat("%-8d %12.3f %12.3f %12.3f %12.3f %9.0f%%\n", r, x.seconds * ms,
-                           x.compute_s * ms, x.exposed_s * ms, x.idle_s * ms,
-                           x.seconds > 0 ? 100 * x.exposed_s / x.seconds : 0.0);
-  }
-  out += absl::StrFormat("predicted step: %.3f ms (rank %d, the slowest)\n", slowest * ms,
-                         slowest_rank);
-  return out;
-}
-
 std::string RoutingTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
   const int experts = o.model.n_experts;
@@ -304,10 +270,13 @@ std::string FormatReport(const ReportInputs& in) {
            "they move, so their bytes are modelled as the ring's, not observed\n";
     break;
   }
-  // A dry run's times are those of code that computes nothing: no table of them.
+  // The two clocks: measured (none for a dry run, whose code computes nothing), then
+  // modelled, who waited for whom in both, and the verdict, which is the modelled clock's.
   if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
   if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
-  if (o.tflops > 0) out += ReplayTable(in);
+  out += ReplayTable(in);
+  out += WaitsTable(in);
+  out += Verdict(in);
   out += RoutingTable(in);
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));
@@ -380,6 +349,17 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);
+  const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
+  const std::vector<MeasuredWaits> measured = MeasuredRun(in);
+  w.Key("modelled_cluster").BeginObject().Key("name").String(o.ModelledClusterName());
+  w.Key("tflops").Double(o.ModelledTflops()).EndObject();
+  if (replayed.ok() && !replayed->empty()) {  // the seed's test, on the modelled clock
+    const auto [worst, share] = WorstModelled(*replayed);
+    w.Key("verdict").BeginObject().Key("clock").String("modelled");
+    w.Key("bound").String(share > 0.30 ? "communication" : "compute");
+    w.Key("exposed_share").Double(share).Key("rank").Int(worst);
+    w.Key("waited_for_rank").Int((*replayed)[size_t(worst)].waited.Most()).EndObject();
+  }
   const int experts = in.options.model.n_experts;
   if (experts > 0 && in.steps > 0 &&
       in.expert_tokens.size() == size_t(in.options.model.n_layer) * experts) {
@@ -442,11 +422,29 @@ std::string ReportJson(const ReportInputs& in) {
       w.EndObject();
     }
     w.EndArray();
-    if (in.train_nanos.size() == in.traffic.size()) {
+    if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) {  // the measured clock
       const RankTime t = TimeOf(in, int(r));
-      w.Key("time").BeginObject().Key("step_ms").Double(t.step_ms);
+      w.Key("time").BeginObject().Key("clock").String("measured").Key("step_ms").Double(t.step_ms);
       w.Key("compute_ms").Double(t.compute_ms).Key("comm_exposed_ms").Double(t.exposed_ms);
-      w.Key("comm_hidden_ms").Double(t.hidden_ms).Key("idle_ms").Double(t.idle_ms).EndObject();
+      w.Key("comm_hidden_ms").Double(t.hidden_ms).Key("idle_ms").Double(t.idle_ms);
+      if (in.cpu_nanos.size() == in.train_nanos.size()) {
+        w.Key("cpu_ms").Double(double(in.cpu_nanos[r]) / 1e6 / double(std::max<int64_t>(1, in.steps)));
+      }
+      if (r < measured.size()) {
+        w.Key("last_step").BeginObject();
+        w.Key("comm_exposed_ms").Double(measured[r].exposed_s * 1e3);
+        w.Key("comm_waiting_ms").Double(measured[r].waited.seconds * 1e3);
+        w.Key("waited_for_rank").Int(measured[r].waited.Most()).EndObject();
+      }
+      w.EndObject();
+    }
+    if (replayed.ok() && r < replayed->size()) {  // the modelled clock, the last step
+      const ReplayedRank& m = (*replayed)[r];
+      w.Key("modelled_time").BeginObject().Key("clock").String("modelled");
+      w.Key("step_ms").Double(m.seconds * 1e3).Key("compute_ms").Double(m.compute_s * 1e3);
+      w.Key("comm_exposed_ms").Double(m.exposed_s * 1e3).Key("idle_ms").Double(m.idle_s * 1e3);
+      w.Key("comm_waiting_ms").Double(m.waited.seconds * 1e3);
+      w.Key("waited_for_rank").Int(m.waited.Most()).EndObject();
     }
     const MemoryLedger& m = in.memory[r];
     w.Key("memory").BeginObject();

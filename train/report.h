@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/comm/ledger/ledger.h"
 #include "runtime/memory_ledger.h"
 #include "train/options.h"
+#include "train/replay.h"
 #include "train/trainer.h"
 
 namespace tally::train {
@@ -35,7 +37,30 @@ struct ReportInputs {
   std::vector<double> expert_tokens = {};
   // Each rank's forward and backward spans (recorded with --trace or --report_html).
   const std::vector<std::vector<Trainer::Span>>* spans = nullptr;
+  // Each rank's own thread's CPU time in its training steps, nanoseconds.
+  std::vector<int64_t> cpu_nanos = {};
+  // The ranks that ran on rank 0's machine, and its cores (0: not known).
+  int ranks_here = 0, cores = 0;
+  // ModelledRun's replay, made once.
+  mutable std::shared_ptr<const absl::StatusOr<std::vector<ReplayedRank>>> modelled = nullptr;
 };
+
+// Where the ranks ran: the report's nodes, or one node.
+comm::Nodes NodesOf(const ReportInputs& in);
+
+// The two clocks. Measured: this host's wall clock (the ledger's call times, the step's
+// time, the timeline's stamps), which a shared host or more ranks than cores makes noisy.
+// Modelled: each rank's timeline of the last step (its FLOPs, its calls and their bytes)
+// replayed on options.ModelledTflops() and the run's links and nodes (train/replay.h):
+// the same figures on every run and every host.
+const absl::StatusOr<std::vector<ReplayedRank>>& ModelledRun(const ReportInputs& in);
+// The last step's waits on the measured clock (MeasureWaits); empty for a dry run (its
+// code computes nothing) and for MPI ranks on several machines (their clocks differ).
+std::vector<MeasuredWaits> MeasuredRun(const ReportInputs& in);
+// The rank with the largest share of its step exposed, and that share (the verdict's).
+std::pair<int, double> WorstModelled(const std::vector<ReplayedRank>& ranks);
+// Whether thread ranks outnumber the cores of rank 0's machine.
+bool Oversubscribed(const ReportInputs& in);
 
 std::string FormatReport(const ReportInputs& in);
 // The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
@@ -62,20 +87,28 @@ struct RankTime {
   double step_ms = 0, compute_ms = 0, exposed_ms = 0, hidden_ms = 0, idle_ms = 0;
 };
 RankTime TimeOf(const ReportInputs& in, int rank);
-// The seed's test, one line: "communication-bound: communication exposed X% of the step
-// ... its largest exposed rows ..." above 30% on the worst rank, "compute-bound: ..."
-// otherwise.
+// The seed's test on the modelled clock, one line: "communication-bound ...: communication
+// exposed X% of the step on rank r ... waiting for rank q ... its largest exposed calls"
+// above 30% on the worst rank, "compute-bound: ..." otherwise; then the measured clock's
+// share, labelled as measured.
 std::string Verdict(const ReportInputs& in);
-// Per rank, time per step: the whole step; held up in communication calls (collectives,
-// and the waits of sends and receives); idle at a pipeline boundary (the bubble); the
-// rest, compute.
+// The measured clock's share, one line: "measured on this host ...: communication exposed
+// X% of the step on rank r ...; its largest exposed rows per step: ..." (the rows above
+// 30%), for a run that is not dry.
+std::string MeasuredVerdict(const ReportInputs& in);
+// Per rank, time per step on the measured clock: the whole step; held up in
+// communication calls (collectives, and the waits of sends and receives); idle at a
+// pipeline boundary (the bubble); the rest, compute; with more ranks than cores, the
+// rank's CPU time beside it.
 std::string TimeTable(const ReportInputs& in);
+// Who waited for whom in the last step, in both clocks: per rank its exposed time, the
+// part of it spent waiting for the peer that arrived last, and that peer.
+std::string WaitsTable(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
-// A run with --cluster: every rank's timeline replayed on the cluster (train/replay.h):
-// per rank the predicted step, its compute, exposed communication and pipeline idle, and
-// the predicted step of the run (its slowest rank).
+// The modelled clock (ModelledRun): per rank the predicted step, its compute, exposed
+// communication and pipeline idle, and the predicted step of the run (its slowest rank).
 std::string ReplayTable(const ReportInputs& in);
 // With experts: per layer, the choices an expert received per step (fewest, mean, most,
 // and most / mean, the imbalance), and under --ep the bytes a rank's forward dispatch

@@ -323,13 +323,16 @@ std::string MemoryChart(const RunReport& run, const std::string& label) {
                       legend, "</figure>");
 }
 
-// Each rank's step: compute, exposed communication, pipeline idle (stacked), and the
-// communication hidden under compute (hatched inside the compute).
-std::string TimeChart(const RunReport& run, const std::string& label) {
+// Each rank's step on one clock (`clock`: its figures, RunReport::Rank::time or
+// modelled_time): compute, exposed communication, pipeline idle (stacked), and the
+// communication hidden under compute (hatched inside the compute; measured only).
+std::string TimeChart(const RunReport& run, const std::string& label,
+                      std::map<std::string, double> RunReport::Rank::*clock, const char* axis) {
   const size_t n = run.ranks.size();
   auto at = [&](size_t r, const char* part) {
-    auto it = run.ranks[r].time.find(part);
-    return it == run.ranks[r].time.end() ? 0.0 : it->second;
+    const std::map<std::string, double>& figures = run.ranks[r].*clock;
+    auto it = figures.find(part);
+    return it == figures.end() ? 0.0 : it->second;
   };
   double max = 0;
   for (size_t r = 0; r < n; ++r) {
@@ -365,15 +368,21 @@ std::string TimeChart(const RunReport& run, const std::string& label) {
                             x + bar_w / 2, top + height + 14, r);
     }
   }
-  body += VerticalAxis(left, top + height, height, end, "ms per step");
+  body += VerticalAxis(left, top + height, height, end, axis);
   std::string legend = absl::StrCat(
       "<p class=\"legend\"><span class=\"swatch\" style=\"background:", kGreen,
       "\"></span>compute <span class=\"swatch\" style=\"background:", kVermillion,
       "\"></span>communication exposed <span class=\"swatch\" style=\"background:", kGrey,
       "\"></span>pipeline idle <span class=\"swatch hatched\"></span>communication hidden</p>");
   return absl::StrCat("<figure class=\"chart time\"><figcaption>", Escape(label), "</figcaption>",
-                      Svg(left + width + 20, top + height + 30, label + ": time per step", body),
+                      Svg(left + width + 20, top + height + 30, label + ": " + axis, body),
                       legend, "</figure>");
+}
+std::string MeasuredTimeChart(const RunReport& run, const std::string& label) {
+  return TimeChart(run, label, &RunReport::Rank::time, "ms per step, measured");
+}
+std::string ModelledTimeChart(const RunReport& run, const std::string& label) {
+  return TimeChart(run, label, &RunReport::Rank::modelled_time, "ms of the last step, modelled");
 }
 
 // Bytes from every rank (row) to every rank (column), white to blue by the square root of
@@ -518,8 +527,17 @@ std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) 
          "(the categories need not peak at the same moment), and the formula's model states and "
          "activations as a dashed line.</p>";
   out += SideBySide(runs, c, MemoryChart, [](const RunReport&) { return true; });
-  out += "</section>\n<section id=\"time\"><h2>Time per step, per rank</h2>";
-  out += SideBySide(runs, c, TimeChart, [](const RunReport& r) { return !r.ranks[0].time.empty(); });
+  out += "</section>\n<section id=\"time\"><h2>Time per step, per rank, measured</h2><p "
+         "class=\"note\">This host's wall clock: it follows the host's load (and, with more ranks "
+         "than cores, the ranks' turns on them). A dry run has none.</p>";
+  out += SideBySide(runs, c, MeasuredTimeChart,
+                    [](const RunReport& r) { return !r.ranks[0].time.empty(); });
+  out += "</section>\n<section id=\"modelled\"><h2>Time of the last step, per rank, "
+         "modelled</h2><p class=\"note\">Each rank's timeline (its FLOPs, calls and bytes) "
+         "replayed on the run's modelled cluster: the same on every host. The seed's 30% verdict "
+         "is read here.</p>";
+  out += SideBySide(runs, c, ModelledTimeChart,
+                    [](const RunReport& r) { return !r.ranks[0].modelled_time.empty(); });
   out += "</section>\n<section id=\"peers\"><h2>Bytes between ranks</h2>";
   out += SideBySide(runs, c, PeerChart, [](const RunReport& r) { return !r.ranks[0].peers.empty(); });
   out += "</section>\n<section id=\"pipeline\"><h2>The last step's schedule</h2>";

@@ -1,8 +1,12 @@
-// The report's time: each rank's step split into compute, exposed and hidden
-// communication and the pipeline bubble; the seed's verdict; the pipeline's stages.
+// The report's time on its two clocks: measured (each rank's step split into compute,
+// exposed and hidden communication and the pipeline bubble; the pipeline's stages) and
+// modelled (the last step replayed on a cluster); who waited for whom on both; the seed's
+// verdict, from the model.
 #include "train/report.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,42 +40,214 @@ RankTime TimeOf(const ReportInputs& in, int r) {
   return t;
 }
 
+const absl::StatusOr<std::vector<ReplayedRank>>& ModelledRun(const ReportInputs& in) {
+  if (in.modelled == nullptr) {
+    std::vector<const Timeline*> timelines;
+    for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
+    in.modelled = std::make_shared<const absl::StatusOr<std::vector<ReplayedRank>>>(
+        Replay(timelines, NodesOf(in), in.options.cluster, in.options.ModelledTflops()));
+  }
+  return *in.modelled;
+}
+
+std::vector<MeasuredWaits> MeasuredRun(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  if (o.dry_run || (o.backend != Backend::kThreads && NodesOf(in).count() > 1)) return {};
+  std::vector<const Timeline*> timelines;
+  for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
+  return MeasureWaits(timelines);
+}
+
+std::pair<int, double> WorstModelled(const std::vector<ReplayedRank>& ranks) {
+  int worst = 0;
+  double share = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const double s = ranks[r].seconds > 0 ? ranks[r].exposed_s / ranks[r].seconds : 0;
+    if (s > share) share = s, worst = int(r);
+  }
+  return {worst, share};
+}
+
+bool Oversubscribed(const ReportInputs& in) { return in.cores > 0 && in.ranks_here > in.cores; }
+
 std::string TimeTable(const ReportInputs& in) {
+  const bool cpu = Oversubscribed(in) && in.cpu_nanos.size() == in.train_nanos.size();
   std::string out = absl::StrFormat(
-      "\ntime per step, ms: the step; communication exposed (the rank waited in a collective, "
-      "or for a send or receive) and hidden (a transfer that ran while the rank computed, "
-      "within compute); idle at a pipeline stage boundary, waiting for the neighbour stage "
-      "(the bubble); the rest, compute\n%-6s %10s %10s %10s %10s %10s %10s %8s\n",
-      "rank", "step", "compute", "exposed", "hidden", "idle", "exposed %", "idle %");
+      "\nmeasured on this host (wall clock), ms per step: the step; communication exposed (the "
+      "rank waited in a collective, or for a send or receive) and hidden (a transfer that ran "
+      "while the rank computed, within compute); idle at a pipeline stage boundary, waiting for "
+      "the neighbour stage (the bubble); the rest, compute%s\n"
+      "%-6s %10s %10s %10s %10s %10s %10s %8s%s\n",
+      cpu ? absl::StrFormat("; %d ranks on %d cores: a rank also waits for a core, and cpu is "
+                            "its thread's CPU time (step - cpu: waiting for a core or a peer)",
+                            in.ranks_here, in.cores)
+          : "",
+      "rank", "step", "compute", "exposed", "hidden", "idle", "exposed %", "idle %",
+      cpu ? absl::StrFormat(" %10s", "cpu") : "");
+  const double steps = double(std::max<int64_t>(1, in.steps));
   for (size_t r = 0; r < in.train_nanos.size(); ++r) {
     const RankTime t = TimeOf(in, int(r));
     auto share = [&](double ms) { return t.step_ms > 0 ? 100 * ms / t.step_ms : 0.0; };
-    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %10.1f %10.1f %9.0f%% %7.0f%%\n", r,
+    out += absl::StrFormat("%-6d %10.1f %10.1f %10.1f %10.1f %10.1f %9.0f%% %7.0f%%%s\n", r,
                            t.step_ms, t.compute_ms, t.exposed_ms, t.hidden_ms, t.idle_ms,
-                           share(t.exposed_ms), share(t.idle_ms));
+                           share(t.exposed_ms), share(t.idle_ms),
+                           cpu ? absl::StrFormat(" %10.1f", double(in.cpu_nanos[r]) / 1e6 / steps)
+                               : "");
   }
-  return out + Verdict(in);
+  return out;
+}
+
+std::string ReplayTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
+  if (!replayed.ok()) return absl::StrCat("\n", replayed.status().message(), "\n");
+  const comm::Nodes nodes = NodesOf(in);
+  std::string out = absl::StrFormat(
+      "\nmodelled on the cluster %s: %.0f TFLOP/s a GPU, %d GPUs a node; inside %s, across %s. "
+      "ms of the last step, every rank's timeline replayed (compute; exposed: waiting in a "
+      "collective or a send; idle: waiting for a pipeline neighbour)\n"
+      "%-8s %12s %12s %12s %12s %10s\n",
+      o.ModelledClusterName(), o.ModelledTflops(), nodes.gpus_per_node(),
+      comm::Describe(o.cluster.intra), comm::Describe(o.cluster.inter), "rank", "step", "compute",
+      "exposed", "idle", "exposed %");
+  double slowest = 0;
+  int slowest_rank = 0;
+  for (size_t r = 0; r < replayed->size(); ++r) {
+    const ReplayedRank& x = (*replayed)[r];
+    if (x.seconds > slowest) slowest = x.seconds, slowest_rank = int(r);
+  }
+  // Every rank of a small run; of a large one the slowest, and the first of each stage.
+  for (size_t r = 0; r < replayed->size(); ++r) {
+    const ReplayedRank& x = (*replayed)[r];
+    const parallel::GridCoordinates at = o.topology().Of(int(r));
+    if (replayed->size() > 16 && int(r) != slowest_rank && (at.dp != 0 || at.tp != 0)) continue;
+    out += absl::StrFormat("%-8d %12.3f %12.3f %12.3f %12.3f %9.0f%%\n", r, x.seconds * 1e3,
+                           x.compute_s * 1e3, x.exposed_s * 1e3, x.idle_s * 1e3,
+                           x.seconds > 0 ? 100 * x.exposed_s / x.seconds : 0.0);
+  }
+  out += absl::StrFormat("predicted step: %.3f ms (rank %d, the slowest)\n", slowest * 1e3,
+                         slowest_rank);
+  return out;
+}
+
+namespace {
+
+// The peer waited for longest, "-" for none.
+std::string PeerWords(const WaitedFor& w) {
+  const int peer = w.Most();
+  return peer < 0 ? "-" : absl::StrCat(peer);
+}
+
+// What `w` waited for `peer`.
+double WaitedOn(const WaitedFor& w, int peer) {
+  const auto it = w.by_peer.find(peer);
+  return it != w.by_peer.end() ? it->second : 0.0;
+}
+
+}  // namespace
+
+std::string WaitsTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
+  if (!modelled.ok()) return "";
+  const std::vector<MeasuredWaits> measured = MeasuredRun(in);
+  const bool both = measured.size() == modelled->size();
+  std::string out = absl::StrFormat(
+      "\nwho waited for whom in the last step, ms: exposed communication = waiting for the peer "
+      "that arrived last at the call + moving bytes; 'for': the peer waited for longest\n"
+      "%-8s %12s %12s %6s%s\n",
+      "rank", "modelled exp", "waiting", "for",
+      both ? absl::StrFormat(" %12s %12s %6s", "measured exp", "waiting", "for") : "");
+  const int worst = WorstModelled(*modelled).first;
+  for (size_t r = 0; r < modelled->size(); ++r) {
+    const parallel::GridCoordinates at = o.topology().Of(int(r));
+    if (modelled->size() > 16 && int(r) != worst && int(r) != o.slow_rank &&
+        (at.dp != 0 || at.tp != 0)) {
+      continue;
+    }
+    const ReplayedRank& m = (*modelled)[r];
+    out += absl::StrFormat("%-8d %12.4f %12.4f %6s", r, m.exposed_s * 1e3, m.waited.seconds * 1e3,
+                           PeerWords(m.waited));
+    if (both) {
+      out += absl::StrFormat(" %12.3f %12.3f %6s", measured[r].exposed_s * 1e3,
+                             measured[r].waited.seconds * 1e3, PeerWords(measured[r].waited));
+    }
+    out += "\n";
+  }
+  if (o.slow_rank >= 0 && size_t(o.slow_rank) < modelled->size()) {
+    // What the other ranks waited for the slow one, summed over them.
+    double on_model = 0, on_host = 0;
+    for (size_t r = 0; r < modelled->size(); ++r) {
+      on_model += WaitedOn((*modelled)[r].waited, o.slow_rank);
+      if (both) on_host += WaitedOn(measured[r].waited, o.slow_rank);
+    }
+    out += absl::StrFormat(
+        "--slow_rank=%d:%g: the other ranks waited %.4f ms for rank %d on the modelled clock%s\n",
+        o.slow_rank, o.slow_ms, on_model * 1e3, o.slow_rank,
+        both ? absl::StrFormat(", %.3f ms on the measured one", on_host * 1e3) : "");
+  }
+  return out;
 }
 
 std::string Verdict(const ReportInputs& in) {
-  if (in.train_nanos.size() != in.traffic.size() || in.traffic.empty()) return "";
+  const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
+  if (!modelled.ok() || modelled->empty()) return "";
+  const auto [worst, share] = WorstModelled(*modelled);
+  const ReplayedRank& rank = (*modelled)[size_t(worst)];
+  const double percent = 100 * share;
+  const std::string clock = absl::StrCat("on the modelled clock, ", in.options.ModelledClusterName());
+  std::string out;
+  if (share <= 0.30) {
+    out = absl::StrFormat(
+        "compute-bound %s: communication exposed %.0f%% of the step at most (rank %d; the seed's "
+        "test: more than 30%% is communication-bound)\n",
+        clock, percent, worst);
+  } else {
+    // That rank's largest exposed calls.
+    std::map<std::string, double> calls;
+    for (const ReplaySpan& span : rank.spans) {
+      if (!span.compute && !span.idle) calls[span.name] += span.end - span.start;
+    }
+    std::vector<std::pair<double, std::string>> rows;
+    for (const auto& [name, s] : calls) {
+      if (s > 0) rows.push_back({s, name});
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::vector<std::string> largest;
+    for (size_t i = 0; i < rows.size() && i < 3; ++i) {
+      largest.push_back(absl::StrFormat("%s (%.4f ms)", rows[i].second, rows[i].first * 1e3));
+    }
+    const int peer = rank.waited.Most();
+    out = absl::StrFormat(
+        "communication-bound %s: communication exposed %.0f%% of the step on rank %d (> 30%%, the "
+        "seed's test): %.4f ms waiting for %s, %.4f ms moving bytes; its largest exposed calls: "
+        "%s\n",
+        clock, percent, worst, rank.waited.seconds * 1e3,
+        peer >= 0 ? absl::StrCat("late peers (most for rank ", peer, ")") : "late peers",
+        (rank.exposed_s - rank.waited.seconds) * 1e3, absl::StrJoin(largest, ", "));
+  }
+  return out + MeasuredVerdict(in);
+}
+
+std::string MeasuredVerdict(const ReportInputs& in) {
+  if (in.options.dry_run || in.train_nanos.size() != in.traffic.size() || in.traffic.empty()) {
+    return "";
+  }
   // The rank with the largest share of its step exposed.
   int worst = 0;
   double share = 0;
   for (size_t r = 0; r < in.traffic.size(); ++r) {
     const RankTime t = TimeOf(in, int(r));
     const double s = t.step_ms > 0 ? t.exposed_ms / t.step_ms : 0;
-    if (s > share) {
-      share = s;
-      worst = int(r);
-    }
+    if (s > share) share = s, worst = int(r);
   }
-  const double percent = 100 * share;
-  if (share <= 0.30) {
-    return absl::StrFormat("compute-bound: communication exposed %.0f%% of the step at most "
-                           "(rank %d; the seed's test: more than 30%% is communication-bound)\n",
-                           percent, worst);
-  }
+  const std::string cores =
+      Oversubscribed(in) ? absl::StrFormat(", %d ranks on %d cores", in.ranks_here, in.cores) : "";
+  std::string out = absl::StrFormat(
+      "measured on this host (its load moves it; the verdict is the model's): communication "
+      "exposed %.0f%% of the step %s rank %d%s",
+      100 * share, share > 0.30 ? "on" : "at most, on", worst, cores);
+  if (share <= 0.30) return out + "\n";
   // That rank's largest exposed rows.
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [key, c] : in.traffic[size_t(worst)].calls()) {
@@ -89,9 +265,8 @@ std::string Verdict(const ReportInputs& in) {
   for (size_t i = 0; i < rows.size() && i < 3; ++i) {
     largest.push_back(absl::StrFormat("%s (%.1f ms)", rows[i].second, rows[i].first * 1e3 / steps));
   }
-  return absl::StrFormat("communication-bound: communication exposed %.0f%% of the step on rank %d "
-                         "(> 30%%, the seed's test); its largest exposed rows per step: %s\n",
-                         percent, worst, absl::StrJoin(largest, ", "));
+  return absl::StrCat(out, "; its largest exposed rows per step: ", absl::StrJoin(largest, ", "),
+                      "\n");
 }
 
 std::string PipelineTable(const ReportInputs& in) {

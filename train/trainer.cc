@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "optim/schedule.h"
 #include "runtime/clock.h"
 #include "runtime/json_writer.h"
@@ -177,6 +178,12 @@ int64_t Trainer::FirstSequence(int64_t step) const {
   return step * g + int64_t(dp_rank) * (g / options_.dp);
 }
 
+void Trainer::SlowDown() {
+  if (world_ == nullptr || world_->rank() != options_.slow_rank) return;
+  absl::SleepFor(absl::Microseconds(int64_t(options_.slow_ms * 1e3)));
+  world_->ledger().timeline().ComputeSeconds(options_.slow_ms * 1e-3);
+}
+
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   if (groups_.pp != nullptr) return PipelineStep(step);
   const int g = options_.global_batch_size, b = options_.micro_batch_size;
@@ -184,6 +191,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   const int64_t tokens = int64_t(g) * options_.model.seq_len;
   const int64_t first = FirstSequence(step);
   int64_t start = MonotonicNanos();
+  SlowDown();
   RETURN_IF_ERROR(gpt_->ZeroGrad());
   double loss_sum = 0;
   for (int j = 0; j < micro_batches; ++j) {
@@ -394,25 +402,31 @@ absl::Status Trainer::Run(std::ostream& out) {
   };
   int64_t done = start_step_;  // steps trained, counted from the first
   bool stopped = false;         // by a signal, before the step every rank agreed on
-  // A run on a modelled cluster (--cluster) records the steps' timeline
-  // (runtime/timeline.h): the report replays it (train/replay.h).
-  Timeline* timeline = options_.tflops > 0 && world_ != nullptr ? &world_->ledger().timeline()
-                                                                 : nullptr;
-  if (timeline != nullptr) timeline->set_recording(true);
+  // A run of many ranks records its last training step's timeline (runtime/timeline.h):
+  // the report replays it on the modelled cluster (train/replay.h) and reads who waited
+  // for whom from its stamps. Evaluation, checkpoints and sampling are not in it.
+  Timeline* timeline = world_ != nullptr ? &world_->ledger().timeline() : nullptr;
   ScopedTimeline kernels_record_into(timeline);
   for (int64_t k = start_step_; k < options_.steps; ++k) {
     if (stop_ != nullptr) {
       ASSIGN_OR_RETURN(stopped, stop_->StopBefore(k));
       if (stopped) break;
     }
+    if (timeline != nullptr) {
+      timeline->Clear();
+      timeline->set_recording(true);
+    }
+    const int64_t cpu = ThreadCpuNanos();
     ASSIGN_OR_RETURN(StepStats s, TrainStep(k));
+    cpu_nanos_ += ThreadCpuNanos() - cpu;
+    if (timeline != nullptr) timeline->set_recording(false);
     // Every rank holds the same loss (averaged) and norm (all-reduced): all stop here.
     RETURN_IF_ERROR(Finite(s, world_ != nullptr ? world_->rank() : 0));
     done = s.step;
     losses_.push_back(s.loss);
-    if (options_.dry_run) {  // no values: the time of the code's own work, and the step
-      log << absl::StrFormat("step %5d/%d | dry run (meta tensors: no values, no payload) | %7.1f ms\n",
-                             s.step, options_.steps, s.ms)
+    if (options_.dry_run) {  // no values, and no measured time: its code computes nothing
+      log << absl::StrFormat("step %5d/%d | dry run (meta tensors: no values, no payload)\n",
+                             s.step, options_.steps)
           << std::flush;
       continue;
     }

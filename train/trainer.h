@@ -167,6 +167,9 @@ class Trainer {
   absl::Status MoeFigures(StepStats& s);
   std::unique_ptr<parallel::PipelineParallel> pipeline_;  // when pp > 1
   int64_t train_nanos_ = 0;  // whole steps, over the run
+  int64_t cpu_nanos_ = 0;    // the rank's thread's CPU time in those steps
+  // --slow_rank: this rank sleeps at the start of the step, and its timeline says so.
+  void SlowDown();
 
  public:
   // Over the run: nanoseconds this stage computed, and its schedules took (each step's
@@ -175,6 +178,8 @@ class Trainer {
   int64_t step_nanos() const { return pipeline_ != nullptr ? pipeline_->step_nanos() : 0; }
   // Over the run: nanoseconds the training steps took, whole (any grid).
   int64_t train_nanos() const { return train_nanos_; }
+  // Over the run: the CPU time the rank's own thread ran in its training steps.
+  int64_t cpu_nanos() const { return cpu_nanos_; }
 };
 
 // OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.

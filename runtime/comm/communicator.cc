@@ -136,7 +136,8 @@ absl::Status Communicator::Finish(Wire& wire, int64_t payload_bytes, absl::Statu
   tally::Timeline& timeline = ledger().timeline();
   if (timeline.recording()) {
     timeline.Collective(TimelineGroup(), size(), int64_t(wire.signature().seq),
-                        TimelineName(wire.key()), wire.sent());
+                        TimelineName(wire.key()), wire.sent(), wire.started_nanos(),
+                        MonotonicNanos());
   }
   return status;
 }
@@ -390,7 +391,7 @@ std::unique_ptr<Work> Communicator::PointToPoint(const Tensor& data, int peer, b
   if (ledger().timeline().recording() && peer >= 0 && peer < size()) {
     work->timeline_work_ = ledger().timeline().PostMessage(
         TimelineGroup(), transport_->world_rank(peer), send, int64_t(data.nbytes()),
-        TimelineName(work->wire_->key()));
+        TimelineName(work->wire_->key()), MonotonicNanos());
   }
   if (!device.ok()) {
     work->pending_.Fail(device.status());
@@ -427,7 +428,7 @@ absl::Status CollectiveWork::Wait() {
     ended = done_->ended_nanos;
   }
   wire_->RecordCall(payload_bytes_, waited, ended);
-  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent());
+  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent(), waited, MonotonicNanos());
   waited_ = true;
   return status_;
 }
@@ -439,7 +440,8 @@ std::unique_ptr<CollectiveWork> Communicator::Post(std::unique_ptr<Wire> wire, C
   Wire* w = work->wire_.get();
   if (ledger().timeline().recording()) {
     work->timeline_work_ = ledger().timeline().PostCollective(
-        TimelineGroup(), size(), int64_t(w->signature().seq), TimelineName(w->key()));
+        TimelineGroup(), size(), int64_t(w->signature().seq), TimelineName(w->key()),
+        MonotonicNanos());
   }
   std::shared_ptr<CollectiveWork::Done> done = work->done_;
   if (!transport_->RunsOnAnyThread() || w->signature().device >= 0) {
@@ -490,7 +492,7 @@ absl::Status Work::Wait() {
   const int64_t waited = MonotonicNanos();
   absl::Status status = pending_.WaitAll();
   wire_->RecordCall(int64_t(bytes_), waited);
-  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent());
+  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent(), waited, MonotonicNanos());
   return status;
 }
 

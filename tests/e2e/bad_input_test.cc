@@ -10,6 +10,7 @@
 #include <new>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -248,6 +249,44 @@ TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
   Result named = RunCommand(kPlan + " --model=llama-7b --params=1000000");
   EXPECT_EQ(named.exit_code, 0) << named.output;
   EXPECT_TRUE(absl::StrContains(named.output, "llama-7b with --params=1000000: Φ = 1000000")) << named.output;
+}
+
+// --slow_rank names a rank of the run and milliseconds its peers can wait for; a cluster
+// file's every figure is a positive, finite number.
+TEST(BadInput, SlowRanksAndClusterFilesAreCheckedBeforeAnyWork) {
+  ExpectOneClearLine(kTrain + kTiny + " --dp=2", {
+      {"--slow_rank=2:20", "--slow_rank=2:20: rank 2 is not in the run's 2 ranks (0..1)"},
+      {"--slow_rank=1:-5", "the milliseconds must be > 0 and below --timeout_s (60000 ms)"},
+      {"--slow_rank=1:0", "the milliseconds must be > 0"},
+      {"--slow_rank=1:nan", "the milliseconds must be > 0"},
+      {"--slow_rank=1:inf", "the milliseconds must be > 0"},
+      {"--slow_rank=1:60000", "below --timeout_s (60000 ms)"},
+      {"--slow_rank=1", "--slow_rank must be RANK:MS"},
+      {"--slow_rank=-1:5", "--slow_rank must be RANK:MS"},
+      {"--slow_rank=one:5", "--slow_rank must be RANK:MS"},
+  });
+  ExpectOneClearLine(kTrain + kTiny, {{"--slow_rank=0:5", "--slow_rank needs more than one rank"}});
+  const std::string good = R"({"gpus_per_node": 8, "tflops": 156, "intra": [600, 1], "inter": [25, 2]})";
+  std::vector<Case> cases;
+  int i = 0;
+  for (const auto& [from, to, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"tflops\": 156", "\"tflops\": 0", "tflops must be a number > 0"},
+           {"\"tflops\": 156", "\"tflops\": -1", "tflops must be a number > 0"},
+           {"\"tflops\": 156", "\"tflops\": 1e999", "tflops must be a number > 0"},
+           {"[600, 1]", "[0, 1]", "intra must be [GB/s > 0, microseconds > 0]"},
+           {"[600, 1]", "[600, 0]", "intra must be [GB/s > 0, microseconds > 0]"},
+           {"[25, 2]", "[-25, 2]", "inter must be [GB/s > 0, microseconds > 0]"},
+           {"[25, 2]", "[25, -2]", "inter must be [GB/s > 0, microseconds > 0]"},
+           {"\"gpus_per_node\": 8", "\"gpus_per_node\": 0", "gpus_per_node must be an integer"},
+       }) {
+    const std::string file = Temp("cluster" + std::to_string(i++) + ".json");
+    std::string text = good;
+    text.replace(text.find(from), from.size(), to);
+    std::ofstream(file) << text;
+    cases.push_back({"--cluster=" + file, message});
+  }
+  ExpectOneClearLine(kTrain + kTiny + " --dp=2", cases);
+  ExpectOneClearLine(kPlan, cases, 5);
 }
 
 TEST(BadInput, TallyBenchRefusesSizesAndRanksThatCannotRun) {

@@ -223,9 +223,10 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
                         "--sample_bytes=0 --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1 x pp=1")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "time per step, ms: the step; communication exposed"))
+  EXPECT_TRUE(absl::StrContains(r.output, "measured on this host (wall clock), ms per step: the step; "
+                                          "communication exposed"))
       << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "bound: communication exposed")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "bound on the modelled clock, a100, the default")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "traffic over 2 steps")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "memory per rank")) << r.output;
   JsonValue doc = ReadJson(json);
@@ -353,7 +354,7 @@ TEST(TallyTrain, DryRunOfASevenBillionParameterModel) {
       << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "  formula     26334494720  26334494720  52668989440"))
       << r.output;
-  EXPECT_FALSE(absl::StrContains(r.output, "time per step, ms")) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "measured on this host")) << r.output;
 }
 
 // --trace: one process per rank, and the schedules' different orders on stage 0.

@@ -23,8 +23,8 @@ TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
   b.set_recording(true);
   a.Compute(2e12);  // 2 s
   b.Compute(1e12);  // 1 s
-  a.Collective("g:0,1#0", 2, 0, "g all_reduce", {{1, 1'000'000'000, 1}});  // 1 s + 1 us
-  b.Collective("g:0,1#0", 2, 0, "g all_reduce", {{0, 500'000'000, 2}});    // 0.5 s + 2 us
+  a.Collective("g:0,1#0", 2, 0, "g all_reduce", {{1, 1'000'000'000, 1}}, 0, 0);  // 1 s + 1 us
+  b.Collective("g:0,1#0", 2, 0, "g all_reduce", {{0, 500'000'000, 2}}, 0, 0);    // 0.5 s + 2 us
   const std::vector<ReplayedRank> r =
       Replay({&a, &b}, comm::Nodes::One(2), kLinks, 1).value();
   EXPECT_DOUBLE_EQ(r[0].compute_s, 2);
@@ -34,15 +34,75 @@ TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
   EXPECT_DOUBLE_EQ(r[0].exposed_s, 1 + 1e-6);
 }
 
+// Who waited for whom: the rank that computed less waits for the other, and that wait
+// is booked to the late peer; the time moving bytes is not.
+TEST(Replay, AWaitForTheLastMemberIsBookedToIt) {
+  Timeline a, b, c;
+  for (Timeline* t : {&a, &b, &c}) t->set_recording(true);
+  a.Compute(3e12);  // 3 s: the last to arrive
+  b.Compute(1e12);
+  c.Compute(2e12);
+  for (Timeline* t : {&a, &b, &c}) {
+    t->Collective("g:0,1,2#0", 3, 0, "g all_reduce", {{0, 1'000'000, 1}}, 0, 0);  // 1 ms + 1 us
+  }
+  const std::vector<ReplayedRank> r = Replay({&a, &b, &c}, comm::Nodes::One(3), kLinks, 1).value();
+  EXPECT_DOUBLE_EQ(r[0].waited.seconds, 0);
+  EXPECT_EQ(r[0].waited.Most(), -1);
+  EXPECT_DOUBLE_EQ(r[1].waited.seconds, 2);
+  EXPECT_DOUBLE_EQ(r[2].waited.seconds, 1);
+  EXPECT_EQ(r[1].waited.Most(), 0);
+  EXPECT_EQ(r[2].waited.Most(), 0);
+  EXPECT_NEAR(r[1].exposed_s - r[1].waited.seconds, 1e-3 + 1e-6, 1e-12);  // moving the bytes
+  // Seconds of compute that no kernel counts (--slow_rank) are the same on any cluster.
+  Timeline slow, fast;
+  for (Timeline* t : {&slow, &fast}) t->set_recording(true);
+  slow.ComputeSeconds(0.02);
+  for (Timeline* t : {&slow, &fast}) t->Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
+  for (double tflops : {1.0, 1000.0}) {
+    const std::vector<ReplayedRank> s =
+        Replay({&slow, &fast}, comm::Nodes::One(2), kLinks, tflops).value();
+    EXPECT_DOUBLE_EQ(s[0].compute_s, 0.02);
+    EXPECT_DOUBLE_EQ(s[1].waited.by_peer.at(0), 0.02);
+  }
+}
+
+// The same split on the timeline's own stamps (this host's clock): a blocking
+// collective's members arrive when they enter it, a posted one's when they post it, and a
+// send waits for its receiver's post.
+TEST(MeasureWaits, TheStampsSayWhoArrivedLast) {
+  constexpr int64_t kS = 1'000'000'000;
+  Timeline a, b;
+  a.set_recording(true);
+  b.set_recording(true);
+  a.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 3 * kS, 4 * kS);  // came in last
+  b.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 1 * kS, 4 * kS);
+  // A posted collective: b posts at 5 s and waits from 6 s; a posts at 8 s.
+  const int64_t wb = b.PostCollective("g:0,1#0", 2, 1, "g all_gather", 5 * kS);
+  b.Wait(wb, {}, 6 * kS, 9 * kS);
+  const int64_t wa = a.PostCollective("g:0,1#0", 2, 1, "g all_gather", 8 * kS);
+  a.Wait(wa, {}, 8 * kS, 9 * kS);
+  // A send from b to a, waited from 10 s; a posts the receive at 12 s (idle, not exposed).
+  const int64_t send = b.PostMessage("pp:0,1#0", 0, /*send=*/true, 64, "pp sendrecv", 10 * kS);
+  b.Wait(send, {}, 10 * kS, 13 * kS);
+  const int64_t recv = a.PostMessage("pp:0,1#0", 1, /*send=*/false, 64, "pp sendrecv", 12 * kS);
+  a.Wait(recv, {}, 12 * kS, 13 * kS);
+  const std::vector<MeasuredWaits> w = MeasureWaits({&a, &b});
+  EXPECT_DOUBLE_EQ(w[0].exposed_s, 1 + 1);  // its collective and its wait; the receive is idle
+  EXPECT_DOUBLE_EQ(w[0].waited.seconds, 0);
+  EXPECT_DOUBLE_EQ(w[1].exposed_s, 3 + 3 + 3);
+  EXPECT_DOUBLE_EQ(w[1].waited.seconds, 2 + 2 + 2);  // from 1 s to 3, 6 to 8, 10 to 12
+  EXPECT_EQ(w[1].waited.Most(), 0);
+}
+
 TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) {
   Timeline a, b;
   a.set_recording(true);
   b.set_recording(true);
   a.Compute(3e12);
-  const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000, "pp sendrecv");
-  a.Wait(send, {{1, 250'000'000, 1}});  // across nodes: 0.5 s + 2 us
-  const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000, "pp sendrecv");
-  b.Wait(recv, {});
+  const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000, "pp sendrecv", 0);
+  a.Wait(send, {{1, 250'000'000, 1}}, 0, 0);  // across nodes: 0.5 s + 2 us
+  const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000, "pp sendrecv", 0);
+  b.Wait(recv, {}, 0, 0);
   b.Compute(1e12);
   const std::vector<ReplayedRank> r =
       Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, 1).value();
@@ -54,7 +114,7 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   // A wait nobody can satisfy is an error, not a hang.
   Timeline lonely;
   lonely.set_recording(true);
-  lonely.Collective("g:0,1#0", 2, 0, "g all_reduce", {});
+  lonely.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
   EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, 1).ok());
 }
 
