@@ -32,9 +32,9 @@ ABSL_FLAG(std::string, cluster, "",
           "(replaces --link_intra --link_inter; --gpus_per_node unless given); the run is "
           "replayed on it");
 ABSL_FLAG(std::string, slow_rank, "",
-          "RANK:MS: that world rank sleeps MS milliseconds at the start of every step (and "
-          "its modelled timeline computes MS ms more): the report names it as the peer the "
-          "others waited for");
+          "RANK:MS: that world rank computes MS milliseconds more at the start of every step "
+          "(a busy loop on its thread's CPU clock; on the modelled clock too): the report names "
+          "it as the peer the others waited for");
 ABSL_FLAG(bool, dry_run, false,
           "run the real code on meta tensors (shapes, no values): every byte and every "
           "allocation counted at real size, no computation, no payload moved");

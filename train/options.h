@@ -115,8 +115,9 @@ struct TrainOptions {
   double ModelledTflops() const { return cluster_given() ? tflops : kDefaultTflops; }
   // "a100, the default (--cluster to choose)", or --cluster's name.
   std::string ModelledClusterName() const;
-  // --slow_rank=R:MS: world rank R sleeps MS milliseconds at the start of every step (its
-  // core left to the others), and its modelled timeline gains MS ms of compute; -1: none.
+  // --slow_rank=R:MS: world rank R computes MS milliseconds more at the start of every
+  // step (a busy loop until its thread's CPU clock has advanced MS ms), and its modelled
+  // timeline gains MS ms of compute; -1: none.
   int slow_rank = -1;
   double slow_ms = 0;
   bool check_against_serial = false;  // also train one rank on the same batches, compare

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "optim/schedule.h"
 #include "runtime/clock.h"
 #include "runtime/json_writer.h"
@@ -180,7 +179,11 @@ int64_t Trainer::FirstSequence(int64_t step) const {
 
 void Trainer::SlowDown() {
   if (world_ == nullptr || world_->rank() != options_.slow_rank) return;
-  absl::SleepFor(absl::Microseconds(int64_t(options_.slow_ms * 1e3)));
+  // Compute, not a sleep: the rank's thread's CPU clock must advance by MS ms, so that a
+  // host with more ranks than cores cannot hide it behind the others' turns.
+  const int64_t until = ThreadCpuNanos() + int64_t(options_.slow_ms * 1e6);
+  while (ThreadCpuNanos() < until) {
+  }
   world_->ledger().timeline().ComputeSeconds(options_.slow_ms * 1e-3);
 }
 

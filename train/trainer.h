@@ -168,7 +168,8 @@ class Trainer {
   std::unique_ptr<parallel::PipelineParallel> pipeline_;  // when pp > 1
   int64_t train_nanos_ = 0;  // whole steps, over the run
   int64_t cpu_nanos_ = 0;    // the rank's thread's CPU time in those steps
-  // --slow_rank: this rank sleeps at the start of the step, and its timeline says so.
+  // --slow_rank: this rank computes slow_ms more at the start of the step (a busy loop on
+  // its thread's CPU clock), and its timeline says so.
   void SlowDown();
 
  public:
