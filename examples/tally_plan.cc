@@ -300,6 +300,16 @@ void PrintTable(const PlanInput& in) {
   if (in.pp > 1) {
     std::cout << absl::StrFormat("pipeline bubble (p-1)/(v·m+p-1) = %.4f of a step\n", act.bubble);
   }
+  if (in.tflops > 0) {  // on a cluster: this grid's predicted step
+    const train::StepTime t = train::PredictStep(in);
+    std::string rows;
+    for (const auto& [strategy, s] : t.comm_rows) absl::StrAppendFormat(&rows, ", %s %.4f s", strategy, s);
+    std::cout << absl::StrFormat(
+        "predicted step (modelled, %.0f TFLOP/s a GPU; none of the communication overlapped): "
+        "compute %.4f s / (1 - bubble %.4f) + communication %.4f s%s = %.4f s; %.1f TFLOP/s a "
+        "GPU by Narayanan et al.'s count (%.4g FLOPs a step)\n",
+        in.tflops, t.compute_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu, t.model_flops);
+  }
 }
 
 void PrintJson(const PlanInput& in) {
@@ -334,6 +344,15 @@ void PrintJson(const PlanInput& in) {
   }
   w.EndObject();
   w.Key("bubble").Double(act.bubble);
+  if (in.tflops > 0) {
+    const train::StepTime t = train::PredictStep(in);
+    w.Key("predicted_step").BeginObject().Key("clock").String("modelled");
+    w.Key("compute_s").Double(t.compute_s).Key("bubble").Double(t.bubble);
+    w.Key("comm_s").Double(t.comm_s).Key("comm").BeginObject();
+    for (const auto& [strategy, s] : t.comm_rows) w.Key(strategy).Double(s);
+    w.EndObject().Key("step_s").Double(t.step_s).Key("model_flops").Double(t.model_flops);
+    w.Key("tflops_per_gpu").Double(t.tflops_per_gpu).EndObject();
+  }
   w.EndObject();
   std::cout << w.str() << "\n";
 }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -107,8 +108,19 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file);
 // all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap).
 struct StepTime {
   double compute_s = 0, comm_s = 0, bubble = 0, step_s = 0;
+  // comm_s by strategy row (Plan's names), in Plan's order.
+  std::vector<std::pair<std::string, double>> comm_rows;
+  // The step's model FLOPs by Narayanan et al. 2021's count (MegatronStepFlops), and
+  // per GPU per second over step_s: the paper's "achieved teraFLOP/s per GPU".
+  double model_flops = 0, tflops_per_gpu = 0;
 };
 StepTime PredictStep(const PlanInput& in);
+
+// One step's FLOPs as Narayanan et al. 2021 count them (their eq. 3, B the global batch,
+// s the sequence, l layers, h the hidden size, V the vocabulary; tally's GPT's V, 0 for a
+// model of another shape): 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with recompute (a
+// forward more), 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without.
+double MegatronStepFlops(const PlanInput& in);
 
 // --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
 // hidden size, within a node when nodes are set; pp at most the layers), ZeRO 0–3 when

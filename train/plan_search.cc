@@ -78,10 +78,23 @@ StepTime PredictStep(const PlanInput& in) {
     const bool in_effect = row.strategy.rfind("dp all-reduce", 0) == 0 || row.strategy.rfind("zero-", 0) == 0
                                ? row.strategy == dp_row
                                : true;
-    if (in_effect) t.comm_s += row.time_s;
+    if (!in_effect) continue;
+    t.comm_s += row.time_s;
+    t.comm_rows.push_back({row.strategy, row.time_s});
   }
   t.step_s = t.compute_s / (1 - t.bubble) + t.comm_s;
+  t.model_flops = MegatronStepFlops(in);
+  if (t.step_s > 0) {
+    t.tflops_per_gpu = t.model_flops / t.step_s / (double(in.dp) * in.tp * in.pp) / 1e12;
+  }
   return t;
+}
+
+double MegatronStepFlops(const PlanInput& in) {
+  const double B = double(in.batch) * in.dp, s = in.seq_len, l = in.model.layers;
+  const double h = in.model.hidden, V = in.model.gpt ? in.model.config.vocab_size : 0;
+  return in.recompute ? 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+                      : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
 }
 
 std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int global_batch,

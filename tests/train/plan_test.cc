@@ -244,6 +244,22 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   for (const PlanRow& row : Plan(dp4)) comm += row.strategy == "dp all-reduce" ? row.time_s : 0;
   EXPECT_DOUBLE_EQ(t.comm_s, comm);
   EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.comm_s);
+  ASSERT_EQ(t.comm_rows.size(), 1u);  // only the rows in effect, by name
+  EXPECT_EQ(t.comm_rows[0].first, "dp all-reduce");
+  EXPECT_DOUBLE_EQ(t.comm_rows[0].second, comm);
+  // TFLOP/s per GPU: Narayanan et al.'s count over the step, per GPU.
+  EXPECT_DOUBLE_EQ(t.tflops_per_gpu, MegatronStepFlops(dp4) / t.step_s / 4 / 1e12);
+  // Their count is every matmul's: 4 passes of a layer's 24·B·s·h² + 4·B·s²·h with
+  // recompute (3 without), and the LM head's 2·B·s·h·V three times.
+  for (const bool recompute : {false, true}) {
+    PlanInput x = dp4;
+    x.recompute = recompute;
+    const double B = 8, S = x.seq_len, L = x.model.layers, H = x.model.hidden,
+                 V = x.model.config.vocab_size, passes = recompute ? 4 : 3;
+    EXPECT_NEAR(MegatronStepFlops(x),
+                passes * L * (24 * B * S * H * H + 4 * B * S * S * H) + 6 * B * S * H * V,
+                1e-9 * MegatronStepFlops(x));
+  }
   // With experts the search tries every ep that divides dp and E, each fitting grid's
   // memory its plan's.
   PlanInput moe = base;
