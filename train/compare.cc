@@ -331,6 +331,33 @@ absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
   for (const char* part : kModelledTime) {
     add_row("modelled", part, [&](const RunReport::Rank& r) { return Lookup(r.modelled_time, part); });
   }
+  // Runs of one configuration: their measured time's spread.
+  std::vector<bool> grouped(runs.size(), false);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (grouped[i]) continue;
+    Comparison::Repeats group;
+    for (size_t j = i; j < runs.size(); ++j) {
+      if (!grouped[j] && runs[j].config == runs[i].config && runs[j].steps == runs[i].steps) {
+        group.runs.push_back(j);
+        grouped[j] = true;
+      }
+    }
+    if (group.runs.size() < 2) continue;
+    for (const char* part : kTime) {
+      std::vector<double> busiest;  // per run
+      for (const size_t r : group.runs) {
+        const Comparison::Cell cell =
+            CellOf(runs[r], [&](const RunReport::Rank& k) { return Lookup(k.time, part); });
+        if (cell.present) busiest.push_back(cell.max);
+      }
+      if (busiest.size() != group.runs.size()) continue;  // a run without measured time
+      std::sort(busiest.begin(), busiest.end());
+      const size_t n = busiest.size();
+      const double median = n % 2 == 1 ? busiest[n / 2] : (busiest[n / 2 - 1] + busiest[n / 2]) / 2;
+      group.time.push_back({part, busiest.front(), median, busiest.back()});
+    }
+    if (!group.time.empty()) c.repeats.push_back(std::move(group));
+  }
   // A time row no run has says nothing.
   c.rows.erase(std::remove_if(c.rows.begin(), c.rows.end(),
                               [](const Comparison::Row& row) {
@@ -385,6 +412,16 @@ std::string ComparisonText(const Comparison& c) {
       out << "\n";
     }
   }
+  for (const Comparison::Repeats& group : c.repeats) {
+    std::vector<std::string> names;
+    for (const size_t r : group.runs) names.push_back(absl::StrCat(r + 1));
+    out << "\nruns " << absl::StrJoin(names, ", ")
+        << " are one configuration: measured ms per step of the busiest rank, "
+           "min..median..max over the runs\n";
+    for (const Comparison::Repeats::Spread& x : group.time) {
+      out << absl::StrFormat("%-16s %.1f..%.1f..%.1f\n", x.key, x.min, x.median, x.max);
+    }
+  }
   return out.str();
 }
 
@@ -418,6 +455,17 @@ std::string ComparisonJson(const Comparison& c) {
       if (cell.present) w.Key("min").Double(cell.min).Key("max").Double(cell.max);
       if (cell.ratio.has_value()) w.Key("ratio").Double(*cell.ratio);
       w.EndObject();
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray().Key("repeats").BeginArray();
+  for (const Comparison::Repeats& group : c.repeats) {
+    w.BeginObject().Key("runs").BeginArray();
+    for (const size_t r : group.runs) w.Int(int64_t(r));
+    w.EndArray().Key("time").BeginArray();
+    for (const Comparison::Repeats::Spread& x : group.time) {
+      w.BeginObject().Key("key").String(x.key).Key("min").Double(x.min);
+      w.Key("median").Double(x.median).Key("max").Double(x.max).EndObject();
     }
     w.EndArray().EndObject();
   }

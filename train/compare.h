@@ -77,6 +77,19 @@ struct Comparison {
   std::vector<std::string> paths;
   std::vector<std::string> labels;  // "dp=4 zero=1", ...: the keys that differ
   std::vector<Row> rows;
+  // Runs of one configuration (the same config and steps), given more than once: the
+  // measured clock's noise, per part of a step: the busiest rank's figure of each run,
+  // min, median and max over the runs (the median of an even count is the mean of the
+  // middle two).
+  struct Repeats {
+    std::vector<size_t> runs;  // indices into paths and labels, two or more
+    struct Spread {
+      std::string key;  // "step_ms", ...
+      double min = 0, median = 0, max = 0;
+    };
+    std::vector<Spread> time;
+  };
+  std::vector<Repeats> repeats;
 };
 
 // At least one run; an error naming both files and the key where two runs' models differ.
@@ -86,7 +99,8 @@ std::string ComparisonText(const Comparison& c);
 // One line per row and run: section,key,run,label,min,max,ratio (empty where absent).
 std::string ComparisonCsv(const Comparison& c);
 // {"runs": [{"path", "label"}], "rows": [{"section", "key", "cells": [{"present", "min",
-// "max", "ratio"}]}]}: min and max where present, ratio where there is one.
+// "max", "ratio"}]}], "repeats": [{"runs": [run index], "time": [{"key", "min", "median",
+// "max"}]}]}: min and max where present, ratio where there is one.
 std::string ComparisonJson(const Comparison& c);
 
 }  // namespace tally::train

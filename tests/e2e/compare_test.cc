@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/json_reader.h"
@@ -96,6 +97,42 @@ TEST(TallyCompare, ZeroOneAgainstZeroThree) {
   EXPECT_EQ(Cells(r.output, "dp all_gather optimizer"), (Row{piece, "-", "-"})) << r.output;
   EXPECT_EQ(Cells(r.output, "dp all_gather forward"), (Row{"-", piece, "-"})) << r.output;
   EXPECT_EQ(Cells(r.output, "dp all_gather backward"), (Row{"-", piece, "-"})) << r.output;
+}
+
+// Three runs of one configuration: the bytes are one figure, the measured time a spread
+// (min..median..max of the busiest rank), and its ratios two significant figures.
+TEST(TallyCompare, RepeatsOfOneConfigurationGiveTheSpreadOfTheMeasuredClock) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < 3; ++i) paths.push_back(TrainRun(absl::StrCat("repeat", i, ".json"), "--dp=2"));
+  const std::string args = absl::StrJoin(paths, " ");
+  Result r = RunCommand(kCompare + " " + args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "runs 1, 2, 3 are one configuration: measured ms per "
+                                          "step of the busiest rank, min..median..max"))
+      << r.output;
+  const std::vector<std::string> traffic = Cells(r.output, "dp all_reduce backward");
+  ASSERT_EQ(traffic.size(), 5u) << r.output;
+  EXPECT_EQ(traffic[2], "1.0000");
+  EXPECT_EQ(traffic[4], "1.0000");
+  Result json = RunCommand(kCompare + " --json " + args);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const JsonValue doc = ParseJson(json.output).value();
+  ASSERT_EQ(doc.Find("repeats")->array.size(), 1u) << json.output;
+  const JsonValue& group = doc.Find("repeats")->array[0];
+  EXPECT_EQ(group.Find("runs")->array.size(), 3u);
+  bool step = false;
+  for (const JsonValue& x : group.Find("time")->array) {
+    EXPECT_LE(x.Find("min")->number, x.Find("median")->number) << json.output;
+    EXPECT_LE(x.Find("median")->number, x.Find("max")->number) << json.output;
+    step |= x.Find("key")->string == "step_ms" && x.Find("min")->number > 0;
+  }
+  EXPECT_TRUE(step) << json.output;
+  // A measured ratio: two significant figures ("1.1", "0.97"), never four decimals.
+  for (const char* key : {"step_ms", "compute_ms"}) {
+    const std::vector<std::string> cells = Cells(r.output, key);
+    ASSERT_EQ(cells.size(), 5u) << r.output;
+    EXPECT_LE(cells[2].size(), 4u) << cells[2];
+  }
 }
 
 TEST(TallyCompare, BadInputIsOneClearLine) {
