@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, allreduce, "ring",
           "ring, naive or hierarchical (rings inside each node, then across nodes)");
 ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
 ABSL_FLAG(bool, recompute, false, "pipeline stages recompute their forward in backward (pp > 1)");
+ABSL_FLAG(bool, pp_scatter_gather, false,
+          "Megatron's scatter/gather: a stage sends each tp rank's 1/tp of a boundary, the "
+          "receiving tp group all-gathers it (pp > 1, tp > 1, no --sequence_parallel)");
 ABSL_FLAG(std::string, schedule, "1f1b",
           "pipeline schedule for tally's GPT's activations: gpipe or 1f1b (interleaved: "
           "--virtual_stages)");
@@ -187,6 +190,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   in.recompute = absl::GetFlag(FLAGS_recompute);
+  in.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   ASSIGN_OR_RETURN(const parallel::PipelineSchedule schedule,
                    parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
   if (schedule == parallel::PipelineSchedule::kInterleaved) {

@@ -84,6 +84,9 @@ ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe, 1f1b or inte
 ABSL_FLAG(int, virtual_stages, 1,
           "interleaved schedule: chunks of layers each stage holds (v >= 2; stage s holds "
           "chunks s, pp+s, ...)");
+ABSL_FLAG(bool, pp_scatter_gather, false,
+          "pipeline with tp: each tp rank sends its 1/tp of a boundary and the receiving tp "
+          "group all-gathers it (Megatron's scatter/gather); not with --sequence_parallel");
 ABSL_FLAG(bool, recompute, false,
           "pipeline: keep only each stage's input per micro-batch, recompute in backward");
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
@@ -196,6 +199,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   }
   ASSIGN_OR_RETURN(o.schedule, parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
   o.recompute = absl::GetFlag(FLAGS_recompute);
+  o.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   o.print_topology = absl::GetFlag(FLAGS_print_topology);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/algorithms/partition.h"
 #include "runtime/clock.h"
 #include "runtime/status_macros.h"
 
@@ -115,6 +116,13 @@ bool PipelineParallel::LastVirtual(int chunk) const {
   return VirtualStage(chunk) == stages_->size() * int(chunks_.size()) - 1;
 }
 
+Tensor PipelineParallel::Part(const Tensor& t) const {
+  const comm::Communicator* group = options_.scatter_gather;
+  if (group == nullptr || !t.defined()) return t;
+  const comm::Chunk chunk = comm::ChunkOf(t.numel(), group->size(), group->rank());
+  return t.Flat(chunk.offset, chunk.offset + chunk.count);
+}
+
 absl::StatusOr<const float*> PipelineParallel::Take(Inbox& in, int peer) {
   if (in.posted != nullptr) {
     const absl::Status status = in.posted->Wait();
@@ -122,11 +130,15 @@ absl::StatusOr<const float*> PipelineParallel::Take(Inbox& in, int peer) {
     RETURN_IF_ERROR(status);
     in.current ^= 1;
   } else {
-    Tensor into = in.wire[in.current].defined() ? in.wire[in.current] : in.data[in.current];
+    Tensor into = Part(in.wire[in.current].defined() ? in.wire[in.current] : in.data[in.current]);
     RETURN_IF_ERROR(in.group->Recv(into, peer));
   }
   const Tensor& data = in.data[in.current];
   const Tensor& wire = in.wire[in.current];
+  if (options_.scatter_gather != nullptr) {  // every tp rank's chunk, in place
+    Tensor whole = wire.defined() ? wire : data;
+    RETURN_IF_ERROR(options_.scatter_gather->AllGather(Part(whole), whole));
+  }
   if (wire.defined()) {
     RETURN_IF_ERROR(gpt_->kernels().Convert(data.raw_data(), DType::kF32, wire.raw_data(),
                                             wire.dtype(), data.numel()));
@@ -136,7 +148,7 @@ absl::StatusOr<const float*> PipelineParallel::Take(Inbox& in, int peer) {
 
 void PipelineParallel::PostNext(Inbox& in, int peer) {
   const int other = in.current ^ 1;
-  Tensor into = in.wire[other].defined() ? in.wire[other] : in.data[other];
+  Tensor into = Part(in.wire[other].defined() ? in.wire[other] : in.data[other]);
   in.posted = in.group->Irecv(into, peer);
 }
 
@@ -144,10 +156,12 @@ absl::StatusOr<std::unique_ptr<comm::Work>> PipelineParallel::StartSend(comm::Co
                                                                       const Tensor& t,
                                                                       const Tensor& wire,
                                                                       int peer) {
-  if (!wire.defined()) return group.Isend(t, peer);
-  RETURN_IF_ERROR(
-      gpt_->kernels().Convert(wire.raw_data(), wire.dtype(), t.raw_data(), DType::kF32, t.numel()));
-  return group.Isend(wire, peer);
+  const Tensor part = Part(t);
+  if (!wire.defined()) return group.Isend(part, peer);
+  const Tensor wire_part = Part(wire);
+  RETURN_IF_ERROR(gpt_->kernels().Convert(wire_part.raw_data(), wire_part.dtype(), part.raw_data(),
+                                          DType::kF32, part.numel()));
+  return group.Isend(wire_part, peer);
 }
 
 absl::Status PipelineParallel::EnsureSlots(int b) {

@@ -17,7 +17,9 @@
 //   bytes    each boundary carries every micro-batch's (b·s, h) activations forward and
 //            their gradients back: b·s·h·4 each way per step for the replica's share of
 //            the batch, whatever m is (BoundaryBytesPerStep; 1/tp of it per rank under
-//            sequence parallelism); v·N−1 boundaries instead of N−1 when interleaved
+//            sequence parallelism, or with scatter_gather, each tp rank its chunk, which
+//            the receiving tp group all-gathers); v·N−1 boundaries instead of N−1 when
+//            interleaved
 //   bubble   with a backward as long as a forward, each stage idles (N−1)/(m+N−1) of
 //            the schedule, (N−1)/(v·m+N−1) interleaved (TheoreticalBubble)
 //   memory   a micro-batch's activations live from its forward to its backward: gpipe
@@ -59,6 +61,13 @@ class PipelineParallel {
     // Post the next micro-batch's receive from each neighbour before this step computes
     // (--overlap): it lands in the other buffer of a pair while the step runs.
     bool early_receive = false;
+    // Megatron's scatter/gather (its tp group, or null): a boundary tensor leaves a stage
+    // as each tp rank's chunk of it (partition.h's ChunkOf), and the receiving stage's tp
+    // group all-gathers the chunks in place before the tensor is used. The same values
+    // arrive; a rank sends 1/tp of the bytes, and the group all-gathers (tp−1)/tp of
+    // them, under the boundary's scope. The schedule's transfers only (Forward, for
+    // evaluation and sampling, moves whole boundaries).
+    comm::Communicator* scatter_gather = nullptr;
   };
   // `gpt`: this stage's model (with v chunks of layers under the interleaved schedule, one
   // otherwise); `stages`: the pp group, whose rank r is stage r. Both must outlive the
@@ -134,8 +143,10 @@ class PipelineParallel {
   absl::StatusOr<const float*> Take(Inbox& in, int peer);
   // Posts the next receive from `peer` into the other buffer.
   void PostNext(Inbox& in, int peer);
-  // Starts sending `t` to `peer` over `group`: itself, or its copy in `wire` (the slot's
-  // buffer of the boundary type).
+  // This tp rank's chunk of a boundary tensor under scatter_gather; all of `t` without.
+  Tensor Part(const Tensor& t) const;
+  // Starts sending `t` (its Part) to `peer` over `group`: itself, or its copy in `wire`
+  // (the slot's buffer of the boundary type).
   absl::StatusOr<std::unique_ptr<comm::Work>> StartSend(comm::Communicator& group, const Tensor& t,
                                                         const Tensor& wire, int peer);
   absl::Status BackwardSlot(int chunk, int slot, float dloss, const float* d_output,

@@ -305,6 +305,11 @@ std::vector<std::string> TrainOptions::Warnings() const {
     lines.push_back(absl::StrCat("[flags] warning: ", flag, " has no effect ", because));
   };
   if (tp == 1 && sequence_parallel) unused("--sequence_parallel", "with --tp=1");
+  if (pp_scatter_gather && !ScatterGather()) {
+    unused("--pp_scatter_gather", sequence_parallel ? "with --sequence_parallel (a rank's boundary "
+                                                      "is already its part of the sequence)"
+                                                    : "without --pp > 1 and --tp > 1");
+  }
   if (pp == 1) {
     if (schedule != defaults.schedule) unused("--schedule", "with --pp=1");
     if (virtual_stages != defaults.virtual_stages) unused("--virtual_stages", "with --pp=1");

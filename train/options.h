@@ -93,6 +93,11 @@ struct TrainOptions {
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
   int virtual_stages = 1;      // v: chunks of layers a stage holds (interleaved, >= 2)
   bool recompute = false;      // keep only each stage's input per micro-batch
+  // Megatron's scatter/gather of the boundary (--pp_scatter_gather): each tp rank sends
+  // its 1/tp of a boundary tensor, and the receiving stage's tp group all-gathers it.
+  // Without sequence parallelism only (under it a rank's boundary is already its part).
+  bool pp_scatter_gather = false;
+  bool ScatterGather() const { return pp_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel; }
   bool show_schedule = false;  // print the schedule's chart
   bool print_topology = false;  // every rank's coordinates, node and groups, before the run
   // Placement: the grid's rank order (parallel/topology.h), and ranks per node

@@ -16,6 +16,7 @@ absl::Status Trainer::SetUpPipeline() {
   pipeline.recompute = o.recompute;
   pipeline.boundary = o.Precision().activations;
   pipeline.early_receive = o.overlap;
+  if (o.ScatterGather()) pipeline.scatter_gather = groups_.tp.get();
   ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(), pipeline,
                                                                  model_alloc_));
   return absl::OkStatus();

@@ -222,6 +222,7 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.ep = in.ep;
   o.sequence_parallel = in.sequence_parallel;
   o.recompute = in.recompute && in.pp > 1;
+  o.pp_scatter_gather = in.pp_scatter_gather;
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
   o.allreduce = in.allreduce;
@@ -444,7 +445,12 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     // sequence under sequence parallelism), in m messages; a middle stage sends both ways.
     // Interleaved, each of a stage's v chunks sends on (but the model's last) to the next
     // stage, the last stage's to the first, and back (but the model's first).
-    const double boundary = bsh * e / (in.sequence_parallel ? in.tp : 1);
+    // With scatter/gather, a tp rank's chunk of each micro-batch's (the busiest: tp rank
+    // 0's, partition.h's rule).
+    const int64_t micro = int64_t(bsh / m);
+    const double boundary =
+        in.ScatterGather() ? double(m) * double(comm::ChunkOf(micro, in.tp, 0).count) * e
+                           : bsh * e / (in.sequence_parallel ? in.tp : 1);
     const int v = in.virtual_stages;
     Traffic pp;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::PpGroup)) {
@@ -466,6 +472,25 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     row("pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, pp,
         v > 1 ? "2(N-1)bsh for the pipeline (the seed's; interleaved moves 2(vN-1)bsh)"
               : "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
+    if (in.ScatterGather()) {
+      // Every boundary a stage receives (as many as it sends), each micro-batch's
+      // all-gathered over its tp group: (tp-1)/tp of b·s·h a rank.
+      Traffic gathers;
+      for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
+        const std::vector<int> where = nodes_of(group);
+        const int s = grid.Of(group[0]).pp;
+        const double receives = double(m) * (2 * v - (s == 0 ? 1 : 0) - (s == in.pp - 1 ? 1 : 0));
+        for (int i = 0; i < in.tp; ++i) {
+          gathers.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllGather, Algorithm::kRing,
+                                                        where, i, -1, micro, size_t(e)),
+                                  receives));
+        }
+        gathers.time = std::max(gathers.time, receives * PassesTime(Algorithm::kRing, where,
+                                                                    double(micro) * e, 1, in.cluster));
+      }
+      row("tp (pipeline gathers)", 0, gathers,
+          "scatter/gather: each received boundary all-gathered, (tp-1)/tp of b·s·h");
+    }
   }
   return rows;
 }

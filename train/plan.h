@@ -73,6 +73,11 @@ struct PlanInput {
   // A pipeline stage keeps only its input per micro-batch and recomputes the forward in
   // backward (tally_train --recompute; pp > 1): less activation memory, a forward more.
   bool recompute = false;
+  // Megatron's scatter/gather of the boundary (tally_train --pp_scatter_gather): a stage
+  // sends each tp rank's 1/tp of it, and the receiving tp group all-gathers it (the row
+  // "tp (pipeline gathers)"). With pp > 1, tp > 1 and no sequence parallelism only.
+  bool pp_scatter_gather = false;
+  bool ScatterGather() const { return pp_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel; }
   // Placement (parallel/topology.h, runtime/comm/nodes.h): the grid's order and GPUs per
   // node (0: every GPU on one node), and the links the α-β times use (the defaults:
   // NVLink 600 GB/s inside a node, 25 GB/s InfiniBand across nodes).

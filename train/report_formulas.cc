@@ -80,6 +80,16 @@ ValueBytes BytesOf(const TrainOptions& o) {
 }
 
 // Bytes a pipeline boundary carries each way in a step (parallel/pipeline_schedule.h).
+// Under --pp_scatter_gather: a micro-batch's boundary tensor (b·s·h values) and tp rank
+// `tp_rank`'s chunk of it (partition.h's rule: the first n % tp chunks one more).
+struct Scattered {
+  int64_t whole = 0, count = 0;
+};
+Scattered ScatteredBoundary(const TrainOptions& o, int tp_rank) {
+  const int64_t whole = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+  return {whole, comm::ChunkOf(whole, o.tp, tp_rank).count};
+}
+
 int64_t BoundaryBytesPerStep(const TrainOptions& o) {
   return parallel::BoundaryBytesPerStep(o.global_batch_size / o.dp, o.model.seq_len, o.model.n_embd,
                                         o.sequence_parallel ? o.tp : 1, BytesOf(o).activations);
@@ -121,7 +131,12 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
                                          group_rank, -1, 1, element).sent;
   };
   if (key.group == "pp") {
-    if (parallel::IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);
+    if (parallel::IsPipelineBoundary(key)) {
+      if (!o.ScatterGather()) return in.steps * BoundaryBytesPerStep(o);
+      // A tp rank's chunk of each micro-batch's boundary tensor.
+      return in.steps * o.accumulation_steps() * ScatteredBoundary(o, tp_rank).count *
+             BytesOf(o).activations;
+    }
     if (key.primitive != comm::Primitive::kAllReduce) return -1;
     if (key.label == "loss" && key.phase == comm::Phase::kOther) return scalar(o.pp, pp_rank, 4);
     if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) return scalar(o.pp, pp_rank, 8);
@@ -135,6 +150,14 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, dp_rank).count;
     return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
                                          pp_rank == 0 ? 0 : 1, -1, wte, BytesOf(o).grads).sent;
+  }
+  if (key.group == "tp" && o.ScatterGather() && key.primitive == comm::Primitive::kAllGather &&
+      parallel::ParseBoundaryScope(key.label).has_value()) {
+    // The receiving stage gathers each micro-batch's boundary tensor from its chunks.
+    return in.steps * o.accumulation_steps() *
+           comm::ExactTraffic(comm::Primitive::kAllGather, key.algorithm, o.tp, tp_rank, -1,
+                              ScatteredBoundary(o, tp_rank).whole, BytesOf(o).activations)
+               .sent;
   }
   if (key.group == "tp") {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, rank);

@@ -79,6 +79,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DryGrid{Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
                                    .virtual_stages = 2}},
                       DryGrid{Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}},
+                      DryGrid{Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}},
                       DryGrid{Grid{.dp = 2, .pp = 2, .zero = 3}, true},
                       DryGrid{Grid{.dp = 2, .zero = 2}, false, true}),
     DryGridName);

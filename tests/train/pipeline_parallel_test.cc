@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "tests/train/run_ranks.h"
@@ -175,6 +176,50 @@ TEST(PipelineMemory, OneFOneBAndRecomputeHoldFewerActivations) {
   EXPECT_LT(one_f_one_b, gpipe);
   EXPECT_LT(stage0("gpipe", true), gpipe);
   EXPECT_LT(stage0("1f1b", true), one_f_one_b);
+}
+
+// Megatron's scatter/gather (--pp_scatter_gather) moves the same values: every loss and
+// parameter bit for bit the run without it, in fp32 and bf16, with early receives or
+// not; each tp rank sends 1/tp of each boundary, and the receiving tp group all-gathers
+// the rest under the boundary's scope, every row at its formula.
+TEST(PipelineScatterGather, SameBitsOneTpthOfTheBoundaryBytes) {
+  for (const DType precision : {DType::kF32, DType::kBF16}) {
+    for (const bool overlap : {false, true}) {
+      TrainOptions o = Layers4(2, 4);
+      o.tp = 2;
+      o.precision = precision;
+      o.overlap = overlap;
+      const RunResult whole = RunRanks(o);
+      o.pp_scatter_gather = true;
+      const RunResult scattered = RunRanks(o);
+      const std::string what = absl::StrCat(PrecisionName(precision), overlap ? " overlap" : "");
+      EXPECT_EQ(scattered.losses, whole.losses) << what;
+      EXPECT_EQ(scattered.params, whole.params) << what;
+      ExpectReportRowsExact(o, scattered);
+      for (int rank = 0; rank < o.world(); ++rank) {
+        auto bytes = [&](const RunResult& run, const std::string& group) {
+          return run.traffic[size_t(rank)]
+              .Sum([&](const comm::LedgerKey& k) {
+                return k.group == group && parallel::ParseBoundaryScope(k.label).has_value();
+              })
+              .bytes_sent;
+        };
+        EXPECT_EQ(bytes(scattered, "pp") * o.tp, bytes(whole, "pp")) << what << " rank " << rank;
+        // Each rank gathers (tp-1)/tp of what it receives: the chunk it did not.
+        EXPECT_EQ(bytes(scattered, "tp"), bytes(scattered, "pp")) << what << " rank " << rank;
+        EXPECT_EQ(bytes(whole, "tp"), 0) << what;
+      }
+    }
+  }
+  // Without a tp group to gather over, or under sequence parallelism, it does nothing
+  // and says so.
+  TrainOptions one = Layers4(2, 4);
+  one.pp_scatter_gather = true;
+  EXPECT_FALSE(one.ScatterGather());
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(one.Warnings(), "\n"), "--pp_scatter_gather has no effect"));
+  one.tp = 2;
+  one.sequence_parallel = true;
+  EXPECT_FALSE(one.ScatterGather());
 }
 
 TEST(PipelineOptions, BadValuesAreClearErrors) {

@@ -117,6 +117,11 @@ std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& strategy, 
   if (strategy == "pp (boundaries)") {
     return [](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); };
   }
+  if (strategy == "tp (pipeline gathers)") {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "tp" && parallel::ParseBoundaryScope(k.label).has_value();
+    };
+  }
   return nullptr;
 }
 
@@ -299,6 +304,7 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
   in.zero = g.zero;
   in.sequence_parallel = g.sequence_parallel;
   in.virtual_stages = g.virtual_stages;
+  in.pp_scatter_gather = g.pp_scatter_gather;
   if (g.virtual_stages > 1) in.micro_batches = g.pp;  // interleaved: a group of pp
   for (DType precision : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(Name(precision));
@@ -364,6 +370,9 @@ TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
 
 INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
                          ::testing::Values(Grid{.dp = 2},
+                                           Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true},
+                                           Grid{.tp = 2, .pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
+                                                .virtual_stages = 2, .pp_scatter_gather = true},
                                            Grid{.dp = 3, .zero = 1},
                                            Grid{.dp = 2, .zero = 2},
                                            Grid{.dp = 3, .zero = 3},

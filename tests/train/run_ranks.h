@@ -53,6 +53,7 @@ struct Grid {
   int virtual_stages = 1;           // chunks a stage (interleaved)
   std::vector<int> pp_layers = {};  // empty: balanced
   bool recompute = false;
+  bool pp_scatter_gather = false;
   int micro_batches = 0;  // per rank and step (0: the options' own)
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool native_collectives = false;
@@ -68,6 +69,7 @@ struct Grid {
     o.virtual_stages = virtual_stages;
     o.pp_layers = pp_layers;
     o.recompute = recompute;
+    o.pp_scatter_gather = pp_scatter_gather;
     if (micro_batches > 0) o.micro_batch_size = o.global_batch_size / (dp * micro_batches);
     o.allreduce = allreduce;
     o.native_collectives = native_collectives;
@@ -87,6 +89,7 @@ struct Grid {
     if (micro_batches > 0) name += "_m" + std::to_string(micro_batches);
     if (!pp_layers.empty()) name += "_uneven";
     if (recompute) name += "_recompute";
+    if (pp_scatter_gather) name += "_scatter";
     if (allreduce == comm::Algorithm::kNaive) name += "_naive";
     if (native_collectives) name += "_native";
     return name;

@@ -45,12 +45,17 @@ INSTANTIATE_TEST_SUITE_P(
         Grid{.dp = 2, .pp = 2, .zero = 2},  // ZeRO-2/3 with stages
         Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 3, .sequence_parallel = true, .schedule = kGPipe},
         Grid{.dp = 2, .pp = 3, .zero = 3, .recompute = true},
+        // Megatron's scatter/gather: 1/tp of each boundary, gathered over tp.
+        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .pp_scatter_gather = true},
+        Grid{.tp = 4, .pp = 2, .schedule = kGPipe, .recompute = true, .pp_scatter_gather = true},
         // Interleaved: two chunks of one layer a stage, with every other strategy.
         Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true,
              .schedule = kInterleaved, .virtual_stages = 2},
         Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kInterleaved, .virtual_stages = 2},
         Grid{.dp = 2, .pp = 2, .zero = 3, .schedule = kInterleaved, .virtual_stages = 2,
-             .recompute = true}),
+             .recompute = true},
+        Grid{.tp = 2, .pp = 2, .schedule = kInterleaved, .virtual_stages = 2,
+             .pp_scatter_gather = true}),
     GridName);
 
 // A checkpoint of a 3D run resumes on one rank, and one rank's on a 3D grid.
