@@ -29,6 +29,9 @@ constexpr const char* kModelKeys[] = {"n_layer", "n_head",    "n_embd",    "seq_
 constexpr const char* kDerived[] = {"world", "nodes", "gpus_per_node", "grad_comm_dtype"};
 constexpr const char* kMemory[] = {"params", "grads", "optimizer", "activations", "comm",
                                    "peak_total"};
+// The sections of the two clocks' rows.
+constexpr const char* kMeasured = "time_measured";
+constexpr const char* kModelled = "time_modelled";
 constexpr const char* kTime[] = {"step_ms", "compute_ms", "comm_exposed_ms", "comm_hidden_ms",
                                  "idle_ms"};
 constexpr const char* kModelledTime[] = {"step_ms", "compute_ms", "comm_exposed_ms", "comm_waiting_ms",
@@ -170,8 +173,8 @@ std::optional<double> Lookup(const Map& map, const std::string& key) {
 // Bytes as the cell shows them: whole numbers; milliseconds to 3 decimals (the modelled
 // clock's to 4: a small model's step on a cluster is a fraction of a millisecond).
 std::string Figure(const std::string& section, double v) {
-  if (section == "time") return absl::StrFormat("%.3f", v);
-  if (section == "modelled") return absl::StrFormat("%.4f", v);
+  if (section == kMeasured) return absl::StrFormat("%.3f", v);
+  if (section == kModelled) return absl::StrFormat("%.4f", v);
   return absl::StrCat(int64_t(v));
 }
 
@@ -185,7 +188,7 @@ std::string CellText(const std::string& section, const Comparison::Cell& c) {
 // to two significant figures, all that its noise leaves.
 std::string RatioText(const std::string& section, const Comparison::Cell& c) {
   if (!c.ratio.has_value()) return "-";
-  return section == "time" ? absl::StrFormat("%.2g", *c.ratio) : absl::StrFormat("%.4f", *c.ratio);
+  return section == kMeasured ? absl::StrFormat("%.2g", *c.ratio) : absl::StrFormat("%.4f", *c.ratio);
 }
 
 std::string CsvField(const std::string& s) {
@@ -326,10 +329,10 @@ absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
     add_row("memory", category, [&](const RunReport::Rank& r) { return Lookup(r.memory, category); });
   }
   for (const char* part : kTime) {
-    add_row("time", part, [&](const RunReport::Rank& r) { return Lookup(r.time, part); });
+    add_row(kMeasured, part, [&](const RunReport::Rank& r) { return Lookup(r.time, part); });
   }
   for (const char* part : kModelledTime) {
-    add_row("modelled", part, [&](const RunReport::Rank& r) { return Lookup(r.modelled_time, part); });
+    add_row(kModelled, part, [&](const RunReport::Rank& r) { return Lookup(r.modelled_time, part); });
   }
   // Runs of one configuration: their measured time's spread.
   std::vector<bool> grouped(runs.size(), false);
@@ -376,11 +379,11 @@ std::string ComparisonText(const Comparison& c) {
   static const std::map<std::string, std::string> kTitles = {
       {"traffic", "traffic: bytes sent per rank over the run, min..max over the ranks that sent any"},
       {"memory", "memory: peak bytes per rank, min..max over the ranks"},
-      {"time", "time, measured on the host that ran each run (noisy: ratios to two significant "
+      {kMeasured, "time, measured on the host that ran each run (noisy: ratios to two significant "
                "figures): ms per step, min..max over the ranks"},
-      {"modelled", "time, modelled (the last step replayed on each run's modelled cluster: the "
+      {kModelled, "time, modelled (the last step replayed on each run's modelled cluster: the "
                    "same on every host): ms, min..max over the ranks"}};
-  for (const char* section : {"traffic", "memory", "time", "modelled"}) {
+  for (const char* section : {"traffic", "memory", kMeasured, kModelled}) {
     std::vector<const Comparison::Row*> rows;
     for (const Comparison::Row& row : c.rows) {
       if (row.section == section) rows.push_back(&row);

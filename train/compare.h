@@ -12,10 +12,10 @@
 //            over the ranks that sent any; and "total", all of a rank's bytes;
 //   memory   per category (params, grads, optimizer, activations, comm, peak_total): the
 //            peak bytes a rank held, min..max over the ranks;
-//   time     per part of a step on the measured clock (step_ms, compute_ms,
+//   time_measured  per part of a step on the measured clock (step_ms, compute_ms,
 //            comm_exposed_ms, comm_hidden_ms, idle_ms), min..max over the ranks, where the
 //            JSON has it (a dry run has none); its ratios to two significant figures;
-//   modelled the same on the modelled clock (step_ms, compute_ms, comm_exposed_ms,
+//   time_modelled  the same on the modelled clock (step_ms, compute_ms, comm_exposed_ms,
 //            comm_waiting_ms, idle_ms of the last step replayed; report.h's ModelledRun).
 // Each run's cell is next to its ratio to the first run: the largest value (the busiest
 // rank) over the first run's largest. Runs are named by the configuration keys whose values
@@ -70,7 +70,7 @@ struct Comparison {
     std::optional<double> ratio;  // max / the first run's max, where both are present and > 0
   };
   struct Row {
-    std::string section;  // "traffic", "memory", "time" (measured), "modelled"
+    std::string section;  // "traffic", "memory", "time_measured", "time_modelled"
     std::string key;      // "dp all_reduce backward", "params", "step_ms"
     std::vector<Cell> cells;  // one per run
   };
