@@ -64,6 +64,9 @@ absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::strin
 absl::StatusOr<RunReport> ReadRunReport(const std::string& path);
 
 struct Comparison {
+  // The sections of the two clocks' rows.
+  static constexpr const char* kMeasured = "time_measured";
+  static constexpr const char* kModelled = "time_modelled";
   struct Cell {
     bool present = false;
     double min = 0, max = 0;
