@@ -97,6 +97,17 @@ std::string TimeTable(const ReportInputs& in) {
   return out;
 }
 
+namespace {
+
+// Whether a per-rank table shows rank r of `ranks`: every rank of a small run; of a large
+// one `named` (the slowest, the worst) and the first of each stage.
+bool Shown(const TrainOptions& o, size_t ranks, int r, int named) {
+  const parallel::GridCoordinates at = o.topology().Of(r);
+  return ranks <= 16 || r == named || (at.dp == 0 && at.tp == 0);
+}
+
+}  // namespace
+
 std::string ReplayTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
   const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
@@ -116,11 +127,9 @@ std::string ReplayTable(const ReportInputs& in) {
     const ReplayedRank& x = (*replayed)[r];
     if (x.seconds > slowest) slowest = x.seconds, slowest_rank = int(r);
   }
-  // Every rank of a small run; of a large one the slowest, and the first of each stage.
   for (size_t r = 0; r < replayed->size(); ++r) {
     const ReplayedRank& x = (*replayed)[r];
-    const parallel::GridCoordinates at = o.topology().Of(int(r));
-    if (replayed->size() > 16 && int(r) != slowest_rank && (at.dp != 0 || at.tp != 0)) continue;
+    if (!Shown(o, replayed->size(), int(r), slowest_rank)) continue;
     out += absl::StrFormat("%-8d %12.3f %12.3f %12.3f %12.3f %9.0f%%\n", r, x.seconds * 1e3,
                            x.compute_s * 1e3, x.exposed_s * 1e3, x.idle_s * 1e3,
                            x.seconds > 0 ? 100 * x.exposed_s / x.seconds : 0.0);
@@ -160,11 +169,7 @@ std::string WaitsTable(const ReportInputs& in) {
       both ? absl::StrFormat(" %12s %12s %6s", "measured exp", "waiting", "for") : "");
   const int worst = WorstModelled(*modelled).first;
   for (size_t r = 0; r < modelled->size(); ++r) {
-    const parallel::GridCoordinates at = o.topology().Of(int(r));
-    if (modelled->size() > 16 && int(r) != worst && int(r) != o.slow_rank &&
-        (at.dp != 0 || at.tp != 0)) {
-      continue;
-    }
+    if (!Shown(o, modelled->size(), int(r), worst) && int(r) != o.slow_rank) continue;
     const ReplayedRank& m = (*modelled)[r];
     out += absl::StrFormat("%-8d %12.4f %12.4f %6s", r, m.exposed_s * 1e3, m.waited.seconds * 1e3,
                            PeerWords(m.waited));

@@ -428,7 +428,9 @@ absl::Status CollectiveWork::Wait() {
     ended = done_->ended_nanos;
   }
   wire_->RecordCall(payload_bytes_, waited, ended);
-  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent(), waited, MonotonicNanos());
+  if (timeline_work_ >= 0) {  // posted while the timeline recorded
+    wire_->ledger().timeline().Wait(timeline_work_, wire_->sent(), waited, MonotonicNanos());
+  }
   waited_ = true;
   return status_;
 }
@@ -492,7 +494,9 @@ absl::Status Work::Wait() {
   const int64_t waited = MonotonicNanos();
   absl::Status status = pending_.WaitAll();
   wire_->RecordCall(int64_t(bytes_), waited);
-  wire_->ledger().timeline().Wait(timeline_work_, wire_->sent(), waited, MonotonicNanos());
+  if (timeline_work_ >= 0) {  // posted while the timeline recorded
+    wire_->ledger().timeline().Wait(timeline_work_, wire_->sent(), waited, MonotonicNanos());
+  }
   return status;
 }
 
