@@ -59,7 +59,11 @@ ABSL_FLAG(int, virtual_stages, 1,
 ABSL_FLAG(std::string, allreduce, "ring",
           "ring, naive or hierarchical (rings inside each node, then across nodes)");
 ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
-ABSL_FLAG(bool, recompute, false, "pipeline stages recompute their forward in backward (pp > 1)");
+ABSL_FLAG(bool, recompute, false,
+          "recompute in backward, --recompute_granularity's way (full unless it says selective)");
+ABSL_FLAG(std::string, recompute_granularity, "",
+          "full: pipeline stages run their forward again in backward (pp > 1); selective: "
+          "attention's probabilities made again (any pp); either turns --recompute on");
 ABSL_FLAG(bool, pp_scatter_gather, false,
           "Megatron's scatter/gather: a stage sends each tp rank's 1/tp of a boundary, the "
           "receiving tp group all-gathers it (pp > 1, tp > 1, no --sequence_parallel)");
@@ -189,7 +193,11 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   in.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
-  in.recompute = absl::GetFlag(FLAGS_recompute);
+  ASSIGN_OR_RETURN(const train::RecomputeChoice recompute,
+                   train::ParseRecompute(absl::GetFlag(FLAGS_recompute),
+                                         absl::GetFlag(FLAGS_recompute_granularity)));
+  in.recompute = recompute.full;
+  in.recompute_attention = recompute.selective;
   in.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   ASSIGN_OR_RETURN(const parallel::PipelineSchedule schedule,
                    parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
@@ -419,7 +427,8 @@ absl::Status Search(const PlanInput& base) {
     for (const train::SearchResult& r : found) {
       w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
       w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
-      w.Key("recompute").Bool(r.in.recompute).Key("ep").Int(r.in.ep);
+      w.Key("recompute").Bool(r.in.recompute).Key("recompute_attention").Bool(r.in.recompute_attention);
+      w.Key("ep").Int(r.in.ep);
       w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
       w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
       w.Key("step_s").Double(r.time.step_s).EndObject();
@@ -440,7 +449,9 @@ absl::Status Search(const PlanInput& base) {
     const train::SearchResult& r = found[i];
     std::cout << absl::StrFormat("%4d %4d %4d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
                                  r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
-                                 r.in.recompute ? "yes" : "no",
+                                 r.in.recompute             ? "full"
+                                 : r.in.recompute_attention ? "selective"
+                                                            : "no",
                                  r.memory_bytes / 1e9, r.time.compute_s, r.time.comm_s,
                                  r.time.bubble, r.time.step_s);
   }

@@ -35,6 +35,10 @@ ABSL_FLAG(std::string, slow_rank, "",
           "RANK:MS: that world rank computes MS milliseconds more at the start of every step "
           "(a busy loop on its thread's CPU clock; on the modelled clock too): the report names "
           "it as the peer the others waited for");
+ABSL_FLAG(int, repeat, 1,
+          "run the same configuration K times (from the same start) and print each clock's "
+          "step and exposed share over them, min..median..max; the last run's report and files "
+          "stay");
 ABSL_FLAG(bool, dry_run, false,
           "run the real code on meta tensors (shapes, no values): every byte and every "
           "allocation counted at real size, no computation, no payload moved");
@@ -88,7 +92,11 @@ ABSL_FLAG(bool, pp_scatter_gather, false,
           "pipeline with tp: each tp rank sends its 1/tp of a boundary and the receiving tp "
           "group all-gathers it (Megatron's scatter/gather); not with --sequence_parallel");
 ABSL_FLAG(bool, recompute, false,
-          "pipeline: keep only each stage's input per micro-batch, recompute in backward");
+          "recompute in backward, --recompute_granularity's way (full unless it says selective)");
+ABSL_FLAG(std::string, recompute_granularity, "",
+          "full: a pipeline stage keeps only its input per micro-batch and runs its forward "
+          "again in backward (pp > 1); selective: no layer keeps attention's probabilities, "
+          "backward makes them again (any pp); either turns --recompute on");
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
 ABSL_FLAG(bool, print_topology, false,
           "print every rank's (dp, pp, tp) coordinates, its node and the members of its groups");
@@ -198,7 +206,11 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
     o.pp_layers.push_back(layers);
   }
   ASSIGN_OR_RETURN(o.schedule, parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
-  o.recompute = absl::GetFlag(FLAGS_recompute);
+  ASSIGN_OR_RETURN(const train::RecomputeChoice recompute,
+                   train::ParseRecompute(absl::GetFlag(FLAGS_recompute),
+                                         absl::GetFlag(FLAGS_recompute_granularity)));
+  o.recompute = recompute.full;
+  o.recompute_attention = recompute.selective;
   o.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
@@ -215,6 +227,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
     if (o.gpus_per_node == 0) o.gpus_per_node = cluster.gpus_per_node;
   }
   RETURN_IF_ERROR(train::ParseSlowRank(absl::GetFlag(FLAGS_slow_rank), o));
+  o.repeat = absl::GetFlag(FLAGS_repeat);
   o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
   o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
   ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));

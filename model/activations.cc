@@ -19,7 +19,8 @@ MicroBatchActivations CountActivations(const ActivationShape& s, int64_t b, int6
   const int64_t expert_rows = moe_rows * s.expert_ranks;
   const int64_t wire = s.expert_parallel ? 2 * expert_rows * c : 0;  // arriving, on the wire
   const int64_t mlp = g.moe() ? moe_rows * c + expert_rows * hidden + wire : n * hidden;
-  a.fp32 = r * c + layers * (2 * r * c + 4 * r + b * nh * t * t + mlp) + (last ? 2 * r : 0);
+  const int64_t probabilities = s.recompute_attention ? 0 : b * nh * t * t;
+  a.fp32 = r * c + layers * (2 * r * c + 4 * r + probabilities + mlp) + (last ? 2 * r : 0);
   a.operands = layers * (2 * n * c + n * cl + 3 * n * cl + mlp) + (last ? n * c : 0);
   a.head = last ? 2 * n * s.vocab_local + n : 0;
   return a;
@@ -36,7 +37,8 @@ int64_t CountScratch(const ActivationShape& s, int64_t b) {
   const int64_t moe = g.moe() ? n * g.n_experts + moe_rows * c +
                                     (s.expert_parallel ? 2 * expert_rows * c : 0)
                               : 0;
-  return d4c + n * 3 * cl + n * c + s.attention_scratch + r * c + sequence + moe;
+  const int64_t probabilities = s.recompute_attention ? b * (g.n_head / s.tp) * t * t : 0;
+  return d4c + n * 3 * cl + n * c + s.attention_scratch + r * c + sequence + moe + probabilities;
 }
 
 }  // namespace tally::model

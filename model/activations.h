@@ -19,13 +19,16 @@
 // With E experts (top k) each layer's MLP terms are instead n·k·C (the rows the experts
 // take) + N·n·k·4C/tp (hidden) + n·k·C (outputs) in fp32 and n·k·C + N·n·k·4C/tp in
 // operands, N the expert-parallel ranks, which add N·n·k·C twice to each (the rows that
-// arrive and those on the wire) under expert parallelism. A micro-batch whose forward is recomputed keeps its ids
-// and its input (R·C fp32) only.
+// arrive and those on the wire) under expert parallelism. A micro-batch whose forward is
+// recomputed keeps its ids and its input (R·C fp32) only. Under selective recompute
+// (attention's probabilities made again in backward, block.h) no layer keeps its
+// b·(nh/tp)·T²: the scratch holds one.
 //
 // The scratch, one per model and reused from layer to layer: 4C/tp·n (N·n·k·4C/tp with
 // experts) + 3n·C/tp + n·C + the attention backward's (the kernels': T² on the CPU,
 // (nh/tp)·T² on a GPU) + R·C, + R·C + n·C under sequence parallelism, + n·E + n·k·C
-// (+ 2N·n·k·C) with experts; and 3n fp32 for the loss.
+// (+ 2N·n·k·C) with experts, + b·(nh/tp)·T² under selective recompute; and 3n fp32 for
+// the loss.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,7 @@ struct ActivationShape {
   bool expert_parallel = false;   // the experts run through an ExpertSplit (N ranks)
   int64_t vocab_local = 0;        // V_l: the rank's rows of the token embedding
   int64_t attention_scratch = 0;  // the kernels' AttentionBackward scratch, elements
+  bool recompute_attention = false;  // selective recompute: the probabilities not kept
 
   int64_t Rows(int64_t n) const { return sequence_parallel ? n / tp : n; }
 };

@@ -41,7 +41,8 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
                                             t, c, 3 * c_local, s.comm, attn));
   RETURN_IF_ERROR(Keep(k, a.qkv, qkv, int64_t(n) * 3 * c_local));
   float* atty = Fp32Room(a.atty, s.dc);
-  RETURN_IF_ERROR(k.AttentionForward(atty, a.att, a.qkv, b, t, c_local, heads));
+  float* att = a.att != nullptr ? a.att : s.att;  // null: selective recompute (block.h)
+  RETURN_IF_ERROR(k.AttentionForward(atty, att, a.qkv, b, t, c_local, heads));
   RETURN_IF_ERROR(Keep(k, a.atty, atty, int64_t(n) * c_local));
   RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.operands(w.proj_w),
                                          w.proj_b, b, t, c_local, c, s.comm, attn));
@@ -86,10 +87,16 @@ absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit
   // dresidual becomes d(residual2): the straight path plus the path through LN2.
   RETURN_IF_ERROR(k.LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, s.dc, a.residual2, w.ln2_w,
                                       a.ln2_mean, a.ln2_rstd, rows, c));
-  // Attention branch, the same way: dresidual becomes d(x).
+  // Attention branch, the same way: dresidual becomes d(x). Under selective recompute the
+  // probabilities are made again first (the output, already kept, goes to free scratch).
+  const float* att = a.att;
+  if (att == nullptr) {
+    RETURN_IF_ERROR(k.AttentionForward(s.dqkv, s.att, a.qkv, b, t, c_local, heads));
+    att = s.att;
+  }
   RETURN_IF_ERROR(split.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual, s.whole, a.atty,
                                           w.operands(w.proj_w), b, t, c_local, c, s.comm, attn));
-  RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, a.att, b, t, c_local, heads));
+  RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, att, b, t, c_local, heads));
   RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.qkv_w, g.qkv_b, s.dqkv, a.ln1,
                                              w.operands(w.qkv_w), b, t, c, 3 * c_local, s.comm,
                                              attn));

@@ -37,7 +37,7 @@ struct BlockActivations {
   float* ln1_mean;   // (R)
   float* ln1_rstd;   // (R)
   TypedPtr qkv;      // (N, 3C/tp)
-  float* att;        // (B, NH/tp, T, T) softmax probabilities
+  float* att;        // (B, NH/tp, T, T) softmax probabilities; null: not kept (below)
   TypedPtr atty;     // (N, C/tp) attention output, before c_proj
   float* residual2;  // (R, C) x + attention branch
   TypedPtr ln2;      // (N, C)
@@ -57,6 +57,12 @@ struct BlockScratch {
   float* dqkv = nullptr;  // (N, 3C/tp); in forward, qkv in fp32 before it is kept in bf16
   float* dc = nullptr;    // (N, C); in forward, the attention output in fp32 likewise
   float* dtt = nullptr;   // (T, T)
+  // Selective recompute (Korthikanti et al. 2022): the one (B, NH/tp, T, T) room every
+  // layer's attention probabilities share when BlockActivations::att is null. Forward
+  // writes them here; backward computes them here again from the kept qkv (the same
+  // kernel on the same operands: the same values) just before it needs them. Null
+  // otherwise.
+  float* att = nullptr;
   // Sequence parallelism only (null otherwise): a LayerNorm's output on this rank's rows
   // (N/tp, C; of the matmuls' operand type), a whole (N, C) activation or gradient, and
   // the collectives' (N, C).

@@ -149,7 +149,7 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     x.ln1_mean = take(r);
     x.ln1_rstd = take(r);
     x.qkv = take_operand(n * 3 * cl);
-    x.att = take(b * nh * t * t);
+    x.att = recompute_attention_ ? nullptr : take(b * nh * t * t);  // null: in the scratch
     x.atty = take_operand(n * cl);
     x.residual2 = take(r * c);
     x.ln2 = take_operand(n * c);
@@ -226,6 +226,7 @@ absl::Status GPT::EnsureScratch(int b) {
   block_scratch_.dc = take(n * c);
   block_scratch_.dtt = take(tt);
   dresidual_ = take(r * c);
+  if (recompute_attention_) block_scratch_.att = take(b * (config_.n_head / split_.size()) * t * t);
   if (config_.moe()) {
     block_scratch_.moe = {take(n * config_.n_experts), take(moe_rows * c), block_scratch_.d4c};
     if (experts_ != nullptr) {
@@ -254,7 +255,8 @@ absl::StatusOr<UnitOperands> GPT::Operands(int unit, const float* values) {
 ActivationShape GPT::ActivationsShape() const {
   return {config_,         split_.size(), split_.sequence_parallel(), expert_ranks(),
           experts_ != nullptr, vocab_local(),
-          kernels_->AttentionScratch(config_.seq_len, config_.n_head / split_.size())};
+          kernels_->AttentionScratch(config_.seq_len, config_.n_head / split_.size()),
+          recompute_attention_};
 }
 
 absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets, int b) {

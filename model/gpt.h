@@ -90,6 +90,19 @@ class GPT {
   absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
   absl::Status ZeroGrad() { return weights_->ZeroGrad(); }
 
+  // Selective recompute (Korthikanti et al. 2022; Megatron's
+  // --recompute-granularity=selective): no layer keeps its attention probabilities, which
+  // backward makes again from the kept qkv (block.h), the same values: the same gradients,
+  // b·(nh/tp)·T² fp32 kept once instead of once a layer, and attention's forward once more
+  // a layer in backward. Before the first forward (activations made earlier keep theirs).
+  void RecomputeAttention(bool on) {
+    recompute_attention_ = on;
+    own_ = Activations();
+    last_forward_ = nullptr;
+    scratch_batch_ = 0;
+  }
+  bool recompute_attention() const { return recompute_attention_; }
+
   // The kernels the model computes with (by default its allocator's device's, fp32);
   // UseKernels replaces them, e.g. by CUDA kernels that allow TF32. Same device only.
   Kernels& kernels() { return *kernels_; }
@@ -201,6 +214,7 @@ class GPT {
 
   Activations own_;  // Forward's and Backward's
   const Activations* last_forward_ = nullptr;
+  bool recompute_attention_ = false;
   int scratch_batch_ = 0;  // of the scratch
   Tensor scratch_, loss_scratch_, comm_scratch_;
   BlockScratch block_scratch_{};

@@ -44,6 +44,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   serial.zero = 0;
   serial.sequence_parallel = false;
   serial.recompute = false;
+  serial.recompute_attention = false;
   serial.save.clear();
   serial.metrics_json.clear();
   serial.traffic_json.clear();
@@ -163,10 +164,10 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
   return job;
 }
 
-// Rank 0's end of the run: the report in the asked format, the peer matrix, and the
-// files (--traffic_json, --trace).
-absl::Status Report(const TrainOptions& options, JobRecords& job, int ranks_here,
-                    std::ostream& log) {
+// Calls `use` with the report's inputs over rank 0's records of `job` (moved out of it).
+template <typename Use>
+absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int ranks_here,
+                              const Use& use) {
   std::vector<comm::TrafficLedger> traffic;
   std::vector<MemoryLedger> memory;
   std::vector<int64_t> busy, step_time, train_time, cpu_time;
@@ -186,6 +187,14 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, int ranks_here
   report.cpu_nanos = std::move(cpu_time);
   report.ranks_here = ranks_here;
   report.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return use(report);
+}
+
+// Rank 0's end of the run: the report in the asked format, the peer matrix, and the
+// files (--traffic_json, --trace).
+absl::Status Report(const ReportInputs& report, std::ostream& log) {
+  const TrainOptions& options = report.options;
+  const std::vector<comm::TrafficLedger>& traffic = report.traffic;
   // The JSON report, written once for whichever outputs ask for it.
   const bool wants_json = options.report == ReportFormat::kJson ||
                           !options.traffic_json.empty() || !options.report_html.empty();
@@ -206,7 +215,7 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, int ranks_here
     RETURN_IF_ERROR(WriteTextFile(options.report_html, ReportPage({run}, page)));
   }
   if (options.peer_matrix) {
-    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), job.nodes.get());
+    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), report.nodes.get());
   }
   if (!options.trace.empty() && options.dry_run) {
     // A dry run's own times are of code that computes nothing: its predicted timeline.
@@ -216,7 +225,7 @@ absl::Status Report(const TrainOptions& options, JobRecords& job, int ranks_here
     log << "predicted trace written to '" << options.trace
         << "' (open it in Perfetto or chrome://tracing)\n";
   } else if (!options.trace.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, spans) + "\n"));
+    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, *report.spans) + "\n"));
     log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
   }
   return absl::OkStatus();
@@ -290,24 +299,45 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
   StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.timeout_s));
+  // --repeat: every run but the last is timed only; a stop ends the repeats too.
+  std::vector<RunTimes> repeats;
+  auto last_run = [&](int k) { return k + 1 == options.repeat || StopSignal() != 0; };
   if (options.world() == 1 && options.zero == 0 && options.backend == Backend::kThreads &&
       !options.dry_run) {  // one rank, no report (a dry run's report is its output)
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
-    trainer->set_stop(&stop);
-    RETURN_IF_ERROR(trainer->Run(log));
-    if (!options.check_against_serial) return absl::OkStatus();
-    return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
+    for (int k = 0;; ++k) {
+      ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
+      trainer->set_stop(&stop);
+      RETURN_IF_ERROR(trainer->Run(log));
+      const double steps = double(std::max<int64_t>(1, options.steps - trainer->start_step()));
+      const double nan = std::nan("");
+      repeats.push_back({double(trainer->train_nanos()) / 1e6 / steps, nan, nan, nan});
+      if (!last_run(k)) continue;
+      if (options.repeat > 1) log << RepeatsTable(options, repeats);
+      if (!options.check_against_serial) return absl::OkStatus();
+      return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
+    }
   }
   SetIntraOpThreads(options, ranks_here);
-  JobRecords job;
-  {
-    DryRunStop dry_run_stop(options.dry_run);
-    ASSIGN_OR_RETURN(job, RunRanks(options, mpi, stop, log));
+  for (int k = 0;; ++k) {
+    JobRecords job;
+    {
+      DryRunStop dry_run_stop(options.dry_run);
+      ASSIGN_OR_RETURN(job, RunRanks(options, mpi, stop, log));
+    }
+    const bool last = last_run(k);
+    if (job.ranks.empty()) {  // another process reports
+      if (last) return absl::OkStatus();
+      continue;
+    }
+    RETURN_IF_ERROR(WithReportInputs(options, job, ranks_here, [&](const ReportInputs& report) {
+      repeats.push_back(TimesOf(report));
+      return last ? Report(report, log) : absl::OkStatus();
+    }));
+    if (!last) continue;
+    if (options.repeat > 1) log << RepeatsTable(options, repeats);
+    if (!options.check_against_serial) return absl::OkStatus();
+    return CheckAgainstSerial(options, job.start_step, job.losses, log);
   }
-  if (job.ranks.empty()) return absl::OkStatus();  // another process reports
-  RETURN_IF_ERROR(Report(options, job, ranks_here, log));
-  if (!options.check_against_serial) return absl::OkStatus();
-  return CheckAgainstSerial(options, job.start_step, job.losses, log);
 }
 
 }  // namespace tally::train

@@ -38,6 +38,15 @@ std::string TrainOptions::ModelledClusterName() const {
                          : absl::StrCat(kDefaultCluster, ", the default (--cluster to choose)");
 }
 
+absl::StatusOr<RecomputeChoice> ParseRecompute(bool recompute, const std::string& granularity) {
+  if (granularity != "" && granularity != "full" && granularity != "selective") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --recompute_granularity must be full or selective, got '", granularity, "'"));
+  }
+  const bool on = recompute || !granularity.empty();
+  return RecomputeChoice{on && granularity != "selective", on && granularity == "selective"};
+}
+
 absl::Status ParseSlowRank(const std::string& text, TrainOptions& o) {
   if (text.empty()) return absl::OkStatus();
   const size_t colon = text.find(':');
@@ -194,7 +203,13 @@ absl::Status TrainOptions::Validate() const {
     return bad("--dp x --tp x --pp = ", dp, " x ", tp, " x ", pp, " = ", world_size,
                " ranks; tally runs at most ", kMaxRanks);
   }
-  if (recompute && pp == 1) return bad("--recompute recomputes each pipeline stage's forward; it needs --pp > 1");
+  if (recompute && pp == 1) {
+    return bad("--recompute recomputes each pipeline stage's forward; it needs --pp > 1 "
+               "(--recompute_granularity=selective recomputes attention at any --pp)");
+  }
+  if (recompute && recompute_attention) {
+    return bad("--recompute_granularity is full or selective, not both");
+  }
   if (virtual_stages < 1) return bad("--virtual_stages must be >= 1, got ", virtual_stages);
   const bool interleaved = schedule == parallel::PipelineSchedule::kInterleaved;
   if (interleaved && pp > 1 && virtual_stages < 2) {
@@ -263,6 +278,13 @@ absl::Status TrainOptions::Validate() const {
         "ring and naive)");
   }
   if (!(timeout_s > 0)) return bad("--timeout_s must be positive, got ", timeout_s);
+  if (repeat < 1 || repeat > kMaxRepeat) {
+    return bad("--repeat must be in [1, ", kMaxRepeat, "] (runs of the same configuration), got ", repeat);
+  }
+  if (repeat > 1 && dry_run) {
+    return bad("--repeat measures this host's clock again, and a dry run computes nothing to "
+               "measure (its modelled clock is the same on every run)");
+  }
   if (slow_rank >= 0) {
     if (world() == 1) return bad("--slow_rank needs more than one rank (nobody waits for it)");
     if (slow_rank >= world()) {

@@ -42,6 +42,12 @@ const char* PrecisionName(DType dtype);  // "fp32", "bf16"
 struct TrainOptions;
 // --slow_rank=R:MS into o.slow_rank and o.slow_ms (empty: none); the range is Validate's.
 absl::Status ParseSlowRank(const std::string& text, TrainOptions& o);
+// --recompute and --recompute_granularity ("", full or selective; a granularity alone
+// turns recompute on, and --recompute alone is full): which of the two is on.
+struct RecomputeChoice {
+  bool full = false, selective = false;
+};
+absl::StatusOr<RecomputeChoice> ParseRecompute(bool recompute, const std::string& granularity);
 
 struct TrainOptions {
   model::GPTConfig model;
@@ -93,6 +99,9 @@ struct TrainOptions {
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
   int virtual_stages = 1;      // v: chunks of layers a stage holds (interleaved, >= 2)
   bool recompute = false;      // keep only each stage's input per micro-batch
+  // Selective recompute (--recompute_granularity=selective, any pp): no layer keeps its
+  // attention probabilities; backward makes them again (model/gpt.h RecomputeAttention).
+  bool recompute_attention = false;
   // Megatron's scatter/gather of the boundary (--pp_scatter_gather): each tp rank sends
   // its 1/tp of a boundary tensor, and the receiving stage's tp group all-gathers it.
   // Without sequence parallelism only (under it a rank's boundary is already its part).
@@ -125,6 +134,10 @@ struct TrainOptions {
   // timeline gains MS ms of compute; -1: none.
   int slow_rank = -1;
   double slow_ms = 0;
+  // --repeat=K: the same run K times (from the same start), the last one's report and
+  // outputs kept, then each clock's step and exposed share over the K: min, median, max.
+  int repeat = 1;
+  static constexpr int kMaxRepeat = 100;
   bool check_against_serial = false;  // also train one rank on the same batches, compare
   bool peer_matrix = false;    // print the bytes from every rank to every rank
   ReportFormat report = ReportFormat::kText;  // the end-of-run report

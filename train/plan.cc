@@ -222,6 +222,7 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.ep = in.ep;
   o.sequence_parallel = in.sequence_parallel;
   o.recompute = in.recompute && in.pp > 1;
+  o.recompute_attention = in.recompute_attention;
   o.pp_scatter_gather = in.pp_scatter_gather;
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
@@ -334,6 +335,9 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
       return bytes;
     };
     Traffic ar, zero1, zero2, zero3;
+    // ZeRO-3's gathers of a unit per micro-batch: forward, backward, and a pipeline's
+    // recomputed forward (zero.h's ZeroCallsPerStep).
+    const double gathers = in.recompute && in.pp > 1 ? 3.0 : 2.0;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::DpGroup)) {
       const std::vector<int> where = nodes_of(group);
       const double bytes = double(part) * e;
@@ -348,12 +352,12 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
         const Split rs = zero_passes(2, Primitive::kReduceScatter, Phase::kBackward, where, i, group[i]);
         const Split ag = zero_passes(3, Primitive::kAllGather, Phase::kForward, where, i, group[i]);
         zero2.Add(Split{m * rs.intra + ag.intra, m * rs.inter + ag.inter});
-        zero3.Add(Split{m * rs.intra + 2 * m * ag.intra, m * rs.inter + 2 * m * ag.inter});
+        zero3.Add(Split{m * rs.intra + gathers * m * ag.intra, m * rs.inter + gathers * m * ag.inter});
       }
       ar.time = std::max(ar.time, PassesTime(a, where, bytes, 2, in.cluster));
       zero1.time = ar.time;
       zero2.time = std::max(zero2.time, PassesTime(a, where, bytes, m + 1, in.cluster));
-      zero3.time = std::max(zero3.time, PassesTime(a, where, bytes, 3 * m, in.cluster));
+      zero3.time = std::max(zero3.time, PassesTime(a, where, bytes, (1 + gathers) * m, in.cluster));
     }
     if (in.ep > 1) {  // then the experts' passes over the edp groups
       double slowest = 0;
@@ -363,7 +367,7 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
       }
       zero1.time += 2 * slowest;
       zero2.time += (m + 1) * slowest;
-      zero3.time += 3 * m * slowest;
+      zero3.time += (1 + gathers) * m * slowest;
     }
     row("dp all-reduce", 2.0 * part * e, ar,
         a == Algorithm::kNaive ? "2NΦ in all" : "2Φ per GPU (2NΦ in all for naive)");

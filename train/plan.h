@@ -73,6 +73,10 @@ struct PlanInput {
   // A pipeline stage keeps only its input per micro-batch and recomputes the forward in
   // backward (tally_train --recompute; pp > 1): less activation memory, a forward more.
   bool recompute = false;
+  // Selective recompute (tally_train --recompute_granularity=selective, any pp): no layer
+  // keeps attention's probabilities; backward runs attention's core forward again
+  // (4·s·h FLOPs a token a layer, no communication).
+  bool recompute_attention = false;
   // Megatron's scatter/gather of the boundary (tally_train --pp_scatter_gather): a stage
   // sends each tp rank's 1/tp of it, and the receiving tp group all-gathers it (the row
   // "tp (pipeline gathers)"). With pp > 1, tp > 1 and no sequence parallelism only.
@@ -108,7 +112,7 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file);
 // One step of `in` on its cluster, predicted: the busiest GPU's compute (the model's
 // FLOPs per token — GPTConfig::FlopsPerToken for tally's GPT, 6Φ + 12·L·h·s otherwise —
 // times its tokens, over tp·pp, at in.tflops; 4/3 of it with recompute: the forward
-// again), stretched by the pipeline bubble
+// again; 4·L·h·s a token more with selective recompute: attention's core again), stretched by the pipeline bubble
 // (compute / (1 − bubble)), and every strategy's α-β time (Plan's rows: the dp
 // all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap).
 struct StepTime {
@@ -124,13 +128,14 @@ StepTime PredictStep(const PlanInput& in);
 // One step's FLOPs as Narayanan et al. 2021 count them (their eq. 3, B the global batch,
 // s the sequence, l layers, h the hidden size, V the vocabulary; tally's GPT's V, 0 for a
 // model of another shape): 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with recompute (a
-// forward more), 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without.
+// forward more), 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without, and 4·B·s²·l·h more
+// with selective recompute (attention's Q·Kᵀ and probabilities times V again).
 double MegatronStepFlops(const PlanInput& in);
 
 // --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
 // hidden size, within a node when nodes are set; pp at most the layers), ZeRO 0–3 when
 // dp > 1, micro-batches dividing a dp rank's share of `global_batch` sequences, with
-// pp > 1 recompute or not, and with experts every ep dividing dp and E — whose
+// recompute none, selective or (pp > 1) full, and with experts every ep dividing dp and E — whose
 // model states (at in.precision) and activations (tally's GPT; none counted otherwise) fit
 // in `gpu_bytes`, fastest predicted step first.
 struct SearchResult {

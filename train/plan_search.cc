@@ -70,7 +70,9 @@ StepTime PredictStep(const PlanInput& in) {
   }
   if (in.tflops > 0) {
     const double passes = in.recompute && in.pp > 1 ? 4.0 / 3.0 : 1.0;  // 6 FLOPs a weight, 8
-    t.compute_s = passes * flops_per_token * tokens / (double(in.tp) * in.pp) / (in.tflops * 1e12);
+    const double again = in.recompute_attention ? 4.0 * in.model.layers * double(in.model.hidden) * in.seq_len : 0;
+    t.compute_s = (passes * flops_per_token + again) * tokens / (double(in.tp) * in.pp) /
+                  (in.tflops * 1e12);
   }
   t.bubble = PlanActivationsPerGpu(in).bubble;
   const std::string dp_row = in.zero > 0 ? absl::StrCat("zero-", in.zero) : "dp all-reduce";
@@ -93,8 +95,9 @@ StepTime PredictStep(const PlanInput& in) {
 double MegatronStepFlops(const PlanInput& in) {
   const double B = double(in.batch) * in.dp, s = in.seq_len, l = in.model.layers;
   const double h = in.model.hidden, V = in.model.gpt ? in.model.config.vocab_size : 0;
-  return in.recompute ? 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-                      : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  const double attention_again = in.recompute_attention ? 4 * B * s * s * l * h : 0;
+  return attention_again + (in.recompute ? 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+                                         : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)));
 }
 
 std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int global_batch,
@@ -143,11 +146,14 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
     for (g.zero = 0; g.zero <= (g.dp > 1 ? 3 : 0); ++g.zero) v.push_back(g);
     return v;
   });
-  expand([&](PlanInput g) {  // recompute, on a pipeline
-    std::vector<PlanInput> v;
-    for (const bool recompute : {false, true}) {
-      g.recompute = recompute;
-      if (!recompute || g.pp > 1) v.push_back(g);
+  expand([&](PlanInput g) {  // recompute: none, selective, or full on a pipeline
+    std::vector<PlanInput> v = {g};
+    g.recompute_attention = true;
+    v.push_back(g);
+    if (g.pp > 1) {
+      g.recompute_attention = false;
+      g.recompute = true;
+      v.push_back(g);
     }
     return v;
   });

@@ -336,7 +336,8 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("allreduce").String(comm::Name(o.allreduce)).Key("bucket_mb").Double(o.bucket_mb);
   w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
   w.Key("schedule").String(parallel::Name(o.schedule)).Key("virtual_stages").Int(o.virtual_stages);
-  w.Key("recompute").Bool(o.recompute).Key("pp_scatter_gather").Bool(o.ScatterGather());
+  w.Key("recompute").Bool(o.recompute).Key("recompute_attention").Bool(o.recompute_attention);
+  w.Key("pp_scatter_gather").Bool(o.ScatterGather());
   w.Key("zero").Int(o.zero);
   w.Key("order").String(parallel::Name(o.order)).Key("nodes").Int(nodes.count());
   w.Key("gpus_per_node").Int(nodes.gpus_per_node());

@@ -87,6 +87,19 @@ struct RankTime {
   double step_ms = 0, compute_ms = 0, exposed_ms = 0, hidden_ms = 0, idle_ms = 0;
 };
 RankTime TimeOf(const ReportInputs& in, int rank);
+// One run's times, for --repeat: on the measured clock the slowest rank's step and the
+// largest exposed share of any rank; on the modelled clock (ModelledRun) the slowest
+// rank's step and the verdict's share (NaN where a clock has no figure: one rank has no
+// replay).
+struct RunTimes {
+  double measured_step_ms = 0, measured_exposed = 0;
+  double modelled_step_ms = 0, modelled_exposed = 0;
+};
+RunTimes TimesOf(const ReportInputs& in);
+// --repeat's table: each clock's step and exposed share over the runs, min, median (the
+// middle one, or the mean of the middle two) and max; measured figures to two
+// significant figures.
+std::string RepeatsTable(const TrainOptions& o, const std::vector<RunTimes>& runs);
 // The seed's test on the modelled clock, one line: "communication-bound ...: communication
 // exposed X% of the step on rank r ... waiting for rank q ... its largest exposed calls"
 // above 30% on the worst rank, "compute-bound: ..." otherwise; then the measured clock's

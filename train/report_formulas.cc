@@ -348,6 +348,7 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
   // The kernels' attention backward scratch: a head at a time on the CPU, all on a GPU.
   const int64_t tt = int64_t(g.seq_len) * g.seq_len;
   shape.attention_scratch = o.device == DeviceType::kCUDA && !o.dry_run ? tt * (g.n_head / o.tp) : tt;
+  shape.recompute_attention = o.recompute_attention;
   const int64_t b = o.micro_batch_size, n = b * g.seq_len;
   const int64_t operand = o.matmul_inputs() == MatmulInputs::kBF16 ? 2 : 4;
   int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n);

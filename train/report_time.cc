@@ -5,6 +5,7 @@
 #include "train/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,6 +67,59 @@ std::pair<int, double> WorstModelled(const std::vector<ReplayedRank>& ranks) {
     if (s > share) share = s, worst = int(r);
   }
   return {worst, share};
+}
+
+RunTimes TimesOf(const ReportInputs& in) {
+  RunTimes t;
+  for (size_t r = 0; r < in.train_nanos.size(); ++r) {
+    const RankTime rank = TimeOf(in, int(r));
+    t.measured_step_ms = std::max(t.measured_step_ms, rank.step_ms);
+    if (rank.step_ms > 0) t.measured_exposed = std::max(t.measured_exposed, rank.exposed_ms / rank.step_ms);
+  }
+  const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
+  if (!modelled.ok() || modelled->empty()) {
+    t.modelled_step_ms = t.modelled_exposed = std::nan("");
+    return t;
+  }
+  for (const ReplayedRank& rank : *modelled) {
+    t.modelled_step_ms = std::max(t.modelled_step_ms, rank.seconds * 1e3);
+  }
+  t.modelled_exposed = WorstModelled(*modelled).second;
+  return t;
+}
+
+std::string RepeatsTable(const TrainOptions& o, const std::vector<RunTimes>& runs) {
+  std::string out = absl::StrFormat(
+      "\n--repeat=%d: the same run %d times; min, median and max over them (the bytes and the "
+      "modelled clock are the run's own, the same every time; the measured clock is this host's "
+      "and varies)\n%-44s %10s %10s %10s\n",
+      o.repeat, int(runs.size()), "", "min", "median", "max");
+  // Measured figures to two significant figures (the host's noise is larger than that),
+  // modelled ones to `decimals`.
+  auto row = [&](const std::string& what, double RunTimes::*field, double scale, bool measured,
+                 int decimals) {
+    std::vector<double> v;
+    for (const RunTimes& t : runs) v.push_back(t.*field * scale);
+    if (v.empty() || std::isnan(v[0])) return;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    auto shown = [measured, decimals](double x) {
+      if (!measured || x == 0) return absl::StrFormat("%.*f", measured ? 0 : decimals, x);
+      const int magnitude = int(std::floor(std::log10(std::abs(x))));
+      const double unit = std::pow(10.0, magnitude - 1);
+      return absl::StrFormat("%.*f", std::max(0, 1 - magnitude), std::round(x / unit) * unit);
+    };
+    out += absl::StrFormat("%-44s %10s %10s %10s\n", what, shown(v.front()), shown(median),
+                           shown(v.back()));
+  };
+  row("measured step ms (this host, slowest rank)", &RunTimes::measured_step_ms, 1, true, 0);
+  row("measured exposed % (worst rank)", &RunTimes::measured_exposed, 100, true, 0);
+  const std::string cluster = absl::StrCat("(", o.ModelledClusterName(), ")");
+  row(absl::StrCat("modelled step ms ", o.cluster_given() ? cluster : "(the default cluster)"),
+      &RunTimes::modelled_step_ms, 1, false, 4);
+  row("modelled exposed % (worst rank)", &RunTimes::modelled_exposed, 100, false, 1);
+  return out;
 }
 
 bool Oversubscribed(const ReportInputs& in) { return in.cores > 0 && in.ranks_here > in.cores; }

@@ -141,6 +141,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                      Kernels::Create(t->model_alloc_.device(), options.matmul_inputs()));
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
+  t->gpt_->RecomputeAttention(options.recompute_attention);
   if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.load.empty()) {
     RETURN_IF_ERROR(t->Load(options.load));
@@ -367,6 +368,10 @@ void Trainer::LogHeader(std::ostream& log) {
       options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
+  if (options_.recompute_attention) {
+    log << "selective recompute: no layer keeps attention's probabilities; backward makes them "
+           "again\n";
+  }
   if (options_.pp > 1) {
     const int m = options_.accumulation_steps();
     const int v = options_.virtual_stages;

@@ -56,6 +56,35 @@ TEST(Clocks, TheDemosCommandGivesTheSameVerdictTwice) {
   EXPECT_TRUE(absl::StrContains(VerdictLine(h100.output), "on the modelled clock, h100:")) << h100.output;
 }
 
+// --repeat=3 runs the same configuration three times: one report (the last run's), then
+// each clock's min, median and max; the modelled clock's three are one figure.
+TEST(Clocks, RepeatGivesEachClocksSpreadOverTheRuns) {
+  const Result run = RunCommand(kTrain + " --dp=2 --steps=2 --repeat=3" + kQuiet);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "\n--repeat=3: the same run 3 times")) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex("modelled step ms \\(the default cluster\\) +([0-9.]+) +"
+                                           "([0-9.]+) +([0-9.]+)")))
+      << run.output;
+  EXPECT_GT(std::stod(m[1]), 0);
+  EXPECT_EQ(m[1], m[2]);
+  EXPECT_EQ(m[2], m[3]);
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex("measured step ms \\(this host, slowest rank\\) +([0-9.]+) +"
+                                           "([0-9.]+) +([0-9.]+)")))
+      << run.output;
+  EXPECT_LE(std::stod(m[1]), std::stod(m[2]));
+  EXPECT_LE(std::stod(m[2]), std::stod(m[3]));
+  // One report: the memory table once.
+  size_t tables = 0;
+  for (size_t at = run.output.find("\nmemory per rank"); at != std::string::npos;
+       at = run.output.find("\nmemory per rank", at + 1)) {
+    ++tables;
+  }
+  EXPECT_EQ(tables, 1u) << run.output;
+}
+
 // Rank 1 sleeps 20 ms at the start of every step: every other rank waits for it in the
 // gradient all-reduce, and both clocks book that wait to rank 1.
 TEST(Clocks, ASlowRanksPeersWaitForItOnBothClocks) {

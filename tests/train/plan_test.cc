@@ -159,6 +159,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     in.batch = in.micro_batches * pick({1, 2});
     in.sequence_parallel = in.tp > 1 && pick({0, 1}) == 1;
     in.recompute = in.pp > 1 && pick({0, 1}) == 1;
+    in.recompute_attention = !in.recompute && pick({0, 1}) == 1;
     in.gpipe = in.pp > 1 && pick({0, 1}) == 1;
     in.precision = pick({0, 1}) == 1 ? DType::kBF16 : DType::kF32;
     in.bytes_per_value = int(SizeOf(in.precision));
@@ -172,7 +173,8 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
                               " seq_len ", c.seq_len, " vocab ", c.vocab_size, " dp ", in.dp,
                               " tp ", in.tp, " pp ", in.pp, " zero ", in.zero, " m ",
                               in.micro_batches, " b ", in.batch, " sp ", in.sequence_parallel,
-                              " recompute ", in.recompute, " gpipe ", in.gpipe,
+                              " recompute ", in.recompute, " selective ", in.recompute_attention,
+                              " gpipe ", in.gpipe,
                               " ", Name(in.precision)));
     const RankLedgers run = RunSteps(o);
     for (const PlanRow& row : Plan(in)) {
@@ -211,11 +213,11 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30);
   ASSERT_FALSE(all.empty());
   // Each grid once: a dense model has no ep to try.
-  std::set<std::tuple<int, int, int, int, int, bool, int>> seen;
+  std::set<std::tuple<int, int, int, int, int, bool, bool, int>> seen;
   for (const SearchResult& r : all) {
     EXPECT_EQ(r.in.ep, 1);
     EXPECT_TRUE(seen.insert({r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
-                             r.in.recompute, r.in.ep})
+                             r.in.recompute, r.in.recompute_attention, r.in.ep})
                     .second);
   }
   double most = 0, least = 1e300;
