@@ -9,9 +9,11 @@ virtual stage; every row recomputes activations); all use s = 2048 and V = 51200
 nodes of 8 A100s. The paper's achieved teraFLOP/s per GPU are its Table 1 column,
 counted by its eq. 3 (96·B·s·l·h²·(1 + s/6h + V/16lh)); the predicted ones are that
 count over tally_plan's predicted step for the same grid (`predicted_step` of its
---json), on tally's GPT of the same shape (tied embeddings, 4h GELU MLP). The planner's
-recompute costs a forward more only on a pipeline (pp > 1), as tally_train's; every row
-uses the paper's scatter/gather of the pipeline boundary (--pp_scatter_gather).
+--json), on tally's GPT of the same shape (tied embeddings, 4h GELU MLP). Every row
+recomputes as the paper's runs do (--checkpoint-activations: Megatron's uniform method,
+one layer a checkpoint; tally's --recompute --recompute_method=layer: each layer's
+forward again before its backward, the LM head's not) and uses the paper's
+scatter/gather of the pipeline boundary (--pp_scatter_gather).
 """
 import argparse
 import json
@@ -41,7 +43,8 @@ def plan_flags(row, cluster):
     return [f"--n_layer={layers}", f"--n_embd={hidden}", f"--n_head={heads}",
             "--vocab_size=51200", "--seq_len=2048", f"--dp={dp}", f"--tp={tp}", f"--pp={pp}",
             f"--batch_size={batch // dp}", f"--micro_batches={batch // (dp * micro)}",
-            f"--virtual_stages={v}", "--recompute", "--pp_scatter_gather", "--precision=bf16",
+            f"--virtual_stages={v}", "--recompute", "--recompute_method=layer",
+            "--pp_scatter_gather", "--precision=bf16",
             "--gpus_per_node=8",
             f"--cluster={cluster}", "--json"]
 

@@ -62,8 +62,12 @@ ABSL_FLAG(bool, sequence_parallel, false, "Megatron sequence parallelism");
 ABSL_FLAG(bool, recompute, false,
           "recompute in backward, --recompute_granularity's way (full unless it says selective)");
 ABSL_FLAG(std::string, recompute_granularity, "",
-          "full: pipeline stages run their forward again in backward (pp > 1); selective: "
-          "attention's probabilities made again (any pp); either turns --recompute on");
+          "full: a pipeline stage's forward again in backward (pp > 1), or each layer's "
+          "(pp = 1); selective: attention's probabilities made again; either turns --recompute "
+          "on");
+ABSL_FLAG(std::string, recompute_method, "stage",
+          "full recompute on a pipeline: stage (its whole forward again) or layer (each "
+          "layer's, from its kept input)");
 ABSL_FLAG(bool, pp_scatter_gather, false,
           "Megatron's scatter/gather: a stage sends each tp rank's 1/tp of a boundary, the "
           "receiving tp group all-gathers it (pp > 1, tp > 1, no --sequence_parallel)");
@@ -198,6 +202,8 @@ absl::StatusOr<PlanInput> InputFromFlags() {
                                          absl::GetFlag(FLAGS_recompute_granularity)));
   in.recompute = recompute.full;
   in.recompute_attention = recompute.selective;
+  ASSIGN_OR_RETURN(in.recompute_layers,
+                   train::ParseRecomputeMethod(absl::GetFlag(FLAGS_recompute_method)));
   in.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   ASSIGN_OR_RETURN(const parallel::PipelineSchedule schedule,
                    parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
@@ -318,9 +324,11 @@ void PrintTable(const PlanInput& in) {
     for (const auto& [strategy, s] : t.comm_rows) absl::StrAppendFormat(&rows, ", %s %.4f s", strategy, s);
     std::cout << absl::StrFormat(
         "predicted step (modelled, %.0f TFLOP/s a GPU; none of the communication overlapped): "
-        "compute %.4f s / (1 - bubble %.4f) + communication %.4f s%s = %.4f s; %.1f TFLOP/s a "
-        "GPU by Narayanan et al.'s count (%.4g FLOPs a step)\n",
-        in.tflops, t.compute_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu, t.model_flops);
+        "compute %.4f s + the pipeline's fill and drain %.4f s (bubble %.4f) + communication "
+        "%.4f s%s = %.4f s; %.1f TFLOP/s a GPU by Narayanan et al.'s count (%.4g FLOPs a "
+        "step)\n",
+        in.tflops, t.compute_s, t.fill_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu,
+        t.model_flops);
   }
 }
 
@@ -359,7 +367,8 @@ void PrintJson(const PlanInput& in) {
   if (in.tflops > 0) {
     const train::StepTime t = train::PredictStep(in);
     w.Key("predicted_step").BeginObject().Key("clock").String("modelled");
-    w.Key("compute_s").Double(t.compute_s).Key("bubble").Double(t.bubble);
+    w.Key("compute_s").Double(t.compute_s).Key("fill_s").Double(t.fill_s);
+    w.Key("bubble").Double(t.bubble);
     w.Key("comm_s").Double(t.comm_s).Key("comm").BeginObject();
     for (const auto& [strategy, s] : t.comm_rows) w.Key(strategy).Double(s);
     w.EndObject().Key("step_s").Double(t.step_s).Key("model_flops").Double(t.model_flops);
@@ -426,8 +435,10 @@ absl::Status Search(const PlanInput& base) {
     w.Key("grids").BeginArray();
     for (const train::SearchResult& r : found) {
       w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
+      w.Key("virtual_stages").Int(r.in.virtual_stages);
       w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
       w.Key("recompute").Bool(r.in.recompute).Key("recompute_attention").Bool(r.in.recompute_attention);
+      w.Key("recompute_layers").Bool(r.in.recompute && !r.in.StageRecompute());
       w.Key("ep").Int(r.in.ep);
       w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
       w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
@@ -439,17 +450,19 @@ absl::Status Search(const PlanInput& base) {
   }
   std::cout << absl::StrFormat(
       "%s on %d GPUs, %d sequences of %d a step, at most %.0f GB a GPU, %s: %d grids fit "
-      "(the 20 fastest; predicted: compute / (1 - bubble) + communication, none of it "
-      "overlapped)\n%4s %4s %4s %4s %5s %9s %13s %10s %10s %8s %10s\n",
+      "(the 20 fastest; predicted: compute + the pipeline's fill and drain + communication, "
+      "none of it overlapped)\n%4s %4s %4s %3s %4s %5s %9s %13s %10s %10s %8s %10s\n",
       base.model.name, world, global, base.seq_len, memory,
       base.tflops > 0 ? absl::StrFormat("%.0f TFLOP/s a GPU", base.tflops) : "no compute time",
-      int(found.size()), "dp", "tp", "pp", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
+      int(found.size()), "dp", "tp", "pp", "v", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
       "bubble", "step s");
   for (size_t i = 0; i < found.size() && i < 20; ++i) {
     const train::SearchResult& r = found[i];
-    std::cout << absl::StrFormat("%4d %4d %4d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
-                                 r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
-                                 r.in.recompute             ? "full"
+    std::cout << absl::StrFormat("%4d %4d %4d %3d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
+                                 r.in.dp, r.in.tp, r.in.pp, r.in.virtual_stages, r.in.zero,
+                                 r.in.micro_batches,
+                                 r.in.StageRecompute()      ? "stage"
+                                 : r.in.recompute           ? "layers"
                                  : r.in.recompute_attention ? "selective"
                                                             : "no",
                                  r.memory_bytes / 1e9, r.time.compute_s, r.time.comm_s,

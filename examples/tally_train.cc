@@ -94,9 +94,15 @@ ABSL_FLAG(bool, pp_scatter_gather, false,
 ABSL_FLAG(bool, recompute, false,
           "recompute in backward, --recompute_granularity's way (full unless it says selective)");
 ABSL_FLAG(std::string, recompute_granularity, "",
-          "full: a pipeline stage keeps only its input per micro-batch and runs its forward "
-          "again in backward (pp > 1); selective: no layer keeps attention's probabilities, "
-          "backward makes them again (any pp); either turns --recompute on");
+          "full: on a pipeline a stage keeps only its input per micro-batch and runs its "
+          "forward again in backward, without one each layer keeps only its input and runs its "
+          "forward again before its backward; selective: no layer keeps attention's "
+          "probabilities, backward makes them again; either turns --recompute on");
+ABSL_FLAG(std::string, recompute_method, "stage",
+          "full recompute on a pipeline: stage (a stage keeps its input per micro-batch and runs "
+          "its whole forward again) or layer (each layer keeps its input and runs its forward "
+          "again before its backward, as without a pipeline; Megatron's uniform method, one "
+          "layer a checkpoint)");
 ABSL_FLAG(bool, show_schedule, false, "print the pipeline schedule as a chart, stage by stage");
 ABSL_FLAG(bool, print_topology, false,
           "print every rank's (dp, pp, tp) coordinates, its node and the members of its groups");
@@ -211,6 +217,8 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
                                          absl::GetFlag(FLAGS_recompute_granularity)));
   o.recompute = recompute.full;
   o.recompute_attention = recompute.selective;
+  ASSIGN_OR_RETURN(o.recompute_layers,
+                   train::ParseRecomputeMethod(absl::GetFlag(FLAGS_recompute_method)));
   o.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
   o.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);

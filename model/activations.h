@@ -22,7 +22,10 @@
 // arrive and those on the wire) under expert parallelism. A micro-batch whose forward is
 // recomputed keeps its ids and its input (R·C fp32) only. Under selective recompute
 // (attention's probabilities made again in backward, block.h) no layer keeps its
-// b·(nh/tp)·T²: the scratch holds one.
+// b·(nh/tp)·T²: the scratch holds one. Under layer recompute (full recompute without a
+// pipeline: each layer's forward again, from its kept input, just before its backward) a
+// layer keeps only its output (R·C fp32, the next layer's input) and the operands only
+// ln_f's n·C: one layer's room (CountLayerRoom) holds the rest, for every layer in turn.
 //
 // The scratch, one per model and reused from layer to layer: 4C/tp·n (N·n·k·4C/tp with
 // experts) + 3n·C/tp + n·C + the attention backward's (the kernels': T² on the CPU,
@@ -37,6 +40,13 @@
 
 namespace tally::model {
 
+// What a micro-batch's activations leave to backward to make again (gpt.h SetRecompute).
+enum class Recompute {
+  kNone,
+  kAttention,  // selective: attention's probabilities (block.h)
+  kLayers,     // full, layer by layer: all of a layer but its output
+};
+
 // What the sizes depend on besides the micro-batch.
 struct ActivationShape {
   GPTConfig config;
@@ -46,7 +56,7 @@ struct ActivationShape {
   bool expert_parallel = false;   // the experts run through an ExpertSplit (N ranks)
   int64_t vocab_local = 0;        // V_l: the rank's rows of the token embedding
   int64_t attention_scratch = 0;  // the kernels' AttentionBackward scratch, elements
-  bool recompute_attention = false;  // selective recompute: the probabilities not kept
+  Recompute recompute = Recompute::kNone;
 
   int64_t Rows(int64_t n) const { return sequence_parallel ? n / tp : n; }
 };
@@ -65,5 +75,9 @@ MicroBatchActivations CountActivations(const ActivationShape& s, int64_t b, int6
                                        bool last, bool whole);
 // The scratch's fp32 elements (without the loss's 3n).
 int64_t CountScratch(const ActivationShape& s, int64_t b);
+// Under layer recompute, the room of one layer's activations but its output (one per
+// model, beside the scratch): 2n·C + n·C/tp + 3n·C/tp + n·4C/tp operands (the MLP's as
+// above with experts) and R·C + 4R + b·(nh/tp)·T² + n·4C/tp fp32; none otherwise.
+MicroBatchActivations CountLayerRoom(const ActivationShape& s, int64_t b);
 
 }  // namespace tally::model

@@ -94,14 +94,29 @@ absl::Status GPT::LogitsRowToHost(int64_t row, float* host) {
   return kernels_->ToHost(host, last_forward_->logits.data<float>() + row * v, sizeof(float) * v);
 }
 
+// Cursors, fp32 and operands, each taken from in turn.
+struct GPT::Carver {
+  float* p;
+  TypedPtr o;
+  float* Take(int64_t count) {
+    float* q = p;
+    p += count;
+    return q;
+  }
+  TypedPtr TakeOperand(int64_t count) {
+    TypedPtr q = o;
+    o = o + count;
+    return q;
+  }
+};
+
 // Carves two buffers, fp32 and the matmuls' operands (block.h), into the activations of
 // the stage's blocks for micro-batch size b.
 // Tensor parallelism cuts the attention and MLP widths and the vocabulary; sequence
 // parallelism the residual stream's rows to r (block.h). `whole`: everything backward
 // needs; otherwise (recompute) the ids and the stage's input.
 absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chunk) {
-  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / split_.size();
-  const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
+  const int64_t t = config_.seq_len, c = config_.n_embd;
   const int64_t n = b * t, v = vocab_local(), r = split_.Rows(int(n));
   const LayerRange& range = layout_.chunks()[size_t(chunk)];
   const int64_t layers = range.end - range.begin;
@@ -120,74 +135,79 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
     return a;
   }
   // The fp32 activations, and those the matmuls read (of the operand type), carved as
-  // activations.h counts them. With experts the MLP's are the n·k rows the experts take
-  // (moe.h): hidden before GELU and outputs, and their inputs and hidden after GELU.
-  // Under expert parallelism over N ranks the experts here run at most N·n·k rows, and the
-  // rows arrive (and their outputs leave) through buffers of their own.
-  const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
-  const int64_t expert_rows = moe_rows * expert_ranks();
-  const int64_t total = sizes.fp32, operands_total = sizes.operands;
-  ASSIGN_OR_RETURN(a.buffer, empty(total, DType::kF32));
-  ASSIGN_OR_RETURN(a.operands, empty(operands_total, kernels_->activation_operand_type()));
-  float* p = a.buffer.data<float>();
-  auto take = [&p](int64_t count) {
-    float* q = p;
-    p += count;
-    return q;
-  };
-  TypedPtr o(a.operands.raw_data(), a.operands.dtype());
-  auto take_operand = [&o](int64_t count) {
-    TypedPtr q = o;
-    o = o + count;
-    return q;
-  };
-  a.encoded = take(r * c);  // the stage's input: the embeddings, or the previous stage's output
+  // activations.h counts them.
+  ASSIGN_OR_RETURN(a.buffer, empty(sizes.fp32, DType::kF32));
+  ASSIGN_OR_RETURN(a.operands, empty(sizes.operands, kernels_->activation_operand_type()));
+  Carver at{a.buffer.data<float>(), TypedPtr(a.operands.raw_data(), a.operands.dtype())};
+  a.encoded = at.Take(r * c);  // the stage's input: the embeddings, or the previous stage's output
   a.routing.resize(config_.moe() ? size_t(layers) : 0);
   for (int64_t l = 0; l < layers; ++l) {
     BlockActivations x;
-    x.ln1 = take_operand(n * c);
-    x.ln1_mean = take(r);
-    x.ln1_rstd = take(r);
-    x.qkv = take_operand(n * 3 * cl);
-    x.att = recompute_attention_ ? nullptr : take(b * nh * t * t);  // null: in the scratch
-    x.atty = take_operand(n * cl);
-    x.residual2 = take(r * c);
-    x.ln2 = take_operand(n * c);
-    x.ln2_mean = take(r);
-    x.ln2_rstd = take(r);
-    if (config_.moe()) {
-      x.moe.routing = &a.routing[size_t(l)];
-      x.moe.x = take_operand(moe_rows * c);
-      x.moe.y = take(moe_rows * c);
-      x.moe.hidden = take(expert_rows * hidden);
-      x.moe.hidden_gelu = take_operand(expert_rows * hidden);
-      x.moe.expert_x = x.moe.x;  // serial: the experts run the rows in place
-      x.moe.expert_y = x.moe.y;
-      if (experts_ != nullptr) {
-        x.moe.expert_x = take_operand(expert_rows * c);
-        x.moe.expert_y = take(expert_rows * c);
-        x.moe.wire_x = take_operand(expert_rows * c);
-        x.moe.wire_y = take(expert_rows * c);
-      }
-    } else {
-      x.fch = take(n * hidden);
-      x.fch_gelu = take_operand(n * hidden);
-    }
-    x.out = take(r * c);
+    if (recompute_ != Recompute::kLayers) CarveLayer(at, b, x);  // else the room's
+    if (config_.moe()) x.moe.routing = &a.routing[size_t(l)];
+    x.out = at.Take(r * c);
     a.blocks.push_back(x);
   }
   if (last) {
-    a.lnf = take_operand(n * c);  // whole: the LM head reads every row
-    a.lnf_mean = take(r);
-    a.lnf_rstd = take(r);
+    a.lnf = at.TakeOperand(n * c);  // whole: the LM head reads every row
+    a.lnf_mean = at.Take(r);
+    a.lnf_rstd = at.Take(r);
     ASSIGN_OR_RETURN(a.logits, empty(n * v, DType::kF32));
     ASSIGN_OR_RETURN(a.probs, empty(n * v, DType::kF32));
     ASSIGN_OR_RETURN(a.losses, empty(n, DType::kF32));
   }
-  CHECK(p == a.buffer.data<float>() + total) << "activation layout";
-  CHECK(o.data == (TypedPtr(a.operands.raw_data(), a.operands.dtype()) + operands_total).data)
+  CHECK(at.p == a.buffer.data<float>() + sizes.fp32) << "activation layout";
+  CHECK(at.o.data == (TypedPtr(a.operands.raw_data(), a.operands.dtype()) + sizes.operands).data)
       << "activation layout";
   return a;
+}
+
+// With experts the MLP's are the n·k rows the experts take (moe.h): hidden before GELU
+// and outputs, and their inputs and hidden after GELU. Under expert parallelism over N
+// ranks the experts here run at most N·n·k rows, and the rows arrive (and their outputs
+// leave) through buffers of their own.
+void GPT::CarveLayer(Carver& at, int64_t b, BlockActivations& x) const {
+  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / split_.size();
+  const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
+  const int64_t n = b * t, r = split_.Rows(int(n));
+  const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
+  const int64_t expert_rows = moe_rows * expert_ranks();
+  x.ln1 = at.TakeOperand(n * c);
+  x.ln1_mean = at.Take(r);
+  x.ln1_rstd = at.Take(r);
+  x.qkv = at.TakeOperand(n * 3 * cl);
+  // Selective recompute: in the scratch (block.h).
+  x.att = recompute_ == Recompute::kAttention ? nullptr : at.Take(b * nh * t * t);
+  x.atty = at.TakeOperand(n * cl);
+  x.residual2 = at.Take(r * c);
+  x.ln2 = at.TakeOperand(n * c);
+  x.ln2_mean = at.Take(r);
+  x.ln2_rstd = at.Take(r);
+  if (config_.moe()) {
+    x.moe.x = at.TakeOperand(moe_rows * c);
+    x.moe.y = at.Take(moe_rows * c);
+    x.moe.hidden = at.Take(expert_rows * hidden);
+    x.moe.hidden_gelu = at.TakeOperand(expert_rows * hidden);
+    x.moe.expert_x = x.moe.x;  // serial: the experts run the rows in place
+    x.moe.expert_y = x.moe.y;
+    if (experts_ != nullptr) {
+      x.moe.expert_x = at.TakeOperand(expert_rows * c);
+      x.moe.expert_y = at.Take(expert_rows * c);
+      x.moe.wire_x = at.TakeOperand(expert_rows * c);
+      x.moe.wire_y = at.Take(expert_rows * c);
+    }
+  } else {
+    x.fch = at.Take(n * hidden);
+    x.fch_gelu = at.TakeOperand(n * hidden);
+  }
+}
+
+BlockActivations GPT::LayerActivations(const Activations& a, int i) const {
+  if (recompute_ != Recompute::kLayers) return a.blocks[size_t(i)];
+  BlockActivations x = room_layer_;
+  x.out = a.blocks[size_t(i)].out;
+  x.moe.routing = a.blocks[size_t(i)].moe.routing;
+  return x;
 }
 
 absl::Status GPT::EnsureScratch(int b) {
@@ -226,7 +246,9 @@ absl::Status GPT::EnsureScratch(int b) {
   block_scratch_.dc = take(n * c);
   block_scratch_.dtt = take(tt);
   dresidual_ = take(r * c);
-  if (recompute_attention_) block_scratch_.att = take(b * (config_.n_head / split_.size()) * t * t);
+  if (recompute_ == Recompute::kAttention) {
+    block_scratch_.att = take(b * (config_.n_head / split_.size()) * t * t);
+  }
   if (config_.moe()) {
     block_scratch_.moe = {take(n * config_.n_experts), take(moe_rows * c), block_scratch_.d4c};
     if (experts_ != nullptr) {
@@ -242,6 +264,18 @@ absl::Status GPT::EnsureScratch(int b) {
     block_scratch_.comm = comm_scratch_.data<float>();
   }
   CHECK(p == scratch_.data<float>() + scratch_.numel()) << "scratch layout";
+  room_layer_ = BlockActivations();
+  if (recompute_ == Recompute::kLayers) {  // one layer's activations but its output
+    const MicroBatchActivations room = CountLayerRoom(shape, b);
+    ASSIGN_OR_RETURN(room_, Tensor::Empty({room.fp32}, DType::kF32, alloc_,
+                                          MemoryCategory::kActivations));
+    ASSIGN_OR_RETURN(room_operands_, Tensor::Empty({room.operands},
+                                                   kernels_->activation_operand_type(), alloc_,
+                                                   MemoryCategory::kActivations));
+    Carver at{room_.data<float>(), TypedPtr(room_operands_.raw_data(), room_operands_.dtype())};
+    CarveLayer(at, b, room_layer_);
+    CHECK(at.p == room_.data<float>() + room.fp32) << "room layout";
+  }
   scratch_batch_ = b;
   return absl::OkStatus();
 }
@@ -256,7 +290,7 @@ ActivationShape GPT::ActivationsShape() const {
   return {config_,         split_.size(), split_.sequence_parallel(), expert_ranks(),
           experts_ != nullptr, vocab_local(),
           kernels_->AttentionScratch(config_.seq_len, config_.n_head / split_.size()),
-          recompute_attention_};
+          recompute_};
 }
 
 absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets, int b) {
@@ -330,7 +364,7 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   const float* x = a.encoded;
   for (int l = range.begin; l < range.end; ++l) {
     const int unit = layout_.layer_unit(l);
-    BlockActivations& acts = a.blocks[size_t(l - range.begin)];
+    const BlockActivations acts = LayerActivations(a, l - range.begin);
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     BlockTensors bound = BindBlock(layout_, l, w);
     ASSIGN_OR_RETURN(bound.operands, Operands(unit, w));
@@ -431,9 +465,12 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     const float* x = i == 0 ? a.encoded : a.blocks[i - 1].out;
     BlockTensors bound = BindBlock(layout_, l, w);
     ASSIGN_OR_RETURN(bound.operands, Operands(unit, w));
-    RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, bound,
-                                  BindBlock(layout_, l, g), x, a.blocks[i], s, dloss, dresidual_,
-                                  experts_));
+    const BlockActivations acts = LayerActivations(a, i);
+    if (recompute_ == Recompute::kLayers) {  // the layer's forward again, into the room
+      RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, bound, x, acts, s, experts_));
+    }
+    RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, bound, BindBlock(layout_, l, g), x,
+                                  acts, s, dloss, dresidual_, experts_));
     if (config_.moe()) {  // each micro-batch's routing once: at its backward
       const MoeRouting& r = a.routing[size_t(i)];
       moe_stats_.aux_loss += r.aux_loss;

@@ -90,18 +90,23 @@ class GPT {
   absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
   absl::Status ZeroGrad() { return weights_->ZeroGrad(); }
 
-  // Selective recompute (Korthikanti et al. 2022; Megatron's
-  // --recompute-granularity=selective): no layer keeps its attention probabilities, which
-  // backward makes again from the kept qkv (block.h), the same values: the same gradients,
-  // b·(nh/tp)·T² fp32 kept once instead of once a layer, and attention's forward once more
-  // a layer in backward. Before the first forward (activations made earlier keep theirs).
-  void RecomputeAttention(bool on) {
-    recompute_attention_ = on;
+  // What backward makes again instead of keeping it (activations.h), the same values
+  // either way (the same kernels on the same operands): the same gradients.
+  //  - kAttention, selective recompute (Korthikanti et al. 2022; Megatron's
+  //    --recompute-granularity=selective): no layer keeps its attention probabilities;
+  //    backward makes them again from the kept qkv (block.h): b·(nh/tp)·T² fp32 kept once
+  //    instead of once a layer, attention's core forward once more a layer.
+  //  - kLayers, full recompute one layer at a time (Megatron's full granularity with one
+  //    layer a checkpoint): a layer keeps only its output; backward runs the layer's
+  //    forward again from its input into one room every layer shares, just before the
+  //    layer's backward (a layer's forward once more, its collectives included).
+  // Before the first forward (activations made earlier keep their layout).
+  void SetRecompute(Recompute recompute) {
+    recompute_ = recompute;
     own_ = Activations();
     last_forward_ = nullptr;
     scratch_batch_ = 0;
   }
-  bool recompute_attention() const { return recompute_attention_; }
 
   // The kernels the model computes with (by default its allocator's device's, fp32);
   // UseKernels replaces them, e.g. by CUDA kernels that allow TF32. Same device only.
@@ -184,8 +189,16 @@ class GPT {
   bool LastChunk(int chunk) const {
     return layout_.chunks()[size_t(chunk)].end == config_.n_layer;
   }
-  // The scratch of a micro-batch of b sequences (reused from layer to layer).
+  // The scratch of a micro-batch of b sequences (reused from layer to layer), and under
+  // layer recompute the layers' room.
   absl::Status EnsureScratch(int b);
+  // Cursors into the buffers a set of activations is carved from (gpt.cc).
+  struct Carver;
+  // Carves a layer's activations but its output, for micro-batches of b sequences.
+  void CarveLayer(Carver& at, int64_t b, BlockActivations& x) const;
+  // Layer i of `a` as the block reads it: its own activations, or under layer recompute
+  // the room with the layer's own output and routing.
+  BlockActivations LayerActivations(const Activations& a, int i) const;
   // What this model's activation sizes depend on (activations.h).
   ActivationShape ActivationsShape() const;
   absl::StatusOr<float> RunForward(Activations& a, const int32_t* tokens, const float* input,
@@ -214,9 +227,11 @@ class GPT {
 
   Activations own_;  // Forward's and Backward's
   const Activations* last_forward_ = nullptr;
-  bool recompute_attention_ = false;
+  Recompute recompute_ = Recompute::kNone;
   int scratch_batch_ = 0;  // of the scratch
   Tensor scratch_, loss_scratch_, comm_scratch_;
+  Tensor room_, room_operands_;  // layer recompute: the layers' room (fp32, operands)
+  BlockActivations room_layer_{};
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;
   MoeStats moe_stats_;

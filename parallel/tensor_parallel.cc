@@ -277,7 +277,9 @@ std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParall
       }
     }
   };
-  if (forward || step.recompute) count(/*forward_list=*/true);
+  if (forward || step.recompute || (step.recompute_layers && kind == "layer")) {
+    count(/*forward_list=*/true);
+  }
   if (backward) count(/*forward_list=*/false);
   if (calls == 0) return std::nullopt;
   if (per_row) return TensorParallelCalls{calls, step.rows, 4};  // fp32 statistics

@@ -144,7 +144,7 @@ absl::Status SumPerTokenGradients(const TensorParallel& tp, const Tensor& grads,
 // reduce-scatter each, the embedding's reduce-scatter, the LM head's all-gather), and
 // cross-entropy's three all-reduces of one float per row; backward: each layer's two and
 // the LM head (sequence parallelism: the other way round). With pipeline recompute the
-// forward's calls again in backward. Once a step: the gradient norm (one double) and,
+// forward's calls again in backward; with layer recompute the layers' forward calls. Once a step: the gradient norm (one double) and,
 // under sequence parallelism, the per-token replicas' sum (`per_token_elements` floats).
 // Ledger scopes: layer{i}.attn, layer{i}.mlp, embedding, lm_head, cross_entropy,
 // grad_norm, sequence_parallel.
@@ -152,6 +152,7 @@ struct TensorParallelStep {
   bool sequence_parallel = false;
   int64_t micro_batches = 1, rows = 0, n_embd = 0;
   bool recompute = false;  // a pipeline stage's forward recomputed in backward
+  bool recompute_layers = false;  // each layer's forward recomputed before its backward
   int64_t per_token_elements = 0;
   size_t activation_bytes = 4, grad_bytes = 4;  // per value sent (bf16: 2)
 };

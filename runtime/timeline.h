@@ -28,6 +28,10 @@
 
 namespace tally {
 
+// What a rank sent a peer in one call: the bytes, and the transfers they went in (each
+// one α on the modelled clock: a transfer's segments of at most max_chunk_bytes are
+// posted together and follow each other on the link, as the seed's T = 2(N−1)·(α +
+// M/(N·β)) counts a ring step).
 struct PeerBytes {
   int peer = -1;  // world rank
   int64_t bytes = 0, messages = 0;

@@ -47,6 +47,13 @@ absl::StatusOr<RecomputeChoice> ParseRecompute(bool recompute, const std::string
   return RecomputeChoice{on && granularity != "selective", on && granularity == "selective"};
 }
 
+absl::StatusOr<bool> ParseRecomputeMethod(const std::string& method) {
+  if (method == "stage") return false;
+  if (method == "layer") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("[flags] --recompute_method must be stage or layer, got '", method, "'"));
+}
+
 absl::Status ParseSlowRank(const std::string& text, TrainOptions& o) {
   if (text.empty()) return absl::OkStatus();
   const size_t colon = text.find(':');
@@ -203,10 +210,6 @@ absl::Status TrainOptions::Validate() const {
     return bad("--dp x --tp x --pp = ", dp, " x ", tp, " x ", pp, " = ", world_size,
                " ranks; tally runs at most ", kMaxRanks);
   }
-  if (recompute && pp == 1) {
-    return bad("--recompute recomputes each pipeline stage's forward; it needs --pp > 1 "
-               "(--recompute_granularity=selective recomputes attention at any --pp)");
-  }
   if (recompute && recompute_attention) {
     return bad("--recompute_granularity is full or selective, not both");
   }
@@ -327,6 +330,10 @@ std::vector<std::string> TrainOptions::Warnings() const {
     lines.push_back(absl::StrCat("[flags] warning: ", flag, " has no effect ", because));
   };
   if (tp == 1 && sequence_parallel) unused("--sequence_parallel", "with --tp=1");
+  if (recompute_layers && (!recompute || pp == 1)) {
+    unused("--recompute_method=layer", !recompute ? "without full recompute (--recompute)"
+                                                  : "with --pp=1 (a layer at a time already)");
+  }
   if (pp_scatter_gather && !ScatterGather()) {
     unused("--pp_scatter_gather", sequence_parallel ? "with --sequence_parallel (a rank's boundary "
                                                       "is already its part of the sequence)"

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/precision.h"
 #include "parallel/pipeline_schedule.h"
@@ -48,6 +49,8 @@ struct RecomputeChoice {
   bool full = false, selective = false;
 };
 absl::StatusOr<RecomputeChoice> ParseRecompute(bool recompute, const std::string& granularity);
+// --recompute_method: stage (false) or layer (true).
+absl::StatusOr<bool> ParseRecomputeMethod(const std::string& method);
 
 struct TrainOptions {
   model::GPTConfig model;
@@ -98,10 +101,24 @@ struct TrainOptions {
   std::vector<int> pp_layers;  // layers per stage (interleaved: per chunk); empty: balanced
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
   int virtual_stages = 1;      // v: chunks of layers a stage holds (interleaved, >= 2)
-  bool recompute = false;      // keep only each stage's input per micro-batch
+  // Full recompute (--recompute): on a pipeline a stage keeps only its input per
+  // micro-batch and runs its whole forward again before the backward (StageRecompute);
+  // without one, or with --recompute_method=layer, a layer keeps only its input and runs
+  // its forward again just before its backward (LayerRecompute; model/gpt.h SetRecompute).
+  bool recompute = false;
+  bool recompute_layers = false;  // --recompute_method=layer
   // Selective recompute (--recompute_granularity=selective, any pp): no layer keeps its
-  // attention probabilities; backward makes them again (model/gpt.h RecomputeAttention).
+  // attention probabilities; backward makes them again (model/gpt.h SetRecompute).
   bool recompute_attention = false;
+  bool StageRecompute() const { return recompute && pp > 1 && !recompute_layers; }
+  bool LayerRecompute() const { return recompute && (pp == 1 || recompute_layers); }
+  // What the model leaves to backward to make again (the stage's recompute is the
+  // pipeline's, not the model's).
+  model::Recompute ModelRecompute() const {
+    return recompute_attention ? model::Recompute::kAttention
+           : LayerRecompute()  ? model::Recompute::kLayers
+                               : model::Recompute::kNone;
+  }
   // Megatron's scatter/gather of the boundary (--pp_scatter_gather): each tp rank sends
   // its 1/tp of a boundary tensor, and the receiving stage's tp group all-gathers it.
   // Without sequence parallelism only (under it a rank's boundary is already its part).

@@ -13,7 +13,7 @@ absl::Status Trainer::SetUpPipeline() {
   pipeline.schedule = o.schedule;
   pipeline.micro_batches = o.accumulation_steps();
   pipeline.micro_batch_size = o.micro_batch_size;
-  pipeline.recompute = o.recompute;
+  pipeline.recompute = o.StageRecompute();
   pipeline.boundary = o.Precision().activations;
   pipeline.early_receive = o.overlap;
   if (o.ScatterGather()) pipeline.scatter_gather = groups_.tp.get();

@@ -9,6 +9,7 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/ledger/exact_traffic.h"
@@ -25,6 +26,18 @@ using comm::Primitive;
 double ExpertValues(const PlanInput& in) {
   const double h = in.model.hidden;
   return double(in.n_experts) * (8 * h * h + 5 * h);
+}
+
+// The stages that can hold the most of anything per GPU under balanced layers
+// (StageLayers gives the first stages, and the first virtual stages, the extra layers):
+// the first (the most layers, the position embedding, the most micro-batches in flight),
+// the second (as many layers as the first, without its embeddings) and the last (wte, ln_f
+// and the LM head's logits). Any other stage holds no more than the second.
+std::vector<int> CandidateStages(int pp) {
+  std::vector<int> stages = {0};
+  if (pp > 2) stages.push_back(1);
+  if (pp > 1) stages.push_back(pp - 1);
+  return stages;
 }
 
 // The values one GPU holds: its tensor-parallel part of its stage (the largest), and of
@@ -44,14 +57,12 @@ Part PartParams(const PlanInput& in) {
   const std::vector<parallel::LayerRange> stages =
       parallel::StageLayers(o.model.n_layer, o.pp, {}).value();
   Part most;
-  for (const parallel::LayerRange& s : stages) {
-    for (int t = 0; t < in.tp; ++t) {
-      const model::ParameterLayout layout =
-          model::ParameterLayout::ForGPT(o.model, in.tp, t, {s}, in.ep, 0);
-      if (layout.total() <= most.values) continue;
-      most = {layout.total(), 0};
-      for (const comm::Chunk& c : parallel::ExpertRanges(layout, true)) most.experts += c.count;
-    }
+  for (int s : CandidateStages(in.pp)) {  // on tp rank 0, which holds the most
+    const model::ParameterLayout layout =
+        model::ParameterLayout::ForGPT(o.model, in.tp, 0, {stages[size_t(s)]}, in.ep, 0);
+    if (layout.total() <= most.values) continue;
+    most = {layout.total(), 0};
+    for (const comm::Chunk& c : parallel::ExpertRanges(layout, true)) most.experts += c.count;
   }
   return most;
 }
@@ -221,7 +232,8 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.zero = in.zero;
   o.ep = in.ep;
   o.sequence_parallel = in.sequence_parallel;
-  o.recompute = in.recompute && in.pp > 1;
+  o.recompute = in.recompute;
+  o.recompute_layers = in.recompute_layers;
   o.recompute_attention = in.recompute_attention;
   o.pp_scatter_gather = in.pp_scatter_gather;
   o.global_batch_size = in.batch * in.dp;
@@ -239,13 +251,13 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
 
 namespace {
 
-// The world ranks of dp rank 0 and tp rank 0 of every pipeline stage: the stages' first
-// ranks, which hold their stage's largest ZeRO chunks (ChunkOf gives the first ranks the
-// larger ones).
+// The world ranks of dp rank 0 and tp rank 0 of those stages: the stages' first ranks,
+// which hold their stage's largest ZeRO chunks (ChunkOf gives the first ranks the larger
+// ones, of the vocabulary too).
 std::vector<int> StageFirstRanks(const TrainOptions& o) {
   std::vector<int> ranks;
   const parallel::Topology grid = o.topology();
-  for (int stage = 0; stage < o.pp; ++stage) ranks.push_back(grid.RankAt({0, 0, stage}));
+  for (int stage : CandidateStages(o.pp)) ranks.push_back(grid.RankAt({0, 0, stage}));
   return ranks;
 }
 
@@ -337,7 +349,7 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     Traffic ar, zero1, zero2, zero3;
     // ZeRO-3's gathers of a unit per micro-batch: forward, backward, and a pipeline's
     // recomputed forward (zero.h's ZeroCallsPerStep).
-    const double gathers = in.recompute && in.pp > 1 ? 3.0 : 2.0;
+    const double gathers = in.StageRecompute() ? 3.0 : 2.0;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::DpGroup)) {
       const std::vector<int> where = nodes_of(group);
       const double bytes = double(part) * e;
@@ -397,9 +409,9 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   if (in.tp > 1) {
     const int64_t micro = int64_t(bsh / m);  // one micro-batch's activations
     // Four all-reduces per layer and micro-batch (or their all-gathers and reduce-scatters:
-    // the same bytes), on the busiest stage's layers; six with recompute (the forward's
-    // two again).
-    const double calls = (in.recompute && in.pp > 1 ? 6.0 : 4.0) * m * layers_per_stage;
+    // the same bytes), on the busiest stage's layers; six with full recompute (the
+    // forward's two again, a stage's or a layer's).
+    const double calls = (in.recompute ? 6.0 : 4.0) * m * layers_per_stage;
     Traffic tp;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
       const std::vector<int> where = nodes_of(group);
@@ -415,6 +427,50 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
         "8bsh per layer; the embedding, LM head and cross-entropy add to it");
     rows.back().exact_bytes_per_layer = rows.back().exact_bytes_per_gpu / layers_per_stage;
     rows.back().seed_bytes_per_layer = 8.0 * bsh * e;
+    // The model's ends, on the first and the last stage: the embedding's and the LM head's
+    // b·s·h a micro-batch each way and cross-entropy's three all-reduces of a float a row,
+    // by the calls parallel/tensor_parallel.h counts for the report (recomputed forwards
+    // included).
+    parallel::TensorParallelStep step;
+    step.sequence_parallel = in.sequence_parallel;
+    step.micro_batches = m;
+    step.rows = int64_t(in.batch / m) * in.seq_len;
+    step.n_embd = in.model.hidden;
+    step.recompute = in.StageRecompute();
+    step.recompute_layers = in.recompute && !in.StageRecompute();
+    step.activation_bytes = step.grad_bytes = size_t(e);
+    Traffic ends;
+    for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
+      const std::vector<int> where = nodes_of(group);
+      const int stage = grid.Of(group[0]).pp;
+      std::vector<std::string> scopes;
+      if (stage == 0) scopes.push_back("embedding");
+      if (stage == in.pp - 1) scopes.insert(scopes.end(), {"lm_head", "cross_entropy"});
+      double time = 0;
+      for (int i = 0; i < in.tp; ++i) {
+        Split gpu;
+        for (const std::string& scope : scopes) {
+          for (const Primitive p : {Primitive::kAllReduce, Primitive::kAllGather, Primitive::kReduceScatter}) {
+            for (const comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
+              const auto c = parallel::TensorParallelCallsPerStep(step, scope, p, phase);
+              if (!c) continue;
+              gpu.Add(comm::ExactSentByLink(p, Algorithm::kRing, where, i, -1, c->count, c->element),
+                      double(c->calls));
+              if (i == 0) {
+                time += double(c->calls) *
+                        PassesTime(Algorithm::kRing, where, double(c->count) * double(c->element),
+                                   p == Primitive::kAllReduce ? 2 : 1, in.cluster);
+              }
+            }
+          }
+        }
+        ends.Add(gpu);
+      }
+      ends.time = std::max(ends.time, time);
+    }
+    row("tp (embedding, LM head, loss)", 0, ends,
+        "not in the seed: b·s·h a micro-batch for the embedding and for the LM head, 3·b·s "
+        "floats for the loss");
   }
   if (in.n_experts > 0 && in.ep > 1) {
     // Balanced routing: per layer and micro-batch four all-to-alls (dispatch and combine,
@@ -422,7 +478,7 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     // parts leaving; and the counts, E int64.
     // A recomputed forward routes, counts and sends again.
     const int64_t routed = int64_t(in.batch / m) * in.seq_len * in.moe_top_k;
-    const double forwards = in.recompute && in.pp > 1 ? 2.0 : 1.0;
+    const double forwards = in.recompute ? 2.0 : 1.0;
     const double calls = (2.0 * forwards + 2.0) * m * layers_per_stage;
     Traffic ep;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::EpGroup)) {
@@ -443,6 +499,33 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     }
     row("ep all-to-all", 4.0 * layers_per_stage * (in.ep - 1) / in.ep * bsh * in.moe_top_k * e, ep,
         "per layer 2 all-to-alls forward, 2 backward, each (N-1)/N of b·s·k·h");
+  }
+  if (in.pp > 1 && in.model.gpt) {
+    // The tied embedding: wte's gradient summed between the first and the last stage, by
+    // every dp and tp rank with its peer (under ZeRO-2/3 its dp chunk of it).
+    const model::GPTConfig config = PlanAsTrainOptions(in).model;
+    const int grad_bytes = in.fp32_grad_accum ? 4 : e;
+    Traffic tied;
+    std::vector<int64_t> wte_of;  // tp rank t's rows of wte, C values each
+    for (int t = 0; t < in.tp; ++t) {
+      wte_of.push_back(model::ParameterLayout::ForGPT(config, in.tp, t, {{0, 1}}).specs()[0].numel);
+    }
+    for (int d = 0; d < in.dp; ++d) {
+      for (int t = 0; t < in.tp; ++t) {
+        const std::vector<int> pair = {grid.RankAt({d, t, 0}), grid.RankAt({d, t, in.pp - 1})};
+        const std::vector<int> where = nodes_of(pair);
+        int64_t wte = wte_of[size_t(t)];
+        if (in.zero >= 2) wte = comm::ChunkOf(wte, in.dp, d).count;
+        for (int i = 0; i < 2; ++i) {
+          tied.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, Algorithm::kRing, where,
+                                                     i, -1, wte, size_t(grad_bytes))));
+        }
+        tied.time = std::max(tied.time, PassesTime(Algorithm::kRing, where,
+                                                   double(wte) * grad_bytes, 2, in.cluster));
+      }
+    }
+    row("pp (tied embedding)", 0, tied,
+        "not in the seed: wte's gradient summed between the first and the last stage");
   }
   if (in.pp > 1) {
     // Each boundary: b·s·h forward and back, per tensor-parallel rank (its part of the
@@ -516,22 +599,25 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
                       m.optimizer * sharded(in.zero >= 1);
   }
   if (!in.model.gpt) return lines;
+  for (size_t i = 0; i < lines.size(); ++i) lines[i].bytes_per_gpu = PlanMemoryLine(in, i);
+  return lines;
+}
+
+double PlanMemoryLine(const PlanInput& in, size_t line) {
+  if (!in.model.gpt) return PlanMemoryPerGpu(in)[line].bytes_per_gpu;
   // tally's GPT: exactly what the busiest stage's dp rank 0 holds (PredictedMemory; the
   // first ranks take the larger chunks of ZeRO's uneven cuts).
   const std::pair<DType, bool> precisions[] = {
       {DType::kF32, false}, {DType::kBF16, false}, {DType::kBF16, true}};
-  for (size_t i = 0; i < lines.size(); ++i) {
-    TrainOptions o = PlanAsTrainOptions(in);
-    o.precision = precisions[i].first;
-    o.fp32_grad_accum = precisions[i].second;
-    double most = 0;
-    for (int r : StageFirstRanks(o)) {
-      const MemoryFormula f = PredictedMemory(o, r);
-      most = std::max(most, double(f.params + f.grads + f.optimizer));
-    }
-    lines[i].bytes_per_gpu = most;
+  TrainOptions o = PlanAsTrainOptions(in);
+  o.precision = precisions[line].first;
+  o.fp32_grad_accum = precisions[line].second;
+  double most = 0;
+  for (int r : StageFirstRanks(o)) {
+    const MemoryFormula f = PredictedMemory(o, r);
+    most = std::max(most, double(f.params + f.grads + f.optimizer));
   }
-  return lines;
+  return most;
 }
 
 std::vector<SeedExample> SeedExamples() {

@@ -70,9 +70,13 @@ struct PlanInput {
   int n_experts = 0, moe_top_k = 2, ep = 1;
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool sequence_parallel = false;
-  // A pipeline stage keeps only its input per micro-batch and recomputes the forward in
-  // backward (tally_train --recompute; pp > 1): less activation memory, a forward more.
+  // Full recompute (tally_train --recompute): a pipeline stage keeps only its input per
+  // micro-batch and recomputes its forward in backward, or without a pipeline (or with
+  // recompute_layers: --recompute_method=layer) each layer its own just before its
+  // backward: less activation memory, a forward more.
   bool recompute = false;
+  bool recompute_layers = false;
+  bool StageRecompute() const { return recompute && pp > 1 && !recompute_layers; }
   // Selective recompute (tally_train --recompute_granularity=selective, any pp): no layer
   // keeps attention's probabilities; backward runs attention's core forward again
   // (4·s·h FLOPs a token a layer, no communication).
@@ -109,14 +113,20 @@ struct ClusterPreset {
 };
 absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file);
 
-// One step of `in` on its cluster, predicted: the busiest GPU's compute (the model's
-// FLOPs per token — GPTConfig::FlopsPerToken for tally's GPT, 6Φ + 12·L·h·s otherwise —
-// times its tokens, over tp·pp, at in.tflops; 4/3 of it with recompute: the forward
-// again; 4·L·h·s a token more with selective recompute: attention's core again), stretched by the pipeline bubble
-// (compute / (1 − bubble)), and every strategy's α-β time (Plan's rows: the dp
-// all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap).
+// One step of `in` on its cluster, predicted: the busiest GPU's compute (its stage's
+// FLOPs per token — tally's GPT's GPTConfig::FlopsPerToken cut by layer, the first stage
+// with the position embedding and the last with ln_f and the LM head; 6Φ + 12·L·h·s over
+// pp otherwise — times its tokens, over tp, at in.tflops; with full recompute a forward
+// more: a stage's whole forward on a pipeline, the layers' without one; 4·s·h a token a
+// layer more with selective recompute: attention's core again), stretched by the
+// pipeline's fill and drain (compute + the other stages' computes / (v·m): compute /
+// (1 − bubble) when the stages are equal), and every strategy's α-β time (Plan's rows: the dp
+// all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap); tp's
+// stretched by the fill and drain as compute is (its calls are inside the micro-batches').
 struct StepTime {
-  double compute_s = 0, comm_s = 0, bubble = 0, step_s = 0;
+  // compute_s: the busiest stage's; fill_s: what the fill and drain add to it; bubble:
+  // the schedule's theory, (p−1)/(v·m + p−1).
+  double compute_s = 0, fill_s = 0, comm_s = 0, bubble = 0, step_s = 0;
   // comm_s by strategy row (Plan's names), in Plan's order.
   std::vector<std::pair<std::string, double>> comm_rows;
   // The step's model FLOPs by Narayanan et al. 2021's count (MegatronStepFlops), and
@@ -133,11 +143,14 @@ StepTime PredictStep(const PlanInput& in);
 double MegatronStepFlops(const PlanInput& in);
 
 // --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
-// hidden size, within a node when nodes are set; pp at most the layers), ZeRO 0–3 when
-// dp > 1, micro-batches dividing a dp rank's share of `global_batch` sequences, with
-// recompute none, selective or (pp > 1) full, and with experts every ep dividing dp and E — whose
+// hidden size, within a node when nodes are set; pp at most the layers), the interleaved
+// schedule's v chunks of equal layers (v·pp dividing the layers, m a multiple of pp), ZeRO
+// 0–3 when dp > 1, up to kSearchMicroBatches micro-batches dividing a dp rank's share of
+// `global_batch` sequences, recompute none, selective or full (on a pipeline by stage
+// or by layer), and with experts every ep dividing dp and E — whose
 // model states (at in.precision) and activations (tally's GPT; none counted otherwise) fit
 // in `gpu_bytes`, fastest predicted step first.
+constexpr int kSearchMicroBatches = 1024;
 struct SearchResult {
   PlanInput in;
   StepTime time;
@@ -182,6 +195,8 @@ struct PlanMemory {
 };
 // Every precision's line, in the order fp32, bf16, bf16 with fp32 accumulation.
 std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in);
+// One of them (0, 1 or 2), bytes per GPU.
+double PlanMemoryLine(const PlanInput& in, size_t line);
 
 // Of tally's GPT shape (model.gpt): the activation bytes of the busiest GPU (the most over
 // the pipeline stages; PredictedMemory's closed forms, which a dry run's ledger equals),

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "runtime/files.h"
 #include "runtime/json_reader.h"
 #include "runtime/status_macros.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/plan.h"
 
 namespace tally::train {
@@ -56,23 +59,66 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
   return c;
 }
 
+namespace {
+
+// A token's FLOPs on each pipeline stage (the whole model without one), with its
+// recompute's forward again. Tally's GPT stage by stage: every layer the same share of
+// GPTConfig::FlopsPerToken after the position embedding's 6·s·h (the first stage's), and
+// ln_f's 12h and the LM head's 6·V·h (the last stage's); a full recompute runs a stage's
+// whole forward again on a pipeline (a third of its FLOPs), its layers' forwards without
+// one or with recompute_layers (a third of theirs), selective recompute attention's core (4·s·h a layer). Another
+// model's FLOPs (6Φ + 12·L·h·s) evenly over the stages.
+std::vector<double> StageFlopsPerToken(const PlanInput& in) {
+  const double h = double(in.model.hidden), s = in.seq_len;
+  if (!in.model.gpt) {
+    const double f = 6.0 * double(in.model.params) + 12.0 * in.model.layers * h * s;
+    double again = 0;
+    if (in.recompute) again = f / 3;
+    if (in.recompute_attention) again = 4.0 * in.model.layers * h * s;
+    return std::vector<double>(size_t(in.pp), (f + again) / in.pp);
+  }
+  model::GPTConfig config = in.model.config;
+  config.seq_len = in.seq_len;
+  const double first = 6 * s * h, last = 6 * double(config.vocab_size) * h + 12 * h;
+  const double layer = (config.FlopsPerToken() - first - last) / config.n_layer;
+  const int v = std::max(1, in.virtual_stages);
+  const std::vector<parallel::LayerRange> chunks =
+      parallel::StageLayers(config.n_layer, in.pp * v, {}).value();
+  std::vector<double> stages;
+  for (int stage = 0; stage < in.pp; ++stage) {
+    double layers = 0, ends = 0;
+    for (int c = 0; c < v; ++c) {
+      const parallel::LayerRange& r = chunks[size_t(parallel::VirtualStage(c, in.pp, stage))];
+      layers += r.end - r.begin;
+      if (r.begin == 0) ends += first;
+      if (r.end == config.n_layer) ends += last;
+    }
+    double again = 0;
+    if (in.recompute) again = (layers * layer + (in.StageRecompute() ? ends : 0)) / 3;
+    if (in.recompute_attention) again = 4 * layers * h * s;
+    stages.push_back(layers * layer + ends + again);
+  }
+  return stages;
+}
+
+}  // namespace
+
 StepTime PredictStep(const PlanInput& in) {
   StepTime t;
   const double tokens = double(in.batch) * in.seq_len;  // a dp rank's, per step
-  double flops_per_token = 0;
-  if (in.model.gpt) {
-    model::GPTConfig config = in.model.config;
-    config.seq_len = in.seq_len;
-    flops_per_token = config.FlopsPerToken();
-  } else {
-    flops_per_token = 6.0 * double(in.model.params) +
-                      12.0 * in.model.layers * double(in.model.hidden) * in.seq_len;
-  }
+  // The busiest stage computes all of its m·v micro-batch chunks; the pipeline's fill and
+  // drain add each other stage's time of one (m·v of them make its step's compute). For
+  // equal stages: compute · (v·m + p − 1)/(v·m) = compute / (1 − bubble).
+  const double chunks = double(std::max(1, in.micro_batches)) * std::max(1, in.virtual_stages);
+  double stretched = 0;
   if (in.tflops > 0) {
-    const double passes = in.recompute && in.pp > 1 ? 4.0 / 3.0 : 1.0;  // 6 FLOPs a weight, 8
-    const double again = in.recompute_attention ? 4.0 * in.model.layers * double(in.model.hidden) * in.seq_len : 0;
-    t.compute_s = (passes * flops_per_token + again) * tokens / (double(in.tp) * in.pp) /
-                  (in.tflops * 1e12);
+    const std::vector<double> stages = StageFlopsPerToken(in);
+    const double busiest = *std::max_element(stages.begin(), stages.end());
+    double others = -busiest;
+    for (double f : stages) others += f;
+    const double seconds = tokens / in.tp / (in.tflops * 1e12);
+    t.compute_s = busiest * seconds;
+    stretched = (busiest + others / chunks) * seconds;
   }
   t.bubble = PlanActivationsPerGpu(in).bubble;
   const std::string dp_row = in.zero > 0 ? absl::StrCat("zero-", in.zero) : "dp all-reduce";
@@ -81,10 +127,15 @@ StepTime PredictStep(const PlanInput& in) {
                                ? row.strategy == dp_row
                                : true;
     if (!in_effect) continue;
-    t.comm_s += row.time_s;
-    t.comm_rows.push_back({row.strategy, row.time_s});
+    // tp's calls sit inside each micro-batch's forward and backward: the fill and drain
+    // stretch them as they stretch compute (every stage's alike).
+    const bool in_micro_batches = row.strategy.rfind("tp (", 0) == 0;
+    const double s = row.time_s * (in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
+    t.comm_s += s;
+    t.comm_rows.push_back({row.strategy, s});
   }
-  t.step_s = t.compute_s / (1 - t.bubble) + t.comm_s;
+  t.fill_s = stretched - t.compute_s;
+  t.step_s = stretched + t.comm_s;
   t.model_flops = MegatronStepFlops(in);
   if (t.step_s > 0) {
     t.tflops_per_gpu = t.model_flops / t.step_s / (double(in.dp) * in.tp * in.pp) / 1e12;
@@ -129,15 +180,26 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
       g.dp = world / (g.tp * g.pp);
       if (!divides(g.pp, world / g.tp) || !divides(g.dp, global_batch)) continue;
       g.batch = global_batch / g.dp;
-      g.virtual_stages = 1;
       v.push_back(g);
     }
     return v;
   });
-  expand([&](PlanInput g) {  // micro-batches
+  expand([&](PlanInput g) {  // v: 1, or chunks of equal layers (the interleaved schedule)
     std::vector<PlanInput> v;
-    for (g.micro_batches = 1; g.micro_batches <= std::min(g.batch, 64); ++g.micro_batches) {
-      if (divides(g.micro_batches, g.batch)) v.push_back(g);
+    for (g.virtual_stages = 1; g.virtual_stages * g.pp <= base.model.layers; ++g.virtual_stages) {
+      const bool interleaved = g.virtual_stages > 1;
+      if (interleaved && (g.pp == 1 || !divides(g.pp * g.virtual_stages, base.model.layers))) continue;
+      v.push_back(g);
+    }
+    return v;
+  });
+  expand([&](PlanInput g) {  // micro-batches (interleaved: in groups of pp)
+    std::vector<PlanInput> v;
+    for (g.micro_batches = 1; g.micro_batches <= std::min(g.batch, kSearchMicroBatches);
+         ++g.micro_batches) {
+      if (!divides(g.micro_batches, g.batch)) continue;
+      if (g.virtual_stages > 1 && !divides(g.pp, g.micro_batches)) continue;
+      v.push_back(g);
     }
     return v;
   });
@@ -146,13 +208,15 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
     for (g.zero = 0; g.zero <= (g.dp > 1 ? 3 : 0); ++g.zero) v.push_back(g);
     return v;
   });
-  expand([&](PlanInput g) {  // recompute: none, selective, or full on a pipeline
+  expand([&](PlanInput g) {  // recompute: none, selective, or full (on a pipeline, two ways)
     std::vector<PlanInput> v = {g};
     g.recompute_attention = true;
     v.push_back(g);
+    g.recompute_attention = false;
+    g.recompute = true;
+    v.push_back(g);
     if (g.pp > 1) {
-      g.recompute_attention = false;
-      g.recompute = true;
+      g.recompute_layers = true;
       v.push_back(g);
     }
     return v;
@@ -165,11 +229,27 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
     }
     return v;
   });
+  // What the memory of a grid depends on, computed once each: the model states by the
+  // grid's shape and ZeRO stage, the activations by its shape, micro-batches and
+  // recompute (not by ZeRO's stage).
   const size_t precision_line = base.precision == DType::kF32 ? 0 : base.fp32_grad_accum ? 2 : 1;
+  using Shape = std::tuple<int, int, int, int>;  // tp, pp, v, ep
+  std::map<std::tuple<Shape, int>, double> states;
+  std::map<std::tuple<Shape, int, int, bool, bool, bool>, double> activations;
   std::vector<SearchResult> out;
   for (const PlanInput& in : grids) {
-    const double memory = PlanMemoryPerGpu(in)[precision_line].bytes_per_gpu +
-                          double(std::max<int64_t>(0, PlanActivationsPerGpu(in).bytes_per_gpu));
+    const Shape shape{in.tp, in.pp, in.virtual_stages, in.ep};
+    auto [s, new_states] = states.try_emplace({shape, in.zero}, 0.0);
+    if (new_states) s->second = PlanMemoryLine(in, precision_line);
+    if (s->second > gpu_bytes) continue;
+    auto [a, new_activations] = activations.try_emplace(
+        {shape, in.batch, in.micro_batches, in.recompute, in.recompute_layers,
+         in.recompute_attention},
+        0.0);
+    if (new_activations) {
+      a->second = double(std::max<int64_t>(0, PlanActivationsPerGpu(in).bytes_per_gpu));
+    }
+    const double memory = s->second + a->second;
     if (memory <= gpu_bytes) out.push_back({in, PredictStep(in), memory});
   }
   std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {

@@ -98,7 +98,7 @@ int64_t BoundaryBytesPerStep(const TrainOptions& o) {
 // ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
 int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
   return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase,
-                                    o.recompute);
+                                    o.StageRecompute());
 }
 
 // The tensor-parallel calls of the row (parallel/tensor_parallel.h) in a step of these
@@ -113,7 +113,8 @@ std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOp
   step.micro_batches = o.accumulation_steps();
   step.rows = int64_t(o.micro_batch_size) * o.model.seq_len;
   step.n_embd = o.model.n_embd;
-  step.recompute = o.recompute && o.pp > 1;
+  step.recompute = o.StageRecompute();
+  step.recompute_layers = o.LayerRecompute();
   step.activation_bytes = size_t(BytesOf(o).activations);
   step.grad_bytes = size_t(BytesOf(o).grads);
   if (key.label == "sequence_parallel") step.per_token_elements = PerTokenElements(o, rank);
@@ -172,8 +173,9 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   }
   if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAll) {
     // A layer's routing counts (scope layer{l}.counts): E int64 a micro-batch's forward,
-    // each rank its experts' E/N; a pipeline's recomputed forward counts again (backward).
-    const bool recomputed = key.phase == comm::Phase::kBackward && o.recompute && o.pp > 1;
+    // each rank its experts' E/N; a recomputed forward (a stage's or a layer's) counts
+    // again (backward).
+    const bool recomputed = key.phase == comm::Phase::kBackward && o.recompute;
     if (key.phase != comm::Phase::kForward && !recomputed) return -1;
     return in.steps * o.accumulation_steps() *
            comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.ep, dp_rank % o.ep, -1,
@@ -192,7 +194,7 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
                                                                              : BytesOf(o).params;
     return in.steps * parallel::ZeroBytesPerStep(units, o.zero, ranks, group_rank,
                                                  o.accumulation_steps(), key.algorithm,
-                                                 key.primitive, key.phase, o.recompute, element,
+                                                 key.primitive, key.phase, o.StageRecompute(), element,
                                                  GroupNodes(in, rank, experts));
   };
   const bool zero_row = key.primitive == comm::Primitive::kReduceScatter ||
@@ -348,10 +350,11 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
   // The kernels' attention backward scratch: a head at a time on the CPU, all on a GPU.
   const int64_t tt = int64_t(g.seq_len) * g.seq_len;
   shape.attention_scratch = o.device == DeviceType::kCUDA && !o.dry_run ? tt * (g.n_head / o.tp) : tt;
-  shape.recompute_attention = o.recompute_attention;
+  shape.recompute = o.ModelRecompute();
   const int64_t b = o.micro_batch_size, n = b * g.seq_len;
   const int64_t operand = o.matmul_inputs() == MatmulInputs::kBF16 ? 2 : 4;
-  int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n);
+  int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n) +
+                  model::CountLayerRoom(shape, b).Bytes(operand);
   const std::vector<model::LayerRange>& chunks = layout.chunks();
   std::vector<parallel::PipelineStep> steps;
   if (o.pp > 1) {
@@ -387,7 +390,7 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
     const bool last = chunks[c].end == g.n_layer;
     const int64_t whole = model::CountActivations(shape, b, layers, last, true).Bytes(operand);
     const int64_t sets = o.pp > 1 ? parallel::InFlight(steps, int(c)) : 1;
-    if (o.pp > 1 && o.recompute) {
+    if (o.StageRecompute()) {
       const int64_t kept = model::CountActivations(shape, b, layers, last, false).Bytes(operand);
       bytes += whole + 4 * shape.Rows(n) * g.n_embd + (sets - 1) * kept;
     } else {

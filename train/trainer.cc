@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                      Kernels::Create(t->model_alloc_.device(), options.matmul_inputs()));
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
-  t->gpt_->RecomputeAttention(options.recompute_attention);
+  t->gpt_->SetRecompute(options.ModelRecompute());
   if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.load.empty()) {
     RETURN_IF_ERROR(t->Load(options.load));
@@ -371,6 +371,9 @@ void Trainer::LogHeader(std::ostream& log) {
   if (options_.recompute_attention) {
     log << "selective recompute: no layer keeps attention's probabilities; backward makes them "
            "again\n";
+  } else if (options_.LayerRecompute()) {
+    log << "full recompute, layer by layer: a layer keeps only its input; backward runs its "
+           "forward again first\n";
   }
   if (options_.pp > 1) {
     const int m = options_.accumulation_steps();

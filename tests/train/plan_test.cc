@@ -114,6 +114,15 @@ std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& strategy, 
   if (strategy == "tp (layers of a stage)") {
     return [](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; };
   }
+  if (strategy == "pp (tied embedding)") {
+    return [](const comm::LedgerKey& k) { return k.group == "embedding" && k.label == "tied_embedding"; };
+  }
+  if (strategy == "tp (embedding, LM head, loss)") {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "tp" && (k.label == "embedding" || k.label == "lm_head" ||
+                                 k.label == "cross_entropy");
+    };
+  }
   if (strategy == "pp (boundaries)") {
     return [](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); };
   }
@@ -158,7 +167,8 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     in.micro_batches = pick({1, 2});
     in.batch = in.micro_batches * pick({1, 2});
     in.sequence_parallel = in.tp > 1 && pick({0, 1}) == 1;
-    in.recompute = in.pp > 1 && pick({0, 1}) == 1;
+    in.recompute = pick({0, 1}) == 1;
+    in.recompute_layers = in.recompute && in.pp > 1 && pick({0, 1}) == 1;
     in.recompute_attention = !in.recompute && pick({0, 1}) == 1;
     in.gpipe = in.pp > 1 && pick({0, 1}) == 1;
     in.precision = pick({0, 1}) == 1 ? DType::kBF16 : DType::kF32;
@@ -173,7 +183,8 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
                               " seq_len ", c.seq_len, " vocab ", c.vocab_size, " dp ", in.dp,
                               " tp ", in.tp, " pp ", in.pp, " zero ", in.zero, " m ",
                               in.micro_batches, " b ", in.batch, " sp ", in.sequence_parallel,
-                              " recompute ", in.recompute, " selective ", in.recompute_attention,
+                              " recompute ", in.recompute, " layers ", in.recompute_layers,
+                              " selective ", in.recompute_attention,
                               " gpipe ", in.gpipe,
                               " ", Name(in.precision)));
     const RankLedgers run = RunSteps(o);
@@ -213,11 +224,11 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30);
   ASSERT_FALSE(all.empty());
   // Each grid once: a dense model has no ep to try.
-  std::set<std::tuple<int, int, int, int, int, bool, bool, int>> seen;
+  std::set<std::tuple<int, int, int, int, int, bool, bool, bool, int>> seen;
   for (const SearchResult& r : all) {
     EXPECT_EQ(r.in.ep, 1);
     EXPECT_TRUE(seen.insert({r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
-                             r.in.recompute, r.in.recompute_attention, r.in.ep})
+                             r.in.recompute, r.in.recompute_attention, r.in.recompute_layers, r.in.ep})
                     .second);
   }
   double most = 0, least = 1e300;

@@ -1,11 +1,17 @@
-// Selective recompute (--recompute_granularity=selective): no layer keeps attention's
-// probabilities, and backward makes them again from the kept qkv. On every layout it
-// trains bit for bit as the same layout without it (losses, parameters, every traffic
-// row), and every rank's activation peak equals the closed form (model/activations.h):
-// at pp = 1, L·b·(nh/tp)·T² fp32 kept less, one b·(nh/tp)·T² scratch more.
+// Recompute that the model does (model/gpt.h SetRecompute), on every layout bit for bit
+// the same layout without it (losses, parameters, every traffic row but the recomputed
+// forward's own calls), every rank's activation peak equal to the closed form
+// (model/activations.h), every report row to its formula:
+//  - selective (--recompute_granularity=selective): no layer keeps attention's
+//    probabilities; at pp = 1, L·b·(nh/tp)·T² fp32 kept less, one b·(nh/tp)·T² more;
+//  - full layer by layer (--recompute with pp = 1, or --recompute_method=layer on a
+//    pipeline): a layer keeps its output only, and its forward runs again, collectives
+//    included, before its backward.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -23,81 +29,120 @@ struct Case {
   Grid grid;
   DType precision = DType::kF32;
   int experts = 0;
+  int ep = 1;
 };
 
-TrainOptions On(const Case& c, bool selective) {
+// The case with its recompute (`on`) or without.
+TrainOptions On(const Case& c, bool on) {
   Grid g = c.grid;
-  g.recompute_attention = selective;
+  if (!on) g.recompute = g.recompute_attention = g.recompute_layers = false;
   TrainOptions o = g.On(TinyGrid(4 * g.dp));
   o.precision = c.precision;
   o.model.n_experts = c.experts;
+  o.ep = c.ep;
   o.bucket_mb = 20000.0 / (1 << 20);
   return o;
 }
 
-// The same bits: losses, parameters, and every rank's traffic (bytes and calls, by key
-// and peer).
-void ExpectIdentical(const RunResult& a, const RunResult& b) {
+// The same bits: losses and parameters; and every rank's traffic (bytes and calls, by
+// key and peer) but, with `recomputed_forward`, the backward rows of the groups a layer's
+// forward talks in (tp, ep), which the formulas check instead.
+void ExpectIdentical(const RunResult& a, const RunResult& b, bool recomputed_forward) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   EXPECT_EQ(0, std::memcmp(a.losses.data(), b.losses.data(), sizeof(float) * a.losses.size()));
   ASSERT_EQ(a.params.size(), b.params.size());
   EXPECT_EQ(0, std::memcmp(a.params.data(), b.params.data(), sizeof(float) * a.params.size()));
+  auto compared = [recomputed_forward](const comm::LedgerKey& k) {
+    return !(recomputed_forward && k.phase == comm::Phase::kBackward &&
+             (k.group == "tp" || k.group == "ep"));
+  };
   ASSERT_EQ(a.traffic.size(), b.traffic.size());
   for (size_t r = 0; r < a.traffic.size(); ++r) {
-    const auto& ta = a.traffic[r].transfers();
-    const auto& tb = b.traffic[r].transfers();
-    ASSERT_EQ(ta.size(), tb.size()) << "rank " << r;
-    for (auto i = ta.begin(), j = tb.begin(); i != ta.end(); ++i, ++j) {
-      EXPECT_TRUE(i->first == j->first) << "rank " << r;
-      EXPECT_EQ(i->second.bytes_sent, j->second.bytes_sent) << "rank " << r;
-      EXPECT_EQ(i->second.bytes_recv, j->second.bytes_recv) << "rank " << r;
+    std::map<std::pair<comm::LedgerKey, int>, std::pair<int64_t, int64_t>> sa, sb;
+    for (const auto& [key, t] : a.traffic[r].transfers()) {
+      if (compared(key.first)) sa[key] = {t.bytes_sent, t.bytes_recv};
     }
-    const auto& ca = a.traffic[r].calls();
-    const auto& cb = b.traffic[r].calls();
-    ASSERT_EQ(ca.size(), cb.size()) << "rank " << r;
-    for (auto i = ca.begin(), j = cb.begin(); i != ca.end(); ++i, ++j) {
-      EXPECT_TRUE(i->first == j->first) << "rank " << r;
-      EXPECT_EQ(i->second.calls, j->second.calls) << "rank " << r;
-      EXPECT_EQ(i->second.payload_bytes, j->second.payload_bytes) << "rank " << r;
+    for (const auto& [key, t] : b.traffic[r].transfers()) {
+      if (compared(key.first)) sb[key] = {t.bytes_sent, t.bytes_recv};
+    }
+    EXPECT_TRUE(sa == sb) << "rank " << r;
+    std::map<comm::LedgerKey, std::pair<int64_t, int64_t>> ca, cb;
+    for (const auto& [key, c] : a.traffic[r].calls()) {
+      if (compared(key)) ca[key] = {c.calls, c.payload_bytes};
+    }
+    for (const auto& [key, c] : b.traffic[r].calls()) {
+      if (compared(key)) cb[key] = {c.calls, c.payload_bytes};
+    }
+    EXPECT_TRUE(ca == cb) << "rank " << r;
+  }
+}
+
+class RecomputeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RecomputeTest, TrainsBitForBitWithExactActivationMemory) {
+  const Case& c = GetParam();
+  const TrainOptions plain = On(c, false), o = On(c, true);
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  const RunResult without = RunRanks(plain), with = RunRanks(o);
+  ExpectIdentical(with, without, o.LayerRecompute());
+  if (o.world() == 1 && o.zero == 0) return;  // the serial run keeps no ledger
+  ExpectMemoryFormulaExact(o, with);
+  ExpectReportRowsExact(o, with);
+  // What a micro-batch of b sequences no longer keeps in all but one layer, counted here
+  // from block.h's list (fp32, one rank's heads and widths; no experts): selective, the
+  // probabilities; layer recompute, all but the layer's output.
+  const model::GPTConfig& g = o.model;
+  const int64_t b = o.micro_batch_size, t = g.seq_len, c4 = 4, tp = c.grid.tp;
+  const int64_t n = b * t, r = o.sequence_parallel ? n / tp : n, ch = g.n_embd;
+  const int64_t probabilities = b * (g.n_head / tp) * t * t;
+  const int64_t layer_but_output = (r * ch + 4 * r + probabilities + n * 4 * ch / tp) +
+                                   (2 * n * ch + n * ch / tp + 3 * n * ch / tp + n * 4 * ch / tp);
+  const int64_t saved = c4 * (g.n_layer - 1) * (o.LayerRecompute() ? layer_but_output : probabilities);
+  for (int rank = 0; rank < o.world(); ++rank) {
+    const int64_t kept = without.memory[rank].peak(MemoryCategory::kActivations);
+    const int64_t now = with.memory[rank].peak(MemoryCategory::kActivations);
+    EXPECT_LT(now, kept) << "rank " << rank;
+    if (c.grid.pp == 1 && c.experts == 0 && c.precision == DType::kF32) {
+      EXPECT_EQ(kept - now, saved) << "rank " << rank;
     }
   }
 }
 
-class SelectiveRecomputeTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(SelectiveRecomputeTest, TrainsBitForBitWithExactActivationMemory) {
-  const Case& c = GetParam();
-  const TrainOptions plain = On(c, false), selective = On(c, true);
-  ASSERT_TRUE(selective.Validate().ok()) << selective.Validate();
-  const RunResult without = RunRanks(plain), with = RunRanks(selective);
-  ExpectIdentical(with, without);
-  if (selective.world() == 1 && selective.zero == 0) return;  // the serial run keeps no ledger
-  ExpectMemoryFormulaExact(selective, with);
-  ExpectReportRowsExact(selective, with);
-  const model::GPTConfig& g = selective.model;
-  const int64_t probabilities =
-      4 * int64_t(selective.micro_batch_size) * (g.n_head / c.grid.tp) * g.seq_len * g.seq_len;
-  for (int r = 0; r < selective.world(); ++r) {
-    const int64_t kept = without.memory[r].peak(MemoryCategory::kActivations);
-    const int64_t now = with.memory[r].peak(MemoryCategory::kActivations);
-    EXPECT_LT(now, kept) << "rank " << r;
-    if (c.grid.pp == 1) {
-      EXPECT_EQ(kept - now, (g.n_layer - 1) * probabilities) << "rank " << r;
-    }
-  }
+Grid With(Grid g, bool layers) {
+  (layers ? g.recompute : g.recompute_attention) = true;
+  return g;
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Grids, SelectiveRecomputeTest,
-    ::testing::Values(Case{Grid{}}, Case{Grid{.zero = 1}}, Case{Grid{.dp = 2, .zero = 3}},
-                      Case{Grid{.tp = 2, .sequence_parallel = true}},
-                      Case{Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}},
-                      Case{Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}},
-                      Case{Grid{.dp = 2, .tp = 2}, DType::kBF16}, Case{Grid{.dp = 2}, DType::kF32, 4}),
+    Grids, RecomputeTest,
+    ::testing::Values(
+        // Selective.
+        Case{With(Grid{}, false)}, Case{With(Grid{.zero = 1}, false)},
+        Case{With(Grid{.dp = 2, .zero = 3}, false)},
+        Case{With(Grid{.tp = 2, .sequence_parallel = true}, false)},
+        Case{With(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}, false)},
+        Case{With(Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, false)},
+        Case{With(Grid{.dp = 2, .tp = 2}, false), DType::kBF16},
+        Case{With(Grid{.dp = 2}, false), DType::kF32, 4},
+        // Full, layer by layer (pp = 1).
+        Case{With(Grid{}, true)}, Case{With(Grid{.zero = 1}, true)},
+        Case{With(Grid{.dp = 2, .zero = 3}, true)}, Case{With(Grid{.dp = 2, .zero = 2}, true)},
+        Case{With(Grid{.tp = 2}, true)}, Case{With(Grid{.tp = 2, .sequence_parallel = true}, true)},
+        Case{With(Grid{.dp = 2, .tp = 2, .zero = 1}, true), DType::kBF16},
+        Case{With(Grid{.dp = 2}, true), DType::kF32, 4, 2},
+        // Full, layer by layer, on a pipeline (--recompute_method=layer).
+        Case{With(Grid{.pp = 2, .recompute_layers = true}, true)},
+        Case{With(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .recompute_layers = true}, true)},
+        Case{With(Grid{.dp = 2, .pp = 2, .zero = 3, .recompute_layers = true}, true)},
+        Case{With(Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2,
+                       .recompute_layers = true},
+                  true)},
+        Case{With(Grid{.dp = 2, .pp = 2, .recompute_layers = true}, true), DType::kF32, 4, 2}),
     [](const ::testing::TestParamInfo<Case>& param) {
       std::string name = param.param.grid.Name();
       if (param.param.precision == DType::kBF16) name += "_bf16";
       if (param.param.experts > 0) name += "_experts";
+      if (param.param.ep > 1) name += "_ep";
       return name;
     });
 
@@ -143,8 +188,8 @@ TEST(SelectiveRecompute, ThePlannerCountsTheForwardAgainAndTheMemoryKept) {
 }
 
 TEST(SelectiveRecompute, FullAndSelectiveAreOneChoice) {
-  TrainOptions o = On(Case{Grid{.pp = 2}}, true);
-  o.recompute = true;
+  TrainOptions o = On(Case{Grid{.pp = 2, .recompute = true}}, true);
+  o.recompute_attention = true;
   EXPECT_NE(o.Validate().message().find("full or selective"), std::string_view::npos)
       << o.Validate();
 }

@@ -54,6 +54,7 @@ struct Grid {
   std::vector<int> pp_layers = {};  // empty: balanced
   bool recompute = false;
   bool recompute_attention = false;  // selective recompute
+  bool recompute_layers = false;     // a pipeline's full recompute layer by layer
   bool pp_scatter_gather = false;
   int micro_batches = 0;  // per rank and step (0: the options' own)
   comm::Algorithm allreduce = comm::Algorithm::kRing;
@@ -71,6 +72,7 @@ struct Grid {
     o.pp_layers = pp_layers;
     o.recompute = recompute;
     o.recompute_attention = recompute_attention;
+    o.recompute_layers = recompute_layers;
     o.pp_scatter_gather = pp_scatter_gather;
     if (micro_batches > 0) o.micro_batch_size = o.global_batch_size / (dp * micro_batches);
     o.allreduce = allreduce;
@@ -79,7 +81,7 @@ struct Grid {
   }
   // "dp2_tp1_pp2_zero3", then what is set: "_sp", the schedule (pp > 1, or gpipe) and its
   // chunks ("_interleaved_v2"), "_m4",
-  // "_uneven", "_recompute", "_selective", "_naive", "_native".
+  // "_uneven", "_recompute", "_selective", "_layers", "_naive", "_native".
   std::string Name() const {
     std::string name = "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" +
                        std::to_string(pp) + "_zero" + std::to_string(zero);
@@ -92,6 +94,7 @@ struct Grid {
     if (!pp_layers.empty()) name += "_uneven";
     if (recompute) name += "_recompute";
     if (recompute_attention) name += "_selective";
+    if (recompute_layers) name += "_layers";
     if (pp_scatter_gather) name += "_scatter";
     if (allreduce == comm::Algorithm::kNaive) name += "_naive";
     if (native_collectives) name += "_native";
