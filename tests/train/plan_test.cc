@@ -224,10 +224,10 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30);
   ASSERT_FALSE(all.empty());
   // Each grid once: a dense model has no ep to try.
-  std::set<std::tuple<int, int, int, int, int, bool, bool, bool, int>> seen;
+  std::set<std::tuple<int, int, int, int, int, int, bool, bool, bool, int>> seen;
   for (const SearchResult& r : all) {
     EXPECT_EQ(r.in.ep, 1);
-    EXPECT_TRUE(seen.insert({r.in.dp, r.in.tp, r.in.pp, r.in.zero, r.in.micro_batches,
+    EXPECT_TRUE(seen.insert({r.in.dp, r.in.tp, r.in.pp, r.in.virtual_stages, r.in.zero, r.in.micro_batches,
                              r.in.recompute, r.in.recompute_attention, r.in.recompute_layers, r.in.ep})
                     .second);
   }

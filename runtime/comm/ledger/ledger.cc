@@ -59,7 +59,7 @@ void TrafficLedger::Encode(ByteWriter& w) const {
   for (const auto& [key_peer, t] : transfers_) {
     EncodeKey(w, key_peer.first);
     w.Int(key_peer.second).Int(t.bytes_sent).Int(t.bytes_recv).Int(t.messages_sent);
-    w.Int(t.messages_recv).Double(t.seconds);
+    w.Int(t.messages_recv).Int(t.transfers_sent).Double(t.seconds);
   }
   w.Int(int64_t(calls_.size()));
   for (const auto& [key, c] : calls_) {
@@ -91,6 +91,7 @@ bool TrafficLedger::Decode(ByteReader& r) {
     t.bytes_recv = r.Int();
     t.messages_sent = r.Int();
     t.messages_recv = r.Int();
+    t.transfers_sent = r.Int();
     t.seconds = r.Double();
   }
   for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {

@@ -49,6 +49,10 @@ struct TransferTotals {
   int64_t bytes_recv = 0;
   int64_t messages_sent = 0;
   int64_t messages_recv = 0;
+  // The sends those messages went in: a send's messages are its segments of at most
+  // max_chunk_bytes, posted together and following each other on the link, so that on a
+  // modelled cluster a send costs one α (ModelledSeconds, and the replay's timeline).
+  int64_t transfers_sent = 0;
   double seconds = 0;  // from post to completion, summed over messages (as the Wire
                        // stamps them: a run of posts shares one reading, and a message is
                        // done at the first reading after its wait; wire.h)
@@ -123,6 +127,7 @@ class TrafficLedger {
       t.bytes_recv += v.bytes_recv;
       t.messages_sent += v.messages_sent;
       t.messages_recv += v.messages_recv;
+      t.transfers_sent += v.transfers_sent;
       t.seconds += v.seconds;
     }
     return t;
@@ -131,7 +136,7 @@ class TrafficLedger {
     return Sum([](const LedgerKey&) { return true; });
   }
   // The time the messages sent under each key would take on `cluster` (the α-β model,
-  // nodes.h): each peer's messages and bytes over the link to it.
+  // nodes.h): each peer's sends (one α each) and bytes over the link to it.
   std::map<LedgerKey, LinkSeconds> ModelledSeconds(const Nodes& nodes,
                                                    const Cluster& cluster) const {
     std::map<LedgerKey, LinkSeconds> seconds;
@@ -139,7 +144,7 @@ class TrafficLedger {
       const Link link = nodes.LinkBetween(world_rank_, key.second);
       LinkSeconds& s = seconds[key.first];
       (link == Link::kIntra ? s.intra : s.inter) +=
-          cluster.Of(link).Seconds(v.bytes_sent, v.messages_sent);
+          cluster.Of(link).Seconds(v.bytes_sent, v.transfers_sent);
     }
     return seconds;
   }

@@ -58,11 +58,12 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
     row.messages_sent += 1;
     sent_bytes_ += int64_t(s.bytes);
   }
+  row.transfers_sent += segments.empty() ? 0 : 1;
   if (recording_) {  // the replay's record of the call (timeline.h)
     const int peer_world = PeerWorldRank(peer);
     if (sent_.empty() || sent_.back().peer != peer_world) sent_.push_back({peer_world, 0, 0});
     sent_.back().bytes += int64_t(bytes);
-    sent_.back().messages += 1;  // one transfer, however many segments (timeline.h)
+    sent_.back().messages += segments.empty() ? 0 : 1;  // one send, however many segments
   }
   for (Segment s : Posted(segments, bytes)) {
     pending.entries_.push_back(
@@ -95,6 +96,7 @@ void Wire::BookModelled() {
   TransferTotals& to = Row(PeerWorldRank(right()));
   to.bytes_sent += t.sent;
   to.messages_sent += t.sent > 0 ? 1 : 0;
+  to.transfers_sent += t.sent > 0 ? 1 : 0;
   sent_bytes_ += t.sent;
   TransferTotals& from = Row(PeerWorldRank(left()));
   from.bytes_recv += t.recv;

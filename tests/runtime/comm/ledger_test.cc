@@ -12,8 +12,8 @@ namespace {
 using test_util::Filled;
 using test_util::RunRanks;
 
-// Each peer's bytes and messages go over the link to it: its class by the nodes, its
-// time by the α-β model of that class.
+// Each peer's bytes and sends go over the link to it: its class by the nodes, its time by
+// the α-β model of that class, one α a send however many segments it took.
 TEST(Ledger, SplitsBytesByLinkAndTimesThemOnAModelledCluster) {
   const Nodes nodes = Nodes::Blocks(4, 2).value();  // [0 1] [2 3]
   TrafficLedger ledger(0);
@@ -22,10 +22,12 @@ TEST(Ledger, SplitsBytesByLinkAndTimesThemOnAModelledCluster) {
   key.primitive = Primitive::kAllReduce;
   TransferTotals& to_1 = ledger.Transfers(key, 1);
   to_1.bytes_sent = 1000000;
-  to_1.messages_sent = 2;
+  to_1.messages_sent = 4;  // two sends of two segments each
+  to_1.transfers_sent = 2;
   TransferTotals& to_2 = ledger.Transfers(key, 2);
   to_2.bytes_sent = 1000000;
-  to_2.messages_sent = 1;
+  to_2.messages_sent = 3;  // one send of three segments
+  to_2.transfers_sent = 1;
   auto all = [](const LedgerKey&) { return true; };
   EXPECT_EQ(ledger.SentByLink(nodes, all), (LinkBytes{1000000, 1000000}));
   const Cluster cluster{{100, 1}, {10, 5}};  // 100 GB/s + 1 us, 10 GB/s + 5 us
