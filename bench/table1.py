@@ -64,7 +64,7 @@ def main():
         out.append({"billions": row[0], "tp": row[4], "pp": row[5], "gpus": row[6],
                     "paper_tflops_per_gpu": row[10], "predicted_tflops_per_gpu": step["tflops_per_gpu"],
                     "predicted_step_s": step["step_s"], "bubble": step["bubble"],
-                    "compute_s": step["compute_s"], "comm_s": step["comm_s"]})
+                    "compute_s": step["compute_s"], "fill_s": step["fill_s"], "comm_s": step["comm_s"]})
     errors = [abs(r["predicted_tflops_per_gpu"] / r["paper_tflops_per_gpu"] - 1) for r in out]
     if args.json:
         print(json.dumps({"cluster": args.cluster, "rows": out,
@@ -73,12 +73,13 @@ def main():
     print(f"Narayanan et al. 2021, Table 1, against tally_plan on --cluster={args.cluster} "
           "(TFLOP/s per GPU by the paper's eq. 3; modelled clock)")
     print(f"{'params':>8} {'tp':>3} {'pp':>3} {'GPUs':>5} {'paper':>7} {'tally':>7} {'ratio':>6} "
-          f"{'step s':>9} {'compute s':>10} {'comm s':>8} {'bubble':>7}")
+          f"{'step s':>9} {'compute s':>10} {'fill s':>7} {'comm s':>8} {'bubble':>7}")
     for r in out:
         print(f"{r['billions']:>7.1f}B {r['tp']:>3} {r['pp']:>3} {r['gpus']:>5} "
               f"{r['paper_tflops_per_gpu']:>7.0f} {r['predicted_tflops_per_gpu']:>7.1f} "
               f"{r['predicted_tflops_per_gpu'] / r['paper_tflops_per_gpu']:>6.2f} "
-              f"{r['predicted_step_s']:>9.3f} {r['compute_s']:>10.3f} {r['comm_s']:>8.3f} {r['bubble']:>7.3f}")
+              f"{r['predicted_step_s']:>9.3f} {r['compute_s']:>10.3f} {r['fill_s']:>7.3f} {r['comm_s']:>8.3f} "
+              f"{r['bubble']:>7.3f}")
     within = sum(e <= 0.10 for e in errors)
     print(f"mean |error| {100 * sum(errors) / len(errors):.1f}%, largest {100 * max(errors):.1f}%, "
           f"{within} of {len(out)} rows within 10%")

@@ -1,5 +1,5 @@
-// The activation memory of tally's GPT as closed forms of the shape: what gpt.cc allocates
-// (NewActivations, EnsureScratch), and what a planner predicts from the options alone
+// The activation memory of tally's GPT as closed forms of the shape: what
+// gpt_activations.cc allocates (NewActivations, EnsureScratch), and what a planner predicts from the options alone
 // (train/report.h's PredictedMemory, tally_plan). One micro-batch of b sequences of T
 // tokens, n = b·T rows, C channels, tp ranks of tensor parallelism (C/tp and 4C/tp the
 // split widths, nh/tp the heads), R rows between the split layers (n/tp under sequence

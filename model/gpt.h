@@ -192,7 +192,7 @@ class GPT {
   // The scratch of a micro-batch of b sequences (reused from layer to layer), and under
   // layer recompute the layers' room.
   absl::Status EnsureScratch(int b);
-  // Cursors into the buffers a set of activations is carved from (gpt.cc).
+  // Cursors into the buffers a set of activations is carved from (gpt_activations.cc).
   struct Carver;
   // Carves a layer's activations but its output, for micro-batches of b sequences.
   void CarveLayer(Carver& at, int64_t b, BlockActivations& x) const;

@@ -394,8 +394,8 @@ double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   // Summed over the world: dp replicas of the model states, less what ZeRO shards.
   const double states = params * phi * (zero >= 3 ? 1 : dp) +
                         grads * phi * (zero >= 2 ? 1 : dp) + state * phi * (zero >= 1 ? 1 : dp);
-  // One micro-batch's saved activations on a rank (model/gpt.cc): per layer, in fp32, the
-  // residuals (N, C), the MLP's c_fc output (N, 4C) split over tp and the attention
+  // One micro-batch's saved activations on a rank (model/gpt_activations.cc): per layer,
+  // in fp32, the residuals (N, C), the MLP's c_fc output (N, 4C) split over tp and the attention
   // probabilities (B, NH/tp, T, T); in the matmuls' operand type (bf16 under mixed
   // precision) the LayerNorm outputs (N, C), qkv and the attention output (N, 4C in all)
   // and the GELU output (N, 4C), those split over tp.
@@ -403,10 +403,15 @@ double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   const double n = double(micro_batch_size) * t;
   // With experts the MLP's rows are k times as many, and each has its input and output.
   const double mlp_rows = model.moe() ? n * model.moe_top_k : n;
+  // Selective recompute keeps no layer's probabilities, layer recompute only each layer's
+  // output (one layer's room besides): still a lower bound.
+  const double probabilities =
+      recompute_attention ? 0 : double(micro_batch_size) * (model.n_head / double(tp)) * t * t;
   const double per_layer =
-      4 * (2 * n * c + 4 * mlp_rows * c / tp + double(micro_batch_size) * (model.n_head / double(tp)) * t * t) +
-      operand * (2 * n * c + 4 * n * c / tp + 4 * mlp_rows * c / tp) +
-      (model.moe() ? (4 + operand) * mlp_rows * c : 0);
+      LayerRecompute() ? 4 * n * c
+                       : 4 * (2 * n * c + 4 * mlp_rows * c / tp + probabilities) +
+                             operand * (2 * n * c + 4 * n * c / tp + 4 * mlp_rows * c / tp) +
+                             (model.moe() ? (4 + operand) * mlp_rows * c : 0);
   const double activations = per_layer * l / pp + 4 * n * v / tp;
   const double per_rank = states / world() + activations + 5.0 * double(data_bytes);
   return per_rank * ranks_here;

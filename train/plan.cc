@@ -1,3 +1,5 @@
+// The planner's rows (plan.h): per strategy the seed's bytes, the exact bytes of the
+// busiest GPU and of all, what crosses nodes, and the α-β time.
 #include "train/plan.h"
 
 #include <algorithm>
@@ -22,23 +24,7 @@ namespace {
 using comm::Algorithm;
 using comm::Primitive;
 
-// One layer's experts' values (0: dense).
-double ExpertValues(const PlanInput& in) {
-  const double h = in.model.hidden;
-  return double(in.n_experts) * (8 * h * h + 5 * h);
-}
 
-// The stages that can hold the most of anything per GPU under balanced layers
-// (StageLayers gives the first stages, and the first virtual stages, the extra layers):
-// the first (the most layers, the position embedding, the most micro-batches in flight),
-// the second (as many layers as the first, without its embeddings) and the last (wte, ln_f
-// and the LM head's logits). Any other stage holds no more than the second.
-std::vector<int> CandidateStages(int pp) {
-  std::vector<int> stages = {0};
-  if (pp > 2) stages.push_back(1);
-  if (pp > 1) stages.push_back(pp - 1);
-  return stages;
-}
 
 // The values one GPU holds: its tensor-parallel part of its stage (the largest), and of
 // them its share of the experts (E/ep of each layer's).
@@ -153,130 +139,6 @@ double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double byte
 
 }  // namespace
 
-absl::StatusOr<PlanModel> ModelPreset(const std::string& name) {
-  PlanModel m;
-  m.name = name;
-  if (name == "toy" || name == "gpt2-124m") {
-    m.gpt = true;
-    if (name == "gpt2-124m") {
-      m.config.n_layer = 12;
-      m.config.n_head = 12;
-      m.config.n_embd = 768;
-      m.config.seq_len = 1024;
-      m.config.vocab_size = 256;  // tally's byte vocabulary (GPT-2's 50257 in its own)
-    }
-    m.params = m.config.NumParams();
-    m.layers = m.config.n_layer;
-    m.hidden = m.config.n_embd;
-    return m;
-  }
-  struct Shape {
-    const char* name;
-    int64_t params;
-    int layers, hidden;
-  };
-  for (const Shape& s : {Shape{"llama-7b", 7'000'000'000, 32, 4096},
-                         Shape{"llama-13b", 13'000'000'000, 40, 5120},
-                         Shape{"llama-70b", 70'000'000'000, 80, 8192}}) {
-    if (name == s.name) {
-      m.params = s.params;
-      m.layers = s.layers;
-      m.hidden = s.hidden;
-      return m;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "[flags] --model must be toy, gpt2-124m, llama-7b, llama-13b or llama-70b, got '", name, "'"));
-}
-
-PlanModel GptShape(const model::GPTConfig& config) {
-  PlanModel m;
-  m.gpt = true;
-  m.config = config;
-  m.name = absl::StrCat("gpt (n_layer ", config.n_layer, ", n_head ", config.n_head, ", n_embd ",
-                        config.n_embd, ", vocab_size ", config.vocab_size, ")");
-  m.params = config.NumParams();
-  m.layers = config.n_layer;
-  m.hidden = config.n_embd;
-  return m;
-}
-
-PlanModel WithExperts(PlanModel model, int experts, int top_k) {
-  if (experts <= 0) return model;
-  if (model.gpt) {
-    model.config.n_experts = experts;
-    model.config.moe_top_k = top_k;
-    model.params = model.config.NumParams();
-    return model;
-  }
-  const double h = model.hidden, mlp = 8 * h * h + 5 * h;
-  // Past GPTConfig's ceiling the count is not kept (tally_plan refuses it).
-  const double params = double(model.params) + model.layers * ((experts - 1) * mlp + experts * h);
-  model.params = params > model::GPTConfig::kMaxParams ? -1 : int64_t(params);
-  return model;
-}
-
-TrainOptions PlanAsTrainOptions(const PlanInput& in) {
-  TrainOptions o;
-  o.model = in.model.config;
-  o.model.seq_len = in.seq_len;
-  o.dp = in.dp;
-  o.tp = in.tp;
-  o.pp = in.pp;
-  if (in.virtual_stages > 1) {
-    o.schedule = parallel::PipelineSchedule::kInterleaved;
-    o.virtual_stages = in.virtual_stages;
-  } else if (in.gpipe) {
-    o.schedule = parallel::PipelineSchedule::kGPipe;
-  }
-  o.zero = in.zero;
-  o.ep = in.ep;
-  o.sequence_parallel = in.sequence_parallel;
-  o.recompute = in.recompute;
-  o.recompute_layers = in.recompute_layers;
-  o.recompute_attention = in.recompute_attention;
-  o.pp_scatter_gather = in.pp_scatter_gather;
-  o.global_batch_size = in.batch * in.dp;
-  o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
-  o.allreduce = in.allreduce;
-  o.precision = in.precision;
-  o.fp32_grad_accum = in.fp32_grad_accum;
-  o.order = in.order;
-  o.gpus_per_node = in.gpus_per_node;
-  o.cluster = in.cluster;
-  // Another vocabulary than the bytes' is a dry run's (options.h).
-  o.dry_run = o.model.vocab_size != 256;
-  return o;
-}
-
-namespace {
-
-// The world ranks of dp rank 0 and tp rank 0 of those stages: the stages' first ranks,
-// which hold their stage's largest ZeRO chunks (ChunkOf gives the first ranks the larger
-// ones, of the vocabulary too).
-std::vector<int> StageFirstRanks(const TrainOptions& o) {
-  std::vector<int> ranks;
-  const parallel::Topology grid = o.topology();
-  for (int stage : CandidateStages(o.pp)) ranks.push_back(grid.RankAt({0, 0, stage}));
-  return ranks;
-}
-
-}  // namespace
-
-PlanActivations PlanActivationsPerGpu(const PlanInput& in) {
-  PlanActivations out;
-  out.bubble = in.pp > 1 ? parallel::TheoreticalBubble(in.pp, in.micro_batches, in.virtual_stages)
-                         : 0.0;
-  if (!in.model.gpt) return out;
-  const TrainOptions o = PlanAsTrainOptions(in);
-  for (int r : StageFirstRanks(o)) {
-    const int64_t bytes = PredictedMemory(o, r).activations;
-    const int stage = o.topology().Of(r).pp;
-    if (bytes < 0) return {-1, stage, out.bubble};
-    if (bytes > out.bytes_per_gpu) out = {bytes, stage, out.bubble};
-  }
-  return out;
-}
 
 // Long, and kept whole: one row per strategy, its seed form, exact form and time side by
 // side, so that the table reads as the article's list.
@@ -580,118 +442,6 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     }
   }
   return rows;
-}
-
-std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
-  // Under expert parallelism a GPU holds E/ep of each layer's experts, which ZeRO shards
-  // over the dp/ep ranks of the edp group; the rest over the dp group.
-  const double stage = double(in.tp) * in.pp;
-  const double experts = in.model.layers * ExpertValues(in) / in.ep / stage;
-  const double dense = (double(in.model.params) - in.model.layers * ExpertValues(in)) / stage;
-  auto sharded = [&](bool sharding) {
-    return sharding ? dense / in.dp + experts / (double(in.dp) / in.ep) : dense + experts;
-  };
-  std::vector<PlanMemory> lines = {{"fp32: 4 + 4 + 8", 4, 4, 8},
-                                   {"bf16: 2 + 2 + 12", 2, 2, 12},
-                                   {"bf16, fp32 grad accumulation: 2 + 4 + 12", 2, 4, 12}};
-  for (PlanMemory& m : lines) {
-    m.bytes_per_gpu = m.params * sharded(in.zero >= 3) + m.grads * sharded(in.zero >= 2) +
-                      m.optimizer * sharded(in.zero >= 1);
-  }
-  if (!in.model.gpt) return lines;
-  for (size_t i = 0; i < lines.size(); ++i) lines[i].bytes_per_gpu = PlanMemoryLine(in, i);
-  return lines;
-}
-
-double PlanMemoryLine(const PlanInput& in, size_t line) {
-  if (!in.model.gpt) return PlanMemoryPerGpu(in)[line].bytes_per_gpu;
-  // tally's GPT: exactly what the busiest stage's dp rank 0 holds (PredictedMemory; the
-  // first ranks take the larger chunks of ZeRO's uneven cuts).
-  const std::pair<DType, bool> precisions[] = {
-      {DType::kF32, false}, {DType::kBF16, false}, {DType::kBF16, true}};
-  TrainOptions o = PlanAsTrainOptions(in);
-  o.precision = precisions[line].first;
-  o.fp32_grad_accum = precisions[line].second;
-  double most = 0;
-  for (int r : StageFirstRanks(o)) {
-    const MemoryFormula f = PredictedMemory(o, r);
-    most = std::max(most, double(f.params + f.grads + f.optimizer));
-  }
-  return most;
-}
-
-std::vector<SeedExample> SeedExamples() {
-  const double GB = 1e9, MiB = double(1 << 20), GiB = double(1 << 30);
-  // Each figure is the planner's own, for the example's parameters: LLaMA-7B in fp16
-  // (e = 2), b = 4, s = 2048; the 70B layout at s = 4096.
-  auto plan = [](const char* model, int dp, int tp, int pp, int batch, int seq_len,
-                 Algorithm allreduce = Algorithm::kRing) {
-    PlanInput in{ModelPreset(model).value()};
-    in.dp = dp;
-    in.tp = tp;
-    in.pp = pp;
-    in.batch = batch;
-    in.seq_len = seq_len;
-    in.allreduce = allreduce;
-    return in;
-  };
-  auto row = [](const PlanInput& in, const std::string& strategy) {
-    for (const PlanRow& r : Plan(in)) {
-      if (r.strategy == strategy) return r;
-    }
-    return PlanRow{};
-  };
-  auto states = [](PlanInput in, int zero) {  // the bf16 line: 2 + 2 + 12
-    in.zero = zero;
-    return PlanMemoryPerGpu(in)[1].bytes_per_gpu;
-  };
-  const PlanInput naive = plan("llama-7b", 4, 1, 1, 4, 2048, Algorithm::kNaive);
-  const PlanInput ring = plan("llama-7b", 4, 1, 1, 4, 2048);
-  const PlanInput tp = plan("llama-7b", 1, 2, 1, 4, 2048);
-  const PlanInput pp = plan("llama-7b", 1, 1, 4, 4, 2048);
-  const PlanInput one = plan("llama-7b", 1, 1, 1, 4, 2048);
-  const PlanInput eight = plan("llama-7b", 8, 1, 1, 4, 2048);
-  const PlanInput big = plan("llama-70b", 8, 8, 2, 4, 4096);
-  const PlanInput big_b8 = plan("llama-70b", 8, 8, 2, 8, 4096);
-  const int layers70 = big.model.layers / big.pp;
-  // The seed's tp figure per layer: the tp row's seed column over the stage's layers.
-  const double tp_layer = row(tp, "tp (layers of a stage)").seed_bytes_per_gpu / tp.model.layers;
-  const PlanRow naive_dp = row(naive, "dp all-reduce");
-  std::vector<SeedExample> out;
-  out.push_back({"LLaMA-7B naive all-reduce, 4 GPUs, all GPUs' bytes (2·N·Φ)", "112 GB", 112 * GB,
-                 naive_dp.seed_bytes_per_gpu * naive.dp,
-                 absl::StrCat("exact: ", Bytes(naive_dp.total_bytes),
-                              ": the root's broadcast and the others' sends, 2(N-1)·Φ")});
-  out.push_back({"LLaMA-7B ring all-reduce, 4 GPUs, per GPU (2(N-1)/N·Φ)", "21 GB", 21 * GB,
-                 row(ring, "dp all-reduce").exact_bytes_per_gpu, ""});
-  out.push_back({"TP, the FFN's all-reduces per layer (4bsh)", "256 MB", 256 * MiB, tp_layer / 2,
-                 "the seed's MB is MiB here"});
-  out.push_back({"TP per layer (8bsh)", "512 MB", 512 * MiB, tp_layer, ""});
-  out.push_back({"TP, 32 layers", "16 GB", 16 * GiB, tp_layer * tp.model.layers, "GiB"});
-  out.push_back({"PP, 4 stages (2(N-1)bsh)", "384 MB", 384 * MiB,
-                 row(pp, "pp (boundaries)").seed_bytes_per_gpu, ""});
-  out.push_back({"ZeRO-1/2 per GPU (2Φ)", "28 GB", 28 * GB, row(ring, "zero-1").seed_bytes_per_gpu, ""});
-  out.push_back({"ZeRO-3 per GPU (3Φ)", "42 GB", 42 * GB, row(ring, "zero-3").seed_bytes_per_gpu,
-                 "50% more than ZeRO-1/2"});
-  out.push_back({"model states per GPU, no sharding (16Φ)", "112 GB", 112 * GB, states(one, 0), ""});
-  out.push_back({"model states per GPU, ZeRO-3 over 8 GPUs", "14 GB", 14 * GB, states(eight, 3), ""});
-  out.push_back({"70B on 128 GPUs (TP 8, PP 2, DP 8): DP per GPU 2Φe/(tp·pp)", "17.5 GB", 17.5 * GB,
-                 row(big, "dp all-reduce").seed_bytes_per_gpu, ""});
-  const double tp70 = row(big_b8, "tp (layers of a stage)").seed_bytes_per_gpu / layers70;
-  out.push_back({"70B: TP per layer 8·b·s·h·e", "≈ 4 GB", 4 * GB, tp70,
-                 absl::StrCat("matches with b = 8 (b = 4 gives ",
-                              Bytes(row(big, "tp (layers of a stage)").seed_bytes_per_gpu / layers70),
-                              ")")});
-  out.push_back({"70B: PP 2(N-1)·b·s·h·e, N = 2", "≈ 0.5 GB", 0.5 * GB,
-                 row(big, "pp (boundaries)").seed_bytes_per_gpu,
-                 absl::StrCat("matches with b = 4 (b = 8 gives ",
-                              Bytes(row(big_b8, "pp (boundaries)").seed_bytes_per_gpu),
-                              "): the seed's TP and PP figures assume different batch sizes")});
-  return out;
-}
-
-std::string Bytes(double bytes) {
-  return absl::StrFormat("%.2f GB (%.2f GiB)", bytes / 1e9, bytes / double(1 << 30));
 }
 
 }  // namespace tally::train

@@ -7,8 +7,9 @@
 // bytes a tally_train run with the same flags measures, to the byte; for a preset of
 // another shape (LLaMA) they are the same collectives over Φ values.
 //
-// plan.cc: the models, the strategies' rows, memory and the seed's examples;
-// plan_search.cc: clusters, a step's predicted time and the search over grids.
+// plan.cc: the strategies' rows; plan_models.cc: the models, the options a plan
+// describes, and memory; plan_seed.cc: the seed's examples; plan_search.cc: clusters, a
+// step's predicted time and the search over grids.
 //
 //   ASSIGN_OR_RETURN(PlanModel model, ModelPreset("llama-7b"));
 //   PlanInput in{model};
@@ -224,6 +225,12 @@ std::vector<SeedExample> SeedExamples();
 
 // The training options of a tally_train run that the planner's exact numbers describe.
 TrainOptions PlanAsTrainOptions(const PlanInput& in);
+
+// One layer's experts' values, E·(8h² + 5h) (0: dense).
+double ExpertValues(const PlanInput& in);
+// The pipeline stages that can hold the most of anything per GPU under balanced layers
+// (0, 1 and pp − 1, those there are).
+std::vector<int> CandidateStages(int pp);
 
 // Units made explicit: "21.00 GB (19.56 GiB)".
 std::string Bytes(double bytes);

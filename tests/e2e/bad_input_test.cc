@@ -273,6 +273,7 @@ TEST(BadInput, SlowRanksAndClusterFilesAreCheckedBeforeAnyWork) {
       {"--repeat=2147483647", "--repeat must be in [1, 100]"},
       {"--repeat=2 --dry_run", "a dry run computes nothing to measure"},
       {"--recompute_granularity=attention", "--recompute_granularity must be full or selective"},
+      {"--recompute_method=block", "--recompute_method must be stage or layer"},
   });
   const std::string good = R"({"gpus_per_node": 8, "tflops": 156, "intra": [600, 1], "inter": [25, 2]})";
   std::vector<Case> cases;

@@ -5,7 +5,6 @@
 // plays every rank's calls forward.
 #include <algorithm>
 #include <cstdio>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -69,18 +68,7 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
   o = o.Resolved();
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
   // The run's last step's timelines (Trainer::Run records them), replayed on the cluster.
-  std::vector<Timeline> timelines(size_t(o.world()));
-  comm::LaunchOptions launch;
-  launch.world_size = o.world();
-  launch.comm.nodes = o.PlacedNodes();
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
-    std::ostream null(nullptr);
-    RETURN_IF_ERROR(trainer->Run(null));
-    timelines[size_t(world.rank())] = world.ledger().timeline();
-    return absl::OkStatus();
-  });
-  ASSERT_TRUE(status.ok()) << status;
+  const std::vector<Timeline> timelines = LastStepTimelines(o);
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
   const absl::StatusOr<std::vector<ReplayedRank>> replayed =

@@ -123,17 +123,7 @@ std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
   o.tflops = 1;
   o = o.Resolved();
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
-  std::vector<Timeline> timelines(size_t(o.world()));
-  comm::LaunchOptions launch;
-  launch.world_size = o.world();
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
-    std::ostream null(nullptr);
-    RETURN_IF_ERROR(trainer->Run(null));
-    timelines[size_t(world.rank())] = world.ledger().timeline();
-    return absl::OkStatus();
-  });
-  EXPECT_TRUE(status.ok()) << status;
+  const std::vector<Timeline> timelines = LastStepTimelines(o);
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
   absl::StatusOr<std::vector<ReplayedRank>> replayed =

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,24 @@ inline void ExpectGridMatchesSerial(const TrainOptions& o, const TrainOptions& s
   ExpectSameRun(run, RunRanks(serial));
   ExpectReportRowsExact(o, run);
   ExpectMemoryFormulaExact(o, run);
+}
+
+// Every rank's timeline of the last training step of `o` on its ranks (Trainer::Run
+// records it; runtime/timeline.h), placed on o's nodes.
+inline std::vector<Timeline> LastStepTimelines(const TrainOptions& o) {
+  std::vector<Timeline> timelines(size_t(o.world()));
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  launch.comm.nodes = o.PlacedNodes();
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
+    std::ostream null(nullptr);
+    RETURN_IF_ERROR(trainer->Run(null));
+    timelines[size_t(world.rank())] = world.ledger().timeline();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return timelines;
 }
 
 // Trains the first `steps` steps of `o` on its ranks and saves at `path`.
