@@ -163,6 +163,7 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
                  const std::string& formula) {
     PlanRow r;
     r.strategy = strategy;
+    r.in_micro_batches = strategy.rfind("tp (", 0) == 0;  // tp's calls are in each micro-batch's
     r.seed_bytes_per_gpu = seed;
     r.formula = formula;
     t.Fill(r, world);
@@ -308,27 +309,29 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
       std::vector<std::string> scopes;
       if (stage == 0) scopes.push_back("embedding");
       if (stage == in.pp - 1) scopes.insert(scopes.end(), {"lm_head", "cross_entropy"});
+      std::vector<std::pair<Primitive, parallel::TensorParallelCalls>> group_calls;
+      for (const std::string& scope : scopes) {
+        for (const Primitive p : {Primitive::kAllReduce, Primitive::kAllGather, Primitive::kReduceScatter}) {
+          for (const comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
+            const auto c = parallel::TensorParallelCallsPerStep(step, scope, p, phase);
+            if (c) group_calls.push_back({p, *c});
+          }
+        }
+      }
       double time = 0;
+      for (const auto& [p, c] : group_calls) {
+        time += double(c.calls) * PassesTime(Algorithm::kRing, where, double(c.count) * double(c.element),
+                                             p == Primitive::kAllReduce ? 2 : 1, in.cluster);
+      }
+      ends.time = std::max(ends.time, time);
       for (int i = 0; i < in.tp; ++i) {
         Split gpu;
-        for (const std::string& scope : scopes) {
-          for (const Primitive p : {Primitive::kAllReduce, Primitive::kAllGather, Primitive::kReduceScatter}) {
-            for (const comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
-              const auto c = parallel::TensorParallelCallsPerStep(step, scope, p, phase);
-              if (!c) continue;
-              gpu.Add(comm::ExactSentByLink(p, Algorithm::kRing, where, i, -1, c->count, c->element),
-                      double(c->calls));
-              if (i == 0) {
-                time += double(c->calls) *
-                        PassesTime(Algorithm::kRing, where, double(c->count) * double(c->element),
-                                   p == Primitive::kAllReduce ? 2 : 1, in.cluster);
-              }
-            }
-          }
+        for (const auto& [p, c] : group_calls) {
+          gpu.Add(comm::ExactSentByLink(p, Algorithm::kRing, where, i, -1, c.count, c.element),
+                  double(c.calls));
         }
         ends.Add(gpu);
       }
-      ends.time = std::max(ends.time, time);
     }
     row("tp (embedding, LM head, loss)", 0, ends,
         "not in the seed: b·s·h a micro-batch for the embedding and for the LM head, 3·b·s "

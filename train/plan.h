@@ -173,6 +173,9 @@ struct PlanRow {
   // Tensor parallelism: the busiest GPU's bytes for one layer (the row is its stage's
   // layers'), and the seed's 8bsh; 0 for the other rows.
   double exact_bytes_per_layer = 0, seed_bytes_per_layer = 0;
+  // Its calls sit inside each micro-batch's forward and backward (tp's rows): the
+  // pipeline's fill and drain stretch them as they stretch compute (PredictStep).
+  bool in_micro_batches = false;
 };
 
 // One row per strategy the input's dp, tp and pp switch on (dp rows for each ZeRO stage

@@ -127,10 +127,9 @@ StepTime PredictStep(const PlanInput& in) {
                                ? row.strategy == dp_row
                                : true;
     if (!in_effect) continue;
-    // tp's calls sit inside each micro-batch's forward and backward: the fill and drain
-    // stretch them as they stretch compute (every stage's alike).
-    const bool in_micro_batches = row.strategy.rfind("tp (", 0) == 0;
-    const double s = row.time_s * (in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
+    // The fill and drain stretch the calls inside the micro-batches as they stretch
+    // compute (every stage's alike).
+    const double s = row.time_s * (row.in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
     t.comm_s += s;
     t.comm_rows.push_back({row.strategy, s});
   }
