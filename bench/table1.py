@@ -2,6 +2,7 @@
 Using Megatron-LM"), Table 1, against tally_plan's predicted step on the a100 cluster.
 
     python3 bench/table1.py [--plan build/examples/tally_plan] [--cluster a100] [--json]
+                            [--dry_run_gpus N [--train build/examples/tally_train]]
 
 Each row's run settings are those of Megatron-LM's examples/sc21/run_table_1.sh (tensor
 and pipeline sizes, micro-batch and global batch, layers, hidden size, heads, layers per
@@ -14,7 +15,13 @@ recomputes as the paper's runs do (--checkpoint-activations: Megatron's uniform 
 one layer a checkpoint; tally's --recompute --recompute_method=layer: each layer's
 forward again before its backward, the LM head's not) and uses the paper's
 scatter/gather of the pipeline boundary (--pp_scatter_gather).
+
+With --dry_run_gpus N, every row of at most N GPUs is also run dry (tally_train
+--dry_run, one step, one thread rank a GPU, on this machine): its wall time here, and
+its replayed step on the same cluster beside the planner's.
 """
+import re
+import time
 import argparse
 import json
 import subprocess
@@ -49,11 +56,44 @@ def plan_flags(row, cluster):
             f"--cluster={cluster}", "--json"]
 
 
+def dry_run_flags(row, cluster):
+    size, heads, hidden, layers, tp, pp, gpus, batch, micro, per_chunk, _ = row
+    dp = gpus // (tp * pp)
+    flags = ["--dry_run", "--steps=1", "--eval_every=0", "--sample_bytes=0",
+             f"--n_layer={layers}", f"--n_embd={hidden}", f"--n_head={heads}", "--vocab_size=51200",
+             "--seq_len=2048", f"--dp={dp}", f"--tp={tp}", f"--pp={pp}",
+             f"--global_batch_size={batch}", f"--micro_batch_size={micro}", "--recompute",
+             "--precision=bf16", "--gpus_per_node=8", f"--cluster={cluster}"]
+    if pp > 1:
+        flags += ["--recompute_method=layer"]
+    if pp > 1 and tp > 1:
+        flags += ["--pp_scatter_gather"]
+    if per_chunk:
+        flags += ["--schedule=interleaved", f"--virtual_stages={layers // pp // per_chunk}"]
+    return flags
+
+
+def dry_run(train, row, cluster):
+    """(wall seconds on this machine, the replayed step in seconds) of the row's dry run."""
+    start = time.monotonic()
+    run = subprocess.run([train] + dry_run_flags(row, cluster), capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if run.returncode != 0:
+        sys.exit(f"tally_train --dry_run failed on the {row[0]}B row: {run.stderr.strip()[-500:]}")
+    found = re.search(r"^predicted step: ([0-9.]+) ms", run.stdout, re.M)
+    if not found:
+        sys.exit(f"no predicted step in the {row[0]}B row's dry run")
+    return wall, float(found.group(1)) / 1e3
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", default="build/examples/tally_plan")
     parser.add_argument("--cluster", default="a100")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument("--dry_run_gpus", type=int, default=0,
+                        help="also run dry every row of at most this many GPUs")
+    parser.add_argument("--train", default="build/examples/tally_train")
     args = parser.parse_args()
     out = []
     for row in ROWS:
@@ -65,6 +105,9 @@ def main():
                     "paper_tflops_per_gpu": row[10], "predicted_tflops_per_gpu": step["tflops_per_gpu"],
                     "predicted_step_s": step["step_s"], "bubble": step["bubble"],
                     "compute_s": step["compute_s"], "fill_s": step["fill_s"], "comm_s": step["comm_s"]})
+        if row[6] <= args.dry_run_gpus:
+            wall, replayed = dry_run(args.train, row, args.cluster)
+            out[-1].update({"dry_run_wall_s": wall, "replayed_step_s": replayed})
     errors = [abs(r["predicted_tflops_per_gpu"] / r["paper_tflops_per_gpu"] - 1) for r in out]
     if args.json:
         print(json.dumps({"cluster": args.cluster, "rows": out,
@@ -83,6 +126,15 @@ def main():
     within = sum(e <= 0.10 for e in errors)
     print(f"mean |error| {100 * sum(errors) / len(errors):.1f}%, largest {100 * max(errors):.1f}%, "
           f"{within} of {len(out)} rows within 10%")
+    dry = [r for r in out if "replayed_step_s" in r]
+    if dry:
+        print("\ndry runs on this machine (tally_train --dry_run, one step; the replayed step on the "
+              "same cluster, modelled clock)")
+        print(f"{'params':>8} {'GPUs':>5} {'wall s':>8} {'replayed s':>11} {'planned s':>10} {'ratio':>7}")
+        for r in dry:
+            print(f"{r['billions']:>7.1f}B {r['gpus']:>5} {r['dry_run_wall_s']:>8.1f} "
+                  f"{r['replayed_step_s']:>11.3f} {r['predicted_step_s']:>10.3f} "
+                  f"{r['predicted_step_s'] / r['replayed_step_s']:>7.4f}")
 
 
 if __name__ == "__main__":

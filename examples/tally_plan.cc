@@ -225,7 +225,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
     ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
     in.gpus_per_node = cluster.gpus_per_node;
     in.cluster = cluster.links;
-    in.tflops = cluster.tflops;
+    in.gpu = cluster.gpu;
   }
   auto positive = [](const char* flag, int64_t v) -> absl::Status {
     if (v >= 1) return absl::OkStatus();
@@ -318,16 +318,16 @@ void PrintTable(const PlanInput& in) {
   if (in.pp > 1) {
     std::cout << absl::StrFormat("pipeline bubble (p-1)/(v·m+p-1) = %.4f of a step\n", act.bubble);
   }
-  if (in.tflops > 0) {  // on a cluster: this grid's predicted step
+  if (in.gpu.given()) {  // on a cluster: this grid's predicted step
     const train::StepTime t = train::PredictStep(in);
     std::string rows;
     for (const auto& [strategy, s] : t.comm_rows) absl::StrAppendFormat(&rows, ", %s %.4f s", strategy, s);
     std::cout << absl::StrFormat(
-        "predicted step (modelled, %.0f TFLOP/s a GPU; none of the communication overlapped): "
+        "predicted step (modelled, %s a GPU; none of the communication overlapped): "
         "compute %.4f s + the pipeline's fill and drain %.4f s (bubble %.4f) + communication "
         "%.4f s%s = %.4f s; %.1f TFLOP/s a GPU by Narayanan et al.'s count (%.4g FLOPs a "
         "step)\n",
-        in.tflops, t.compute_s, t.fill_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu,
+        in.gpu.Describe(), t.compute_s, t.fill_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu,
         t.model_flops);
   }
 }
@@ -364,7 +364,7 @@ void PrintJson(const PlanInput& in) {
   }
   w.EndObject();
   w.Key("bubble").Double(act.bubble);
-  if (in.tflops > 0) {
+  if (in.gpu.given()) {
     const train::StepTime t = train::PredictStep(in);
     w.Key("predicted_step").BeginObject().Key("clock").String("modelled");
     w.Key("compute_s").Double(t.compute_s).Key("fill_s").Double(t.fill_s);
@@ -453,7 +453,7 @@ absl::Status Search(const PlanInput& base) {
       "(the 20 fastest; predicted: compute + the pipeline's fill and drain + communication, "
       "none of it overlapped)\n%4s %4s %4s %3s %4s %5s %9s %13s %10s %10s %8s %10s\n",
       base.model.name, world, global, base.seq_len, memory,
-      base.tflops > 0 ? absl::StrFormat("%.0f TFLOP/s a GPU", base.tflops) : "no compute time",
+      base.gpu.given() ? absl::StrCat(base.gpu.Describe(), " a GPU") : "no compute time",
       int(found.size()), "dp", "tp", "pp", "v", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
       "bubble", "step s");
   for (size_t i = 0; i < found.size() && i < 20; ++i) {

@@ -231,7 +231,7 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
     ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
     o.cluster_name = cluster.name;
     o.cluster = cluster.links;
-    o.tflops = cluster.tflops;
+    o.cluster_gpu = cluster.gpu;
     if (o.gpus_per_node == 0) o.gpus_per_node = cluster.gpus_per_node;
   }
   RETURN_IF_ERROR(train::ParseSlowRank(absl::GetFlag(FLAGS_slow_rank), o));

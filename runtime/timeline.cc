@@ -11,15 +11,40 @@ Timeline* CurrentTimeline() { return current; }
 ScopedTimeline::ScopedTimeline(Timeline* timeline) : saved_(current) { current = timeline; }
 ScopedTimeline::~ScopedTimeline() { current = saved_; }
 
-void Timeline::Compute(double flops) {
-  if (!recording_ || flops <= 0) return;
-  if (!entries_.empty() && entries_.back().kind == TimelineEntry::Kind::kCompute) {
-    entries_.back().flops += flops;
-    return;
+void ComputeWork::AddMatmuls(double flops_each, double bytes_each, int64_t calls) {
+  if (calls <= 0) return;
+  flops += flops_each * double(calls);
+  for (MatmulCalls& m : matmuls) {
+    if (m.flops == flops_each && m.bytes == bytes_each) {
+      m.calls += calls;
+      return;
+    }
   }
-  TimelineEntry e;
-  e.flops = flops;
-  entries_.push_back(std::move(e));
+  matmuls.push_back({flops_each, bytes_each, calls});
+}
+
+ComputeWork& ComputeWork::operator+=(const ComputeWork& o) {
+  for (const MatmulCalls& m : o.matmuls) AddMatmuls(m.flops, m.bytes, m.calls);
+  memory_bytes += o.memory_bytes;
+  return *this;
+}
+
+ComputeWork ComputeWork::Times(double times) const {
+  ComputeWork w;
+  for (const MatmulCalls& m : matmuls) {
+    w.matmuls.push_back({m.flops, m.bytes, int64_t(double(m.calls) * times)});
+  }
+  w.flops = flops * times;
+  w.memory_bytes = memory_bytes * times;
+  return w;
+}
+
+void Timeline::Compute(const ComputeWork& work) {
+  if (!recording_ || work.empty()) return;
+  if (entries_.empty() || entries_.back().kind != TimelineEntry::Kind::kCompute) {
+    entries_.emplace_back();
+  }
+  entries_.back().compute += work;
 }
 
 void Timeline::ComputeSeconds(double seconds) {
@@ -90,7 +115,9 @@ void Timeline::Wait(int64_t work, std::vector<PeerBytes> sent, int64_t begin_nan
 void Timeline::Encode(ByteWriter& w) const {
   w.Int(int64_t(entries_.size()));
   for (const TimelineEntry& e : entries_) {
-    w.Int(int64_t(e.kind)).Double(e.flops).Double(e.seconds).Int(e.begin_nanos).Int(e.end_nanos);
+    w.Int(int64_t(e.kind)).Double(e.seconds).Int(e.begin_nanos).Int(e.end_nanos);
+    w.Double(e.compute.flops).Double(e.compute.memory_bytes).Int(int64_t(e.compute.matmuls.size()));
+    for (const MatmulCalls& m : e.compute.matmuls) w.Double(m.flops).Double(m.bytes).Int(m.calls);
     w.Int(e.work).String(e.group).Int(e.group_size);
     w.Int(e.seq).Int(e.peer).Int(e.send ? 1 : 0).Int(e.bytes).String(e.what);
     w.Int(int64_t(e.sent.size()));
@@ -105,10 +132,18 @@ bool Timeline::Decode(ByteReader& r) {
     const int64_t kind = r.Int();
     if (kind < 0 || kind > int64_t(TimelineEntry::Kind::kWait)) return false;
     e.kind = TimelineEntry::Kind(kind);
-    e.flops = r.Double();
     e.seconds = r.Double();
     e.begin_nanos = r.Int();
     e.end_nanos = r.Int();
+    e.compute.flops = r.Double();
+    e.compute.memory_bytes = r.Double();
+    for (int64_t j = 0, m = r.Int(); r.ok() && j < m; ++j) {
+      MatmulCalls calls;
+      calls.flops = r.Double();
+      calls.bytes = r.Double();
+      calls.calls = r.Int();
+      e.compute.matmuls.push_back(calls);
+    }
     e.work = r.Int();
     e.group = r.String();
     e.group_size = int(r.Int());

@@ -2,8 +2,9 @@
 // run can be replayed on a modelled cluster (train/replay.h) — compute at the cluster's
 // FLOP rate, each message at its link's α-β cost, every wait where the run waited.
 //
-//   compute     FLOPs the rank's kernels ran (consecutive ones added up), and seconds of
-//               work that is no kernel's (--slow_rank's added compute)
+//   compute     the work the rank's kernels did (consecutive kernels' added up): their
+//               matmuls by size and their memory-bound passes' bytes (ComputeWork), and
+//               seconds of work that is no kernel's (--slow_rank's added compute)
 //   collective  a blocking collective: its group, its sequence number on the group, and
 //               what this rank sent in it (peer, bytes, messages)
 //   post        a non-blocking collective or a point-to-point send or receive, posted;
@@ -37,10 +38,32 @@ struct PeerBytes {
   int64_t bytes = 0, messages = 0;
 };
 
+// Matmul calls of one size: each call's FLOPs and the bytes its operands and result take
+// in and out of memory, and how many calls. The roofline prices a call by both
+// (train/gpu_model.h): its efficiency depends on its size.
+struct MatmulCalls {
+  double flops = 0, bytes = 0;  // each call's
+  int64_t calls = 0;
+};
+
+// What kernels computed: their matmuls (calls of equal size and bytes kept together), the
+// matmuls' FLOPs in all, and the bytes the memory-bound passes (LayerNorm, GELU, the
+// residual additions, softmax, cross-entropy, the optimizer) read and wrote.
+struct ComputeWork {
+  std::vector<MatmulCalls> matmuls;
+  double flops = 0;
+  double memory_bytes = 0;
+  void AddMatmuls(double flops_each, double bytes_each, int64_t calls);
+  ComputeWork& operator+=(const ComputeWork& o);
+  // This work `times` over (every count and byte scaled).
+  ComputeWork Times(double times) const;
+  bool empty() const { return flops <= 0 && memory_bytes <= 0; }
+};
+
 struct TimelineEntry {
   enum class Kind : uint8_t { kCompute, kCollective, kPost, kWait };
   Kind kind = Kind::kCompute;
-  double flops = 0;        // kCompute
+  ComputeWork compute;     // kCompute
   double seconds = 0;      // kCompute: time that is no kernel's FLOPs, the same on any cluster
   int64_t begin_nanos = 0, end_nanos = 0;  // when it happened on this host (see above)
   int64_t work = -1;       // kPost, kWait
@@ -59,7 +82,8 @@ class Timeline {
   bool recording() const { return recording_; }
   void set_recording(bool on) { recording_ = on; }
 
-  void Compute(double flops);
+  // Work of the rank's kernels (runtime/kernels/work.h), added to the compute before.
+  void Compute(const ComputeWork& work);
   // `seconds` of compute that no kernel counts (the same on every cluster).
   void ComputeSeconds(double seconds);
   // A blocking collective from `begin_nanos` to `end_nanos` (MonotonicNanos).
@@ -88,8 +112,8 @@ class Timeline {
 // The timeline the kernels of this thread's rank add their FLOPs to, for the scope's
 // lifetime (null: none).
 Timeline* CurrentTimeline();
-inline void CountFlops(double flops) {
-  if (Timeline* timeline = CurrentTimeline()) timeline->Compute(flops);
+inline void CountWork(const ComputeWork& work) {
+  if (Timeline* timeline = CurrentTimeline()) timeline->Compute(work);
 }
 class ScopedTimeline {
  public:

@@ -33,6 +33,10 @@ const char* Name(ReportFormat report) {
 
 const char* Name(DeviceType device) { return device == DeviceType::kCPU ? "cpu" : "cuda"; }
 
+GpuModel TrainOptions::ModelledGpu() const {
+  return cluster_given() ? cluster_gpu : LoadCluster(kDefaultCluster)->gpu;
+}
+
 std::string TrainOptions::ModelledClusterName() const {
   return cluster_given() ? cluster_name
                          : absl::StrCat(kDefaultCluster, ", the default (--cluster to choose)");

@@ -18,6 +18,7 @@
 #include "runtime/comm/types.h"
 #include "runtime/device.h"
 #include "runtime/kernels/matmul_inputs.h"
+#include "train/cluster.h"
 
 namespace tally::train {
 
@@ -132,18 +133,17 @@ struct TrainOptions {
   int gpus_per_node = 0;
   // The modelled cluster the report times the ledger's messages on (α-β per link class).
   comm::Cluster cluster;
-  // --cluster=a100|h100|FILE (train/plan.h's ClusterPreset): its name, and the TFLOP/s a
-  // GPU achieves; it also sets `cluster` and (unless given) gpus_per_node. The run (dry
-  // or real) is then replayed on it (train/replay.h).
+  // --cluster=a100|h100|FILE (train/cluster.h's ClusterPreset): its name, and its GPU
+  // (the roofline compute is timed on); it also sets `cluster` and (unless given)
+  // gpus_per_node. The run (dry or real) is then replayed on it (train/replay.h).
   std::string cluster_name;
-  double tflops = 0;
+  GpuModel cluster_gpu = {};
   // The cluster the report's modelled clock runs on: --cluster's, else the default
-  // kDefaultCluster's TFLOP/s with the run's own links and nodes (--link_intra,
-  // --link_inter, --gpus_per_node). The seed's 30% verdict is read on this clock.
+  // kDefaultCluster's GPU with the run's own links and nodes (--link_intra, --link_inter,
+  // --gpus_per_node). The seed's 30% verdict is read on this clock.
   static constexpr const char* kDefaultCluster = "a100";
-  static constexpr double kDefaultTflops = 156;
-  bool cluster_given() const { return tflops > 0; }
-  double ModelledTflops() const { return cluster_given() ? tflops : kDefaultTflops; }
+  bool cluster_given() const { return cluster_gpu.given(); }
+  GpuModel ModelledGpu() const;
   // "a100, the default (--cluster to choose)", or --cluster's name.
   std::string ModelledClusterName() const;
   // --slow_rank=R:MS: world rank R computes MS milliseconds more at the start of every

@@ -111,7 +111,7 @@ std::vector<std::vector<int>> GroupsOf(const parallel::Topology& grid,
 }
 
 double Step(const comm::LinkModel& link, double bytes) {
-  return link.latency_us * 1e-6 + bytes / (link.gbps * 1e9);
+  return link.latency_us * 1e-6 + bytes / (link.gbps * link.efficiency * 1e9);
 }
 
 // α-β time of `passes` passes (a reduce-scatter or an all-gather: an all-reduce is two)

@@ -93,37 +93,29 @@ struct PlanInput {
   parallel::Order order = parallel::kMegatronOrder;
   int gpus_per_node = 0;
   comm::Cluster cluster = {};
-  // The dense bf16 TFLOP/s a GPU achieves on the model's matmuls (ClusterPreset), for the
-  // predicted step time; 0: no compute time.
-  double tflops = 0;
+  // The GPU the predicted step's compute is timed on (cluster.h's roofline; none given:
+  // no compute time).
+  GpuModel gpu = {};
 };
 
-// A GPU cluster to plan on: GPUs per node, the links inside and across nodes (α-β), and
-// the dense bf16 TFLOP/s a GPU achieves. Presets (half of each GPU's dense bf16 peak, an
-// assumption to replace with a measured figure):
-//   a100  the seed's node: 8 GPUs, NVLink 600 GB/s + 1 us, InfiniBand 25 GB/s + 2 us,
-//         156 TFLOP/s (of 312)
-//   h100  8 GPUs, NVLink 900 GB/s + 1 us, InfiniBand 50 GB/s + 2 us, 495 TFLOP/s (of 989)
-// or a JSON file: {"gpus_per_node": 8, "tflops": 156, "intra": [600, 1], "inter": [25, 2]}
-// (links as [GB/s, us a message]).
-struct ClusterPreset {
-  std::string name;
-  int gpus_per_node = 8;
-  double tflops = 0;
-  comm::Cluster links;
-};
-absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file);
 
-// One step of `in` on its cluster, predicted: the busiest GPU's compute (its stage's
-// FLOPs per token — tally's GPT's GPTConfig::FlopsPerToken cut by layer, the first stage
-// with the position embedding and the last with ln_f and the LM head; 6Φ + 12·L·h·s over
-// pp otherwise — times its tokens, over tp, at in.tflops; with full recompute a forward
-// more: a stage's whole forward on a pipeline, the layers' without one; 4·s·h a token a
-// layer more with selective recompute: attention's core again), stretched by the
-// pipeline's fill and drain (compute + the other stages' computes / (v·m): compute /
-// (1 − bubble) when the stages are equal), and every strategy's α-β time (Plan's rows: the dp
-// all-reduce or the ZeRO stage's passes, tp, pp, ep), taken as exposed (no overlap); tp's
-// stretched by the fill and drain as compute is (its calls are inside the micro-batches').
+// One pipeline stage's work on a GPU of it in one step (StageWork, plan_compute.cc): its
+// kernels' matmuls and memory-bound passes, counted by the kernels' own formulas
+// (runtime/kernels/work.h) for tally's GPT, micro-batch by micro-batch: its layers (their
+// experts on an even share of the routed tokens), the last stage's ln_f, LM head and
+// cross-entropy, what recompute runs again (a stage's whole forward under stage
+// recompute, the layers' under layer recompute, attention's core under selective), and
+// AdamW over the stage's parameters on the rank (a dp-th under ZeRO). Another model: its
+// FLOPs (6Φ + 12·L·h·s a token; a third more with full recompute, 4·s·h a layer with
+// selective) as one matmul evenly over the stages.
+std::vector<ComputeWork> StageWork(const PlanInput& in);
+
+// One step of `in` on its cluster, predicted: the busiest stage's StageWork timed on
+// in.gpu (the roofline, cluster.h), stretched by the pipeline's fill and drain (compute +
+// the other stages' computes / (v·m): compute / (1 − bubble) when the stages are
+// equal), and every strategy's α-β time (Plan's rows: the dp all-reduce or the ZeRO
+// stage's passes, tp, pp, ep), taken as exposed (no overlap); tp's stretched by the fill
+// and drain as compute is (its calls are inside the micro-batches').
 struct StepTime {
   // compute_s: the busiest stage's; fill_s: what the fill and drain add to it; bubble:
   // the schedule's theory, (p−1)/(v·m + p−1).

@@ -1,5 +1,5 @@
-// The planner on a cluster (plan.h): the cluster presets and files, one step's predicted
-// time, and the search over every grid of a world of GPUs.
+// The planner on a cluster (plan.h): one step's predicted time, and the search over every
+// grid of a world of GPUs.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -19,106 +19,21 @@
 
 namespace tally::train {
 
-absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
-  if (name_or_file == "a100") return ClusterPreset{"a100", 8, 156, {{600, 1}, {25, 2}}};
-  if (name_or_file == "h100") return ClusterPreset{"h100", 8, 495, {{900, 1}, {50, 2}}};
-  auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --cluster must be a100, h100 or a JSON file {\"gpus_per_node\": 8, \"tflops\": "
-        "156, \"intra\": [600, 1], \"inter\": [25, 2]}; '", name_or_file, "': ", why));
-  };
-  if (absl::Status s = CheckInputFile(name_or_file, "the file", int64_t(1) << 20).status(); !s.ok()) {
-    return bad(std::string(s.message()));
-  }
-  std::ifstream file(name_or_file);
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  absl::StatusOr<JsonValue> doc = ParseJson(text);
-  if (!doc.ok()) return bad(std::string(doc.status().message()));
-  ClusterPreset c;
-  c.name = name_or_file;
-  const JsonValue* gpus = doc->Find("gpus_per_node");
-  const JsonValue* tflops = doc->Find("tflops");
-  if (gpus == nullptr || !gpus->is_integer() || gpus->number < 1 || gpus->number > 1 << 20) {
-    return bad("gpus_per_node must be an integer in [1, 2^20]");
-  }
-  if (tflops == nullptr || !tflops->is_number() || !(tflops->number > 0) ||
-      !std::isfinite(tflops->number)) {
-    return bad("tflops must be a number > 0");
-  }
-  c.gpus_per_node = int(gpus->AsInt());
-  c.tflops = tflops->number;
-  for (auto [key, link] : {std::pair{"intra", &c.links.intra}, {"inter", &c.links.inter}}) {
-    const JsonValue* v = doc->Find(key);
-    if (v == nullptr || v->array.size() != 2 || !v->array[0].is_number() ||
-        !v->array[1].is_number() || !(v->array[0].number > 0) || !(v->array[1].number > 0) ||
-        !std::isfinite(v->array[0].number) || !std::isfinite(v->array[1].number)) {
-      return bad(absl::StrCat(key, " must be [GB/s > 0, microseconds > 0]"));
-    }
-    *link = {v->array[0].number, v->array[1].number};
-  }
-  return c;
-}
-
-namespace {
-
-// A token's FLOPs on each pipeline stage (the whole model without one), with its
-// recompute's forward again. Tally's GPT stage by stage: every layer the same share of
-// GPTConfig::FlopsPerToken after the position embedding's 6·s·h (the first stage's), and
-// ln_f's 12h and the LM head's 6·V·h (the last stage's); a full recompute runs a stage's
-// whole forward again on a pipeline (a third of its FLOPs), its layers' forwards without
-// one or with recompute_layers (a third of theirs), selective recompute attention's core (4·s·h a layer). Another
-// model's FLOPs (6Φ + 12·L·h·s) evenly over the stages.
-std::vector<double> StageFlopsPerToken(const PlanInput& in) {
-  const double h = double(in.model.hidden), s = in.seq_len;
-  if (!in.model.gpt) {
-    const double f = 6.0 * double(in.model.params) + 12.0 * in.model.layers * h * s;
-    double again = 0;
-    if (in.recompute) again = f / 3;
-    if (in.recompute_attention) again = 4.0 * in.model.layers * h * s;
-    return std::vector<double>(size_t(in.pp), (f + again) / in.pp);
-  }
-  model::GPTConfig config = in.model.config;
-  config.seq_len = in.seq_len;
-  const double first = 6 * s * h, last = 6 * double(config.vocab_size) * h + 12 * h;
-  const double layer = (config.FlopsPerToken() - first - last) / config.n_layer;
-  const int v = std::max(1, in.virtual_stages);
-  const std::vector<parallel::LayerRange> chunks =
-      parallel::StageLayers(config.n_layer, in.pp * v, {}).value();
-  std::vector<double> stages;
-  for (int stage = 0; stage < in.pp; ++stage) {
-    double layers = 0, ends = 0;
-    for (int c = 0; c < v; ++c) {
-      const parallel::LayerRange& r = chunks[size_t(parallel::VirtualStage(c, in.pp, stage))];
-      layers += r.end - r.begin;
-      if (r.begin == 0) ends += first;
-      if (r.end == config.n_layer) ends += last;
-    }
-    double again = 0;
-    if (in.recompute) again = (layers * layer + (in.StageRecompute() ? ends : 0)) / 3;
-    if (in.recompute_attention) again = 4 * layers * h * s;
-    stages.push_back(layers * layer + ends + again);
-  }
-  return stages;
-}
-
-}  // namespace
-
 StepTime PredictStep(const PlanInput& in) {
   StepTime t;
-  const double tokens = double(in.batch) * in.seq_len;  // a dp rank's, per step
   // The busiest stage computes all of its m·v micro-batch chunks; the pipeline's fill and
   // drain add each other stage's time of one (m·v of them make its step's compute). For
   // equal stages: compute · (v·m + p − 1)/(v·m) = compute / (1 − bubble).
   const double chunks = double(std::max(1, in.micro_batches)) * std::max(1, in.virtual_stages);
   double stretched = 0;
-  if (in.tflops > 0) {
-    const std::vector<double> stages = StageFlopsPerToken(in);
+  if (in.gpu.given()) {
+    std::vector<double> stages;
+    for (const ComputeWork& w : StageWork(in)) stages.push_back(in.gpu.Seconds(w));
     const double busiest = *std::max_element(stages.begin(), stages.end());
     double others = -busiest;
-    for (double f : stages) others += f;
-    const double seconds = tokens / in.tp / (in.tflops * 1e12);
-    t.compute_s = busiest * seconds;
-    stretched = (busiest + others / chunks) * seconds;
+    for (double s : stages) others += s;
+    t.compute_s = busiest;
+    stretched = busiest + others / chunks;
   }
   t.bubble = PlanActivationsPerGpu(in).bubble;
   const std::string dp_row = in.zero > 0 ? absl::StrCat("zero-", in.zero) : "dp all-reduce";

@@ -66,7 +66,8 @@ int WaitedFor::Most() const {
 
 absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
                                                  const comm::Nodes& nodes,
-                                                 const comm::Cluster& links, double tflops) {
+                                                 const comm::Cluster& links,
+                                                 const GpuModel& gpu) {
   const int ranks = int(timelines.size());
   // The α-β time of what rank r sent in a call.
   auto seconds = [&](int r, const std::vector<PeerBytes>& sent) {
@@ -110,7 +111,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
       while (next[size_t(r)] < entries.size()) {
         const TimelineEntry& e = entries[next[size_t(r)]];
         if (e.kind == Kind::kCompute) {
-          const double s = (tflops > 0 ? e.flops / (tflops * 1e12) : 0) + e.seconds;
+          const double s = gpu.Seconds(e.compute) + e.seconds;
           rank.spans.push_back({"compute", rank.seconds, rank.seconds + s, true, false});
           rank.compute_s += s;
           rank.seconds += s;

@@ -2,7 +2,8 @@
 // timeline (runtime/timeline.h) played forward on the cluster's clock, as the run's own
 // dependencies allow.
 //
-//   compute     FLOPs / the GPU's achievable rate (ClusterPreset::tflops)
+//   compute     the kernels' work timed on the cluster's GPU (cluster.h's GpuModel: each
+//               matmul call by its size, the memory-bound passes by their bytes)
 //   collective  starts when the last member arrives; ends, for every member, after the
 //               slowest member's messages: Σ over its peers of messages·α + bytes/β on
 //               the link to that peer (comm::Nodes, comm::Cluster), the model the
@@ -14,8 +15,7 @@
 //
 // A rank's time is split into compute, exposed communication (waiting in a collective or
 // for a send) and idle (waiting for a pipeline neighbour's message). Nothing else is
-// modelled (no kernel launch, no memory bandwidth, no contention between transfers on one
-// link).
+// modelled (no kernel launch, no contention between transfers on one link).
 //
 // Who waited for whom (the seed's diagnosis of a communication bottleneck): a wait that
 // began at t0 and ended at t1 on a call whose last peer arrived at A is
@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/comm/nodes.h"
 #include "runtime/timeline.h"
+#include "train/cluster.h"
 
 namespace tally::train {
 
@@ -63,7 +64,8 @@ struct ReplayedRank {
 // Fails only if the timelines cannot all run to their end (a wait nobody can satisfy).
 absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
                                                  const comm::Nodes& nodes,
-                                                 const comm::Cluster& links, double tflops);
+                                                 const comm::Cluster& links,
+                                                 const GpuModel& gpu);
 
 // The same split on this host's clock: each rank's exposed time in its timeline's
 // collectives and sends (from the stamps; their sum, not the ledger's over the run), and

@@ -343,8 +343,10 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("gpus_per_node").Int(nodes.gpus_per_node());
   w.Key("link_intra_gbps").Double(o.cluster.intra.gbps);
   w.Key("link_intra_latency_us").Double(o.cluster.intra.latency_us);
+  w.Key("link_intra_efficiency").Double(o.cluster.intra.efficiency);
   w.Key("link_inter_gbps").Double(o.cluster.inter.gbps);
   w.Key("link_inter_latency_us").Double(o.cluster.inter.latency_us);
+  w.Key("link_inter_efficiency").Double(o.cluster.inter.efficiency);
   w.Key("precision").String(PrecisionName(o.precision)).Key("fp32_grad_accum").Bool(o.fp32_grad_accum);
   w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
@@ -353,7 +355,7 @@ std::string ReportJson(const ReportInputs& in) {
   const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
   const std::vector<MeasuredWaits> measured = MeasuredRun(in);
   w.Key("modelled_cluster").BeginObject().Key("name").String(o.ModelledClusterName());
-  w.Key("tflops").Double(o.ModelledTflops()).EndObject();
+  w.Key("gpu").String(o.ModelledGpu().Describe()).EndObject();
   if (replayed.ok() && !replayed->empty()) {  // the seed's test, on the modelled clock
     const auto [worst, share] = WorstModelled(*replayed);
     w.Key("verdict").BeginObject().Key("clock").String("modelled");

@@ -46,7 +46,7 @@ const absl::StatusOr<std::vector<ReplayedRank>>& ModelledRun(const ReportInputs&
     std::vector<const Timeline*> timelines;
     for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
     in.modelled = std::make_shared<const absl::StatusOr<std::vector<ReplayedRank>>>(
-        Replay(timelines, NodesOf(in), in.options.cluster, in.options.ModelledTflops()));
+        Replay(timelines, NodesOf(in), in.options.cluster, in.options.ModelledGpu()));
   }
   return *in.modelled;
 }
@@ -168,11 +168,11 @@ std::string ReplayTable(const ReportInputs& in) {
   if (!replayed.ok()) return absl::StrCat("\n", replayed.status().message(), "\n");
   const comm::Nodes nodes = NodesOf(in);
   std::string out = absl::StrFormat(
-      "\nmodelled on the cluster %s: %.0f TFLOP/s a GPU, %d GPUs a node; inside %s, across %s. "
+      "\nmodelled on the cluster %s: %s a GPU, %d GPUs a node; inside %s, across %s. "
       "ms of the last step, every rank's timeline replayed (compute; exposed: waiting in a "
       "collective or a send; idle: waiting for a pipeline neighbour)\n"
       "%-8s %12s %12s %12s %12s %10s\n",
-      o.ModelledClusterName(), o.ModelledTflops(), nodes.gpus_per_node(),
+      o.ModelledClusterName(), o.ModelledGpu().Describe(), nodes.gpus_per_node(),
       comm::Describe(o.cluster.intra), comm::Describe(o.cluster.inter), "rank", "step", "compute",
       "exposed", "idle", "exposed %");
   double slowest = 0;

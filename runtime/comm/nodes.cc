@@ -16,18 +16,23 @@ const char* Name(Link link) { return link == Link::kIntra ? "intra" : "inter"; }
 absl::StatusOr<LinkModel> ParseLinkModel(const std::string& flag, const std::string& text) {
   const std::vector<std::string> parts = absl::StrSplit(text, ',');
   LinkModel link;
-  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &link.gbps) ||
-      !absl::SimpleAtod(parts[1], &link.latency_us) || !(link.gbps > 0) ||
-      !(link.latency_us >= 0) || !std::isfinite(link.gbps) || !std::isfinite(link.latency_us)) {
+  if ((parts.size() != 2 && parts.size() != 3) || !absl::SimpleAtod(parts[0], &link.gbps) ||
+      !absl::SimpleAtod(parts[1], &link.latency_us) ||
+      (parts.size() == 3 && !absl::SimpleAtod(parts[2], &link.efficiency)) ||
+      !(link.gbps > 0) || !(link.latency_us >= 0) || !std::isfinite(link.gbps) ||
+      !std::isfinite(link.latency_us) || !(link.efficiency > 0 && link.efficiency <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --", flag, " must be BANDWIDTH,LATENCY: GB/s (> 0) and microseconds per message "
-        "(>= 0), e.g. 600,1; got '", text, "'"));
+        "[flags] --", flag, " must be BANDWIDTH,LATENCY[,EFFICIENCY]: GB/s one way (> 0), "
+        "microseconds per message (>= 0) and the achieved share (in (0, 1], default 1), e.g. "
+        "600,1 or 300,1,0.8; got '", text, "'"));
   }
   return link;
 }
 
 std::string Describe(const LinkModel& link) {
-  return absl::StrCat(link.gbps, " GB/s + ", link.latency_us, " us a message");
+  const std::string share =
+      link.efficiency == 1 ? "" : absl::StrCat(" × ", link.efficiency);
+  return absl::StrCat(link.gbps, " GB/s", share, " + ", link.latency_us, " us a message");
 }
 
 Nodes Nodes::One(int world) { return Nodes(std::vector<int>(std::max(world, 0), 0)); }

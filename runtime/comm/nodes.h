@@ -39,17 +39,22 @@ struct LinkBytes {
   bool operator==(const LinkBytes&) const = default;
 };
 
-// The α-β model of a link: a message of b bytes takes latency + b / bandwidth.
+// The α-β model of a link: a message of b bytes takes latency + b / (bandwidth ·
+// efficiency). The bandwidth is one direction's (a sender's to its receiver), and the
+// efficiency the share of it that transfers achieve (1: all of it).
 struct LinkModel {
-  double gbps = 0;        // bandwidth, GB/s (1e9 bytes a second)
+  double gbps = 0;        // bandwidth one way, GB/s (1e9 bytes a second)
   double latency_us = 0;  // per message, microseconds
+  double efficiency = 1;  // in (0, 1]
   double Seconds(int64_t bytes, int64_t messages) const {
-    return double(messages) * latency_us * 1e-6 + double(bytes) / (gbps * 1e9);
+    return double(messages) * latency_us * 1e-6 + double(bytes) / (gbps * efficiency * 1e9);
   }
 };
-// "BW,LATENCY": GB/s and microseconds, e.g. "600,1". `flag` names it in the message.
+// "BW,LATENCY[,EFFICIENCY]": GB/s one way, microseconds, and the achieved share (default
+// 1), e.g. "600,1" or "300,1,0.8". `flag` names it in the message.
 absl::StatusOr<LinkModel> ParseLinkModel(const std::string& flag, const std::string& text);
-std::string Describe(const LinkModel& link);  // "600 GB/s + 1 us a message"
+// "600 GB/s + 1 us a message", or "300 GB/s × 0.8 + 1 us a message".
+std::string Describe(const LinkModel& link);
 
 // A modelled cluster: the link inside a node and the link across nodes. The defaults are
 // the seed's: NVLink at 600 GB/s inside a node, and one 200 Gb/s InfiniBand NIC per GPU

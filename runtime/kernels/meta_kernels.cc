@@ -1,6 +1,6 @@
 // The meta device's kernels (device.h): every operation does nothing, so a dry run
 // (--dry_run) runs the model's real code, with its real allocations booked, in no time.
-// The matmuls count their FLOPs (flops.h) as every device's kernels do.
+// The kernels count their work (work.h) as every device's kernels do.
 // A value read back to the host is zero (the loss, the gradient norm's squares), and the
 // scratch a kernel asks for is the CPU kernels', so that a dry run books what a CPU run
 // takes.
@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "runtime/kernels/flops.h"
+#include "runtime/kernels/work.h"
 
 namespace tally {
 namespace {
@@ -38,30 +38,41 @@ class MetaKernels final : public Kernels {
     CountLinearBackward(n, c, oc);
     return absl::OkStatus();
   }
-  absl::Status AttentionForward(float*, float*, ConstTypedPtr, int b, int t, int c, int) override {
-    CountAttentionForward(b, t, c);
+  absl::Status AttentionForward(float*, float*, ConstTypedPtr, int b, int t, int c,
+                                int nh) override {
+    CountAttentionForward(b, t, c, nh);
     return absl::OkStatus();
   }
   // The CPU kernels' (cpu_kernels.cc): one head's T×T probabilities' gradients.
   int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
   absl::Status AttentionBackward(float*, float*, const float*, ConstTypedPtr, const float*, int b,
-                                 int t, int c, int) override {
-    CountAttentionBackward(b, t, c);
+                                 int t, int c, int nh) override {
+    CountAttentionBackward(b, t, c, nh);
     return absl::OkStatus();
   }
   absl::Status LayerNormForward(TypedPtr, float*, float*, const float*, const float*,
-                                const float*, int, int) override {
+                                const float*, int n, int c) override {
+    CountLayerNormForward(n, c);
     return absl::OkStatus();
   }
   absl::Status LayerNormBackward(float*, float*, float*, const float*, const float*,
-                                 const float*, const float*, const float*, int, int) override {
+                                 const float*, const float*, const float*, int n,
+                                 int c) override {
+    CountLayerNormBackward(n, c);
     return absl::OkStatus();
   }
-  absl::Status GeluForward(TypedPtr, const float*, int64_t) override { return absl::OkStatus(); }
-  absl::Status GeluBackward(float*, const float*, const float*, int64_t) override {
+  absl::Status GeluForward(TypedPtr, const float*, int64_t n) override {
+    CountGeluForward(n);
     return absl::OkStatus();
   }
-  absl::Status AddInPlace(float*, const float*, int64_t) override { return absl::OkStatus(); }
+  absl::Status GeluBackward(float*, const float*, const float*, int64_t n) override {
+    CountGeluBackward(n);
+    return absl::OkStatus();
+  }
+  absl::Status AddInPlace(float*, const float*, int64_t n) override {
+    CountResidual(n);
+    return absl::OkStatus();
+  }
   absl::Status AddBias(float*, const float*, int64_t, int) override { return absl::OkStatus(); }
 
   absl::Status EmbeddingLookup(float*, const int32_t*, const float*, int64_t, int, int64_t,
@@ -79,17 +90,23 @@ class MetaKernels final : public Kernels {
     return absl::OkStatus();
   }
 
-  absl::Status LogitMax(float*, const float*, int, int, int) override { return absl::OkStatus(); }
+  absl::Status LogitMax(float*, const float*, int n, int vocab, int) override {
+    CountLogitsPass(n, vocab, 1);
+    return absl::OkStatus();
+  }
   absl::Status SoftmaxExp(float*, float*, float*, const float*, const float*, const int32_t*,
-                          int64_t, int, int, int) override {
+                          int64_t, int n, int vocab, int) override {
+    CountLogitsPass(n, vocab, 2);
     return absl::OkStatus();
   }
-  absl::Status SoftmaxLoss(float*, float*, const float*, const float*, const float*, int, int,
-                           int) override {
+  absl::Status SoftmaxLoss(float*, float*, const float*, const float*, const float*, int n,
+                           int vocab, int) override {
+    CountLogitsPass(n, vocab, 2);
     return absl::OkStatus();
   }
-  absl::Status CrossEntropyBackward(float*, const float*, const int32_t*, int64_t, float, int,
-                                    int) override {
+  absl::Status CrossEntropyBackward(float*, const float*, const int32_t*, int64_t, float, int n,
+                                    int vocab) override {
+    CountLogitsPass(n, vocab, 2);
     return absl::OkStatus();
   }
 
@@ -104,8 +121,9 @@ class MetaKernels final : public Kernels {
     return sum;
   }
   absl::Status Scale(void*, DType, int64_t, float) override { return absl::OkStatus(); }
-  absl::Status AdamW(float*, const void*, DType, float*, float*, int64_t,
+  absl::Status AdamW(float*, const void*, DType, float*, float*, int64_t n,
                      const AdamWArgs&) override {
+    CountAdamW(n);
     return absl::OkStatus();
   }
   absl::Status Sgd(float*, const void*, DType, float*, int64_t, float, float, float, bool,

@@ -275,18 +275,36 @@ TEST(BadInput, SlowRanksAndClusterFilesAreCheckedBeforeAnyWork) {
       {"--recompute_granularity=attention", "--recompute_granularity must be full or selective"},
       {"--recompute_method=block", "--recompute_method must be stage or layer"},
   });
-  const std::string good = R"({"gpus_per_node": 8, "tflops": 156, "intra": [600, 1], "inter": [25, 2]})";
+  // A flat-rate file and a roofline one, each made bad one way at a time.
+  const std::string flat = R"({"gpus_per_node": 8, "tflops": 156, "intra": [600, 1], "inter": [25, 2]})";
+  const std::string roofline =
+      R"({"gpus_per_node": 8, "peak_tflops": 312, "hbm": [2039, 0.9], )"
+      R"("matmul_efficiency": [[0.01, 0.1], [10, 0.62]], "intra": [300, 1, 0.8], "inter": [25, 2, 0.9]})";
   std::vector<Case> cases;
   int i = 0;
-  for (const auto& [from, to, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"\"tflops\": 156", "\"tflops\": 0", "tflops must be a number > 0"},
-           {"\"tflops\": 156", "\"tflops\": -1", "tflops must be a number > 0"},
-           {"\"tflops\": 156", "\"tflops\": 1e999", "tflops must be a number > 0"},
-           {"[600, 1]", "[0, 1]", "intra must be [GB/s > 0, microseconds > 0]"},
-           {"[600, 1]", "[600, 0]", "intra must be [GB/s > 0, microseconds > 0]"},
-           {"[25, 2]", "[-25, 2]", "inter must be [GB/s > 0, microseconds > 0]"},
-           {"[25, 2]", "[25, -2]", "inter must be [GB/s > 0, microseconds > 0]"},
-           {"\"gpus_per_node\": 8", "\"gpus_per_node\": 0", "gpus_per_node must be an integer"},
+  for (const auto& [good, from, to, message] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {roofline, "\"peak_tflops\": 312", "\"peak_tflops\": 0", "peak_tflops must be a number > 0"},
+           {roofline, "\"peak_tflops\": 312", "\"peak_tflops\": 312, \"tflops\": 156",
+            "give one of tflops (a flat rate) and peak_tflops"},
+           {roofline, "[2039, 0.9]", "[0, 0.9]", "hbm must be [GB/s > 0, share in (0, 1]]"},
+           {roofline, "[2039, 0.9]", "[2039, 1.5]", "hbm must be [GB/s > 0, share in (0, 1]]"},
+           {roofline, "[2039, 0.9]", "[1e999, 0.9]", "hbm must be [GB/s > 0, share in (0, 1]]"},
+           {roofline, "[10, 0.62]", "[0.001, 0.62]", "matmul_efficiency's sizes must increase"},
+           {roofline, "[10, 0.62]", "[10, 0]", "matmul_efficiency must be a list of [GFLOP > 0"},
+           {roofline, "[10, 0.62]", "[10, 1.2]", "matmul_efficiency must be a list of [GFLOP > 0"},
+           {roofline, "[0.01, 0.1]", "[-1, 0.1]", "matmul_efficiency must be a list of [GFLOP > 0"},
+           {roofline, "[300, 1, 0.8]", "[300, 1, 0]", "intra must be [GB/s > 0, microseconds > 0]"},
+           {roofline, "[25, 2, 0.9]", "[25, 2, 2]", "inter must be [GB/s > 0, microseconds > 0]"},
+           {roofline, "\"hbm\": [2039, 0.9], ", "", "hbm must be [GB/s > 0, share in (0, 1]]"},
+           {flat, "\"tflops\": 156", "\"tflops\": 0", "tflops must be a number > 0"},
+           {flat, "\"tflops\": 156", "\"tflops\": -1", "tflops must be a number > 0"},
+           {flat, "\"tflops\": 156", "\"tflops\": 1e999", "tflops must be a number > 0"},
+           {flat, "[600, 1]", "[0, 1]", "intra must be [GB/s > 0, microseconds > 0]"},
+           {flat, "[600, 1]", "[600, 0]", "intra must be [GB/s > 0, microseconds > 0]"},
+           {flat, "[25, 2]", "[-25, 2]", "inter must be [GB/s > 0, microseconds > 0]"},
+           {flat, "[25, 2]", "[25, -2]", "inter must be [GB/s > 0, microseconds > 0]"},
+           {flat, "\"gpus_per_node\": 8", "\"gpus_per_node\": 0", "gpus_per_node must be an integer"},
        }) {
     const std::string file = Temp("cluster" + std::to_string(i++) + ".json");
     std::string text = good;

@@ -1,8 +1,9 @@
 // The planner's predicted step (PredictStep, analytic) against the replay of the same
 // grid's dry run on the same cluster (the run's own timeline: its matmuls' FLOPs, its
 // calls and their bytes): within 3% on a dozen grids of every axis, on nodes of 8 A100s.
-// The two share nothing but the cluster's figures: the planner sums formulas, the replay
-// plays every rank's calls forward.
+// The two share the cluster's figures and the kernels' work formulas (work.h): the
+// planner counts its stages' kernels from the grid, the replay plays every rank's counted
+// calls forward.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "parallel/topology.h"
 #include "tests/train/run_ranks.h"
 #include "train/plan.h"
 #include "train/replay.h"
@@ -50,7 +52,7 @@ PlanInput Planned(const Case& c, const ClusterPreset& a100) {
   in.bytes_per_value = 2;
   in.gpus_per_node = a100.gpus_per_node;
   in.cluster = a100.links;
-  in.tflops = a100.tflops;
+  in.gpu = a100.gpu;
   return in;
 }
 
@@ -62,7 +64,7 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
   TrainOptions o = PlanAsTrainOptions(in);
   o.dry_run = true;
   o.steps = 1;
-  o.tflops = a100.tflops;
+  o.cluster_gpu = a100.gpu;
   o.eval_every = 0;
   o.sample_bytes = 0;
   o = o.Resolved();
@@ -71,8 +73,26 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
   const std::vector<Timeline> timelines = LastStepTimelines(o);
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
+  // The planner's work is what the kernels counted: each rank's matmuls are its stage's,
+  // call for call, and its memory-bound bytes within 1% (the optimizer's shard is the
+  // planner's even share of the units).
+  const std::vector<ComputeWork> stages = StageWork(in);
+  const parallel::Topology grid(o.dp, o.tp, o.pp, o.order);
+  for (size_t r = 0; r < timelines.size(); ++r) {
+    ComputeWork counted;
+    for (const TimelineEntry& e : timelines[r].entries()) counted += e.compute;
+    const ComputeWork& stage = stages[size_t(grid.Of(int(r)).pp)];
+    EXPECT_DOUBLE_EQ(stage.flops, counted.flops) << "rank " << r;
+    ASSERT_EQ(stage.matmuls.size(), counted.matmuls.size()) << "rank " << r;
+    for (size_t i = 0; i < stage.matmuls.size(); ++i) {
+      EXPECT_EQ(stage.matmuls[i].flops, counted.matmuls[i].flops) << "rank " << r;
+      EXPECT_EQ(stage.matmuls[i].bytes, counted.matmuls[i].bytes) << "rank " << r;
+      EXPECT_EQ(stage.matmuls[i].calls, counted.matmuls[i].calls) << "rank " << r;
+    }
+    EXPECT_NEAR(stage.memory_bytes / counted.memory_bytes, 1.0, 0.01) << "rank " << r;
+  }
   const absl::StatusOr<std::vector<ReplayedRank>> replayed =
-      Replay(all, *o.PlacedNodes(), o.cluster, o.tflops);
+      Replay(all, *o.PlacedNodes(), o.cluster, o.cluster_gpu);
   ASSERT_TRUE(replayed.ok()) << replayed.status();
   double step = 0;
   for (const ReplayedRank& rank : *replayed) step = std::max(step, rank.seconds);

@@ -160,12 +160,12 @@ TEST(SelectiveRecompute, ThePlannerCountsTheForwardAgainAndTheMemoryKept) {
   in.tp = 2;
   in.batch = 4;
   in.micro_batches = 2;
-  in.tflops = 100;
+  in.gpu = GpuModel::Flat(100);
   PlanInput selective = in;
   selective.recompute_attention = true;
   const StepTime plain = PredictStep(in), again = PredictStep(selective);
   const double tokens = double(in.batch) * in.seq_len;
-  const double more = 4.0 * c.n_layer * c.n_embd * c.seq_len * tokens / in.tp / (in.tflops * 1e12);
+  const double more = 4.0 * c.n_layer * c.n_embd * c.seq_len * tokens / in.tp / (100 * 1e12);
   EXPECT_NEAR(again.compute_s - plain.compute_s, more, 1e-9 * more);
   EXPECT_EQ(again.comm_s, plain.comm_s);
   const double B = double(in.batch) * in.dp, s = in.seq_len;

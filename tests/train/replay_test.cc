@@ -14,6 +14,13 @@
 namespace tally::train {
 namespace {
 
+// `flops` of matmuls in one call (a flat-rate GPU times them as FLOPs alone).
+ComputeWork Flops(double flops) {
+  ComputeWork w;
+  w.AddMatmuls(flops, 0, 1);
+  return w;
+}
+
 // 1 TFLOP/s; links of 1 GB/s + 1 us inside a node, 0.5 GB/s + 2 us across.
 const comm::Cluster kLinks{{1, 1}, {0.5, 2}};
 
@@ -21,12 +28,12 @@ TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
   Timeline a, b;
   a.set_recording(true);
   b.set_recording(true);
-  a.Compute(2e12);  // 2 s
-  b.Compute(1e12);  // 1 s
+  a.Compute(Flops(2e12));  // 2 s
+  b.Compute(Flops(1e12));  // 1 s
   a.Collective("g:0,1#0", 2, 0, "g all_reduce", {{1, 1'000'000'000, 1}}, 0, 0);  // 1 s + 1 us
   b.Collective("g:0,1#0", 2, 0, "g all_reduce", {{0, 500'000'000, 2}}, 0, 0);    // 0.5 s + 2 us
   const std::vector<ReplayedRank> r =
-      Replay({&a, &b}, comm::Nodes::One(2), kLinks, 1).value();
+      Replay({&a, &b}, comm::Nodes::One(2), kLinks, GpuModel::Flat(1)).value();
   EXPECT_DOUBLE_EQ(r[0].compute_s, 2);
   EXPECT_DOUBLE_EQ(r[0].seconds, 2 + 1 + 1e-6);
   EXPECT_DOUBLE_EQ(r[1].seconds, r[0].seconds);
@@ -39,13 +46,13 @@ TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
 TEST(Replay, AWaitForTheLastMemberIsBookedToIt) {
   Timeline a, b, c;
   for (Timeline* t : {&a, &b, &c}) t->set_recording(true);
-  a.Compute(3e12);  // 3 s: the last to arrive
-  b.Compute(1e12);
-  c.Compute(2e12);
+  a.Compute(Flops(3e12));  // 3 s: the last to arrive
+  b.Compute(Flops(1e12));
+  c.Compute(Flops(2e12));
   for (Timeline* t : {&a, &b, &c}) {
     t->Collective("g:0,1,2#0", 3, 0, "g all_reduce", {{0, 1'000'000, 1}}, 0, 0);  // 1 ms + 1 us
   }
-  const std::vector<ReplayedRank> r = Replay({&a, &b, &c}, comm::Nodes::One(3), kLinks, 1).value();
+  const std::vector<ReplayedRank> r = Replay({&a, &b, &c}, comm::Nodes::One(3), kLinks, GpuModel::Flat(1)).value();
   EXPECT_DOUBLE_EQ(r[0].waited.seconds, 0);
   EXPECT_EQ(r[0].waited.Most(), -1);
   EXPECT_DOUBLE_EQ(r[1].waited.seconds, 2);
@@ -60,7 +67,7 @@ TEST(Replay, AWaitForTheLastMemberIsBookedToIt) {
   for (Timeline* t : {&slow, &fast}) t->Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
   for (double tflops : {1.0, 1000.0}) {
     const std::vector<ReplayedRank> s =
-        Replay({&slow, &fast}, comm::Nodes::One(2), kLinks, tflops).value();
+        Replay({&slow, &fast}, comm::Nodes::One(2), kLinks, GpuModel::Flat(tflops)).value();
     EXPECT_DOUBLE_EQ(s[0].compute_s, 0.02);
     EXPECT_DOUBLE_EQ(s[1].waited.by_peer.at(0), 0.02);
   }
@@ -98,14 +105,14 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   Timeline a, b;
   a.set_recording(true);
   b.set_recording(true);
-  a.Compute(3e12);
+  a.Compute(Flops(3e12));
   const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000, "pp sendrecv", 0);
   a.Wait(send, {{1, 250'000'000, 1}}, 0, 0);  // across nodes: 0.5 s + 2 us
   const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000, "pp sendrecv", 0);
   b.Wait(recv, {}, 0, 0);
-  b.Compute(1e12);
+  b.Compute(Flops(1e12));
   const std::vector<ReplayedRank> r =
-      Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, 1).value();
+      Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, GpuModel::Flat(1)).value();
   const double arrives = 3 + 0.5 + 2e-6;
   EXPECT_DOUBLE_EQ(r[0].seconds, arrives);
   EXPECT_DOUBLE_EQ(r[0].exposed_s, 0.5 + 2e-6);
@@ -115,19 +122,19 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   Timeline lonely;
   lonely.set_recording(true);
   lonely.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
-  EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, 1).ok());
+  EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, GpuModel::Flat(1)).ok());
 }
 
 // Every rank's timeline of `o`'s steps, replayed on kLinks at 1 TFLOP/s.
 std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
-  o.tflops = 1;
+  o.cluster_gpu = GpuModel::Flat(1);
   o = o.Resolved();
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   const std::vector<Timeline> timelines = LastStepTimelines(o);
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
   absl::StatusOr<std::vector<ReplayedRank>> replayed =
-      Replay(all, comm::Nodes::One(o.world()), kLinks, 1);
+      Replay(all, comm::Nodes::One(o.world()), kLinks, GpuModel::Flat(1));
   EXPECT_TRUE(replayed.ok()) << replayed.status();
   return replayed.ok() ? *replayed : std::vector<ReplayedRank>(size_t(o.world()));
 }

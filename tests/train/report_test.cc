@@ -9,6 +9,13 @@
 namespace tally::train {
 namespace {
 
+// `flops` of matmuls in one call (a flat-rate GPU times them as FLOPs alone).
+ComputeWork Flops(double flops) {
+  ComputeWork w;
+  w.AddMatmuls(flops, 0, 1);
+  return w;
+}
+
 comm::LedgerKey Key(const std::string& group, comm::Primitive primitive, comm::Phase phase,
                     const std::string& label = "") {
   comm::LedgerKey key;
@@ -60,14 +67,14 @@ TEST(Report, TimeSplitsIntoComputeExposedHiddenAndIdleAndTheVerdictNamesTheRows)
 TEST(Report, TheVerdictIsTheModelsAndNamesTheLatePeer) {
   TrainOptions o;
   o.dp = 2;
-  o.tflops = 1;
+  o.cluster_gpu = GpuModel::Flat(1);
   o.cluster_name = "test";
   std::vector<comm::TrafficLedger> traffic = {comm::TrafficLedger(0), comm::TrafficLedger(1)};
   std::vector<MemoryLedger> memory(2);
   for (int r = 0; r < 2; ++r) {
     Timeline& t = traffic[size_t(r)].timeline();
     t.set_recording(true);
-    t.Compute(r == 0 ? 1e12 : 0.2e12);
+    t.Compute(Flops(r == 0 ? 1e12 : 0.2e12));
     t.Collective("dp:0,1#0", 2, 0, "dp all_reduce backward", {{1 - r, 600'000'000, 1}}, 0, 0);
     // The measured seconds say the opposite: rank 0 waited, rank 1 did not.
     traffic[size_t(r)].RecordCall(Key("dp", comm::Primitive::kAllReduce, comm::Phase::kBackward), 4,
@@ -89,7 +96,7 @@ TEST(Report, TheVerdictIsTheModelsAndNamesTheLatePeer) {
                                          "rank 0"))
       << verdict;
   // Without --cluster, the default cluster, named.
-  o.tflops = 0;
+  o.cluster_gpu = {};
   ReportInputs fallback{o, 1, traffic, memory, {}, {}, {1'000'000'000, 1'000'000'000}};
   EXPECT_TRUE(absl::StrContains(Verdict(fallback), "on the modelled clock, a100, the default "
                                                    "(--cluster to choose)"))

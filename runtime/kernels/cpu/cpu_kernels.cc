@@ -16,8 +16,8 @@
 #include "runtime/kernels/cpu/optimizer.h"
 #include "runtime/kernels/cpu/parallel.h"
 #include "runtime/kernels/cpu/gemm.h"
-#include "runtime/kernels/flops.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/kernels/work.h"
 
 namespace tally {
 namespace {
@@ -71,7 +71,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,
                                 int nh) override {
-    CountAttentionForward(b, t, c);
+    CountAttentionForward(b, t, c, nh);
     return WithOperand(qkv, [&](auto* q) {
       cpu::AttentionForward(y, att, q, b, t, c, nh, inputs_);
       return absl::OkStatus();
@@ -80,7 +80,7 @@ class CpuKernels final : public Kernels {
   int64_t AttentionScratch(int t, int) const override { return int64_t(t) * t; }
   absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, ConstTypedPtr qkv,
                                  const float* att, int b, int t, int c, int nh) override {
-    CountAttentionBackward(b, t, c);
+    CountAttentionBackward(b, t, c, nh);
     return WithOperand(qkv, [&](auto* q) {
       cpu::AttentionBackward(dqkv, scratch, dy, q, att, b, t, c, nh, inputs_);
       return absl::OkStatus();
@@ -88,6 +88,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x,
                                 const float* w, const float* b, int n, int c) override {
+    CountLayerNormForward(n, c);
     return WithOutput(y, [&](auto* ys) {
       cpu::LayerNormForward(ys, mean, rstd, x, w, b, n, c);
       return absl::OkStatus();
@@ -96,20 +97,24 @@ class CpuKernels final : public Kernels {
   absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                  const float* w, const float* mean, const float* rstd, int n,
                                  int c) override {
+    CountLayerNormBackward(n, c);
     cpu::LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c);
     return absl::OkStatus();
   }
   absl::Status GeluForward(TypedPtr y, const float* x, int64_t n) override {
+    CountGeluForward(n);
     return WithOutput(y, [&](auto* ys) {
       cpu::GeluForward(ys, x, long(n));
       return absl::OkStatus();
     });
   }
   absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) override {
+    CountGeluBackward(n);
     cpu::GeluBackward(dx, x, dy, long(n));
     return absl::OkStatus();
   }
   absl::Status AddInPlace(float* y, const float* x, int64_t n) override {
+    CountResidual(n);
     cpu::ParallelFor(n, cpu::GrainFor(1), [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) y[i] += x[i];
     });
@@ -178,6 +183,7 @@ class CpuKernels final : public Kernels {
   }
 
   absl::Status LogitMax(float* max, const float* logits, int n, int vocab, int valid) override {
+    CountLogitsPass(n, vocab, 1);
     cpu::ParallelFor(n, cpu::GrainFor(valid), [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) {
         const float* row = logits + i * vocab;
@@ -191,6 +197,7 @@ class CpuKernels final : public Kernels {
   absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
                           const float* max, const int32_t* targets, int64_t first, int n, int vocab,
                           int valid) override {
+    CountLogitsPass(n, vocab, 2);
     cpu::ParallelFor(n, cpu::GrainFor(2 * vocab), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const float* row = logits + i * vocab;
@@ -208,6 +215,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
                            const float* max, int n, int vocab, int valid) override {
+    CountLogitsPass(n, vocab, 2);
     cpu::ParallelFor(n, cpu::GrainFor(vocab), [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) {
         float* p = probs + i * vocab;
@@ -221,6 +229,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
                                     int64_t first, float dloss, int n, int vocab) override {
+    CountLogitsPass(n, vocab, 2);
     cpu::ParallelFor(n, cpu::GrainFor(vocab), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const float* p = probs + i * vocab;
@@ -301,6 +310,7 @@ class CpuKernels final : public Kernels {
   }
   absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
                      int64_t n, const AdamWArgs& a) override {
+    CountAdamW(n);
     return WithValues(grad_type, grads, [&](auto* grad) -> absl::Status {
       cpu::ParallelFor(n, cpu::GrainFor(8), [&](int64_t first, int64_t last) {
         cpu::AdamW(params + first, grad + first, m + first, v + first, last - first, a);

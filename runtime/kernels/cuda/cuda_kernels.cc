@@ -6,8 +6,8 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/kernels/cuda/kernels.h"
-#include "runtime/kernels/flops.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/kernels/work.h"
 #include "runtime/status_macros.h"
 
 namespace tally {
@@ -49,31 +49,36 @@ class CudaKernels final : public Kernels {
   }
   absl::Status AttentionForward(float* y, float* att, ConstTypedPtr qkv, int b, int t, int c,
                                 int nh) override {
-    CountAttentionForward(b, t, c);
+    CountAttentionForward(b, t, c, nh);
     return cuda::AttentionForward(*blas_, y, att, qkv, b, t, c, nh);
   }
   int64_t AttentionScratch(int t, int nh) const override { return int64_t(nh) * t * t; }
   absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dy, ConstTypedPtr qkv,
                                  const float* att, int b, int t, int c, int nh) override {
-    CountAttentionBackward(b, t, c);
+    CountAttentionBackward(b, t, c, nh);
     return cuda::AttentionBackward(*blas_, dqkv, scratch, dy, qkv, att, b, t, c, nh);
   }
   absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x,
                                 const float* w, const float* b, int n, int c) override {
+    CountLayerNormForward(n, c);
     return cuda::LayerNormForward(y, mean, rstd, x, w, b, n, c);
   }
   absl::Status LayerNormBackward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                  const float* w, const float* mean, const float* rstd, int n,
                                  int c) override {
+    CountLayerNormBackward(n, c);
     return cuda::LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c);
   }
   absl::Status GeluForward(TypedPtr y, const float* x, int64_t n) override {
+    CountGeluForward(n);
     return cuda::GeluForward(y, x, n);
   }
   absl::Status GeluBackward(float* dx, const float* x, const float* dy, int64_t n) override {
+    CountGeluBackward(n);
     return cuda::GeluBackward(dx, x, dy, n);
   }
   absl::Status AddInPlace(float* y, const float* x, int64_t n) override {
+    CountResidual(n);
     return cuda::Add(y, y, x, n);
   }
   absl::Status AddBias(float* y, const float* b, int64_t rows, int c) override {
@@ -98,19 +103,23 @@ class CudaKernels final : public Kernels {
   }
 
   absl::Status LogitMax(float* max, const float* logits, int n, int vocab, int valid) override {
+    CountLogitsPass(n, vocab, 1);
     return cuda::LogitMax(max, logits, n, vocab, valid);
   }
   absl::Status SoftmaxExp(float* probs, float* sum, float* target, const float* logits,
                           const float* max, const int32_t* targets, int64_t first, int n, int vocab,
                           int valid) override {
+    CountLogitsPass(n, vocab, 2);
     return cuda::SoftmaxExp(probs, sum, target, logits, max, targets, first, n, vocab, valid);
   }
   absl::Status SoftmaxLoss(float* probs, float* losses, const float* sum, const float* target,
                            const float* max, int n, int vocab, int valid) override {
+    CountLogitsPass(n, vocab, 2);
     return cuda::SoftmaxLoss(probs, losses, sum, target, max, n, vocab, valid);
   }
   absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
                                     int64_t first, float dloss, int n, int vocab) override {
+    CountLogitsPass(n, vocab, 2);
     return cuda::CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab);
   }
 
@@ -149,6 +158,7 @@ class CudaKernels final : public Kernels {
   }
   absl::Status AdamW(float* params, const void* grads, DType grad_type, float* m, float* v,
                      int64_t n, const AdamWArgs& a) override {
+    CountAdamW(n);
     if (grad_type == DType::kF32) {
       return cuda::AdamWStep(params, static_cast<const float*>(grads), m, v, n, a.keep,
                              a.step_size, a.beta1, a.beta2, a.eps, a.bias2_sqrt, a.grad_scale);
