@@ -63,7 +63,8 @@ def dry_run_flags(row, cluster):
              f"--n_layer={layers}", f"--n_embd={hidden}", f"--n_head={heads}", "--vocab_size=51200",
              "--seq_len=2048", f"--dp={dp}", f"--tp={tp}", f"--pp={pp}",
              f"--global_batch_size={batch}", f"--micro_batch_size={micro}", "--recompute",
-             "--precision=bf16", "--gpus_per_node=8", f"--cluster={cluster}"]
+             "--precision=bf16", "--gpus_per_node=8", f"--cluster={cluster}",
+             "--timeout_s=3600"]  # thousands of thread ranks wait minutes for a core
     if pp > 1:
         flags += ["--recompute_method=layer"]
     if pp > 1 and tp > 1:

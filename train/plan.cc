@@ -114,11 +114,8 @@ double Step(const comm::LinkModel& link, double bytes) {
   return link.latency_us * 1e-6 + bytes / (link.gbps * link.efficiency * 1e9);
 }
 
-// α-β time of `passes` passes (a reduce-scatter or an all-gather: an all-reduce is two)
-// over M bytes on a group whose rank i is on node nodes[i], by the algorithm that runs:
-// the ring's N-1 steps of M/N each wait for its slowest hop; the naive root's N-1
-// messages of M; the hierarchical node ring's G-1 steps of M/G and the cross ring's K-1
-// steps of M/(G·K). The seed's Q11: T = 2(N-1)·(α + M/(N·β)) for the ring all-reduce.
+}  // namespace
+
 double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double bytes, double passes,
                   const comm::Cluster& c) {
   const int n = int(nodes.size());
@@ -136,6 +133,8 @@ double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double byte
   const comm::LinkModel& link = crosses ? c.inter : c.intra;
   return passes * (n - 1) * Step(link, a == Algorithm::kNaive ? bytes : bytes / n);
 }
+
+namespace {
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +88,13 @@ struct PlanInput {
   // "tp (pipeline gathers)"). With pp > 1, tp > 1 and no sequence parallelism only.
   bool pp_scatter_gather = false;
   bool ScatterGather() const { return pp_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel; }
+  // --overlap (tally_train's): the data-parallel calls posted while backward goes on
+  // (DDP's buckets of bucket_mb MiB; ZeRO-2/3's unit reduce-scatters, ZeRO-3's prefetched
+  // gathers). The step model hides them behind the compute they overlap
+  // (OverlappedDpSeconds) without a pipeline and expert parallelism; elsewhere, as the
+  // run, nothing more.
+  bool overlap = false;
+  double bucket_mb = 25;
   // Placement (parallel/topology.h, runtime/comm/nodes.h): the grid's order and GPUs per
   // node (0: every GPU on one node), and the links the α-β times use (the defaults:
   // NVLink 600 GB/s inside a node, 25 GB/s InfiniBand across nodes).
@@ -109,13 +117,39 @@ struct PlanInput {
 // FLOPs (6Φ + 12·L·h·s a token; a third more with full recompute, 4·s·h a layer with
 // selective) as one matmul evenly over the stages.
 std::vector<ComputeWork> StageWork(const PlanInput& in);
+// One micro-batch's compute seconds on in.gpu, without a pipeline: a layer's forward and
+// backward (with what recompute runs again in it), and the end's (ln_f, the LM head and
+// the cross-entropy).
+struct MicroBatchSeconds {
+  double layer_forward = 0, layer_backward = 0, head_forward = 0, head_backward = 0;
+};
+MicroBatchSeconds MicroBatchTimes(const PlanInput& in);
+
+// Under --overlap, the seconds of the data-parallel row in effect that stay exposed, as
+// the replay of a run plays its posted calls (each on its own from its post; the rank
+// waits where the run waits); -1 where the model does not apply (a pipeline, experts,
+// ZeRO-1, no overlap, one dp rank). Per unit of the layout (embeddings, each layer, ln_f):
+//   DDP      the last micro-batch's buckets, each posted when backward closes the unit
+//            of its first element: max(0, max over buckets of (close + its time) − the
+//            end of backward)
+//   ZeRO-2/3 each micro-batch, a unit's reduce-scatter from its close to the next unit's
+//            close: Σ max(0, its time − the compute between); the embeddings' waits for
+//            the next micro-batch's first close (its forward and the end's backward), the
+//            last micro-batch's is exposed whole
+//   ZeRO-3   each micro-batch's gathers, forward and backward, one unit ahead: the first
+//            of each pass exposed whole, the next ones max(0, its time − the unit's
+//            compute before it)
+// A layer's compute includes its blocking tp calls (tp_layers_s: the step's "tp (layers
+// of a stage)" row).
+double OverlappedDpSeconds(const PlanInput& in, double tp_layers_s = 0);
 
 // One step of `in` on its cluster, predicted: the busiest stage's StageWork timed on
 // in.gpu (the roofline, cluster.h), stretched by the pipeline's fill and drain (compute +
 // the other stages' computes / (v·m): compute / (1 − bubble) when the stages are
 // equal), and every strategy's α-β time (Plan's rows: the dp all-reduce or the ZeRO
-// stage's passes, tp, pp, ep), taken as exposed (no overlap); tp's stretched by the fill
-// and drain as compute is (its calls are inside the micro-batches').
+// stage's passes, tp, pp, ep), taken as exposed (under in.overlap the dp row's exposed
+// part, OverlappedDpSeconds, where it applies); tp's stretched by the fill and drain as
+// compute is (its calls are inside the micro-batches').
 struct StepTime {
   // compute_s: the busiest stage's; fill_s: what the fill and drain add to it; bubble:
   // the schedule's theory, (p−1)/(v·m + p−1).
@@ -169,6 +203,14 @@ struct PlanRow {
   // pipeline's fill and drain stretch them as they stretch compute (PredictStep).
   bool in_micro_batches = false;
 };
+
+// α-β time of `passes` passes (a reduce-scatter or an all-gather: an all-reduce is two)
+// over M bytes on a group whose rank i is on node nodes[i], by the algorithm that runs:
+// the ring's N-1 steps of M/N each wait for its slowest hop; the naive root's N-1
+// messages of M; the hierarchical node ring's G-1 steps of M/G and the cross ring's K-1
+// steps of M/(G·K). The seed's Q11: T = 2(N-1)·(α + M/(N·β)) for the ring all-reduce.
+double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double bytes, double passes,
+                  const comm::Cluster& c);
 
 // One row per strategy the input's dp, tp and pp switch on (dp rows for each ZeRO stage
 // when dp > 1). Each group's ranks are placed by the grid's order on nodes of

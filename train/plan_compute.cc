@@ -174,4 +174,20 @@ std::vector<ComputeWork> StageWork(const PlanInput& in) {
   return stages;
 }
 
+MicroBatchSeconds MicroBatchTimes(const PlanInput& in) {
+  MicroBatchSeconds t;
+  if (!in.model.gpt) return t;
+  const int b = std::max(1, in.batch / std::max(1, in.micro_batches));
+  const LayerWork layer = OneLayer(in, b);
+  const auto [head_forward, head_backward] = Head(in, b);
+  ComputeWork backward = layer.backward;
+  if (in.recompute) backward += layer.forward;
+  if (in.recompute_attention) backward += layer.attention;
+  t.layer_forward = in.gpu.Seconds(layer.forward);
+  t.layer_backward = in.gpu.Seconds(backward);
+  t.head_forward = in.gpu.Seconds(head_forward);
+  t.head_backward = in.gpu.Seconds(head_backward);
+  return t;
+}
+
 }  // namespace tally::train

@@ -114,6 +114,8 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.recompute_layers = in.recompute_layers;
   o.recompute_attention = in.recompute_attention;
   o.pp_scatter_gather = in.pp_scatter_gather;
+  o.overlap = in.overlap;
+  o.bucket_mb = in.bucket_mb;
   o.global_batch_size = in.batch * in.dp;
   o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
   o.allreduce = in.allreduce;

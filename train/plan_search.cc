@@ -37,14 +37,21 @@ StepTime PredictStep(const PlanInput& in) {
   }
   t.bubble = PlanActivationsPerGpu(in).bubble;
   const std::string dp_row = in.zero > 0 ? absl::StrCat("zero-", in.zero) : "dp all-reduce";
-  for (const PlanRow& row : Plan(in)) {
+  const std::vector<PlanRow> rows = Plan(in);
+  double tp_layers_s = 0;
+  for (const PlanRow& row : rows) tp_layers_s += row.strategy == "tp (layers of a stage)" ? row.time_s : 0;
+  for (const PlanRow& row : rows) {
     const bool in_effect = row.strategy.rfind("dp all-reduce", 0) == 0 || row.strategy.rfind("zero-", 0) == 0
                                ? row.strategy == dp_row
                                : true;
     if (!in_effect) continue;
     // The fill and drain stretch the calls inside the micro-batches as they stretch
     // compute (every stage's alike).
-    const double s = row.time_s * (row.in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
+    double s = row.time_s * (row.in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
+    if (row.strategy == dp_row) {  // under --overlap, what stays exposed of it
+      const double exposed = OverlappedDpSeconds(in, tp_layers_s);
+      if (exposed >= 0) s = exposed;
+    }
     t.comm_s += s;
     t.comm_rows.push_back({row.strategy, s});
   }

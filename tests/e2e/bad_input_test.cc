@@ -236,6 +236,8 @@ TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {
       {"--batch_size=0", "--batch_size must be >= 1"},
       {"--hidden=4000 --tp=3", "the hidden size 4000 is not divisible by --tp=3"},
       {"--bytes_per_value=3", "--bytes_per_value must be 1, 2, 4 or 8, got 3"},
+      {"--bucket_mb=0", "--bucket_mb must be in (0, 2^20] MiB, got 0"},
+      {"--bucket_mb=nan", "--bucket_mb must be in (0, 2^20] MiB"},
       {"--dp=65536 --tp=65536 --pp=2", "8589934592 GPUs; tally_plan plans at most 1048576"},
       {"--sweep=dp:2,2147483647", "2147483647 GPUs; tally_plan plans at most"},
       {"--params=1000000 --n_layer=4", "give them or --n_layer, --n_embd, --n_head, --vocab_size, not both"},

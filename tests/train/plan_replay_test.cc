@@ -24,6 +24,7 @@ constexpr parallel::PipelineSchedule kInterleaved = parallel::PipelineSchedule::
 struct Case {
   Grid grid;
   int micro_batches = 1;  // per dp rank; micro-batches of 2 sequences
+  bool overlap = false;
 };
 
 // An 8-layer GPT of hidden size 1024 at s = 1024 with a 32000-token vocabulary, in bf16.
@@ -48,6 +49,7 @@ PlanInput Planned(const Case& c, const ClusterPreset& a100) {
   in.recompute_layers = c.grid.recompute_layers;
   in.recompute_attention = c.grid.recompute_attention;
   in.pp_scatter_gather = c.grid.pp_scatter_gather;
+  in.overlap = c.overlap;
   in.precision = DType::kBF16;
   in.bytes_per_value = 2;
   in.gpus_per_node = a100.gpus_per_node;
@@ -114,9 +116,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, 8},
         Case{Grid{.dp = 16, .tp = 2}}, Case{Grid{.dp = 2, .tp = 8, .pp = 2}, 4},
         Case{Grid{.dp = 2, .tp = 2, .pp = 2, .recompute = true, .recompute_layers = true}, 4},
-        Case{Grid{.dp = 4, .tp = 2, .recompute_attention = true}}),
+        Case{Grid{.dp = 4, .tp = 2, .recompute_attention = true}},
+        // --overlap: DDP's buckets, ZeRO-2's and ZeRO-3's reduce-scatters and prefetches.
+        Case{Grid{.dp = 8}, 1, true}, Case{Grid{.dp = 8, .zero = 2}, 2, true},
+        Case{Grid{.dp = 8, .zero = 3}, 2, true}, Case{Grid{.dp = 16, .tp = 2, .zero = 3}, 1, true},
+        Case{Grid{.dp = 4, .tp = 2, .zero = 2, .recompute = true}, 2, true}),
     [](const ::testing::TestParamInfo<Case>& param) {
-      return absl::StrCat(param.param.grid.Name(), "_m", param.param.micro_batches);
+      return absl::StrCat(param.param.grid.Name(), "_m", param.param.micro_batches,
+                          param.param.overlap ? "_overlap" : "");
     });
 
 }  // namespace
