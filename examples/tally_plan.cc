@@ -282,115 +282,6 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   return in;
 }
 
-void PrintTable(const PlanInput& in) {
-  std::cout << absl::StrFormat(
-      "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d x tp %d x pp %d, "
-      "%s%d micro-batch(es), %s\n",
-      in.model.name, in.model.params, in.model.layers, in.model.hidden, in.batch, in.seq_len,
-      in.bytes_per_value, in.dp, in.tp, in.pp,
-      absl::StrCat(in.virtual_stages > 1
-                       ? absl::StrCat("interleaved x ", in.virtual_stages, " chunks, ")
-                       : "",
-                   in.n_experts > 0 ? absl::StrCat(in.n_experts, " experts, top ", in.moe_top_k,
-                                                   ", ep ", in.ep, ", ")
-                                    : ""),
-      in.micro_batches, comm::Name(in.allreduce));
-  std::cout << absl::StrFormat(
-      "placement: order %s, %s; inside a node %s, across nodes %s\n\n", parallel::Name(in.order),
-      in.gpus_per_node > 0 ? absl::StrCat(in.gpus_per_node, " GPUs a node") : "one node",
-      comm::Describe(in.cluster.intra), comm::Describe(in.cluster.inter));
-  std::cout << absl::StrFormat("%-24s %26s %26s %26s %26s %10s %-11s  %s\n", "strategy",
-                               "seed formula", "exact, busiest GPU", "of it across nodes",
-                               "exact, all GPUs", "time (s)", "links", "seed's form");
-  for (const PlanRow& r : train::Plan(in)) {
-    std::cout << absl::StrFormat("%-24s %26s %26s %26s %26s %10.4f %-11s  %s\n", r.strategy,
-                                 train::Bytes(r.seed_bytes_per_gpu), train::Bytes(r.exact_bytes_per_gpu),
-                                 train::Bytes(r.inter_bytes_per_gpu), train::Bytes(r.total_bytes),
-                                 r.time_s, r.links, r.formula);
-  }
-  std::cout << absl::StrFormat(
-      "\nmodel states per GPU with AdamW, zero=%d (bytes a parameter: params + grads + "
-      "optimizer state; the seed's is bf16)\n",
-      in.zero);
-  const size_t chosen = in.precision == DType::kF32 ? 0 : in.fp32_grad_accum ? 2 : 1;
-  const std::vector<train::PlanMemory> lines = train::PlanMemoryPerGpu(in);
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::cout << absl::StrFormat("  %-44s %26s%s\n", lines[i].label, train::Bytes(lines[i].bytes_per_gpu),
-                                 i == chosen ? "   <- --precision" : "");
-  }
-  const train::PlanActivations act = train::PlanActivationsPerGpu(in);
-  if (in.model.gpt && act.bytes_per_gpu >= 0) {
-    std::cout << absl::StrFormat(
-        "activations per GPU (tally's GPT at --precision, the busiest stage %d; a dry run's "
-        "ledger to the byte)  %s\n",
-        act.stage, train::Bytes(double(act.bytes_per_gpu)));
-  }
-  if (in.pp > 1) {
-    std::cout << absl::StrFormat("pipeline bubble (p-1)/(v·m+p-1) = %.4f of a step\n", act.bubble);
-  }
-  if (in.gpu.given()) {  // on a cluster: this grid's predicted step
-    const train::StepTime t = train::PredictStep(in);
-    std::string rows;
-    for (const auto& [strategy, s] : t.comm_rows) absl::StrAppendFormat(&rows, ", %s %.4f s", strategy, s);
-    std::cout << absl::StrFormat(
-        "predicted step (modelled, %s a GPU; %s): "
-        "compute %.4f s + the pipeline's fill and drain %.4f s (bubble %.4f) + communication "
-        "%.4f s%s = %.4f s; %.1f TFLOP/s a GPU by Narayanan et al.'s count (%.4g FLOPs a "
-        "step)\n",
-        in.gpu.Describe(),
-        in.overlap && train::OverlappedDpSeconds(in) >= 0
-            ? "the data-parallel row as --overlap hides it, the rest not overlapped"
-            : "none of the communication overlapped",
-        t.compute_s, t.fill_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu, t.model_flops);
-  }
-}
-
-void PrintJson(const PlanInput& in) {
-  JsonWriter w;
-  w.BeginObject().Key("model").String(in.model.name).Key("params").Int(in.model.params);
-  w.Key("dp").Int(in.dp).Key("tp").Int(in.tp).Key("pp").Int(in.pp);
-  w.Key("virtual_stages").Int(in.virtual_stages);
-  w.Key("n_experts").Int(in.n_experts).Key("moe_top_k").Int(in.moe_top_k).Key("ep").Int(in.ep);
-  w.Key("order").String(parallel::Name(in.order)).Key("gpus_per_node").Int(in.gpus_per_node);
-  w.Key("strategies").BeginArray();
-  for (const PlanRow& r : train::Plan(in)) {
-    w.BeginObject().Key("strategy").String(r.strategy);
-    w.Key("seed_bytes_per_gpu").Double(r.seed_bytes_per_gpu);
-    w.Key("exact_bytes_per_gpu").Double(r.exact_bytes_per_gpu);
-    w.Key("total_bytes").Double(r.total_bytes).Key("time_s").Double(r.time_s);
-    w.Key("inter_bytes_per_gpu").Double(r.inter_bytes_per_gpu);
-    w.Key("inter_total_bytes").Double(r.inter_total_bytes).Key("links").String(r.links);
-    if (r.exact_bytes_per_layer > 0) {
-      w.Key("exact_bytes_per_layer").Double(r.exact_bytes_per_layer);
-      w.Key("seed_bytes_per_layer").Double(r.seed_bytes_per_layer);
-    }
-    w.EndObject();
-  }
-  w.EndArray();
-  const std::vector<train::PlanMemory> lines = train::PlanMemoryPerGpu(in);
-  w.Key("memory_per_gpu").BeginObject().Key("zero").Int(in.zero);
-  const char* keys[] = {"fp32", "bf16", "bf16_fp32_grad_accum"};
-  for (size_t i = 0; i < lines.size(); ++i) w.Key(keys[i]).Double(lines[i].bytes_per_gpu);
-  const train::PlanActivations act = train::PlanActivationsPerGpu(in);
-  if (in.model.gpt && act.bytes_per_gpu >= 0) {
-    w.Key("activations").Int(act.bytes_per_gpu).Key("activations_stage").Int(act.stage);
-  }
-  w.EndObject();
-  w.Key("bubble").Double(act.bubble);
-  if (in.gpu.given()) {
-    const train::StepTime t = train::PredictStep(in);
-    w.Key("predicted_step").BeginObject().Key("clock").String("modelled");
-    w.Key("compute_s").Double(t.compute_s).Key("fill_s").Double(t.fill_s);
-    w.Key("bubble").Double(t.bubble);
-    w.Key("comm_s").Double(t.comm_s).Key("comm").BeginObject();
-    for (const auto& [strategy, s] : t.comm_rows) w.Key(strategy).Double(s);
-    w.EndObject().Key("step_s").Double(t.step_s).Key("model_flops").Double(t.model_flops);
-    w.Key("tflops_per_gpu").Double(t.tflops_per_gpu).EndObject();
-  }
-  w.EndObject();
-  std::cout << w.str() << "\n";
-}
-
 absl::Status Sweep(PlanInput in, const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   if (parts.size() != 2) return absl::InvalidArgumentError("[flags] --sweep wants dim:v1,v2,...");
@@ -513,9 +404,9 @@ absl::Status Main() {
   if (!absl::GetFlag(FLAGS_sweep).empty()) return Sweep(in, absl::GetFlag(FLAGS_sweep));
   if (absl::GetFlag(FLAGS_search)) return Search(in);
   if (absl::GetFlag(FLAGS_json)) {
-    PrintJson(in);
+    train::PrintPlanJson(in, std::cout);
   } else {
-    PrintTable(in);
+    train::PrintPlan(in, std::cout);
   }
   return absl::OkStatus();
 }

@@ -37,12 +37,6 @@
 
 namespace tally::model {
 
-// Layers [begin, end) of a pipeline stage (end -1: to the last layer). The default is
-// the whole model.
-struct Stage {
-  int begin = 0, end = -1;
-};
-
 class GPT {
  public:
   // A model with its own Replica, GPT-2's initialisation from the counter RNG; with a

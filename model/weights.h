@@ -12,7 +12,7 @@
 //   RETURN_IF_ERROR(weights.ReleaseParams(unit));
 //
 // A replica (one rank, data parallelism) holds the whole buffers, so these calls are
-// pointer arithmetic. ZeRO (parallel/zero.h) shards them: ZeRO-2 reduce-scatters in
+// pointer arithmetic. ZeRO (parallel/zero/zero.h) shards them: ZeRO-2 reduce-scatters in
 // CloseGrads, ZeRO-3 also all-gathers in Params. The model's code is the same for all.
 //
 // Under mixed precision (precision.h) a store keeps bf16 buffers and fp32 master weights:

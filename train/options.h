@@ -84,7 +84,7 @@ struct TrainOptions {
   bool overlap = false;
   std::string traffic_json;          // every rank's traffic and memory, as JSON
   std::string report_html;           // the report as one self-contained page (report_page.h)
-  int zero = 0;                      // ZeRO stage over the dp group (parallel/zero.h): 0-3
+  int zero = 0;                      // ZeRO stage over the dp group (parallel/zero/zero.h): 0-3
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
   // with sequence_parallel, the activations between the split layers split by sequence.

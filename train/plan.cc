@@ -12,7 +12,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
-#include "parallel/zero.h"
+#include "parallel/zero/sharding.h"
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/nodes.h"
@@ -171,8 +171,8 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   if (in.dp > 1) {
     const Algorithm a = in.allreduce;
     // ZeRO's reduce-scatters and all-gathers over the part, one pass each, for rank i of
-    // the group at `where` (a tally GPT part is cut unit by unit under ZeRO-2/3: zero.h's
-    // units and calls). Under expert parallelism the dp group passes over the dense part,
+    // the group at `where` (a tally GPT part is cut unit by unit under ZeRO-2/3:
+    // parallel/zero/sharding.h's units and calls). Under expert parallelism the dp group passes over the dense part,
     // the edp group (`experts`) over the experts'.
     const model::ParameterLayout layout =
         in.model.gpt ? model::ParameterLayout::ForGPT(
@@ -210,7 +210,7 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
     };
     Traffic ar, zero1, zero2, zero3;
     // ZeRO-3's gathers of a unit per micro-batch: forward, backward, and a pipeline's
-    // recomputed forward (zero.h's ZeroCallsPerStep).
+    // recomputed forward (parallel/zero/sharding.h's ZeroCallsPerStep).
     const double gathers = in.StageRecompute() ? 3.0 : 2.0;
     for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::DpGroup)) {
       const std::vector<int> where = nodes_of(group);

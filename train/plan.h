@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <span>
 #include <string>
 #include <utility>
@@ -271,5 +272,11 @@ std::vector<int> CandidateStages(int pp);
 
 // Units made explicit: "21.00 GB (19.56 GiB)".
 std::string Bytes(double bytes);
+
+// tally_plan's table for one grid (plan_print.cc): the strategies' rows, memory per GPU,
+// activations, the bubble and, on a cluster, the predicted step.
+void PrintPlan(const PlanInput& in, std::ostream& out);
+// The same as one JSON object on a line.
+void PrintPlanJson(const PlanInput& in, std::ostream& out);
 
 }  // namespace tally::train

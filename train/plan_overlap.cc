@@ -2,7 +2,7 @@
 // row stays exposed when its calls are posted while the model computes, as the replay of
 // a run plays them (train/replay.h: a posted call runs on its own from its post; the
 // rank waits where the run waits). The order of posts and waits is the run's:
-// parallel/data_parallel.cc (DDP's buckets), parallel/zero.cc (CloseGrads, PrefetchAfter).
+// parallel/data_parallel.cc (DDP's buckets), parallel/zero/zero2.cc and zero3.cc (PostReduce, PrefetchAfter).
 #include <algorithm>
 #include <vector>
 

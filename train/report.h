@@ -149,7 +149,7 @@ std::string ReportJson(const ReportInputs& in);
 
 // The peak bytes the memory formulas predict for one rank (fp32): params 4Φ, grads 4Φ,
 // AdamW's m and v 8Φ (SGD's buffer 4Φ); ZeRO divides what its stage shards by p (exactly:
-// the rank's shard, parallel/zero.h) and adds what it holds for a while: ZeRO-1 the
+// the rank's shard, parallel/zero/zero.h) and adds what it holds for a while: ZeRO-1 the
 // reduced gradient shard; ZeRO-2/3 the open gradient units and one reduced chunk; ZeRO-3
 // the gathered parameter units. Open at once: the embeddings with the largest other unit
 // where the stage holds the embeddings across its layers (parameters: a first stage;

@@ -11,120 +11,28 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/svg.h"
 
 namespace tally::train {
 namespace {
 
-// Okabe and Ito's colour-blind-safe palette.
-constexpr char kBlue[] = "#0072B2", kOrange[] = "#E69F00", kGreen[] = "#009E73",
-               kPurple[] = "#CC79A7", kSky[] = "#56B4E9", kVermillion[] = "#D55E00",
-               kYellow[] = "#F0E442", kBlack[] = "#000000", kGrey[] = "#999999";
-
-// One colour per group, the same in every chart.
-std::string GroupColour(const std::string& group) {
-  static const std::map<std::string, std::string> kColours = {
-      {"dp", kBlue},    {"tp", kOrange}, {"pp", kGreen},         {"ep", kPurple},
-      {"edp", kSky},    {"world", kBlack}, {"embedding", kYellow}};
-  auto it = kColours.find(group);
-  return it != kColours.end() ? it->second : kVermillion;
-}
-
-std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-// The unit an axis up to `max` bytes is labelled in.
-struct Unit {
-  const char* name;
-  double bytes;
-};
-Unit UnitFor(double max) {
-  if (max >= double(int64_t(1) << 30)) return {"GiB", double(int64_t(1) << 30)};
-  if (max >= double(1 << 20)) return {"MiB", double(1 << 20)};
-  if (max >= 1024) return {"KiB", 1024};
-  return {"B", 1};
-}
-
-std::string Bytes(double v) {
-  const Unit u = UnitFor(v);
-  if (u.bytes == 1) return absl::StrCat(int64_t(v), " B");
-  return absl::StrFormat("%.1f %s (%d B)", v / u.bytes, u.name, int64_t(v));
-}
-
-// The axis's end: the smallest 1, 2 or 5 × 10^k at least `max` (in the axis's unit).
-double NiceMax(double max) {
-  if (max <= 0) return 1;
-  const double p = std::pow(10.0, std::floor(std::log10(max)));
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    if (m * p >= max * (1 - 1e-12)) return m * p;
-  }
-  return 10 * p;
-}
-
-std::string TickLabel(double v) {
-  return std::abs(v - std::round(v)) < 1e-9 ? absl::StrCat(int64_t(std::round(v)))
-                                            : absl::StrFormat("%g", v);
-}
-
-// A horizontal axis at y from x0 to x0 + width for values 0..end, `unit` after its label.
-std::string HorizontalAxis(double x0, double y, double width, double end, const std::string& unit) {
-  std::string out = absl::StrFormat(
-      R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~", x0, y, x0 + width, y);
-  for (int i = 0; i <= 4; ++i) {
-    const double x = x0 + width * i / 4;
-    absl::StrAppendFormat(&out,
-                          R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~"
-                          R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%s</text>)~",
-                          x, y, x, y + 4, x, y + 15, TickLabel(end * i / 4));
-  }
-  absl::StrAppendFormat(&out, R"~(<text x="%.1f" y="%.1f" class="unit">%s</text>)~",
-                        x0 + width + 16, y + 15, Escape(unit));
-  return out;
-}
-
-// A vertical axis at x from y0 (value 0) up to y0 - height (value `end`).
-std::string VerticalAxis(double x, double y0, double height, double end, const std::string& unit) {
-  std::string out = absl::StrFormat(
-      R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~", x, y0, x, y0 - height);
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y0 - height * i / 4;
-    absl::StrAppendFormat(&out,
-                          R"~(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" class="axis"/>)~"
-                          R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="end">%s</text>)~",
-                          x - 4, y, x, y, x - 6, y + 4, TickLabel(end * i / 4));
-  }
-  absl::StrAppendFormat(&out, R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle">%s</text>)~",
-                        x, y0 - height - 8, Escape(unit));
-  return out;
-}
-
-std::string Svg(double width, double height, const std::string& label, const std::string& body) {
-  return absl::StrFormat(
-      R"~(<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">%s</svg>)~",
-      width, height, width, height, Escape(label), body);
-}
-
-// Hatch patterns in a group's colour (the formula's bars), defined once per page.
-std::string Patterns(const std::set<std::string>& colours) {
-  std::string out = R"~(<svg width="0" height="0" class="defs"><defs>)~";
-  for (const std::string& c : colours) {
-    absl::StrAppendFormat(
-        &out,
-        R"~(<pattern id="hatch-%s" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffffff"/><line x1="0" y1="0" x2="0" y2="6" stroke="%s" stroke-width="3"/></pattern>)~",
-        c.substr(1), c);
-  }
-  return out + "</defs></svg>";
-}
+using svg::Bytes;
+using svg::Escape;
+using svg::GroupColour;
+using svg::HorizontalAxis;
+using svg::NiceMax;
+using svg::Patterns;
+using svg::Svg;
+using svg::Unit;
+using svg::UnitFor;
+using svg::VerticalAxis;
+using svg::kBlue;
+using svg::kGreen;
+using svg::kGrey;
+using svg::kOrange;
+using svg::kPurple;
+using svg::kSky;
+using svg::kVermillion;
 
 const RunReport::Rank* Busiest(const RunReport& run, const std::map<std::string, int64_t> RunReport::Rank::*field,
                                const std::string& key, int64_t* value) {
@@ -478,32 +386,6 @@ std::string SideBySide(const std::vector<RunReport>& runs, const Comparison& c, 
   return out + "</div>";
 }
 
-constexpr char kStyle[] = R"~(
-body { font-family: sans-serif; color: #222222; margin: 24px; max-width: 1400px; }
-h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #cccccc; }
-h3 { font-size: 14px; margin: 4px 0; }
-table { border-collapse: collapse; font-size: 12px; margin: 6px 0; }
-td, th { border: 1px solid #cccccc; padding: 2px 8px; text-align: left; }
-tr.differs td { background: #fff4d6; font-weight: bold; }
-.path { font-weight: normal; color: #666666; }
-.side { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
-.charts { display: flex; flex-wrap: wrap; gap: 12px; }
-figure { margin: 6px 0; } figcaption { font-size: 13px; font-weight: bold; }
-.note, .legend { font-size: 12px; color: #444444; }
-.swatch { display: inline-block; width: 12px; height: 12px; border: 1px solid #555555;
-          vertical-align: middle; margin-right: 4px; }
-.swatch.line { height: 0; border: 0; border-top: 2px dashed #000000; }
-.swatch.hatched { background: repeating-linear-gradient(45deg, #56B4E9 0 3px, #ffffff 3px 6px); }
-svg text { font-family: sans-serif; }
-.tick { font-size: 10px; fill: #333333; } .unit { font-size: 10px; fill: #333333; }
-.label { font-size: 11px; fill: #222222; } .inbar { font-size: 9px; fill: #000000; }
-.axis { stroke: #333333; stroke-width: 1; }
-.bar.seed { stroke-dasharray: 3 2; stroke-width: 1.5; }
-.formula { stroke: #000000; stroke-width: 2; stroke-dasharray: 4 2; }
-.defs { position: absolute; }
-@media print { body { margin: 0; } section { break-inside: avoid-page; } }
-)~";
-
 }  // namespace
 
 std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) {
@@ -513,7 +395,7 @@ std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) 
       : joined.size() <= 100 ? absl::StrCat("tally comparison: ", joined)
                              : absl::StrCat("tally comparison of ", runs.size(), " runs");
   std::string out = absl::StrCat("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>",
-                                 Escape(title), "</title><style>", kStyle, "</style></head><body>\n<h1>",
+                                 Escape(title), "</title><style>", svg::kStyle, "</style></head><body>\n<h1>",
                                  Escape(title), "</h1>\n");
   std::string steps;
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -31,7 +31,7 @@
 #include "parallel/pipeline_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
-#include "parallel/zero.h"
+#include "parallel/zero/zero.h"
 #include "runtime/comm/communicator.h"
 #include "train/evaluation.h"
 #include "train/options.h"

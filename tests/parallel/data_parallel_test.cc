@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "model/parameters.h"
 #include "optim/optimizer.h"
-#include "parallel/zero.h"
+#include "parallel/zero/sharding.h"
 #include "runtime/kernels/kernels.h"
 
 namespace tally::parallel {

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
-#include "parallel/zero.h"
+#include "parallel/zero/sharding.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "train/report.h"
 #include "tests/train/run_ranks.h"

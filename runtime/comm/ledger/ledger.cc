@@ -10,6 +10,11 @@
 
 namespace tally::comm {
 
+std::string LedgerKey::RowName() const {
+  return absl::StrCat(group, " ", Name(primitive), " ", Name(phase), label.empty() ? "" : " ",
+                      label);
+}
+
 void TrafficLedger::RecordCall(const LedgerKey& key, int64_t payload_bytes, double seconds,
                                double blocked_seconds, int64_t ended_nanos,
                                int64_t sent_bytes) {

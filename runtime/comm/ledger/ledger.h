@@ -38,6 +38,9 @@ struct LedgerKey {
   Phase phase = Phase::kOther;
   std::string label;
 
+  // The call as the timeline names it: "group primitive phase label".
+  std::string RowName() const;
+
   auto Tie() const { return std::tie(group, primitive, algorithm, phase, label); }
   bool operator<(const LedgerKey& o) const { return Tie() < o.Tie(); }
   bool operator==(const LedgerKey& o) const { return Tie() == o.Tie(); }

@@ -1,4 +1,5 @@
 // Faults end in a Status on every rank, within the deadline; nothing hangs.
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/transport/threads/threads_transport.h"
 #include "runtime/cuda/cuda.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
@@ -17,6 +19,23 @@ namespace {
 
 using test_util::Filled;
 using test_util::RunRanks;
+
+// A waiting thread rank wakes every slice to ask whether to give up. With many ranks a core
+// those wake-ups would outnumber the messages, so the slice grows with the ranks a core,
+// from kBaseSlice (up to 16 ranks a core) to kMaxSlice; spinning stops once ranks
+// outnumber cores.
+TEST(ThreadsWaitPolicy, SliceGrowsWithTheRanksACoreUpToItsMost) {
+  using threads::Session;
+  using threads::WaitPolicy;
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  auto policy = [](int ranks) { return Session(ranks, absl::Seconds(1)).wait_policy(); };
+  EXPECT_EQ(policy(cores).slice, WaitPolicy::kBaseSlice);
+  EXPECT_GT(policy(cores).spin, absl::ZeroDuration());
+  EXPECT_EQ(policy(16 * cores).slice, WaitPolicy::kBaseSlice);
+  EXPECT_EQ(policy(16 * cores).spin, absl::ZeroDuration());
+  EXPECT_EQ(policy(64 * cores).slice, 4 * WaitPolicy::kBaseSlice);
+  EXPECT_EQ(policy(1024 * cores).slice, WaitPolicy::kMaxSlice);
+}
 
 // Runs `fn` on p ranks and collects the status each rank returned.
 struct Outcome {

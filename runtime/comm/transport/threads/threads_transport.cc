@@ -1,5 +1,6 @@
 #include "runtime/comm/transport/threads/threads_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -22,6 +23,12 @@ Session::Session(int world_size, absl::Duration timeout)
   // a spinning waiter would steal the very core its peer needs to make progress.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (unsigned(world_size) > cores) wait_policy_.spin = absl::ZeroDuration();
+  // A sleeper wakes every slice to ask whether to give up. At hundreds of ranks a core
+  // those wake-ups outnumber the messages, so the slice grows with the ranks a core (to
+  // at most kMaxSlice: a failed rank still ends every wait within a quarter second).
+  const int64_t ranks_a_core = int64_t(world_size) / cores;
+  wait_policy_.slice = std::clamp(WaitPolicy::kBaseSlice * (ranks_a_core / 16),
+                                  WaitPolicy::kBaseSlice, WaitPolicy::kMaxSlice);
 }
 
 void Session::Abort(absl::Status reason) {

@@ -48,8 +48,10 @@ namespace tally::comm::threads {
 // How a rank waits: spin while a core is free to spin on, then sleep on a futex, waking
 // every `slice` to check the deadline, the abort flag and the peer.
 struct WaitPolicy {
+  static constexpr absl::Duration kBaseSlice = absl::Milliseconds(20);
+  static constexpr absl::Duration kMaxSlice = absl::Milliseconds(250);
   absl::Duration spin = absl::Microseconds(50);  // zero when ranks outnumber cores
-  absl::Duration slice = absl::Milliseconds(20);
+  absl::Duration slice = kBaseSlice;             // longer at many ranks a core
 };
 
 // What all ranks of one run share: the abort flag, who has returned, the wait policy.

@@ -1,0 +1,122 @@
+#include "parallel/zero/sharding.h"
+
+#include <algorithm>
+
+#include "runtime/comm/ledger/exact_traffic.h"
+
+namespace tally::parallel {
+
+Sharding::Sharding(const std::vector<ZeroUnit>& units, Cut dense, Cut experts) {
+  for (const ZeroUnit& unit : units) {
+    const Cut cut = unit.experts ? experts : dense;
+    comm::Chunk own = comm::ChunkOf(unit.chunk.count, cut.ranks, cut.rank);
+    own.offset += unit.chunk.offset;
+    pieces_.push_back({unit.chunk, own, size_, unit.experts});
+    size_ += own.count;
+  }
+}
+
+namespace {
+
+// `chunk` as one unit, or with `expert_parallel` as its runs of experts' tensors and of
+// the others, in buffer order.
+std::vector<ZeroUnit> UnitsOf(const model::ParameterLayout& layout, comm::Chunk chunk,
+                              bool expert_parallel) {
+  if (!expert_parallel) return {{chunk, false}};
+  std::vector<ZeroUnit> runs;
+  for (const model::ParamSpec& spec : layout.specs()) {
+    const int64_t begin = std::max(spec.offset, chunk.offset);
+    const int64_t end = std::min(spec.offset + spec.numel, chunk.end());
+    if (begin >= end) continue;
+    if (!runs.empty() && runs.back().experts == spec.expert) {
+      runs.back().chunk.count = end - runs.back().chunk.offset;
+    } else {
+      runs.push_back({{begin, end - begin}, spec.expert});
+    }
+  }
+  return runs;
+}
+
+// ZeRO-2/3's units, listed by the model's unit they belong to: each model unit whole,
+// except that a first pipeline stage cuts its embeddings into wte and wpe. wte is then a
+// unit on the first and on the last stage alike, so the two copies' shards line up
+// element for element and the embedding group can sum them shard by shard. With
+// `expert_parallel` a layer's unit is its dense run and its experts' run.
+std::vector<std::vector<ZeroUnit>> PartsOfModelUnits(const model::ParameterLayout& layout,
+                                                     bool expert_parallel) {
+  std::vector<std::vector<ZeroUnit>> parts;
+  for (const model::ParamUnit& u : layout.units()) {
+    parts.push_back(UnitsOf(layout, {u.begin, u.count()}, expert_parallel));
+  }
+  if (layout.first_stage() && !layout.last_stage()) {
+    const int64_t wte = layout.specs()[0].numel;
+    const model::ParamUnit& embeddings = layout.units()[model::ParameterLayout::kEmbeddings];
+    parts[model::ParameterLayout::kEmbeddings] = {
+        {{embeddings.begin, wte}}, {{embeddings.begin + wte, embeddings.count() - wte}}};
+  }
+  return parts;
+}
+
+}  // namespace
+
+std::vector<ZeroUnit> ZeroUnits(const model::ParameterLayout& layout, int zero_stage,
+                                bool expert_parallel) {
+  if (zero_stage <= 1) return UnitsOf(layout, {0, layout.total()}, expert_parallel);
+  std::vector<ZeroUnit> units;
+  for (const std::vector<ZeroUnit>& parts : PartsOfModelUnits(layout, expert_parallel)) {
+    units.insert(units.end(), parts.begin(), parts.end());
+  }
+  return units;
+}
+
+std::vector<comm::Chunk> ChunksOf(const std::vector<ZeroUnit>& units, bool experts) {
+  std::vector<comm::Chunk> chunks;
+  for (const ZeroUnit& unit : units) {
+    if (unit.experts == experts) chunks.push_back(unit.chunk);
+  }
+  return chunks;
+}
+
+int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
+                     bool recompute) {
+  using comm::Phase;
+  if (zero_stage < 1) return 0;
+  if (primitive == comm::Primitive::kReduceScatter && phase == Phase::kBackward) {
+    return zero_stage == 1 ? 1 : micro_batches;  // ZeRO-1 once after backward; else per backward
+  }
+  if (primitive == comm::Primitive::kAllGather) {
+    if (phase == Phase::kOptimizer && zero_stage <= 2) return 1;
+    if (phase == Phase::kForward && zero_stage == 3) return micro_batches;
+    // Backward gathers each unit once more for the recomputed forward.
+    if (phase == Phase::kBackward && zero_stage == 3) return micro_batches * (recompute ? 2 : 1);
+  }
+  return 0;
+}
+
+int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int ranks, int rank,
+                         int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
+                         comm::Phase phase, bool recompute, int64_t element,
+                         std::span<const int> nodes) {
+  const int calls = ZeroCallsPerStep(zero_stage, micro_batches, primitive, phase, recompute);
+  int64_t sent = 0;
+  for (const comm::Chunk& unit : units) {
+    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, element, nodes)
+                .sent;
+  }
+  return calls * sent;
+}
+
+std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,
+                                                     int zero_stage, bool expert_parallel) {
+  std::vector<std::pair<size_t, size_t>> pieces;
+  const size_t all = ZeroUnits(layout, zero_stage, expert_parallel).size();
+  size_t piece = 0;
+  for (const std::vector<ZeroUnit>& parts : PartsOfModelUnits(layout, expert_parallel)) {
+    const size_t first = zero_stage >= 2 ? piece : 0;
+    piece += parts.size();
+    pieces.push_back({first, zero_stage >= 2 ? piece : all});
+  }
+  return pieces;
+}
+
+}  // namespace tally::parallel

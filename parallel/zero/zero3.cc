@@ -1,0 +1,90 @@
+// ZeRO-3: ZeRO-2's gradients, and the parameters kept as the shard only. When the model
+// asks for a unit (Params) its pieces are all-gathered from every rank, and when it
+// releases the unit they are freed, so that a rank holds the shard and the units in use;
+// after the update nothing is gathered (zero.h's table).
+//
+//   bytes a step, ring, p | every unit:  m·(p-1)/p·Φ·g      reduce-scatter, backward
+//                                      + m·(p-1)/p·Φ·w      all-gather, forward
+//                                      + m·(p-1)/p·Φ·w·k    all-gather, backward
+//   (k = 1, or 2 when a pipeline stage recomputes its forward; ZeroBytesPerStep is exact.)
+//
+// With --overlap on one pipeline stage (ZeroConfig::prefetch) asking for a unit posts the gather of
+// the next one in the model's direction (up in forward, down in backward), which the next
+// Params call takes: one unit prefetched, held in params memory.
+#include "parallel/zero/stages.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+
+namespace tally::parallel {
+
+Zero3Weights::Zero3Weights(const ZeroConfig& config, const model::ParameterLayout& layout,
+                           MakeOptimizer make_optimizer)
+    : Zero2Weights(config, layout, std::move(make_optimizer)), gathered_(layout.units().size()) {}
+
+absl::Status Zero3Weights::GatherUnit(int unit, const Tensor& into,
+                                      std::vector<std::unique_ptr<comm::CollectiveWork>>* works) {
+  const model::ParamUnit& u = layout_.units()[unit];
+  for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+    const comm::Chunk& part = piece(i).unit;
+    Tensor whole = into.Flat(part.offset - u.begin, part.end() - u.begin);
+    if (works == nullptr) {
+      RETURN_IF_ERROR(GroupOf(i).AllGather(Own(params_, i), whole, config_.algorithm));
+    } else {
+      ASSIGN_OR_RETURN(auto work, GroupOf(i).IAllGather(Own(params_, i), whole, config_.algorithm));
+      works->push_back(std::move(work));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Weights::PrefetchAfter(int unit) {
+  const int direction = last_unit_ < 0 || unit >= last_unit_ ? 1 : -1;
+  last_unit_ = unit;
+  const int next = unit + direction;
+  if (next < 0 || next >= int(gathered_.size()) || gathered_[size_t(next)].defined() ||
+      !prefetched_.empty()) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Tensor into, Tensor::Empty({layout_.units()[size_t(next)].count()},
+                                              params_.dtype(), alloc_, MemoryCategory::kParams));
+  prefetched_.Start(next, into);
+  return GatherUnit(next, into, &prefetched_.gathers);
+}
+
+absl::StatusOr<float*> Zero3Weights::Params(int unit) {
+  Tensor& gathered = gathered_[unit];
+  if (!gathered.defined() && prefetched_.unit == unit) {
+    ASSIGN_OR_RETURN(gathered, prefetched_.Finish());
+  } else if (!gathered.defined()) {
+    ASSIGN_OR_RETURN(gathered, Tensor::Empty({layout_.units()[unit].count()}, params_.dtype(),
+                                             alloc_, MemoryCategory::kParams));
+    RETURN_IF_ERROR(GatherUnit(unit, gathered, nullptr));
+  }
+  const Tensor whole = gathered;
+  if (config_.prefetch) RETURN_IF_ERROR(PrefetchAfter(unit));
+  return Widened(unit, whole);
+}
+
+absl::StatusOr<ConstTypedPtr> Zero3Weights::Stored(int unit) {
+  const Tensor& whole = gathered_[unit];
+  if (!whole.defined()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("[zero] unit ", unit, "'s parameters are not gathered"));
+  }
+  return ConstTypedPtr(whole.raw_data(), whole.dtype());
+}
+
+absl::Status Zero3Weights::ReleaseParams(int unit) {
+  gathered_[unit] = Tensor();
+  return ZeroWeights::ReleaseParams(unit);
+}
+
+absl::Status Zero3Weights::CompleteGrads() {
+  RETURN_IF_ERROR(Zero2Weights::CompleteGrads());
+  if (!prefetched_.empty()) RETURN_IF_ERROR(prefetched_.Finish().status());
+  last_unit_ = -1;
+  return absl::OkStatus();
+}
+
+}  // namespace tally::parallel

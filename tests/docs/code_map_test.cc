@@ -1,0 +1,58 @@
+// The README's code map is true: every file its "Where each strategy lives" table names
+// exists (`a/b.{h,cc}` names two).
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tally {
+namespace {
+
+// The paths in `text`'s `code spans` that name a file of the tree (a folder and a name
+// with an extension), each {a,b} alternative on its own.
+std::vector<std::string> PathsIn(const std::string& text) {
+  std::vector<std::string> paths;
+  const std::regex span("`([A-Za-z0-9_./{},-]+)`");
+  for (std::sregex_iterator it(text.begin(), text.end(), span), end; it != end; ++it) {
+    const std::string path = (*it)[1];
+    if (path.find('/') == std::string::npos || path.find("--") == 0) continue;
+    const std::regex braces("^(.*)\\{([^}]*)\\}(.*)$");
+    std::smatch m;
+    if (!std::regex_match(path, m, braces)) {
+      if (path.find('.') != std::string::npos) paths.push_back(path);
+      continue;
+    }
+    std::stringstream alternatives(m[2]);
+    for (std::string a; std::getline(alternatives, a, ',');) paths.push_back(m[1].str() + a + m[3].str());
+  }
+  return paths;
+}
+
+TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
+  std::ifstream in(TALLY_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(in) << "no README.md";
+  std::stringstream all;
+  all << in.rdbuf();
+  const std::string readme = all.str();
+  const size_t begin = readme.find("### Where each strategy lives");
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = readme.find("\n#", begin + 4);
+  const std::vector<std::string> paths = PathsIn(readme.substr(begin, end - begin));
+  EXPECT_GE(paths.size(), 40u);
+  for (const std::string& path : paths) {
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(TALLY_SOURCE_DIR) / path))
+        << path << " is named in the README's code map but does not exist";
+  }
+}
+
+TEST(CodeMap, PathsExpandBraces) {
+  EXPECT_EQ(PathsIn("`parallel/zero/zero.{h,cc}` and `--dp` and `x.h`"),
+            (std::vector<std::string>{"parallel/zero/zero.h", "parallel/zero/zero.cc"}));
+}
+
+}  // namespace
+}  // namespace tally
