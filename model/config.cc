@@ -20,7 +20,7 @@ absl::Status GPTConfig::Validate() const {
   }
   const double c = n_embd, mlp = 8.0 * c * c + 5.0 * c;
   const double params =
-      double(vocab_size + seq_len + 2) * c +
+      (double(vocab_size) + double(seq_len) + 2.0) * c +  // in double: an int sum could wrap
       double(n_layer) * (4.0 * c * c + 8.0 * c + (moe() ? n_experts * (mlp + c) : mlp));
   if (params > kMaxParams) {
     return absl::InvalidArgumentError(absl::StrCat("[config] the model would have ", params,

@@ -111,8 +111,8 @@ absl::StatusOr<float> GPT::Forward(const int32_t* tokens, const int32_t* targets
   return ForwardStage(own_, own_, nullptr, targets != nullptr);
 }
 
-absl::Status GPT::Backward(float dloss, const GradientsReady& ready) {
-  return BackwardStage(own_, own_, dloss, nullptr, nullptr, ready);
+absl::Status GPT::Backward(float dloss) {
+  return BackwardStage(own_, own_, dloss, nullptr, nullptr);
 }
 
 absl::Status GPT::LoadIds(Activations& ids, const int32_t* tokens, const int32_t* targets) {
@@ -145,9 +145,9 @@ absl::StatusOr<float> GPT::ForwardStage(Activations& a, const Activations& ids, 
 }
 
 absl::Status GPT::BackwardStage(Activations& a, const Activations& ids, float dloss,
-                                const float* d_output, float* d_input, const GradientsReady& ready) {
+                                const float* d_output, float* d_input) {
   RETURN_IF_ERROR(EnsureScratch(a.batch));
-  return RunBackward(a, ids, dloss, d_output, d_input, ready);
+  return RunBackward(a, ids, dloss, d_output, d_input);
 }
 
 absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, const float* input,
@@ -219,19 +219,17 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
 // Long, and kept whole: backward in the reverse order of the forward (LM head, ln_f,
 // the layers, the embedding), each unit opened and closed where it is used.
 absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dloss,
-                              const float* d_output, float* d_input, const GradientsReady& ready) {
+                              const float* d_output, float* d_input) {
   Kernels& k = *kernels_;
   const int b = a.batch, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
   const int n = b * t, rows = split_.Rows(n);
   const BlockScratch& s = block_scratch_;
   const LayerRange& range = layout_.chunks()[size_t(a.chunk)];
   const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
-  // Closes the gradients of `unit`, releases its parameters, and tells `ready`.
+  // Closes the gradients of `unit` and releases its parameters: the unit is done.
   auto finish = [&](int unit) -> absl::Status {
     RETURN_IF_ERROR(weights_->CloseGrads(unit));
-    RETURN_IF_ERROR(weights_->ReleaseParams(unit));
-    const ParamUnit& u = layout_.units()[unit];
-    return ready ? ready(u.begin, u.end) : absl::OkStatus();
+    return weights_->ReleaseParams(unit);
   };
   // The embeddings are open from the LM head (first) to the embedding lookup (last).
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -73,15 +72,13 @@ class GPT {
   // tokens, targets: (b, T) row-major, values in [0, V). Returns the mean loss over the
   // b·T positions. With targets == nullptr only the logits are computed (sampling).
   absl::StatusOr<float> Forward(const int32_t* tokens, const int32_t* targets, int b);
-  // Called during Backward as the gradients of a unit [begin, end) become final, from the
-  // end of the buffer toward its start: ln_f, then h.{L-1} ... h.0, then the embeddings
-  // (wte last, since the tied LM head adds to it first). Data parallelism reduces
-  // gradient buckets from here while the rest of backward still runs.
-  using GradientsReady = std::function<absl::Status(int64_t begin, int64_t end)>;
-
   // After a Forward with targets: adds this micro-batch's gradients, each position's loss
-  // weighted by `dloss` (1 / tokens of the global batch, for its mean).
-  absl::Status Backward(float dloss, const GradientsReady& ready = nullptr);
+  // weighted by `dloss` (1 / tokens of the global batch, for its mean). A unit's
+  // gradients are final when its store's CloseGrads and ReleaseParams have been called,
+  // from the end of the buffer toward its start: ln_f, then h.{L-1} ... h.0, then the
+  // embeddings (wte last, since the tied LM head adds to it first); data parallelism's
+  // store sums buckets from there while the rest of backward still runs.
+  absl::Status Backward(float dloss);
   absl::Status ZeroGrad() { return weights_->ZeroGrad(); }
 
   // What backward makes again instead of keeping it (activations.h), the same values
@@ -143,8 +140,7 @@ class GPT {
   // null on the model's last chunk (which starts from dloss); d_input (b·T, C) filled
   // except on the first.
   absl::Status BackwardStage(Activations& a, const Activations& ids, float dloss,
-                             const float* d_output, float* d_input,
-                             const GradientsReady& ready = nullptr);
+                             const float* d_output, float* d_input);
 
   // With experts: over the backwards since the last call (each micro-batch's routing
   // through each of this model's layers, once), the auxiliary losses summed, the choices
@@ -200,7 +196,7 @@ class GPT {
   // `ids`: the activations holding the micro-batch's tokens and targets (`a` itself, or
   // its own set when `a` is the one its forward was recomputed into).
   absl::Status RunBackward(Activations& a, const Activations& ids, float dloss,
-                           const float* d_output, float* d_input, const GradientsReady& ready);
+                           const float* d_output, float* d_input);
   // Where unit `unit`'s matrices enter the matmuls, `values` being its parameters as
   // Params handed them out: the store's own copy when that is of the matmuls' operand type
   // (bf16 under mixed precision), else `values` themselves.

@@ -63,4 +63,14 @@ absl::Status SGD::Step(float* params, const void* grads, DType grad_type, float 
   return absl::OkStatus();
 }
 
+absl::Status CopyState(Optimizer& from, Optimizer& to) {
+  auto source = from.State();
+  auto target = to.State();
+  for (size_t i = 0; i < target.size(); ++i) {
+    RETURN_IF_ERROR(target[i].second->CopyFrom(*source[i].second));
+  }
+  to.set_step(from.step());
+  return absl::OkStatus();
+}
+
 }  // namespace tally::optim

@@ -61,6 +61,9 @@ class Optimizer {
   int64_t step_ = 0;
 };
 
+// Copies the state and step of one optimizer into another of the same kind and size.
+absl::Status CopyState(Optimizer& from, Optimizer& to);
+
 struct AdamWOptions {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
 };

@@ -1,9 +1,6 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
-#include <cmath>
-
-#include "optim/schedule.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 
 #include "runtime/status_macros.h"
@@ -41,36 +38,6 @@ std::vector<comm::Chunk> ExpertRanges(const model::ParameterLayout& layout, bool
   return ranges;
 }
 
-absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
-                                          const std::vector<model::TensorRange>& ranges,
-                                          comm::Communicator* shards, const TensorParallel& tp,
-                                          comm::Algorithm algorithm, comm::Communicator* stages,
-                                          comm::Communicator* experts) {
-  std::vector<optim::Segment> counted, expert;
-  for (const model::TensorRange& r : ranges) {
-    if ((r.spec->replicated() && tp.rank() != 0) || r.spec->tied_copy) continue;
-    (experts != nullptr && r.spec->expert ? expert : counted).push_back({r.begin, r.end});
-  }
-  ASSIGN_OR_RETURN(double squares,
-                   optim::SquaredNorm(k, grads.raw_data(), grads.dtype(), counted));
-  if (experts != nullptr) {  // each rank's experts are its own: their squares over the group
-    ASSIGN_OR_RETURN(double expert_squares,
-                     optim::SquaredNorm(k, grads.raw_data(), grads.dtype(), expert));
-    comm::PhaseScope phase(experts->ledger(), comm::Phase::kOptimizer);
-    comm::LabelScope label(experts->ledger(), "grad_norm");
-    ASSIGN_OR_RETURN(expert_squares, experts->AllReduceValue(expert_squares, DType::kF64,
-                                                             comm::ReduceOp::kSum, algorithm));
-    squares += expert_squares;
-  }
-  for (comm::Communicator* group : {shards, tp.group(), stages}) {
-    if (group == nullptr) continue;
-    comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
-    comm::LabelScope label(group->ledger(), "grad_norm");
-    ASSIGN_OR_RETURN(squares, group->AllReduceValue(squares, DType::kF64, comm::ReduceOp::kSum, algorithm));
-  }
-  return std::sqrt(squares);
-}
-
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
                                  comm::Algorithm algorithm, DType comm_type,
                                  std::span<const int> nodes) {
@@ -89,20 +56,6 @@ int64_t GradientSyncBytesPerStep(std::span<const comm::Chunk> ranges, int dp, in
                                bucket.count, element, nodes).sent;
   }
   return sent;
-}
-
-absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
-                                   Tensor& grads, const std::vector<model::TensorRange>& ranges,
-                                   const std::vector<optim::Segment>& segments, float lr, float clip,
-                                   const GradientGroups& groups) {
-  RETURN_IF_ERROR(SumPerTokenGradients(*groups.tp, grads, ranges));
-  ASSIGN_OR_RETURN(double norm, GlobalGradientNorm(k, grads, ranges, groups.shards, *groups.tp,
-                                                   groups.algorithm, groups.stages, groups.experts));
-  // Clipped as the optimizer reads them (torch scales the gradients in place first: the
-  // same values, without that pass).
-  const float scale = clip > 0 ? optim::ClipScale(norm, clip) : 1.0f;
-  RETURN_IF_ERROR(optimizer.Step(params, grads.raw_data(), grads.dtype(), lr, segments, scale));
-  return norm;
 }
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,
@@ -145,6 +98,96 @@ absl::Status GradientSync::Finish(const Tensor& grads) {
   for (SentAs::Pending& pending : in_flight_) status.Update(pending.Wait());
   in_flight_.clear();
   return status;
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaWeights>> ReplicaWeights::Create(
+    const ReplicaConfig& config, const model::ParameterLayout& layout, uint64_t seed,
+    Allocator& alloc, MakeOptimizer make_optimizer) {
+  std::unique_ptr<ReplicaWeights> w(new ReplicaWeights(config, layout));
+  w->make_optimizer_ = std::move(make_optimizer);
+  ASSIGN_OR_RETURN(w->replica_, model::Replica::Create(layout, seed, alloc, config.precision));
+  ASSIGN_OR_RETURN(w->kernels_, Kernels::Create(alloc.device()));
+  ASSIGN_OR_RETURN(w->optimizer_, w->make_optimizer_(layout.total(), alloc));
+  w->ranges_ = model::TensorRanges(w->layout_);  // pointing into the kept layout
+  w->segments_ = model::OptimizerSegments(w->ranges_);
+  if (config.dp == nullptr) return w;
+  auto sync = [&](comm::Communicator* group, std::vector<comm::Chunk> ranges) {
+    return std::make_unique<GradientSync>(group, ranges, config.bucket_bytes, config.algorithm,
+                                          config.grad_comm, config.overlap);
+  };
+  if (config.ep == nullptr) {
+    w->sync_ = sync(config.dp, {{0, layout.total()}});
+    return w;
+  }
+  w->sync_ = sync(config.dp, ExpertRanges(layout, /*experts=*/false));
+  if (config.edp != nullptr) w->expert_sync_ = sync(config.edp, ExpertRanges(layout, true));
+  return w;
+}
+
+absl::Status ReplicaWeights::ZeroGrad() {
+  last_backward_ = false;
+  for (GradientSync* sync : {sync_.get(), expert_sync_.get()}) {
+    if (sync != nullptr) sync->BeginStep();
+  }
+  return replica_->ZeroGrad();
+}
+
+absl::Status ReplicaWeights::CloseGrads(int unit) {
+  RETURN_IF_ERROR(replica_->CloseGrads(unit));
+  closed_ = unit;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaWeights::ReleaseParams(int unit) {
+  RETURN_IF_ERROR(replica_->ReleaseParams(unit));
+  if (unit != closed_) return absl::OkStatus();  // a forward's, or a backward's before its end
+  closed_ = -1;
+  if (!last_backward_) return absl::OkStatus();
+  // Backward finishes units from the end of the buffer down, so everything from the
+  // unit's first element to the end is final now.
+  const model::ParamUnit& u = layout_.units()[size_t(unit)];
+  for (GradientSync* sync : {sync_.get(), expert_sync_.get()}) {
+    if (sync != nullptr) RETURN_IF_ERROR(sync->Ready(grads(), u.begin, u.end));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaWeights::EndBackward() {
+  for (GradientSync* sync : {sync_.get(), expert_sync_.get()}) {
+    if (sync != nullptr) RETURN_IF_ERROR(sync->Finish(grads()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ReplicaWeights::Step(float lr, float clip) {
+  const GradientGroups groups{.tp = &config_.tp, .stages = config_.stages, .experts = config_.ep};
+  ASSIGN_OR_RETURN(double norm, ClipAndStep(*kernels_, *optimizer_, params().data<float>(),
+                                            grads(), ranges_, segments_, lr, clip, groups));
+  RETURN_IF_ERROR(replica_->Publish());  // the bf16 copy of the updated master weights
+  return norm;
+}
+
+absl::StatusOr<TrainableWeights::Part> ReplicaWeights::GatherPart(bool with_optimizer) {
+  Part part;
+  if (!config_.checkpointed) return part;
+  part.params = params();
+  if (with_optimizer) part.optimizer = optimizer_.get();
+  if (part.params.device().type == DeviceType::kCPU) return part;
+  // A GPU's state, to the host.
+  Allocator unaccounted(nullptr);
+  ASSIGN_OR_RETURN(part.params, Tensor::Empty({part.params.numel()}, DType::kF32, unaccounted));
+  RETURN_IF_ERROR(part.params.CopyFrom(params()));
+  if (!with_optimizer) return part;
+  ASSIGN_OR_RETURN(part.gathered, make_optimizer_(part.params.numel(), unaccounted));
+  RETURN_IF_ERROR(optim::CopyState(*optimizer_, *part.gathered));
+  part.optimizer = part.gathered.get();
+  return part;
+}
+
+absl::Status ReplicaWeights::Load(const float* params, optim::Optimizer* optimizer) {
+  RETURN_IF_ERROR(this->params().CopyFromHost(params));
+  RETURN_IF_ERROR(replica_->Publish());
+  return optimizer != nullptr ? optim::CopyState(*optimizer, *optimizer_) : absl::OkStatus();
 }
 
 }  // namespace tally::parallel

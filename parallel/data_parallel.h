@@ -10,12 +10,18 @@
 // does: a bucket is all-reduced as soon as every gradient in it is final. The bytes do
 // not depend on the bucket size; the number of calls does.
 //
-//   GradientSync sync(dp, layout.total(), /*bucket_bytes=*/25 << 20, Algorithm::kRing);
-//   sync.BeginStep();
-//   RETURN_IF_ERROR(gpt.Backward(dloss, [&](int64_t b, int64_t e) {
-//     return sync.Ready(gpt.grads(), b, e);
-//   }));
-//   RETURN_IF_ERROR(sync.Finish(grads));
+// ReplicaWeights is the rank's store of its whole replica (model/weights.h) with the sync
+// inside: a unit's gradients are final when backward has closed them and released the
+// unit's parameters (ReleaseParams), and that is when its buckets go.
+//
+//   ReplicaConfig config;
+//   config.dp = dp;                  // the rest: ring, 25 MiB buckets, fp32, blocking
+//   ASSIGN_OR_RETURN(auto store, ReplicaWeights::Create(config, layout, seed, make_optimizer));
+//   ASSIGN_OR_RETURN(auto gpt, model::GPT::Create(model_config, alloc, store.get()));
+//   store->BeginLastBackward();      // the step's last micro-batch
+//   RETURN_IF_ERROR(gpt->Backward(dloss));
+//   RETURN_IF_ERROR(store->EndBackward());
+//   ASSIGN_OR_RETURN(double norm, store->Step(lr, grad_clip));   // step_end.h
 //
 // Bytes per rank per step, Φ parameters, p ranks, ring: Σ over buckets of 2(p-1)/p of the
 // bucket's bytes (exactly: exact_traffic.h per bucket), i.e. 2(p-1)/p·4Φ when p divides
@@ -28,11 +34,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/comm/communicator.h"
+#include "model/parameters.h"
+#include "model/precision.h"
+#include "model/weights.h"
 #include "optim/optimizer.h"
-#include "parallel/tensor_parallel.h"
 #include "parallel/sent_as.h"
+#include "parallel/step_end.h"
 #include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/communicator.h"
 
 namespace tally::parallel {
 
@@ -59,45 +68,6 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
 int64_t GradientSyncBytesPerStep(std::span<const comm::Chunk> ranges, int dp, int dp_rank,
                                  int64_t bucket_bytes, comm::Algorithm algorithm,
                                  DType comm_type = DType::kF32, std::span<const int> nodes = {});
-
-// The global gradient norm, for clipping: Σ g² of this rank's `grads` over `ranges`
-// (tensors every tp rank holds alike counted on tp rank 0 only, the last stage's copy of
-// the tied embedding never), summed over `shards` (the dp group
-// when each rank holds a ZeRO shard of the gradients; null when it holds them all) and
-// over the tp group, in double; booked under phase optimizer, scope grad_norm.
-// `stages`: the pipeline group, whose stages hold different layers (null: none). `k`:
-// the kernels of the gradients' device.
-// The groups a rank's gradients are split over, for their global norm: `shards` (the dp
-// group under ZeRO, whose ranks hold shards of them; null otherwise), the tensor-parallel
-// group (`tp`, not null) and the pipeline's stages (null: none); their all-reduces use
-// `algorithm`.
-struct GradientGroups {
-  comm::Communicator* shards = nullptr;
-  const TensorParallel* tp = nullptr;
-  comm::Algorithm algorithm = comm::Algorithm::kRing;
-  comm::Communicator* stages = nullptr;
-  // Expert parallelism's group, whose ranks hold different experts (null: none).
-  comm::Communicator* experts = nullptr;
-};
-
-// The end of every step, whoever holds the gradients (a replica's whole buffer, or a
-// ZeRO shard): under sequence parallelism the per-token replicas' sum
-// (SumPerTokenGradients), the global gradient norm (GlobalGradientNorm), clipping to
-// `clip` by torch's rule (0: off; applied as the optimizer reads each gradient, which
-// leaves `grads` unclipped), and the optimizer's update of `params` (fp32: the master
-// weights under mixed precision) over `segments` with learning rate `lr`. The gradients
-// may be fp32 or bf16. Returns the norm before clipping.
-absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
-                                   Tensor& grads, const std::vector<model::TensorRange>& ranges,
-                                   const std::vector<optim::Segment>& segments, float lr, float clip,
-                                   const GradientGroups& groups);
-
-absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
-                                          const std::vector<model::TensorRange>& ranges,
-                                          comm::Communicator* shards, const TensorParallel& tp,
-                                          comm::Algorithm algorithm,
-                                          comm::Communicator* stages = nullptr,
-                                          comm::Communicator* experts = nullptr);
 
 class GradientSync {
  public:
@@ -134,6 +104,79 @@ class GradientSync {
   size_t next_bucket_ = 0;
   bool overlap_;
   std::vector<SentAs::Pending> in_flight_;  // the buckets posted and not yet waited for
+};
+
+// Who a replica's gradients are summed with, and how.
+struct ReplicaConfig {
+  comm::Communicator* dp = nullptr;  // the data-parallel group (null: one replica, no sync)
+  // Expert parallelism (null: none): its group, whose ranks hold different experts (their
+  // gradients are then summed over `edp`, the ranks holding the same experts, and the
+  // rest over dp; ExpertRanges), and the expert-data-parallel group (null when each rank
+  // holds its own experts).
+  comm::Communicator* ep = nullptr;
+  comm::Communicator* edp = nullptr;
+  TensorParallel tp;                     // joins the gradient norm
+  comm::Communicator* stages = nullptr;  // the pipeline group, which joins it too (or null)
+  int64_t bucket_bytes = 25 << 20;
+  comm::Algorithm algorithm = comm::Algorithm::kRing;  // of the buckets' all-reduces
+  DType grad_comm = DType::kF32;                       // the type they travel as
+  bool overlap = false;                                // buckets in flight during backward
+  model::Precision precision;
+  // Whether a checkpoint takes this rank's part: dp rank 0's, and under expert
+  // parallelism the other experts of dp ranks < ep.
+  bool checkpointed = true;
+};
+
+class ReplicaWeights final : public TrainableWeights {
+ public:
+  // The whole parameters of `layout` initialised from `seed` (model/parameters.h) in
+  // `alloc` (the model's device), its gradients, and the optimizer over them.
+  static absl::StatusOr<std::unique_ptr<ReplicaWeights>> Create(const ReplicaConfig& config,
+                                                                const model::ParameterLayout& layout,
+                                                                uint64_t seed, Allocator& alloc,
+                                                                MakeOptimizer make_optimizer);
+
+  absl::StatusOr<float*> Params(int unit) override { return replica_->Params(unit); }
+  absl::StatusOr<ConstTypedPtr> Stored(int unit) override { return replica_->Stored(unit); }
+  // Also, after the step's last backward closed the unit's gradients: its buckets' sums.
+  absl::Status ReleaseParams(int unit) override;
+  absl::StatusOr<float*> OpenGrads(int unit) override { return replica_->OpenGrads(unit); }
+  absl::Status CloseGrads(int unit) override;
+  absl::Status ZeroGrad() override;
+  absl::StatusOr<Tensor> TiedEmbeddingGrads() override { return replica_->TiedEmbeddingGrads(); }
+
+  void BeginLastBackward() override { last_backward_ = true; }
+  // The buckets not summed yet (all of them under a pipeline).
+  absl::Status EndBackward() override;
+  // The norm over tp, the stages and ep (ring), clipping, the update of the master
+  // weights, and their rounding into the parameters (mixed precision).
+  absl::StatusOr<double> Step(float lr, float clip) override;
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  absl::StatusOr<Part> GatherPart(bool with_optimizer) override;
+  absl::Status Load(const float* params, optim::Optimizer* optimizer) override;
+
+  // The whole buffers: the fp32 parameters (the master weights under mixed precision)
+  // and the gradients.
+  Tensor& params() { return replica_->master(); }
+  Tensor& grads() { return replica_->grads(); }
+
+ private:
+  ReplicaWeights(const ReplicaConfig& config, const model::ParameterLayout& layout)
+      : config_(config), layout_(layout) {}
+
+  const ReplicaConfig config_;
+  const model::ParameterLayout layout_;
+  MakeOptimizer make_optimizer_;
+  std::unique_ptr<model::Replica> replica_;
+  std::unique_ptr<Kernels> kernels_;  // the device's: the norm
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<model::TensorRange> ranges_;
+  std::vector<optim::Segment> segments_;
+  // The sums over dp (under expert parallelism of the other tensors only) and over edp
+  // (the experts'); null where there is no such group.
+  std::unique_ptr<GradientSync> sync_, expert_sync_;
+  bool last_backward_ = false;  // the step's last backward is running
+  int closed_ = -1;             // the unit whose gradients it closed last, until released
 };
 
 }  // namespace tally::parallel

@@ -194,35 +194,6 @@ absl::Status TensorParallel::CrossEntropyBackward(Kernels& k, float* dlogits,
   return k.CrossEntropyBackward(dlogits, probs, targets, first, dloss, n, vocab_local);
 }
 
-absl::Status SumPerTokenGradients(const TensorParallel& tp, const Tensor& grads,
-                                  const std::vector<model::TensorRange>& ranges) {
-  if (!tp.sequence_parallel()) return absl::OkStatus();
-  // Packed into one buffer of the gradients' type and device, summed, and put back.
-  int64_t count = 0;
-  for (const model::TensorRange& r : ranges) count += r.spec->per_token ? r.end - r.begin : 0;
-  Allocator on(tp.group()->allocator().ledger(), tp.device());
-  ASSIGN_OR_RETURN(Tensor packed, Tensor::Empty({count}, grads.dtype(), on, MemoryCategory::kComm));
-  // Copies each per-token range between the gradients and the packed buffer.
-  auto copy = [&](bool pack) -> absl::Status {
-    int64_t next = 0;
-    for (const model::TensorRange& r : ranges) {
-      if (!r.spec->per_token) continue;
-      const Tensor range = grads.Flat(r.begin, r.end);
-      const Tensor slot = packed.Flat(next, next + (r.end - r.begin));
-      RETURN_IF_ERROR(pack ? slot.CopyFrom(range) : range.CopyFrom(slot));
-      next += r.end - r.begin;
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(copy(/*pack=*/true));
-  {
-    comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
-    comm::LabelScope label(tp.group()->ledger(), "sequence_parallel");
-    RETURN_IF_ERROR(tp.group()->AllReduce(packed, comm::ReduceOp::kSum));
-  }
-  return copy(/*pack=*/false);
-}
-
 namespace {
 
 // One micro-batch's collectives under one scope ("layer" for every layer's attn and mlp).

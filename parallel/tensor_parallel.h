@@ -46,7 +46,8 @@ namespace tally::parallel {
 // reduce-scatter (backward: all-gather): the same bytes as the two all-reduces, since an
 // all-reduce is a reduce-scatter and an all-gather, with less activation memory. The
 // LayerNorm gains and biases and the position table then see only their rank's tokens:
-// their gradients are summed over the group once per step (ReduceSequenceParallelGrads).
+// their gradients are summed over the group once per step (SumPerTokenGradients,
+// step_end.h).
 class TensorParallel final : public model::LayerSplit {
  public:
   TensorParallel() = default;
@@ -130,12 +131,6 @@ class TensorParallel final : public model::LayerSplit {
   Device device_ = Device::CPU();
   SentAs activations_;
 };
-
-// Under sequence parallelism: sums the gradients of the per-token replicas (the ranges
-// whose spec is per_token: LayerNorms, position table) over the group, in place, once
-// per step (label sequence_parallel, phase backward). Otherwise nothing.
-absl::Status SumPerTokenGradients(const TensorParallel& tp, const Tensor& grads,
-                                  const std::vector<model::TensorRange>& ranges);
 
 // The bytes: every call the layers above make, as the ledger books it. A step of
 // `micro_batches` micro-batches of `rows` = micro_batch_size·seq_len tokens, over

@@ -30,6 +30,10 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// What AtomicFile appends to the name of the file it writes beside `path`.
+constexpr char kTemporarySuffix[] = ".partial.XXXXXX";
+constexpr size_t kTemporarySuffixSize = sizeof(kTemporarySuffix) - 1;
+
 }  // namespace
 
 absl::StatusOr<int64_t> CheckInputFile(const std::string& path, const std::string& who,
@@ -75,12 +79,24 @@ absl::Status CheckOutputFile(const std::string& path, const std::string& who) {
                                                     "': the directory '", dir,
                                                     "' is not writable"));
   }
+  // The temporary file's name must fit the directory's file system too, or the work
+  // would be lost at the end of the run.
+  const size_t slash = path.rfind('/');
+  const size_t name = path.size() - (slash == std::string::npos ? 0 : slash + 1);
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const size_t most = name_max > 0 ? size_t(name_max) : 255;
+  if (name + kTemporarySuffixSize > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, " cannot write '", path, "': its name is ", name, " characters, and the file is ",
+        "written first as its name + '", kTemporarySuffix, "', which passes the ", most,
+        " this directory allows; ask for a name of at most ", most - kTemporarySuffixSize));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& path, const std::string& who) {
   if (absl::Status s = CheckOutputFile(path, who); !s.ok()) return s;
-  std::string name = path + ".partial.XXXXXX";
+  std::string name = absl::StrCat(path, kTemporarySuffix);
   std::vector<char> buffer(name.begin(), name.end());
   buffer.push_back('\0');
   int fd = ::mkstemp(buffer.data());

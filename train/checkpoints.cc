@@ -21,28 +21,8 @@ absl::StatusOr<Tensor> Trainer::Parameters() {
 // of its stage) and sends it to world rank 0, which lays the parts into the whole model.
 absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
   Allocator unaccounted(nullptr);
-  Whole local;  // this rank's part of the model, on dp rank 0
-  if (zero_ != nullptr) {
-    ASSIGN_OR_RETURN(local.params, zero_->GatherParams(/*root=*/0));
-    if (with_optimizer) {
-      ASSIGN_OR_RETURN(local.gathered, zero_->GatherOptimizer(/*root=*/0));
-      local.optimizer = local.gathered.get();
-    }
-  } else if (groups_.dp == nullptr || groups_.dp->rank() < options_.ep) {  // a replica
-    // dp rank 0's replica, and under expert parallelism the other experts of dp ranks < ep.
-    local.params = gpt_->params();
-    if (with_optimizer) local.optimizer = optimizer_.get();
-    if (local.params.device().type != DeviceType::kCPU) {  // a GPU's state, to the host
-      ASSIGN_OR_RETURN(local.params, Tensor::Empty({local.params.numel()}, DType::kF32, unaccounted));
-      RETURN_IF_ERROR(local.params.CopyFrom(gpt_->params()));
-      if (with_optimizer) {
-        ASSIGN_OR_RETURN(local.gathered,
-                         MakeOptimizer(options_, local.params.numel(), unaccounted));
-        RETURN_IF_ERROR(CopyState(*optimizer_, *local.gathered));
-        local.optimizer = local.gathered.get();
-      }
-    }
-  }
+  // This rank's part of the model, on dp rank 0 (and under ep the other experts' ranks).
+  ASSIGN_OR_RETURN(Whole local, weights_->GatherPart(with_optimizer));
   if (world_ == nullptr || (groups_.tp == nullptr && groups_.pp == nullptr && groups_.ep == nullptr)) {
     return logs() ? std::move(local) : Whole{};  // the part is the whole model
   }
@@ -125,10 +105,7 @@ absl::Status Trainer::Load(const std::string& path) {
     }
     local_optimizer->set_step(loaded.step);
   }
-  if (zero_ != nullptr) return zero_->Load(local_params.data<float>(), local_optimizer.get());
-  RETURN_IF_ERROR(gpt_->params().CopyFrom(local_params));
-  RETURN_IF_ERROR(gpt_->PublishParams());
-  return local_optimizer != nullptr ? CopyState(*local_optimizer, *optimizer_) : absl::OkStatus();
+  return weights_->Load(local_params.data<float>(), local_optimizer.get());
 }
 
 }  // namespace tally::train

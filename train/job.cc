@@ -1,6 +1,8 @@
 // A training job (trainer.h's Train): one rank, or every rank on threads or MPI
 // processes; then, on rank 0, the report, the files it writes, and the check against a
 // single rank.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,7 +10,9 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <ostream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -77,6 +81,55 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   return absl::OkStatus();
 }
 
+// A file as the system knows it, by device and inode: the file itself when it exists
+// (links followed), else its directory's and the name it would take there.
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string name;  // empty when the file exists
+  bool operator==(const FileIdentity& o) const {
+    return device == o.device && inode == o.inode && name == o.name;
+  }
+};
+
+std::optional<FileIdentity> IdentityOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return FileIdentity{st.st_dev, st.st_ino, ""};
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  return FileIdentity{st.st_dev, st.st_ino, path.substr(slash == std::string::npos ? 0 : slash + 1)};
+}
+
+// No output onto another output or onto an input (the same file by device and inode,
+// links included): one would replace the other. --save onto --load resumes, and is
+// allowed.
+absl::Status CheckNoClobbering(const TrainOptions& o) {
+  struct Named {
+    const char* flag;
+    const std::string* path;
+    bool output;
+  };
+  const Named files[] = {{"--data", &o.data, false},           {"--load", &o.load, false},
+                         {"--save", &o.save, true},            {"--metrics_json", &o.metrics_json, true},
+                         {"--traffic_json", &o.traffic_json, true}, {"--trace", &o.trace, true},
+                         {"--report_html", &o.report_html, true}};
+  for (size_t i = 0; i < std::size(files); ++i) {
+    for (size_t j = i + 1; j < std::size(files); ++j) {
+      const Named &a = files[i], &b = files[j];
+      if ((!a.output && !b.output) || a.path->empty() || b.path->empty()) continue;
+      if (std::string(a.flag) == "--load" && std::string(b.flag) == "--save") continue;
+      const std::optional<FileIdentity> x = IdentityOf(*a.path), y = IdentityOf(*b.path);
+      if (!x.has_value() || !y.has_value() || !(*x == *y)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[train] ", a.flag, "='", *a.path, "' and ", b.flag, "='", *b.path, "' are one file: ",
+          b.flag, " would replace ", a.output ? absl::StrCat("what ", a.flag, " writes") : absl::StrCat(a.flag, "'s file"),
+          "; give each output a path of its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bool writes_outputs) {
@@ -94,6 +147,7 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
       RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
     }
   }
+  if (writes_outputs) RETURN_IF_ERROR(CheckNoClobbering(options));
   // The model is in GPU memory, or (a dry run) nowhere.
   if (options.device != DeviceType::kCPU || options.dry_run) return absl::OkStatus();
   return FitsInMemory(options.EstimatedBytes(ranks_here, data_bytes),

@@ -35,14 +35,9 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   auto span = [&](const char* what, int micro_batch, int64_t t0) { RecordSpan(what, micro_batch, t0); };
   ASSIGN_OR_RETURN(double loss, pipeline_->RunSchedule(fill, 1.0f / float(tokens), span));
   RETURN_IF_ERROR(pipeline_->ReduceTiedEmbedding(groups_.embedding.get()));
-  if (sync_ != nullptr) {  // data parallelism: every bucket, now that the schedule is over
+  {  // data parallelism: every bucket, now that the schedule is over
     comm::PhaseScope backward(traffic(), comm::Phase::kBackward);
-    sync_->BeginStep();
-    RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
-    if (expert_sync_ != nullptr) {
-      expert_sync_->BeginStep();
-      RETURN_IF_ERROR(expert_sync_->Finish(gpt_->grads()));
-    }
+    RETURN_IF_ERROR(weights_->EndBackward());
   }
   float mean = 0;
   {

@@ -23,16 +23,6 @@ void SetIntraOpThreads(const TrainOptions& options, int ranks_here) {
   cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / ranks_here));
 }
 
-absl::Status CopyState(optim::Optimizer& from, optim::Optimizer& to) {
-  auto source = from.State();
-  auto target = to.State();
-  for (size_t i = 0; i < target.size(); ++i) {
-    RETURN_IF_ERROR(target[i].second->CopyFrom(*source[i].second));
-  }
-  to.set_step(from.step());
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc) {
   if (options.optimizer == OptimizerKind::kAdamW) {
@@ -100,10 +90,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
       options.model, tp.size(), tp.rank(), stage, options.ep,
       t->groups_.ep != nullptr ? t->groups_.ep->rank() : 0);
+  auto make_optimizer = [options](int64_t n, Allocator& alloc) {
+    return MakeOptimizer(options, n, alloc);
+  };
   if (t->groups_.dp != nullptr && options.zero >= 1) {
-    auto make_optimizer = [options](int64_t n, Allocator& alloc) {
-      return MakeOptimizer(options, n, alloc);
-    };
     const parallel::ZeroConfig zero{.stage = options.zero,
                                     .dp = t->groups_.dp.get(),
                                     .experts = t->groups_.edp.get(),
@@ -114,35 +104,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                     .precision = options.Precision(),
                                     .overlap = options.overlap,
                                     .prefetch = options.overlap && options.pp == 1};
-    ASSIGN_OR_RETURN(t->zero_,
+    ASSIGN_OR_RETURN(t->weights_,
                      parallel::ZeroWeights::Create(zero, layout, options.seed, make_optimizer));
-    ASSIGN_OR_RETURN(t->gpt_,
-                     model::GPT::Create(options.model, t->model_alloc_, t->zero_.get(), &tp, stage,
-                                        t->experts_.get()));
   } else {
-    ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, options.seed, &tp,
-                                                 stage, options.Precision(), t->experts_.get()));
-    ASSIGN_OR_RETURN(t->optimizer_, MakeOptimizer(options, layout.total(), t->model_alloc_));
-    t->ranges_ = model::TensorRanges(t->gpt_->layout());
-    t->segments_ = model::OptimizerSegments(t->ranges_);
-    const int64_t bucket = int64_t(options.bucket_mb * (1 << 20));
-    const DType grad_comm = options.Precision().grad_comm;
-    if (t->groups_.dp != nullptr && t->experts_ == nullptr) {
-      t->sync_ = std::make_unique<parallel::GradientSync>(t->groups_.dp.get(), layout.total(), bucket,
-                                                          algorithm, grad_comm, options.overlap);
-    } else if (t->groups_.dp != nullptr) {
-      // Expert parallelism: the experts' gradients over the ranks holding the same experts
-      // (none when each holds its own), the rest over the dp group.
-      t->sync_ = std::make_unique<parallel::GradientSync>(
-          t->groups_.dp.get(), parallel::ExpertRanges(layout, false), bucket, algorithm, grad_comm,
-          options.overlap);
-      if (t->groups_.edp != nullptr) {
-        t->expert_sync_ = std::make_unique<parallel::GradientSync>(
-            t->groups_.edp.get(), parallel::ExpertRanges(layout, true), bucket, algorithm,
-            grad_comm, options.overlap);
-      }
-    }
+    const int dp_rank = t->groups_.dp != nullptr ? t->groups_.dp->rank() : 0;
+    const parallel::ReplicaConfig replica{
+        .dp = t->groups_.dp.get(),
+        .ep = t->groups_.ep.get(),
+        .edp = t->groups_.edp.get(),
+        .tp = tp,
+        .stages = t->groups_.pp.get(),
+        .bucket_bytes = int64_t(options.bucket_mb * (1 << 20)),
+        .algorithm = algorithm,
+        .grad_comm = options.Precision().grad_comm,
+        .overlap = options.overlap,
+        .precision = options.Precision(),
+        .checkpointed = dp_rank < options.ep};
+    ASSIGN_OR_RETURN(t->weights_, parallel::ReplicaWeights::Create(replica, layout, options.seed,
+                                                                   t->model_alloc_, make_optimizer));
   }
+  ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, t->weights_.get(),
+                                               &tp, stage, t->experts_.get()));
   if (options.matmul_inputs() != MatmulInputs::kF32) {
     ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels,
                      Kernels::Create(t->model_alloc_.device(), options.matmul_inputs()));
@@ -216,22 +198,12 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     }
     comm::PhaseScope phase(traffic(), comm::Phase::kBackward);
     const int64_t t0 = MonotonicNanos();
-    if (sync_ == nullptr || j + 1 < micro_batches) {  // ZeRO reduces in its weight store
-      RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens)));
-      RecordSpan("backward", j, t0);
-      continue;
-    }
-    // The last micro-batch: sum each gradient bucket over the ranks as soon as it is final.
-    sync_->BeginStep();
-    if (expert_sync_ != nullptr) expert_sync_->BeginStep();
-    RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens), [&](int64_t begin, int64_t end) {
-      RETURN_IF_ERROR(sync_->Ready(gpt_->grads(), begin, end));
-      return expert_sync_ != nullptr ? expert_sync_->Ready(gpt_->grads(), begin, end)
-                                     : absl::OkStatus();
-    }));
+    // The last micro-batch: the store may sum each gradient bucket as soon as it is final.
+    const bool last = j + 1 == micro_batches;
+    if (last) weights_->BeginLastBackward();
+    RETURN_IF_ERROR(gpt_->Backward(1.0f / float(tokens)));
     RecordSpan("backward", j, t0);
-    RETURN_IF_ERROR(sync_->Finish(gpt_->grads()));
-    if (expert_sync_ != nullptr) RETURN_IF_ERROR(expert_sync_->Finish(gpt_->grads()));
+    if (last) RETURN_IF_ERROR(weights_->EndBackward());
   }
   return Update(step, float(loss_sum / micro_batches), start);
 }
@@ -245,17 +217,7 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   ASSIGN_OR_RETURN(s.loss, GlobalMean(local_loss));
   s.lr = optim::LearningRate(s.step, options_.warmup_steps, options_.steps, options_.lr,
                              options_.min_lr);
-  if (zero_ != nullptr) {
-    ASSIGN_OR_RETURN(s.grad_norm, zero_->Step(s.lr, options_.grad_clip));
-  } else {
-    const parallel::GradientGroups groups{nullptr, &tensor_parallel_, comm::Algorithm::kRing,
-                                          groups_.pp.get(), groups_.ep.get()};
-    ASSIGN_OR_RETURN(s.grad_norm,
-                     parallel::ClipAndStep(gpt_->kernels(), *optimizer_, gpt_->params().data<float>(),
-                                           gpt_->grads(), ranges_, segments_, s.lr,
-                                           options_.grad_clip, groups));
-    RETURN_IF_ERROR(gpt_->PublishParams());  // the bf16 copy of the updated master weights
-  }
+  ASSIGN_OR_RETURN(s.grad_norm, weights_->Step(s.lr, options_.grad_clip));
   if (options_.model.moe()) RETURN_IF_ERROR(MoeFigures(s));
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);
@@ -301,7 +263,7 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
 
 bool Trainer::Evaluates() const {
   if (groups_.pp != nullptr) return true;  // every stage holds part of the model
-  if (zero_ != nullptr && zero_->zero_stage() == 3) return true;
+  if (groups_.dp != nullptr && options_.zero == 3) return true;
   if (groups_.ep != nullptr) return true;  // every rank holds some of the experts
   // dp rank 0's tp group
   if (groups_.tp != nullptr) return options_.topology().Of(world_->rank()).dp == 0;

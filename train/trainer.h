@@ -82,7 +82,7 @@ class Trainer {
   model::GPT& model() { return *gpt_; }
   MemoryLedger& memory() { return *alloc_.ledger(); }
   // This rank's optimizer: over the whole buffer, or (ZeRO) over its shard.
-  optim::Optimizer& optimizer() { return zero_ != nullptr ? zero_->optimizer() : *optimizer_; }
+  optim::Optimizer& optimizer() { return weights_->optimizer(); }
   // This rank's traffic: the world's ledger, or this trainer's own.
   comm::TrafficLedger& traffic() { return world_ != nullptr ? world_->ledger() : own_traffic_; }
   int64_t start_step() const { return start_step_; }
@@ -107,11 +107,7 @@ class Trainer {
   absl::Status Load(const std::string& path);
   // The whole model's parameters and (if asked) optimizer state on rank 0, in memory no
   // ledger counts; empty elsewhere. Every rank must call it.
-  struct Whole {
-    Tensor params;
-    optim::Optimizer* optimizer = nullptr;  // the live one, or `gathered`
-    std::unique_ptr<optim::Optimizer> gathered;
-  };
+  using Whole = parallel::TrainableWeights::Part;
   absl::StatusOr<Whole> GatherWhole(bool with_optimizer);
   // The first sequence of this rank's share of global batch `step` (0-based).
   int64_t FirstSequence(int64_t step) const;
@@ -136,20 +132,15 @@ class Trainer {
   parallel::Topology::Groups groups_;
   // The model's layers over the tp group (one rank when there is none): its LayerSplit.
   parallel::TensorParallel tensor_parallel_;
-  std::unique_ptr<parallel::GradientSync> sync_;
-  // Expert parallelism: the experts' place (over the ep group), and their gradients' sync
-  // over the expert-data-parallel group (null when each rank holds its own experts).
+  // Expert parallelism: the experts' place (over the ep group).
   std::unique_ptr<parallel::ExpertParallel> experts_;
-  std::unique_ptr<parallel::GradientSync> expert_sync_;
   data::Dataset data_;
   Allocator& alloc_;       // host memory: what the trainer reads itself, scalars to reduce
   Allocator model_alloc_;  // the model's device (--device): weights, activations, optimizer
-  std::unique_ptr<parallel::ZeroWeights> zero_;  // with ZeRO (dp > 1): the model's weights
+  // The model's weights, gradients and optimizer, and the end of its step: a replica
+  // (with data parallelism's sync), or with ZeRO a stage's shards.
+  std::unique_ptr<parallel::TrainableWeights> weights_;
   std::unique_ptr<model::GPT> gpt_;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // without ZeRO
-  // Without ZeRO: the whole buffer's tensors, and the optimizer's segments of them.
-  std::vector<model::TensorRange> ranges_;
-  std::vector<optim::Segment> segments_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
   StopAgreement* stop_ = nullptr;
@@ -186,9 +177,6 @@ class Trainer {
 // OpenBLAS threads per rank: --threads, or the cores shared out among the dp ranks.
 // Process-wide; call before the ranks start.
 void SetIntraOpThreads(const TrainOptions& options, int ranks_here);
-
-// Copies the state and step of one optimizer into another of the same kind and size.
-absl::Status CopyState(optim::Optimizer& from, optim::Optimizer& to);
 
 // An AdamW or SGD (options.optimizer) over `size` elements.
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "parallel/data_parallel.h"
 #include "parallel/zero/stages.h"
 #include "runtime/status_macros.h"
 
@@ -200,6 +199,15 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
     RETURN_IF_ERROR(GatherPiece(shard, i, whole, root));
   }
   return whole;
+}
+
+absl::StatusOr<TrainableWeights::Part> ZeroWeights::GatherPart(bool with_optimizer) {
+  Part part;
+  ASSIGN_OR_RETURN(part.params, GatherParams(/*root=*/0));
+  if (!with_optimizer) return part;
+  ASSIGN_OR_RETURN(part.gathered, GatherOptimizer(/*root=*/0));
+  part.optimizer = part.gathered.get();
+  return part;
 }
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> ZeroWeights::GatherOptimizer(int root) {

@@ -72,6 +72,7 @@
 #include "model/weights.h"
 #include "optim/optimizer.h"
 #include "parallel/sent_as.h"
+#include "parallel/step_end.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero/sharding.h"
 #include "runtime/comm/communicator.h"
@@ -96,11 +97,8 @@ struct ZeroConfig {
 // The model's weights, sharded: the part every stage shares (the shard's optimizer and
 // master weights, the update, checkpoints). Each stage is a subclass (stages.h) that owns
 // its gradients, and ZeRO-3 its parameters too.
-class ZeroWeights : public model::WeightStore {
+class ZeroWeights : public TrainableWeights {
  public:
-  using MakeOptimizer = std::function<absl::StatusOr<std::unique_ptr<optim::Optimizer>>(
-      int64_t size, Allocator& alloc)>;
-
   // Parameters initialised from `seed` as the serial model's (ZeRO-3: the own shard only).
   // `layout` is this rank's (its tensor-parallel part of its pipeline stage). Everything
   // here lives on the config's device, charged to dp's memory ledger.
@@ -117,9 +115,13 @@ class ZeroWeights : public model::WeightStore {
   absl::StatusOr<float*> OpenGrads(int unit) final;
 
   // After the last backward of a step: the shard's gradients completed (the stage's),
-  // the global gradient norm, clipping, the update of the shard, and the updated
-  // parameters shared (the stage's). Returns the norm before clipping (clip 0: none).
-  absl::StatusOr<double> Step(float lr, float clip);
+  // the global gradient norm (step_end.h; the shards' squares over dp), clipping, the
+  // update of the shard, and the updated parameters shared (the stage's). Returns the
+  // norm before clipping (clip 0: none).
+  absl::StatusOr<double> Step(float lr, float clip) final;
+  optim::Optimizer& optimizer() final { return *optimizer_; }
+  // GatherParams and GatherOptimizer to dp rank 0.
+  absl::StatusOr<Part> GatherPart(bool with_optimizer) final;
 
   // The whole parameters, or optimizer state, on dp rank `root` (empty / null elsewhere),
   // in memory no ledger counts: what a checkpoint holds. Collective over the group. Under
@@ -127,11 +129,9 @@ class ZeroWeights : public model::WeightStore {
   // group hold all the experts between them (their other parts: dp rank `root`'s alone).
   absl::StatusOr<Tensor> GatherParams(int root);
   absl::StatusOr<std::unique_ptr<optim::Optimizer>> GatherOptimizer(int root);
-  // Keeps this rank's part of whole parameters and (if not null) optimizer state.
-  absl::Status Load(const float* params, optim::Optimizer* optimizer);
+  absl::Status Load(const float* params, optim::Optimizer* optimizer) final;
 
   int zero_stage() const { return config_.stage; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
 
  protected:
   ZeroWeights(const ZeroConfig& config, const model::ParameterLayout& layout,

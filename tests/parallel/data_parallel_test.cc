@@ -7,11 +7,14 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "model/parameters.h"
 #include "optim/optimizer.h"
 #include "parallel/zero/sharding.h"
+#include "runtime/comm/launch.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/status_macros.h"
 
 namespace tally::parallel {
 namespace {
@@ -200,6 +203,65 @@ TEST(ClipAndStep, ClipsByTheGlobalNormThenSteps) {
   // gradients' buffer keeps what backward left).
   EXPECT_NEAR(params[0], 1.0f - 0.1f * 0.5f * scale, 1e-6f);
   EXPECT_EQ(grads.data<float>()[0], 0.5f);
+}
+
+// Data parallelism's store: the gradients are summed over dp only in the step's last
+// backward, a unit's buckets once backward has closed its gradients and released its
+// parameters (not before), whatever is left at EndBackward; the sums are the ranks'.
+TEST(ReplicaWeights, SumsTheLastBackwardsUnitsAsBackwardFinishesThem) {
+  const model::ParameterLayout layout = Tiny();
+  const int units = int(layout.units().size());
+  comm::LaunchOptions launch;
+  launch.world_size = 2;
+  const absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) {
+    // Buckets no larger than the last unit (ln_f), so that its release sends one.
+    ReplicaConfig config;
+    config.dp = &world;
+    config.bucket_bytes = 4 * layout.units().back().count();
+    auto sgd = [](int64_t n, Allocator& alloc) -> absl::StatusOr<std::unique_ptr<optim::Optimizer>> {
+      ASSIGN_OR_RETURN(auto o, optim::SGD::Create(optim::SGDOptions(), n, alloc));
+      return std::unique_ptr<optim::Optimizer>(std::move(o));
+    };
+    ASSIGN_OR_RETURN(auto store, ReplicaWeights::Create(config, layout, 1, world.allocator(), sgd));
+    auto all_reduces = [&] {
+      int64_t calls = 0;
+      for (const auto& [key, totals] : world.ledger().calls()) {
+        if (key.primitive == Primitive::kAllReduce) calls += totals.calls;
+      }
+      return calls;
+    };
+    // A backward as the model makes it: the units from the last down, each rank adding
+    // rank + 1 to every gradient; the calls booked before and after the last unit's release.
+    int64_t before_release = -1, after_release = -1;
+    auto backward = [&]() -> absl::Status {
+      for (int unit = units - 1; unit >= 0; --unit) {
+        RETURN_IF_ERROR(store->Params(unit).status());
+        ASSIGN_OR_RETURN(float* g, store->OpenGrads(unit));
+        for (int64_t i = 0; i < layout.units()[unit].count(); ++i) g[i] += float(world.rank() + 1);
+        RETURN_IF_ERROR(store->CloseGrads(unit));
+        if (unit == units - 1) before_release = all_reduces();
+        RETURN_IF_ERROR(store->ReleaseParams(unit));
+        if (unit == units - 1) after_release = all_reduces();
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(store->ZeroGrad());
+    RETURN_IF_ERROR(backward());  // an earlier micro-batch: accumulates only
+    EXPECT_EQ(all_reduces(), 0);
+    store->BeginLastBackward();
+    RETURN_IF_ERROR(backward());
+    EXPECT_EQ(before_release, 0);
+    EXPECT_GT(after_release, 0);
+    const int64_t in_backward = all_reduces();
+    RETURN_IF_ERROR(store->EndBackward());
+    EXPECT_EQ(all_reduces(), in_backward);  // the embeddings' release sent the rest
+    const float* g = store->grads().data<float>();
+    for (int64_t i = 0; i < layout.total(); ++i) {
+      if (g[i] != 6.0f) return absl::InternalError(absl::StrCat("gradient ", i, " is ", g[i]));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
 }
 
 }  // namespace

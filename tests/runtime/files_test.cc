@@ -121,6 +121,21 @@ TEST(Files, OutputsReplaceOnlyRegularFiles) {
   EXPECT_TRUE(Entries(dir).empty());  // the check leaves nothing behind
 }
 
+// A name the file system takes, but whose temporary name (+ ".partial.XXXXXX") it does
+// not, is refused by the check before any work, not by the write after it.
+TEST(Files, TheTemporaryNameMustFitTooBeforeTheWork) {
+  const std::string dir = FreshDirectory("long_names");
+  const long most = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  ASSERT_GT(most, 20);
+  const std::string fits = dir + "/" + std::string(size_t(most) - 15, 'a');
+  const std::string too_long = dir + "/" + std::string(size_t(most) - 14, 'a');
+  EXPECT_TRUE(CheckOutputFile(fits, "[save]").ok());
+  EXPECT_TRUE(WriteFileAtomically(fits, "x", "[save]").ok());
+  const absl::Status refused = CheckOutputFile(too_long, "[save]");
+  EXPECT_TRUE(absl::StrContains(refused.message(), "ask for a name of at most")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "[save] cannot write")) << refused;
+}
+
 TEST(Json, DuplicateKeysAreRefused) {
   absl::StatusOr<JsonValue> v = ParseJson(R"({"a": 1, "b": 2, "a": 3})");
   EXPECT_TRUE(absl::StrContains(v.status().message(), "duplicate key 'a'")) << v.status();

@@ -75,9 +75,8 @@ TEST(Trainer, SaveLoadContinueIsBitIdentical) {
   auto c = Trainer::Create(resumed).value();
   EXPECT_EQ(c->start_step(), 3);
   for (int64_t k = 3; k < o.steps; ++k) EXPECT_EQ(c->TrainStep(k).value().loss, straight[k]) << k;
-  EXPECT_EQ(std::memcmp(a->model().params().raw_data(), c->model().params().raw_data(),
-                        a->model().params().nbytes()),
-            0);
+  const Tensor pa = a->Parameters().value(), pc = c->Parameters().value();
+  EXPECT_EQ(std::memcmp(pa.raw_data(), pc.raw_data(), pa.nbytes()), 0);
 }
 
 TEST(Trainer, ZeroStepsWithSaveWritesTheInitialWeights) {
@@ -91,15 +90,15 @@ TEST(Trainer, ZeroStepsWithSaveWritesTheInitialWeights) {
 
   // A model-only file (no optimizer state) loads as initial weights at step 0.
   std::string model_only = TempPath("model_only.safetensors");
-  ASSERT_TRUE(model::SaveCheckpoint(model_only, o.model, t->model().params().data<float>(), nullptr, 0).ok());
+  const Tensor initial = t->Parameters().value();
+  ASSERT_TRUE(model::SaveCheckpoint(model_only, o.model, initial.data<float>(), nullptr, 0).ok());
   TrainOptions again = Small();
   again.seed = 99;  // different initialisation, overwritten by the file
   again.load = model_only;
   auto u = Trainer::Create(again).value();
   EXPECT_EQ(u->start_step(), 0);
-  EXPECT_EQ(std::memcmp(t->model().params().raw_data(), u->model().params().raw_data(),
-                        t->model().params().nbytes()),
-            0);
+  const Tensor loaded = u->Parameters().value();
+  EXPECT_EQ(std::memcmp(initial.raw_data(), loaded.raw_data(), initial.nbytes()), 0);
   again.load = o.save;
   EXPECT_TRUE(Trainer::Create(again).ok());
 }
@@ -160,6 +159,49 @@ TEST(Trainer, BadCheckpointsAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(load(bytes, sgd).message(), "holds adamw state"));
   EXPECT_TRUE(absl::StrContains(Trainer::Create([&] { auto x = o; x.load = "/no/such.ckpt"; return x; }())
                                     .status().message(), "cannot open"));
+}
+
+// Two outputs on one file, or an output onto an input (by device and inode: a second
+// name, a hard link), are refused before any work; --save onto --load (resuming) is not.
+TEST(Trainer, NoOutputReplacesAnotherOutputOrAnInput) {
+  const std::string dir = TempPath("clobber");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string data = dir + "/d.txt", checkpoint = dir + "/c.safetensors";
+  std::ofstream(data) << "some training text";
+  std::ofstream(checkpoint) << "x";
+  std::filesystem::create_hard_link(data, dir + "/linked.txt");
+  auto check = [&](auto set) {
+    TrainOptions o = Small();
+    set(o);
+    return CheckBeforeTraining(o, 1, /*writes_outputs=*/true);
+  };
+  const absl::Status two_outputs = check([&](TrainOptions& o) {
+    o.traffic_json = dir + "/f";
+    o.report_html = dir + "/./f";
+  });
+  EXPECT_TRUE(absl::StrContains(two_outputs.message(), "are one file: --report_html would replace "
+                                                       "what --traffic_json writes"))
+      << two_outputs;
+  const absl::Status onto_data = check([&](TrainOptions& o) {
+    o.data = data;
+    o.report_html = dir + "/linked.txt";
+  });
+  EXPECT_TRUE(absl::StrContains(onto_data.message(), "--report_html would replace --data's file"))
+      << onto_data;
+  const absl::Status onto_checkpoint = check([&](TrainOptions& o) {
+    o.load = checkpoint;
+    o.metrics_json = checkpoint;
+  });
+  EXPECT_TRUE(absl::StrContains(onto_checkpoint.message(), "--metrics_json would replace --load's"))
+      << onto_checkpoint;
+  EXPECT_TRUE(check([&](TrainOptions& o) {
+                o.load = checkpoint;
+                o.save = checkpoint;
+                o.metrics_json = dir + "/m.json";
+              }).ok());
+  std::ifstream in(data);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "some training text");
 }
 
 TEST(TrainOptions, EveryBadValueHasItsMessage) {
