@@ -37,7 +37,15 @@ absl::Status Main(const std::vector<std::string>& files) {
     return absl::InvalidArgumentError("[tally_compare] --csv or --json, not both");
   }
   const std::string html = absl::GetFlag(FLAGS_html);
-  if (!html.empty()) RETURN_IF_ERROR(CheckOutputFile(html, "[tally_compare] --html"));
+  if (!html.empty()) {
+    RETURN_IF_ERROR(CheckOutputFile(html, "[tally_compare] --html"));
+    for (const std::string& file : files) {
+      if (!SameFile(html, file)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[tally_compare] --html='", html, "' and the input '", file,
+          "' are one file: the page would replace the run it reads; give the page a path of its own"));
+    }
+  }
   std::vector<train::RunReport> runs;
   for (const std::string& file : files) {
     ASSIGN_OR_RETURN(train::RunReport run, train::ReadRunReport(file));

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
 #include "runtime/json_writer.h"
@@ -91,7 +92,8 @@ ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, batch_size) -
 ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
 ABSL_FLAG(std::string, cluster, "",
           "a100, h100, or a JSON file (train/plan.h): GPUs per node, links and the TFLOP/s a "
-          "GPU achieves; replaces --gpus_per_node --link_intra --link_inter and times the step");
+          "GPU achieves; replaces --link_intra --link_inter (and --gpus_per_node unless given) "
+          "and times the step");
 ABSL_FLAG(bool, search, false,
           "every grid of --world GPUs (dp x tp x pp, ZeRO, micro-batches) whose memory fits "
           "--gpu_memory_gb, fastest predicted step first (--cluster)");
@@ -233,7 +235,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   ASSIGN_OR_RETURN(in.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
   if (!absl::GetFlag(FLAGS_cluster).empty()) {
     ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
-    in.gpus_per_node = cluster.gpus_per_node;
+    if (in.gpus_per_node == 0) in.gpus_per_node = cluster.gpus_per_node;  // as tally_train
     in.cluster = cluster.links;
     in.gpu = cluster.gpu;
   }
@@ -332,7 +334,8 @@ absl::Status Search(const PlanInput& base) {
         ">= 1 (0: batch_size x dp) and --gpu_memory_gb > 0, got ",
         world, ", ", global, " and ", memory));
   }
-  const std::vector<train::SearchResult> found = train::SearchGrids(base, world, global, memory * 1e9);
+  ASSIGN_OR_RETURN(const std::vector<train::SearchResult> found,
+                   train::SearchGrids(base, world, global, memory * 1e9));
   if (absl::GetFlag(FLAGS_json)) {
     JsonWriter w;
     w.BeginObject().Key("world").Int(world).Key("global_batch_size").Int(global);
@@ -378,7 +381,33 @@ absl::Status Search(const PlanInput& base) {
   return absl::OkStatus();
 }
 
+// Flags that would be ignored are refused: --seed_examples takes none but --json, --sweep
+// prints CSV of one grid at a time, and --search's own flags need --search.
+absl::Status CheckModes() {
+  auto refuse = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...)); };
+  if (absl::GetFlag(FLAGS_seed_examples)) {
+    const std::vector<std::string> others = FlagsGivenBut({"seed_examples", "json"});
+    if (!others.empty()) {
+      return refuse("--seed_examples prints the seed's own examples and takes no flag but --json; "
+                    "got ", absl::StrJoin(others, " "));
+    }
+  }
+  if (!absl::GetFlag(FLAGS_sweep).empty() && (absl::GetFlag(FLAGS_search) || absl::GetFlag(FLAGS_json))) {
+    return refuse("--sweep prints CSV rows of the plan; it takes neither --search nor --json");
+  }
+  if (!absl::GetFlag(FLAGS_search)) {
+    for (const char* flag : {"world", "global_batch_size", "gpu_memory_gb"}) {
+      if (FlagGiven(flag)) return refuse("--", flag, " is --search's: give --search too");
+    }
+  }
+  if (FlagGiven("cluster") && (FlagGiven("link_intra") || FlagGiven("link_inter"))) {
+    return refuse("--cluster names its links: give it or --link_intra and --link_inter, not both");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
+  RETURN_IF_ERROR(CheckModes());
   if (absl::GetFlag(FLAGS_seed_examples) && absl::GetFlag(FLAGS_json)) {
     JsonWriter w;
     w.BeginObject().Key("seed_examples").BeginArray();

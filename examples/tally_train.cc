@@ -228,6 +228,10 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   ASSIGN_OR_RETURN(o.cluster.intra, comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
   ASSIGN_OR_RETURN(o.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
   if (!absl::GetFlag(FLAGS_cluster).empty()) {
+    if (FlagGiven("link_intra") || FlagGiven("link_inter")) {
+      return absl::InvalidArgumentError(
+          "[flags] --cluster names its links: give it or --link_intra and --link_inter, not both");
+    }
     ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
     o.cluster_name = cluster.name;
     o.cluster = cluster.links;
@@ -247,8 +251,10 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.tf32 = absl::GetFlag(FLAGS_tf32);
   ASSIGN_OR_RETURN(o.precision, train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
   o.fp32_grad_accum = absl::GetFlag(FLAGS_fp32_grad_accum);
-  if (std::optional<std::string> comm = absl::GetFlag(FLAGS_grad_comm_dtype)) {
-    ASSIGN_OR_RETURN(o.grad_comm_dtype, train::ParsePrecision("grad_comm_dtype", *comm));
+  // absl reads an empty optional flag as not given: given empty, it is a bad value.
+  const std::optional<std::string> comm = absl::GetFlag(FLAGS_grad_comm_dtype);
+  if (comm.has_value() || FlagGiven("grad_comm_dtype")) {
+    ASSIGN_OR_RETURN(o.grad_comm_dtype, train::ParsePrecision("grad_comm_dtype", comm.value_or("")));
   }
   o.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(o.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));

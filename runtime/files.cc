@@ -57,6 +57,14 @@ absl::StatusOr<int64_t> CheckInputFile(const std::string& path, const std::strin
 absl::Status CheckOutputFile(const std::string& path, const std::string& who) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(who, " needs a path"));
   struct stat st;
+  // The rename at the end would replace a link with the file, not write through it.
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::vector<char> target(4096, '\0');
+    const ssize_t n = ::readlink(path.c_str(), target.data(), target.size() - 1);
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, " '", path, "' is a symbolic link", n > 0 ? absl::StrCat(" to '", target.data(), "'") : "",
+        "; tally replaces only a regular file: give the path of the file itself"));
+  }
   if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -92,6 +100,20 @@ absl::Status CheckOutputFile(const std::string& path, const std::string& who) {
         " this directory allows; ask for a name of at most ", most - kTemporarySuffixSize));
   }
   return absl::OkStatus();
+}
+
+std::optional<FileIdentity> IdentityOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return FileIdentity{st.st_dev, st.st_ino, ""};
+  const std::string dir = DirectoryOf(path);
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  const size_t slash = path.rfind('/');
+  return FileIdentity{st.st_dev, st.st_ino, path.substr(slash == std::string::npos ? 0 : slash + 1)};
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  const std::optional<FileIdentity> x = IdentityOf(a), y = IdentityOf(b);
+  return x.has_value() && y.has_value() && *x == *y;
 }
 
 absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& path, const std::string& who) {

@@ -13,7 +13,10 @@
 // Commit; on any failure, and when destroyed before Commit, the temporary file is removed.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,8 +32,26 @@ absl::StatusOr<int64_t> CheckInputFile(const std::string& path, const std::strin
                                        int64_t max_bytes);
 
 // Whether `path` can be written: absent in a directory where a file can be created, or a
-// regular file that can be replaced. Leaves nothing behind.
+// regular file that can be replaced (not a symbolic link: the rename would replace the
+// link), with room in the name for the temporary file's suffix. Leaves nothing behind.
 absl::Status CheckOutputFile(const std::string& path, const std::string& who);
+
+// A file as the system knows it, by device and inode: the file itself when it exists
+// (links followed), else its directory's and the name it would take there. Null when
+// neither exists.
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string name;  // empty when the file exists
+  bool operator==(const FileIdentity& o) const {
+    return device == o.device && inode == o.inode && name == o.name;
+  }
+};
+std::optional<FileIdentity> IdentityOf(const std::string& path);
+
+// Whether `a` and `b` name one file (`./f` and `f`, a hard link, a symbolic link and
+// its target), existing or to be created: writing one would replace the other.
+bool SameFile(const std::string& a, const std::string& b);
 
 class AtomicFile {
  public:

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/utf8.h"
 
 namespace tally {
 
@@ -21,7 +22,7 @@ namespace {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  Parser(std::string_view text, JsonArrays arrays) : text_(text), compact_(arrays == JsonArrays::kCompactNumbers) {}
 
   absl::StatusOr<JsonValue> Document() {
     JsonValue v;
@@ -99,20 +100,51 @@ class Parser {
     ++pos_;  // '['
     if (Consume(']')) return absl::OkStatus();
     do {
-      v.array.emplace_back();
-      if (absl::Status s = Value(v.array.back(), depth + 1); !s.ok()) return s;
+      if (!compact_) {
+        v.array.emplace_back();
+        if (absl::Status s = Value(v.array.back(), depth + 1); !s.ok()) return s;
+        continue;
+      }
+      JsonValue e;
+      if (absl::Status s = Value(e, depth + 1); !s.ok()) return s;
+      if (e.is_number() && v.array.empty()) {
+        v.numbers.push_back(e.number);
+        continue;
+      }
+      for (double x : v.numbers) {  // not numbers only: back to values
+        v.array.emplace_back();
+        v.array.back().kind = JsonValue::Kind::kNumber;
+        v.array.back().number = x;
+      }
+      v.numbers.clear();
+      v.array.push_back(std::move(e));
     } while (Consume(','));
     if (!Consume(']')) return Error("expected ',' or ']'");
     return absl::OkStatus();
   }
 
+  // A string's text is UTF-8 and stays so: raw bytes must be well-formed UTF-8 and a
+  // \u escape a scalar value (a surrogate only as the first of a pair), or the document
+  // is refused; nothing that is not UTF-8 ever passes through.
   absl::Status String(std::string& out) {
     ++pos_;  // '"'
     while (pos_ < text_.size()) {
-      char c = text_[pos_++];
-      if (c == '"') return absl::OkStatus();
+      const unsigned char c = static_cast<unsigned char>(text_[pos_]);
+      if (c == '"') {
+        ++pos_;
+        return absl::OkStatus();
+      }
+      if (c < 0x20) return Error("a control character in a string");
+      if (c >= 0x80) {
+        const size_t n = Utf8Length(text_.substr(pos_));
+        if (n == 0) return Error("invalid UTF-8 in a string");
+        out.append(text_.substr(pos_, n));
+        pos_ += n;
+        continue;
+      }
+      ++pos_;
       if (c != '\\') {
-        out += c;
+        out += char(c);
         continue;
       }
       if (pos_ >= text_.size()) break;
@@ -125,25 +157,39 @@ class Parser {
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'u': {
-          if (pos_ + 4 > text_.size()) return Error("short \\u escape");
-          unsigned code = unsigned(std::strtoul(std::string(text_.substr(pos_, 4)).c_str(), nullptr, 16));
-          pos_ += 4;
-          if (code < 0x80) {
-            out += char(code);
-          } else if (code < 0x800) {
-            out += char(0xC0 | (code >> 6));
-            out += char(0x80 | (code & 0x3F));
-          } else {
-            out += char(0xE0 | (code >> 12));
-            out += char(0x80 | ((code >> 6) & 0x3F));
-            out += char(0x80 | (code & 0x3F));
+          uint32_t code = 0;
+          if (!Hex4(code)) return Error("a \\u escape needs four hex digits");
+          if (code >= 0xDC00 && code <= 0xDFFF) return Error("a lone low surrogate in a \\u escape");
+          if (code >= 0xD800 && code <= 0xDBFF) {
+            uint32_t low = 0;
+            if (!Literal("\\u") || !Hex4(low) || low < 0xDC00 || low > 0xDFFF) {
+              return Error("a high surrogate without its low surrogate in a \\u escape");
+            }
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
           }
+          AppendUtf8(code, out);
           break;
         }
         default: return Error("bad escape");
       }
     }
     return Error("unterminated string");
+  }
+
+  bool Hex4(uint32_t& code) {
+    if (pos_ + 4 > text_.size()) return false;
+    code = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char h = text_[pos_ + i];
+      const int digit = h >= '0' && h <= '9' ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                               : -1;
+      if (digit < 0) return false;
+      code = code * 16 + uint32_t(digit);
+    }
+    pos_ += 4;
+    return true;
   }
 
   absl::Status Number(JsonValue& v) {
@@ -166,11 +212,14 @@ class Parser {
   }
 
   std::string_view text_;
+  bool compact_ = false;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-absl::StatusOr<JsonValue> ParseJson(std::string_view text) { return Parser(text).Document(); }
+absl::StatusOr<JsonValue> ParseJson(std::string_view text, JsonArrays arrays) {
+  return Parser(text, arrays).Document();
+}
 
 }  // namespace tally

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/files.h"
+#include "runtime/utf8.h"
 
 namespace tally {
 
@@ -56,7 +57,19 @@ JsonWriter& JsonWriter::Key(std::string_view key) {
 JsonWriter& JsonWriter::String(std::string_view value) {
   BeforeValue();
   out_ += '"';
-  for (unsigned char c : value) {
+  // Bytes that are not UTF-8 (a path's, say) are written as U+FFFD: the JSON is UTF-8.
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x80) {
+      const size_t n = Utf8Length(value.substr(i));
+      if (n == 0) {
+        out_ += "\\ufffd";
+      } else {
+        out_.append(value.substr(i, n));
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out_ += "\\\""; break;
       case '\\': out_ += "\\\\"; break;

@@ -76,6 +76,12 @@ ClusterPreset H100() {
 
 bool Finite(const JsonValue& v) { return v.is_number() && std::isfinite(v.number); }
 
+// A cluster's figures in physical ranges, so that no modelled time is inf or 0: TFLOP/s
+// and HBM GB/s in [1e-3, 1e6], matmul sizes in [1e-9, 1e9] GFLOP, every share in
+// [1e-3, 1] (the links' ranges are LinkModel's).
+constexpr double kMinRate = 1e-3, kMaxRate = 1e6, kMinGflop = 1e-9, kMaxGflop = 1e9, kMinShare = 1e-3;
+bool In(const JsonValue& v, double lo, double hi) { return Finite(v) && v.number >= lo && v.number <= hi; }
+
 }  // namespace
 
 absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
@@ -108,8 +114,9 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
     return bad("give one of tflops (a flat rate) and peak_tflops (the roofline)");
   }
   const JsonValue* rate = tflops != nullptr ? tflops : peak;
-  if (!Finite(*rate) || !(rate->number > 0)) {
-    return bad(absl::StrCat(tflops != nullptr ? "tflops" : "peak_tflops", " must be a number > 0"));
+  if (!In(*rate, kMinRate, kMaxRate)) {
+    return bad(absl::StrCat(tflops != nullptr ? "tflops" : "peak_tflops", " must be a number in [",
+                            kMinRate, ", ", kMaxRate, "]"));
   }
   c.gpu.peak_tflops = rate->number;
   const JsonValue* curve = doc->Find("matmul_efficiency");
@@ -119,13 +126,12 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
   }
   if (peak != nullptr) {
     if (curve == nullptr || curve->array.empty()) {
-      return bad("matmul_efficiency must be a list of [GFLOP > 0, share in (0, 1]]");
+      return bad("matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9], share in [0.001, 1]]");
     }
     for (const JsonValue& point : curve->array) {
-      if (point.array.size() != 2 || !Finite(point.array[0]) || !Finite(point.array[1]) ||
-          !(point.array[0].number > 0) || !(point.array[1].number > 0) ||
-          !(point.array[1].number <= 1)) {
-        return bad("matmul_efficiency must be a list of [GFLOP > 0, share in (0, 1]]");
+      if (point.array.size() != 2 || !In(point.array[0], kMinGflop, kMaxGflop) ||
+          !In(point.array[1], kMinShare, 1)) {
+        return bad("matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9], share in [0.001, 1]]");
       }
       if (!c.gpu.matmul_efficiency.empty() &&
           !(point.array[0].number > c.gpu.matmul_efficiency.back().first)) {
@@ -133,10 +139,9 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
       }
       c.gpu.matmul_efficiency.push_back({point.array[0].number, point.array[1].number});
     }
-    if (hbm == nullptr || hbm->array.size() != 2 || !Finite(hbm->array[0]) ||
-        !Finite(hbm->array[1]) || !(hbm->array[0].number > 0) || !(hbm->array[1].number > 0) ||
-        !(hbm->array[1].number <= 1)) {
-      return bad("hbm must be [GB/s > 0, share in (0, 1]]");
+    if (hbm == nullptr || hbm->array.size() != 2 || !In(hbm->array[0], kMinRate, kMaxRate) ||
+        !In(hbm->array[1], kMinShare, 1)) {
+      return bad("hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]");
     }
     c.gpu.hbm_gbps = hbm->array[0].number;
     c.gpu.hbm_efficiency = hbm->array[1].number;
@@ -146,12 +151,13 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
     const size_t n = v == nullptr ? 0 : v->array.size();
     bool ok = n == 2 || n == 3;
     for (size_t i = 0; ok && i < n; ++i) ok = Finite(v->array[i]) && v->array[i].number > 0;
-    if (ok && n == 3) ok = v->array[2].number <= 1;
-    if (!ok) {
-      return bad(absl::StrCat(key, " must be [GB/s > 0, microseconds > 0] or [GB/s, "
-                                   "microseconds, share in (0, 1]]"));
+    if (ok) *link = {v->array[0].number, v->array[1].number, n == 3 ? v->array[2].number : 1};
+    if (!ok || !link->Physical()) {
+      return bad(absl::StrCat(key, " must be [GB/s, microseconds] or [GB/s, microseconds, share]: GB/s in [",
+                              comm::LinkModel::kMinGbps, ", ", comm::LinkModel::kMaxGbps,
+                              "], microseconds in (0, ", comm::LinkModel::kMaxLatencyUs,
+                              "], share in [", comm::LinkModel::kMinEfficiency, ", 1]"));
     }
-    *link = {v->array[0].number, v->array[1].number, n == 3 ? v->array[2].number : 1};
   }
   return c;
 }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -14,6 +15,7 @@
 #include "runtime/files.h"
 #include "runtime/json_reader.h"
 #include "runtime/status_macros.h"
+#include "train/options.h"
 
 namespace tally::train {
 namespace {
@@ -50,14 +52,49 @@ absl::Status NotAReport(const std::string& path, const std::string& why) {
       kWho, " ", path, " is not a tally_train report (--report=json or --traffic_json): ", why));
 }
 
-// A JSON number that must be there.
+// What a report's numbers may be, as tally writes them: counts (bytes, steps, ranks) are
+// integers in [0, 2^53], exact in a double and summable in 64 bits; times are finite
+// milliseconds in [0, 1e15]. Anything else refuses the file, naming the field: no figure
+// wraps, goes negative or prints as inf.
+enum class Quantity { kCount, kMillis };
+constexpr double kMaxCount = 9007199254740992.0;  // 2^53
+constexpr double kMaxMillis = 1e15;
+
+absl::StatusOr<double> Checked(double x, Quantity q, const std::string& path, const std::string& field) {
+  const bool count = q == Quantity::kCount;
+  const double most = count ? kMaxCount : kMaxMillis;
+  if (!std::isfinite(x) || x < 0 || x > most || (count && std::floor(x) != x)) {
+    return NotAReport(path, absl::StrFormat("%s is %g; it must be %s", field, x,
+                                            count ? "an integer in [0, 2^53]"
+                                                  : "a finite number of ms in [0, 1e15]"));
+  }
+  return x;
+}
+
+absl::StatusOr<double> Checked(const JsonValue& v, Quantity q, const std::string& path,
+                               const std::string& field) {
+  if (!v.is_number()) return NotAReport(path, absl::StrCat(field, " is not a number"));
+  return Checked(v.number, q, path, field);
+}
+
+// A number that must be there.
 absl::StatusOr<double> NumberAt(const JsonValue& object, const std::string& key,
-                                const std::string& path, const std::string& where) {
+                                const std::string& path, const std::string& where,
+                                Quantity q = Quantity::kCount) {
   const JsonValue* v = object.Find(key);
   if (v == nullptr || !v->is_number()) {
     return NotAReport(path, absl::StrCat(where, " has no number \"", key, "\""));
   }
-  return v->number;
+  return Checked(*v, q, path, absl::StrCat(where, "'s \"", key, "\""));
+}
+
+// `total` + `more`, refused past 2^53 (what a double holds exactly).
+absl::Status AddCount(int64_t& total, double more, const std::string& path, const std::string& what) {
+  if (double(total) + more > kMaxCount) {
+    return NotAReport(path, absl::StrCat(what, " sums past 2^53"));
+  }
+  total += int64_t(more);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> StringAt(const JsonValue& object, const std::string& key,
@@ -76,25 +113,37 @@ absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::stri
   RunReport::Rank out;
   for (auto [key, to] : {std::pair{"dp", &out.dp}, {"tp", &out.tp}, {"pp", &out.pp},
                          {"node", &out.node}}) {
-    if (const JsonValue* v = rank.Find(key); v != nullptr && v->is_number()) *to = int(v->AsInt());
+    if (const JsonValue* v = rank.Find(key); v != nullptr) {
+      ASSIGN_OR_RETURN(double at, Checked(*v, Quantity::kCount, path, absl::StrCat(where, "'s \"", key, "\"")));
+      if (at >= TrainOptions::kMaxRanks) {
+        return NotAReport(path, absl::StrCat(where, "'s \"", key, "\" is ", at,
+                                             "; tally runs at most ", TrainOptions::kMaxRanks, " ranks"));
+      }
+      *to = int(at);
+    }
   }
   std::set<std::string> no_exact, no_seed;  // keys with a row that has no formula
   const JsonValue* traffic = rank.Find("traffic");
   if (traffic == nullptr || traffic->kind != JsonValue::Kind::kArray) {
     return NotAReport(path, where + " has no \"traffic\" array");
   }
+  int64_t total = 0;
   for (const JsonValue& row : traffic->array) {
     ASSIGN_OR_RETURN(std::string group, StringAt(row, "group", path, where));
     ASSIGN_OR_RETURN(std::string op, StringAt(row, "op", path, where));
     ASSIGN_OR_RETURN(std::string phase, StringAt(row, "phase", path, where));
-    ASSIGN_OR_RETURN(double sent, NumberAt(row, "bytes_sent", path, where));
     const std::string key = absl::StrCat(group, " ", op, " ", phase);
-    out.sent[key] += int64_t(sent);
+    const std::string row_name = absl::StrCat(where, "'s row \"", key, "\"");
+    ASSIGN_OR_RETURN(double sent, NumberAt(row, "bytes_sent", path, row_name));
+    RETURN_IF_ERROR(AddCount(out.sent[key], sent, path, row_name));
+    RETURN_IF_ERROR(AddCount(total, sent, path, absl::StrCat(where, "'s bytes_sent")));
     for (auto [field, into, missing] : {std::tuple{"exact_bytes_sent", &out.exact, &no_exact},
                                         {"seed_bytes_sent", &out.seed, &no_seed}}) {
       const JsonValue* v = row.Find(field);
       if (v != nullptr && v->is_number()) {
-        (*into)[key] += v->AsInt();
+        const std::string name = absl::StrCat(row_name, "'s \"", field, "\"");
+        ASSIGN_OR_RETURN(double bytes, Checked(*v, Quantity::kCount, path, name));
+        RETURN_IF_ERROR(AddCount((*into)[key], bytes, path, name));
       } else {
         missing->insert(key);
       }
@@ -112,11 +161,24 @@ absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::stri
   }
   if (const JsonValue* f = rank.Find("memory_formula"); f != nullptr) {
     for (const auto& [category, v] : f->object) {
-      if (v.is_number()) out.memory_formula[category] = v.AsInt();
+      if (!v.is_number()) continue;
+      ASSIGN_OR_RETURN(double bytes, Checked(v, Quantity::kCount, path,
+                                             absl::StrCat(where, "'s memory_formula \"", category, "\"")));
+      out.memory_formula[category] = int64_t(bytes);
     }
   }
   if (const JsonValue* peers = rank.Find("peers"); peers != nullptr) {
-    for (const JsonValue& v : peers->array) out.peers.push_back(v.is_number() ? v.AsInt() : 0);
+    // Parsed compact: numbers only are in `numbers`; anything else is in `array`.
+    if (!peers->array.empty()) return NotAReport(path, where + "'s \"peers\" holds more than numbers");
+    if (peers->numbers.size() > size_t(TrainOptions::kMaxRanks)) {
+      return NotAReport(path, absl::StrCat(where, "'s \"peers\" has ", peers->numbers.size(),
+                                           " entries; tally runs at most ", TrainOptions::kMaxRanks, " ranks"));
+    }
+    out.peers.reserve(peers->numbers.size());
+    for (double v : peers->numbers) {
+      ASSIGN_OR_RETURN(double bytes, Checked(v, Quantity::kCount, path, where + "'s \"peers\" entry"));
+      out.peers.push_back(int64_t(bytes));
+    }
   }
   if (const JsonValue* spans = rank.Find("spans"); spans != nullptr) {
     for (const JsonValue& s : spans->array) {
@@ -124,20 +186,20 @@ absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::stri
       const JsonValue* start = s.Find("start_ms");
       const JsonValue* end = s.Find("end_ms");
       if (name == nullptr || start == nullptr || end == nullptr) continue;
-      out.spans.push_back({name->string, start->number, end->number});
+      ASSIGN_OR_RETURN(double from, Checked(*start, Quantity::kMillis, path, where + "'s span start_ms"));
+      ASSIGN_OR_RETURN(double to, Checked(*end, Quantity::kMillis, path, where + "'s span end_ms"));
+      out.spans.push_back({name->string, from, to});
     }
   }
-  if (const JsonValue* time = rank.Find("time"); time != nullptr) {
-    for (const char* part : kTime) {
+  for (auto [object, parts, into] :
+       {std::tuple{"time", std::span<const char* const>(kTime), &out.time},
+        {"modelled_time", std::span<const char* const>(kModelledTime), &out.modelled_time}}) {
+    const JsonValue* time = rank.Find(object);
+    if (time == nullptr) continue;
+    for (const char* part : parts) {
       if (const JsonValue* ms = time->Find(part); ms != nullptr && ms->is_number()) {
-        out.time[part] = ms->number;
-      }
-    }
-  }
-  if (const JsonValue* time = rank.Find("modelled_time"); time != nullptr) {
-    for (const char* part : kModelledTime) {
-      if (const JsonValue* ms = time->Find(part); ms != nullptr && ms->is_number()) {
-        out.modelled_time[part] = ms->number;
+        ASSIGN_OR_RETURN((*into)[part], Checked(*ms, Quantity::kMillis, path,
+                                                absl::StrCat(where, "'s ", object, " \"", part, "\"")));
       }
     }
   }
@@ -182,7 +244,7 @@ absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::strin
     return absl::InvalidArgumentError(
         absl::StrCat(kWho, " ", path, " is not JSON: no line starts with '{'"));
   }
-  absl::StatusOr<JsonValue> doc = ParseJson(text.substr(start));
+  absl::StatusOr<JsonValue> doc = ParseJson(text.substr(start), JsonArrays::kCompactNumbers);
   if (!doc.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(kWho, " ", path, " is not JSON: ", doc.status().message()));
@@ -199,6 +261,10 @@ absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::strin
   for (const auto& [key, value] : config->object) run.config[key] = AsText(value);
   ASSIGN_OR_RETURN(double steps, NumberAt(*doc, "steps", path, "the report"));
   run.steps = int64_t(steps);
+  if (ranks->array.size() > size_t(TrainOptions::kMaxRanks)) {
+    return NotAReport(path, absl::StrCat(ranks->array.size(), " ranks; tally runs at most ",
+                                         TrainOptions::kMaxRanks));
+  }
   for (size_t i = 0; i < ranks->array.size(); ++i) {
     ASSIGN_OR_RETURN(RunReport::Rank rank, ParseRank(ranks->array[i], path, i));
     run.ranks.push_back(std::move(rank));

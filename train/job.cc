@@ -1,7 +1,6 @@
 // A training job (trainer.h's Train): one rank, or every rank on threads or MPI
 // processes; then, on rank 0, the report, the files it writes, and the check against a
 // single rank.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +9,6 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
-#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -81,26 +79,6 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   return absl::OkStatus();
 }
 
-// A file as the system knows it, by device and inode: the file itself when it exists
-// (links followed), else its directory's and the name it would take there.
-struct FileIdentity {
-  dev_t device = 0;
-  ino_t inode = 0;
-  std::string name;  // empty when the file exists
-  bool operator==(const FileIdentity& o) const {
-    return device == o.device && inode == o.inode && name == o.name;
-  }
-};
-
-std::optional<FileIdentity> IdentityOf(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return FileIdentity{st.st_dev, st.st_ino, ""};
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
-  return FileIdentity{st.st_dev, st.st_ino, path.substr(slash == std::string::npos ? 0 : slash + 1)};
-}
-
 // No output onto another output or onto an input (the same file by device and inode,
 // links included): one would replace the other. --save onto --load resumes, and is
 // allowed.
@@ -119,8 +97,7 @@ absl::Status CheckNoClobbering(const TrainOptions& o) {
       const Named &a = files[i], &b = files[j];
       if ((!a.output && !b.output) || a.path->empty() || b.path->empty()) continue;
       if (std::string(a.flag) == "--load" && std::string(b.flag) == "--save") continue;
-      const std::optional<FileIdentity> x = IdentityOf(*a.path), y = IdentityOf(*b.path);
-      if (!x.has_value() || !y.has_value() || !(*x == *y)) continue;
+      if (!SameFile(*a.path, *b.path)) continue;
       return absl::InvalidArgumentError(absl::StrCat(
           "[train] ", a.flag, "='", *a.path, "' and ", b.flag, "='", *b.path, "' are one file: ",
           b.flag, " would replace ", a.output ? absl::StrCat("what ", a.flag, " writes") : absl::StrCat(a.flag, "'s file"),
@@ -148,8 +125,17 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
     }
   }
   if (writes_outputs) RETURN_IF_ERROR(CheckNoClobbering(options));
-  // The model is in GPU memory, or (a dry run) nowhere.
-  if (options.device != DeviceType::kCPU || options.dry_run) return absl::OkStatus();
+  // A dry run's model is nowhere, but its bookkeeping is here.
+  if (options.dry_run) {
+    return FitsInMemory(options.DryRunHostBytes(),
+                        absl::StrFormat("[train] this dry run (%d rank(s) x %d layer(s) x %d micro-batch(es) "
+                                        "a step: the ranks' threads, meta tensors and the record of "
+                                        "every collective call, no model values)",
+                                        options.world(), options.model.n_layer,
+                                        options.accumulation_steps()));
+  }
+  // The model is in GPU memory.
+  if (options.device != DeviceType::kCPU) return absl::OkStatus();
   return FitsInMemory(options.EstimatedBytes(ranks_here, data_bytes),
                       absl::StrCat("[train] this run (", ranks_here, " rank(s): parameters, gradients, "
                                    "optimizer state, one micro-batch's activations, the data)"));
@@ -244,10 +230,18 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
   return use(report);
 }
 
+// Lines printed after the report: on stderr when the report is JSON on `log`, so that
+// standard output is the report alone (what tally_compare reads).
+std::ostream& NotesStream(const TrainOptions& options, std::ostream& log) {
+  return options.report == ReportFormat::kJson ? std::cerr : log;
+}
+
 // Rank 0's end of the run: the report in the asked format, the peer matrix, and the
 // files (--traffic_json, --trace).
 absl::Status Report(const ReportInputs& report, std::ostream& log) {
   const TrainOptions& options = report.options;
+  // What follows the report goes where it does not break a JSON report on stdout.
+  std::ostream& after = NotesStream(options, log);
   const std::vector<comm::TrafficLedger>& traffic = report.traffic;
   // The JSON report, written once for whichever outputs ask for it.
   const bool wants_json = options.report == ReportFormat::kJson ||
@@ -269,18 +263,18 @@ absl::Status Report(const ReportInputs& report, std::ostream& log) {
     RETURN_IF_ERROR(WriteTextFile(options.report_html, ReportPage({run}, page)));
   }
   if (options.peer_matrix) {
-    log << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), report.nodes.get());
+    after << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), report.nodes.get());
   }
   if (!options.trace.empty() && options.dry_run) {
     // A dry run's own times are of code that computes nothing: its predicted timeline.
     const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(report);
     if (!replayed.ok()) return replayed.status();
     RETURN_IF_ERROR(WriteTextFile(options.trace, PredictedTraceJson(options, *replayed) + "\n"));
-    log << "predicted trace written to '" << options.trace
+    after << "predicted trace written to '" << options.trace
         << "' (open it in Perfetto or chrome://tracing)\n";
   } else if (!options.trace.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, *report.spans) + "\n"));
-    log << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
+    after << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
   }
   return absl::OkStatus();
 }
@@ -348,7 +342,8 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   }
   // Flags without effect, once the run is going to start (a refused run says only why).
   if (!mpi || comm::mpi::ProcessRank() == 0) {
-    for (const std::string& warning : options.Warnings()) std::cerr << warning << "\n";
+    // From the flags as given, not as the dry run resolves them.
+    for (const std::string& warning : requested.Warnings()) std::cerr << warning << "\n";
   }
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
@@ -368,7 +363,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
       if (!last_run(k)) continue;
       if (options.repeat > 1) log << RepeatsTable(options, repeats);
       if (!options.check_against_serial) return absl::OkStatus();
-      return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), log);
+      return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), NotesStream(options, log));
     }
   }
   SetIntraOpThreads(options, ranks_here);
@@ -388,9 +383,9 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
       return last ? Report(report, log) : absl::OkStatus();
     }));
     if (!last) continue;
-    if (options.repeat > 1) log << RepeatsTable(options, repeats);
+    if (options.repeat > 1) NotesStream(options, log) << RepeatsTable(options, repeats);
     if (!options.check_against_serial) return absl::OkStatus();
-    return CheckAgainstSerial(options, job.start_step, job.losses, log);
+    return CheckAgainstSerial(options, job.start_step, job.losses, NotesStream(options, log));
   }
 }
 

@@ -173,8 +173,9 @@ absl::Status TrainOptions::Validate() const {
   }
   if (dry_run) {
     for (auto [set, flag] : {std::pair{!save.empty(), "--save"}, {!load.empty(), "--load"},
+                             {!metrics_json.empty(), "--metrics_json"},
                              {check_against_serial, "--check_against_serial"}}) {
-      if (set) return bad(flag, " with --dry_run: a dry run has no values to save, load or compare");
+      if (set) return bad(flag, " with --dry_run: a dry run has no values to save, load, log or compare");
     }
     if (backend != Backend::kThreads || device != DeviceType::kCPU) {
       return bad("--dry_run runs on --backend=threads --device=cpu (its ranks are threads; its "
@@ -275,7 +276,10 @@ absl::Status TrainOptions::Validate() const {
   if (eval_batches <= 0) return bad("--eval_batches must be positive, got ", eval_batches);
   if (sample_bytes < 0) return bad("--sample_bytes must be >= 0, got ", sample_bytes);
   if (!(temperature > 0)) return bad("--temperature must be positive, got ", temperature);
-  if (top_k < 0 || top_k > model.vocab_size) return bad("--top_k must be in [0, 256], got ", top_k);
+  // Sampling picks among the vocabulary; a run that samples nothing has no k to check.
+  if (top_k < 0 || (sample_bytes > 0 && top_k > model.vocab_size)) {
+    return bad("--top_k must be in [0, --vocab_size = ", model.vocab_size, "], got ", top_k);
+  }
   if (save_every < 0) return bad("--save_every must be >= 0, got ", save_every);
   if (save_every > 0 && save.empty()) return bad("--save_every needs --save=PATH");
   if (threads < 0) return bad("--threads must be >= 0 (0: every core), got ", threads);
@@ -376,49 +380,27 @@ std::vector<std::string> TrainOptions::Warnings() const {
   if (precision == DType::kF32 && fp32_grad_accum) unused("--fp32_grad_accum", "with --precision=fp32");
   if (precision == DType::kBF16 && tf32) unused("--tf32", "with --precision=bf16 (its matmuls take bf16)");
   if (dp == 1 && zero == 0 && grad_comm_dtype) unused("--grad_comm_dtype", "with --dp=1");
-  if (eval_every == 0 && eval_batches != defaults.eval_batches) unused("--eval_batches", "with --eval_every=0");
+  // Read from the flags as given: a dry run turns evaluation and sampling off itself.
+  if (dry_run) {
+    if (eval_every != defaults.eval_every) unused("--eval_every", "with --dry_run (it evaluates nothing)");
+    if (sample_bytes != defaults.sample_bytes) unused("--sample_bytes", "with --dry_run (it samples nothing)");
+  }
+  const bool evaluates = eval_every > 0 && !dry_run;
+  if (!evaluates && eval_batches != defaults.eval_batches) {
+    unused("--eval_batches", dry_run ? "with --dry_run" : "with --eval_every=0");
+  }
   // One rank on threads trains alone, without the job's report (train/job.cc).
   if (world() == 1 && zero == 0 && backend == Backend::kThreads && !dry_run) {
     if (!traffic_json.empty()) unused("--traffic_json", "with one rank (there is no report)");
     if (!report_html.empty()) unused("--report_html", "with one rank (there is no report)");
+    if (!cluster_name.empty()) unused("--cluster", "with one rank (there is no report to replay on it)");
   }
-  if (sample_bytes == 0) {
-    if (temperature != defaults.temperature) unused("--temperature", "with --sample_bytes=0");
-    if (top_k != defaults.top_k) unused("--top_k", "with --sample_bytes=0");
+  if (sample_bytes == 0 || dry_run) {
+    const char* because = dry_run ? "with --dry_run" : "with --sample_bytes=0";
+    if (temperature != defaults.temperature) unused("--temperature", because);
+    if (top_k != defaults.top_k) unused("--top_k", because);
   }
   return lines;
-}
-
-double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
-  const double c = model.n_embd, t = model.seq_len, v = model.vocab_size, l = model.n_layer;
-  const double phi = double(model.NumParams());
-  const model::Precision p = Precision();
-  const double params = double(SizeOf(p.params)), grads = double(SizeOf(p.grads));
-  const double state = (optimizer == OptimizerKind::kAdamW ? 8 : 4) + (p.master_weights() ? 4 : 0);
-  // Summed over the world: dp replicas of the model states, less what ZeRO shards.
-  const double states = params * phi * (zero >= 3 ? 1 : dp) +
-                        grads * phi * (zero >= 2 ? 1 : dp) + state * phi * (zero >= 1 ? 1 : dp);
-  // One micro-batch's saved activations on a rank (model/gpt_activations.cc): per layer,
-  // in fp32, the residuals (N, C), the MLP's c_fc output (N, 4C) split over tp and the attention
-  // probabilities (B, NH/tp, T, T); in the matmuls' operand type (bf16 under mixed
-  // precision) the LayerNorm outputs (N, C), qkv and the attention output (N, 4C in all)
-  // and the GELU output (N, 4C), those split over tp.
-  const double operand = precision == DType::kBF16 ? 2 : 4;
-  const double n = double(micro_batch_size) * t;
-  // With experts the MLP's rows are k times as many, and each has its input and output.
-  const double mlp_rows = model.moe() ? n * model.moe_top_k : n;
-  // Selective recompute keeps no layer's probabilities, layer recompute only each layer's
-  // output (one layer's room besides): still a lower bound.
-  const double probabilities =
-      recompute_attention ? 0 : double(micro_batch_size) * (model.n_head / double(tp)) * t * t;
-  const double per_layer =
-      LayerRecompute() ? 4 * n * c
-                       : 4 * (2 * n * c + 4 * mlp_rows * c / tp + probabilities) +
-                             operand * (2 * n * c + 4 * n * c / tp + 4 * mlp_rows * c / tp) +
-                             (model.moe() ? (4 + operand) * mlp_rows * c : 0);
-  const double activations = per_layer * l / pp + 4 * n * v / tp;
-  const double per_rank = states / world() + activations + 5.0 * double(data_bytes);
-  return per_rank * ranks_here;
 }
 
 }  // namespace tally::train

@@ -221,7 +221,8 @@ struct TrainOptions {
   // One clear message for the first thing wrong (of the resolved options).
   absl::Status Validate() const;
   // One line for each flag that has no effect in this configuration (e.g.
-  // --sequence_parallel with tp = 1), naming it.
+  // --sequence_parallel with tp = 1), naming it. Ask the options as given, before
+  // Resolved() (a dry run turns evaluation and sampling off itself).
   std::vector<std::string> Warnings() const;
   // A lower bound on the host memory `ranks_here` ranks of this run take, in bytes (in
   // double, so that no size wraps): per rank its share of the parameters, gradients and
@@ -229,6 +230,10 @@ struct TrainOptions {
   // layers, and its copy of the data (`data_bytes` bytes of text, held as text and as
   // 4-byte tokens).
   double EstimatedBytes(int ranks_here, int64_t data_bytes) const;
+  // An upper estimate of a dry run's own host memory, in bytes: what its thread ranks
+  // keep of the run they model (ranks, layers, micro-batches and collective calls, not
+  // the model's values, which it has none of); train/options_memory.cc gives the terms.
+  double DryRunHostBytes() const;
   // Micro-batches per rank per step.
   int accumulation_steps() const { return global_batch_size / (dp * micro_batch_size); }
 };

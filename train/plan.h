@@ -184,8 +184,12 @@ struct SearchResult {
   StepTime time;
   double memory_bytes = 0;
 };
-std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int global_batch,
-                                      double gpu_bytes);
+// Costing a grid walks its ranks (each rank's exact bytes by link), about 1.5 µs a
+// rank of a grid on this project's 2-core hosts: the search refuses, before costing any,
+// more than kMaxSearchWork grids × GPUs that fit (about 25 s here), naming both figures.
+constexpr double kMaxSearchWork = 16e6;
+absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int world,
+                                                      int global_batch, double gpu_bytes);
 
 struct PlanRow {
   std::string strategy;

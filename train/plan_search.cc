@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/files.h"
 #include "runtime/json_reader.h"
 #include "runtime/status_macros.h"
@@ -72,8 +73,8 @@ double MegatronStepFlops(const PlanInput& in) {
                                          : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)));
 }
 
-std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int global_batch,
-                                      double gpu_bytes) {
+absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int world,
+                                                      int global_batch, double gpu_bytes) {
   auto divides = [](int64_t d, int64_t n) { return d > 0 && n % d == 0; };
   // The grids, one axis at a time: each grid so far becomes its variants along the next.
   std::vector<PlanInput> grids = {base};
@@ -171,8 +172,18 @@ std::vector<SearchResult> SearchGrids(const PlanInput& base, int world, int glob
       a->second = double(std::max<int64_t>(0, PlanActivationsPerGpu(in).bytes_per_gpu));
     }
     const double memory = s->second + a->second;
-    if (memory <= gpu_bytes) out.push_back({in, PredictStep(in), memory});
+    if (memory <= gpu_bytes) out.push_back({in, StepTime(), memory});
   }
+  // The fitting grids are known before any is costed: refuse what would not answer soon.
+  const double work = double(out.size()) * world;
+  if (work > kMaxSearchWork) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] --search: %d grids of %d GPUs fit, %.3g grid-GPUs to cost (about %.0f s on a "
+        "2-core host); it costs at most %.3g: ask for a smaller --world, --global_batch_size "
+        "or --gpu_memory_gb",
+        out.size(), world, work, work * 1.5e-6, kMaxSearchWork));
+  }
+  for (SearchResult& r : out) r.time = PredictStep(r.in);
   std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {
     return a.time.step_s < b.time.step_s;
   });

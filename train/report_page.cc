@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -294,42 +295,56 @@ std::string ModelledTimeChart(const RunReport& run, const std::string& label) {
 }
 
 // Bytes from every rank (row) to every rank (column), white to blue by the square root of
-// the share of the largest cell.
+// the share of the largest cell. Past kPeerCells ranks a side, a cell is a block of ranks
+// (the bytes from those ranks to those), so that the page stays small at 4,096 ranks.
+constexpr size_t kPeerCells = 64;
 std::string PeerChart(const RunReport& run, const std::string& label) {
   const size_t n = run.ranks.size();
-  double max = 0;
-  for (const RunReport::Rank& rank : run.ranks) {
-    for (int64_t v : rank.peers) max = std::max(max, double(v));
-  }
-  const double cell = std::clamp(480.0 / double(std::max<size_t>(n, 1)), 3.0, 28.0);
-  const double left = 40, top = 30;
-  std::string body;
+  const size_t block = (n + kPeerCells - 1) / kPeerCells, cells = n == 0 ? 0 : (n + block - 1) / block;
+  std::vector<double> bytes(cells * cells, 0.0);
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n && j < run.ranks[i].peers.size(); ++j) {
-      const double v = double(run.ranks[i].peers[j]);
+      bytes[(i / block) * cells + j / block] += double(run.ranks[i].peers[j]);
+    }
+  }
+  const double max = bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
+  // "rank 3", or a block's "ranks 64-127".
+  auto ranks = [&](size_t c) {
+    const size_t first = c * block, last = std::min(n, first + block) - 1;
+    return block == 1 ? absl::StrCat("rank ", first) : absl::StrCat("ranks ", first, "-", last);
+  };
+  const double cell = std::clamp(480.0 / double(std::max<size_t>(cells, 1)), 3.0, 28.0);
+  const double left = 40, top = 30;
+  std::string body;
+  for (size_t i = 0; i < cells; ++i) {
+    for (size_t j = 0; j < cells; ++j) {
+      if (block == 1 && j >= run.ranks[i].peers.size()) break;
+      const double v = bytes[i * cells + j];
       const double t = max > 0 ? std::sqrt(v / max) : 0;
       // From white (255, 255, 255) toward the palette's blue (0, 114, 178).
       const int red = int(std::lround(255 * (1 - t))), green = int(std::lround(255 - 141 * t)),
                 blue = int(std::lround(255 - 77 * t));
       absl::StrAppendFormat(
           &body,
-          R"~(<rect class="peer" data-from="%d" data-to="%d" data-bytes="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="rgb(%d,%d,%d)" stroke="#dddddd" stroke-width="0.5"><title>%s: rank %d to rank %d, %s</title></rect>)~",
-          i, j, int64_t(v), left + double(j) * cell, top + double(i) * cell, cell, cell, red,
-          green, blue, Escape(label), i, j, Bytes(v));
+          R"~(<rect class="peer" data-from="%d" data-to="%d" data-bytes="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="rgb(%d,%d,%d)" stroke="#dddddd" stroke-width="0.5"><title>%s: %s to %s, %s</title></rect>)~",
+          i * block, j * block, int64_t(v), left + double(j) * cell, top + double(i) * cell, cell,
+          cell, red, green, blue, Escape(label), ranks(i), ranks(j), Bytes(v));
     }
-    if (n <= 32 || i % 8 == 0) {
+    if (cells <= 32 || i % 8 == 0) {
       absl::StrAppendFormat(&body,
                             R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="end">%d</text>)~"
                             R"~(<text x="%.1f" y="%.1f" class="tick" text-anchor="middle">%d</text>)~",
-                            left - 4, top + (double(i) + 0.7) * cell, i,
-                            left + (double(i) + 0.5) * cell, top - 6, i);
+                            left - 4, top + (double(i) + 0.7) * cell, i * block,
+                            left + (double(i) + 0.5) * cell, top - 6, i * block);
     }
   }
-  const double side = double(n) * cell;
+  const double side = double(cells) * cell;
+  const std::string unit = block == 1 ? "rank" : absl::StrCat("rank (blocks of ", block, ")");
   absl::StrAppendFormat(&body,
-                        R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle">to rank</text>)~"
-                        R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle" transform="rotate(-90 %.1f %.1f)">from rank</text>)~",
-                        left + side / 2, top + side + 18, 12.0, top + side / 2, 12.0, top + side / 2);
+                        R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle">to %s</text>)~"
+                        R"~(<text x="%.1f" y="%.1f" class="unit" text-anchor="middle" transform="rotate(-90 %.1f %.1f)">from %s</text>)~",
+                        left + side / 2, top + side + 18, unit, 12.0, top + side / 2, 12.0,
+                        top + side / 2, unit);
   return absl::StrCat("<figure class=\"chart peers\"><figcaption>", Escape(label), " (largest cell ",
                       Bytes(max), ")</figcaption>",
                       Svg(left + side + 20, top + side + 30, label + ": bytes between ranks", body),

@@ -18,13 +18,12 @@ absl::StatusOr<LinkModel> ParseLinkModel(const std::string& flag, const std::str
   LinkModel link;
   if ((parts.size() != 2 && parts.size() != 3) || !absl::SimpleAtod(parts[0], &link.gbps) ||
       !absl::SimpleAtod(parts[1], &link.latency_us) ||
-      (parts.size() == 3 && !absl::SimpleAtod(parts[2], &link.efficiency)) ||
-      !(link.gbps > 0) || !(link.latency_us >= 0) || !std::isfinite(link.gbps) ||
-      !std::isfinite(link.latency_us) || !(link.efficiency > 0 && link.efficiency <= 1)) {
+      (parts.size() == 3 && !absl::SimpleAtod(parts[2], &link.efficiency)) || !link.Physical()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --", flag, " must be BANDWIDTH,LATENCY[,EFFICIENCY]: GB/s one way (> 0), "
-        "microseconds per message (>= 0) and the achieved share (in (0, 1], default 1), e.g. "
-        "600,1 or 300,1,0.8; got '", text, "'"));
+        "[flags] --", flag, " must be BANDWIDTH,LATENCY[,EFFICIENCY]: GB/s one way (in [",
+        LinkModel::kMinGbps, ", ", LinkModel::kMaxGbps, "]), microseconds per message (in [0, ",
+        LinkModel::kMaxLatencyUs, "]) and the achieved share (in [", LinkModel::kMinEfficiency,
+        ", 1], default 1), e.g. 600,1 or 300,1,0.8; got '", text, "'"));
   }
   return link;
 }

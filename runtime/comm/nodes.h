@@ -43,9 +43,18 @@ struct LinkBytes {
 // efficiency). The bandwidth is one direction's (a sender's to its receiver), and the
 // efficiency the share of it that transfers achieve (1: all of it).
 struct LinkModel {
+  // The physical ranges a link may take (outside them a time would print as inf or 0):
+  // 1 MB/s to 1 PB/s, at most 10 s a message, an achieved share of at least 0.1%.
+  static constexpr double kMinGbps = 1e-3, kMaxGbps = 1e6, kMaxLatencyUs = 1e7, kMinEfficiency = 1e-3;
+  // Whether every field is in its range.
+  bool Physical() const {
+    return gbps >= kMinGbps && gbps <= kMaxGbps && latency_us >= 0 && latency_us <= kMaxLatencyUs &&
+           efficiency >= kMinEfficiency && efficiency <= 1;
+  }
+
   double gbps = 0;        // bandwidth one way, GB/s (1e9 bytes a second)
   double latency_us = 0;  // per message, microseconds
-  double efficiency = 1;  // in (0, 1]
+  double efficiency = 1;  // in [kMinEfficiency, 1]
   double Seconds(int64_t bytes, int64_t messages) const {
     return double(messages) * latency_us * 1e-6 + double(bytes) / (gbps * efficiency * 1e9);
   }

@@ -73,6 +73,68 @@ TEST(BadInput, SizesThatWouldOverflowOrNotFitAreRefusedAtOnce) {
   });
 }
 
+// A dry run's own bookkeeping (its thread ranks, layers, micro-batches and calls) is
+// estimated before it starts: what cannot finish in this machine's memory is refused,
+// with both figures, within seconds.
+TEST(BadInput, ADryRunThatCannotFitThisMachineIsRefusedAtOnce) {
+  ExpectOneClearLine(kTrain + " --dry_run --steps=1", {
+      {"--n_layer=1000000000", "[train] this dry run (1 rank(s) x 1000000000 layer(s)"},
+      {"--global_batch_size=2147483647", "GiB of memory, and this machine has"},
+      {"--dp=4096 --global_batch_size=4096", "this dry run (4096 rank(s) x 4 layer(s) x 1 micro-batch(es)"},
+  }, 5);
+  // Hundreds of ranks still run here (the README runs dry at 1,024 GPUs).
+  const Result fits = RunCommand("timeout 300 " + kTrain + " --dry_run --steps=1 --n_layer=2 --n_embd=64 "
+                                 "--n_head=4 --seq_len=32 --dp=512 --global_batch_size=512");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output.substr(0, 2000);
+}
+
+// Flags that would be ignored are refused or named in a warning; a warning names the
+// flags as the user gave them, not as a dry run resolves them.
+TEST(BadInput, NoFlagIsIgnoredInSilence) {
+  ExpectOneClearLine(kTrain + kTiny, {
+      {"--dry_run --metrics_json=" + Temp("dry.jsonl"), "--metrics_json with --dry_run: a dry run has no values"},
+      {"--grad_comm_dtype= --dp=2", "--grad_comm_dtype must be fp32 or bf16, got ''"},
+      {"--cluster=a100 --link_intra=600,1 --dp=2", "--cluster names its links: give it or --link_intra"},
+      {"--link_inter=1e-320,0", "--link_inter must be BANDWIDTH,LATENCY[,EFFICIENCY]: GB/s one way (in [0.001, 1e+06])"},
+      {"--link_intra=25,1e300", "microseconds per message (in [0, 1e+07])"},
+      {"--sample_bytes=10 --top_k=300", "--top_k must be in [0, --vocab_size = 256], got 300"},
+  });
+  ExpectOneClearLine(kPlan, {
+      {"--seed_examples --cluster=/dev/zero", "--seed_examples prints the seed's own examples and takes no flag but --json; got --cluster"},
+      {"--seed_examples --model=bogus", "got --model"},
+      {"--seed_examples --dp=4 --search", "got --dp --search"},
+      {"--sweep=dp:1,2 --search", "--sweep prints CSV rows of the plan; it takes neither --search nor --json"},
+      {"--sweep=dp:1,2 --json", "it takes neither --search nor --json"},
+      {"--world=64", "--world is --search's: give --search too"},
+      {"--cluster=a100 --link_inter=50,2", "--cluster names its links"},
+      {"--link_inter=1e-320,0", "GB/s one way (in [0.001, 1e+06])"},
+  }, 5);
+  struct Warned {
+    std::string flags, line;
+  };
+  for (const Warned& w : std::vector<Warned>{
+           {"--dry_run --eval_every=10", "--eval_every has no effect with --dry_run"},
+           {"--dry_run --eval_batches=3", "--eval_batches has no effect with --dry_run"},
+           {"--dry_run --top_k=5", "--top_k has no effect with --dry_run"},
+           {"--cluster=a100", "--cluster has no effect with one rank"}}) {
+    const Result r = RunCommand(kTrain + kTiny + " --steps=1 " + w.flags);
+    EXPECT_EQ(r.exit_code, 0) << w.flags << ": " << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[flags] warning: " + w.line)) << w.flags << ": " << r.output;
+    EXPECT_FALSE(absl::StrContains(r.output, "with --eval_every=0")) << w.flags << ": " << r.output;
+  }
+  // Sampling is off in a dry run: a vocabulary under --top_k's default is no error.
+  const Result small = RunCommand(kTrain + " --dry_run --steps=1 --n_layer=1 --n_embd=32 --n_head=2 --vocab_size=39");
+  EXPECT_EQ(small.exit_code, 0) << small.output;
+  EXPECT_FALSE(absl::StrContains(small.output, "top_k")) << small.output;
+}
+
+// --search refuses, before costing any grid, a search that would not answer in seconds.
+TEST(BadInput, ASearchTooLargeToAnswerSoonIsRefused) {
+  ExpectOneClearLine(kPlan + " --model=llama-70b --cluster=a100 --search", {
+      {"--world=65536 --global_batch_size=65536", "grid-GPUs to cost (about"},
+  }, 10);
+}
+
 TEST(BadInput, EveryRealFlagIsFinite) {
   std::vector<Case> cases;
   for (const char* flag : {"lr", "min_lr", "weight_decay", "grad_clip", "temperature", "bucket_mb", "timeout_s"}) {
@@ -286,27 +348,34 @@ TEST(BadInput, SlowRanksAndClusterFilesAreCheckedBeforeAnyWork) {
   int i = 0;
   for (const auto& [good, from, to, message] :
        std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
-           {roofline, "\"peak_tflops\": 312", "\"peak_tflops\": 0", "peak_tflops must be a number > 0"},
+           {roofline, "\"peak_tflops\": 312", "\"peak_tflops\": 0", "peak_tflops must be a number in [0.001, 1e+06]"},
            {roofline, "\"peak_tflops\": 312", "\"peak_tflops\": 312, \"tflops\": 156",
             "give one of tflops (a flat rate) and peak_tflops"},
-           {roofline, "[2039, 0.9]", "[0, 0.9]", "hbm must be [GB/s > 0, share in (0, 1]]"},
-           {roofline, "[2039, 0.9]", "[2039, 1.5]", "hbm must be [GB/s > 0, share in (0, 1]]"},
-           {roofline, "[2039, 0.9]", "[1e999, 0.9]", "hbm must be [GB/s > 0, share in (0, 1]]"},
+           {roofline, "[2039, 0.9]", "[0, 0.9]", "hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]"},
+           {roofline, "[2039, 0.9]", "[2039, 1.5]", "hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]"},
+           {roofline, "[2039, 0.9]", "[1e999, 0.9]", "hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]"},
            {roofline, "[10, 0.62]", "[0.001, 0.62]", "matmul_efficiency's sizes must increase"},
-           {roofline, "[10, 0.62]", "[10, 0]", "matmul_efficiency must be a list of [GFLOP > 0"},
-           {roofline, "[10, 0.62]", "[10, 1.2]", "matmul_efficiency must be a list of [GFLOP > 0"},
-           {roofline, "[0.01, 0.1]", "[-1, 0.1]", "matmul_efficiency must be a list of [GFLOP > 0"},
-           {roofline, "[300, 1, 0.8]", "[300, 1, 0]", "intra must be [GB/s > 0, microseconds > 0]"},
-           {roofline, "[25, 2, 0.9]", "[25, 2, 2]", "inter must be [GB/s > 0, microseconds > 0]"},
-           {roofline, "\"hbm\": [2039, 0.9], ", "", "hbm must be [GB/s > 0, share in (0, 1]]"},
-           {flat, "\"tflops\": 156", "\"tflops\": 0", "tflops must be a number > 0"},
-           {flat, "\"tflops\": 156", "\"tflops\": -1", "tflops must be a number > 0"},
-           {flat, "\"tflops\": 156", "\"tflops\": 1e999", "tflops must be a number > 0"},
-           {flat, "[600, 1]", "[0, 1]", "intra must be [GB/s > 0, microseconds > 0]"},
-           {flat, "[600, 1]", "[600, 0]", "intra must be [GB/s > 0, microseconds > 0]"},
-           {flat, "[25, 2]", "[-25, 2]", "inter must be [GB/s > 0, microseconds > 0]"},
-           {flat, "[25, 2]", "[25, -2]", "inter must be [GB/s > 0, microseconds > 0]"},
+           {roofline, "[10, 0.62]", "[10, 0]", "matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9]"},
+           {roofline, "[10, 0.62]", "[10, 1.2]", "matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9]"},
+           {roofline, "[0.01, 0.1]", "[-1, 0.1]", "matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9]"},
+           {roofline, "[300, 1, 0.8]", "[300, 1, 0]", "intra must be [GB/s, microseconds] or"},
+           {roofline, "[25, 2, 0.9]", "[25, 2, 2]", "inter must be [GB/s, microseconds] or"},
+           {roofline, "\"hbm\": [2039, 0.9], ", "", "hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]"},
+           {flat, "\"tflops\": 156", "\"tflops\": 0", "tflops must be a number in [0.001, 1e+06]"},
+           {flat, "\"tflops\": 156", "\"tflops\": -1", "tflops must be a number in [0.001, 1e+06]"},
+           {flat, "\"tflops\": 156", "\"tflops\": 1e999", "tflops must be a number in [0.001, 1e+06]"},
+           {flat, "[600, 1]", "[0, 1]", "intra must be [GB/s, microseconds] or"},
+           {flat, "[600, 1]", "[600, 0]", "intra must be [GB/s, microseconds] or"},
+           {flat, "[25, 2]", "[-25, 2]", "inter must be [GB/s, microseconds] or"},
+           {flat, "[25, 2]", "[25, -2]", "inter must be [GB/s, microseconds] or"},
            {flat, "\"gpus_per_node\": 8", "\"gpus_per_node\": 0", "gpus_per_node must be an integer"},
+           // Absurd but positive: refused, never a modelled time of inf or a -nan% share.
+           {flat, "\"tflops\": 156", "\"tflops\": 1e-320", "tflops must be a number in [0.001, 1e+06]"},
+           {flat, "[25, 2]", "[1e-320, 2]", "inter must be [GB/s, microseconds] or"},
+           {flat, "[25, 2]", "[25, 1e300]", "inter must be [GB/s, microseconds] or"},
+           {roofline, "[300, 1, 0.8]", "[300, 1, 1e-320]", "intra must be [GB/s, microseconds] or"},
+           {roofline, "[2039, 0.9]", "[1e-320, 0.9]", "hbm must be [GB/s in [0.001, 1e6]"},
+           {roofline, "[10, 0.62]", "[1e300, 0.62]", "matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9]"},
        }) {
     const std::string file = Temp("cluster" + std::to_string(i++) + ".json");
     std::string text = good;

@@ -188,7 +188,7 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   base.precision = DType::kF32;
   base.bytes_per_value = 4;
   base.gpu = GpuModel::Flat(1);  // 1e12 FLOP/s, every matmul
-  const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30);
+  const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30).value();
   ASSERT_FALSE(all.empty());
   // Each grid once: a dense model has no ep to try.
   std::set<std::tuple<int, int, int, int, int, int, bool, bool, bool, int>> seen;
@@ -211,7 +211,7 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].time.step_s, all[i].time.step_s);
   // A bound between the least and the most memory keeps exactly the grids under it.
   const double bound = (least + most) / 2;
-  const std::vector<SearchResult> fit = SearchGrids(base, 4, 8, bound);
+  const std::vector<SearchResult> fit = SearchGrids(base, 4, 8, bound).value();
   size_t under = 0;
   for (const SearchResult& r : all) under += r.memory_bytes <= bound ? 1 : 0;
   EXPECT_EQ(fit.size(), under);
@@ -253,7 +253,8 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   moe.model = WithExperts(moe.model, 4, 2);
   moe.n_experts = 4;
   int with_ep = 0;
-  for (const SearchResult& r : SearchGrids(moe, 4, 8, 1e30)) {
+  const std::vector<SearchResult> with_experts = SearchGrids(moe, 4, 8, 1e30).value();
+  for (const SearchResult& r : with_experts) {
     with_ep += r.in.ep > 1 ? 1 : 0;
     EXPECT_EQ(r.in.dp % r.in.ep, 0);
     EXPECT_DOUBLE_EQ(r.memory_bytes, PlanMemoryPerGpu(r.in)[0].bytes_per_gpu +

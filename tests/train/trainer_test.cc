@@ -217,7 +217,8 @@ TEST(TrainOptions, EveryBadValueHasItsMessage) {
       {[](TrainOptions& o) { o.micro_batch_size = 3; }, "must be a multiple of --dp x --micro_batch_size"},
       {[](TrainOptions& o) { o.global_batch_size = 0; }, "--global_batch_size must be positive"},
       {[](TrainOptions& o) { o.lr = 0; }, "--lr must be positive"},
-      {[](TrainOptions& o) { o.top_k = 300; }, "--top_k must be in [0, 256]"},
+      {[](TrainOptions& o) { o.top_k = 300; o.sample_bytes = 10; }, "--top_k must be in [0, --vocab_size = 256]"},
+      {[](TrainOptions& o) { o.top_k = -1; }, "--top_k must be in [0, --vocab_size = 256], got -1"},
       {[](TrainOptions& o) { o.save_every = 5; }, "--save_every needs --save"},
   };
   for (const Case& c : cases) {
