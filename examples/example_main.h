@@ -1,7 +1,8 @@
 // The main() of every example program: parse the flags, run, and turn a Status into one
 // line on stderr and a non-zero exit code: 1 for an error, and an exception that escapes
 // `run` (std::bad_alloc, ...) is one too; 128 + N for a run stopped by signal N
-// (kCancelled, runtime/signals.h); 2 for a stray argument.
+// (kCancelled, runtime/signals.h); 2 for a stray argument. -h and --help print the flags
+// with their defaults and exit 0; an unknown flag is one line naming the nearest ones.
 //
 //   int main(int argc, char** argv) { return tally::RunExample(argc, argv, "usage", Main); }
 #pragma once
@@ -19,6 +20,10 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/signals.h"
 
 namespace tally {
@@ -57,16 +62,89 @@ inline std::vector<std::string>& GivenFlags() {
   return names;
 }
 
-inline void RecordGivenFlags(int argc, char** argv) {
+// The program's own flags (not abseil's), by name.
+inline std::vector<const absl::CommandLineFlag*> OwnFlags() {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->Filename().find("examples/") != std::string::npos) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(), [](auto* a, auto* b) { return a->Name() < b->Name(); });
+  return flags;
+}
+
+// Edits from a to b: insertions, deletions, replacements and swaps of two neighbours
+// (the optimal string alignment distance), so that "stesp" is one from "steps".
+inline size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// --help (or -h): the usage line and every flag with its default, sorted, on stdout.
+inline void PrintHelp() {
+  std::string out = std::string(absl::ProgramUsageMessage()) + "\n\nflags (--name=value; default after '='):\n";
+  for (const absl::CommandLineFlag* flag : OwnFlags()) {
+    std::string value = flag->DefaultValue();
+    double real = 0;
+    // A float default widened to double (0.0010000000474974513) prints as written (0.001).
+    if (value.find_first_of(".e") != std::string::npos && absl::SimpleAtod(value, &real)) {
+      value = absl::StrFormat("%.7g", real);
+    }
+    absl::StrAppend(&out, "  --", flag->Name(), "=", value, "\n      ", flag->Help(), "\n");
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+// Reads the flag names of the command line before abseil parses it: records them
+// (FlagGiven), answers -h and --help (exit code 0), and refuses an unknown flag with the
+// nearest names (exit code 1). -1: go on and parse.
+inline int RecordGivenFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") break;
     if (arg.size() < 2 || arg[0] != '-') continue;
+    if (arg == "-h" || arg == "--help" || arg == "-help") {
+      PrintHelp();
+      return 0;
+    }
     arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    std::string name(arg.substr(0, arg.find('=')));
-    if (absl::FindCommandLineFlag(name) == nullptr && name.rfind("no", 0) == 0) name = name.substr(2);
+    const size_t equals = arg.find('=');
+    std::string name(arg.substr(0, equals));
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && name.rfind("no", 0) == 0 && absl::FindCommandLineFlag(name.substr(2)) != nullptr) {
+      name = name.substr(2);
+      flag = absl::FindCommandLineFlag(name);
+    } else if (flag == nullptr) {
+      std::vector<std::string> near;
+      for (const absl::CommandLineFlag* f : OwnFlags()) {
+        const std::string candidate(f->Name());
+        if (EditDistance(name, candidate) <= std::max<size_t>(1, name.size() / 4) ||
+            (name.size() >= 3 && candidate.find(name) != std::string::npos)) {
+          near.push_back("--" + candidate);
+        }
+      }
+      std::string line = absl::StrCat("Unknown command line flag '", name, "'");
+      if (!near.empty()) {
+        if (near.size() > 5) near.resize(5);
+        absl::StrAppend(&line, " (did you mean ", absl::StrJoin(near, " or "), "?)");
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+      return 1;
+    }
     GivenFlags().push_back(name);
+    // "--name value": the value is the next argument, unless the flag is a bool.
+    if (equals == std::string_view::npos && flag != nullptr && !flag->IsOfType<bool>()) ++i;
   }
+  return -1;
 }
 
 }  // namespace internal_example
@@ -90,7 +168,7 @@ inline std::vector<std::string> FlagsGivenBut(std::initializer_list<std::string_
 
 inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*run)()) {
   absl::SetProgramUsageMessage(usage);
-  internal_example::RecordGivenFlags(argc, argv);
+  if (const int code = internal_example::RecordGivenFlags(argc, argv); code >= 0) return code;
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "unexpected argument '%s' (flags are --name=value)\n", positional[1]);
@@ -104,7 +182,7 @@ inline int RunExample(int argc, char** argv, const char* usage, absl::Status (*r
 inline int RunExampleWithArguments(int argc, char** argv, const char* usage,
                                    absl::Status (*run)(const std::vector<std::string>&)) {
   absl::SetProgramUsageMessage(usage);
-  internal_example::RecordGivenFlags(argc, argv);
+  if (const int code = internal_example::RecordGivenFlags(argc, argv); code >= 0) return code;
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const std::vector<std::string> arguments(positional.begin() + 1, positional.end());
   return internal_example::Finish([&] { return run(arguments); });

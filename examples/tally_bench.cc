@@ -127,6 +127,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.gpu = device == "cuda";
   // NCCL's ranks are processes under mpirun, else threads of this one.
   config.mpi = backend == "mpi" || (config.nccl && comm::mpi::LaunchedByMpirun());
+  if (backend == "threads") RETURN_IF_ERROR(comm::mpi::RefuseThreadsUnderMpirun("[tally_bench]"));
   if (config.mpi && !comm::mpi::Available()) {
     return absl::FailedPreconditionError(
         "[tally_bench] this build has no MPI transport: install libopenmpi-dev and openmpi-bin "

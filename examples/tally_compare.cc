@@ -56,7 +56,11 @@ absl::Status Main(const std::vector<std::string>& files) {
                           : absl::GetFlag(FLAGS_json) ? train::ComparisonJson(c)
                                                       : train::ComparisonText(c);
   std::fwrite(out.data(), 1, out.size(), stdout);
-  if (!html.empty()) RETURN_IF_ERROR(WriteTextFile(html, train::ReportPage(runs, c)));
+  if (!html.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(html, train::ReportPage(runs, c)));
+    // On stderr: standard output stays the comparison alone (--json, --csv).
+    std::fprintf(stderr, "report page written to '%s' (open it in a browser)\n", html.c_str());
+  }
   return absl::OkStatus();
 }
 

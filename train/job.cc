@@ -230,10 +230,10 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
   return use(report);
 }
 
-// Lines printed after the report: on stderr when the report is JSON on `log`, so that
-// standard output is the report alone (what tally_compare reads).
+// Lines printed after the report: on stderr when the report is JSON or CSV on `log`, so
+// that standard output is the log and the report alone (what tally_compare reads).
 std::ostream& NotesStream(const TrainOptions& options, std::ostream& log) {
-  return options.report == ReportFormat::kJson ? std::cerr : log;
+  return options.report == ReportFormat::kJson || options.report == ReportFormat::kCsv ? std::cerr : log;
 }
 
 // Rank 0's end of the run: the report in the asked format, the peer matrix, and the
@@ -261,6 +261,7 @@ absl::Status Report(const ReportInputs& report, std::ostream& log) {
     ASSIGN_OR_RETURN(RunReport run, ParseRunReport(json, options.report_html));
     ASSIGN_OR_RETURN(Comparison page, Compare({run}));
     RETURN_IF_ERROR(WriteTextFile(options.report_html, ReportPage({run}, page)));
+    after << "report page written to '" << options.report_html << "' (open it in a browser)\n";
   }
   if (options.peer_matrix) {
     after << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), report.nodes.get());
@@ -324,6 +325,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const bool mpi =
       options.backend == Backend::kMpi ||
       (options.backend == Backend::kNccl && comm::mpi::LaunchedByMpirun());
+  if (options.backend == Backend::kThreads) RETURN_IF_ERROR(comm::mpi::RefuseThreadsUnderMpirun("[train]"));
   // Every process of an MPI job finds the same mistake; rank 0 says it.
   auto said_once = [mpi](const absl::Status& s) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;

@@ -382,8 +382,8 @@ std::vector<std::string> TrainOptions::Warnings() const {
   if (dp == 1 && zero == 0 && grad_comm_dtype) unused("--grad_comm_dtype", "with --dp=1");
   // Read from the flags as given: a dry run turns evaluation and sampling off itself.
   if (dry_run) {
-    if (eval_every != defaults.eval_every) unused("--eval_every", "with --dry_run (it evaluates nothing)");
-    if (sample_bytes != defaults.sample_bytes) unused("--sample_bytes", "with --dry_run (it samples nothing)");
+    if (eval_every > 0 && eval_every != defaults.eval_every) unused("--eval_every", "with --dry_run (it evaluates nothing)");
+    if (sample_bytes > 0 && sample_bytes != defaults.sample_bytes) unused("--sample_bytes", "with --dry_run (it samples nothing)");
   }
   const bool evaluates = eval_every > 0 && !dry_run;
   if (!evaluates && eval_batches != defaults.eval_batches) {

@@ -137,8 +137,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     if (t->start_step_ > options.steps) {
       return absl::InvalidArgumentError(absl::StrCat(
           "[train] '", options.load, "' is at step ", t->start_step_, ": --steps=", options.steps,
-          " leaves nothing to train (--steps counts from the first step; ask for more than ",
-          t->start_step_, ")"));
+          " is before it (--steps counts from the first step: --steps=", t->start_step_,
+          " trains no more steps, --steps=", t->start_step_ + 1, " one more)"));
     }
   }
   size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;

@@ -64,6 +64,34 @@ TEST(BadFiles, TallyCompareNeverWritesThePageOntoAnInput) {
   ASSERT_EQ(::link(a.c_str(), hard.c_str()), 0);
   ExpectRefused(kCompare + " --html=" + hard + " " + a, "are one file");
   EXPECT_EQ(Read(a), before);
+  // A page of its own is written, and the program says where.
+  const std::string page = Temp("own_page.html");
+  const Result r = RunCommand(kCompare + " --json --html=" + page + " " + a);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "report page written to '" + page + "'")) << r.output;
+  EXPECT_TRUE(absl::StrContains(Read(page), "<html")) << page;
+}
+
+// Before the first step: a name whose temporary file would not fit, and two outputs on
+// one file or an output on an input, for every output flag.
+TEST(BadFiles, NoRunTrainsToLoseItsWorkToAFileName) {
+  const std::string dir = ::testing::TempDir();
+  const std::string long_name = dir + "/" + std::string(245, 'x');  // + ".partial.XXXXXX" passes 255
+  for (const char* flag : {"--save", "--metrics_json", "--traffic_json", "--trace", "--report_html"}) {
+    ExpectRefused(kTrain + kTiny + " --dp=2 --steps=100000 " + flag + "=" + long_name,
+                  "its name is 245 characters");
+  }
+  const std::string data = Temp("clobber_data.txt");
+  Write(data, std::string(4096, 'a'));
+  const std::string f = Temp("clobber_one.json");
+  ::unlink(f.c_str());
+  ExpectRefused(kTrain + kTiny + " --dp=2 --steps=100000 --traffic_json=" + f + " --report_html=" + f,
+                "--report_html would replace what --traffic_json writes");
+  ExpectRefused(kTrain + kTiny + " --dp=2 --steps=100000 --save=" + f + " --metrics_json=" + dir + "/./clobber_one.json",
+                "are one file");
+  ExpectRefused(kTrain + kTiny + " --dp=2 --steps=100000 --data=" + data + " --report_html=" + data,
+                "--report_html would replace --data's file");
+  EXPECT_EQ(Read(data), std::string(4096, 'a'));
 }
 
 TEST(BadFiles, AnOutputOntoASymbolicLinkIsRefusedAndTheLinkKept) {

@@ -69,6 +69,8 @@ TEST(BadInput, SizesThatWouldOverflowOrNotFitAreRefusedAtOnce) {
       {"--allreduce=tree", "--allreduce must be ring, naive or hierarchical, got 'tree'"},
       {"--global_batch_size=1000000000", "GiB of memory, and this machine has"},
       {"--n_embd=2000000000 --n_head=1", "parameters; tally counts at most"},
+      // A vocabulary of 2^31 - 1 rows: the parameter count is summed in double, no int wraps.
+      {"--dry_run --vocab_size=2147483647 --n_embd=1000000 --n_head=1000", "parameters; tally counts at most"},
       {"--pp=2 --n_layer=2 --pp_layers=2147483647,2147483647", "--pp_layers sums to 4294967294 layers"},
   });
 }
@@ -82,10 +84,6 @@ TEST(BadInput, ADryRunThatCannotFitThisMachineIsRefusedAtOnce) {
       {"--global_batch_size=2147483647", "GiB of memory, and this machine has"},
       {"--dp=4096 --global_batch_size=4096", "this dry run (4096 rank(s) x 4 layer(s) x 1 micro-batch(es)"},
   }, 5);
-  // Hundreds of ranks still run here (the README runs dry at 1,024 GPUs).
-  const Result fits = RunCommand("timeout 300 " + kTrain + " --dry_run --steps=1 --n_layer=2 --n_embd=64 "
-                                 "--n_head=4 --seq_len=32 --dp=512 --global_batch_size=512");
-  EXPECT_EQ(fits.exit_code, 0) << fits.output.substr(0, 2000);
 }
 
 // Flags that would be ignored are refused or named in a warning; a warning names the
@@ -181,7 +179,7 @@ TEST(BadInput, MessagesSayTheRealCause) {
   Result saved = RunCommand(kTrain + kTiny + " --steps=3 --save=" + ckpt);
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   ExpectOneClearLine(kTrain + kTiny, {
-      {"--steps=2 --load=" + ckpt, "is at step 3: --steps=2 leaves nothing to train"},
+      {"--steps=2 --load=" + ckpt, "is at step 3: --steps=2 is before it (--steps counts from the first step: --steps=3 trains no more steps, --steps=4 one more)"},
       {"--n_head=4 --load=" + ckpt, "was saved with n_head=2; the flags ask for --n_head=4"},
   });
   // The same step count resumes to nothing but still runs (to sample, or save again).

@@ -73,13 +73,29 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--dry_run --check_against_serial", "--check_against_serial with --dry_run"},
       {"--dry_run --device=cuda", "--dry_run runs on --backend=threads --device=cpu"},
       {"--cluster=tpu", "--cluster must be a100, h100 or a JSON file"},
-      {"--no_such_flag=1", "Unknown command line flag"},
+      {"--no_such_flag=1", "Unknown command line flag 'no_such_flag'"},
+      {"--stesp=3", "Unknown command line flag 'stesp' (did you mean --steps?)"},
+      {"--micro_batch=2", "(did you mean --micro_batch_size?)"},
   };
   for (const Case& c : cases) {
     Result r = RunCommand(kTrain + " " + c.flags);
     EXPECT_NE(r.exit_code, 0) << c.flags;
     EXPECT_TRUE(absl::StrContains(r.output, c.message)) << c.flags << ": " << r.output;
     EXPECT_FALSE(absl::StrContains(r.output, "CHECK failed")) << r.output;
+  }
+}
+
+// -h and --help print every flag with its default as written and exit 0, for each program.
+TEST(TallyTrain, HelpListsTheFlagsAndExitsZero) {
+  for (const char* help : {" --help", " -h"}) {
+    Result r = RunCommand(kTrain + help);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "train a byte-level GPT")) << r.output;
+    for (const char* line : {"  --steps=200\n", "  --lr=0.001\n", "  --temperature=0.8\n", "  --dp=1\n"}) {
+      EXPECT_TRUE(absl::StrContains(r.output, line)) << line << r.output;
+    }
+    EXPECT_FALSE(absl::StrContains(r.output, "0.0010000000")) << r.output;
+    EXPECT_FALSE(absl::StrContains(r.output, "--flagfile")) << r.output;  // abseil's own
   }
 }
 

@@ -106,6 +106,7 @@ TEST(ReportPage, A3DRunAndAComparisonInChromium) {
                           " --dp=2 --tp=2 --pp=2 --zero=1 --global_batch_size=8 "
                           "--micro_batch_size=2 --report_html=" + page + " --traffic_json=" + json);
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "report page written to '" + page + "'")) << run.output;
 
   const Loaded loaded = Load(chromium, page, OutputDir() + "/report_page_3d.png");
   const std::string& dom = loaded.dom;
@@ -147,6 +148,7 @@ TEST(ReportPage, A3DRunAndAComparisonInChromium) {
   ASSERT_EQ(RunCommand(kTrain + kTiny + " --dp=4 --zero=3 --traffic_json=" + z3).exit_code, 0);
   Result compared = RunCommand(kCompare + " --html=" + both + " " + z1 + " " + z3);
   ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  EXPECT_TRUE(absl::StrContains(compared.output, "report page written to '" + both + "'")) << compared.output;
   const Loaded side = Load(chromium, both, OutputDir() + "/report_page_compare.png");
   EXPECT_TRUE(absl::StrContains(side.dom, "<title>tally comparison: zero=1 vs zero=3</title>"));
   EXPECT_TRUE(absl::StrContains(side.dom, absl::StrCat(

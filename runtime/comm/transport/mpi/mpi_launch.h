@@ -22,6 +22,8 @@
 // job; a process that dies is reported by mpirun, which then ends the others.
 #pragma once
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -42,6 +44,18 @@ int ProcessRank();
 
 // The processes of the job as the launcher's environment tells it (1 if none).
 int ProcessCount();
+
+// A run on threads in each of several processes mpirun started would be that many copies
+// of one job, their output interleaved: refused. Rank 0 gets the message (`who` names
+// the program), the others an empty error (rank 0 says it); OK when not so launched.
+inline absl::Status RefuseThreadsUnderMpirun(const std::string& who) {
+  if (!LaunchedByMpirun() || ProcessCount() <= 1) return absl::OkStatus();
+  if (ProcessRank() != 0) return absl::InvalidArgumentError("");
+  return absl::InvalidArgumentError(
+      who + " mpirun started " + std::to_string(ProcessCount()) +
+      " processes, and --backend=threads would run the whole job in each: give --backend=mpi "
+      "(a rank a process), or run without mpirun");
+}
 
 // The processes of this job on this machine (OMPI_COMM_WORLD_LOCAL_SIZE; 1 if unknown).
 int LocalProcesses();
