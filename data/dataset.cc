@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/corpus.h"
 #include "runtime/files.h"
+#include "runtime/rng.h"
 
 namespace tally::data {
 
@@ -48,6 +49,7 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path, int seq_len) {
     if (text.empty()) return absl::InvalidArgumentError(absl::StrCat("[data] '", path, "' is empty"));
   }
   ds.bytes = int64_t(text.size());
+  ds.fingerprint = Fnv1a64(text);
   size_t split = text.size() * 9 / 10;
   ds.unigram_entropy = UnigramEntropy(text.substr(0, split));
   std::vector<int32_t> train(text.begin(), text.begin() + split);

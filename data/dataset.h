@@ -39,6 +39,7 @@ class Split {
 struct Dataset {
   std::string source;  // the file, or "embedded corpus"
   int64_t bytes = 0;
+  uint64_t fingerprint = 0;  // Fnv1a64 (runtime/rng.h) of the bytes: what a checkpoint records
   double unigram_entropy = 0;  // of the training bytes, in nats: a context-free model's loss
   Split train, val;
 };

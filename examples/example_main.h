@@ -14,6 +14,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/parse.h"
@@ -89,18 +90,43 @@ inline size_t EditDistance(std::string_view a, std::string_view b) {
   return d[a.size()][b.size()];
 }
 
-// --help (or -h): the usage line and every flag with its default, sorted, on stdout.
+// The sections --help lists a program's flags under, in order (SetHelpSections).
+struct HelpSection {
+  std::string title;
+  std::vector<std::string> flags;
+};
+inline std::vector<HelpSection>& HelpSections() {
+  static std::vector<HelpSection> sections;
+  return sections;
+}
+
+// "  --name=default\n      help\n", the default as written (a float widened to double,
+// 0.0010000000474974513, prints as 0.001).
+inline std::string HelpEntry(const absl::CommandLineFlag& flag) {
+  std::string value = flag.DefaultValue();
+  double real = 0;
+  if (value.find_first_of(".e") != std::string::npos && absl::SimpleAtod(value, &real)) {
+    value = absl::StrFormat("%.7g", real);
+  }
+  return absl::StrCat("  --", flag.Name(), "=", value, "\n      ", flag.Help(), "\n");
+}
+
+// --help (or -h): the usage line and every flag with its default on stdout, by section
+// (then any flag no section names, as "other"), or sorted without sections.
 inline void PrintHelp() {
   std::string out = std::string(absl::ProgramUsageMessage()) + "\n\nflags (--name=value; default after '='):\n";
-  for (const absl::CommandLineFlag* flag : OwnFlags()) {
-    std::string value = flag->DefaultValue();
-    double real = 0;
-    // A float default widened to double (0.0010000000474974513) prints as written (0.001).
-    if (value.find_first_of(".e") != std::string::npos && absl::SimpleAtod(value, &real)) {
-      value = absl::StrFormat("%.7g", real);
+  std::vector<const absl::CommandLineFlag*> rest = OwnFlags();
+  for (const HelpSection& section : HelpSections()) {
+    absl::StrAppend(&out, "\n", section.title, ":\n");
+    for (const std::string& name : section.flags) {
+      auto it = std::find_if(rest.begin(), rest.end(), [&](auto* f) { return f->Name() == name; });
+      if (it == rest.end()) continue;  // not this program's, or listed already
+      absl::StrAppend(&out, HelpEntry(**it));
+      rest.erase(it);
     }
-    absl::StrAppend(&out, "  --", flag->Name(), "=", value, "\n      ", flag->Help(), "\n");
   }
+  if (!HelpSections().empty() && !rest.empty()) absl::StrAppend(&out, "\nother:\n");
+  for (const absl::CommandLineFlag* flag : rest) absl::StrAppend(&out, HelpEntry(*flag));
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
@@ -148,6 +174,12 @@ inline int RecordGivenFlags(int argc, char** argv) {
 }
 
 }  // namespace internal_example
+
+// The sections --help groups the program's flags in, each flag by its name (call before
+// RunExample).
+inline void SetHelpSections(std::vector<internal_example::HelpSection> sections) {
+  internal_example::HelpSections() = std::move(sections);
+}
 
 // Whether the flag `name` was given on the command line (a default spelled out counts).
 inline bool FlagGiven(std::string_view name) {

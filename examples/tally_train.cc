@@ -60,7 +60,8 @@ ABSL_FLAG(int64_t, steps, kDefaults.steps, "optimizer steps (0 with --save write
 ABSL_FLAG(double, lr, kDefaults.lr, "peak learning rate");
 ABSL_FLAG(double, min_lr, kDefaults.min_lr, "learning rate at the end of the cosine decay");
 ABSL_FLAG(int64_t, warmup_steps, kDefaults.warmup_steps, "linear warm-up steps");
-ABSL_FLAG(double, weight_decay, kDefaults.weight_decay, "decoupled weight decay of 2-D weights");
+ABSL_FLAG(double, weight_decay, kDefaults.weight_decay,
+          "weight decay of 2-D weights: decoupled in AdamW, L2 (added to the gradient) in SGD");
 ABSL_FLAG(double, grad_clip, kDefaults.grad_clip, "clip the global gradient norm to this (0: off)");
 ABSL_FLAG(std::string, optimizer, tally::train::Name(kDefaults.optimizer), "adamw or sgd (momentum 0.9)");
 ABSL_FLAG(uint64_t, seed, kDefaults.seed, "initialisation and sampling seed");
@@ -70,6 +71,9 @@ ABSL_FLAG(int, eval_batches, kDefaults.eval_batches, "validation micro-batches p
 ABSL_FLAG(int, sample_bytes, kDefaults.sample_bytes, "bytes of text to generate after training (0: off)");
 ABSL_FLAG(double, temperature, kDefaults.temperature, "sampling temperature");
 ABSL_FLAG(int, top_k, kDefaults.top_k, "sample among the k likeliest bytes (0: all)");
+ABSL_FLAG(std::string, prompt, "", "the text a sample goes on from (default: a newline)");
+ABSL_FLAG(bool, sample_only, false,
+          "sample from --load's model without training (no data read, nothing written)");
 ABSL_FLAG(std::string, save, "", "write a safetensors checkpoint here at the end");
 ABSL_FLAG(int64_t, save_every, 0, "also write it every N steps (0: only at the end)");
 ABSL_FLAG(std::string, load, "", "start from this checkpoint (its step and optimizer state, if any)");
@@ -195,6 +199,11 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.sample_bytes = absl::GetFlag(FLAGS_sample_bytes);
   o.temperature = float(absl::GetFlag(FLAGS_temperature));
   o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  if (o.prompt.empty() && FlagGiven("prompt")) {
+    return absl::InvalidArgumentError("[flags] --prompt is empty: leave it out to sample after a newline");
+  }
+  o.sample_only = absl::GetFlag(FLAGS_sample_only);
   o.save = absl::GetFlag(FLAGS_save);
   o.save_every = absl::GetFlag(FLAGS_save_every);
   o.load = absl::GetFlag(FLAGS_load);
@@ -278,6 +287,26 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
+  tally::SetHelpSections({
+      {"model", {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "n_experts", "moe_top_k",
+                 "capacity_factor", "moe_aux_loss_coef"}},
+      {"training", {"steps", "global_batch_size", "micro_batch_size", "optimizer", "lr", "min_lr",
+                    "warmup_steps", "weight_decay", "grad_clip", "seed", "data", "eval_every",
+                    "eval_batches", "threads"}},
+      {"sampling", {"sample_bytes", "temperature", "top_k", "prompt", "sample_only"}},
+      {"checkpoints", {"save", "save_every", "load"}},
+      {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
+      {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
+      {"pipeline parallelism and recompute",
+       {"pp", "pp_layers", "schedule", "virtual_stages", "pp_scatter_gather", "show_schedule",
+        "recompute", "recompute_granularity", "recompute_method"}},
+      {"precision", {"precision", "fp32_grad_accum", "grad_comm_dtype"}},
+      {"where the ranks run", {"backend", "native_collectives", "device", "tf32", "timeout_s",
+                               "order", "gpus_per_node", "print_topology"}},
+      {"the modelled cluster", {"cluster", "link_intra", "link_inter", "slow_rank"}},
+      {"reports and checks", {"report", "metrics_json", "traffic_json", "report_html", "trace",
+                              "peer_matrix", "check_against_serial", "repeat", "dry_run"}},
+  });
   return tally::RunExample(argc, argv, "train a byte-level GPT: tally_train --steps=200",
                            tally::Main);
 }

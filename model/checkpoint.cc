@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/parameters.h"
 #include "runtime/safetensors.h"
 #include "runtime/status_macros.h"
@@ -18,18 +19,40 @@ namespace {
 constexpr char kOptimizerPrefix[] = "optimizer.";
 
 std::map<std::string, std::string> Metadata(const GPTConfig& c, const optim::Optimizer* opt,
-                                            int64_t step, const std::string& precision) {
-  return {{"format", "tally"},
-          {"step", absl::StrCat(step)},
-          {"precision", precision},
-          {"optimizer", opt != nullptr ? opt->name() : "none"},
-          {"n_layer", absl::StrCat(c.n_layer)},
-          {"n_head", absl::StrCat(c.n_head)},
-          {"n_embd", absl::StrCat(c.n_embd)},
-          {"seq_len", absl::StrCat(c.seq_len)},
-          {"vocab_size", absl::StrCat(c.vocab_size)},
-          {"n_experts", absl::StrCat(c.n_experts)},
-          {"moe_top_k", absl::StrCat(c.moe() ? c.moe_top_k : 0)}};
+                                            int64_t step, const TrainedOn& run) {
+  std::map<std::string, std::string> metadata = {
+      {"format", "tally"},
+      {"step", absl::StrCat(step)},
+      {"precision", run.precision},
+      {"optimizer", opt != nullptr ? opt->name() : "none"},
+      {"n_layer", absl::StrCat(c.n_layer)},
+      {"n_head", absl::StrCat(c.n_head)},
+      {"n_embd", absl::StrCat(c.n_embd)},
+      {"seq_len", absl::StrCat(c.seq_len)},
+      {"vocab_size", absl::StrCat(c.vocab_size)},
+      {"n_experts", absl::StrCat(c.n_experts)},
+      {"moe_top_k", absl::StrCat(c.moe() ? c.moe_top_k : 0)}};
+  if (!run.data.empty()) {
+    metadata["data"] = run.data;
+    metadata["data_bytes"] = absl::StrCat(run.data_bytes);
+    metadata["data_fnv1a64"] = absl::StrFormat("%016x", run.data_fnv1a64);
+  }
+  return metadata;
+}
+
+// The run's record, as far as the file has it (nothing of it is checked).
+TrainedOn TrainedOnOf(std::map<std::string, std::string>& metadata) {
+  TrainedOn run;
+  run.precision = metadata["precision"];
+  uint64_t hash = 0;
+  int64_t bytes = 0;
+  if (absl::SimpleAtoi(metadata["data_bytes"], &bytes) &&
+      absl::SimpleHexAtoi(metadata["data_fnv1a64"], &hash) && !metadata["data"].empty()) {
+    run.data = metadata["data"];
+    run.data_bytes = bytes;
+    run.data_fnv1a64 = hash;
+  }
+  return run;
 }
 
 // Copies tensor `name` of `file` into `into` after checking its shape.
@@ -60,9 +83,13 @@ absl::Status Restore(const std::string& path, const SafetensorsFile& file, const
 
 }  // namespace
 
+std::string TrainedOn::DataName() const {
+  return data.empty() ? "unknown data" : absl::StrCat(data, " (", data_bytes, " bytes)");
+}
+
 absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
                             const float* params, optim::Optimizer* optimizer, int64_t step,
-                            const std::string& precision) {
+                            const TrainedOn& trained_on) {
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
   std::vector<SafetensorsEntry> entries;
   for (const ParamSpec& spec : layout.specs()) {
@@ -76,7 +103,7 @@ absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
       }
     }
   }
-  return WriteSafetensors(path, entries, Metadata(config, optimizer, step, precision));
+  return WriteSafetensors(path, entries, Metadata(config, optimizer, step, trained_on));
 }
 
 // Long, and kept whole: the checks run in the order a reader would make them (format,
@@ -120,6 +147,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const G
     }
   }
   LoadedCheckpoint loaded;
+  loaded.trained_on = TrainedOnOf(file.metadata);
+  if (!absl::SimpleAtoi(file.metadata["step"], &loaded.saved_step) || loaded.saved_step < 0) {
+    loaded.saved_step = 0;  // a file of parameters only may name none
+  }
   bool has_state = std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
     return t.first.rfind(kOptimizerPrefix, 0) == 0;
   });

@@ -5,8 +5,11 @@
 //   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>   AdamW's moments
 //   optimizer.momentum_buffer.<name>                        SGD's buffer
 //   __metadata__: format "tally", step, optimizer, n_layer, n_head, n_embd, seq_len,
-//                 vocab_size, precision (the run's that wrote it: "fp32" or "bf16";
-//                 informational) (all strings)
+//                 vocab_size, n_experts, moe_top_k, and what the run was (TrainedOn,
+//                 informational): precision ("fp32" or "bf16"), data (its source: a file
+//                 or "embedded corpus"), data_bytes, data_fnv1a64 (16 lowercase hex
+//                 digits) (all strings; a file without the data keys is from before
+//                 2026-12-02, or another program)
 //
 // The parameters are always F32: a bf16 run saves its fp32 master weights, so a run of
 // either precision resumes from a checkpoint of the other.
@@ -24,15 +27,28 @@
 
 namespace tally::model {
 
+// What the run that wrote a checkpoint was, besides its model: read back, never checked
+// (a run on other data only warns, train/trainer.h).
+struct TrainedOn {
+  std::string precision = "fp32";
+  std::string data;             // its source; empty: not recorded
+  int64_t data_bytes = 0;
+  uint64_t data_fnv1a64 = 0;    // runtime/rng.h's Fnv1a64 of the bytes
+  // "embedded corpus (2000000 bytes)", or "unknown data" when not recorded.
+  std::string DataName() const;
+};
+
 // `params`: the whole flat buffer of a model of `config` (ParameterLayout::ForGPT).
 // `optimizer` may be null (parameters only); its state covers the whole buffer.
 absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
                             const float* params, optim::Optimizer* optimizer, int64_t step,
-                            const std::string& precision = "fp32");
+                            const TrainedOn& trained_on = {});
 
 struct LoadedCheckpoint {
-  int64_t step = 0;             // optimizer steps taken before the save
+  int64_t step = 0;             // optimizer steps taken before the save (0 unless restored)
   bool has_optimizer = false;   // whether the optimizer state was restored
+  int64_t saved_step = 0;       // the step the file names, whatever was restored
+  TrainedOn trained_on;
 };
 
 // Loads the parameters into `params`, the whole buffer (every tensor must be there with

@@ -57,9 +57,10 @@ class WeightStore {
   virtual absl::StatusOr<Tensor> TiedEmbeddingGrads() = 0;
 };
 
-// fp32 working copies of units, by unit, while the model computes on them: what a store of
-// bf16 buffers hands out. Charged to activations memory (they are the compute's
-// operands, as a bf16 kernel's registers would be).
+// fp32 working copies of units (their bf16 parameters widened; not the master weights),
+// by unit, while the model computes on them: what a store of bf16 buffers hands out.
+// Charged to activations memory (they are the compute's operands, as a bf16 kernel's
+// registers would be).
 class WorkingCopies {
  public:
   WorkingCopies(Allocator& alloc, Kernels& kernels, size_t units)

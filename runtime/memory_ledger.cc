@@ -25,8 +25,12 @@ void MemoryLedger::Charge(MemoryCategory category, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_.get());
   int i = Index(category);
   current_[i] += bytes;
-  peak_[i] = std::max(peak_[i], current_[i]);
   current_total_ += bytes;
+  if (paused_) {
+    paused_peak_total_ = std::max(paused_peak_total_, current_total_);
+    return;
+  }
+  peak_[i] = std::max(peak_[i], current_[i]);
   peak_total_ = std::max(peak_total_, current_total_);
 }
 
@@ -44,11 +48,23 @@ void MemoryLedger::ResetPeaks() {
   peak_ = current_;
   peak_total_ = current_total_;
 }
+MemoryLedger::TrainingPausedScope::TrainingPausedScope(MemoryLedger* ledger) : ledger_(ledger) {
+  if (ledger_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(ledger_->mu_.get());
+  was_ = ledger_->paused_;
+  ledger_->paused_ = true;
+  ledger_->paused_peak_total_ = std::max(ledger_->paused_peak_total_, ledger_->current_total_);
+}
 
+MemoryLedger::TrainingPausedScope::~TrainingPausedScope() {
+  if (ledger_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(ledger_->mu_.get());
+  ledger_->paused_ = was_;
+}
 
 void MemoryLedger::Encode(ByteWriter& w) const {
   for (int i = 0; i < kNumMemoryCategories; ++i) w.Int(current_[i]).Int(peak_[i]);
-  w.Int(current_total_).Int(peak_total_);
+  w.Int(current_total_).Int(peak_total_).Int(paused_peak_total_);
 }
 
 bool MemoryLedger::Decode(ByteReader& r) {
@@ -58,6 +74,7 @@ bool MemoryLedger::Decode(ByteReader& r) {
   }
   current_total_ = r.Int();
   peak_total_ = r.Int();
+  paused_peak_total_ = r.Int();
   return r.ok();
 }
 

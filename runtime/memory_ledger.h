@@ -50,6 +50,24 @@ class MemoryLedger {
   // Starts a new measurement window: peaks restart from what is held now.
   void ResetPeaks();
 
+  // Evaluation and sampling run between training steps, on buffers of their own: while
+  // a TrainingPausedScope lives, charges count in current() as always but raise only
+  // paused_peak_total(), so that the peaks above are the training steps' alone (what
+  // the memory formula predicts).
+  class TrainingPausedScope {
+   public:
+    explicit TrainingPausedScope(MemoryLedger* ledger);
+    ~TrainingPausedScope();
+    TrainingPausedScope(const TrainingPausedScope&) = delete;
+    TrainingPausedScope& operator=(const TrainingPausedScope&) = delete;
+
+   private:
+    MemoryLedger* ledger_;
+    bool was_ = false;
+  };
+  // The largest total held while training was paused (0: never paused).
+  int64_t paused_peak_total() const { return paused_peak_total_; }
+
   // The ledger as bytes, and back (false: not a ledger's bytes).
   void Encode(ByteWriter& w) const;
   bool Decode(ByteReader& r);
@@ -64,6 +82,8 @@ class MemoryLedger {
   std::array<int64_t, kNumMemoryCategories> peak_{};
   int64_t current_total_ = 0;
   int64_t peak_total_ = 0;
+  bool paused_ = false;
+  int64_t paused_peak_total_ = 0;
 };
 
 // The machine's physical memory in bytes.

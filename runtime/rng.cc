@@ -34,9 +34,9 @@ std::array<uint32_t, 4> Philox(uint64_t seed, uint64_t stream, uint64_t index) {
   return c;
 }
 
-uint64_t StreamOf(std::string_view name) {
+uint64_t Fnv1a64(std::string_view bytes) {
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
-  for (unsigned char ch : name) {
+  for (unsigned char ch : bytes) {
     hash ^= ch;
     hash *= 0x100000001b3ull;  // FNV prime
   }

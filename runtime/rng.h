@@ -21,8 +21,10 @@ namespace tally {
 // The 128 random bits of Philox4x32-10 for one (seed, stream, index).
 std::array<uint32_t, 4> Philox(uint64_t seed, uint64_t stream, uint64_t index);
 
-// A stable 64-bit stream id for a name (FNV-1a), e.g. a parameter name.
-uint64_t StreamOf(std::string_view name);
+// FNV-1a, 64 bits (offset basis 0xcbf29ce484222325, prime 0x100000001b3), of `bytes`.
+uint64_t Fnv1a64(std::string_view bytes);
+// A stable 64-bit stream id for a name (its Fnv1a64), e.g. a parameter name.
+inline uint64_t StreamOf(std::string_view name) { return Fnv1a64(name); }
 
 // Uniform in [0, 1), with 24 random bits (every value is an exact float).
 float Uniform(uint64_t seed, uint64_t stream, uint64_t index);

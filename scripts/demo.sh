@@ -5,6 +5,8 @@
 # these (e.g. scripts/demo.sh --dp=1 --tp=1 --pp=1 --zero=0 --steps=200: one rank).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh > /dev/null
+# The first run builds tally_train alone (scripts/test.sh builds the rest), showing
+# ninja's progress; a later run finds it built and starts at once.
+scripts/setup.sh tally_train
 exec build/examples/tally_train --dp=2 --tp=2 --pp=2 --zero=1 --sequence_parallel --schedule=1f1b \
   --micro_batch_size=2 --steps=60 --eval_every=30 "$@"

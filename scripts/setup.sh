@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tally needs to build and test on Debian 12 (run as root), then configures
-# and builds the Release tree in build/. Safe to run again.
+# and builds the Release tree in build/: the targets given (scripts/setup.sh tally_train),
+# or everything. Ninja prints its progress, a line a file. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +18,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build build -j2
+if [ $# -gt 0 ]; then
+  echo "building $* (Release, build/)"
+  cmake --build build -j2 --target "$@"
+else
+  echo "building every program and test (Release, build/)"
+  cmake --build build -j2
+fi

@@ -78,8 +78,12 @@ absl::Status Trainer::Save(const std::string& path, int64_t step) {
   comm::PhaseScope phase(traffic(), comm::Phase::kCheckpoint);
   ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/true));
   if (!logs()) return absl::OkStatus();
+  const model::TrainedOn run{.precision = PrecisionName(options_.precision),
+                             .data = data_.source,
+                             .data_bytes = data_.bytes,
+                             .data_fnv1a64 = data_.fingerprint};
   return model::SaveCheckpoint(path, options_.model, whole.params.data<float>(), whole.optimizer,
-                               step, PrecisionName(options_.precision));
+                               step, run);
 }
 
 absl::Status Trainer::Load(const std::string& path) {
@@ -89,9 +93,12 @@ absl::Status Trainer::Load(const std::string& path) {
   const int64_t whole_total = options_.model.NumParams();
   ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
   ASSIGN_OR_RETURN(auto optimizer, MakeOptimizer(options_, whole_total, unaccounted));
+  // Sampling needs the parameters alone (and takes a checkpoint of any optimizer).
   ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
-                   model::LoadCheckpoint(path, options_.model, params.data<float>(), optimizer.get()));
-  start_step_ = loaded.step;
+                   model::LoadCheckpoint(path, options_.model, params.data<float>(),
+                                         options_.sample_only ? nullptr : optimizer.get()));
+  start_step_ = options_.sample_only ? loaded.saved_step : loaded.step;
+  loaded_from_ = loaded.trained_on;
   const model::ParameterLayout& layout = gpt_->layout();
   ASSIGN_OR_RETURN(Tensor local_params, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
   layout.FromGlobal(params.data<float>(), local_params.data<float>());

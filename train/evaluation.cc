@@ -25,6 +25,7 @@ absl::StatusOr<float> Forward(const EvalModel& m, const int32_t* tokens, const i
 absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val, int micro_batch_size,
                                      int eval_batches) {
   comm::PhaseScope phase(*m.traffic, comm::Phase::kEval);
+  MemoryLedger::TrainingPausedScope paused(m.host->ledger());
   const int b = micro_batch_size;
   const int batches = int(std::min<int64_t>(eval_batches, std::max<int64_t>(1, val.sequences() / b)));
   const size_t ids = size_t(b) * m.gpt->config().seq_len;
@@ -40,8 +41,11 @@ absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val,
 
 absl::StatusOr<std::string> Sample(const EvalModel& m, const SampleOptions& o) {
   comm::PhaseScope phase(*m.traffic, comm::Phase::kEval);
+  MemoryLedger::TrainingPausedScope paused(m.host->ledger());
   const int t = m.gpt->config().seq_len, v = m.gpt->config().vocab_size;
   std::vector<int32_t> context = {'\n'};
+  if (!o.prompt.empty()) context.assign(o.prompt.begin(), o.prompt.end());
+  for (int32_t& token : context) token &= 0xff;  // bytes, not signed chars
   std::vector<int32_t> window(t, 0);
   std::string text;
   const uint64_t stream = StreamOf("sample");

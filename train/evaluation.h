@@ -4,14 +4,17 @@
 //   validation loss  micro-batches of b validation sequences 0, 1, 2, ... (the batch
 //                    order, data/dataset.h), min(eval_batches, max(1, ⌊S/b⌋)) of them for
 //                    a split of S sequences; the mean of their mean losses
-//   sampling         after a newline, each byte from the last position's logits over the
+//   sampling         after the prompt (a newline without one), each byte from the last
+//                    position's logits over the
 //                    whole vocabulary (tensor-parallel slices gathered): the top k of
 //                    logit/temperature, drawn with probability ∝ exp(score − max) by the
 //                    counter RNG's Uniform(seed, StreamOf("sample"), i); the window is the
 //                    last (up to) T bytes, left-aligned (causal attention makes the
 //                    padding after them irrelevant)
 //
-// Every rank that holds part of the replica evaluated must call them together.
+// Every rank that holds part of the replica evaluated must call them together. What they
+// allocate is outside the training peaks of the rank's memory ledger (its
+// paused_peak_total, runtime/memory_ledger.h).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,7 @@ absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val,
 
 struct SampleOptions {
   int bytes = 0;
+  std::string prompt;  // the bytes sampling goes on from; empty: one newline
   float temperature = 1;
   int top_k = 0;  // 0: the whole vocabulary
   uint64_t seed = 0;

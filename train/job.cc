@@ -375,6 +375,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
       DryRunStop dry_run_stop(options.dry_run);
       ASSIGN_OR_RETURN(job, RunRanks(options, mpi, stop, log));
     }
+    if (options.sample_only) return absl::OkStatus();  // a sample is its whole output
     const bool last = last_run(k);
     if (job.ranks.empty()) {  // another process reports
       if (last) return absl::OkStatus();

@@ -160,6 +160,7 @@ TrainOptions TrainOptions::Resolved() const {
     o.eval_every = 0;
     o.sample_bytes = 0;
   }
+  if (o.sample_only) o.eval_every = 0;  // it evaluates nothing either
   return o;
 }
 
@@ -280,6 +281,28 @@ absl::Status TrainOptions::Validate() const {
   if (top_k < 0 || (sample_bytes > 0 && top_k > model.vocab_size)) {
     return bad("--top_k must be in [0, --vocab_size = ", model.vocab_size, "], got ", top_k);
   }
+  if (int64_t(prompt.size()) > kMaxPromptBytes) {
+    return bad("--prompt is ", prompt.size(), " bytes; it may be at most ", kMaxPromptBytes,
+               " (a sample reads only its last --seq_len bytes)");
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (int(static_cast<unsigned char>(prompt[i])) >= model.vocab_size) {
+      return bad("--prompt's byte ", i, " is ", int(static_cast<unsigned char>(prompt[i])),
+                 ", outside the vocabulary of --vocab_size = ", model.vocab_size);
+    }
+  }
+  if (sample_only) {
+    if (load.empty()) return bad("--sample_only samples a checkpoint's model: give --load=PATH");
+    if (dry_run) return bad("--sample_only with --dry_run: a dry run's model has no values to sample");
+    if (sample_bytes == 0) return bad("--sample_only with --sample_bytes=0 samples nothing");
+    for (auto [set, flag] : {std::pair{!save.empty(), "--save"}, {!metrics_json.empty(), "--metrics_json"},
+                             {!traffic_json.empty(), "--traffic_json"}, {!report_html.empty(), "--report_html"},
+                             {!trace.empty(), "--trace"}, {check_against_serial, "--check_against_serial"},
+                             {repeat > 1, "--repeat"}}) {
+      if (set) return bad(flag, " with --sample_only: a sampling job trains no step, so it has no checkpoint, "
+                          "step, report or trace to write");
+    }
+  }
   if (save_every < 0) return bad("--save_every must be >= 0, got ", save_every);
   if (save_every > 0 && save.empty()) return bad("--save_every needs --save=PATH");
   if (threads < 0) return bad("--threads must be >= 0 (0: every core), got ", threads);
@@ -399,6 +422,29 @@ std::vector<std::string> TrainOptions::Warnings() const {
     const char* because = dry_run ? "with --dry_run" : "with --sample_bytes=0";
     if (temperature != defaults.temperature) unused("--temperature", because);
     if (top_k != defaults.top_k) unused("--top_k", because);
+    if (!prompt.empty()) unused("--prompt", because);
+  }
+  // A sampling job reads the checkpoint's parameters and nothing of training.
+  if (sample_only) {
+    const char* because = "with --sample_only (it trains nothing)";
+    const std::pair<bool, const char*> training[] = {
+        {steps != defaults.steps, "--steps"},
+        {lr != defaults.lr, "--lr"},
+        {min_lr != defaults.min_lr, "--min_lr"},
+        {warmup_steps != defaults.warmup_steps, "--warmup_steps"},
+        {weight_decay != defaults.weight_decay, "--weight_decay"},
+        {grad_clip != defaults.grad_clip, "--grad_clip"},
+        {optimizer != defaults.optimizer, "--optimizer"},
+        {!data.empty(), "--data"},
+        {eval_every != defaults.eval_every, "--eval_every"},
+        {eval_batches != defaults.eval_batches, "--eval_batches"},
+        {global_batch_size != defaults.global_batch_size, "--global_batch_size"},
+        {micro_batch_size != defaults.micro_batch_size, "--micro_batch_size"},
+        {report != defaults.report, "--report"},
+        {peer_matrix, "--peer_matrix"}};
+    for (auto [given, flag] : training) {
+      if (given) unused(flag, because);
+    }
   }
   return lines;
 }

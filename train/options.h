@@ -71,6 +71,11 @@ struct TrainOptions {
   int sample_bytes = 200;     // 0: no sample
   float temperature = 0.8f;
   int top_k = 40;             // 0: the whole vocabulary
+  std::string prompt;         // the bytes a sample goes on from (empty: one newline)
+  static constexpr int64_t kMaxPromptBytes = 1 << 20;
+  // Sample from --load's parameters and stop: no data, no step, no optimizer state read
+  // (a checkpoint of either optimizer serves), nothing written.
+  bool sample_only = false;
   std::string save, load, metrics_json;
   int64_t save_every = 0;     // also save every this many steps (0: only at the end)
   int threads = 0;            // intra-op threads per rank; 0: the cores shared out among ranks

@@ -289,6 +289,20 @@ std::string FormatReport(const ReportInputs& in) {
                            f.optimizer, f.activations >= 0 ? absl::StrCat(f.activations) : "-",
                            "-", "-");
   }
+  // Evaluation and sampling hold buffers of their own between the steps.
+  int64_t eval_peak = 0;
+  size_t eval_rank = 0;
+  for (size_t r = 0; r < in.memory.size(); ++r) {
+    if (in.memory[r].paused_peak_total() > eval_peak) {
+      eval_peak = in.memory[r].paused_peak_total();
+      eval_rank = r;
+    }
+  }
+  if (eval_peak > 0) {
+    out += absl::StrFormat("evaluation and sampling: at most %d bytes held in all (rank %d); the "
+                           "peaks above are the training steps'\n",
+                           eval_peak, eval_rank);
+  }
   return out;
 }
 

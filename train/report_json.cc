@@ -147,6 +147,8 @@ std::string ReportJson(const ReportInputs& in) {
     w.Key("optimizer").Int(m.peak(MemoryCategory::kOptimizer));
     w.Key("activations").Int(m.peak(MemoryCategory::kActivations));
     w.Key("comm").Int(m.peak(MemoryCategory::kComm)).Key("peak_total").Int(m.peak_total());
+    // Evaluation and sampling, outside the training peaks (runtime/memory_ledger.h).
+    if (m.paused_peak_total() > 0) w.Key("eval_peak_total").Int(m.paused_peak_total());
     w.EndObject();
     const MemoryFormula f = PredictedMemory(o, int(r));
     w.Key("memory_formula").BeginObject().Key("params").Int(f.params).Key("grads").Int(f.grads);

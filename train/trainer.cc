@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                                    options.pp));
   }
   data::Dataset data;
-  if (options.dry_run) {
+  if (options.dry_run || options.sample_only) {  // nothing to train on
     data = data::Placeholder(options.model.seq_len);
   } else {
     ASSIGN_OR_RETURN(data, data::LoadDataset(options.data, options.model.seq_len));
@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.load.empty()) {
     RETURN_IF_ERROR(t->Load(options.load));
-    if (t->start_step_ > options.steps) {
+    if (t->start_step_ > options.steps && !options.sample_only) {
       return absl::InvalidArgumentError(absl::StrCat(
           "[train] '", options.load, "' is at step ", t->start_step_, ": --steps=", options.steps,
           " is before it (--steps counts from the first step: --steps=", t->start_step_,
@@ -279,7 +279,11 @@ absl::StatusOr<float> Trainer::Evaluate() {
 }
 
 absl::StatusOr<std::string> Trainer::Sample(int bytes) {
-  return train::Sample(Eval(), {bytes, options_.temperature, options_.top_k, options_.seed});
+  return train::Sample(Eval(), {.bytes = bytes,
+                                .prompt = options_.prompt,
+                                .temperature = options_.temperature,
+                                .top_k = options_.top_k,
+                                .seed = options_.seed});
 }
 
 }  // namespace tally::train

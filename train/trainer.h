@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
+#include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
@@ -72,7 +73,8 @@ class Trainer {
   absl::StatusOr<StepStats> TrainStep(int64_t step);
   // Mean loss over the first eval_batches micro-batches of the validation split.
   absl::StatusOr<float> Evaluate();
-  // `bytes` bytes generated after a newline, with the options' temperature and top-k.
+  // `bytes` bytes generated after the options' prompt (or a newline), with their
+  // temperature and top-k.
   absl::StatusOr<std::string> Sample(int bytes);
   // Writes a whole checkpoint (rank 0 writes; with ZeRO every rank must call it).
   absl::Status Save(const std::string& path, int64_t step);
@@ -104,6 +106,10 @@ class Trainer {
   bool logs() const { return world_ == nullptr || world_->rank() == 0; }
   // The run's first lines: the model, the data, the batch, the pipeline (and its chart).
   void LogHeader(std::ostream& log);
+  // --sample_only: the model, the checkpoint, then the sample.
+  absl::Status SampleOnly(std::ostream& log);
+  // The sample's lines (rank 0 alone writes them; every sampling rank must call it).
+  absl::Status LogSample(std::ostream& log);
   absl::Status Load(const std::string& path);
   // The whole model's parameters and (if asked) optimizer state on rank 0, in memory no
   // ledger counts; empty elsewhere. Every rank must call it.
@@ -143,6 +149,7 @@ class Trainer {
   std::unique_ptr<model::GPT> gpt_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
   int64_t start_step_ = 0;
+  model::TrainedOn loaded_from_;  // what the --load checkpoint says its run was
   StopAgreement* stop_ = nullptr;
   std::vector<float> losses_;
   std::vector<double> expert_tokens_;

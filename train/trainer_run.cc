@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -71,6 +72,13 @@ void Trainer::LogHeader(std::ostream& log) {
       options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
       options_.warmup_steps, options_.steps);
   if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
+  // Training goes on; only the text differs from what the checkpoint learnt.
+  const model::TrainedOn& was = loaded_from_;
+  if (!was.data.empty() && (was.data_bytes != data_.bytes || was.data_fnv1a64 != data_.fingerprint)) {
+    std::cerr << "[train] warning: '" << options_.load << "' was trained on " << was.DataName()
+              << "; this run trains on " << data_.source << " (" << data_.bytes
+              << " bytes), other text\n";
+  }
   if (options_.recompute_attention) {
     log << "selective recompute: no layer keeps attention's probabilities; backward makes them "
            "again\n";
@@ -94,6 +102,23 @@ void Trainer::LogHeader(std::ostream& log) {
   }
 }
 
+absl::Status Trainer::LogSample(std::ostream& log) {
+  ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
+  log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
+      << (options_.prompt.empty() ? "" : ", after the prompt") << "):\n"
+      << options_.prompt << text << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SampleOnly(std::ostream& log) {
+  const model::GPTConfig& c = options_.model;
+  log << absl::StrFormat("model: %s, %d parameters\n", c.ToString(), c.NumParams())
+      << "sampling from '" << options_.load << "' (saved at step " << start_step_
+      << ", trained on " << loaded_from_.DataName() << "), no training\n";
+  if (!Evaluates()) return absl::OkStatus();
+  return LogSample(log);
+}
+
 // Long, and kept whole: the run's loop, each step with its log line, metrics, evaluation
 // and checkpoint, then the end of the run (save, signal, sample) in that order.
 absl::Status Trainer::Run(std::ostream& out) {
@@ -102,6 +127,7 @@ absl::Status Trainer::Run(std::ostream& out) {
   // have no replica: they all evaluate and sample, gathering the parameters (phase eval).
   std::ostream null(nullptr);
   std::ostream& log = logs() ? out : null;
+  if (options_.sample_only) return SampleOnly(log);
   LogHeader(log);
   std::ofstream metrics;
   if (logs() && !options_.metrics_json.empty()) {
@@ -178,11 +204,7 @@ absl::Status Trainer::Run(std::ostream& out) {
                                                      : absl::StrCat(" (checkpoint '", options_.save,
                                                                     "' at step ", done, ")")));
   }
-  if (Evaluates() && options_.sample_bytes > 0) {
-    ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
-    log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
-        << "):\n" << text << "\n";
-  }
+  if (Evaluates() && options_.sample_bytes > 0) RETURN_IF_ERROR(LogSample(log));
   return absl::OkStatus();
 }
 

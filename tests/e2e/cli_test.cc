@@ -47,6 +47,9 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--tp=3", "--n_head=4 must be divisible by --tp=3"},
       {"--tp=2 --sequence_parallel --seq_len=33", "--seq_len=33 must be divisible by --tp=2"},
       {"--zero=4", "--zero must be 0, 1, 2 or 3"},
+      {"--sample_only", "--sample_only samples a checkpoint's model: give --load=PATH"},
+      {"--prompt=", "--prompt is empty: leave it out to sample after a newline"},
+      {"--sample_only --load=" + truncated + " --trace=t.json", "--trace with --sample_only"},
       {"--report=xml", "--report must be text, json or csv"},
       {"--pp=5", "--pp=5 is more stages than the 4 layers"},
       {"--pp=2 --pp_layers=3,2", "--pp_layers sums to 5 layers"},
@@ -96,6 +99,20 @@ TEST(TallyTrain, HelpListsTheFlagsAndExitsZero) {
     }
     EXPECT_FALSE(absl::StrContains(r.output, "0.0010000000")) << r.output;
     EXPECT_FALSE(absl::StrContains(r.output, "--flagfile")) << r.output;  // abseil's own
+    // By section, in order, each flag once, and none left over.
+    size_t last = 0;
+    for (const char* section : {"\nmodel:\n", "\ntraining:\n", "\nsampling:\n", "\ncheckpoints:\n",
+                                "\ndata parallelism and ZeRO:\n", "\npipeline parallelism and recompute:\n",
+                                "\nreports and checks:\n"}) {
+      const size_t at = r.output.find(section);
+      ASSERT_NE(at, std::string::npos) << section << r.output;
+      EXPECT_GT(at, last) << section;
+      last = at;
+    }
+    EXPECT_FALSE(absl::StrContains(r.output, "\nother:\n")) << r.output;
+    EXPECT_LT(r.output.find("  --n_layer="), r.output.find("\ntraining:\n"));
+    EXPECT_GT(r.output.find("  --prompt="), r.output.find("\nsampling:\n"));
+    EXPECT_EQ(r.output.find("  --dp="), r.output.rfind("  --dp="));
   }
 }
 
@@ -130,6 +147,40 @@ TEST(TallyTrain, SmallRunLogsWritesMetricsAndSamples) {
   EXPECT_TRUE(absl::StrContains(more.output, "resumed from")) << more.output;
   EXPECT_TRUE(absl::StrContains(more.output, "step     5/5")) << more.output;
   EXPECT_FALSE(absl::StrContains(more.output, "step     4/5")) << more.output;
+}
+
+// A checkpoint records its data: resuming on other text warns in one line, on the same
+// text not at all. --sample_only samples it on any grid without training, the same bytes
+// on dp ranks as on one.
+TEST(TallyTrain, CheckpointsKnowTheirDataAndSampleOnlyJobsTrainNothing) {
+  const std::string dir = ::testing::TempDir();
+  const std::string ckpt = dir + "/sample_only.safetensors", text = dir + "/other.txt";
+  std::ofstream(text) << std::string(4000, 'x');
+  const std::string quiet = " --eval_every=0 --sample_bytes=0";
+  ASSERT_EQ(RunCommand(kTrain + kTiny + quiet + " --steps=2 --save=" + ckpt).exit_code, 0);
+  Result other = RunCommand(kTrain + kTiny + quiet + " --steps=3 --load=" + ckpt + " --data=" + text);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_TRUE(absl::StrContains(other.output, "[train] warning: '" + ckpt + "' was trained on embedded "
+                                "corpus (2000000 bytes); this run trains on " + text +
+                                " (4000 bytes), other text\n"))
+      << other.output;
+  Result same = RunCommand(kTrain + kTiny + quiet + " --steps=3 --load=" + ckpt);
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_FALSE(absl::StrContains(same.output, "warning")) << same.output;
+
+  const std::string sample = " --sample_only --sample_bytes=32 --load=" + ckpt;
+  Result one = RunCommand(kTrain + kTiny + sample);
+  Result dp = RunCommand(kTrain + kTiny + sample + " --dp=2");
+  Result tp = RunCommand(kTrain + kTiny + sample + " --tp=2 --pp=1");
+  for (const Result* r : {&one, &dp, &tp}) {
+    ASSERT_EQ(r->exit_code, 0) << r->output;
+    EXPECT_TRUE(absl::StrContains(r->output, "sampling from '" + ckpt + "' (saved at step 2")) << r->output;
+    EXPECT_FALSE(absl::StrContains(r->output, "| loss")) << r->output;  // no step trained
+    EXPECT_FALSE(absl::StrContains(r->output, "traffic")) << r->output;  // and no report
+  }
+  const std::string marker = "sample (temperature 0.8, top-k 40):\n";
+  ASSERT_NE(one.output.find(marker), std::string::npos) << one.output;
+  EXPECT_EQ(dp.output.substr(dp.output.find(marker)), one.output.substr(one.output.find(marker)));
 }
 
 // Without a GPU: one line that says why (no driver, no device, no CUDA in the build).

@@ -25,6 +25,38 @@ TEST(Tensor, EmptyIsZeroFilledAndChargedToItsCategory) {
   EXPECT_EQ(ledger.peak_total(), 0);
 }
 
+TEST(MemoryLedger, WhatIsHeldWhileTrainingIsPausedRaisesOnlyItsOwnPeak) {
+  MemoryLedger ledger;
+  ledger.Charge(MemoryCategory::kParams, 100);
+  ledger.Charge(MemoryCategory::kActivations, 50);
+  ledger.Release(MemoryCategory::kActivations, 50);
+  EXPECT_EQ(ledger.paused_peak_total(), 0);
+  {
+    MemoryLedger::TrainingPausedScope paused(&ledger);
+    {
+      MemoryLedger::TrainingPausedScope nested(&ledger);
+      ledger.Charge(MemoryCategory::kActivations, 80);
+    }
+    ledger.Charge(MemoryCategory::kActivations, 10);  // still paused: the outer scope lives
+    EXPECT_EQ(ledger.current_total(), 190);
+    ledger.Release(MemoryCategory::kActivations, 90);
+  }
+  EXPECT_EQ(ledger.peak(MemoryCategory::kActivations), 50);
+  EXPECT_EQ(ledger.peak_total(), 150);
+  EXPECT_EQ(ledger.paused_peak_total(), 190);
+  ledger.Charge(MemoryCategory::kActivations, 60);  // training again
+  EXPECT_EQ(ledger.peak(MemoryCategory::kActivations), 60);
+  EXPECT_EQ(ledger.peak_total(), 160);
+  // The ledger travels to rank 0 as bytes, the paused peak with it.
+  ByteWriter w;
+  ledger.Encode(w);
+  MemoryLedger copy;
+  ByteReader r(w.bytes());
+  ASSERT_TRUE(copy.Decode(r));
+  EXPECT_EQ(copy.paused_peak_total(), 190);
+  EXPECT_EQ(copy.peak_total(), 160);
+}
+
 TEST(Tensor, SliceIsAViewOfTheSameStorage) {
   MemoryLedger ledger;
   Allocator alloc(&ledger);

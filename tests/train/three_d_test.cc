@@ -2,6 +2,7 @@
 // reproduces the single-rank run; every report row that has a formula measures exactly
 // it, and so does every rank's memory for the model states; whole checkpoints move
 // between grids.
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,42 @@ INSTANTIATE_TEST_SUITE_P(
         Grid{.tp = 2, .pp = 2, .schedule = kInterleaved, .virtual_stages = 2,
              .pp_scatter_gather = true}),
     GridName);
+
+// Evaluation and sampling between and after the steps leave every rank's training peaks
+// to the formula (the demo's grid and model: sampling's logits once raised the
+// activations' peak by 1,536 bytes), and are counted apart.
+TEST(ThreeDMemory, EvaluationAndSamplingStayOutsideTheTrainingPeaks) {
+  TrainOptions o = Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true}.On(ShortRun());
+  o.steps = 2;
+  o.eval_every = 1;
+  o.eval_batches = 1;
+  o.sample_bytes = 4;
+  o = o.Resolved();  // the formula reads the micro-batch size
+  std::vector<MemoryLedger> memory(size_t(o.world()));
+  comm::LaunchOptions launch;
+  launch.world_size = o.world();
+  SetIntraOpThreads(o, o.world());
+  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
+    std::ostringstream log;
+    RETURN_IF_ERROR(trainer->Run(log));
+    if (world.rank() == 0) {
+      EXPECT_TRUE(absl::StrContains(log.str(), "val loss")) << log.str();
+      EXPECT_TRUE(absl::StrContains(log.str(), "sample (")) << log.str();
+    }
+    memory[size_t(world.rank())] = world.memory();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  RunResult run;
+  run.memory = memory;
+  ExpectMemoryFormulaExact(o, run);
+  for (int r = 0; r < o.world(); ++r) {
+    const MemoryFormula f = PredictedMemory(o, r);
+    ASSERT_GE(f.activations, 0) << "rank " << r;  // the formula has every category here
+    EXPECT_GT(memory[size_t(r)].paused_peak_total(), 0) << "rank " << r << " evaluated and sampled";
+  }
+}
 
 // A checkpoint of a 3D run resumes on one rank, and one rank's on a 3D grid.
 TEST(ThreeDCheckpoints, ResumeAcrossGrids) {

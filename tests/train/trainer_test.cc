@@ -103,6 +103,56 @@ TEST(Trainer, ZeroStepsWithSaveWritesTheInitialWeights) {
   EXPECT_TRUE(Trainer::Create(again).ok());
 }
 
+// A sampling job reads only the parameters: from a checkpoint of the same run it prints
+// the sample the run itself printed, whichever optimizer state the file holds; a prompt
+// leads the sample, and the checkpoint says what the run trained on.
+TEST(Trainer, SampleOnlyReproducesTheRunsOwnSample) {
+  TrainOptions o = Small();
+  o.sample_bytes = 24;
+  o.optimizer = OptimizerKind::kSgd;
+  o.save = TempPath("sampled.safetensors");
+  std::ostringstream trained;
+  ASSERT_TRUE(Trainer::Create(o).value()->Run(trained).ok());
+  const std::string marker = "sample (temperature 0.8, top-k 40):\n";
+  const size_t at = trained.str().find(marker);
+  ASSERT_NE(at, std::string::npos) << trained.str();
+
+  TrainOptions sample = Small();  // adamw: the file's sgd state is not read
+  sample.load = o.save;
+  sample.sample_only = true;
+  sample.sample_bytes = 24;
+  sample.steps = 1;  // before the checkpoint's step: nothing trains, so nothing is refused
+  auto t = Trainer::Create(sample).value();
+  EXPECT_EQ(t->start_step(), o.steps);
+  std::ostringstream log;
+  ASSERT_TRUE(t->Run(log).ok());
+  EXPECT_TRUE(absl::StrContains(log.str(), "(saved at step 6, trained on embedded corpus (2000000 bytes))"))
+      << log.str();
+  EXPECT_FALSE(absl::StrContains(log.str(), "| loss")) << log.str();
+  const size_t mine = log.str().find(marker);
+  ASSERT_NE(mine, std::string::npos) << log.str();
+  EXPECT_EQ(log.str().substr(mine), trained.str().substr(at));
+
+  sample.prompt = "The ";
+  std::ostringstream prompted;
+  ASSERT_TRUE(Trainer::Create(sample).value()->Run(prompted).ok());
+  const std::string lead = "sample (temperature 0.8, top-k 40, after the prompt):\nThe ";
+  EXPECT_TRUE(absl::StrContains(prompted.str(), lead)) << prompted.str();
+  const size_t text = prompted.str().find(lead) + lead.size();
+  EXPECT_EQ(prompted.str().size() - text, 24u + 1) << prompted.str();  // the bytes and a newline
+
+  model::GPTConfig config = o.model;
+  std::vector<float> params(size_t(config.NumParams()));
+  const model::LoadedCheckpoint loaded =
+      model::LoadCheckpoint(o.save, config, params.data(), nullptr).value();
+  EXPECT_EQ(loaded.saved_step, o.steps);
+  EXPECT_EQ(loaded.trained_on.data, "embedded corpus");
+  EXPECT_EQ(loaded.trained_on.data_bytes, 2000000);
+  const uint64_t corpus = data::LoadDataset("", o.model.seq_len).value().fingerprint;
+  EXPECT_NE(corpus, 0u);
+  EXPECT_EQ(loaded.trained_on.data_fnv1a64, corpus);
+}
+
 TEST(Trainer, BadCheckpointsAreClearErrors) {
   TrainOptions o = Small();
   std::string good = TempPath("good.safetensors");
@@ -251,6 +301,15 @@ TEST(TrainOptions, EveryBadValueHasItsMessage) {
       {[](TrainOptions& o) { o.top_k = 300; o.sample_bytes = 10; }, "--top_k must be in [0, --vocab_size = 256]"},
       {[](TrainOptions& o) { o.top_k = -1; }, "--top_k must be in [0, --vocab_size = 256], got -1"},
       {[](TrainOptions& o) { o.save_every = 5; }, "--save_every needs --save"},
+      {[](TrainOptions& o) { o.sample_only = true; }, "--sample_only samples a checkpoint's model: give --load"},
+      {[](TrainOptions& o) { o.sample_only = true; o.load = "c.st"; o.sample_bytes = 0; },
+       "--sample_only with --sample_bytes=0 samples nothing"},
+      {[](TrainOptions& o) { o.sample_only = true; o.load = "c.st"; o.sample_bytes = 5; o.save = "d.st"; },
+       "--save with --sample_only"},
+      {[](TrainOptions& o) { o.sample_only = true; o.load = "c.st"; o.sample_bytes = 5; o.repeat = 2; },
+       "--repeat with --sample_only"},
+      {[](TrainOptions& o) { o.prompt = std::string(TrainOptions::kMaxPromptBytes + 1, 'a'); },
+       "--prompt is 1048577 bytes; it may be at most 1048576"},
   };
   for (const Case& c : cases) {
     TrainOptions o = Small();
