@@ -335,7 +335,7 @@ absl::Status Search(const PlanInput& base) {
         world, ", ", global, " and ", memory));
   }
   ASSIGN_OR_RETURN(const std::vector<train::SearchResult> found,
-                   train::SearchGrids(base, world, global, memory * 1e9));
+                   train::SearchGrids(base, world, global, memory * 1e9, &std::cerr));
   if (absl::GetFlag(FLAGS_json)) {
     JsonWriter w;
     w.BeginObject().Key("world").Int(world).Key("global_batch_size").Int(global);

@@ -52,6 +52,12 @@ std::string GpuModel::Describe() const {
   return s;
 }
 
+std::string GpuModel::Fits(double bytes, const std::string& cluster) const {
+  if (memory_gb <= 0) return "";
+  return absl::StrFormat("%s the %g GB of a GPU of %s (%.0f%%)", Holds(bytes) ? "fits" : "does NOT fit",
+                         memory_gb, cluster, 100 * bytes / (memory_gb * 1e9));
+}
+
 namespace {
 
 // The presets' matmul efficiency: a call's share of the peak by its size (GFLOP), rising
@@ -61,14 +67,14 @@ const std::vector<std::pair<double, double>> kMatmulEfficiency = {
     {0.001, 0.02}, {0.01, 0.1}, {0.1, 0.35}, {1, 0.55}, {10, 0.62}};
 
 ClusterPreset A100() {
-  ClusterPreset c{"a100", 8, {312, kMatmulEfficiency, 2039, 0.9}, {}};
+  ClusterPreset c{"a100", 8, {312, kMatmulEfficiency, 2039, 0.9, 80}, {}};
   c.links.intra = {300, 1, 0.8};
   c.links.inter = {25, 2, 0.9};
   return c;
 }
 
 ClusterPreset H100() {
-  ClusterPreset c{"h100", 8, {989, kMatmulEfficiency, 3350, 0.9}, {}};
+  ClusterPreset c{"h100", 8, {989, kMatmulEfficiency, 3350, 0.9, 80}, {}};
   c.links.intra = {450, 1, 0.8};
   c.links.inter = {50, 2, 0.9};
   return c;
@@ -145,6 +151,10 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
     }
     c.gpu.hbm_gbps = hbm->array[0].number;
     c.gpu.hbm_efficiency = hbm->array[1].number;
+  }
+  if (const JsonValue* memory = doc->Find("memory_gb"); memory != nullptr) {
+    if (!In(*memory, kMinRate, kMaxRate)) return bad("memory_gb must be a number in [0.001, 1e6]");
+    c.gpu.memory_gb = memory->number;
   }
   for (auto [key, link] : {std::pair{"intra", &c.links.intra}, {"inter", &c.links.inter}}) {
     const JsonValue* v = doc->Find(key);

@@ -236,6 +236,9 @@ std::ostream& NotesStream(const TrainOptions& options, std::ostream& log) {
   return options.report == ReportFormat::kJson || options.report == ReportFormat::kCsv ? std::cerr : log;
 }
 
+// The ranks from which a dry run says it is starting (its set-up then takes seconds).
+constexpr int kDryRunProgressRanks = 64;
+
 // Rank 0's end of the run: the report in the asked format, the peer matrix, and the
 // files (--traffic_json, --trace).
 absl::Status Report(const ReportInputs& report, std::ostream& log) {
@@ -369,6 +372,13 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     }
   }
   SetIntraOpThreads(options, ranks_here);
+  // A large dry run sets up for long before its first line: say what it is doing.
+  if (options.dry_run && options.world() >= kDryRunProgressRanks) {
+    std::cerr << "[train] dry run: starting " << options.world()
+              << " thread ranks; each sets up its part of the model on meta tensors, then they "
+                 "run the step\n"
+              << std::flush;
+  }
   for (int k = 0;; ++k) {
     JobRecords job;
     {

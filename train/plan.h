@@ -187,9 +187,11 @@ struct SearchResult {
 // Costing a grid walks its ranks (each rank's exact bytes by link), about 1.5 µs a
 // rank of a grid on this project's 2-core hosts: the search refuses, before costing any,
 // more than kMaxSearchWork grids × GPUs that fit (about 25 s here), naming both figures.
-constexpr double kMaxSearchWork = 16e6;
+// Work of more than kSearchProgressWork (about 1.5 s) says so first, on `progress`.
+constexpr double kMaxSearchWork = 16e6, kSearchProgressWork = 1e6;
 absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int world,
-                                                      int global_batch, double gpu_bytes);
+                                                      int global_batch, double gpu_bytes,
+                                                      std::ostream* progress = nullptr);
 
 struct PlanRow {
   std::string strategy;

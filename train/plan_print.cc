@@ -10,6 +10,22 @@
 #include "train/plan.h"
 
 namespace tally::train {
+namespace {
+
+// What a GPU holds at --precision: the model states, and the activations where the model
+// has them (tally's GPT).
+struct Held {
+  double bytes = 0;
+  bool activations = false;
+};
+Held HeldPerGpu(const PlanInput& in) {
+  const size_t chosen = in.precision == DType::kF32 ? 0 : in.fp32_grad_accum ? 2 : 1;
+  const PlanActivations act = PlanActivationsPerGpu(in);
+  const bool known = in.model.gpt && act.bytes_per_gpu >= 0;
+  return {PlanMemoryPerGpu(in)[chosen].bytes_per_gpu + (known ? double(act.bytes_per_gpu) : 0), known};
+}
+
+}  // namespace
 
 void PrintPlan(const PlanInput& in, std::ostream& out) {
   out << absl::StrFormat(
@@ -53,6 +69,13 @@ void PrintPlan(const PlanInput& in, std::ostream& out) {
         "activations per GPU (tally's GPT at --precision, the busiest stage %d; a dry run's "
         "ledger to the byte)  %s\n",
         act.stage, Bytes(double(act.bytes_per_gpu)));
+  }
+  if (in.gpu.memory_gb > 0) {  // on a cluster whose GPUs' memory is known
+    const Held held = HeldPerGpu(in);
+    out << absl::StrFormat("memory per GPU at --precision: %s%s: %s\n", Bytes(held.bytes),
+                           held.activations ? " (model states + activations)"
+                                            : " (model states; activations not modelled)",
+                           in.gpu.Fits(held.bytes, "the cluster"));
   }
   if (in.pp > 1) {
     out << absl::StrFormat("pipeline bubble (p-1)/(v·m+p-1) = %.4f of a step\n", act.bubble);
@@ -103,6 +126,11 @@ void PrintPlanJson(const PlanInput& in, std::ostream& out) {
   const PlanActivations act = PlanActivationsPerGpu(in);
   if (in.model.gpt && act.bytes_per_gpu >= 0) {
     w.Key("activations").Int(act.bytes_per_gpu).Key("activations_stage").Int(act.stage);
+  }
+  if (in.gpu.memory_gb > 0) {
+    const Held held = HeldPerGpu(in);
+    w.Key("held").Double(held.bytes).Key("gpu_memory_gb").Double(in.gpu.memory_gb);
+    w.Key("fits").Bool(in.gpu.Holds(held.bytes));
   }
   w.EndObject();
   w.Key("bubble").Double(act.bubble);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <ostream>
 #include <tuple>
 #include <string>
 #include <utility>
@@ -74,7 +75,8 @@ double MegatronStepFlops(const PlanInput& in) {
 }
 
 absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int world,
-                                                      int global_batch, double gpu_bytes) {
+                                                      int global_batch, double gpu_bytes,
+                                                      std::ostream* progress) {
   auto divides = [](int64_t d, int64_t n) { return d > 0 && n % d == 0; };
   // The grids, one axis at a time: each grid so far becomes its variants along the next.
   std::vector<PlanInput> grids = {base};
@@ -182,6 +184,11 @@ absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int
         "2-core host); it costs at most %.3g: ask for a smaller --world, --global_batch_size "
         "or --gpu_memory_gb",
         out.size(), world, work, work * 1.5e-6, kMaxSearchWork));
+  }
+  if (progress != nullptr && work > kSearchProgressWork) {
+    *progress << absl::StrFormat("[plan] --search: costing %d grids of %d GPUs that fit (about %.0f s)\n",
+                                 out.size(), world, work * 1.5e-6)
+              << std::flush;
   }
   for (SearchResult& r : out) r.time = PredictStep(r.in);
   std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {

@@ -278,16 +278,27 @@ std::string FormatReport(const ReportInputs& in) {
       o.zero, formulas[std::clamp(o.zero, 0, 3)].c_str(),
       4 * phi / split + 12 * phi / (double(o.dp) * split), "rank", "params", "grads", "optimizer",
       "activations", "comm", "peak total");
+  // A rank over the modelled GPU's memory is marked on its row.
+  const GpuModel gpu = o.ModelledGpu();
+  size_t most = 0;
   for (size_t r = 0; r < in.memory.size(); ++r) {
     const MemoryLedger& m = in.memory[r];
-    out += absl::StrFormat("%-12d %12d %12d %12d %12d %12d %12d\n", r,
+    if (m.peak_total() > in.memory[most].peak_total()) most = r;
+    out += absl::StrFormat("%-12d %12d %12d %12d %12d %12d %12d%s\n", r,
                            m.peak(MemoryCategory::kParams), m.peak(MemoryCategory::kGrads),
                            m.peak(MemoryCategory::kOptimizer), m.peak(MemoryCategory::kActivations),
-                           m.peak(MemoryCategory::kComm), m.peak_total());
+                           m.peak(MemoryCategory::kComm), m.peak_total(),
+                           gpu.Holds(double(m.peak_total())) ? "" : "  over the GPU");
     MemoryFormula f = PredictedMemory(o, int(r));
     out += absl::StrFormat("%-12s %12d %12d %12d %12s %12s %12s\n", "  formula", f.params, f.grads,
                            f.optimizer, f.activations >= 0 ? absl::StrCat(f.activations) : "-",
                            "-", "-");
+  }
+  // Said when it matters: a rank over the GPU, a chosen cluster, or a dry run's real sizes.
+  const double largest = in.memory.empty() ? 0 : double(in.memory[most].peak_total());
+  if (gpu.memory_gb > 0 && (!gpu.Holds(largest) || o.cluster_given() || o.dry_run)) {
+    out += absl::StrFormat("the most a rank holds, rank %d's %.4g GB, %s\n", most, largest / 1e9,
+                           gpu.Fits(largest, o.ModelledClusterName()));
   }
   // Evaluation and sampling hold buffers of their own between the steps.
   int64_t eval_peak = 0;

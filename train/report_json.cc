@@ -47,7 +47,9 @@ std::string ReportJson(const ReportInputs& in) {
   const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
   const std::vector<MeasuredWaits> measured = MeasuredRun(in);
   w.Key("modelled_cluster").BeginObject().Key("name").String(o.ModelledClusterName());
-  w.Key("gpu").String(o.ModelledGpu().Describe()).EndObject();
+  w.Key("gpu").String(o.ModelledGpu().Describe());
+  if (o.ModelledGpu().memory_gb > 0) w.Key("gpu_memory_gb").Double(o.ModelledGpu().memory_gb);
+  w.EndObject();
   if (replayed.ok() && !replayed->empty()) {  // the seed's test, on the modelled clock
     const auto [worst, share] = WorstModelled(*replayed);
     w.Key("verdict").BeginObject().Key("clock").String("modelled");

@@ -422,6 +422,9 @@ TEST(TallyTrain, DryRunOfASevenBillionParameterModel) {
   EXPECT_TRUE(absl::StrContains(r.output, "  formula     26334494720  26334494720  52668989440"))
       << r.output;
   EXPECT_FALSE(absl::StrContains(r.output, "measured on this host")) << r.output;
+  // fp32 AdamW states and one micro-batch of 2048 tokens: far over an 80 GB GPU, said so.
+  EXPECT_TRUE(absl::StrContains(r.output, "  over the GPU\n")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "does NOT fit the 80 GB of a GPU of a100, the default")) << r.output;
 }
 
 // --trace: one process per rank, and the schedules' different orders on stage 0.

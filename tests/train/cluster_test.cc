@@ -84,6 +84,15 @@ TEST(ClusterPresets, AreTheDatasheetsFigures) {
   EXPECT_EQ(h100.gpu.peak_tflops, 989);
   EXPECT_EQ(h100.links.intra.gbps, 450);
   EXPECT_EQ(h100.links.inter.gbps, 50);
+  // 80 GB GPUs, so that a rank is said to fit or not.
+  EXPECT_EQ(a100.gpu.memory_gb, 80);
+  EXPECT_EQ(h100.gpu.memory_gb, 80);
+  EXPECT_TRUE(a100.gpu.Holds(80e9));
+  EXPECT_FALSE(a100.gpu.Holds(80e9 + 1));
+  EXPECT_EQ(a100.gpu.Fits(40e9, "a100"), "fits the 80 GB of a GPU of a100 (50%)");
+  EXPECT_EQ(a100.gpu.Fits(113e9, "a100"), "does NOT fit the 80 GB of a GPU of a100 (141%)");
+  EXPECT_EQ(GpuModel{}.Fits(1e12, "x"), "");  // memory unknown: nothing said
+  EXPECT_TRUE(GpuModel{}.Holds(1e30));
   // The efficiency curve rises with size.
   for (size_t i = 1; i < a100.gpu.matmul_efficiency.size(); ++i) {
     EXPECT_GT(a100.gpu.matmul_efficiency[i].second, a100.gpu.matmul_efficiency[i - 1].second);
@@ -95,6 +104,7 @@ TEST(ClusterFiles, GiveARooflineOrAFlatRate) {
   std::ofstream(path) << R"({"gpus_per_node": 4, "tflops": 100, "intra": [300, 1.5], "inter": [12.5, 3]})";
   const ClusterPreset flat = LoadCluster(path).value();
   EXPECT_EQ(flat.gpus_per_node, 4);
+  EXPECT_EQ(flat.gpu.memory_gb, 0);  // not given: unknown
   EXPECT_EQ(flat.gpu.peak_tflops, 100);
   EXPECT_TRUE(flat.gpu.matmul_efficiency.empty());
   EXPECT_EQ(flat.links.intra.latency_us, 1.5);
@@ -110,6 +120,14 @@ TEST(ClusterFiles, GiveARooflineOrAFlatRate) {
   std::ofstream(path) << R"({"gpus_per_node": 4, "tflops": -1, "intra": [300, 1], "inter": [12, 3]})";
   EXPECT_TRUE(absl::StrContains(LoadCluster(path).status().message(), "tflops must be a number in [0.001, 1e+06]"));
   EXPECT_FALSE(LoadCluster("/no/such/cluster.json").ok());
+  std::ofstream(path) << R"({"gpus_per_node": 4, "tflops": 100, "memory_gb": 24, "intra": [300, 1], "inter": [12, 3]})";
+  EXPECT_EQ(LoadCluster(path).value().gpu.memory_gb, 24);
+  for (const char* memory : {"0", "-80", "1e7", "\"80\""}) {
+    std::ofstream(path) << R"({"gpus_per_node": 4, "tflops": 100, "memory_gb": )" << memory
+                        << R"(, "intra": [300, 1], "inter": [12, 3]})";
+    EXPECT_TRUE(absl::StrContains(LoadCluster(path).status().message(), "memory_gb must be a number in [0.001, 1e6]"))
+        << memory;
+  }
 }
 
 }  // namespace

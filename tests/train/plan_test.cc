@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <tuple>
 #include <string>
 
@@ -42,6 +43,31 @@ TEST(Plan, SeedAndExactFormsForLlama7B) {
   EXPECT_DOUBLE_EQ(rows[0].exact_bytes_per_gpu, 21e9);  // 2(N-1)/N·Φ·e
   EXPECT_DOUBLE_EQ(rows[3].seed_bytes_per_gpu, 42e9);   // ZeRO-3: 3Φ·e
   EXPECT_FALSE(ModelPreset("gpt-5").ok());
+}
+
+// On a cluster whose GPUs' memory is known, the plan says whether a GPU holds its share:
+// LLaMA-7B's bf16 states are 16 bytes a parameter, 112 GB on dp alone, 14 GB under ZeRO-3
+// over 8.
+TEST(Plan, SaysWhetherAGpuHoldsItsShare) {
+  PlanInput in{ModelPreset("llama-7b").value()};
+  in.dp = 2;
+  in.gpu = LoadCluster("a100").value().gpu;
+  std::ostringstream text;
+  PrintPlan(in, text);
+  EXPECT_TRUE(absl::StrContains(text.str(), "memory per GPU at --precision: 112.00 GB (104.31 GiB) "
+                                            "(model states; activations not modelled): does NOT fit "
+                                            "the 80 GB of a GPU of the cluster (140%)"))
+      << text.str();
+  in.dp = 8;
+  in.zero = 3;
+  std::ostringstream json;
+  PrintPlanJson(in, json);
+  EXPECT_TRUE(absl::StrContains(json.str(), "\"held\":14000000000,\"gpu_memory_gb\":80,\"fits\":true"))
+      << json.str();
+  in.gpu.memory_gb = 0;  // unknown: nothing said
+  std::ostringstream silent;
+  PrintPlan(in, silent);
+  EXPECT_FALSE(absl::StrContains(silent.str(), "memory per GPU at")) << silent.str();
 }
 
 // The ZeRO paper's Table 1 (Ψ = 7.5B, K = 12) from the bf16 line, and the seed's Q6 form
