@@ -92,11 +92,13 @@ absl::Status Trainer::Load(const std::string& path) {
   Allocator unaccounted(nullptr);
   const int64_t whole_total = options_.model.NumParams();
   ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
-  ASSIGN_OR_RETURN(auto optimizer, MakeOptimizer(options_, whole_total, unaccounted));
   // Sampling needs the parameters alone (and takes a checkpoint of any optimizer).
+  std::unique_ptr<optim::Optimizer> optimizer;
+  if (!options_.sample_only) {
+    ASSIGN_OR_RETURN(optimizer, MakeOptimizer(options_, whole_total, unaccounted));
+  }
   ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
-                   model::LoadCheckpoint(path, options_.model, params.data<float>(),
-                                         options_.sample_only ? nullptr : optimizer.get()));
+                   model::LoadCheckpoint(path, options_.model, params.data<float>(), optimizer.get()));
   start_step_ = options_.sample_only ? loaded.saved_step : loaded.step;
   loaded_from_ = loaded.trained_on;
   const model::ParameterLayout& layout = gpt_->layout();
