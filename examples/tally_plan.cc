@@ -336,48 +336,7 @@ absl::Status Search(const PlanInput& base) {
   }
   ASSIGN_OR_RETURN(const std::vector<train::SearchResult> found,
                    train::SearchGrids(base, world, global, memory * 1e9, &std::cerr));
-  if (absl::GetFlag(FLAGS_json)) {
-    JsonWriter w;
-    w.BeginObject().Key("world").Int(world).Key("global_batch_size").Int(global);
-    w.Key("grids").BeginArray();
-    for (const train::SearchResult& r : found) {
-      w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
-      w.Key("virtual_stages").Int(r.in.virtual_stages);
-      w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
-      w.Key("recompute").Bool(r.in.recompute).Key("recompute_attention").Bool(r.in.recompute_attention);
-      w.Key("recompute_layers").Bool(r.in.recompute && !r.in.StageRecompute());
-      w.Key("ep").Int(r.in.ep);
-      w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
-      w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
-      w.Key("step_s").Double(r.time.step_s).EndObject();
-    }
-    w.EndArray().EndObject();
-    std::cout << w.str() << "\n";
-    return absl::OkStatus();
-  }
-  std::cout << absl::StrFormat(
-      "%s on %d GPUs, %d sequences of %d a step, at most %.0f GB a GPU, %s: %d grids fit "
-      "(the 20 fastest; predicted: compute + the pipeline's fill and drain + communication, "
-      "%s)\n%4s %4s %4s %3s %4s %5s %9s %13s %10s %10s %8s %10s\n",
-      base.model.name, world, global, base.seq_len, memory,
-      base.gpu.given() ? absl::StrCat(base.gpu.Describe(), " a GPU") : "no compute time",
-      int(found.size()),
-      base.overlap ? "the data-parallel row as --overlap hides it on grids without a pipeline"
-                   : "none of it overlapped",
-      "dp", "tp", "pp", "v", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
-      "bubble", "step s");
-  for (size_t i = 0; i < found.size() && i < 20; ++i) {
-    const train::SearchResult& r = found[i];
-    std::cout << absl::StrFormat("%4d %4d %4d %3d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
-                                 r.in.dp, r.in.tp, r.in.pp, r.in.virtual_stages, r.in.zero,
-                                 r.in.micro_batches,
-                                 r.in.StageRecompute()      ? "stage"
-                                 : r.in.recompute           ? "layers"
-                                 : r.in.recompute_attention ? "selective"
-                                                            : "no",
-                                 r.memory_bytes / 1e9, r.time.compute_s, r.time.comm_s,
-                                 r.time.bubble, r.time.step_s);
-  }
+  train::PrintSearch(base, world, global, memory, found, absl::GetFlag(FLAGS_json), std::cout);
   return absl::OkStatus();
 }
 
@@ -408,25 +367,8 @@ absl::Status CheckModes() {
 
 absl::Status Main() {
   RETURN_IF_ERROR(CheckModes());
-  if (absl::GetFlag(FLAGS_seed_examples) && absl::GetFlag(FLAGS_json)) {
-    JsonWriter w;
-    w.BeginObject().Key("seed_examples").BeginArray();
-    for (const train::SeedExample& x : train::SeedExamples()) {
-      w.BeginObject().Key("what").String(x.what).Key("seed_figure").String(x.seed_figure);
-      w.Key("seed_bytes").Double(x.seed_bytes).Key("computed_bytes").Double(x.computed_bytes);
-      w.Key("note").String(x.note).EndObject();
-    }
-    w.EndArray().EndObject();
-    std::cout << w.str() << "\n";
-    return absl::OkStatus();
-  }
   if (absl::GetFlag(FLAGS_seed_examples)) {
-    std::cout << absl::StrFormat("%-62s %10s %26s  %s\n", "the seed's example", "its figure",
-                                 "by its formula, here", "note");
-    for (const train::SeedExample& x : train::SeedExamples()) {
-      std::cout << absl::StrFormat("%-62s %10s %26s  %s\n", x.what, x.seed_figure,
-                                   train::Bytes(x.computed_bytes), x.note);
-    }
+    train::PrintSeedExamples(absl::GetFlag(FLAGS_json), std::cout);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(PlanInput in, InputFromFlags());
@@ -444,6 +386,20 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
+  tally::SetHelpSections({
+      {"model", {"model", "params", "layers", "hidden", "n_layer", "n_embd", "n_head", "vocab_size",
+                 "seq_len", "n_experts", "moe_top_k"}},
+      {"batch and precision",
+       {"batch_size", "micro_batches", "precision", "grad_accum", "bytes_per_value"}},
+      {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
+      {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
+      {"pipeline parallelism and recompute",
+       {"pp", "schedule", "virtual_stages", "pp_scatter_gather", "recompute",
+        "recompute_granularity", "recompute_method"}},
+      {"the cluster", {"cluster", "gpus_per_node", "order", "link_intra", "link_inter"}},
+      {"what to print", {"json", "sweep", "seed_examples"}},
+      {"--search: the fastest grids that fit", {"search", "world", "global_batch_size", "gpu_memory_gb"}},
+  });
   return tally::RunExample(argc, argv, "bytes per GPU per step by strategy: tally_plan --model=llama-7b --dp=4",
                            tally::Main);
 }

@@ -127,7 +127,8 @@ ABSL_FLAG(bool, check_against_serial, false,
           "after the run, train the single-rank model on the same batches and print both "
           "losses per step with their relative difference");
 ABSL_FLAG(std::string, report, "text",
-          "the end-of-run report: text (tables), json (as --traffic_json) or csv (traffic rows)");
+          "the end-of-run report: text (a step's traffic, a layer's rows folded, and a summary), full "
+          "(every table), json (as --traffic_json) or csv (traffic rows)");
 ABSL_FLAG(bool, peer_matrix, false, "print the bytes every rank sent to every rank");
 ABSL_FLAG(std::string, trace, "",
           "write a Chrome Trace Event file of every rank's run here (Perfetto, chrome://tracing)");
@@ -141,10 +142,10 @@ ABSL_FLAG(std::string, overlap, "off",
           "on: each gradient bucket's all-reduce runs on a communication thread while backward "
           "goes on (PyTorch DDP's overlap; the threads backend), off: inside backward");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (buckets are reduced as backward finishes them)");
-ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (dp > 1)");
+ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory as JSON here (the report's JSON)");
 ABSL_FLAG(std::string, report_html, "",
           "write the report as one self-contained HTML page here (charts of the bytes, memory, "
-          "time, peers and pipeline; more than one rank)");
+          "time, peers and pipeline)");
 ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.backend),
           "threads (every rank a thread of this process), mpi (one process per rank: "
           "mpirun -np WORLD tally_train --backend=mpi ...) or nccl (--device=cuda, a GPU per "

@@ -38,6 +38,13 @@ struct RunReport {
   std::string path;
   std::map<std::string, std::string> config;  // every key of "config", its value as text
   int64_t steps = 0;
+  // The training loss of each step from first_step, and the validation losses (step,
+  // loss); empty in a dry run's report.
+  int64_t first_step = 1;
+  std::vector<double> losses;
+  std::vector<std::pair<double, double>> val_losses;
+  // The seed's test on the modelled clock, one line ("" where the report has none).
+  std::string verdict;
   struct Rank {
     int dp = 0, tp = 0, pp = 0, node = 0;   // where the rank sat in the grid
     std::map<std::string, int64_t> sent;    // "group op phase" -> bytes sent
@@ -79,6 +86,9 @@ struct Comparison {
   };
   std::vector<std::string> paths;
   std::vector<std::string> labels;  // "dp=4 zero=1", ...: the keys that differ
+  // Where the runs' models differ, one line naming each model key that does and its
+  // values ("n_layer 2 / 4"); "" for runs of one model.
+  std::string models_differ;
   std::vector<Row> rows;
   // Runs of one configuration (the same config and steps), given more than once: the
   // measured clock's noise, per part of a step: the busiest rank's figure of each run,
@@ -95,13 +105,13 @@ struct Comparison {
   std::vector<Repeats> repeats;
 };
 
-// At least one run; an error naming both files and the key where two runs' models differ.
+// At least one run. Runs of different models compare too (models_differ says how).
 absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs);
 
 std::string ComparisonText(const Comparison& c);
 // One line per row and run: section,key,run,label,min,max,ratio (empty where absent).
 std::string ComparisonCsv(const Comparison& c);
-// {"runs": [{"path", "label"}], "rows": [{"section", "key", "cells": [{"present", "min",
+// {"runs": [{"path", "label"}], "models_differ" (where they do), "rows": [{"section", "key", "cells": [{"present", "min",
 // "max", "ratio"}]}], "repeats": [{"runs": [run index], "time": [{"key", "min", "median",
 // "max"}]}]}: min and max where present, ratio where there is one.
 std::string ComparisonJson(const Comparison& c);

@@ -54,6 +54,7 @@ std::string ComparisonText(const Comparison& c) {
   for (size_t i = 0; i < c.labels.size(); ++i) {
     out << "run " << i + 1 << ": " << c.labels[i] << "  (" << c.paths[i] << ")\n";
   }
+  if (!c.models_differ.empty()) out << c.models_differ << "\n";
   static const std::map<std::string, std::string> kTitles = {
       {"traffic", "traffic: bytes sent per rank over the run, min..max over the ranks that sent any"},
       {"memory", "memory: peak bytes per rank, min..max over the ranks"},
@@ -129,7 +130,9 @@ std::string ComparisonJson(const Comparison& c) {
   for (size_t i = 0; i < c.labels.size(); ++i) {
     w.BeginObject().Key("path").String(c.paths[i]).Key("label").String(c.labels[i]).EndObject();
   }
-  w.EndArray().Key("rows").BeginArray();
+  w.EndArray();
+  if (!c.models_differ.empty()) w.Key("models_differ").String(c.models_differ);
+  w.Key("rows").BeginArray();
   for (const Comparison::Row& row : c.rows) {
     w.BeginObject().Key("section").String(row.section).Key("key").String(row.key);
     w.Key("cells").BeginArray();

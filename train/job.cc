@@ -147,6 +147,7 @@ namespace {
 struct JobRecords {
   int64_t start_step = 0;
   std::vector<float> losses;
+  std::vector<std::pair<int64_t, float>> val_losses;
   std::vector<double> expert_tokens;  // Trainer::expert_tokens
   std::vector<RankRecord> ranks;  // every rank's, on the process that holds rank 0
   std::shared_ptr<const comm::Nodes> nodes;  // where the ranks ran
@@ -194,6 +195,7 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
       job.ranks = std::move(all);
       job.start_step = trainer->start_step();
       job.losses = trainer->losses();
+      job.val_losses = trainer->val_losses();
       job.expert_tokens = trainer->expert_tokens();
       job.nodes = nodes;
     }
@@ -226,6 +228,9 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
                       step_time,  train_time, job.nodes, job.expert_tokens, &spans};
   report.cpu_nanos = std::move(cpu_time);
   report.ranks_here = ranks_here;
+  report.first_step = job.start_step + 1;
+  report.losses = job.losses;
+  report.val_losses = job.val_losses;
   report.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   return use(report);
 }
@@ -254,8 +259,10 @@ absl::Status Report(const ReportInputs& report, std::ostream& log) {
     log << "\n" << json << "\n";
   } else if (options.report == ReportFormat::kCsv) {
     log << "\n" << ReportCsv(report);
-  } else {
+  } else if (options.report == ReportFormat::kFull) {
     log << "\n" << FormatReport(report);
+  } else {
+    log << "\n" << FormatSummaryReport(report);
   }
   if (!options.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.traffic_json, json + "\n"));
@@ -356,21 +363,6 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   // --repeat: every run but the last is timed only; a stop ends the repeats too.
   std::vector<RunTimes> repeats;
   auto last_run = [&](int k) { return k + 1 == options.repeat || StopSignal() != 0; };
-  if (options.world() == 1 && options.zero == 0 && options.backend == Backend::kThreads &&
-      !options.dry_run) {  // one rank, no report (a dry run's report is its output)
-    for (int k = 0;; ++k) {
-      ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options));
-      trainer->set_stop(&stop);
-      RETURN_IF_ERROR(trainer->Run(log));
-      const double steps = double(std::max<int64_t>(1, options.steps - trainer->start_step()));
-      const double nan = std::nan("");
-      repeats.push_back({double(trainer->train_nanos()) / 1e6 / steps, nan, nan, nan});
-      if (!last_run(k)) continue;
-      if (options.repeat > 1) log << RepeatsTable(options, repeats);
-      if (!options.check_against_serial) return absl::OkStatus();
-      return CheckAgainstSerial(options, trainer->start_step(), trainer->losses(), NotesStream(options, log));
-    }
-  }
   SetIntraOpThreads(options, ranks_here);
   // A large dry run sets up for long before its first line: say what it is doing.
   if (options.dry_run && options.world() >= kDryRunProgressRanks) {

@@ -25,6 +25,7 @@ const char* Name(OptimizerKind optimizer) { return optimizer == OptimizerKind::k
 const char* Name(ReportFormat report) {
   switch (report) {
     case ReportFormat::kText: return "text";
+    case ReportFormat::kFull: return "full";
     case ReportFormat::kJson: return "json";
     case ReportFormat::kCsv: return "csv";
   }
@@ -98,7 +99,8 @@ absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name) {
   return Choose("optimizer", name, {OptimizerKind::kAdamW, OptimizerKind::kSgd});
 }
 absl::StatusOr<ReportFormat> ParseReport(const std::string& name) {
-  return Choose("report", name, {ReportFormat::kText, ReportFormat::kJson, ReportFormat::kCsv});
+  return Choose("report", name, {ReportFormat::kText, ReportFormat::kFull, ReportFormat::kJson,
+                                   ReportFormat::kCsv});
 }
 absl::StatusOr<DeviceType> ParseDevice(const std::string& name) {
   return Choose("device", name, {DeviceType::kCPU, DeviceType::kCUDA});

@@ -26,7 +26,7 @@ namespace tally::train {
 // parallel::PipelineSchedule, DeviceType); each has its flag's words.
 enum class Backend { kThreads, kMpi, kNccl };                // threads, mpi, nccl
 enum class OptimizerKind { kAdamW, kSgd };                    // adamw, sgd
-enum class ReportFormat { kText, kJson, kCsv };               // text, json, csv
+enum class ReportFormat { kText, kFull, kJson, kCsv };  // text (the summary), full, json, csv
 const char* Name(Backend backend);
 const char* Name(OptimizerKind optimizer);
 const char* Name(ReportFormat report);

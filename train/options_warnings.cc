@@ -65,12 +65,6 @@ std::vector<std::string> TrainOptions::Warnings() const {
   if (!evaluates && eval_batches != defaults.eval_batches) {
     unused("--eval_batches", dry_run ? "with --dry_run" : "with --eval_every=0");
   }
-  // One rank on threads trains alone, without the job's report (train/job.cc).
-  if (world() == 1 && zero == 0 && backend == Backend::kThreads && !dry_run) {
-    if (!traffic_json.empty()) unused("--traffic_json", "with one rank (there is no report)");
-    if (!report_html.empty()) unused("--report_html", "with one rank (there is no report)");
-    if (!cluster_name.empty()) unused("--cluster", "with one rank (there is no report to replay on it)");
-  }
   if (sample_bytes == 0 || dry_run) {
     const char* because = dry_run ? "with --dry_run" : "with --sample_bytes=0";
     if (temperature != defaults.temperature) unused("--temperature", because);

@@ -284,5 +284,10 @@ std::string Bytes(double bytes);
 void PrintPlan(const PlanInput& in, std::ostream& out);
 // The same as one JSON object on a line.
 void PrintPlanJson(const PlanInput& in, std::ostream& out);
+// --search's answer: the 20 fastest of `found` as a table, or every one as JSON.
+void PrintSearch(const PlanInput& base, int world, int global, double memory_gb,
+                 const std::vector<SearchResult>& found, bool json, std::ostream& out);
+// --seed_examples: the seed's figures beside the planner's, a table or JSON.
+void PrintSeedExamples(bool json, std::ostream& out);
 
 }  // namespace tally::train

@@ -1,5 +1,6 @@
-// tally_plan's two outputs for one grid: the table (PrintPlan) and the JSON object
-// (PrintPlanJson), both from plan.h's functions.
+// tally_plan's outputs: for one grid the table (PrintPlan) and the JSON object
+// (PrintPlanJson), both from plan.h's functions; --search's grids (PrintSearch); the
+// seed's examples (PrintSeedExamples).
 #include <ostream>
 #include <string>
 #include <vector>
@@ -146,6 +147,73 @@ void PrintPlanJson(const PlanInput& in, std::ostream& out) {
   }
   w.EndObject();
   out << w.str() << "\n";
+}
+
+void PrintSearch(const PlanInput& base, int world, int global, double memory,
+                 const std::vector<SearchResult>& found, bool json, std::ostream& out) {
+  if (json) {
+    JsonWriter w;
+    w.BeginObject().Key("world").Int(world).Key("global_batch_size").Int(global);
+    w.Key("grids").BeginArray();
+    for (const SearchResult& r : found) {
+      w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
+      w.Key("virtual_stages").Int(r.in.virtual_stages);
+      w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
+      w.Key("recompute").Bool(r.in.recompute).Key("recompute_attention").Bool(r.in.recompute_attention);
+      w.Key("recompute_layers").Bool(r.in.recompute && !r.in.StageRecompute());
+      w.Key("ep").Int(r.in.ep);
+      w.Key("memory_bytes").Double(r.memory_bytes).Key("compute_s").Double(r.time.compute_s);
+      w.Key("comm_s").Double(r.time.comm_s).Key("bubble").Double(r.time.bubble);
+      w.Key("step_s").Double(r.time.step_s).EndObject();
+    }
+    w.EndArray().EndObject();
+    out << w.str() << "\n";
+    return;
+  }
+  out << absl::StrFormat(
+      "%s on %d GPUs, %d sequences of %d a step, at most %.0f GB a GPU, %s: %d grids fit "
+      "(the 20 fastest; predicted: compute + the pipeline's fill and drain + communication, "
+      "%s)\n%4s %4s %4s %3s %4s %5s %9s %13s %10s %10s %8s %10s\n",
+      base.model.name, world, global, base.seq_len, memory,
+      base.gpu.given() ? absl::StrCat(base.gpu.Describe(), " a GPU") : "no compute time",
+      int(found.size()),
+      base.overlap ? "the data-parallel row as --overlap hides it on grids without a pipeline"
+                   : "none of it overlapped",
+      "dp", "tp", "pp", "v", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
+      "bubble", "step s");
+  for (size_t i = 0; i < found.size() && i < 20; ++i) {
+    const SearchResult& r = found[i];
+    out << absl::StrFormat("%4d %4d %4d %3d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
+                                 r.in.dp, r.in.tp, r.in.pp, r.in.virtual_stages, r.in.zero,
+                                 r.in.micro_batches,
+                                 r.in.StageRecompute()      ? "stage"
+                                 : r.in.recompute           ? "layers"
+                                 : r.in.recompute_attention ? "selective"
+                                                            : "no",
+                                 r.memory_bytes / 1e9, r.time.compute_s, r.time.comm_s,
+                                 r.time.bubble, r.time.step_s);
+  }
+}
+
+void PrintSeedExamples(bool json, std::ostream& out) {
+  if (json) {
+    JsonWriter w;
+    w.BeginObject().Key("seed_examples").BeginArray();
+    for (const SeedExample& x : SeedExamples()) {
+      w.BeginObject().Key("what").String(x.what).Key("seed_figure").String(x.seed_figure);
+      w.Key("seed_bytes").Double(x.seed_bytes).Key("computed_bytes").Double(x.computed_bytes);
+      w.Key("note").String(x.note).EndObject();
+    }
+    w.EndArray().EndObject();
+    out << w.str() << "\n";
+    return;
+  }
+  out << absl::StrFormat("%-62s %10s %26s  %s\n", "the seed's example", "its figure",
+                         "by its formula, here", "note");
+  for (const SeedExample& x : SeedExamples()) {
+    out << absl::StrFormat("%-62s %10s %26s  %s\n", x.what, x.seed_figure, Bytes(x.computed_bytes),
+                           x.note);
+  }
 }
 
 }  // namespace tally::train

@@ -41,6 +41,11 @@ struct ReportInputs {
   std::vector<int64_t> cpu_nanos = {};
   // The ranks that ran on rank 0's machine, and its cores (0: not known).
   int ranks_here = 0, cores = 0;
+  // Rank 0's loss of each step of this run (from step first_step), and its validation
+  // losses with their steps.
+  int64_t first_step = 1;
+  std::vector<float> losses = {};
+  std::vector<std::pair<int64_t, float>> val_losses = {};
   // ModelledRun's replay, made once.
   mutable std::shared_ptr<const absl::StatusOr<std::vector<ReplayedRank>>> modelled = nullptr;
 };
@@ -62,7 +67,16 @@ std::pair<int, double> WorstModelled(const std::vector<ReplayedRank>& ranks);
 // Whether thread ranks outnumber the cores of rank 0's machine.
 bool Oversubscribed(const ReportInputs& in);
 
+// --report=full: every table (the traffic rows, by link, on the modelled cluster, both
+// clocks, who waited for whom, the verdict, routing, memory per rank next to its formula).
 std::string FormatReport(const ReportInputs& in);
+// --report=text, the default (report_summary.cc): the traffic of a step, bytes in binary
+// units, a layer's rows folded into one row per group, op, algorithm and phase, and
+// set-up, evaluation and checkpoints one line each; the modelled-cluster table only with
+// --cluster; then the summary, at most 25 lines of at most 100 characters: per group the
+// bytes a rank sends a step, the peak memory per rank by category and whether the formula
+// holds, the slowest rank's step split on both clocks, the pipeline bubble, the verdict.
+std::string FormatSummaryReport(const ReportInputs& in);
 // The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
 // sent_inter_min, sent_inter_max (the part that crossed a node), exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), the
 // achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks, and
@@ -89,8 +103,8 @@ struct RankTime {
 RankTime TimeOf(const ReportInputs& in, int rank);
 // One run's times, for --repeat: on the measured clock the slowest rank's step and the
 // largest exposed share of any rank; on the modelled clock (ModelledRun) the slowest
-// rank's step and the verdict's share (NaN where a clock has no figure: one rank has no
-// replay).
+// rank's step and the verdict's share (NaN where a clock has no figure: a dry run's
+// measured clock, a replay that failed).
 struct RunTimes {
   double measured_step_ms = 0, measured_exposed = 0;
   double modelled_step_ms = 0, modelled_exposed = 0;
@@ -117,6 +131,8 @@ std::string TimeTable(const ReportInputs& in);
 // Who waited for whom in the last step, in both clocks: per rank its exposed time, the
 // part of it spent waiting for the peer that arrived last, and that peer.
 std::string WaitsTable(const ReportInputs& in);
+// Under --slow_rank, one line: what the other ranks waited for it, on both clocks.
+std::string SlowRankLine(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
@@ -133,7 +149,9 @@ std::string RoutingTable(const ReportInputs& in);
 //  "n_experts", "moe_top_k", "capacity_factor" and "ep", "sequence_parallel", "overlap",
 //  "dry_run", ..., "world", "dp", "tp", "pp", "zero", "order", "nodes", "gpus_per_node",
 //  "link_intra_gbps", "link_intra_latency_us", "link_inter_gbps", "link_inter_latency_us",
-//  "params"}, "steps": S, with experts "routing": [{"layer", "expert_tokens_per_step": [E]}],
+//  "params"}, "steps": S, "first_step", "losses": [rank 0's loss of each step from
+//  first_step], "val_losses": [{"step", "loss"}] (these three not in a dry run), with
+//  experts "routing": [{"layer", "expert_tokens_per_step": [E]}],
 //  "ranks": [{"rank", "dp", "tp", "pp", "node", "traffic": [{"group", "op", "algorithm",
 //  "phase", "scope", "calls", "bytes_sent", "bytes_recv", "bytes_sent_intra",
 //  "bytes_sent_inter", "seconds", "blocked_seconds", "busbw_gbps", "modelled",

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/report_page_sections.h"
 #include "train/svg.h"
 
 namespace tally::train {
@@ -49,62 +50,28 @@ const RunReport::Rank* Busiest(const RunReport& run, const std::map<std::string,
   return best;
 }
 
-std::string ConfigSection(const std::vector<RunReport>& runs, const Comparison& c) {
-  std::set<std::string> keys;
-  for (const RunReport& run : runs) {
-    for (const auto& [key, value] : run.config) keys.insert(key);
-  }
-  auto value = [](const RunReport& run, const std::string& key) {
-    auto it = run.config.find(key);
-    return it == run.config.end() ? std::string("-") : it->second;
-  };
-  std::vector<std::string> differing, same;
-  for (const std::string& key : keys) {
-    std::set<std::string> values;
-    for (const RunReport& run : runs) values.insert(value(run, key));
-    (values.size() > 1 ? differing : same).push_back(key);
-  }
-  std::string out = R"~(<section id="config"><h2>Configuration</h2><table class="config"><tr><th>key</th>)~";
-  for (size_t i = 0; i < runs.size(); ++i) {
-    absl::StrAppend(&out, "<th>run ", i + 1, ": ", Escape(c.labels[i]), "<br><span class=\"path\">",
-                    Escape(c.paths[i]), "</span></th>");
-  }
-  out += "</tr>";
-  for (const std::vector<std::string>* list : {&differing, &same}) {
-    for (const std::string& key : *list) {
-      absl::StrAppend(&out, "<tr", list == &differing ? " class=\"differs\"" : "", "><td>",
-                      Escape(key), "</td>");
-      for (const RunReport& run : runs) absl::StrAppend(&out, "<td>", Escape(value(run, key)), "</td>");
-      out += "</tr>";
-    }
-  }
-  out += "</table>";
-  if (runs.size() > 1) out += "<p class=\"note\">Highlighted: the keys that differ between the runs.</p>";
-  out += "</section>\n";
-
-  out += R"~(<section id="grid"><h2>Grid: which rank is which coordinate</h2><div class="side">)~";
-  for (size_t i = 0; i < runs.size(); ++i) {
-    absl::StrAppend(&out, "<div><h3>", Escape(c.labels[i]),
-                    "</h3><table class=\"grid\"><tr><th>rank</th><th>dp</th><th>tp</th><th>pp</th>"
-                    "<th>node</th></tr>");
-    for (size_t r = 0; r < runs[i].ranks.size(); ++r) {
-      const RunReport::Rank& k = runs[i].ranks[r];
-      absl::StrAppend(&out, "<tr><td>", r, "</td><td>", k.dp, "</td><td>", k.tp, "</td><td>", k.pp,
-                      "</td><td>", k.node, "</td></tr>");
-    }
-    out += "</table></div>";
-  }
-  return out + "</div></section>\n";
-}
-
 // Per traffic row, a chart: for each run its busiest rank's bytes, measured, by the exact
 // formula and by the seed's.
 std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison& c) {
   std::string out =
       R"~(<section id="traffic"><h2>Bytes sent per rank, by group, primitive and phase</h2>)~"
-      R"~(<p class="note">Each bar is the busiest rank's bytes over the run: measured by the ledger (solid), by the exact formula (hatched), by the seed article's formula (outlined). The colour is the group's.</p>)~";
+      R"~(<p class="note">Each bar is the busiest rank's bytes over the run: measured by the ledger (solid), by the exact formula (hatched), by the seed article's formula (outlined). The colour is the group's; every chart has the same axis, so that the rows compare (a bar too short to see is a row of few bytes: its tooltip gives them).</p>)~";
   std::set<std::string> colours = {kSky};  // the time charts' hidden communication too
   std::string charts;
+  // One axis for every chart (the largest bar of any row and run), so that sizes compare.
+  double largest = 0;
+  for (const Comparison::Row& row : c.rows) {
+    if (row.section != "traffic") continue;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (row.cells[i].present) largest = std::max(largest, row.cells[i].max);
+      for (auto field : {&RunReport::Rank::exact, &RunReport::Rank::seed}) {
+        int64_t v = 0;
+        if (Busiest(runs[i], field, row.key, &v) != nullptr) largest = std::max(largest, double(v));
+      }
+    }
+  }
+  const Unit unit = UnitFor(largest);
+  const double end = NiceMax(largest / unit.bytes);
   for (const Comparison::Row& row : c.rows) {
     if (row.section != "traffic") continue;
     const std::string group = row.key.substr(0, row.key.find(' '));
@@ -127,10 +94,6 @@ std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison&
         bars.push_back({i, "seed's formula", "seed", double(v)});
       }
     }
-    double max = 0;
-    for (const Bar& b : bars) max = std::max(max, b.value);
-    const Unit unit = UnitFor(max);
-    const double end = NiceMax(max / unit.bytes);
     const double left = 230, width = 380, bar_h = 14, gap = 4;
     const double height = 28 + bars.size() * (bar_h + gap) + 24;
     std::string body;
@@ -418,6 +381,8 @@ std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) 
                     runs[i].ranks.size(), " ranks");
   }
   absl::StrAppend(&out, "<p class=\"note\">", steps, ". Bytes are over the whole run.</p>\n");
+  out += AnswerSection(runs, c);
+  out += LossSection(runs, c);
   out += ConfigSection(runs, c);
   out += TrafficSection(runs, c);
   out += "<section id=\"memory\"><h2>Memory per rank</h2><p class=\"note\">Each category's peak "

@@ -4,10 +4,14 @@
 //   tally_train ... --report_html=run.html         one run (its report's JSON, drawn)
 //   tally_compare a.json b.json --html=ab.html     the runs side by side
 //
-// Sections (ids for tools and tests): "config" (the runs' configurations, the keys that
-// differ first) and "grid" (each rank's dp/tp/pp coordinates and node); "traffic" (per
-// group × primitive × phase, the busiest rank's bytes as bars: measured, the exact
-// formula's, the seed's, each run beside the others); "memory" (each rank's peak bytes
+// Sections (ids for tools and tests), the answer first: "answer" (per run one bar of the
+// bytes a rank sends a step by group, one of the fullest rank's peak memory, one of the
+// slowest rank's modelled step, on one axis a chart; the verdicts), "loss" (training and
+// validation loss per step, every run on one axis), "config" (the keys that differ; the
+// others folded) and "grid" (the ranks drawn a row a stage, shaded by node; the table
+// folded) — report_page_first.cc; "traffic" (per group × primitive × phase, the busiest
+// rank's bytes as bars: measured, the exact formula's, the seed's, each run beside the
+// others, every chart on one axis); "memory" (each rank's peak bytes
 // stacked by category, the formula's model states and activations as a line); "time"
 // (each rank's step split into compute, exposed and hidden communication, pipeline idle);
 // "peers" (bytes from every rank to every rank, a heat map); "pipeline" (the last step's

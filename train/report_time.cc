@@ -233,19 +233,25 @@ std::string WaitsTable(const ReportInputs& in) {
     }
     out += "\n";
   }
-  if (o.slow_rank >= 0 && size_t(o.slow_rank) < modelled->size()) {
-    // What the other ranks waited for the slow one, summed over them.
-    double on_model = 0, on_host = 0;
-    for (size_t r = 0; r < modelled->size(); ++r) {
-      on_model += WaitedOn((*modelled)[r].waited, o.slow_rank);
-      if (both) on_host += WaitedOn(measured[r].waited, o.slow_rank);
-    }
-    out += absl::StrFormat(
-        "--slow_rank=%d:%g: the other ranks waited %.4f ms for rank %d on the modelled clock%s\n",
-        o.slow_rank, o.slow_ms, on_model * 1e3, o.slow_rank,
-        both ? absl::StrFormat(", %.3f ms on the measured one", on_host * 1e3) : "");
+  return out + SlowRankLine(in);
+}
+
+std::string SlowRankLine(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
+  if (!modelled.ok() || o.slow_rank < 0 || size_t(o.slow_rank) >= modelled->size()) return "";
+  const std::vector<MeasuredWaits> measured = MeasuredRun(in);
+  const bool both = measured.size() == modelled->size();
+  // What the other ranks waited for the slow one, summed over them.
+  double on_model = 0, on_host = 0;
+  for (size_t r = 0; r < modelled->size(); ++r) {
+    on_model += WaitedOn((*modelled)[r].waited, o.slow_rank);
+    if (both) on_host += WaitedOn(measured[r].waited, o.slow_rank);
   }
-  return out;
+  return absl::StrFormat(
+      "--slow_rank=%d:%g: the other ranks waited %.4f ms for rank %d on the modelled clock%s\n",
+      o.slow_rank, o.slow_ms, on_model * 1e3, o.slow_rank,
+      both ? absl::StrFormat(", %.3f ms on the measured one", on_host * 1e3) : "");
 }
 
 std::string Verdict(const ReportInputs& in) {

@@ -88,8 +88,10 @@ class Trainer {
   // This rank's traffic: the world's ledger, or this trainer's own.
   comm::TrafficLedger& traffic() { return world_ != nullptr ? world_->ledger() : own_traffic_; }
   int64_t start_step() const { return start_step_; }
-  // The loss of every step Run made.
+  // The loss of every step Run made, and the validation loss of each evaluation (on a
+  // rank that evaluates) with its step.
   const std::vector<float>& losses() const { return losses_; }
+  const std::vector<std::pair<int64_t, float>>& val_losses() const { return val_losses_; }
   // With experts: the choices each expert of each layer received over the steps so far,
   // summed over the world's ranks, [l·E + e] (the report's routing table).
   const std::vector<double>& expert_tokens() const { return expert_tokens_; }
@@ -152,6 +154,7 @@ class Trainer {
   model::TrainedOn loaded_from_;  // what the --load checkpoint says its run was
   StopAgreement* stop_ = nullptr;
   std::vector<float> losses_;
+  std::vector<std::pair<int64_t, float>> val_losses_;
   std::vector<double> expert_tokens_;
   std::vector<Span> spans_;
   // Records a span from `start` to now (with --trace).

@@ -182,6 +182,7 @@ absl::Status Trainer::Run(std::ostream& out) {
     bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
     if (Evaluates() && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());
+      val_losses_.push_back({s.step, val});
       log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val) << std::flush;
       RETURN_IF_ERROR(write_metrics(ValJson(s.step, val)));
     }

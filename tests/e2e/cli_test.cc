@@ -17,6 +17,7 @@ namespace {
 
 const std::string kTrain = TALLY_TRAIN_BINARY;
 const std::string kBench = TALLY_BENCH_BINARY;
+const std::string kPlan = TALLY_PLAN_BINARY;
 const std::string kTiny = " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1";
 
 // Whether a run's output says, in CUDA's words, that there is no GPU to run on.
@@ -50,7 +51,7 @@ TEST(TallyTrain, BadInputIsOneClearLineAndExitCodeOne) {
       {"--sample_only", "--sample_only samples a checkpoint's model: give --load=PATH"},
       {"--prompt=", "--prompt is empty: leave it out to sample after a newline"},
       {"--sample_only --load=" + truncated + " --trace=t.json", "--trace with --sample_only"},
-      {"--report=xml", "--report must be text, json or csv"},
+      {"--report=xml", "--report must be text, full, json or csv"},
       {"--pp=5", "--pp=5 is more stages than the 4 layers"},
       {"--pp=2 --pp_layers=3,2", "--pp_layers sums to 5 layers"},
       {"--pp=2 --pp_layers=3,x", "--pp_layers wants integers, got 'x'"},
@@ -114,6 +115,24 @@ TEST(TallyTrain, HelpListsTheFlagsAndExitsZero) {
     EXPECT_GT(r.output.find("  --prompt="), r.output.find("\nsampling:\n"));
     EXPECT_EQ(r.output.find("  --dp="), r.output.rfind("  --dp="));
   }
+}
+
+// tally_plan's flags by section too, every one in a section.
+TEST(TallyPlan, HelpListsTheFlagsBySection) {
+  Result r = RunCommand(kPlan + " --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  size_t last = 0;
+  for (const char* section : {"\nmodel:\n", "\nbatch and precision:\n", "\ndata parallelism and ZeRO:\n",
+                              "\ntensor and expert parallelism:\n",
+                              "\npipeline parallelism and recompute:\n", "\nthe cluster:\n",
+                              "\nwhat to print:\n", "\n--search: the fastest grids that fit:\n"}) {
+    const size_t at = r.output.find(section);
+    ASSERT_NE(at, std::string::npos) << section << r.output;
+    EXPECT_GT(at, last) << section;
+    last = at;
+  }
+  EXPECT_FALSE(absl::StrContains(r.output, "\nother:\n")) << r.output;
+  EXPECT_GT(r.output.find("  --gpu_memory_gb=80\n"), last) << r.output;
 }
 
 TEST(TallyTrain, SmallRunLogsWritesMetricsAndSamples) {
@@ -253,7 +272,7 @@ TEST(TallyModelBench, RowsGiveThePeakTheMatmulShareAndTheCeiling) {
 TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
   std::string json = ::testing::TempDir() + "/traffic.json";
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --global_batch_size=4 --steps=2 --eval_every=0 "
-                        "--sample_bytes=0 --traffic_json=" + json);
+                        "--sample_bytes=0 --report=full --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=1 x pp=1")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "measured on this host (wall clock), ms per step: the step; "
@@ -292,7 +311,7 @@ TEST(TallyTrain, DataParallelRunPrintsTheTrafficReportAndWritesJson) {
 TEST(TallyTrain, ZeroThreeEvaluatesSamplesAndSavesAWholeCheckpoint) {
   std::string ckpt = ::testing::TempDir() + "/zero3.safetensors";
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --zero=3 --global_batch_size=4 --steps=2 "
-                        "--eval_every=1 --sample_bytes=16 --save=" + ckpt);
+                        "--eval_every=1 --sample_bytes=16 --report=full --save=" + ckpt);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto count = [&](const std::string& needle) {
     size_t n = 0;
@@ -314,7 +333,7 @@ TEST(TallyTrain, ZeroThreeEvaluatesSamplesAndSavesAWholeCheckpoint) {
 TEST(TallyTrain, TensorParallelRunReportsPerLayerRows) {
   std::string json = ::testing::TempDir() + "/tp.json";
   Result r = RunCommand(kTrain + kTiny + " --dp=2 --tp=2 --sequence_parallel --global_batch_size=4 "
-                        "--steps=2 --eval_every=0 --sample_bytes=8 --traffic_json=" + json);
+                        "--steps=2 --eval_every=0 --sample_bytes=8 --report=full --traffic_json=" + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp=2 (zero=0) x tp=2 x pp=1")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "tp        all_gather      ring   forward    layer0.attn")) << r.output;
@@ -331,7 +350,7 @@ TEST(TallyTrain, TensorParallelRunReportsPerLayerRows) {
 TEST(TallyTrain, PipelineRunShowsTheScheduleBoundariesAndBubble) {
   Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --pp=2 --global_batch_size=4 "
                         "--micro_batch_size=1 --schedule=gpipe --recompute --show_schedule "
-                        "--steps=2 --eval_every=2 --sample_bytes=8");
+                        "--steps=2 --eval_every=2 --sample_bytes=8 --report=full");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "stage 0 | F0 F1 F2 F3 .. .. B0 B1 B2 B3 |  20% idle")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "pp        sendrecv        ring   forward    stage0->1")) << r.output;
@@ -362,7 +381,7 @@ TEST(TallyTrain, ExpertParallelZeroRunMatchesTheSingleRank) {
   Result r = RunCommand(kTrain + kTiny + " --n_layer=2 --n_experts=4 --capacity_factor=1.25 "
                         "--dp=4 --ep=2 --tp=2 --zero=1 --order=dp-tp-pp --print_topology "
                         "--check_against_serial --global_batch_size=8 --steps=2 --eval_every=0 "
-                        "--sample_bytes=0");
+                        "--sample_bytes=0 --report=full");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "rank 0: dp 0 pp 0 tp 0 node 0 | dp group [0 1 2 3] | "
                                           "tp group [0 4] | pp group [0] | ep 0: ep group [0 1] | "
@@ -377,7 +396,7 @@ TEST(TallyTrain, ExpertParallelZeroRunMatchesTheSingleRank) {
 // at real size, the model states its formula's.
 TEST(TallyTrain, DryRunOfASevenBillionParameterModel) {
   Result r = RunCommand(kTrain + " --dry_run --n_layer=32 --n_embd=4096 --n_head=32 "
-                        "--seq_len=2048 --vocab_size=32000 --dp=4 --global_batch_size=4 --steps=1");
+                        "--seq_len=2048 --vocab_size=32000 --dp=4 --global_batch_size=4 --steps=1 --report=full");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "6583623680 parameters")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dry run (meta tensors: no values, no payload)")) << r.output;

@@ -59,7 +59,7 @@ std::vector<std::string> TrafficRows(const std::string& output) {
 TEST(MpiTrain, ThreeDRunIsBitIdenticalToTheThreadsRun) {
   const std::string flags = kTiny +
                             " --dp=2 --tp=2 --pp=2 --zero=1 --sequence_parallel --schedule=1f1b "
-                            "--global_batch_size=8 --micro_batch_size=2 --steps=3 --eval_every=3";
+                            "--global_batch_size=8 --micro_batch_size=2 --steps=3 --eval_every=3 --report=full";
   const std::string on_mpi = ::testing::TempDir() + "/mpi_metrics.json";
   const std::string on_threads = ::testing::TempDir() + "/threads_metrics.json";
   Result mpi = RunCommand(Mpirun(8, kTrain + " --backend=mpi" + flags + " --metrics_json=" + on_mpi));
@@ -91,7 +91,7 @@ TEST(MpiTrain, ThreeDRunIsBitIdenticalToTheThreadsRun) {
 // all-reduce books, row by row and link by link, what it books on threads.
 TEST(MpiTrain, PlacedNodesAndTheHierarchicalAllReduceBookTheThreadsBytes) {
   const std::string flags = kTiny + " --dp=4 --gpus_per_node=2 --allreduce=hierarchical "
-                                    "--global_batch_size=4 --steps=2 --eval_every=0";
+                                    "--global_batch_size=4 --steps=2 --eval_every=0 --report=full";
   Result mpi = RunCommand(Mpirun(4, kTrain + " --backend=mpi" + flags));
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   Result threads = RunCommand(kTrain + flags);
@@ -103,7 +103,7 @@ TEST(MpiTrain, PlacedNodesAndTheHierarchicalAllReduceBookTheThreadsBytes) {
 
 TEST(MpiTrain, NativeCollectivesAreMarkedModelled) {
   Result r = RunCommand(Mpirun(2, kTrain + " --backend=mpi --native_collectives --dp=2" + kTiny +
-                                      " --global_batch_size=4 --steps=2 --eval_every=0"));
+                                      " --global_batch_size=4 --steps=2 --eval_every=0 --report=full"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp        all_reduce      native backward")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "modelled as the ring's, not observed")) << r.output;

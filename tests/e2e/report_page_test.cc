@@ -104,15 +104,38 @@ TEST(ReportPage, A3DRunAndAComparisonInChromium) {
   const std::string page = dir + "/page_run3d.html", json = dir + "/page_run3d.json";
   Result run = RunCommand(kTrain + kTiny +
                           " --dp=2 --tp=2 --pp=2 --zero=1 --global_batch_size=8 "
-                          "--micro_batch_size=2 --report_html=" + page + " --traffic_json=" + json);
+                          "--micro_batch_size=2 --eval_every=2 --report_html=" + page + " --traffic_json=" + json);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "report page written to '" + page + "'")) << run.output;
 
   const Loaded loaded = Load(chromium, page, OutputDir() + "/report_page_3d.png");
   const std::string& dom = loaded.dom;
-  for (const char* section : {"config", "grid", "traffic", "memory", "time", "peers", "pipeline"}) {
-    EXPECT_TRUE(absl::StrContains(dom, absl::StrCat("<section id=\"", section, "\">"))) << section;
+  // The answer first, then the loss, then the details, in that order.
+  size_t last = 0;
+  for (const char* section : {"answer", "loss", "config", "grid", "traffic", "memory", "time",
+                              "peers", "pipeline"}) {
+    const size_t at = dom.find(absl::StrCat("<section id=\"", section, "\">"));
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GT(at, last) << section;
+    last = at;
   }
+  // The answer's bytes a step, a segment a group.
+  EXPECT_TRUE(absl::StrContains(dom, "class=\"bar answer-bytes\" data-run=\"dp=2 tp=2 pp=2 zero=1\" "
+                                     "data-part=\"dp\"")) << "the answer's dp segment";
+  for (const char* part : {"tp", "pp", "embedding"}) {
+    EXPECT_TRUE(absl::StrContains(dom, absl::StrCat("class=\"bar answer-bytes\" data-run=\"dp=2 tp=2 pp=2 "
+                                                    "zero=1\" data-part=\"", part, "\"")))
+        << part;
+  }
+  EXPECT_EQ(Count(dom, "class=\"bar answer-memory\""), 5);
+  EXPECT_EQ(Count(dom, "class=\"bar answer-time\""), 3);
+  EXPECT_TRUE(absl::StrContains(dom, "-bound on the modelled clock: ")) << "the verdict";
+  // The loss curve: a line of the run's steps and a circle an evaluation.
+  EXPECT_EQ(Count(dom, "class=\"loss\""), 1);
+  EXPECT_GE(Count(dom, "class=\"val-loss\""), 1);
+  // The grid as a picture, a cell a rank; its table folded.
+  EXPECT_EQ(Count(dom, "class=\"rank\""), 8);
+  EXPECT_TRUE(absl::StrContains(dom, "<details><summary>every rank's coordinates</summary>"));
   // The dp group's reduce-scatter: its measured bar carries the busiest rank's bytes, and
   // the exact formula's bar the same number.
   const int64_t scatter = Busiest(json, "dp", "reduce_scatter", "backward");
@@ -157,6 +180,9 @@ TEST(ReportPage, A3DRunAndAComparisonInChromium) {
   EXPECT_TRUE(absl::StrContains(side.dom, "data-row=\"dp all_gather forward\" data-run=\"zero=3\""));
   EXPECT_EQ(Count(side.dom, "class=\"peer\""), 2 * 16);
   EXPECT_EQ(Count(side.dom, "<tr class=\"differs\"><td>zero</td>"), 1);
+  // Only the keys that differ are shown; the rest are folded.
+  EXPECT_TRUE(absl::StrContains(side.dom, "(the same in every run)</summary>"));
+  EXPECT_EQ(Count(side.dom, "class=\"bar answer-bytes\""), 2);  // dp alone, in each run
   EXPECT_FALSE(absl::StrContains(side.log, "CONSOLE")) << side.log;
 }
 

@@ -325,7 +325,7 @@ TEST(TrainOptions, ChoicesAreParsedOnceWithTheirWords) {
   EXPECT_EQ(ParseOptimizer("lamb").status().message(), "[flags] --optimizer must be adamw or sgd, got 'lamb'");
   EXPECT_EQ(ParseBackend("gloo").status().message(),
             "[flags] --backend must be threads, mpi or nccl, got 'gloo'");
-  EXPECT_EQ(ParseReport("xml").status().message(), "[flags] --report must be text, json or csv, got 'xml'");
+  EXPECT_EQ(ParseReport("xml").status().message(), "[flags] --report must be text, full, json or csv, got 'xml'");
   EXPECT_EQ(ParseDevice("tpu").status().message(), "[flags] --device must be cpu or cuda, got 'tpu'");
   EXPECT_EQ(ParseAllReduce("native").status().message(),
             "[flags] --allreduce must be ring, naive or hierarchical, got 'native'");
