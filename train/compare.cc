@@ -56,19 +56,23 @@ absl::Status NotAReport(const std::string& path, const std::string& why) {
 // integers in [0, 2^53], exact in a double and summable in 64 bits; times are finite
 // milliseconds in [0, 1e15]. Anything else refuses the file, naming the field: no figure
 // wraps, goes negative or prints as inf.
-enum class Quantity { kCount, kMillis, kLoss };
+enum class Quantity { kCount, kMillis, kLoss, kShare };
 constexpr double kMaxCount = 9007199254740992.0;  // 2^53
 constexpr double kMaxMillis = 1e15;
 constexpr double kMaxLoss = 1e6;  // nats: a cross-entropy (and experts' auxiliary loss)
 
 absl::StatusOr<double> Checked(double x, Quantity q, const std::string& path, const std::string& field) {
   const bool count = q == Quantity::kCount;
-  const double most = count ? kMaxCount : q == Quantity::kMillis ? kMaxMillis : kMaxLoss;
+  const double most = count                   ? kMaxCount
+                      : q == Quantity::kMillis ? kMaxMillis
+                      : q == Quantity::kLoss   ? kMaxLoss
+                                               : 1.0;
   if (!std::isfinite(x) || x < 0 || x > most || (count && std::floor(x) != x)) {
     return NotAReport(path, absl::StrFormat("%s is %g; it must be %s", field, x,
                                             count                     ? "an integer in [0, 2^53]"
                                             : q == Quantity::kMillis ? "a finite number of ms in [0, 1e15]"
-                                                                      : "a finite loss in [0, 1e6]"));
+                                            : q == Quantity::kLoss   ? "a finite loss in [0, 1e6]"
+                                                                      : "a share in [0, 1]"));
   }
   return x;
 }
@@ -229,6 +233,59 @@ std::optional<double> Lookup(const Map& map, const std::string& key) {
   return double(it->second);
 }
 
+// The loss curve, where the report has one (not a dry run's, nor an older report's), and
+// the verdict, into `run`.
+absl::Status ParseLossesAndVerdict(const JsonValue& doc, const std::string& path, RunReport& run) {
+  if (const JsonValue* losses = doc.Find("losses"); losses != nullptr) {
+    ASSIGN_OR_RETURN(const double first, NumberAt(doc, "first_step", path, "the report"));
+    run.first_step = int64_t(first);
+    if (losses->kind != JsonValue::Kind::kArray) return NotAReport(path, "\"losses\" is not an array");
+    for (size_t i = 0; i < losses->numbers.size(); ++i) {
+      ASSIGN_OR_RETURN(const double loss, Checked(losses->numbers[i], Quantity::kLoss, path,
+                                                  absl::StrCat("loss ", i)));
+      run.losses.push_back(loss);
+    }
+    const JsonValue* val = doc.Find("val_losses");
+    for (size_t i = 0; val != nullptr && i < val->array.size(); ++i) {
+      const std::string where = absl::StrCat("validation loss ", i);
+      ASSIGN_OR_RETURN(const double step, NumberAt(val->array[i], "step", path, where));
+      ASSIGN_OR_RETURN(const double loss, NumberAt(val->array[i], "loss", path, where, Quantity::kLoss));
+      run.val_losses.push_back({step, loss});
+    }
+  }
+  if (const JsonValue* verdict = doc.Find("verdict"); verdict != nullptr) {
+    const JsonValue* bound = verdict->Find("bound");
+    ASSIGN_OR_RETURN(const double share, NumberAt(*verdict, "exposed_share", path, "the verdict",
+                                                  Quantity::kShare));
+    ASSIGN_OR_RETURN(const double rank, NumberAt(*verdict, "rank", path, "the verdict"));
+    if (bound == nullptr || (bound->string != "compute" && bound->string != "communication")) {
+      return NotAReport(path, "the verdict's \"bound\" is not compute or communication");
+    }
+    run.verdict = absl::StrFormat("%s-bound on the modelled clock: %.0f%% of rank %d's step exposed",
+                                  bound->string, 100 * share, int64_t(rank));
+  }
+  return absl::OkStatus();
+}
+
+// Where the runs' models differ: each model key that does, with its value in every run
+// (Comparison::models_differ); "" for runs of one model.
+std::string ModelsDiffer(const std::vector<RunReport>& runs) {
+  std::vector<std::string> models;
+  for (const char* key : kModelKeys) {
+    std::vector<std::string> values;
+    for (const RunReport& run : runs) {
+      auto it = run.config.find(key);
+      values.push_back(it == run.config.end() ? "(none)" : it->second);
+    }
+    if (std::set<std::string>(values.begin(), values.end()).size() > 1) {
+      models.push_back(absl::StrCat(key, " ", absl::StrJoin(values, " / ")));
+    }
+  }
+  if (models.empty()) return "";
+  return absl::StrCat("the runs are of different models (", absl::StrJoin(models, "; "),
+                      "): their bytes and memory change with the model as well as with the layout");
+}
+
 }  // namespace
 
 absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::string& path) {
@@ -263,35 +320,7 @@ absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::strin
   for (const auto& [key, value] : config->object) run.config[key] = AsText(value);
   ASSIGN_OR_RETURN(double steps, NumberAt(*doc, "steps", path, "the report"));
   run.steps = int64_t(steps);
-  // The loss curve, where the report has one (not a dry run's, nor an older report's).
-  if (const JsonValue* losses = doc->Find("losses"); losses != nullptr) {
-    ASSIGN_OR_RETURN(const double first, NumberAt(*doc, "first_step", path, "the report"));
-    run.first_step = int64_t(first);
-    if (losses->kind != JsonValue::Kind::kArray) return NotAReport(path, "\"losses\" is not an array");
-    for (size_t i = 0; i < losses->numbers.size(); ++i) {
-      ASSIGN_OR_RETURN(const double loss, Checked(losses->numbers[i], Quantity::kLoss, path,
-                                                  absl::StrCat("loss ", i)));
-      run.losses.push_back(loss);
-    }
-    const JsonValue* val = doc->Find("val_losses");
-    for (size_t i = 0; val != nullptr && i < val->array.size(); ++i) {
-      const std::string where = absl::StrCat("validation loss ", i);
-      ASSIGN_OR_RETURN(const double step, NumberAt(val->array[i], "step", path, where));
-      ASSIGN_OR_RETURN(const double loss, NumberAt(val->array[i], "loss", path, where, Quantity::kLoss));
-      run.val_losses.push_back({step, loss});
-    }
-  }
-  if (const JsonValue* verdict = doc->Find("verdict"); verdict != nullptr) {
-    const JsonValue* bound = verdict->Find("bound");
-    ASSIGN_OR_RETURN(const double share, NumberAt(*verdict, "exposed_share", path, "the verdict",
-                                                  Quantity::kLoss));
-    ASSIGN_OR_RETURN(const double rank, NumberAt(*verdict, "rank", path, "the verdict"));
-    if (bound == nullptr || (bound->string != "compute" && bound->string != "communication")) {
-      return NotAReport(path, "the verdict's \"bound\" is not compute or communication");
-    }
-    run.verdict = absl::StrFormat("%s-bound on the modelled clock: %.0f%% of rank %d's step exposed",
-                                  bound->string, 100 * share, int64_t(rank));
-  }
+  RETURN_IF_ERROR(ParseLossesAndVerdict(*doc, path, run));
   if (ranks->array.size() > size_t(TrainOptions::kMaxRanks)) {
     return NotAReport(path, absl::StrCat(ranks->array.size(), " ranks; tally runs at most ",
                                          TrainOptions::kMaxRanks));
@@ -314,23 +343,7 @@ absl::StatusOr<RunReport> ReadRunReport(const std::string& path) {
 absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
   if (runs.empty()) return absl::InvalidArgumentError(absl::StrCat(kWho, " no runs to compare"));
   Comparison c;
-  // Runs of different models: each model key that differs, with its value in every run.
-  std::vector<std::string> models;
-  for (const char* key : kModelKeys) {
-    std::vector<std::string> values;
-    for (const RunReport& run : runs) {
-      auto it = run.config.find(key);
-      values.push_back(it == run.config.end() ? "(none)" : it->second);
-    }
-    if (std::set<std::string>(values.begin(), values.end()).size() > 1) {
-      models.push_back(absl::StrCat(key, " ", absl::StrJoin(values, " / ")));
-    }
-  }
-  if (!models.empty()) {
-    c.models_differ = absl::StrCat("the runs are of different models (", absl::StrJoin(models, "; "),
-                                   "): their bytes and memory change with the model as well as "
-                                   "with the layout");
-  }
+  c.models_differ = ModelsDiffer(runs);
   // Labels: the keys whose values differ, in the config's (alphabetical) order.
   std::set<std::string> keys;
   for (const RunReport& run : runs) {

@@ -10,6 +10,21 @@
 
 namespace tally::train {
 
+namespace {
+
+// The training loss of each step of this run from first_step, and the evaluations'.
+void WriteLosses(const ReportInputs& in, JsonWriter& w) {
+  w.Key("first_step").Int(in.first_step).Key("losses").BeginArray();
+  for (const float loss : in.losses) w.Double(loss);
+  w.EndArray().Key("val_losses").BeginArray();
+  for (const auto& [step, loss] : in.val_losses) {
+    w.BeginObject().Key("step").Int(step).Key("loss").Double(loss).EndObject();
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
 std::string ReportJson(const ReportInputs& in) {
   const TrainOptions& o = in.options;
   const comm::Nodes nodes = NodesOf(in);
@@ -44,16 +59,7 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
   w.Key("steps").Int(in.steps);
-  if (!o.dry_run) {  // a dry run computes no loss
-    // The training loss of each step of this run from first_step, and the evaluations'.
-    w.Key("first_step").Int(in.first_step).Key("losses").BeginArray();
-    for (const float loss : in.losses) w.Double(loss);
-    w.EndArray().Key("val_losses").BeginArray();
-    for (const auto& [step, loss] : in.val_losses) {
-      w.BeginObject().Key("step").Int(step).Key("loss").Double(loss).EndObject();
-    }
-    w.EndArray();
-  }
+  if (!o.dry_run) WriteLosses(in, w);  // a dry run computes no loss
   const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
   const std::vector<MeasuredWaits> measured = MeasuredRun(in);
   w.Key("modelled_cluster").BeginObject().Key("name").String(o.ModelledClusterName());

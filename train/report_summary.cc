@@ -280,6 +280,32 @@ std::string MemoryLines(const ReportInputs& in) {
   return out;
 }
 
+// The pipeline's bubble: the theory's, and the idlest stage's on each clock it has.
+std::string BubbleLine(const ReportInputs& in, const std::vector<ReplayedRank>* modelled,
+                       bool measured) {
+  const TrainOptions& o = in.options;
+  const bool interleaved = o.schedule == parallel::PipelineSchedule::kInterleaved;
+  std::string line = absl::StrFormat(
+      "pipeline bubble (%s, pp=%d, m=%d; the idlest stage): theory %.3f", parallel::Name(o.schedule),
+      o.pp, o.accumulation_steps(),
+      parallel::TheoreticalBubble(o.pp, o.accumulation_steps(), interleaved ? o.virtual_stages : 1));
+  if (modelled != nullptr) {
+    double most = 0;
+    for (const ReplayedRank& r : *modelled) most = std::max(most, r.seconds > 0 ? r.idle_s / r.seconds : 0);
+    absl::StrAppendFormat(&line, ", modelled %.3f", most);
+  }
+  if (measured && in.step_nanos.size() == in.traffic.size()) {
+    double most = 0;
+    for (size_t r = 0; r < in.step_nanos.size(); ++r) {
+      if (in.step_nanos[r] > 0) {
+        most = std::max(most, 1.0 - double(in.busy_nanos[r]) / double(in.step_nanos[r]));
+      }
+    }
+    absl::StrAppendFormat(&line, ", measured %.3f", most);
+  }
+  return line + "\n";
+}
+
 // The step split of the slowest rank on both clocks, the bubble and the verdict.
 std::string TimeLines(const ReportInputs& in) {
   const TrainOptions& o = in.options;
@@ -313,28 +339,7 @@ std::string TimeLines(const ReportInputs& in) {
         "%.1f\n",
         t.step_ms, slow, t.compute_ms, t.exposed_ms, t.idle_ms);
   }
-  if (o.pp > 1) {
-    const bool interleaved = o.schedule == parallel::PipelineSchedule::kInterleaved;
-    std::string line = absl::StrFormat(
-        "pipeline bubble (%s, pp=%d, m=%d; the idlest stage): theory %.3f", parallel::Name(o.schedule),
-        o.pp, o.accumulation_steps(),
-        parallel::TheoreticalBubble(o.pp, o.accumulation_steps(), interleaved ? o.virtual_stages : 1));
-    if (replayed) {
-      double most = 0;
-      for (const ReplayedRank& r : *modelled) most = std::max(most, r.seconds > 0 ? r.idle_s / r.seconds : 0);
-      absl::StrAppendFormat(&line, ", modelled %.3f", most);
-    }
-    if (measured && in.step_nanos.size() == in.traffic.size()) {
-      double most = 0;
-      for (size_t r = 0; r < in.step_nanos.size(); ++r) {
-        if (in.step_nanos[r] > 0) {
-          most = std::max(most, 1.0 - double(in.busy_nanos[r]) / double(in.step_nanos[r]));
-        }
-      }
-      absl::StrAppendFormat(&line, ", measured %.3f", most);
-    }
-    out += line + "\n";
-  }
+  if (o.pp > 1) out += BubbleLine(in, replayed ? &*modelled : nullptr, measured);
   if (replayed) {
     const auto [rank, exposed] = WorstModelled(*modelled);
     out += absl::StrFormat(

@@ -43,11 +43,11 @@ void ExpectRefused(const std::string& command, const std::string& message) {
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << command << ": " << r.output;
 }
 
-// A two-rank report, written once for the tests below.
+// A two-rank report (with an evaluation), written once for the tests below.
 const std::string& Report() {
   static const std::string path = [] {
     const std::string p = Temp("two_ranks.json");
-    const Result r = RunCommand(kTrain + kTiny + " --dp=2 --steps=1 --traffic_json=" + p);
+    const Result r = RunCommand(kTrain + kTiny + " --dp=2 --steps=1 --eval_every=1 --traffic_json=" + p);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return p;
   }();
@@ -143,6 +143,11 @@ TEST(BadFiles, EveryNumberOfAReportIsOneTallyCouldHaveWritten) {
       {std::regex("\"rank\":0,\"dp\":0"), "\"rank\":0,\"dp\":100000", "tally runs at most 4096 ranks"},
       {std::regex("\"step_ms\":[0-9.e+-]+"), "\"step_ms\":-1", "time \"step_ms\" is -1; it must be a finite number of ms"},
       {std::regex("\"compute_ms\":[0-9.e+-]+"), "\"compute_ms\":1e999", "time \"compute_ms\" is inf"},
+      // The loss curve and the verdict the page draws.
+      {std::regex("\"losses\":\\[[0-9.e+-]+"), "\"losses\":[-3", "loss 0 is -3; it must be a finite loss in [0, 1e6]"},
+      {std::regex("\"loss\":[0-9.e+-]+"), "\"loss\":1e999", "validation loss 0's \"loss\" is inf"},
+      {std::regex("\"exposed_share\":[0-9.e+-]+"), "\"exposed_share\":2", "it must be a share in [0, 1]"},
+      {std::regex("\"bound\":\"[a-z]+\""), "\"bound\":\"memory\"", "the verdict's \"bound\" is not compute or communication"},
       // Bytes that are not UTF-8, raw or escaped, are refused before they reach any output.
       {std::regex("\"group\":\"dp\""), "\"group\":\"dp\\ud800\"", "a high surrogate without its low surrogate"},
       {std::regex("\"group\":\"dp\""), "\"group\":\"dp\\udc00\"", "a lone low surrogate"},
