@@ -286,6 +286,39 @@ std::string ModelsDiffer(const std::vector<RunReport>& runs) {
                       "): their bytes and memory change with the model as well as with the layout");
 }
 
+// Runs of one configuration (the same config and steps), given more than once: their
+// measured time's spread (Comparison::repeats).
+std::vector<Comparison::Repeats> RepeatsOf(const std::vector<RunReport>& runs) {
+  std::vector<Comparison::Repeats> repeats;
+  std::vector<bool> grouped(runs.size(), false);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (grouped[i]) continue;
+    Comparison::Repeats group;
+    for (size_t j = i; j < runs.size(); ++j) {
+      if (!grouped[j] && runs[j].config == runs[i].config && runs[j].steps == runs[i].steps) {
+        group.runs.push_back(j);
+        grouped[j] = true;
+      }
+    }
+    if (group.runs.size() < 2) continue;
+    for (const char* part : kTime) {
+      std::vector<double> busiest;  // per run
+      for (const size_t r : group.runs) {
+        const Comparison::Cell cell =
+            CellOf(runs[r], [&](const RunReport::Rank& k) { return Lookup(k.time, part); });
+        if (cell.present) busiest.push_back(cell.max);
+      }
+      if (busiest.size() != group.runs.size()) continue;  // a run without measured time
+      std::sort(busiest.begin(), busiest.end());
+      const size_t n = busiest.size();
+      const double median = n % 2 == 1 ? busiest[n / 2] : (busiest[n / 2 - 1] + busiest[n / 2]) / 2;
+      group.time.push_back({part, busiest.front(), median, busiest.back()});
+    }
+    if (!group.time.empty()) repeats.push_back(std::move(group));
+  }
+  return repeats;
+}
+
 }  // namespace
 
 absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::string& path) {
@@ -414,33 +447,7 @@ absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
     add_row(Comparison::kModelled, part,
             [&](const RunReport::Rank& r) { return Lookup(r.modelled_time, part); });
   }
-  // Runs of one configuration: their measured time's spread.
-  std::vector<bool> grouped(runs.size(), false);
-  for (size_t i = 0; i < runs.size(); ++i) {
-    if (grouped[i]) continue;
-    Comparison::Repeats group;
-    for (size_t j = i; j < runs.size(); ++j) {
-      if (!grouped[j] && runs[j].config == runs[i].config && runs[j].steps == runs[i].steps) {
-        group.runs.push_back(j);
-        grouped[j] = true;
-      }
-    }
-    if (group.runs.size() < 2) continue;
-    for (const char* part : kTime) {
-      std::vector<double> busiest;  // per run
-      for (const size_t r : group.runs) {
-        const Comparison::Cell cell =
-            CellOf(runs[r], [&](const RunReport::Rank& k) { return Lookup(k.time, part); });
-        if (cell.present) busiest.push_back(cell.max);
-      }
-      if (busiest.size() != group.runs.size()) continue;  // a run without measured time
-      std::sort(busiest.begin(), busiest.end());
-      const size_t n = busiest.size();
-      const double median = n % 2 == 1 ? busiest[n / 2] : (busiest[n / 2 - 1] + busiest[n / 2]) / 2;
-      group.time.push_back({part, busiest.front(), median, busiest.back()});
-    }
-    if (!group.time.empty()) c.repeats.push_back(std::move(group));
-  }
+  c.repeats = RepeatsOf(runs);
   // A time row no run has says nothing.
   c.rows.erase(std::remove_if(c.rows.begin(), c.rows.end(),
                               [](const Comparison::Row& row) {

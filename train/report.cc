@@ -211,47 +211,11 @@ std::string RoutingTable(const ReportInputs& in) {
   return out;
 }
 
-std::string FormatReport(const ReportInputs& in) {
-  const std::map<comm::LedgerKey, Row> rows = Rows(in);
+// Memory per rank next to its formula: the peaks by category, the formula's, the seed's
+// fp16 figure, a rank over the modelled GPU, and what evaluation and sampling held.
+std::string MemoryTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
-  // With more than one node, the bytes of each row that crossed one.
-  const bool nodes = NodesOf(in).count() > 1;
-  std::string out = absl::StrFormat(
-      "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
-      "per rank, min..max over ranks%s)\n"
-      "%-9s %-15s %-6s %-10s %-17s %6s %22s%s %22s %14s %14s %14s\n",
-      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), PrecisionWords(o),
-      nodes ? "; inter-node: the part that crossed a node" : "", "group", "op", "algo", "phase",
-      "scope", "calls", "measured", nodes ? absl::StrFormat(" %22s", "inter-node") : "",
-      "exact formula", "seed formula", "measured/seed", "busbw GB/s");
-  for (const auto& [key, row] : rows) {
-    int64_t seed = SeedSent(in, key);
-    out += absl::StrFormat(
-        "%-9s %-15s %-6s %-10s %-17s %6d %22s%s %22s %14s %14s %14s\n", key.group,
-        comm::Name(key.primitive), AlgoColumn(key.algorithm), comm::Name(key.phase),
-        key.label.empty() ? "-" : key.label, row.calls, Range(row.sent_min, row.sent_max),
-        nodes ? absl::StrFormat(" %22s", Range(row.inter_min, row.inter_max)) : "",
-        row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
-        seed >= 0 ? absl::StrCat(seed) : "-",
-        seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-",
-        o.dry_run ? "-" : BandwidthRange(row));  // a dry run moves no payload
-  }
-  if (nodes) out += LinkTable(in);
-  out += ModelledTable(in);
-  for (const auto& [key, row] : rows) {
-    if (!Modelled(key)) continue;
-    out += "algo native: MPI's own collectives (--native_collectives); MPI does not tell what "
-           "they move, so their bytes are modelled as the ring's, not observed\n";
-    break;
-  }
-  // The two clocks: measured (none for a dry run, whose code computes nothing), then
-  // modelled, who waited for whom in both, and the verdict, which is the modelled clock's.
-  if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
-  if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
-  out += ReplayTable(in);
-  out += WaitsTable(in);
-  out += Verdict(in);
-  out += RoutingTable(in);
+  std::string out;
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));
   const int64_t master = precision.master_weights() ? 4 : 0;
@@ -314,6 +278,51 @@ std::string FormatReport(const ReportInputs& in) {
                            "peaks above are the training steps'\n",
                            eval_peak, eval_rank);
   }
+  return out;
+}
+
+std::string FormatReport(const ReportInputs& in) {
+  const std::map<comm::LedgerKey, Row> rows = Rows(in);
+  const TrainOptions& o = in.options;
+  // With more than one node, the bytes of each row that crossed one.
+  const bool nodes = NodesOf(in).count() > 1;
+  std::string out = absl::StrFormat(
+      "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
+      "per rank, min..max over ranks%s)\n"
+      "%-9s %-15s %-6s %-10s %-17s %6s %22s%s %22s %14s %14s %14s\n",
+      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), PrecisionWords(o),
+      nodes ? "; inter-node: the part that crossed a node" : "", "group", "op", "algo", "phase",
+      "scope", "calls", "measured", nodes ? absl::StrFormat(" %22s", "inter-node") : "",
+      "exact formula", "seed formula", "measured/seed", "busbw GB/s");
+  for (const auto& [key, row] : rows) {
+    int64_t seed = SeedSent(in, key);
+    out += absl::StrFormat(
+        "%-9s %-15s %-6s %-10s %-17s %6d %22s%s %22s %14s %14s %14s\n", key.group,
+        comm::Name(key.primitive), AlgoColumn(key.algorithm), comm::Name(key.phase),
+        key.label.empty() ? "-" : key.label, row.calls, Range(row.sent_min, row.sent_max),
+        nodes ? absl::StrFormat(" %22s", Range(row.inter_min, row.inter_max)) : "",
+        row.exact_known ? Range(row.exact_min, row.exact_max) : "-",
+        seed >= 0 ? absl::StrCat(seed) : "-",
+        seed > 0 ? absl::StrFormat("%.3f", double(row.sent_max) / double(seed)) : "-",
+        o.dry_run ? "-" : BandwidthRange(row));  // a dry run moves no payload
+  }
+  if (nodes) out += LinkTable(in);
+  out += ModelledTable(in);
+  for (const auto& [key, row] : rows) {
+    if (!Modelled(key)) continue;
+    out += "algo native: MPI's own collectives (--native_collectives); MPI does not tell what "
+           "they move, so their bytes are modelled as the ring's, not observed\n";
+    break;
+  }
+  // The two clocks: measured (none for a dry run, whose code computes nothing), then
+  // modelled, who waited for whom in both, and the verdict, which is the modelled clock's.
+  if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
+  if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
+  out += ReplayTable(in);
+  out += WaitsTable(in);
+  out += Verdict(in);
+  out += RoutingTable(in);
+  out += MemoryTable(in);
   return out;
 }
 

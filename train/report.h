@@ -91,6 +91,10 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);
 
 // Per rank, the bytes it sent inside its node and across nodes, over the run.
 std::string LinkTable(const ReportInputs& in);
+// Per rank, the peak bytes by category next to the formula's (PredictedMemory), the seed's
+// fp16 model states for the grid, the fullest rank against the modelled GPU, and what
+// evaluation and sampling held outside the training peaks.
+std::string MemoryTable(const ReportInputs& in);
 // Per row, the time its messages would take on the options' modelled cluster (the α-β
 // model per link class, runtime/comm/nodes.h) on the busiest rank, and per group the sum.
 std::string ModelledTable(const ReportInputs& in);

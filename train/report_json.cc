@@ -23,13 +23,10 @@ void WriteLosses(const ReportInputs& in, JsonWriter& w) {
   w.EndArray();
 }
 
-}  // namespace
-
-std::string ReportJson(const ReportInputs& in) {
+// The run's configuration: "config" (the model, the grid, the links, the precision).
+void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w) {
   const TrainOptions& o = in.options;
-  const comm::Nodes nodes = NodesOf(in);
-  JsonWriter w;
-  w.BeginObject().Key("config").BeginObject();
+  w.Key("config").BeginObject();
   w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
   w.Key("vocab_size").Int(o.model.vocab_size);
@@ -58,6 +55,117 @@ std::string ReportJson(const ReportInputs& in) {
   w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
+}
+
+// World rank r's rows: "traffic", a row a ledger key, with its formulas' bytes.
+void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonWriter& w) {
+  const TrainOptions& o = in.options;
+  std::map<comm::LedgerKey, comm::TransferTotals> totals;
+  for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
+    totals[key_peer.first].bytes_sent += t.bytes_sent;
+    totals[key_peer.first].bytes_recv += t.bytes_recv;
+  }
+  std::map<comm::LedgerKey, comm::LinkBytes> links = SentByKey(in, nodes, r);
+  std::map<comm::LedgerKey, comm::LinkSeconds> modelled =
+      in.traffic[r].ModelledSeconds(nodes, o.cluster);
+  w.Key("traffic").BeginArray();
+  for (const auto& [key, c] : in.traffic[r].calls()) {
+    w.BeginObject();
+    w.Key("group").String(key.group).Key("op").String(comm::Name(key.primitive));
+    w.Key("algorithm").String(comm::Name(key.algorithm)).Key("phase").String(comm::Name(key.phase));
+    w.Key("scope").String(key.label).Key("calls").Int(c.calls);
+    w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
+    w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
+    w.Key("modelled_seconds").Double(modelled[key].total());
+    w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
+    w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
+    if (const int64_t exact = ExactSent(in, key, r); exact >= 0) {
+      w.Key("exact_bytes_sent").Int(exact);
+    }
+    if (const int64_t seed = SeedSent(in, key); seed >= 0) w.Key("seed_bytes_sent").Int(seed);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// World rank r's step on the measured clock ("time", not in a dry run) and its last step
+// on the modelled one ("modelled_time").
+void WriteTimes(const ReportInputs& in, size_t r, const std::vector<MeasuredWaits>& measured,
+                const absl::StatusOr<std::vector<ReplayedRank>>& replayed, JsonWriter& w) {
+  const TrainOptions& o = in.options;
+  if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) {  // the measured clock
+    const RankTime t = TimeOf(in, int(r));
+    w.Key("time").BeginObject().Key("clock").String("measured").Key("step_ms").Double(t.step_ms);
+    w.Key("compute_ms").Double(t.compute_ms).Key("comm_exposed_ms").Double(t.exposed_ms);
+    w.Key("comm_hidden_ms").Double(t.hidden_ms).Key("idle_ms").Double(t.idle_ms);
+    if (in.cpu_nanos.size() == in.train_nanos.size()) {
+      w.Key("cpu_ms").Double(double(in.cpu_nanos[r]) / 1e6 / double(std::max<int64_t>(1, in.steps)));
+    }
+    if (r < measured.size()) {
+      w.Key("last_step").BeginObject();
+      w.Key("comm_exposed_ms").Double(measured[r].exposed_s * 1e3);
+      w.Key("comm_waiting_ms").Double(measured[r].waited.seconds * 1e3);
+      w.Key("waited_for_rank").Int(measured[r].waited.Most()).EndObject();
+    }
+    w.EndObject();
+  }
+  if (replayed.ok() && r < replayed->size()) {  // the modelled clock, the last step
+    const ReplayedRank& m = (*replayed)[r];
+    w.Key("modelled_time").BeginObject().Key("clock").String("modelled");
+    w.Key("step_ms").Double(m.seconds * 1e3).Key("compute_ms").Double(m.compute_s * 1e3);
+    w.Key("comm_exposed_ms").Double(m.exposed_s * 1e3).Key("idle_ms").Double(m.idle_s * 1e3);
+    w.Key("comm_waiting_ms").Double(m.waited.seconds * 1e3);
+    w.Key("waited_for_rank").Int(m.waited.Most()).EndObject();
+  }
+}
+
+// World rank r's peaks ("memory") and the formula's ("memory_formula").
+void WriteMemory(const ReportInputs& in, int r, JsonWriter& w) {
+  const MemoryLedger& m = in.memory[size_t(r)];
+  w.Key("memory").BeginObject();
+  w.Key("params").Int(m.peak(MemoryCategory::kParams)).Key("grads").Int(m.peak(MemoryCategory::kGrads));
+  w.Key("optimizer").Int(m.peak(MemoryCategory::kOptimizer));
+  w.Key("activations").Int(m.peak(MemoryCategory::kActivations));
+  w.Key("comm").Int(m.peak(MemoryCategory::kComm)).Key("peak_total").Int(m.peak_total());
+  // Evaluation and sampling, outside the training peaks (runtime/memory_ledger.h).
+  if (m.paused_peak_total() > 0) w.Key("eval_peak_total").Int(m.paused_peak_total());
+  w.EndObject();
+  const MemoryFormula f = PredictedMemory(in.options, r);
+  w.Key("memory_formula").BeginObject().Key("params").Int(f.params).Key("grads").Int(f.grads);
+  w.Key("optimizer").Int(f.optimizer);
+  if (f.activations >= 0) w.Key("activations").Int(f.activations);
+  w.EndObject();
+}
+
+// With experts, "routing": per layer the tokens each expert took a step (RoutingTable's
+// figures).
+void WriteRouting(const ReportInputs& in, JsonWriter& w) {
+  const int experts = in.options.model.n_experts;
+  if (experts > 0 && in.steps > 0 &&
+      in.expert_tokens.size() == size_t(in.options.model.n_layer) * experts) {
+    w.Key("routing").BeginArray();
+    for (int l = 0; l < in.options.model.n_layer; ++l) {
+      w.BeginObject();
+      w.Key("layer").Int(l);
+      w.Key("expert_tokens_per_step").BeginArray();
+      for (int e = 0; e < experts; ++e) {
+        w.Double(in.expert_tokens[size_t(l) * experts + e] / double(in.steps));
+      }
+      w.EndArray();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+}
+
+}  // namespace
+
+std::string ReportJson(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const comm::Nodes nodes = NodesOf(in);
+  JsonWriter w;
+  w.BeginObject();
+  WriteConfig(in, nodes, w);
   w.Key("steps").Int(in.steps);
   if (!o.dry_run) WriteLosses(in, w);  // a dry run computes no loss
   const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
@@ -73,23 +181,7 @@ std::string ReportJson(const ReportInputs& in) {
     w.Key("exposed_share").Double(share).Key("rank").Int(worst);
     w.Key("waited_for_rank").Int((*replayed)[size_t(worst)].waited.Most()).EndObject();
   }
-  const int experts = in.options.model.n_experts;
-  if (experts > 0 && in.steps > 0 &&
-      in.expert_tokens.size() == size_t(in.options.model.n_layer) * experts) {
-    // Per layer, the tokens each expert took per step (RoutingTable's figures).
-    w.Key("routing").BeginArray();
-    for (int l = 0; l < in.options.model.n_layer; ++l) {
-      w.BeginObject();
-      w.Key("layer").Int(l);
-      w.Key("expert_tokens_per_step").BeginArray();
-      for (int e = 0; e < experts; ++e) {
-        w.Double(in.expert_tokens[size_t(l) * experts + e] / double(in.steps));
-      }
-      w.EndArray();
-      w.EndObject();
-    }
-    w.EndArray();
-  }
+  WriteRouting(in, w);
   const std::vector<std::vector<int64_t>> peers = comm::PeerMatrix(in.traffic);
   // A rank records the same spans every step: the last step's are the last 1/steps of them.
   auto last_step = [&](const std::vector<Trainer::Span>& spans) {
@@ -108,71 +200,10 @@ std::string ReportJson(const ReportInputs& in) {
     const parallel::GridCoordinates at = o.topology().Of(int(r));
     w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(at.dp);
     w.Key("tp").Int(at.tp).Key("pp").Int(at.pp);
-    std::map<comm::LedgerKey, comm::TransferTotals> totals;
-    for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
-      totals[key_peer.first].bytes_sent += t.bytes_sent;
-      totals[key_peer.first].bytes_recv += t.bytes_recv;
-    }
-    std::map<comm::LedgerKey, comm::LinkBytes> links = SentByKey(in, nodes, int(r));
-    std::map<comm::LedgerKey, comm::LinkSeconds> modelled =
-        in.traffic[r].ModelledSeconds(nodes, o.cluster);
     w.Key("node").Int(nodes.node(int(r)));
-    w.Key("traffic").BeginArray();
-    for (const auto& [key, c] : in.traffic[r].calls()) {
-      w.BeginObject();
-      w.Key("group").String(key.group).Key("op").String(comm::Name(key.primitive));
-      w.Key("algorithm").String(comm::Name(key.algorithm)).Key("phase").String(comm::Name(key.phase));
-      w.Key("scope").String(key.label).Key("calls").Int(c.calls);
-      w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
-      w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
-      w.Key("modelled_seconds").Double(modelled[key].total());
-      w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
-      w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
-      if (const int64_t exact = ExactSent(in, key, int(r)); exact >= 0) {
-        w.Key("exact_bytes_sent").Int(exact);
-      }
-      if (const int64_t seed = SeedSent(in, key); seed >= 0) w.Key("seed_bytes_sent").Int(seed);
-      w.EndObject();
-    }
-    w.EndArray();
-    if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) {  // the measured clock
-      const RankTime t = TimeOf(in, int(r));
-      w.Key("time").BeginObject().Key("clock").String("measured").Key("step_ms").Double(t.step_ms);
-      w.Key("compute_ms").Double(t.compute_ms).Key("comm_exposed_ms").Double(t.exposed_ms);
-      w.Key("comm_hidden_ms").Double(t.hidden_ms).Key("idle_ms").Double(t.idle_ms);
-      if (in.cpu_nanos.size() == in.train_nanos.size()) {
-        w.Key("cpu_ms").Double(double(in.cpu_nanos[r]) / 1e6 / double(std::max<int64_t>(1, in.steps)));
-      }
-      if (r < measured.size()) {
-        w.Key("last_step").BeginObject();
-        w.Key("comm_exposed_ms").Double(measured[r].exposed_s * 1e3);
-        w.Key("comm_waiting_ms").Double(measured[r].waited.seconds * 1e3);
-        w.Key("waited_for_rank").Int(measured[r].waited.Most()).EndObject();
-      }
-      w.EndObject();
-    }
-    if (replayed.ok() && r < replayed->size()) {  // the modelled clock, the last step
-      const ReplayedRank& m = (*replayed)[r];
-      w.Key("modelled_time").BeginObject().Key("clock").String("modelled");
-      w.Key("step_ms").Double(m.seconds * 1e3).Key("compute_ms").Double(m.compute_s * 1e3);
-      w.Key("comm_exposed_ms").Double(m.exposed_s * 1e3).Key("idle_ms").Double(m.idle_s * 1e3);
-      w.Key("comm_waiting_ms").Double(m.waited.seconds * 1e3);
-      w.Key("waited_for_rank").Int(m.waited.Most()).EndObject();
-    }
-    const MemoryLedger& m = in.memory[r];
-    w.Key("memory").BeginObject();
-    w.Key("params").Int(m.peak(MemoryCategory::kParams)).Key("grads").Int(m.peak(MemoryCategory::kGrads));
-    w.Key("optimizer").Int(m.peak(MemoryCategory::kOptimizer));
-    w.Key("activations").Int(m.peak(MemoryCategory::kActivations));
-    w.Key("comm").Int(m.peak(MemoryCategory::kComm)).Key("peak_total").Int(m.peak_total());
-    // Evaluation and sampling, outside the training peaks (runtime/memory_ledger.h).
-    if (m.paused_peak_total() > 0) w.Key("eval_peak_total").Int(m.paused_peak_total());
-    w.EndObject();
-    const MemoryFormula f = PredictedMemory(o, int(r));
-    w.Key("memory_formula").BeginObject().Key("params").Int(f.params).Key("grads").Int(f.grads);
-    w.Key("optimizer").Int(f.optimizer);
-    if (f.activations >= 0) w.Key("activations").Int(f.activations);
-    w.EndObject();
+    WriteTraffic(in, nodes, int(r), w);
+    WriteTimes(in, r, measured, replayed, w);
+    WriteMemory(in, int(r), w);
     w.Key("peers").IntArray(peers[r]);
     if (in.spans != nullptr && r < in.spans->size() && !(*in.spans)[r].empty()) {
       w.Key("spans").BeginArray();
