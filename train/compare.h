@@ -34,6 +34,18 @@
 
 namespace tally::train {
 
+// What tally_compare's messages start with.
+inline constexpr char kCompareWho[] = "[tally_compare]";
+
+// The figures of a rank's report entry that are read and compared: its peak memory by
+// category, and its step's parts on each clock.
+inline constexpr const char* kReportMemory[] = {"params", "grads", "optimizer", "activations",
+                                                "comm", "peak_total"};
+inline constexpr const char* kReportTime[] = {"step_ms", "compute_ms", "comm_exposed_ms",
+                                              "comm_hidden_ms", "idle_ms"};
+inline constexpr const char* kReportModelledTime[] = {"step_ms", "compute_ms", "comm_exposed_ms",
+                                                      "comm_waiting_ms", "idle_ms"};
+
 struct RunReport {
   std::string path;
   std::map<std::string, std::string> config;  // every key of "config", its value as text
@@ -64,6 +76,7 @@ struct RunReport {
   std::vector<Rank> ranks;
 };
 
+// Reading and checking a report (report_reader.cc).
 // The report in `text` (`path` names it in errors). The text may start with tally_train's
 // log lines, as `tally_train --report=json > FILE` writes it: the report is the object on
 // the first line that starts with '{'.
