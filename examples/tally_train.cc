@@ -15,6 +15,7 @@
 #include "examples/example_main.h"
 #include "runtime/status_macros.h"
 #include "train/plan.h"
+#include "train/job.h"
 #include "train/trainer.h"
 
 namespace {

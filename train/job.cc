@@ -1,6 +1,7 @@
-// A training job (trainer.h's Train): one rank, or every rank on threads or MPI
-// processes; then, on rank 0, the report, the files it writes, and the check against a
-// single rank.
+// A training job (job.h): one rank, or every rank on threads or MPI processes; then, on
+// rank 0, the report, the files it writes, and the check against a single rank.
+
+#include "train/job.h"
 
 #include <algorithm>
 #include <atomic>

@@ -192,14 +192,4 @@ void SetIntraOpThreads(const TrainOptions& options, int ranks_here);
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc);
 
-// What can be known wrong about resolved, valid options before anything is allocated:
-// the input files are regular files, every output path can be written (where
-// `writes_outputs`: the process of rank 0), and `ranks_here` ranks of the run fit in this
-// machine's memory (on the CPU).
-absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bool writes_outputs);
-
-// Runs options.dp ranks (one when dp == 1) and prints, after the run, the traffic and
-// memory report of every rank; writes --traffic_json.
-absl::Status Train(const TrainOptions& options, std::ostream& log);
-
 }  // namespace tally::train
