@@ -13,8 +13,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "examples/example_main.h"
+#include "plan/plan.h"
 #include "runtime/status_macros.h"
-#include "train/plan.h"
 #include "train/job.h"
 #include "train/trainer.h"
 

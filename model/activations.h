@@ -1,6 +1,6 @@
 // The activation memory of tally's GPT as closed forms of the shape: what
 // gpt_activations.cc allocates (NewActivations, EnsureScratch), and what a planner predicts from the options alone
-// (train/report.h's PredictedMemory, tally_plan). One micro-batch of b sequences of T
+// (report/report.h's PredictedMemory, tally_plan). One micro-batch of b sequences of T
 // tokens, n = b·T rows, C channels, tp ranks of tensor parallelism (C/tp and 4C/tp the
 // split widths, nh/tp the heads), R rows between the split layers (n/tp under sequence
 // parallelism, else n), V_l the rank's vocabulary rows, on a chunk of L layers:

@@ -1,5 +1,5 @@
 // A rank's timeline: what it computed and communicated, in the order it did, so that a
-// run can be replayed on a modelled cluster (train/replay.h) — compute at the cluster's
+// run can be replayed on a modelled cluster (report/replay.h) — compute at the cluster's
 // FLOP rate, each message at its link's α-β cost, every wait where the run waited.
 //
 //   compute     the work the rank's kernels did (consecutive kernels' added up): their

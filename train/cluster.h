@@ -1,7 +1,7 @@
 // A modelled GPU cluster: what a GPU computes in a second (a roofline over each matmul's
 // size and the memory-bound passes' bytes) and the links between GPUs (α-β, one way,
-// with an achieved share). The planner (plan.h) and the replay of a run's timeline
-// (replay.h) time work on the same GpuModel, so that they agree.
+// with an achieved share). The planner (plan/plan.h) and the replay of a run's timeline
+// (report/replay.h) time work on the same GpuModel, so that they agree.
 //
 //   ClusterPreset a100 = LoadCluster("a100").value();
 //   a100.gpu.Seconds(work);   // a ComputeWork's seconds (runtime/timeline.h)

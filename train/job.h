@@ -1,7 +1,7 @@
 // A training job (job.cc): the checks made before anything is allocated, then one rank,
 // or every rank on threads or MPI processes; then, on rank 0, the report, the files it
 // writes, and the check against a single rank. The training loop (trainer.h) knows
-// nothing of it; the report (report.h) is what the job calls after the loop.
+// nothing of it; the report (report/report.h) is what the job calls after the loop.
 #pragma once
 
 #include <ostream>

@@ -88,7 +88,7 @@ struct TrainOptions {
   // threads backend's communication thread, runtime/comm/progress.h).
   bool overlap = false;
   std::string traffic_json;          // every rank's traffic and memory, as JSON
-  std::string report_html;           // the report as one self-contained page (report_page.h)
+  std::string report_html;           // the report as one self-contained page (report/page.h)
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero/zero.h): 0-3
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
@@ -140,7 +140,7 @@ struct TrainOptions {
   comm::Cluster cluster;
   // --cluster=a100|h100|FILE (train/cluster.h's ClusterPreset): its name, and its GPU
   // (the roofline compute is timed on); it also sets `cluster` and (unless given)
-  // gpus_per_node. The run (dry or real) is then replayed on it (train/replay.h).
+  // gpus_per_node. The run (dry or real) is then replayed on it (report/replay.h).
   std::string cluster_name;
   GpuModel cluster_gpu = {};
   // The cluster the report's modelled clock runs on: --cluster's, else the default

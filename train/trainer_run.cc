@@ -143,7 +143,7 @@ absl::Status Trainer::Run(std::ostream& out) {
   int64_t done = start_step_;  // steps trained, counted from the first
   bool stopped = false;         // by a signal, before the step every rank agreed on
   // A run of many ranks records its last training step's timeline (runtime/timeline.h):
-  // the report replays it on the modelled cluster (train/replay.h) and reads who waited
+  // the report replays it on the modelled cluster (report/replay.h) and reads who waited
   // for whom from its stamps. Evaluation, checkpoints and sampling are not in it.
   Timeline* timeline = world_ != nullptr ? &world_->ledger().timeline() : nullptr;
   ScopedTimeline kernels_record_into(timeline);

@@ -1,6 +1,6 @@
 // The work a rank's kernels count into its timeline (runtime/timeline.h), for a replay on
 // a modelled GPU (train/gpu_model.h): every device's kernels count the same work for the
-// same call, whatever they run, and the planner (train/plan_compute.cc) counts the same
+// same call, whatever they run, and the planner (plan/compute.cc) counts the same
 // for the same model.
 //
 // Matmuls, by each call's shape (an m×k by k×n product, `batch` of them in one call):

@@ -1,10 +1,12 @@
 // The README's code map is true: every file its "Where each strategy lives" table names
-// exists (`a/b.{h,cc}` names two).
+// exists (`a/b.{h,cc}` names two), and the layers it calls one-way include nothing of the
+// layers above them.
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -47,6 +49,40 @@ TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
     EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(TALLY_SOURCE_DIR) / path))
         << path << " is named in the README's code map but does not exist";
   }
+}
+
+// The folders that each folder's sources may not include from: the model knows nothing
+// of parallelism or training, parallelism nothing of training, the training loop nothing
+// of the analysis (the job, train/job.*, runs both), the report nothing of the planner.
+TEST(CodeMap, TheLayersAreOneWay) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layers = {
+      {"model", {"parallel/", "train/", "report/", "plan/"}},
+      {"parallel", {"train/", "report/", "plan/"}},
+      {"train", {"report/", "plan/"}},
+      {"report", {"plan/"}},
+  };
+  const std::regex include("^#include \"([^\"]+)\"");
+  int files = 0;
+  for (const auto& [folder, above] : layers) {
+    const std::filesystem::path root = std::filesystem::path(TALLY_SOURCE_DIR) / folder;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+      const std::string name = entry.path().filename().string();
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".h" && ext != ".cc" && ext != ".cu") continue;
+      if (folder == "train" && entry.path().stem() == "job") continue;
+      ++files;
+      std::ifstream in(entry.path());
+      std::smatch m;
+      for (std::string line; std::getline(in, line);) {
+        if (!std::regex_search(line, m, include)) continue;
+        for (const std::string& prefix : above) {
+          EXPECT_NE(m[1].str().rfind(prefix, 0), 0u)
+              << folder << "/" << name << " includes " << m[1] << ", a layer above it";
+        }
+      }
+    }
+  }
+  EXPECT_GE(files, 80);
 }
 
 TEST(CodeMap, PathsExpandBraces) {

@@ -11,9 +11,9 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/zero/sharding.h"
-#include "runtime/comm/ledger/exact_traffic.h"
+#include "report/report.h"
 #include "runtime/comm/launch.h"
-#include "train/report.h"
+#include "runtime/comm/ledger/exact_traffic.h"
 #include "tests/train/run_ranks.h"
 #include "train/trainer.h"
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "report/report.h"
 #include "tests/train/run_ranks.h"
-#include "train/report.h"
 
 namespace tally::train {
 namespace {

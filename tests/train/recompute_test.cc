@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "plan/plan.h"
+#include "report/report.h"
 #include "tests/train/run_ranks.h"
-#include "train/plan.h"
-#include "train/report.h"
 
 namespace tally::train {
 namespace {

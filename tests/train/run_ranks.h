@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "report/report.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/transport/nccl/nccl_transport.h"
-#include "train/report.h"
 #include "train/trainer.h"
 
 namespace tally::train {

@@ -11,8 +11,8 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/zero/sharding.h"
+#include "report/report.h"
 #include "runtime/comm/ledger/exact_traffic.h"
-#include "train/report.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {

@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "report/report.h"
 #include "tests/train/run_ranks.h"
-#include "train/report.h"
 
 namespace tally::train {
 namespace {

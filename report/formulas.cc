@@ -1,0 +1,281 @@
+// The report's traffic formulas (report.h): the exact bytes of each row and the seed
+// article's, from the options alone. The memory formulas are report/memory.cc.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/activations.h"
+#include "model/parameters.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/zero/sharding.h"
+#include "report/formulas.h"
+#include "report/report.h"
+#include "runtime/comm/ledger/exact_traffic.h"
+
+namespace tally::train {
+
+namespace {
+
+int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
+
+// The units ZeRO cuts world rank `rank`'s part into (parallel/zero/sharding.h): under expert parallelism
+// the experts' runs apart.
+std::vector<parallel::ZeroUnit> RankZeroUnits(const TrainOptions& o,
+                                              const model::ParameterLayout& layout) {
+  return parallel::ZeroUnits(layout, o.zero, o.ep > 1);
+}
+
+// The nodes of the ranks of world rank `rank`'s dp group, or (`experts`) of its edp group:
+// the hierarchical algorithm's bytes depend on them.
+std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
+  const TrainOptions& o = in.options;
+  const parallel::Topology grid = o.topology();
+  const std::vector<int> group = experts ? grid.EdpGroup(rank) : grid.DpGroup(rank);
+  return in.nodes != nullptr ? in.nodes->Of(group) : std::vector<int>(group.size(), 0);
+}
+
+// The per-token replicas' elements in the gradients the optimizer of world rank `rank`
+// sees: its part of the model, or its ZeRO shard of that.
+int64_t PerTokenElements(const TrainOptions& o, int rank) {
+  const model::ParameterLayout layout = o.RankLayout(rank);
+  std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
+  if (o.zero >= 1) {
+    const parallel::Sharding shard = RankSharding(o, layout, rank);
+    std::vector<model::TensorRange> mine;
+    for (const parallel::Sharding::Piece& p : shard.pieces()) {
+      for (const model::TensorRange& r : model::RangesIn(ranges, p.own.offset, p.own.end())) {
+        mine.push_back(r);
+      }
+    }
+    ranges = mine;
+  }
+  int64_t count = 0;
+  for (const model::TensorRange& r : ranges) count += layout.tp() > 1 && r.spec->per_token ? r.end - r.begin : 0;
+  return count;
+}
+
+// Bytes a pipeline boundary carries each way in a step (parallel/pipeline_schedule.h).
+// Under --pp_scatter_gather: a micro-batch's boundary tensor (b·s·h values) and tp rank
+// `tp_rank`'s chunk of it (partition.h's rule: the first n % tp chunks one more).
+struct Scattered {
+  int64_t whole = 0, count = 0;
+};
+Scattered ScatteredBoundary(const TrainOptions& o, int tp_rank) {
+  const int64_t whole = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+  return {whole, comm::ChunkOf(whole, o.tp, tp_rank).count};
+}
+
+int64_t BoundaryBytesPerStep(const TrainOptions& o) {
+  return parallel::BoundaryBytesPerStep(o.global_batch_size / o.dp, o.model.seq_len, o.model.n_embd,
+                                        o.sequence_parallel ? o.tp : 1, BytesOf(o).activations);
+}
+
+// ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
+int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
+  return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase,
+                                    o.StageRecompute());
+}
+
+// The tensor-parallel calls of the row (parallel/tensor_parallel.h) in a step of these
+// options, on world rank `rank` (whose ZeRO shard decides the per-token replicas' sum).
+std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOptions& o,
+                                                                   const comm::LedgerKey& key,
+                                                                   int rank) {
+  // The experts' split linears run as many rows as the routing sent them: no closed form.
+  if (key.label.ends_with(".experts")) return std::nullopt;
+  parallel::TensorParallelStep step;
+  step.sequence_parallel = o.sequence_parallel;
+  step.micro_batches = o.accumulation_steps();
+  step.rows = int64_t(o.micro_batch_size) * o.model.seq_len;
+  step.n_embd = o.model.n_embd;
+  step.recompute = o.StageRecompute();
+  step.recompute_layers = o.LayerRecompute();
+  step.activation_bytes = size_t(BytesOf(o).activations);
+  step.grad_bytes = size_t(BytesOf(o).grads);
+  if (key.label == "sequence_parallel") step.per_token_elements = PerTokenElements(o, rank);
+  return parallel::TensorParallelCallsPerStep(step, key.label, key.primitive, key.phase);
+}
+
+}  // namespace
+
+ValueBytes BytesOf(const TrainOptions& o) {
+  const model::Precision p = o.Precision();
+  return {int64_t(SizeOf(p.params)), int64_t(SizeOf(p.grads)), int64_t(SizeOf(p.grad_comm)),
+          int64_t(SizeOf(p.activations))};
+}
+
+parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLayout& layout,
+                                int rank) {
+  const int dp_rank = o.topology().Of(rank).dp;
+  return parallel::Sharding(RankZeroUnits(o, layout), {o.dp, dp_rank}, {o.dp / o.ep, dp_rank / o.ep});
+}
+
+int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
+  const TrainOptions& o = in.options;
+  const parallel::GridCoordinates at = o.topology().Of(rank);
+  const int dp_rank = at.dp, tp_rank = at.tp, pp_rank = at.pp;
+  auto scalar = [&](int group_size, int group_rank, size_t element) {  // one value a step
+    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, group_size,
+                                         group_rank, -1, 1, element).sent;
+  };
+  if (key.group == "pp") {
+    if (parallel::IsPipelineBoundary(key)) {
+      if (!o.ScatterGather()) return in.steps * BoundaryBytesPerStep(o);
+      // A tp rank's chunk of each micro-batch's boundary tensor.
+      return in.steps * o.accumulation_steps() * ScatteredBoundary(o, tp_rank).count *
+             BytesOf(o).activations;
+    }
+    if (key.primitive != comm::Primitive::kAllReduce) return -1;
+    if (key.label == "loss" && key.phase == comm::Phase::kOther) return scalar(o.pp, pp_rank, 4);
+    if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) return scalar(o.pp, pp_rank, 8);
+    return -1;
+  }
+  if (key.group == "embedding" && key.label == "tied_embedding" &&
+      key.primitive == comm::Primitive::kAllReduce) {
+    // wte's gradient between the first stage (rank 0 of the group) and the last; under
+    // ZeRO-2/3 the dp rank's chunk of it.
+    int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
+    if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, dp_rank).count;
+    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
+                                         pp_rank == 0 ? 0 : 1, -1, wte, BytesOf(o).grads).sent;
+  }
+  if (key.group == "tp" && o.ScatterGather() && key.primitive == comm::Primitive::kAllGather &&
+      parallel::ParseBoundaryScope(key.label).has_value()) {
+    // The receiving stage gathers each micro-batch's boundary tensor from its chunks.
+    return in.steps * o.accumulation_steps() *
+           comm::ExactTraffic(comm::Primitive::kAllGather, key.algorithm, o.tp, tp_rank, -1,
+                              ScatteredBoundary(o, tp_rank).whole, BytesOf(o).activations)
+               .sent;
+  }
+  if (key.group == "tp") {
+    std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, rank);
+    if (!p) return -1;
+    return in.steps * p->calls *
+           comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
+  }
+  if (key.primitive == comm::Primitive::kAllToAllV) {  // what the call's counts said
+    const auto& expected = in.traffic[size_t(rank)].expected();
+    const auto it = expected.find(key);
+    return it != expected.end() ? it->second : -1;
+  }
+  if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAll) {
+    // A layer's routing counts (scope layer{l}.counts): E int64 a micro-batch's forward,
+    // each rank its experts' E/N; a recomputed forward (a stage's or a layer's) counts
+    // again (backward).
+    const bool recomputed = key.phase == comm::Phase::kBackward && o.recompute;
+    if (key.phase != comm::Phase::kForward && !recomputed) return -1;
+    return in.steps * o.accumulation_steps() *
+           comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.ep, dp_rank % o.ep, -1,
+                              o.model.n_experts, 8).sent;
+  }
+  if (key.group == "ep" && key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
+    return scalar(o.ep, dp_rank % o.ep, 8);  // the experts' squares
+  }
+  // ZeRO's reduce-scatters (the gradients) and all-gathers (the parameters) of the units
+  // the row's group cuts: the dp group's, or under ep the edp group's (the experts').
+  auto zero_bytes = [&](bool experts, int ranks, int group_rank) -> int64_t {
+    if (ZeroCalls(o, key) == 0) return -1;
+    const std::vector<comm::Chunk> units =
+        parallel::ChunksOf(RankZeroUnits(o, o.RankLayout(rank)), experts);
+    const int64_t element = key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
+                                                                             : BytesOf(o).params;
+    return in.steps * parallel::ZeroBytesPerStep(units, o.zero, ranks, group_rank,
+                                                 o.accumulation_steps(), key.algorithm,
+                                                 key.primitive, key.phase, o.StageRecompute(), element,
+                                                 GroupNodes(in, rank, experts));
+  };
+  const bool zero_row = key.primitive == comm::Primitive::kReduceScatter ||
+                        key.primitive == comm::Primitive::kAllGather;
+  if (key.group == "edp" && zero_row) return zero_bytes(true, o.dp / o.ep, dp_rank / o.ep);
+  if (key.group == "edp" && key.primitive == comm::Primitive::kAllReduce &&
+      key.phase == comm::Phase::kBackward) {  // the experts' gradient buckets
+    const std::vector<comm::Chunk> experts = parallel::ExpertRanges(o.RankLayout(rank), true);
+    return in.steps * parallel::GradientSyncBytesPerStep(experts, o.dp / o.ep, dp_rank / o.ep,
+                                                         BucketBytes(o), key.algorithm,
+                                                         o.Precision().grad_comm,
+                                                         GroupNodes(in, rank, true));
+  }
+  if (key.group != "dp") return -1;
+  if (zero_row) return zero_bytes(false, o.dp, dp_rank);
+  // This rank's part of the model: the buffer the dp group reduces.
+  const model::ParameterLayout layout = o.RankLayout(rank);
+  const std::vector<int> nodes = GroupNodes(in, rank, false);
+  auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
+    return in.steps *
+           comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element, nodes).sent;
+  };
+  switch (key.primitive) {
+    case comm::Primitive::kAllReduce:
+      if (key.phase == comm::Phase::kBackward && o.ep > 1) {  // the non-expert buckets
+        return in.steps * parallel::GradientSyncBytesPerStep(parallel::ExpertRanges(layout, false),
+                                                             o.dp, dp_rank, BucketBytes(o),
+                                                             key.algorithm, o.Precision().grad_comm,
+                                                             nodes);
+      }
+      if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
+        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank,
+                                                             BucketBytes(o), key.algorithm,
+                                                             o.Precision().grad_comm, nodes);
+      }
+      if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
+      if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
+      return -1;
+    default:
+      return -1;
+  }
+}
+
+// The seed article's figure for the row, with the run's bytes a value (e: 4 in fp32, 2
+// in bf16 as the seed counts): an all-reduce of M bytes moves 2M; so 2Φ·e/tp per step
+// for the gradient all-reduce, and 2·b·s·h·e for each tensor-parallel all-reduce of the
+// activations (8bsh·e/2 per layer and step; b·s·h·e for each all-gather and
+// reduce-scatter of sequence parallelism); Φ·e/tp for each pass of ZeRO's
+// reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for ZeRO-3,
+// with one micro-batch).
+int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
+  const TrainOptions& o = in.options;
+  const int64_t element = key.primitive == comm::Primitive::kAllGather ? BytesOf(o).params
+                                                                       : BytesOf(o).grad_comm;
+  // The Φ the row's group sums or shards: the model's, or under expert parallelism the dp
+  // group's dense parameters and the edp group's experts of one ep rank (E/ep of each layer's).
+  int64_t phi = o.model.NumParams();
+  if (o.ep > 1) {
+    const int64_t c = o.model.n_embd;
+    const int64_t experts = int64_t(o.model.n_layer) * o.model.n_experts * (8 * c * c + 5 * c);
+    phi = key.group == "edp" ? experts / o.ep : phi - experts;
+  }
+  const int64_t part_bytes = in.steps * phi * element / (o.tp * o.pp);
+  if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV &&
+      (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward)) {
+    // The seed's balanced estimate: each all-to-all sends (N−1)/N of the micro-batch's
+    // b·s·k·h values (the rows leave as the activations' type, everything else fp32).
+    const bool rows_out = key.phase == comm::Phase::kForward && key.label.ends_with("dispatch");
+    const int64_t value = rows_out ? BytesOf(o).activations : 4;
+    const int64_t values = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.moe_top_k *
+                           o.model.n_embd;
+    return in.steps * o.accumulation_steps() * (o.ep - 1) * values / o.ep * value;
+  }
+  if (key.group == "tp") {
+    std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, 0);
+    if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
+        key.label == "sequence_parallel") {
+      return -1;
+    }
+    // An all-reduce of M bytes is 2M; an all-gather or reduce-scatter, its half, M.
+    const int64_t passes = key.primitive == comm::Primitive::kAllReduce ? 2 : 1;
+    return in.steps * p->calls * passes * p->count * int64_t(p->element);
+  }
+  if (parallel::IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
+  if (key.group != "dp" && key.group != "edp") return -1;
+  if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
+    return 2 * part_bytes;
+  }
+  // The seed's passes (it knows no recompute).
+  int calls = parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
+  return calls > 0 ? calls * part_bytes : -1;
+}
+
+}  // namespace tally::train

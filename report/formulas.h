@@ -1,0 +1,24 @@
+// What the report's traffic formulas (report/formulas.cc) and memory formulas
+// (report/memory.cc) share.
+#pragma once
+
+#include <cstdint>
+
+#include "model/parameters.h"
+#include "parallel/zero/sharding.h"
+#include "train/options.h"
+
+namespace tally::train {
+
+// Bytes a value of each kind of buffer takes (model/precision.h).
+struct ValueBytes {
+  int64_t params, grads, grad_comm, activations;
+};
+ValueBytes BytesOf(const TrainOptions& o);
+
+// World rank `rank`'s ZeRO shard of `layout`: the dense units cut over its dp group, the
+// experts' over its edp group (whose rank is the dp rank / ep; topology.h).
+parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLayout& layout,
+                                int rank);
+
+}  // namespace tally::train

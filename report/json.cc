@@ -1,0 +1,223 @@
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/pipeline_schedule.h"
+#include "report/replay.h"
+#include "report/report.h"
+#include "report/rows.h"
+#include "runtime/json_writer.h"
+
+namespace tally::train {
+
+namespace {
+
+// The training loss of each step of this run from first_step, and the evaluations'.
+void WriteLosses(const ReportInputs& in, JsonWriter& w) {
+  w.Key("first_step").Int(in.first_step).Key("losses").BeginArray();
+  for (const float loss : in.losses) w.Double(loss);
+  w.EndArray().Key("val_losses").BeginArray();
+  for (const auto& [step, loss] : in.val_losses) {
+    w.BeginObject().Key("step").Int(step).Key("loss").Double(loss).EndObject();
+  }
+  w.EndArray();
+}
+
+// The run's configuration: "config" (the model, the grid, the links, the precision).
+void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w) {
+  const TrainOptions& o = in.options;
+  w.Key("config").BeginObject();
+  w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
+  w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
+  w.Key("vocab_size").Int(o.model.vocab_size);
+  if (o.model.moe()) {
+    w.Key("n_experts").Int(o.model.n_experts).Key("moe_top_k").Int(o.model.moe_top_k);
+    w.Key("capacity_factor").Double(o.model.capacity_factor).Key("ep").Int(o.ep);
+  }
+  w.Key("sequence_parallel").Bool(o.sequence_parallel).Key("overlap").Bool(o.overlap);
+  w.Key("dry_run").Bool(o.dry_run);
+  w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
+  w.Key("allreduce").String(comm::Name(o.allreduce)).Key("bucket_mb").Double(o.bucket_mb);
+  w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
+  w.Key("schedule").String(parallel::Name(o.schedule)).Key("virtual_stages").Int(o.virtual_stages);
+  w.Key("recompute").Bool(o.recompute).Key("recompute_attention").Bool(o.recompute_attention);
+  w.Key("pp_scatter_gather").Bool(o.ScatterGather());
+  w.Key("zero").Int(o.zero);
+  w.Key("order").String(parallel::Name(o.order)).Key("nodes").Int(nodes.count());
+  w.Key("gpus_per_node").Int(nodes.gpus_per_node());
+  w.Key("link_intra_gbps").Double(o.cluster.intra.gbps);
+  w.Key("link_intra_latency_us").Double(o.cluster.intra.latency_us);
+  w.Key("link_intra_efficiency").Double(o.cluster.intra.efficiency);
+  w.Key("link_inter_gbps").Double(o.cluster.inter.gbps);
+  w.Key("link_inter_latency_us").Double(o.cluster.inter.latency_us);
+  w.Key("link_inter_efficiency").Double(o.cluster.inter.efficiency);
+  w.Key("precision").String(PrecisionName(o.precision)).Key("fp32_grad_accum").Bool(o.fp32_grad_accum);
+  w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
+  w.Key("params").Int(o.model.NumParams());
+  w.EndObject();
+}
+
+// World rank r's rows: "traffic", a row a ledger key, with its formulas' bytes.
+void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonWriter& w) {
+  const TrainOptions& o = in.options;
+  std::map<comm::LedgerKey, comm::TransferTotals> totals;
+  for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
+    totals[key_peer.first].bytes_sent += t.bytes_sent;
+    totals[key_peer.first].bytes_recv += t.bytes_recv;
+  }
+  std::map<comm::LedgerKey, comm::LinkBytes> links = SentByKey(in, nodes, r);
+  std::map<comm::LedgerKey, comm::LinkSeconds> modelled =
+      in.traffic[r].ModelledSeconds(nodes, o.cluster);
+  w.Key("traffic").BeginArray();
+  for (const auto& [key, c] : in.traffic[r].calls()) {
+    w.BeginObject();
+    w.Key("group").String(key.group).Key("op").String(comm::Name(key.primitive));
+    w.Key("algorithm").String(comm::Name(key.algorithm)).Key("phase").String(comm::Name(key.phase));
+    w.Key("scope").String(key.label).Key("calls").Int(c.calls);
+    w.Key("bytes_sent").Int(totals[key].bytes_sent).Key("bytes_recv").Int(totals[key].bytes_recv);
+    w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
+    w.Key("modelled_seconds").Double(modelled[key].total());
+    w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
+    w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
+    if (const int64_t exact = ExactSent(in, key, r); exact >= 0) {
+      w.Key("exact_bytes_sent").Int(exact);
+    }
+    if (const int64_t seed = SeedSent(in, key); seed >= 0) w.Key("seed_bytes_sent").Int(seed);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// World rank r's step on the measured clock ("time", not in a dry run) and its last step
+// on the modelled one ("modelled_time").
+void WriteTimes(const ReportInputs& in, size_t r, const std::vector<MeasuredWaits>& measured,
+                const absl::StatusOr<std::vector<ReplayedRank>>& replayed, JsonWriter& w) {
+  const TrainOptions& o = in.options;
+  if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) {  // the measured clock
+    const RankTime t = TimeOf(in, int(r));
+    w.Key("time").BeginObject().Key("clock").String("measured").Key("step_ms").Double(t.step_ms);
+    w.Key("compute_ms").Double(t.compute_ms).Key("comm_exposed_ms").Double(t.exposed_ms);
+    w.Key("comm_hidden_ms").Double(t.hidden_ms).Key("idle_ms").Double(t.idle_ms);
+    if (in.cpu_nanos.size() == in.train_nanos.size()) {
+      w.Key("cpu_ms").Double(double(in.cpu_nanos[r]) / 1e6 / double(std::max<int64_t>(1, in.steps)));
+    }
+    if (r < measured.size()) {
+      w.Key("last_step").BeginObject();
+      w.Key("comm_exposed_ms").Double(measured[r].exposed_s * 1e3);
+      w.Key("comm_waiting_ms").Double(measured[r].waited.seconds * 1e3);
+      w.Key("waited_for_rank").Int(measured[r].waited.Most()).EndObject();
+    }
+    w.EndObject();
+  }
+  if (replayed.ok() && r < replayed->size()) {  // the modelled clock, the last step
+    const ReplayedRank& m = (*replayed)[r];
+    w.Key("modelled_time").BeginObject().Key("clock").String("modelled");
+    w.Key("step_ms").Double(m.seconds * 1e3).Key("compute_ms").Double(m.compute_s * 1e3);
+    w.Key("comm_exposed_ms").Double(m.exposed_s * 1e3).Key("idle_ms").Double(m.idle_s * 1e3);
+    w.Key("comm_waiting_ms").Double(m.waited.seconds * 1e3);
+    w.Key("waited_for_rank").Int(m.waited.Most()).EndObject();
+  }
+}
+
+// World rank r's peaks ("memory") and the formula's ("memory_formula").
+void WriteMemory(const ReportInputs& in, int r, JsonWriter& w) {
+  const MemoryLedger& m = in.memory[size_t(r)];
+  w.Key("memory").BeginObject();
+  w.Key("params").Int(m.peak(MemoryCategory::kParams)).Key("grads").Int(m.peak(MemoryCategory::kGrads));
+  w.Key("optimizer").Int(m.peak(MemoryCategory::kOptimizer));
+  w.Key("activations").Int(m.peak(MemoryCategory::kActivations));
+  w.Key("comm").Int(m.peak(MemoryCategory::kComm)).Key("peak_total").Int(m.peak_total());
+  // Evaluation and sampling, outside the training peaks (runtime/memory_ledger.h).
+  if (m.paused_peak_total() > 0) w.Key("eval_peak_total").Int(m.paused_peak_total());
+  w.EndObject();
+  const MemoryFormula f = PredictedMemory(in.options, r);
+  w.Key("memory_formula").BeginObject().Key("params").Int(f.params).Key("grads").Int(f.grads);
+  w.Key("optimizer").Int(f.optimizer);
+  if (f.activations >= 0) w.Key("activations").Int(f.activations);
+  w.EndObject();
+}
+
+// With experts, "routing": per layer the tokens each expert took a step (RoutingTable's
+// figures).
+void WriteRouting(const ReportInputs& in, JsonWriter& w) {
+  const int experts = in.options.model.n_experts;
+  if (experts > 0 && in.steps > 0 &&
+      in.expert_tokens.size() == size_t(in.options.model.n_layer) * experts) {
+    w.Key("routing").BeginArray();
+    for (int l = 0; l < in.options.model.n_layer; ++l) {
+      w.BeginObject();
+      w.Key("layer").Int(l);
+      w.Key("expert_tokens_per_step").BeginArray();
+      for (int e = 0; e < experts; ++e) {
+        w.Double(in.expert_tokens[size_t(l) * experts + e] / double(in.steps));
+      }
+      w.EndArray();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+}
+
+}  // namespace
+
+std::string ReportJson(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  const comm::Nodes nodes = NodesOf(in);
+  JsonWriter w;
+  w.BeginObject();
+  WriteConfig(in, nodes, w);
+  w.Key("steps").Int(in.steps);
+  if (!o.dry_run) WriteLosses(in, w);  // a dry run computes no loss
+  const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
+  const std::vector<MeasuredWaits> measured = MeasuredRun(in);
+  w.Key("modelled_cluster").BeginObject().Key("name").String(o.ModelledClusterName());
+  w.Key("gpu").String(o.ModelledGpu().Describe());
+  if (o.ModelledGpu().memory_gb > 0) w.Key("gpu_memory_gb").Double(o.ModelledGpu().memory_gb);
+  w.EndObject();
+  if (replayed.ok() && !replayed->empty()) {  // the seed's test, on the modelled clock
+    const auto [worst, share] = WorstModelled(*replayed);
+    w.Key("verdict").BeginObject().Key("clock").String("modelled");
+    w.Key("bound").String(share > 0.30 ? "communication" : "compute");
+    w.Key("exposed_share").Double(share).Key("rank").Int(worst);
+    w.Key("waited_for_rank").Int((*replayed)[size_t(worst)].waited.Most()).EndObject();
+  }
+  WriteRouting(in, w);
+  const std::vector<std::vector<int64_t>> peers = comm::PeerMatrix(in.traffic);
+  // A rank records the same spans every step: the last step's are the last 1/steps of them.
+  auto last_step = [&](const std::vector<Trainer::Span>& spans) {
+    const size_t per_step = in.steps > 0 ? spans.size() / size_t(in.steps) : spans.size();
+    return std::span<const Trainer::Span>(spans).last(per_step);
+  };
+  // The spans' time origin: the first span of the last step on any rank.
+  int64_t span_origin = std::numeric_limits<int64_t>::max();
+  if (in.spans != nullptr) {
+    for (const std::vector<Trainer::Span>& spans : *in.spans) {
+      for (const Trainer::Span& s : last_step(spans)) span_origin = std::min(span_origin, s.start_nanos);
+    }
+  }
+  w.Key("ranks").BeginArray();
+  for (size_t r = 0; r < in.traffic.size(); ++r) {
+    const parallel::GridCoordinates at = o.topology().Of(int(r));
+    w.BeginObject().Key("rank").Int(int64_t(r)).Key("dp").Int(at.dp);
+    w.Key("tp").Int(at.tp).Key("pp").Int(at.pp);
+    w.Key("node").Int(nodes.node(int(r)));
+    WriteTraffic(in, nodes, int(r), w);
+    WriteTimes(in, r, measured, replayed, w);
+    WriteMemory(in, int(r), w);
+    w.Key("peers").IntArray(peers[r]);
+    if (in.spans != nullptr && r < in.spans->size() && !(*in.spans)[r].empty()) {
+      w.Key("spans").BeginArray();
+      for (const Trainer::Span& s : last_step((*in.spans)[r])) {
+        w.BeginObject().Key("name").String(s.name);
+        w.Key("start_ms").Double(double(s.start_nanos - span_origin) / 1e6);
+        w.Key("end_ms").Double(double(s.end_nanos - span_origin) / 1e6).EndObject();
+      }
+      w.EndArray();
+    }
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str();
+}
+
+}  // namespace tally::train

@@ -1,0 +1,212 @@
+// A run replayed on a modelled cluster: hand-made timelines give the times of the model
+// (report/replay.h) exactly, and a dry run's timeline holds the FLOPs of its matmuls and
+// every call, so that its replay adds up.
+#include "report/replay.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "report/trace.h"
+#include "runtime/json_reader.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::train {
+namespace {
+
+// `flops` of matmuls in one call (a flat-rate GPU times them as FLOPs alone).
+ComputeWork Flops(double flops) {
+  ComputeWork w;
+  w.AddMatmuls(flops, 0, 1);
+  return w;
+}
+
+// 1 TFLOP/s; links of 1 GB/s + 1 us inside a node, 0.5 GB/s + 2 us across.
+const comm::Cluster kLinks{{1, 1}, {0.5, 2}};
+
+TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
+  Timeline a, b;
+  a.set_recording(true);
+  b.set_recording(true);
+  a.Compute(Flops(2e12));  // 2 s
+  b.Compute(Flops(1e12));  // 1 s
+  a.Collective("g:0,1#0", 2, 0, "g all_reduce", {{1, 1'000'000'000, 1}}, 0, 0);  // 1 s + 1 us
+  b.Collective("g:0,1#0", 2, 0, "g all_reduce", {{0, 500'000'000, 2}}, 0, 0);    // 0.5 s + 2 us
+  const std::vector<ReplayedRank> r =
+      Replay({&a, &b}, comm::Nodes::One(2), kLinks, GpuModel::Flat(1)).value();
+  EXPECT_DOUBLE_EQ(r[0].compute_s, 2);
+  EXPECT_DOUBLE_EQ(r[0].seconds, 2 + 1 + 1e-6);
+  EXPECT_DOUBLE_EQ(r[1].seconds, r[0].seconds);
+  EXPECT_DOUBLE_EQ(r[1].exposed_s, 1 + 1 + 1e-6);  // a's second of compute, then the call
+  EXPECT_DOUBLE_EQ(r[0].exposed_s, 1 + 1e-6);
+}
+
+// Who waited for whom: the rank that computed less waits for the other, and that wait
+// is booked to the late peer; the time moving bytes is not.
+TEST(Replay, AWaitForTheLastMemberIsBookedToIt) {
+  Timeline a, b, c;
+  for (Timeline* t : {&a, &b, &c}) t->set_recording(true);
+  a.Compute(Flops(3e12));  // 3 s: the last to arrive
+  b.Compute(Flops(1e12));
+  c.Compute(Flops(2e12));
+  for (Timeline* t : {&a, &b, &c}) {
+    t->Collective("g:0,1,2#0", 3, 0, "g all_reduce", {{0, 1'000'000, 1}}, 0, 0);  // 1 ms + 1 us
+  }
+  const std::vector<ReplayedRank> r = Replay({&a, &b, &c}, comm::Nodes::One(3), kLinks, GpuModel::Flat(1)).value();
+  EXPECT_DOUBLE_EQ(r[0].waited.seconds, 0);
+  EXPECT_EQ(r[0].waited.Most(), -1);
+  EXPECT_DOUBLE_EQ(r[1].waited.seconds, 2);
+  EXPECT_DOUBLE_EQ(r[2].waited.seconds, 1);
+  EXPECT_EQ(r[1].waited.Most(), 0);
+  EXPECT_EQ(r[2].waited.Most(), 0);
+  EXPECT_NEAR(r[1].exposed_s - r[1].waited.seconds, 1e-3 + 1e-6, 1e-12);  // moving the bytes
+  // Seconds of compute that no kernel counts (--slow_rank) are the same on any cluster.
+  Timeline slow, fast;
+  for (Timeline* t : {&slow, &fast}) t->set_recording(true);
+  slow.ComputeSeconds(0.02);
+  for (Timeline* t : {&slow, &fast}) t->Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
+  for (double tflops : {1.0, 1000.0}) {
+    const std::vector<ReplayedRank> s =
+        Replay({&slow, &fast}, comm::Nodes::One(2), kLinks, GpuModel::Flat(tflops)).value();
+    EXPECT_DOUBLE_EQ(s[0].compute_s, 0.02);
+    EXPECT_DOUBLE_EQ(s[1].waited.by_peer.at(0), 0.02);
+  }
+}
+
+// The same split on the timeline's own stamps (this host's clock): a blocking
+// collective's members arrive when they enter it, a posted one's when they post it, and a
+// send waits for its receiver's post.
+TEST(MeasureWaits, TheStampsSayWhoArrivedLast) {
+  constexpr int64_t kS = 1'000'000'000;
+  Timeline a, b;
+  a.set_recording(true);
+  b.set_recording(true);
+  a.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 3 * kS, 4 * kS);  // came in last
+  b.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 1 * kS, 4 * kS);
+  // A posted collective: b posts at 5 s and waits from 6 s; a posts at 8 s.
+  const int64_t wb = b.PostCollective("g:0,1#0", 2, 1, "g all_gather", 5 * kS);
+  b.Wait(wb, {}, 6 * kS, 9 * kS);
+  const int64_t wa = a.PostCollective("g:0,1#0", 2, 1, "g all_gather", 8 * kS);
+  a.Wait(wa, {}, 8 * kS, 9 * kS);
+  // A send from b to a, waited from 10 s; a posts the receive at 12 s (idle, not exposed).
+  const int64_t send = b.PostMessage("pp:0,1#0", 0, /*send=*/true, 64, "pp sendrecv", 10 * kS);
+  b.Wait(send, {}, 10 * kS, 13 * kS);
+  const int64_t recv = a.PostMessage("pp:0,1#0", 1, /*send=*/false, 64, "pp sendrecv", 12 * kS);
+  a.Wait(recv, {}, 12 * kS, 13 * kS);
+  const std::vector<MeasuredWaits> w = MeasureWaits({&a, &b});
+  EXPECT_DOUBLE_EQ(w[0].exposed_s, 1 + 1);  // its collective and its wait; the receive is idle
+  EXPECT_DOUBLE_EQ(w[0].waited.seconds, 0);
+  EXPECT_DOUBLE_EQ(w[1].exposed_s, 3 + 3 + 3);
+  EXPECT_DOUBLE_EQ(w[1].waited.seconds, 2 + 2 + 2);  // from 1 s to 3, 6 to 8, 10 to 12
+  EXPECT_EQ(w[1].waited.Most(), 0);
+}
+
+TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) {
+  Timeline a, b;
+  a.set_recording(true);
+  b.set_recording(true);
+  a.Compute(Flops(3e12));
+  const int64_t send = a.PostMessage("pp:0,1#0", 1, /*send=*/true, 250'000'000, "pp sendrecv", 0);
+  a.Wait(send, {{1, 250'000'000, 1}}, 0, 0);  // across nodes: 0.5 s + 2 us
+  const int64_t recv = b.PostMessage("pp:0,1#0", 0, /*send=*/false, 250'000'000, "pp sendrecv", 0);
+  b.Wait(recv, {}, 0, 0);
+  b.Compute(Flops(1e12));
+  const std::vector<ReplayedRank> r =
+      Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, GpuModel::Flat(1)).value();
+  const double arrives = 3 + 0.5 + 2e-6;
+  EXPECT_DOUBLE_EQ(r[0].seconds, arrives);
+  EXPECT_DOUBLE_EQ(r[0].exposed_s, 0.5 + 2e-6);
+  EXPECT_DOUBLE_EQ(r[1].idle_s, arrives);
+  EXPECT_DOUBLE_EQ(r[1].seconds, arrives + 1);
+  // A wait nobody can satisfy is an error, not a hang.
+  Timeline lonely;
+  lonely.set_recording(true);
+  lonely.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
+  EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, GpuModel::Flat(1)).ok());
+}
+
+// Every rank's timeline of `o`'s steps, replayed on kLinks at 1 TFLOP/s.
+std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
+  o.cluster_gpu = GpuModel::Flat(1);
+  o = o.Resolved();
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  const std::vector<Timeline> timelines = LastStepTimelines(o);
+  std::vector<const Timeline*> all;
+  for (const Timeline& t : timelines) all.push_back(&t);
+  absl::StatusOr<std::vector<ReplayedRank>> replayed =
+      Replay(all, comm::Nodes::One(o.world()), kLinks, GpuModel::Flat(1));
+  EXPECT_TRUE(replayed.ok()) << replayed.status();
+  return replayed.ok() ? *replayed : std::vector<ReplayedRank>(size_t(o.world()));
+}
+
+// A dry run records its matmuls' FLOPs and every call; replayed, each rank's compute is
+// those FLOPs at the rate, and its step is compute + exposed + idle.
+TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
+  TrainOptions o = Grid{.dp = 2, .pp = 2}.On(TinyGrid(4));
+  o.dry_run = true;
+  o.steps = 1;
+  const std::vector<ReplayedRank> r = RunAndReplay(o);
+  // Per micro-batch of b sequences on a stage of L layers: forward 24·n·C² + 4·b·T²·C a
+  // layer, the LM head 2·n·C·V on the last stage; backward twice the forward.
+  const model::GPTConfig& c = o.model;
+  const double b = o.micro_batch_size, n = b * c.seq_len, C = c.n_embd, T = c.seq_len;
+  const double layer = 24 * n * C * C + 4 * b * T * T * C, layers = c.n_layer / 2.0;
+  const double m = o.accumulation_steps();
+  for (int rank = 0; rank < o.world(); ++rank) {
+    const bool last = o.topology().Of(rank).pp == 1;
+    const double forward = layers * layer + (last ? 2 * n * C * c.vocab_size : 0);
+    EXPECT_NEAR(r[size_t(rank)].compute_s * 1e12, 3 * m * forward, 1e-6 * forward) << rank;
+    EXPECT_NEAR(r[size_t(rank)].seconds,
+                r[size_t(rank)].compute_s + r[size_t(rank)].exposed_s + r[size_t(rank)].idle_s,
+                1e-12);
+    EXPECT_GT(r[size_t(rank)].exposed_s, 0) << rank;  // the dp all-reduce, at least
+  }
+  EXPECT_GT(r[0].idle_s + r[2].idle_s, 0);  // stage 0 waits for stage 1's gradients
+  // The predicted trace: each rank's spans, compute and calls on their own tracks, end to end.
+  const JsonValue trace = ParseJson(PredictedTraceJson(o, r)).value();
+  size_t spans = 0, compute = 0;
+  for (const JsonValue& e : trace.Find("traceEvents")->array) {
+    if (e.Find("ph")->string != "X") continue;
+    ++spans;
+    compute += e.Find("name")->string == "compute" ? 1 : 0;
+  }
+  size_t want = 0, want_compute = 0;
+  for (const ReplayedRank& rank : r) {
+    double at = 0;
+    for (const ReplaySpan& span : rank.spans) {
+      EXPECT_DOUBLE_EQ(span.start, at);  // one after another, no gap
+      at = span.end;
+      want += span.end > span.start ? 1 : 0;
+      want_compute += span.end > span.start && span.compute ? 1 : 0;
+    }
+    EXPECT_DOUBLE_EQ(at, rank.seconds);
+  }
+  EXPECT_EQ(spans, want);
+  EXPECT_EQ(compute, want_compute);
+  EXPECT_GT(compute, 0u);
+}
+
+// A real run's timeline is its dry run's: the same FLOPs, calls and messages, so the same
+// replay to the last bit, for a grid with every kind of call (tp, pp, ZeRO-2's posted
+// reduce-scatters with --overlap).
+TEST(Replay, ARealRunReplaysAsItsDryRun) {
+  TrainOptions o = Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 2}.On(TinyGrid(4));
+  o.steps = 2;
+  o.overlap = true;
+  o.eval_every = 0;
+  o.sample_bytes = 0;
+  TrainOptions dry = o;
+  dry.dry_run = true;
+  const std::vector<ReplayedRank> real = RunAndReplay(o), planned = RunAndReplay(dry);
+  ASSERT_EQ(real.size(), planned.size());
+  for (size_t r = 0; r < real.size(); ++r) {
+    EXPECT_EQ(real[r].seconds, planned[r].seconds) << r;
+    EXPECT_EQ(real[r].compute_s, planned[r].compute_s) << r;
+    EXPECT_EQ(real[r].exposed_s, planned[r].exposed_s) << r;
+    EXPECT_EQ(real[r].idle_s, planned[r].idle_s) << r;
+    EXPECT_GT(real[r].compute_s, 0) << r;
+  }
+}
+
+}  // namespace
+}  // namespace tally::train
