@@ -171,14 +171,14 @@ train::TrainOptions BenchOptions(DeviceType device, int threads, DType precision
   o.model.n_head = absl::GetFlag(FLAGS_n_head);
   o.model.n_embd = absl::GetFlag(FLAGS_n_embd);
   o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
-  o.global_batch_size = o.micro_batch_size = absl::GetFlag(FLAGS_batch);
-  o.steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = threads;
-  o.device = device;
-  o.tf32 = absl::GetFlag(FLAGS_tf32);
-  o.precision = precision;
+  o.training.global_batch_size = o.training.micro_batch_size = absl::GetFlag(FLAGS_batch);
+  o.training.steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
+  o.training.threads = threads;
+  o.placement.device = device;
+  o.precision.tf32 = absl::GetFlag(FLAGS_tf32);
+  o.precision.dtype = precision;
   return o;
 }
 
@@ -197,7 +197,7 @@ absl::StatusOr<Row> Measure(DeviceType device, int threads, DType precision) {
     row.peak_gflops = CpuPeakGflops<float>();
   }
   double seconds = 0, matmul_seconds = 0;
-  for (int64_t k = 0; k < o.steps; ++k) {
+  for (int64_t k = 0; k < o.training.steps; ++k) {
     // A step's time ends when its loss and gradient norm are on the host; its optimizer
     // update may still run on a GPU, and then counts in the next step.
     const double matmuls_before = cpu::MatmulSeconds();
@@ -208,7 +208,8 @@ absl::StatusOr<Row> Measure(DeviceType device, int threads, DType precision) {
     }
   }
   if (device == DeviceType::kCPU) row.matmul_share = matmul_seconds / seconds;
-  double tokens = double(absl::GetFlag(FLAGS_steps)) * o.global_batch_size * o.model.seq_len;
+  double tokens =
+      double(absl::GetFlag(FLAGS_steps)) * o.training.global_batch_size * o.model.seq_len;
   row.tokens_per_s = tokens / seconds;
   row.gflops = o.model.FlopsPerToken() * row.tokens_per_s / 1e9;
   return row;

@@ -50,28 +50,35 @@ ABSL_FLAG(double, capacity_factor, kDefaults.model.capacity_factor,
           "each expert takes at most ceil(c*k*tokens/E) tokens of a micro-batch (0: no limit)");
 ABSL_FLAG(double, moe_aux_loss_coef, kDefaults.model.aux_loss_coef,
           "weight of the Switch load-balancing loss");
-ABSL_FLAG(int, ep, kDefaults.ep,
+ABSL_FLAG(int, ep, kDefaults.parallel.ep,
           "expert parallelism: each layer's experts split over this many of the dp ranks "
           "(it divides --dp and --n_experts); tokens reach them by all-to-all");
-ABSL_FLAG(int, global_batch_size, kDefaults.global_batch_size, "sequences per optimizer step");
-ABSL_FLAG(int, micro_batch_size, kDefaults.micro_batch_size,
+ABSL_FLAG(int, global_batch_size, kDefaults.training.global_batch_size,
+          "sequences per optimizer step");
+ABSL_FLAG(int, micro_batch_size, kDefaults.training.micro_batch_size,
           "sequences per forward/backward per rank (0: global / dp); the rest of a rank's "
           "share is gradient accumulation");
-ABSL_FLAG(int64_t, steps, kDefaults.steps, "optimizer steps (0 with --save writes the initial weights)");
-ABSL_FLAG(double, lr, kDefaults.lr, "peak learning rate");
-ABSL_FLAG(double, min_lr, kDefaults.min_lr, "learning rate at the end of the cosine decay");
-ABSL_FLAG(int64_t, warmup_steps, kDefaults.warmup_steps, "linear warm-up steps");
-ABSL_FLAG(double, weight_decay, kDefaults.weight_decay,
+ABSL_FLAG(int64_t, steps, kDefaults.training.steps,
+          "optimizer steps (0 with --save writes the initial weights)");
+ABSL_FLAG(double, lr, kDefaults.training.lr, "peak learning rate");
+ABSL_FLAG(double, min_lr, kDefaults.training.min_lr,
+          "learning rate at the end of the cosine decay");
+ABSL_FLAG(int64_t, warmup_steps, kDefaults.training.warmup_steps, "linear warm-up steps");
+ABSL_FLAG(double, weight_decay, kDefaults.training.weight_decay,
           "weight decay of 2-D weights: decoupled in AdamW, L2 (added to the gradient) in SGD");
-ABSL_FLAG(double, grad_clip, kDefaults.grad_clip, "clip the global gradient norm to this (0: off)");
-ABSL_FLAG(std::string, optimizer, tally::train::Name(kDefaults.optimizer), "adamw or sgd (momentum 0.9)");
-ABSL_FLAG(uint64_t, seed, kDefaults.seed, "initialisation and sampling seed");
+ABSL_FLAG(double, grad_clip, kDefaults.training.grad_clip,
+          "clip the global gradient norm to this (0: off)");
+ABSL_FLAG(std::string, optimizer, tally::train::Name(kDefaults.training.optimizer),
+          "adamw or sgd (momentum 0.9)");
+ABSL_FLAG(uint64_t, seed, kDefaults.training.seed, "initialisation and sampling seed");
 ABSL_FLAG(std::string, data, "", "a file of bytes to train on (default: the embedded corpus)");
-ABSL_FLAG(int64_t, eval_every, kDefaults.eval_every, "validation loss every N steps (0: off)");
-ABSL_FLAG(int, eval_batches, kDefaults.eval_batches, "validation micro-batches per evaluation");
-ABSL_FLAG(int, sample_bytes, kDefaults.sample_bytes, "bytes of text to generate after training (0: off)");
-ABSL_FLAG(double, temperature, kDefaults.temperature, "sampling temperature");
-ABSL_FLAG(int, top_k, kDefaults.top_k, "sample among the k likeliest bytes (0: all)");
+ABSL_FLAG(int64_t, eval_every, kDefaults.data.eval_every, "validation loss every N steps (0: off)");
+ABSL_FLAG(int, eval_batches, kDefaults.data.eval_batches,
+          "validation micro-batches per evaluation");
+ABSL_FLAG(int, sample_bytes, kDefaults.sampling.sample_bytes,
+          "bytes of text to generate after training (0: off)");
+ABSL_FLAG(double, temperature, kDefaults.sampling.temperature, "sampling temperature");
+ABSL_FLAG(int, top_k, kDefaults.sampling.top_k, "sample among the k likeliest bytes (0: all)");
 ABSL_FLAG(std::string, prompt, "", "the text a sample goes on from (default: a newline)");
 ABSL_FLAG(bool, sample_only, false,
           "sample from --load's model without training (no data read, nothing written)");
@@ -147,17 +154,17 @@ ABSL_FLAG(std::string, traffic_json, "", "write every rank's traffic and memory 
 ABSL_FLAG(std::string, report_html, "",
           "write the report as one self-contained HTML page here (charts of the bytes, memory, "
           "time, peers and pipeline)");
-ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.backend),
+ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.placement.backend),
           "threads (every rank a thread of this process), mpi (one process per rank: "
           "mpirun -np WORLD tally_train --backend=mpi ...) or nccl (--device=cuda, a GPU per "
           "rank, the bytes over NCCL; threads, or processes under mpirun)");
 ABSL_FLAG(bool, native_collectives, false,
           "--backend=mpi or nccl: call the library's own collectives (MPI_Allreduce, "
           "ncclAllReduce, ...) instead of ring or naive; their bytes are modelled as the ring's");
-ABSL_FLAG(std::string, device, tally::train::Name(kDefaults.device),
+ABSL_FLAG(std::string, device, tally::train::Name(kDefaults.placement.device),
           "cpu, or cuda (--backend=threads: every rank on GPU 0; nccl: rank r on GPU r; says "
           "why when there is no GPU)");
-ABSL_FLAG(bool, tf32, kDefaults.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
+ABSL_FLAG(bool, tf32, kDefaults.precision.tf32, "--device=cuda: let cuBLAS use TF32 tensor cores");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32, or bf16: bf16 parameters, gradients and everything sent, fp32 master weights "
           "and optimizer state (2 + 2 + 12 bytes a parameter with AdamW)");
@@ -166,7 +173,7 @@ ABSL_FLAG(bool, fp32_grad_accum, false,
 ABSL_FLAG(std::optional<std::string>, grad_comm_dtype, std::nullopt,
           "fp32 or bf16: the type the data-parallel / ZeRO gradient reduction moves (default: "
           "the precision's); bf16 in an fp32 run halves those bytes");
-ABSL_FLAG(double, timeout_s, kDefaults.timeout_s,
+ABSL_FLAG(double, timeout_s, kDefaults.placement.timeout_s,
           "the longest any wait for a peer may take, in seconds (then the run stops, naming it)");
 
 namespace tally {
@@ -184,99 +191,104 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
   o.model.moe_top_k = absl::GetFlag(FLAGS_moe_top_k);
   o.model.capacity_factor = absl::GetFlag(FLAGS_capacity_factor);
   o.model.aux_loss_coef = absl::GetFlag(FLAGS_moe_aux_loss_coef);
-  o.ep = absl::GetFlag(FLAGS_ep);
-  o.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
-  o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
-  o.steps = absl::GetFlag(FLAGS_steps);
-  o.lr = float(absl::GetFlag(FLAGS_lr));
-  o.min_lr = float(absl::GetFlag(FLAGS_min_lr));
-  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.weight_decay = float(absl::GetFlag(FLAGS_weight_decay));
-  o.grad_clip = float(absl::GetFlag(FLAGS_grad_clip));
-  ASSIGN_OR_RETURN(o.optimizer, train::ParseOptimizer(absl::GetFlag(FLAGS_optimizer)));
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.data = absl::GetFlag(FLAGS_data);
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
-  o.sample_bytes = absl::GetFlag(FLAGS_sample_bytes);
-  o.temperature = float(absl::GetFlag(FLAGS_temperature));
-  o.top_k = absl::GetFlag(FLAGS_top_k);
-  o.prompt = absl::GetFlag(FLAGS_prompt);
-  if (o.prompt.empty() && FlagGiven("prompt")) {
+  o.parallel.ep = absl::GetFlag(FLAGS_ep);
+  o.training.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
+  o.training.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  o.training.steps = absl::GetFlag(FLAGS_steps);
+  o.training.lr = float(absl::GetFlag(FLAGS_lr));
+  o.training.min_lr = float(absl::GetFlag(FLAGS_min_lr));
+  o.training.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.training.weight_decay = float(absl::GetFlag(FLAGS_weight_decay));
+  o.training.grad_clip = float(absl::GetFlag(FLAGS_grad_clip));
+  ASSIGN_OR_RETURN(o.training.optimizer, train::ParseOptimizer(absl::GetFlag(FLAGS_optimizer)));
+  o.training.seed = absl::GetFlag(FLAGS_seed);
+  o.data.path = absl::GetFlag(FLAGS_data);
+  o.data.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.data.eval_batches = absl::GetFlag(FLAGS_eval_batches);
+  o.sampling.sample_bytes = absl::GetFlag(FLAGS_sample_bytes);
+  o.sampling.temperature = float(absl::GetFlag(FLAGS_temperature));
+  o.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  o.sampling.prompt = absl::GetFlag(FLAGS_prompt);
+  if (o.sampling.prompt.empty() && FlagGiven("prompt")) {
     return absl::InvalidArgumentError("[flags] --prompt is empty: leave it out to sample after a newline");
   }
-  o.sample_only = absl::GetFlag(FLAGS_sample_only);
-  o.save = absl::GetFlag(FLAGS_save);
-  o.save_every = absl::GetFlag(FLAGS_save_every);
-  o.load = absl::GetFlag(FLAGS_load);
-  o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
-  o.threads = absl::GetFlag(FLAGS_threads);
-  o.dp = absl::GetFlag(FLAGS_dp);
-  o.tp = absl::GetFlag(FLAGS_tp);
-  o.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
-  o.pp = absl::GetFlag(FLAGS_pp);
+  o.sampling.sample_only = absl::GetFlag(FLAGS_sample_only);
+  o.checkpoint.save = absl::GetFlag(FLAGS_save);
+  o.checkpoint.save_every = absl::GetFlag(FLAGS_save_every);
+  o.checkpoint.load = absl::GetFlag(FLAGS_load);
+  o.output.metrics_json = absl::GetFlag(FLAGS_metrics_json);
+  o.training.threads = absl::GetFlag(FLAGS_threads);
+  o.parallel.dp = absl::GetFlag(FLAGS_dp);
+  o.parallel.tp = absl::GetFlag(FLAGS_tp);
+  o.parallel.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  o.parallel.pp = absl::GetFlag(FLAGS_pp);
   for (const std::string& n : absl::GetFlag(FLAGS_pp_layers)) {
     int layers = 0;
     if (!absl::SimpleAtoi(n, &layers)) {
       return absl::InvalidArgumentError("[flags] --pp_layers wants integers, got '" + n + "'");
     }
-    o.pp_layers.push_back(layers);
+    o.parallel.pp_layers.push_back(layers);
   }
-  ASSIGN_OR_RETURN(o.schedule, parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
+  ASSIGN_OR_RETURN(o.parallel.schedule,
+                   parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
   ASSIGN_OR_RETURN(const train::RecomputeChoice recompute,
                    train::ParseRecompute(absl::GetFlag(FLAGS_recompute),
                                          absl::GetFlag(FLAGS_recompute_granularity)));
-  o.recompute = recompute.full;
-  o.recompute_attention = recompute.selective;
-  ASSIGN_OR_RETURN(o.recompute_layers,
+  o.parallel.recompute = recompute.full;
+  o.parallel.recompute_attention = recompute.selective;
+  ASSIGN_OR_RETURN(o.parallel.recompute_layers,
                    train::ParseRecomputeMethod(absl::GetFlag(FLAGS_recompute_method)));
-  o.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
-  o.show_schedule = absl::GetFlag(FLAGS_show_schedule);
-  o.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
-  o.print_topology = absl::GetFlag(FLAGS_print_topology);
-  ASSIGN_OR_RETURN(o.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
-  o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
-  ASSIGN_OR_RETURN(o.cluster.intra, comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
-  ASSIGN_OR_RETURN(o.cluster.inter, comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
+  o.parallel.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
+  o.output.show_schedule = absl::GetFlag(FLAGS_show_schedule);
+  o.parallel.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
+  o.output.print_topology = absl::GetFlag(FLAGS_print_topology);
+  ASSIGN_OR_RETURN(o.placement.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
+  o.placement.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  ASSIGN_OR_RETURN(o.cluster.links.intra,
+                   comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
+  ASSIGN_OR_RETURN(o.cluster.links.inter,
+                   comm::ParseLinkModel("link_inter", absl::GetFlag(FLAGS_link_inter)));
   if (!absl::GetFlag(FLAGS_cluster).empty()) {
     if (FlagGiven("link_intra") || FlagGiven("link_inter")) {
       return absl::InvalidArgumentError(
           "[flags] --cluster names its links: give it or --link_intra and --link_inter, not both");
     }
     ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
-    o.cluster_name = cluster.name;
-    o.cluster = cluster.links;
-    o.cluster_gpu = cluster.gpu;
-    if (o.gpus_per_node == 0) o.gpus_per_node = cluster.gpus_per_node;
+    o.cluster.name = cluster.name;
+    o.cluster.links = cluster.links;
+    o.cluster.gpu = cluster.gpu;
+    if (o.placement.gpus_per_node == 0) o.placement.gpus_per_node = cluster.gpus_per_node;
   }
   RETURN_IF_ERROR(train::ParseSlowRank(absl::GetFlag(FLAGS_slow_rank), o));
-  o.repeat = absl::GetFlag(FLAGS_repeat);
-  o.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
-  o.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
-  ASSIGN_OR_RETURN(o.report, train::ParseReport(absl::GetFlag(FLAGS_report)));
-  o.trace = absl::GetFlag(FLAGS_trace);
-  ASSIGN_OR_RETURN(o.backend, train::ParseBackend(absl::GetFlag(FLAGS_backend)));
-  o.native_collectives = absl::GetFlag(FLAGS_native_collectives);
-  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
-  ASSIGN_OR_RETURN(o.device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
-  o.tf32 = absl::GetFlag(FLAGS_tf32);
-  ASSIGN_OR_RETURN(o.precision, train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
-  o.fp32_grad_accum = absl::GetFlag(FLAGS_fp32_grad_accum);
+  o.output.repeat = absl::GetFlag(FLAGS_repeat);
+  o.output.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
+  o.output.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
+  ASSIGN_OR_RETURN(o.output.report, train::ParseReport(absl::GetFlag(FLAGS_report)));
+  o.output.trace = absl::GetFlag(FLAGS_trace);
+  ASSIGN_OR_RETURN(o.placement.backend, train::ParseBackend(absl::GetFlag(FLAGS_backend)));
+  o.placement.native_collectives = absl::GetFlag(FLAGS_native_collectives);
+  o.placement.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  ASSIGN_OR_RETURN(o.placement.device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
+  o.precision.tf32 = absl::GetFlag(FLAGS_tf32);
+  ASSIGN_OR_RETURN(o.precision.dtype,
+                   train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
+  o.precision.fp32_grad_accum = absl::GetFlag(FLAGS_fp32_grad_accum);
   // absl reads an empty optional flag as not given: given empty, it is a bad value.
   const std::optional<std::string> comm = absl::GetFlag(FLAGS_grad_comm_dtype);
   if (comm.has_value() || FlagGiven("grad_comm_dtype")) {
-    ASSIGN_OR_RETURN(o.grad_comm_dtype, train::ParsePrecision("grad_comm_dtype", comm.value_or("")));
+    ASSIGN_OR_RETURN(o.precision.grad_comm_dtype,
+                     train::ParsePrecision("grad_comm_dtype", comm.value_or("")));
   }
-  o.zero = absl::GetFlag(FLAGS_zero);
-  ASSIGN_OR_RETURN(o.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
-  o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  o.parallel.zero = absl::GetFlag(FLAGS_zero);
+  ASSIGN_OR_RETURN(o.parallel.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
+  o.parallel.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   const std::string overlap = absl::GetFlag(FLAGS_overlap);
   if (overlap != "on" && overlap != "off") {
     return absl::InvalidArgumentError("[flags] --overlap must be on or off, got '" + overlap + "'");
   }
-  o.overlap = overlap == "on";
-  o.traffic_json = absl::GetFlag(FLAGS_traffic_json);
-  o.report_html = absl::GetFlag(FLAGS_report_html);
+  o.parallel.overlap = overlap == "on";
+  o.output.traffic_json = absl::GetFlag(FLAGS_traffic_json);
+  o.output.report_html = absl::GetFlag(FLAGS_report_html);
   return o;
 }
 
@@ -289,25 +301,27 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
+  // The sections of TrainOptions (train/options.h), in its order.
   tally::SetHelpSections({
       {"model", {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "n_experts", "moe_top_k",
                  "capacity_factor", "moe_aux_loss_coef"}},
       {"training", {"steps", "global_batch_size", "micro_batch_size", "optimizer", "lr", "min_lr",
-                    "warmup_steps", "weight_decay", "grad_clip", "seed", "data", "eval_every",
-                    "eval_batches", "threads"}},
+                    "warmup_steps", "weight_decay", "grad_clip", "seed", "threads"}},
+      {"data and evaluation", {"data", "eval_every", "eval_batches"}},
       {"sampling", {"sample_bytes", "temperature", "top_k", "prompt", "sample_only"}},
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"pipeline parallelism and recompute",
-       {"pp", "pp_layers", "schedule", "virtual_stages", "pp_scatter_gather", "show_schedule",
-        "recompute", "recompute_granularity", "recompute_method"}},
-      {"precision", {"precision", "fp32_grad_accum", "grad_comm_dtype"}},
-      {"where the ranks run", {"backend", "native_collectives", "device", "tf32", "timeout_s",
-                               "order", "gpus_per_node", "print_topology"}},
+       {"pp", "pp_layers", "schedule", "virtual_stages", "pp_scatter_gather", "recompute",
+        "recompute_granularity", "recompute_method"}},
+      {"precision", {"precision", "fp32_grad_accum", "grad_comm_dtype", "tf32"}},
+      {"where the ranks run",
+       {"backend", "native_collectives", "device", "timeout_s", "order", "gpus_per_node"}},
       {"the modelled cluster", {"cluster", "link_intra", "link_inter", "slow_rank"}},
       {"reports and checks", {"report", "metrics_json", "traffic_json", "report_html", "trace",
-                              "peer_matrix", "check_against_serial", "repeat", "dry_run"}},
+                              "peer_matrix", "print_topology", "show_schedule",
+                              "check_against_serial", "repeat", "dry_run"}},
   });
   return tally::RunExample(argc, argv, "train a byte-level GPT: tally_train --steps=200",
                            tally::Main);

@@ -98,32 +98,32 @@ TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   TrainOptions o;
   o.model = in.model.config;
   o.model.seq_len = in.seq_len;
-  o.dp = in.dp;
-  o.tp = in.tp;
-  o.pp = in.pp;
+  o.parallel.dp = in.dp;
+  o.parallel.tp = in.tp;
+  o.parallel.pp = in.pp;
   if (in.virtual_stages > 1) {
-    o.schedule = parallel::PipelineSchedule::kInterleaved;
-    o.virtual_stages = in.virtual_stages;
+    o.parallel.schedule = parallel::PipelineSchedule::kInterleaved;
+    o.parallel.virtual_stages = in.virtual_stages;
   } else if (in.gpipe) {
-    o.schedule = parallel::PipelineSchedule::kGPipe;
+    o.parallel.schedule = parallel::PipelineSchedule::kGPipe;
   }
-  o.zero = in.zero;
-  o.ep = in.ep;
-  o.sequence_parallel = in.sequence_parallel;
-  o.recompute = in.recompute;
-  o.recompute_layers = in.recompute_layers;
-  o.recompute_attention = in.recompute_attention;
-  o.pp_scatter_gather = in.pp_scatter_gather;
-  o.overlap = in.overlap;
-  o.bucket_mb = in.bucket_mb;
-  o.global_batch_size = in.batch * in.dp;
-  o.micro_batch_size = in.batch / std::max(1, in.micro_batches);
-  o.allreduce = in.allreduce;
-  o.precision = in.precision;
-  o.fp32_grad_accum = in.fp32_grad_accum;
-  o.order = in.order;
-  o.gpus_per_node = in.gpus_per_node;
-  o.cluster = in.cluster;
+  o.parallel.zero = in.zero;
+  o.parallel.ep = in.ep;
+  o.parallel.sequence_parallel = in.sequence_parallel;
+  o.parallel.recompute = in.recompute;
+  o.parallel.recompute_layers = in.recompute_layers;
+  o.parallel.recompute_attention = in.recompute_attention;
+  o.parallel.pp_scatter_gather = in.pp_scatter_gather;
+  o.parallel.overlap = in.overlap;
+  o.parallel.bucket_mb = in.bucket_mb;
+  o.training.global_batch_size = in.batch * in.dp;
+  o.training.micro_batch_size = in.batch / std::max(1, in.micro_batches);
+  o.parallel.allreduce = in.allreduce;
+  o.precision.dtype = in.precision;
+  o.precision.fp32_grad_accum = in.fp32_grad_accum;
+  o.placement.order = in.order;
+  o.placement.gpus_per_node = in.gpus_per_node;
+  o.cluster.links = in.cluster;
   // Another vocabulary than the bytes' is a dry run's (options.h).
   o.dry_run = o.model.vocab_size != 256;
   return o;
@@ -137,7 +137,7 @@ namespace {
 std::vector<int> StageFirstRanks(const TrainOptions& o) {
   std::vector<int> ranks;
   const parallel::Topology grid = o.topology();
-  for (int stage : CandidateStages(o.pp)) ranks.push_back(grid.RankAt({0, 0, stage}));
+  for (int stage : CandidateStages(o.parallel.pp)) ranks.push_back(grid.RankAt({0, 0, stage}));
   return ranks;
 }
 
@@ -186,8 +186,8 @@ double PlanMemoryLine(const PlanInput& in, size_t line) {
   const std::pair<DType, bool> precisions[] = {
       {DType::kF32, false}, {DType::kBF16, false}, {DType::kBF16, true}};
   TrainOptions o = PlanAsTrainOptions(in);
-  o.precision = precisions[line].first;
-  o.fp32_grad_accum = precisions[line].second;
+  o.precision.dtype = precisions[line].first;
+  o.precision.fp32_grad_accum = precisions[line].second;
   double most = 0;
   for (int r : StageFirstRanks(o)) {
     const MemoryFormula f = PredictedMemory(o, r);

@@ -41,7 +41,7 @@ Part PartParams(const PlanInput& in) {
   }
   const TrainOptions o = PlanAsTrainOptions(in);
   const std::vector<parallel::LayerRange> stages =
-      parallel::StageLayers(o.model.n_layer, o.pp, {}).value();
+      parallel::StageLayers(o.model.n_layer, o.parallel.pp, {}).value();
   Part most;
   for (int s : CandidateStages(in.pp)) {  // on tp rank 0, which holds the most
     const model::ParameterLayout layout =

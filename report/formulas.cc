@@ -19,13 +19,13 @@ namespace tally::train {
 
 namespace {
 
-int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.bucket_mb * (1 << 20)); }
+int64_t BucketBytes(const TrainOptions& o) { return int64_t(o.parallel.bucket_mb * (1 << 20)); }
 
 // The units ZeRO cuts world rank `rank`'s part into (parallel/zero/sharding.h): under expert parallelism
 // the experts' runs apart.
 std::vector<parallel::ZeroUnit> RankZeroUnits(const TrainOptions& o,
                                               const model::ParameterLayout& layout) {
-  return parallel::ZeroUnits(layout, o.zero, o.ep > 1);
+  return parallel::ZeroUnits(layout, o.parallel.zero, o.parallel.ep > 1);
 }
 
 // The nodes of the ranks of world rank `rank`'s dp group, or (`experts`) of its edp group:
@@ -42,7 +42,7 @@ std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
 int64_t PerTokenElements(const TrainOptions& o, int rank) {
   const model::ParameterLayout layout = o.RankLayout(rank);
   std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
-  if (o.zero >= 1) {
+  if (o.parallel.zero >= 1) {
     const parallel::Sharding shard = RankSharding(o, layout, rank);
     std::vector<model::TensorRange> mine;
     for (const parallel::Sharding::Piece& p : shard.pieces()) {
@@ -64,19 +64,20 @@ struct Scattered {
   int64_t whole = 0, count = 0;
 };
 Scattered ScatteredBoundary(const TrainOptions& o, int tp_rank) {
-  const int64_t whole = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.n_embd;
-  return {whole, comm::ChunkOf(whole, o.tp, tp_rank).count};
+  const int64_t whole = int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+  return {whole, comm::ChunkOf(whole, o.parallel.tp, tp_rank).count};
 }
 
 int64_t BoundaryBytesPerStep(const TrainOptions& o) {
-  return parallel::BoundaryBytesPerStep(o.global_batch_size / o.dp, o.model.seq_len, o.model.n_embd,
-                                        o.sequence_parallel ? o.tp : 1, BytesOf(o).activations);
+  return parallel::BoundaryBytesPerStep(
+      o.training.global_batch_size / o.parallel.dp, o.model.seq_len, o.model.n_embd,
+      o.parallel.sequence_parallel ? o.parallel.tp : 1, BytesOf(o).activations);
 }
 
 // ZeRO's calls per step and unit of the row's primitive in the row's phase (0: not ZeRO's).
 int ZeroCalls(const TrainOptions& o, const comm::LedgerKey& key) {
-  return parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase,
-                                    o.StageRecompute());
+  return parallel::ZeroCallsPerStep(o.parallel.zero, o.accumulation_steps(), key.primitive,
+                                    key.phase, o.parallel.StageRecompute());
 }
 
 // The tensor-parallel calls of the row (parallel/tensor_parallel.h) in a step of these
@@ -87,12 +88,12 @@ std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOp
   // The experts' split linears run as many rows as the routing sent them: no closed form.
   if (key.label.ends_with(".experts")) return std::nullopt;
   parallel::TensorParallelStep step;
-  step.sequence_parallel = o.sequence_parallel;
+  step.sequence_parallel = o.parallel.sequence_parallel;
   step.micro_batches = o.accumulation_steps();
-  step.rows = int64_t(o.micro_batch_size) * o.model.seq_len;
+  step.rows = int64_t(o.training.micro_batch_size) * o.model.seq_len;
   step.n_embd = o.model.n_embd;
-  step.recompute = o.StageRecompute();
-  step.recompute_layers = o.LayerRecompute();
+  step.recompute = o.parallel.StageRecompute();
+  step.recompute_layers = o.parallel.LayerRecompute();
   step.activation_bytes = size_t(BytesOf(o).activations);
   step.grad_bytes = size_t(BytesOf(o).grads);
   if (key.label == "sequence_parallel") step.per_token_elements = PerTokenElements(o, rank);
@@ -110,7 +111,8 @@ ValueBytes BytesOf(const TrainOptions& o) {
 parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLayout& layout,
                                 int rank) {
   const int dp_rank = o.topology().Of(rank).dp;
-  return parallel::Sharding(RankZeroUnits(o, layout), {o.dp, dp_rank}, {o.dp / o.ep, dp_rank / o.ep});
+  return parallel::Sharding(RankZeroUnits(o, layout), {o.parallel.dp, dp_rank},
+                            {o.parallel.dp / o.parallel.ep, dp_rank / o.parallel.ep});
 }
 
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
@@ -123,38 +125,45 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
   };
   if (key.group == "pp") {
     if (parallel::IsPipelineBoundary(key)) {
-      if (!o.ScatterGather()) return in.steps * BoundaryBytesPerStep(o);
+      if (!o.parallel.ScatterGather()) return in.steps * BoundaryBytesPerStep(o);
       // A tp rank's chunk of each micro-batch's boundary tensor.
       return in.steps * o.accumulation_steps() * ScatteredBoundary(o, tp_rank).count *
              BytesOf(o).activations;
     }
     if (key.primitive != comm::Primitive::kAllReduce) return -1;
-    if (key.label == "loss" && key.phase == comm::Phase::kOther) return scalar(o.pp, pp_rank, 4);
-    if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) return scalar(o.pp, pp_rank, 8);
+    if (key.label == "loss" && key.phase == comm::Phase::kOther) {
+      return scalar(o.parallel.pp, pp_rank, 4);
+    }
+    if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) {
+      return scalar(o.parallel.pp, pp_rank, 8);
+    }
     return -1;
   }
   if (key.group == "embedding" && key.label == "tied_embedding" &&
       key.primitive == comm::Primitive::kAllReduce) {
     // wte's gradient between the first stage (rank 0 of the group) and the last; under
     // ZeRO-2/3 the dp rank's chunk of it.
-    int64_t wte = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank).specs()[0].numel;
-    if (o.zero >= 2) wte = comm::ChunkOf(wte, o.dp, dp_rank).count;
+    int64_t wte = model::ParameterLayout::ForGPT(o.model, o.parallel.tp, tp_rank).specs()[0].numel;
+    if (o.parallel.zero >= 2) wte = comm::ChunkOf(wte, o.parallel.dp, dp_rank).count;
     return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
                                          pp_rank == 0 ? 0 : 1, -1, wte, BytesOf(o).grads).sent;
   }
-  if (key.group == "tp" && o.ScatterGather() && key.primitive == comm::Primitive::kAllGather &&
+  if (key.group == "tp" && o.parallel.ScatterGather() &&
+      key.primitive == comm::Primitive::kAllGather &&
       parallel::ParseBoundaryScope(key.label).has_value()) {
     // The receiving stage gathers each micro-batch's boundary tensor from its chunks.
     return in.steps * o.accumulation_steps() *
-           comm::ExactTraffic(comm::Primitive::kAllGather, key.algorithm, o.tp, tp_rank, -1,
-                              ScatteredBoundary(o, tp_rank).whole, BytesOf(o).activations)
+           comm::ExactTraffic(comm::Primitive::kAllGather, key.algorithm, o.parallel.tp, tp_rank,
+                              -1, ScatteredBoundary(o, tp_rank).whole, BytesOf(o).activations)
                .sent;
   }
   if (key.group == "tp") {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, rank);
     if (!p) return -1;
     return in.steps * p->calls *
-           comm::ExactTraffic(key.primitive, key.algorithm, o.tp, tp_rank, -1, p->count, p->element).sent;
+           comm::ExactTraffic(key.primitive, key.algorithm, o.parallel.tp, tp_rank, -1, p->count,
+                              p->element)
+               .sent;
   }
   if (key.primitive == comm::Primitive::kAllToAllV) {  // what the call's counts said
     const auto& expected = in.traffic[size_t(rank)].expected();
@@ -165,14 +174,15 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
     // A layer's routing counts (scope layer{l}.counts): E int64 a micro-batch's forward,
     // each rank its experts' E/N; a recomputed forward (a stage's or a layer's) counts
     // again (backward).
-    const bool recomputed = key.phase == comm::Phase::kBackward && o.recompute;
+    const bool recomputed = key.phase == comm::Phase::kBackward && o.parallel.recompute;
     if (key.phase != comm::Phase::kForward && !recomputed) return -1;
     return in.steps * o.accumulation_steps() *
-           comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.ep, dp_rank % o.ep, -1,
-                              o.model.n_experts, 8).sent;
+           comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.parallel.ep,
+                              dp_rank % o.parallel.ep, -1, o.model.n_experts, 8)
+               .sent;
   }
   if (key.group == "ep" && key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
-    return scalar(o.ep, dp_rank % o.ep, 8);  // the experts' squares
+    return scalar(o.parallel.ep, dp_rank % o.parallel.ep, 8);  // the experts' squares
   }
   // ZeRO's reduce-scatters (the gradients) and all-gathers (the parameters) of the units
   // the row's group cuts: the dp group's, or under ep the edp group's (the experts').
@@ -182,41 +192,43 @@ int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) 
         parallel::ChunksOf(RankZeroUnits(o, o.RankLayout(rank)), experts);
     const int64_t element = key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
                                                                              : BytesOf(o).params;
-    return in.steps * parallel::ZeroBytesPerStep(units, o.zero, ranks, group_rank,
-                                                 o.accumulation_steps(), key.algorithm,
-                                                 key.primitive, key.phase, o.StageRecompute(), element,
-                                                 GroupNodes(in, rank, experts));
+    return in.steps * parallel::ZeroBytesPerStep(
+                          units, o.parallel.zero, ranks, group_rank, o.accumulation_steps(),
+                          key.algorithm, key.primitive, key.phase, o.parallel.StageRecompute(),
+                          element, GroupNodes(in, rank, experts));
   };
   const bool zero_row = key.primitive == comm::Primitive::kReduceScatter ||
                         key.primitive == comm::Primitive::kAllGather;
-  if (key.group == "edp" && zero_row) return zero_bytes(true, o.dp / o.ep, dp_rank / o.ep);
+  if (key.group == "edp" && zero_row) {
+    return zero_bytes(true, o.parallel.dp / o.parallel.ep, dp_rank / o.parallel.ep);
+  }
   if (key.group == "edp" && key.primitive == comm::Primitive::kAllReduce &&
       key.phase == comm::Phase::kBackward) {  // the experts' gradient buckets
     const std::vector<comm::Chunk> experts = parallel::ExpertRanges(o.RankLayout(rank), true);
-    return in.steps * parallel::GradientSyncBytesPerStep(experts, o.dp / o.ep, dp_rank / o.ep,
-                                                         BucketBytes(o), key.algorithm,
-                                                         o.Precision().grad_comm,
+    return in.steps * parallel::GradientSyncBytesPerStep(experts, o.parallel.dp / o.parallel.ep,
+                                                         dp_rank / o.parallel.ep, BucketBytes(o),
+                                                         key.algorithm, o.Precision().grad_comm,
                                                          GroupNodes(in, rank, true));
   }
   if (key.group != "dp") return -1;
-  if (zero_row) return zero_bytes(false, o.dp, dp_rank);
+  if (zero_row) return zero_bytes(false, o.parallel.dp, dp_rank);
   // This rank's part of the model: the buffer the dp group reduces.
   const model::ParameterLayout layout = o.RankLayout(rank);
   const std::vector<int> nodes = GroupNodes(in, rank, false);
   auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
     return in.steps *
-           comm::ExactTraffic(p, key.algorithm, o.dp, dp_rank, -1, count, element, nodes).sent;
+           comm::ExactTraffic(p, key.algorithm, o.parallel.dp, dp_rank, -1, count, element, nodes)
+               .sent;
   };
   switch (key.primitive) {
     case comm::Primitive::kAllReduce:
-      if (key.phase == comm::Phase::kBackward && o.ep > 1) {  // the non-expert buckets
-        return in.steps * parallel::GradientSyncBytesPerStep(parallel::ExpertRanges(layout, false),
-                                                             o.dp, dp_rank, BucketBytes(o),
-                                                             key.algorithm, o.Precision().grad_comm,
-                                                             nodes);
+      if (key.phase == comm::Phase::kBackward && o.parallel.ep > 1) {  // the non-expert buckets
+        return in.steps * parallel::GradientSyncBytesPerStep(
+                              parallel::ExpertRanges(layout, false), o.parallel.dp, dp_rank,
+                              BucketBytes(o), key.algorithm, o.Precision().grad_comm, nodes);
       }
       if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
-        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.dp, dp_rank,
+        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.parallel.dp, dp_rank,
                                                              BucketBytes(o), key.algorithm,
                                                              o.Precision().grad_comm, nodes);
       }
@@ -242,21 +254,21 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   // The Φ the row's group sums or shards: the model's, or under expert parallelism the dp
   // group's dense parameters and the edp group's experts of one ep rank (E/ep of each layer's).
   int64_t phi = o.model.NumParams();
-  if (o.ep > 1) {
+  if (o.parallel.ep > 1) {
     const int64_t c = o.model.n_embd;
     const int64_t experts = int64_t(o.model.n_layer) * o.model.n_experts * (8 * c * c + 5 * c);
-    phi = key.group == "edp" ? experts / o.ep : phi - experts;
+    phi = key.group == "edp" ? experts / o.parallel.ep : phi - experts;
   }
-  const int64_t part_bytes = in.steps * phi * element / (o.tp * o.pp);
+  const int64_t part_bytes = in.steps * phi * element / (o.parallel.tp * o.parallel.pp);
   if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV &&
       (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward)) {
     // The seed's balanced estimate: each all-to-all sends (N−1)/N of the micro-batch's
     // b·s·k·h values (the rows leave as the activations' type, everything else fp32).
     const bool rows_out = key.phase == comm::Phase::kForward && key.label.ends_with("dispatch");
     const int64_t value = rows_out ? BytesOf(o).activations : 4;
-    const int64_t values = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.moe_top_k *
-                           o.model.n_embd;
-    return in.steps * o.accumulation_steps() * (o.ep - 1) * values / o.ep * value;
+    const int64_t values =
+        int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.moe_top_k * o.model.n_embd;
+    return in.steps * o.accumulation_steps() * (o.parallel.ep - 1) * values / o.parallel.ep * value;
   }
   if (key.group == "tp") {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, 0);
@@ -274,7 +286,8 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
     return 2 * part_bytes;
   }
   // The seed's passes (it knows no recompute).
-  int calls = parallel::ZeroCallsPerStep(o.zero, o.accumulation_steps(), key.primitive, key.phase);
+  int calls =
+      parallel::ZeroCallsPerStep(o.parallel.zero, o.accumulation_steps(), key.primitive, key.phase);
   return calls > 0 ? calls * part_bytes : -1;
 }
 

@@ -32,26 +32,51 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
   w.Key("vocab_size").Int(o.model.vocab_size);
   if (o.model.moe()) {
     w.Key("n_experts").Int(o.model.n_experts).Key("moe_top_k").Int(o.model.moe_top_k);
-    w.Key("capacity_factor").Double(o.model.capacity_factor).Key("ep").Int(o.ep);
+    w.Key("capacity_factor").Double(o.model.capacity_factor).Key("ep").Int(o.parallel.ep);
   }
-  w.Key("sequence_parallel").Bool(o.sequence_parallel).Key("overlap").Bool(o.overlap);
+  w.Key("sequence_parallel")
+      .Bool(o.parallel.sequence_parallel)
+      .Key("overlap")
+      .Bool(o.parallel.overlap);
   w.Key("dry_run").Bool(o.dry_run);
-  w.Key("global_batch_size").Int(o.global_batch_size).Key("micro_batch_size").Int(o.micro_batch_size);
-  w.Key("allreduce").String(comm::Name(o.allreduce)).Key("bucket_mb").Double(o.bucket_mb);
-  w.Key("world").Int(o.world()).Key("dp").Int(o.dp).Key("tp").Int(o.tp).Key("pp").Int(o.pp);
-  w.Key("schedule").String(parallel::Name(o.schedule)).Key("virtual_stages").Int(o.virtual_stages);
-  w.Key("recompute").Bool(o.recompute).Key("recompute_attention").Bool(o.recompute_attention);
-  w.Key("pp_scatter_gather").Bool(o.ScatterGather());
-  w.Key("zero").Int(o.zero);
-  w.Key("order").String(parallel::Name(o.order)).Key("nodes").Int(nodes.count());
+  w.Key("global_batch_size")
+      .Int(o.training.global_batch_size)
+      .Key("micro_batch_size")
+      .Int(o.training.micro_batch_size);
+  w.Key("allreduce")
+      .String(comm::Name(o.parallel.allreduce))
+      .Key("bucket_mb")
+      .Double(o.parallel.bucket_mb);
+  w.Key("world")
+      .Int(o.world())
+      .Key("dp")
+      .Int(o.parallel.dp)
+      .Key("tp")
+      .Int(o.parallel.tp)
+      .Key("pp")
+      .Int(o.parallel.pp);
+  w.Key("schedule")
+      .String(parallel::Name(o.parallel.schedule))
+      .Key("virtual_stages")
+      .Int(o.parallel.virtual_stages);
+  w.Key("recompute")
+      .Bool(o.parallel.recompute)
+      .Key("recompute_attention")
+      .Bool(o.parallel.recompute_attention);
+  w.Key("pp_scatter_gather").Bool(o.parallel.ScatterGather());
+  w.Key("zero").Int(o.parallel.zero);
+  w.Key("order").String(parallel::Name(o.placement.order)).Key("nodes").Int(nodes.count());
   w.Key("gpus_per_node").Int(nodes.gpus_per_node());
-  w.Key("link_intra_gbps").Double(o.cluster.intra.gbps);
-  w.Key("link_intra_latency_us").Double(o.cluster.intra.latency_us);
-  w.Key("link_intra_efficiency").Double(o.cluster.intra.efficiency);
-  w.Key("link_inter_gbps").Double(o.cluster.inter.gbps);
-  w.Key("link_inter_latency_us").Double(o.cluster.inter.latency_us);
-  w.Key("link_inter_efficiency").Double(o.cluster.inter.efficiency);
-  w.Key("precision").String(PrecisionName(o.precision)).Key("fp32_grad_accum").Bool(o.fp32_grad_accum);
+  w.Key("link_intra_gbps").Double(o.cluster.links.intra.gbps);
+  w.Key("link_intra_latency_us").Double(o.cluster.links.intra.latency_us);
+  w.Key("link_intra_efficiency").Double(o.cluster.links.intra.efficiency);
+  w.Key("link_inter_gbps").Double(o.cluster.links.inter.gbps);
+  w.Key("link_inter_latency_us").Double(o.cluster.links.inter.latency_us);
+  w.Key("link_inter_efficiency").Double(o.cluster.links.inter.efficiency);
+  w.Key("precision")
+      .String(PrecisionName(o.precision.dtype))
+      .Key("fp32_grad_accum")
+      .Bool(o.precision.fp32_grad_accum);
   w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
@@ -67,7 +92,7 @@ void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonW
   }
   std::map<comm::LedgerKey, comm::LinkBytes> links = SentByKey(in, nodes, r);
   std::map<comm::LedgerKey, comm::LinkSeconds> modelled =
-      in.traffic[r].ModelledSeconds(nodes, o.cluster);
+      in.traffic[r].ModelledSeconds(nodes, o.cluster.links);
   w.Key("traffic").BeginArray();
   for (const auto& [key, c] : in.traffic[r].calls()) {
     w.BeginObject();

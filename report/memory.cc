@@ -61,29 +61,30 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
 int64_t PredictedActivations(const TrainOptions& o, int rank) {
   // bf16 gradients under ZeRO-2/3 with --overlap: a closed unit's fp32 working copy stays
   // until the next unit closes, beside the parameters' copies: no closed form here yet.
-  if (o.overlap && o.zero >= 2 && o.Precision().grads != DType::kF32) return -1;
+  if (o.parallel.overlap && o.parallel.zero >= 2 && o.Precision().grads != DType::kF32) return -1;
   const model::ParameterLayout layout = o.RankLayout(rank);
   const model::GPTConfig& g = o.model;
   model::ActivationShape shape;
   shape.config = g;
-  shape.tp = o.tp;
-  shape.sequence_parallel = o.sequence_parallel;
-  shape.expert_ranks = o.ep;
-  shape.expert_parallel = o.ep > 1;
+  shape.tp = o.parallel.tp;
+  shape.sequence_parallel = o.parallel.sequence_parallel;
+  shape.expert_ranks = o.parallel.ep;
+  shape.expert_parallel = o.parallel.ep > 1;
   shape.vocab_local = layout.last_stage() ? layout.specs().front().shape[0] : 0;
   // The kernels' attention backward scratch: a head at a time on the CPU, all on a GPU.
   const int64_t tt = int64_t(g.seq_len) * g.seq_len;
-  shape.attention_scratch = o.device == DeviceType::kCUDA && !o.dry_run ? tt * (g.n_head / o.tp) : tt;
-  shape.recompute = o.ModelRecompute();
-  const int64_t b = o.micro_batch_size, n = b * g.seq_len;
+  shape.attention_scratch =
+      o.placement.device == DeviceType::kCUDA && !o.dry_run ? tt * (g.n_head / o.parallel.tp) : tt;
+  shape.recompute = o.parallel.ModelRecompute();
+  const int64_t b = o.training.micro_batch_size, n = b * g.seq_len;
   const int64_t operand = o.matmul_inputs() == MatmulInputs::kBF16 ? 2 : 4;
   int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n) +
                   model::CountLayerRoom(shape, b).Bytes(operand);
   const std::vector<model::LayerRange>& chunks = layout.chunks();
   std::vector<parallel::PipelineStep> steps;
-  if (o.pp > 1) {
-    steps = parallel::StageSteps(o.schedule, o.pp, o.topology().Of(rank).pp, o.accumulation_steps(),
-                                 int(chunks.size()));
+  if (o.parallel.pp > 1) {
+    steps = parallel::StageSteps(o.parallel.schedule, o.parallel.pp, o.topology().Of(rank).pp,
+                                 o.accumulation_steps(), int(chunks.size()));
   }
   // Mixed precision: the fp32 working copies of the units in use (model/weights.h), of the
   // parameters, and of the gradients where those are bf16, most at once in any chunk's
@@ -113,8 +114,8 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
     const int64_t layers = chunks[c].end - chunks[c].begin;
     const bool last = chunks[c].end == g.n_layer;
     const int64_t whole = model::CountActivations(shape, b, layers, last, true).Bytes(operand);
-    const int64_t sets = o.pp > 1 ? parallel::InFlight(steps, int(c)) : 1;
-    if (o.StageRecompute()) {
+    const int64_t sets = o.parallel.pp > 1 ? parallel::InFlight(steps, int(c)) : 1;
+    if (o.parallel.StageRecompute()) {
       const int64_t kept = model::CountActivations(shape, b, layers, last, false).Bytes(operand);
       bytes += whole + 4 * shape.Rows(n) * g.n_embd + (sets - 1) * kept;
     } else {
@@ -129,11 +130,11 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const int64_t phi = layout.total();
   const ValueBytes bytes = BytesOf(o);
   // The optimizer's fp32 state a parameter, with the master weights under mixed precision.
-  const int64_t state_per_element = (o.optimizer == OptimizerKind::kAdamW ? 8 : 4) +
+  const int64_t state_per_element = (o.training.optimizer == OptimizerKind::kAdamW ? 8 : 4) +
                                     (o.Precision().master_weights() ? 4 : 0);
   MemoryFormula f;
   f.activations = PredictedActivations(o, rank);
-  if (o.zero == 0) {
+  if (o.parallel.zero == 0) {
     return {bytes.params * phi, bytes.grads * phi, state_per_element * phi, f.activations};
   }
   const parallel::Sharding sharding = RankSharding(o, layout, rank);
@@ -155,7 +156,7 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const bool first = layout.first_stage(), last = layout.last_stage();
   const int64_t shard = sharding.size();
   int64_t params_open = open(first);
-  if (o.zero == 3 && o.overlap && o.pp == 1) {
+  if (o.parallel.zero == 3 && o.parallel.overlap && o.parallel.pp == 1) {
     // The prefetch (parallel/zero/zero3.cc): a unit and the next one at once, besides the embeddings.
     int64_t pair = 0;
     for (size_t u = 1; u + 1 < layout.units().size(); ++u) {
@@ -163,7 +164,7 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
     }
     params_open = embeddings + pair;
   }
-  f.params = bytes.params * (o.zero == 3 ? shard + params_open : phi);
+  f.params = bytes.params * (o.parallel.zero == 3 ? shard + params_open : phi);
   // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,
   // which count as activations; model/weights.h). With --overlap a closed unit's
@@ -171,27 +172,29 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   // own (parallel/zero/zero.h).
   int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
   int64_t in_flight_reduced = 0;
-  if (o.overlap && o.zero >= 2) {
+  if (o.parallel.overlap && o.parallel.zero >= 2) {
     if (bytes.grads == 4) {
       // The chunk of each backward, in the order the stage runs them.
       std::vector<int> backwards;
       const int pp_rank = o.topology().Of(rank).pp;
       for (const parallel::PipelineStep& s :
-           parallel::StageSteps(o.schedule, o.pp, pp_rank, o.accumulation_steps(),
+           parallel::StageSteps(o.parallel.schedule, o.parallel.pp, pp_rank, o.accumulation_steps(),
                                 int(layout.chunks().size()))) {
         if (s.kind == parallel::PipelineStep::kBackward) backwards.push_back(s.chunk);
       }
       open_grads = 4 * GradientsHeldWithOverlap(layout, backwards);
     }
-    for (const std::pair<size_t, size_t>& unit : parallel::PiecesOfUnits(layout, o.zero, o.ep > 1)) {
+    for (const std::pair<size_t, size_t>& unit :
+         parallel::PiecesOfUnits(layout, o.parallel.zero, o.parallel.ep > 1)) {
       int64_t own = 0;
       for (size_t i = unit.first; i < unit.second; ++i) own += sharding.pieces()[i].own.count;
       in_flight_reduced = std::max(in_flight_reduced, own);
     }
   }
-  f.grads = o.zero == 1 ? bytes.grads * phi
-                        : bytes.grads * shard + bytes.grad_comm * (largest_chunk + in_flight_reduced) +
-                              open_grads;
+  f.grads = o.parallel.zero == 1
+                ? bytes.grads * phi
+                : bytes.grads * shard + bytes.grad_comm * (largest_chunk + in_flight_reduced) +
+                      open_grads;
   f.optimizer = state_per_element * shard;
   return f;
 }

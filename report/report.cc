@@ -16,9 +16,9 @@
 namespace tally::train {
 
 int GroupSize(const TrainOptions& o, const std::string& group) {
-  if (group == "dp") return o.dp;
-  if (group == "tp") return o.tp;
-  if (group == "pp") return o.pp;
+  if (group == "dp") return o.parallel.dp;
+  if (group == "tp") return o.parallel.tp;
+  if (group == "pp") return o.parallel.pp;
   if (group == "embedding") return 2;
   return o.world();
 }
@@ -138,7 +138,7 @@ std::string ModelledTable(const ReportInputs& in) {
   // Per row, the busiest rank's time (a collective ends when its slowest rank does).
   std::map<comm::LedgerKey, comm::LinkSeconds> rows;
   for (size_t r = 0; r < in.traffic.size(); ++r) {
-    for (const auto& [key, s] : in.traffic[r].ModelledSeconds(nodes, o.cluster)) {
+    for (const auto& [key, s] : in.traffic[r].ModelledSeconds(nodes, o.cluster.links)) {
       if (key.phase == comm::Phase::kSetup) continue;  // once a run, not a step's
       if (s.total() > rows[key].total()) rows[key] = s;
     }
@@ -146,8 +146,8 @@ std::string ModelledTable(const ReportInputs& in) {
   std::string out = absl::StrFormat(
       "time on a modelled cluster, ms per step (the busiest rank of each row; per message: "
       "inside a node %s, across nodes %s)\n%-9s %-15s %-10s %-17s %12s %12s\n",
-      comm::Describe(o.cluster.intra), comm::Describe(o.cluster.inter), "group", "op", "phase",
-      "scope", "modelled", "across nodes");
+      comm::Describe(o.cluster.links.intra), comm::Describe(o.cluster.links.inter), "group", "op",
+      "phase", "scope", "modelled", "across nodes");
   std::map<std::string, comm::LinkSeconds> groups;
   for (const auto& [key, s] : rows) {
     if (s.total() <= 0) continue;
@@ -178,11 +178,11 @@ std::string RoutingTable(const ReportInputs& in) {
       "summed over the ranks; dropped: the layer's choices past capacity%s)\n"
       "%-6s %10s %10s %10s %9s %8s%s\n",
       in.steps, experts, o.model.moe_top_k,
-      o.ep > 1 ? "; ep dispatch: bytes a rank sent, min..max over ranks" : "", "layer", "min",
-      "mean", "max", "max/mean", "dropped",
-      o.ep > 1 ? absl::StrFormat(" %22s", "ep dispatch") : "");
+      o.parallel.ep > 1 ? "; ep dispatch: bytes a rank sent, min..max over ranks" : "", "layer",
+      "min", "mean", "max", "max/mean", "dropped",
+      o.parallel.ep > 1 ? absl::StrFormat(" %22s", "ep dispatch") : "");
   const double steps = double(in.steps);
-  const double choices = double(o.global_batch_size) * o.model.seq_len * o.model.moe_top_k;
+  const double choices = double(o.training.global_batch_size) * o.model.seq_len * o.model.moe_top_k;
   for (int l = 0; l < o.model.n_layer; ++l) {
     const auto first = in.expert_tokens.begin() + ptrdiff_t(l) * experts;
     const double lo = *std::min_element(first, first + experts) / steps;
@@ -191,7 +191,7 @@ std::string RoutingTable(const ReportInputs& in) {
     for (int e = 0; e < experts; ++e) all += first[e];
     const double mean = all / experts / steps;
     std::string dispatch;
-    if (o.ep > 1) {
+    if (o.parallel.ep > 1) {
       const std::string scope = absl::StrCat("layer", l, ".dispatch");
       int64_t most = 0, least = -1;
       for (const comm::TrafficLedger& ledger : in.traffic) {
@@ -228,20 +228,20 @@ std::string MemoryTable(const ReportInputs& in) {
       absl::StrCat("params ", p, "Φ, grads: the shard + the open units + one reduced chunk, ",
                    state, ", on the shard"),
       absl::StrCat("params: the shard + the gathered units",
-                   o.overlap && o.pp == 1 ? " (and one prefetched)" : "",
+                   o.parallel.overlap && o.parallel.pp == 1 ? " (and one prefetched)" : "",
                    ", grads: the shard + the open units + one reduced chunk, ", state,
                    ", on the shard")};
   // The seed's Q6 form for fp16 mixed precision, which ZeRO-1 over dp and the split over
   // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (the formula rows are this run's:
   // with --precision=bf16 and --zero=1 they are the seed's, to the byte where the split
   // divides evenly).
-  const double phi = double(o.model.NumParams()), split = double(o.tp) * o.pp;
+  const double phi = double(o.model.NumParams()), split = double(o.parallel.tp) * o.parallel.pp;
   out += absl::StrFormat(
       "\nmemory per rank, peak bytes (zero=%d: %s)\nthe seed's fp16 model states per GPU, "
       "2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp): %.0f bytes\n%-12s %12s %12s %12s %12s %12s %12s\n",
-      o.zero, formulas[std::clamp(o.zero, 0, 3)].c_str(),
-      4 * phi / split + 12 * phi / (double(o.dp) * split), "rank", "params", "grads", "optimizer",
-      "activations", "comm", "peak total");
+      o.parallel.zero, formulas[std::clamp(o.parallel.zero, 0, 3)].c_str(),
+      4 * phi / split + 12 * phi / (double(o.parallel.dp) * split), "rank", "params", "grads",
+      "optimizer", "activations", "comm", "peak total");
   // A rank over the modelled GPU's memory is marked on its row.
   const GpuModel gpu = o.ModelledGpu();
   size_t most = 0;
@@ -260,7 +260,7 @@ std::string MemoryTable(const ReportInputs& in) {
   }
   // Said when it matters: a rank over the GPU, a chosen cluster, or a dry run's real sizes.
   const double largest = in.memory.empty() ? 0 : double(in.memory[most].peak_total());
-  if (gpu.memory_gb > 0 && (!gpu.Holds(largest) || o.cluster_given() || o.dry_run)) {
+  if (gpu.memory_gb > 0 && (!gpu.Holds(largest) || o.cluster.given() || o.dry_run)) {
     out += absl::StrFormat("the most a rank holds, rank %d's %.4g GB, %s\n", most, largest / 1e9,
                            gpu.Fits(largest, o.ModelledClusterName()));
   }
@@ -290,7 +290,7 @@ std::string FormatReport(const ReportInputs& in) {
       "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
       "per rank, min..max over ranks%s)\n"
       "%-9s %-15s %-6s %-10s %-17s %6s %22s%s %22s %14s %14s %14s\n",
-      in.steps, o.dp, o.tp, o.pp, o.model.NumParams(), PrecisionWords(o),
+      in.steps, o.parallel.dp, o.parallel.tp, o.parallel.pp, o.model.NumParams(), PrecisionWords(o),
       nodes ? "; inter-node: the part that crossed a node" : "", "group", "op", "algo", "phase",
       "scope", "calls", "measured", nodes ? absl::StrFormat(" %22s", "inter-node") : "",
       "exact formula", "seed formula", "measured/seed", "busbw GB/s");
@@ -317,7 +317,9 @@ std::string FormatReport(const ReportInputs& in) {
   // The two clocks: measured (none for a dry run, whose code computes nothing), then
   // modelled, who waited for whom in both, and the verdict, which is the modelled clock's.
   if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) out += TimeTable(in);
-  if (!o.dry_run && o.pp > 1 && in.step_nanos.size() == in.traffic.size()) out += PipelineTable(in);
+  if (!o.dry_run && o.parallel.pp > 1 && in.step_nanos.size() == in.traffic.size()) {
+    out += PipelineTable(in);
+  }
   out += ReplayTable(in);
   out += WaitsTable(in);
   out += Verdict(in);

@@ -270,11 +270,12 @@ std::string MemoryLines(const ReportInputs& in) {
                                        "(--report=full shows both)\n",
                                        differs);
   const GpuModel gpu = o.ModelledGpu();
-  if (gpu.memory_gb > 0 && (!gpu.Holds(largest) || o.cluster_given() || o.dry_run)) {
+  if (gpu.memory_gb > 0 && (!gpu.Holds(largest) || o.cluster.given() || o.dry_run)) {
     int over = 0;
     for (const MemoryLedger& m : in.memory) over += gpu.Holds(double(m.peak_total())) ? 0 : 1;
     const std::string cluster =
-        o.cluster_given() ? o.cluster_name : absl::StrCat(TrainOptions::kDefaultCluster, " (the default)");
+        o.cluster.given() ? o.cluster.name
+                          : absl::StrCat(ClusterOptions::kDefaultCluster, " (the default)");
     out += absl::StrFormat("  rank %d %s; %d rank(s) over it\n", most, gpu.Fits(largest, cluster), over);
   }
   return out;
@@ -284,11 +285,12 @@ std::string MemoryLines(const ReportInputs& in) {
 std::string BubbleLine(const ReportInputs& in, const std::vector<ReplayedRank>* modelled,
                        bool measured) {
   const TrainOptions& o = in.options;
-  const bool interleaved = o.schedule == parallel::PipelineSchedule::kInterleaved;
-  std::string line = absl::StrFormat(
-      "pipeline bubble (%s, pp=%d, m=%d; the idlest stage): theory %.3f", parallel::Name(o.schedule),
-      o.pp, o.accumulation_steps(),
-      parallel::TheoreticalBubble(o.pp, o.accumulation_steps(), interleaved ? o.virtual_stages : 1));
+  const bool interleaved = o.parallel.schedule == parallel::PipelineSchedule::kInterleaved;
+  std::string line =
+      absl::StrFormat("pipeline bubble (%s, pp=%d, m=%d; the idlest stage): theory %.3f",
+                      parallel::Name(o.parallel.schedule), o.parallel.pp, o.accumulation_steps(),
+                      parallel::TheoreticalBubble(o.parallel.pp, o.accumulation_steps(),
+                                                  interleaved ? o.parallel.virtual_stages : 1));
   if (modelled != nullptr) {
     double most = 0;
     for (const ReplayedRank& r : *modelled) most = std::max(most, r.seconds > 0 ? r.idle_s / r.seconds : 0);
@@ -339,7 +341,7 @@ std::string TimeLines(const ReportInputs& in) {
         "%.1f\n",
         t.step_ms, slow, t.compute_ms, t.exposed_ms, t.idle_ms);
   }
-  if (o.pp > 1) out += BubbleLine(in, replayed ? &*modelled : nullptr, measured);
+  if (o.parallel.pp > 1) out += BubbleLine(in, replayed ? &*modelled : nullptr, measured);
   if (replayed) {
     const auto [rank, exposed] = WorstModelled(*modelled);
     out += absl::StrFormat(
@@ -382,14 +384,15 @@ std::string FormatSummaryReport(const ReportInputs& in) {
   const std::map<FoldedKey, Folded> folded = Fold(in);
   std::string out;
   if (!folded.empty()) out += TrafficOfAStep(in, folded) + "\n";
-  if (o.cluster_given()) out += ModelledTable(in);
+  if (o.cluster.given()) out += ModelledTable(in);
   const double params = double(o.model.NumParams());
-  out += absl::StrFormat(
-      "summary of %d step%s: dp=%d x tp=%d x pp=%d, zero=%d, %s, %s parameters\n", in.steps,
-      in.steps == 1 ? "" : "s", o.dp, o.tp, o.pp, o.zero, PrecisionName(o.Precision().params),
-      params >= 1e9   ? absl::StrFormat("%.4g B", params / 1e9)
-      : params >= 1e6 ? absl::StrFormat("%.4g M", params / 1e6)
-                      : absl::StrCat(o.model.NumParams()));
+  out +=
+      absl::StrFormat("summary of %d step%s: dp=%d x tp=%d x pp=%d, zero=%d, %s, %s parameters\n",
+                      in.steps, in.steps == 1 ? "" : "s", o.parallel.dp, o.parallel.tp,
+                      o.parallel.pp, o.parallel.zero, PrecisionName(o.Precision().params),
+                      params >= 1e9   ? absl::StrFormat("%.4g B", params / 1e9)
+                      : params >= 1e6 ? absl::StrFormat("%.4g M", params / 1e6)
+                                      : absl::StrCat(o.model.NumParams()));
   out += BytesByGroup(in, folded);
   out += MemoryLines(in);
   out += TimeLines(in);

@@ -46,14 +46,14 @@ const absl::StatusOr<std::vector<ReplayedRank>>& ModelledRun(const ReportInputs&
     std::vector<const Timeline*> timelines;
     for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
     in.modelled = std::make_shared<const absl::StatusOr<std::vector<ReplayedRank>>>(
-        Replay(timelines, NodesOf(in), in.options.cluster, in.options.ModelledGpu()));
+        Replay(timelines, NodesOf(in), in.options.cluster.links, in.options.ModelledGpu()));
   }
   return *in.modelled;
 }
 
 std::vector<MeasuredWaits> MeasuredRun(const ReportInputs& in) {
   const TrainOptions& o = in.options;
-  if (o.dry_run || (o.backend != Backend::kThreads && NodesOf(in).count() > 1)) return {};
+  if (o.dry_run || (o.placement.backend != Backend::kThreads && NodesOf(in).count() > 1)) return {};
   std::vector<const Timeline*> timelines;
   for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
   return MeasureWaits(timelines);
@@ -93,7 +93,7 @@ std::string RepeatsTable(const TrainOptions& o, const std::vector<RunTimes>& run
       "\n--repeat=%d: the same run %d times; min, median and max over them (the bytes and the "
       "modelled clock are the run's own, the same every time; the measured clock is this host's "
       "and varies)\n%-44s %10s %10s %10s\n",
-      o.repeat, int(runs.size()), "", "min", "median", "max");
+      o.output.repeat, int(runs.size()), "", "min", "median", "max");
   // Measured figures to two significant figures (the host's noise is larger than that),
   // modelled ones to `decimals`.
   auto row = [&](const std::string& what, double RunTimes::*field, double scale, bool measured,
@@ -116,7 +116,7 @@ std::string RepeatsTable(const TrainOptions& o, const std::vector<RunTimes>& run
   row("measured step ms (this host, slowest rank)", &RunTimes::measured_step_ms, 1, true, 0);
   row("measured exposed % (worst rank)", &RunTimes::measured_exposed, 100, true, 0);
   const std::string cluster = absl::StrCat("(", o.ModelledClusterName(), ")");
-  row(absl::StrCat("modelled step ms ", o.cluster_given() ? cluster : "(the default cluster)"),
+  row(absl::StrCat("modelled step ms ", o.cluster.given() ? cluster : "(the default cluster)"),
       &RunTimes::modelled_step_ms, 1, false, 4);
   row("modelled exposed % (worst rank)", &RunTimes::modelled_exposed, 100, false, 1);
   return out;
@@ -173,8 +173,8 @@ std::string ReplayTable(const ReportInputs& in) {
       "collective or a send; idle: waiting for a pipeline neighbour)\n"
       "%-8s %12s %12s %12s %12s %10s\n",
       o.ModelledClusterName(), o.ModelledGpu().Describe(), nodes.gpus_per_node(),
-      comm::Describe(o.cluster.intra), comm::Describe(o.cluster.inter), "rank", "step", "compute",
-      "exposed", "idle", "exposed %");
+      comm::Describe(o.cluster.links.intra), comm::Describe(o.cluster.links.inter), "rank", "step",
+      "compute", "exposed", "idle", "exposed %");
   double slowest = 0;
   int slowest_rank = 0;
   for (size_t r = 0; r < replayed->size(); ++r) {
@@ -223,7 +223,7 @@ std::string WaitsTable(const ReportInputs& in) {
       both ? absl::StrFormat(" %12s %12s %6s", "measured exp", "waiting", "for") : "");
   const int worst = WorstModelled(*modelled).first;
   for (size_t r = 0; r < modelled->size(); ++r) {
-    if (!Shown(o, modelled->size(), int(r), worst) && int(r) != o.slow_rank) continue;
+    if (!Shown(o, modelled->size(), int(r), worst) && int(r) != o.cluster.slow_rank) continue;
     const ReplayedRank& m = (*modelled)[r];
     out += absl::StrFormat("%-8d %12.4f %12.4f %6s", r, m.exposed_s * 1e3, m.waited.seconds * 1e3,
                            PeerWords(m.waited));
@@ -239,18 +239,20 @@ std::string WaitsTable(const ReportInputs& in) {
 std::string SlowRankLine(const ReportInputs& in) {
   const TrainOptions& o = in.options;
   const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
-  if (!modelled.ok() || o.slow_rank < 0 || size_t(o.slow_rank) >= modelled->size()) return "";
+  if (!modelled.ok() || o.cluster.slow_rank < 0 || size_t(o.cluster.slow_rank) >= modelled->size()) {
+    return "";
+  }
   const std::vector<MeasuredWaits> measured = MeasuredRun(in);
   const bool both = measured.size() == modelled->size();
   // What the other ranks waited for the slow one, summed over them.
   double on_model = 0, on_host = 0;
   for (size_t r = 0; r < modelled->size(); ++r) {
-    on_model += WaitedOn((*modelled)[r].waited, o.slow_rank);
-    if (both) on_host += WaitedOn(measured[r].waited, o.slow_rank);
+    on_model += WaitedOn((*modelled)[r].waited, o.cluster.slow_rank);
+    if (both) on_host += WaitedOn(measured[r].waited, o.cluster.slow_rank);
   }
   return absl::StrFormat(
       "--slow_rank=%d:%g: the other ranks waited %.4f ms for rank %d on the modelled clock%s\n",
-      o.slow_rank, o.slow_ms, on_model * 1e3, o.slow_rank,
+      o.cluster.slow_rank, o.cluster.slow_ms, on_model * 1e3, o.cluster.slow_rank,
       both ? absl::StrFormat(", %.3f ms on the measured one", on_host * 1e3) : "");
 }
 
@@ -336,12 +338,12 @@ std::string MeasuredVerdict(const ReportInputs& in) {
 
 std::string PipelineTable(const ReportInputs& in) {
   const TrainOptions& o = in.options;
-  const int m = o.accumulation_steps(), v = o.virtual_stages;
-  const bool interleaved = o.schedule == parallel::PipelineSchedule::kInterleaved;
+  const int m = o.accumulation_steps(), v = o.parallel.virtual_stages;
+  const bool interleaved = o.parallel.schedule == parallel::PipelineSchedule::kInterleaved;
   // Each stage's layers, "0-1", or its chunks' under the interleaved schedule, "0-0,2-2".
-  std::vector<std::string> layers(size_t(o.pp));
+  std::vector<std::string> layers(size_t(o.parallel.pp));
   size_t width = 8;
-  for (int s = 0; s < o.pp; ++s) {
+  for (int s = 0; s < o.parallel.pp; ++s) {
     std::vector<std::string> chunks;
     for (const model::LayerRange& chunk : o.StageChunks(s)) {
       chunks.push_back(absl::StrCat(chunk.begin, "-", chunk.end - 1));
@@ -352,11 +354,11 @@ std::string PipelineTable(const ReportInputs& in) {
   std::string out = absl::StrFormat(
       "\npipeline (%s, %d stages%s, %d micro-batches of %d%s): time per step; the bubble is the "
       "idle share of the schedule's time, theory %s = %.3f\n%-6s %-*s %10s %10s %8s\n",
-      parallel::Name(o.schedule), o.pp, interleaved ? absl::StrCat(" x ", v, " chunks") : "", m,
-      o.micro_batch_size, o.recompute ? ", recompute" : "",
-      interleaved ? "(N-1)/(v*m+N-1)" : "(N-1)/(m+N-1)",
-      parallel::TheoreticalBubble(o.pp, m, interleaved ? v : 1), "stage", int(width), "layers",
-      "busy ms", "idle ms", "bubble");
+      parallel::Name(o.parallel.schedule), o.parallel.pp,
+      interleaved ? absl::StrCat(" x ", v, " chunks") : "", m, o.training.micro_batch_size,
+      o.parallel.recompute ? ", recompute" : "", interleaved ? "(N-1)/(v*m+N-1)" : "(N-1)/(m+N-1)",
+      parallel::TheoreticalBubble(o.parallel.pp, m, interleaved ? v : 1), "stage", int(width),
+      "layers", "busy ms", "idle ms", "bubble");
   const double steps = double(std::max<int64_t>(1, in.steps));
   for (int r = 0; r < int(in.step_nanos.size()); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(r);

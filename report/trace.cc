@@ -69,8 +69,8 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
         const parallel::Topology grid = o.topology();
         const parallel::GridCoordinates at = grid.Of(int(r));
         // Virtual stage vs is held by pipeline rank vs mod pp (interleaved; vs otherwise).
-        const int sender = grid.RankAt({at.dp, at.tp, from % o.pp});
-        const int receiver = grid.RankAt({at.dp, at.tp, to % o.pp});
+        const int sender = grid.RankAt({at.dp, at.tp, from % o.parallel.pp});
+        const int receiver = grid.RankAt({at.dp, at.tp, to % o.parallel.pp});
         Ends& ends = flows[{sender, receiver, absl::StrCat(k.label, comm::Name(k.phase))}];
         (r == sender ? ends.sends : ends.recvs).push_back(&e);
       }
@@ -97,10 +97,11 @@ std::string PredictedTraceJson(const TrainOptions& o, const std::vector<Replayed
   w.BeginObject().Key("displayTimeUnit").String("ms").Key("traceEvents").BeginArray();
   for (int r = 0; r < int(ranks.size()); ++r) {
     const parallel::GridCoordinates at = o.topology().Of(r);
-    for (auto [tid, name] : {std::pair{0, absl::StrCat("rank ", r, " (dp ", at.dp, ", pp ", at.pp, ", tp ",
-                                                      at.tp, ") on ", o.cluster_name, ", predicted")},
-                             {kComputeTrack, std::string("compute")},
-                             {kCommTrack, std::string("communication")}}) {
+    for (auto [tid, name] :
+         {std::pair{0, absl::StrCat("rank ", r, " (dp ", at.dp, ", pp ", at.pp, ", tp ", at.tp,
+                                    ") on ", o.cluster.name, ", predicted")},
+          {kComputeTrack, std::string("compute")},
+          {kCommTrack, std::string("communication")}}) {
       w.BeginObject().Key("name").String(tid == 0 ? "process_name" : "thread_name");
       w.Key("ph").String("M").Key("pid").Int(r).Key("tid").Int(tid);
       w.Key("args").BeginObject().Key("name").String(name).EndObject().EndObject();

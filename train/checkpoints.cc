@@ -49,7 +49,7 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
   std::vector<int> parts;
   for (int r = 0; r < o.world(); ++r) {
     const int dp_rank = o.topology().Of(r).dp;
-    if (dp_rank > 0 && dp_rank < o.ep) parts.push_back(r);
+    if (dp_rank > 0 && dp_rank < o.parallel.ep) parts.push_back(r);
   }
   for (int r = 0; r < o.world(); ++r) {
     if (o.topology().Of(r).dp == 0) parts.push_back(r);
@@ -78,7 +78,7 @@ absl::Status Trainer::Save(const std::string& path, int64_t step) {
   comm::PhaseScope phase(traffic(), comm::Phase::kCheckpoint);
   ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/true));
   if (!logs()) return absl::OkStatus();
-  const model::TrainedOn run{.precision = PrecisionName(options_.precision),
+  const model::TrainedOn run{.precision = PrecisionName(options_.precision.dtype),
                              .data = data_.source,
                              .data_bytes = data_.bytes,
                              .data_fnv1a64 = data_.fingerprint};
@@ -94,12 +94,12 @@ absl::Status Trainer::Load(const std::string& path) {
   ASSIGN_OR_RETURN(Tensor params, Tensor::Empty({whole_total}, DType::kF32, unaccounted));
   // Sampling needs the parameters alone (and takes a checkpoint of any optimizer).
   std::unique_ptr<optim::Optimizer> optimizer;
-  if (!options_.sample_only) {
+  if (!options_.sampling.sample_only) {
     ASSIGN_OR_RETURN(optimizer, MakeOptimizer(options_, whole_total, unaccounted));
   }
   ASSIGN_OR_RETURN(model::LoadedCheckpoint loaded,
                    model::LoadCheckpoint(path, options_.model, params.data<float>(), optimizer.get()));
-  start_step_ = options_.sample_only ? loaded.saved_step : loaded.step;
+  start_step_ = options_.sampling.sample_only ? loaded.saved_step : loaded.step;
   loaded_from_ = loaded.trained_on;
   const model::ParameterLayout& layout = gpt_->layout();
   ASSIGN_OR_RETURN(Tensor local_params, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));

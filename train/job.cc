@@ -43,14 +43,14 @@ namespace {
 absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
                                 const std::vector<float>& losses, std::ostream& log) {
   TrainOptions serial = options;
-  serial.dp = serial.tp = serial.pp = serial.ep = 1;
-  serial.zero = 0;
-  serial.sequence_parallel = false;
-  serial.recompute = false;
-  serial.recompute_attention = false;
-  serial.save.clear();
-  serial.metrics_json.clear();
-  serial.traffic_json.clear();
+  serial.parallel.dp = serial.parallel.tp = serial.parallel.pp = serial.parallel.ep = 1;
+  serial.parallel.zero = 0;
+  serial.parallel.sequence_parallel = false;
+  serial.parallel.recompute = false;
+  serial.parallel.recompute_attention = false;
+  serial.checkpoint.save.clear();
+  serial.output.metrics_json.clear();
+  serial.output.traffic_json.clear();
   SetIntraOpThreads(serial, 1);
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(serial));
   log << "\ncheck against the single-rank run on the same batches:\n"
@@ -89,10 +89,13 @@ absl::Status CheckNoClobbering(const TrainOptions& o) {
     const std::string* path;
     bool output;
   };
-  const Named files[] = {{"--data", &o.data, false},           {"--load", &o.load, false},
-                         {"--save", &o.save, true},            {"--metrics_json", &o.metrics_json, true},
-                         {"--traffic_json", &o.traffic_json, true}, {"--trace", &o.trace, true},
-                         {"--report_html", &o.report_html, true}};
+  const Named files[] = {{"--data", &o.data.path, false},
+                         {"--load", &o.checkpoint.load, false},
+                         {"--save", &o.checkpoint.save, true},
+                         {"--metrics_json", &o.output.metrics_json, true},
+                         {"--traffic_json", &o.output.traffic_json, true},
+                         {"--trace", &o.output.trace, true},
+                         {"--report_html", &o.output.report_html, true}};
   for (size_t i = 0; i < std::size(files); ++i) {
     for (size_t j = i + 1; j < std::size(files); ++j) {
       const Named &a = files[i], &b = files[j];
@@ -112,15 +115,19 @@ absl::Status CheckNoClobbering(const TrainOptions& o) {
 
 absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bool writes_outputs) {
   int64_t data_bytes = data::kEmbeddedCorpusBytes;
-  if (!options.data.empty()) {
-    ASSIGN_OR_RETURN(data_bytes, CheckInputFile(options.data, "[data]", data::kMaxDataBytes));
+  if (!options.data.path.empty()) {
+    ASSIGN_OR_RETURN(data_bytes, CheckInputFile(options.data.path, "[data]", data::kMaxDataBytes));
   }
-  if (!options.load.empty()) {
-    RETURN_IF_ERROR(CheckInputFile(options.load, "[checkpoint]", std::numeric_limits<int64_t>::max()).status());
+  if (!options.checkpoint.load.empty()) {
+    RETURN_IF_ERROR(
+        CheckInputFile(options.checkpoint.load, "[checkpoint]", std::numeric_limits<int64_t>::max())
+            .status());
   }
-  for (auto [path, flag] : {std::pair{&options.save, "--save"}, {&options.metrics_json, "--metrics_json"},
-                            {&options.traffic_json, "--traffic_json"}, {&options.trace, "--trace"},
-                            {&options.report_html, "--report_html"}}) {
+  for (auto [path, flag] : {std::pair{&options.checkpoint.save, "--save"},
+                            {&options.output.metrics_json, "--metrics_json"},
+                            {&options.output.traffic_json, "--traffic_json"},
+                            {&options.output.trace, "--trace"},
+                            {&options.output.report_html, "--report_html"}}) {
     if (writes_outputs && !path->empty()) {
       RETURN_IF_ERROR(CheckOutputFile(*path, absl::StrCat("[train] ", flag)));
     }
@@ -136,7 +143,7 @@ absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bo
                                         options.accumulation_steps()));
   }
   // The model is in GPU memory.
-  if (options.device != DeviceType::kCPU) return absl::OkStatus();
+  if (options.placement.device != DeviceType::kCPU) return absl::OkStatus();
   return FitsInMemory(options.EstimatedBytes(ranks_here, data_bytes),
                       absl::StrCat("[train] this run (", ranks_here, " rank(s): parameters, gradients, "
                                    "optimizer state, one micro-batch's activations, the data)"));
@@ -160,10 +167,10 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
                                     std::ostream& log) {
   comm::LaunchOptions launch;
   launch.world_size = options.world();
-  launch.timeout = absl::Seconds(options.timeout_s);
-  launch.comm.native_collectives = options.native_collectives;
+  launch.timeout = absl::Seconds(options.placement.timeout_s);
+  launch.comm.native_collectives = options.placement.native_collectives;
   launch.comm.nodes = options.PlacedNodes();
-  if (options.backend == Backend::kNccl) {
+  if (options.placement.backend == Backend::kNccl) {
     launch.world_transport = comm::nccl::WorldTransport;
     if (!mpi) {  // threads: one rank per GPU of this machine
       ASSIGN_OR_RETURN(int gpus, cuda::DeviceCount());
@@ -181,10 +188,10 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
         world.options().nodes != nullptr
             ? world.options().nodes
             : std::make_shared<const comm::Nodes>(comm::Nodes::One(world.size()));
-    if (world.rank() == 0 && options.print_topology) {
+    if (world.rank() == 0 && options.output.print_topology) {
       log << options.topology().Describe(nodes.get());
     }
-    world.ledger().set_tracing(!options.trace.empty());
+    world.ledger().set_tracing(!options.output.trace.empty());
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));
@@ -224,7 +231,8 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
     cpu_time.push_back(r.cpu_nanos);
     spans.push_back(std::move(r.spans));
   }
-  const int64_t steps = std::max<int64_t>(0, options.steps - job.start_step);  // this run's
+  const int64_t steps =
+      std::max<int64_t>(0, options.training.steps - job.start_step);  // this run's
   ReportInputs report{options,    steps,      traffic,   memory,           busy,
                       step_time,  train_time, job.nodes, job.expert_tokens, &spans};
   report.cpu_nanos = std::move(cpu_time);
@@ -239,7 +247,9 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
 // Lines printed after the report: on stderr when the report is JSON or CSV on `log`, so
 // that standard output is the log and the report alone (what tally_compare reads).
 std::ostream& NotesStream(const TrainOptions& options, std::ostream& log) {
-  return options.report == ReportFormat::kJson || options.report == ReportFormat::kCsv ? std::cerr : log;
+  return options.output.report == ReportFormat::kJson || options.output.report == ReportFormat::kCsv
+             ? std::cerr
+             : log;
 }
 
 // The ranks from which a dry run says it is starting (its set-up then takes seconds).
@@ -253,40 +263,45 @@ absl::Status Report(const ReportInputs& report, std::ostream& log) {
   std::ostream& after = NotesStream(options, log);
   const std::vector<comm::TrafficLedger>& traffic = report.traffic;
   // The JSON report, written once for whichever outputs ask for it.
-  const bool wants_json = options.report == ReportFormat::kJson ||
-                          !options.traffic_json.empty() || !options.report_html.empty();
+  const bool wants_json = options.output.report == ReportFormat::kJson ||
+                          !options.output.traffic_json.empty() ||
+                          !options.output.report_html.empty();
   const std::string json = wants_json ? ReportJson(report) : std::string();
-  if (options.report == ReportFormat::kJson) {
+  if (options.output.report == ReportFormat::kJson) {
     log << "\n" << json << "\n";
-  } else if (options.report == ReportFormat::kCsv) {
+  } else if (options.output.report == ReportFormat::kCsv) {
     log << "\n" << ReportCsv(report);
-  } else if (options.report == ReportFormat::kFull) {
+  } else if (options.output.report == ReportFormat::kFull) {
     log << "\n" << FormatReport(report);
   } else {
     log << "\n" << FormatSummaryReport(report);
   }
-  if (!options.traffic_json.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.traffic_json, json + "\n"));
+  if (!options.output.traffic_json.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(options.output.traffic_json, json + "\n"));
   }
-  if (!options.report_html.empty()) {  // the page of the run, drawn from its JSON
-    ASSIGN_OR_RETURN(RunReport run, ParseRunReport(json, options.report_html));
+  if (!options.output.report_html.empty()) {  // the page of the run, drawn from its JSON
+    ASSIGN_OR_RETURN(RunReport run, ParseRunReport(json, options.output.report_html));
     ASSIGN_OR_RETURN(Comparison page, Compare({run}));
-    RETURN_IF_ERROR(WriteTextFile(options.report_html, ReportPage({run}, page)));
-    after << "report page written to '" << options.report_html << "' (open it in a browser)\n";
+    RETURN_IF_ERROR(WriteTextFile(options.output.report_html, ReportPage({run}, page)));
+    after << "report page written to '" << options.output.report_html
+          << "' (open it in a browser)\n";
   }
-  if (options.peer_matrix) {
+  if (options.output.peer_matrix) {
     after << "\nover the run, " << comm::FormatPeerMatrix(comm::PeerMatrix(traffic), report.nodes.get());
   }
-  if (!options.trace.empty() && options.dry_run) {
+  if (!options.output.trace.empty() && options.dry_run) {
     // A dry run's own times are of code that computes nothing: its predicted timeline.
     const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(report);
     if (!replayed.ok()) return replayed.status();
-    RETURN_IF_ERROR(WriteTextFile(options.trace, PredictedTraceJson(options, *replayed) + "\n"));
-    after << "predicted trace written to '" << options.trace
-        << "' (open it in Perfetto or chrome://tracing)\n";
-  } else if (!options.trace.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(options.trace, TraceJson(options, traffic, *report.spans) + "\n"));
-    after << "trace written to '" << options.trace << "' (open it in Perfetto or chrome://tracing)\n";
+    RETURN_IF_ERROR(
+        WriteTextFile(options.output.trace, PredictedTraceJson(options, *replayed) + "\n"));
+    after << "predicted trace written to '" << options.output.trace
+          << "' (open it in Perfetto or chrome://tracing)\n";
+  } else if (!options.output.trace.empty()) {
+    RETURN_IF_ERROR(
+        WriteTextFile(options.output.trace, TraceJson(options, traffic, *report.spans) + "\n"));
+    after << "trace written to '" << options.output.trace
+          << "' (open it in Perfetto or chrome://tracing)\n";
   }
   return absl::OkStatus();
 }
@@ -333,10 +348,11 @@ class DryRunStop {
 absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   const TrainOptions options = requested.Resolved();
   // NCCL's ranks are processes under mpirun, else threads of this one.
-  const bool mpi =
-      options.backend == Backend::kMpi ||
-      (options.backend == Backend::kNccl && comm::mpi::LaunchedByMpirun());
-  if (options.backend == Backend::kThreads) RETURN_IF_ERROR(comm::mpi::RefuseThreadsUnderMpirun("[train]"));
+  const bool mpi = options.placement.backend == Backend::kMpi ||
+                   (options.placement.backend == Backend::kNccl && comm::mpi::LaunchedByMpirun());
+  if (options.placement.backend == Backend::kThreads) {
+    RETURN_IF_ERROR(comm::mpi::RefuseThreadsUnderMpirun("[train]"));
+  }
   // Every process of an MPI job finds the same mistake; rank 0 says it.
   auto said_once = [mpi](const absl::Status& s) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
@@ -349,7 +365,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   if (absl::Status s = CheckBeforeTraining(options, ranks_here, writes_outputs); !s.ok()) {
     return said_once(s);
   }
-  if (options.device == DeviceType::kCUDA) {
+  if (options.placement.device == DeviceType::kCUDA) {
     // No GPU, or no CUDA in this build: the message says which.
     if (absl::Status s = cuda::DeviceCount().status(); !s.ok()) return said_once(s);
   }
@@ -360,10 +376,10 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   }
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
-  StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.timeout_s));
+  StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.placement.timeout_s));
   // --repeat: every run but the last is timed only; a stop ends the repeats too.
   std::vector<RunTimes> repeats;
-  auto last_run = [&](int k) { return k + 1 == options.repeat || StopSignal() != 0; };
+  auto last_run = [&](int k) { return k + 1 == options.output.repeat || StopSignal() != 0; };
   SetIntraOpThreads(options, ranks_here);
   // A large dry run sets up for long before its first line: say what it is doing.
   if (options.dry_run && options.world() >= kDryRunProgressRanks) {
@@ -378,7 +394,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
       DryRunStop dry_run_stop(options.dry_run);
       ASSIGN_OR_RETURN(job, RunRanks(options, mpi, stop, log));
     }
-    if (options.sample_only) return absl::OkStatus();  // a sample is its whole output
+    if (options.sampling.sample_only) return absl::OkStatus();  // a sample is its whole output
     const bool last = last_run(k);
     if (job.ranks.empty()) {  // another process reports
       if (last) return absl::OkStatus();
@@ -389,8 +405,8 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
       return last ? Report(report, log) : absl::OkStatus();
     }));
     if (!last) continue;
-    if (options.repeat > 1) NotesStream(options, log) << RepeatsTable(options, repeats);
-    if (!options.check_against_serial) return absl::OkStatus();
+    if (options.output.repeat > 1) NotesStream(options, log) << RepeatsTable(options, repeats);
+    if (!options.output.check_against_serial) return absl::OkStatus();
     return CheckAgainstSerial(options, job.start_step, job.losses, NotesStream(options, log));
   }
 }

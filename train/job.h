@@ -17,7 +17,7 @@ namespace tally::train {
 // machine's memory (on the CPU).
 absl::Status CheckBeforeTraining(const TrainOptions& options, int ranks_here, bool writes_outputs);
 
-// Runs options.dp ranks (one when dp == 1) and prints, after the run, the traffic and
+// Runs options.parallel.dp ranks (one when dp == 1) and prints, after the run, the traffic and
 // memory report of every rank; writes --traffic_json.
 absl::Status Train(const TrainOptions& options, std::ostream& log);
 

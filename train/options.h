@@ -53,8 +53,13 @@ absl::StatusOr<RecomputeChoice> ParseRecompute(bool recompute, const std::string
 // --recompute_method: stage (false) or layer (true).
 absl::StatusOr<bool> ParseRecomputeMethod(const std::string& method);
 
-struct TrainOptions {
-  model::GPTConfig model;
+// A run's options, in the sections of tally_train --help. Each section checks what it
+// holds alone (its Validate: one clear message for the first wrong value); what needs two
+// sections is TrainOptions::Validate's.
+
+// How long the model trains and how: the batches, the learning-rate schedule, the
+// optimizer.
+struct TrainingOptions {
   int global_batch_size = 8;  // sequences per optimizer step
   int micro_batch_size = 0;   // sequences per forward/backward per rank (0: global / dp);
                               // the rest of each rank's share is gradient accumulation
@@ -65,9 +70,20 @@ struct TrainOptions {
   float grad_clip = 1.0f;     // 0: no clipping
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   uint64_t seed = 1337;
-  std::string data;           // empty: the embedded corpus
+  int threads = 0;  // intra-op threads per rank; 0: the cores shared out among ranks
+  absl::Status Validate() const;
+};
+
+// What the model reads, and how often it is evaluated on the validation split.
+struct DataOptions {
+  std::string path;           // --data; empty: the embedded corpus
   int64_t eval_every = 50;    // 0: no evaluation
   int eval_batches = 8;       // micro-batches of the validation split per evaluation
+  absl::Status Validate() const;
+};
+
+// The sample printed after training (or, with sample_only, instead of it).
+struct SamplingOptions {
   int sample_bytes = 200;     // 0: no sample
   float temperature = 0.8f;
   int top_k = 40;             // 0: the whole vocabulary
@@ -76,19 +92,27 @@ struct TrainOptions {
   // Sample from --load's parameters and stop: no data, no step, no optimizer state read
   // (a checkpoint of either optimizer serves), nothing written.
   bool sample_only = false;
-  std::string save, load, metrics_json;
-  int64_t save_every = 0;     // also save every this many steps (0: only at the end)
-  int threads = 0;            // intra-op threads per rank; 0: the cores shared out among ranks
+  // `vocab_size`: the model's; top_k and the prompt's bytes are within it.
+  absl::Status Validate(int vocab_size) const;
+};
 
+// Checkpoints written and read (model/checkpoint.h).
+struct CheckpointOptions {
+  std::string save, load;
+  int64_t save_every = 0;     // also save every this many steps (0: only at the end)
+  absl::Status Validate() const;
+};
+
+// The grid's four axes and what each does: data parallelism with ZeRO, tensor (and
+// sequence) parallelism, experts, the pipeline and its recompute.
+struct ParallelOptions {
   // Data parallelism (parallel/data_parallel.h).
-  int dp = 1;                        // data-parallel ranks (threads of this process)
+  int dp = 1;                                          // data-parallel ranks
   comm::Algorithm allreduce = comm::Algorithm::kRing;  // or naive (reduce to one rank, then broadcast)
   double bucket_mb = 25;             // gradient bucket size, MiB
   // Each gradient bucket's all-reduce runs while backward goes on (DDP's overlap; the
   // threads backend's communication thread, runtime/comm/progress.h).
   bool overlap = false;
-  std::string traffic_json;          // every rank's traffic and memory, as JSON
-  std::string report_html;           // the report as one self-contained page (report/page.h)
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero/zero.h): 0-3
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
@@ -130,58 +154,101 @@ struct TrainOptions {
   // Without sequence parallelism only (under it a rank's boundary is already its part).
   bool pp_scatter_gather = false;
   bool ScatterGather() const { return pp_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel; }
-  bool show_schedule = false;  // print the schedule's chart
-  bool print_topology = false;  // every rank's coordinates, node and groups, before the run
-  // Placement: the grid's rank order (parallel/topology.h), and ranks per node
+
+  // The most ranks a run may have (dp x tp x pp).
+  static constexpr int64_t kMaxRanks = 4096;
+  int world() const { return dp * tp * pp; }
+  // `model`: the one the grid splits (its heads, layers, experts and positions).
+  absl::Status Validate(const model::GPTConfig& model) const;
+};
+
+// Mixed precision (model/precision.h): fp32, or bf16 parameters, gradients, activations
+// sent and everything reduced, with fp32 master weights and optimizer state.
+// fp32_grad_accum: a bf16 run's gradients accumulate in fp32 (Megatron's main_grad).
+// grad_comm_dtype: the type the DP/ZeRO gradient reduction moves (unset: the
+// precision's), e.g. bf16 in an fp32 run, DDP's bf16 compression hook. tf32: let cuBLAS
+// use TF32 tensor cores for fp32 matmuls (CUDA only).
+struct PrecisionOptions {
+  DType dtype = DType::kF32;  // --precision
+  bool fp32_grad_accum = false;
+  std::optional<DType> grad_comm_dtype;
+  bool tf32 = false;
+  absl::Status Validate() const;
+};
+
+// Where the ranks run and how they are placed.
+struct PlacementOptions {
+  // "threads" (of this process), "mpi" (one process per rank, started by mpirun;
+  // runtime/comm/mpi) or "nccl" (a GPU per rank, the bytes over NCCL; the ranks are
+  // threads of this process, or processes under mpirun; runtime/comm/nccl). With
+  // native_collectives (mpi, nccl) every collective is the library's own and its bytes
+  // are modelled.
+  Backend backend = Backend::kThreads;
+  bool native_collectives = false;
+  // Where the model computes: "cpu", or "cuda" (parameters, gradients, optimizer state
+  // and activations in GPU memory, runtime/kernels/cuda). On the threads backend every
+  // rank uses GPU 0, and the collectives move GPU memory
+  // (runtime/comm/transport/device_memory.h); on nccl rank r uses GPU r (of its machine,
+  // under mpirun); every strategy runs on both; MPI moving GPU memory is not built.
+  DeviceType device = DeviceType::kCPU;
+  double timeout_s = 60;  // the longest any wait for a peer may take
+  // The grid's rank order (parallel/topology.h), and ranks per node
   // (runtime/comm/nodes.h; 0: one node on threads, the real nodes under mpirun).
   parallel::Order order = parallel::kMegatronOrder;
   int gpus_per_node = 0;
-  // The modelled cluster the report times the ledger's messages on (α-β per link class).
-  comm::Cluster cluster;
+  absl::Status Validate() const;
+};
+
+// The modelled cluster the report times a run on, and a rank made slow on purpose.
+struct ClusterOptions {
+  // The links the report times the ledger's messages on (α-β per link class).
+  comm::Cluster links;
   // --cluster=a100|h100|FILE (train/cluster.h's ClusterPreset): its name, and its GPU
-  // (the roofline compute is timed on); it also sets `cluster` and (unless given)
+  // (the roofline compute is timed on); it also sets `links` and (unless given)
   // gpus_per_node. The run (dry or real) is then replayed on it (report/replay.h).
-  std::string cluster_name;
-  GpuModel cluster_gpu = {};
+  std::string name;
+  GpuModel gpu = {};
   // The cluster the report's modelled clock runs on: --cluster's, else the default
   // kDefaultCluster's GPU with the run's own links and nodes (--link_intra, --link_inter,
   // --gpus_per_node). The seed's 30% verdict is read on this clock.
   static constexpr const char* kDefaultCluster = "a100";
-  bool cluster_given() const { return cluster_gpu.given(); }
-  GpuModel ModelledGpu() const;
-  // "a100, the default (--cluster to choose)", or --cluster's name.
-  std::string ModelledClusterName() const;
+  bool given() const { return gpu.given(); }
   // --slow_rank=R:MS: world rank R computes MS milliseconds more at the start of every
   // step (a busy loop until its thread's CPU clock has advanced MS ms), and its modelled
   // timeline gains MS ms of compute; -1: none.
   int slow_rank = -1;
   double slow_ms = 0;
+};
+
+// What a run prints and writes besides its checkpoints, and the checks it runs.
+struct OutputOptions {
+  ReportFormat report = ReportFormat::kText;  // the end-of-run report
+  std::string metrics_json;     // every step's loss, learning rate and grad norm, as JSON lines
+  std::string traffic_json;     // every rank's traffic and memory, as JSON
+  std::string report_html;      // the report as one self-contained page (report/page.h)
+  std::string trace;            // a Chrome Trace Event file of every rank's run
+  bool peer_matrix = false;     // print the bytes from every rank to every rank
+  bool print_topology = false;  // every rank's coordinates, node and groups, before the run
+  bool show_schedule = false;   // print the pipeline schedule's chart
+  bool check_against_serial = false;  // also train one rank on the same batches, compare
   // --repeat=K: the same run K times (from the same start), the last one's report and
   // outputs kept, then each clock's step and exposed share over the K: min, median, max.
   int repeat = 1;
   static constexpr int kMaxRepeat = 100;
-  bool check_against_serial = false;  // also train one rank on the same batches, compare
-  bool peer_matrix = false;    // print the bytes from every rank to every rank
-  ReportFormat report = ReportFormat::kText;  // the end-of-run report
-  std::string trace;           // a Chrome Trace Event file of every rank's run
+  absl::Status Validate() const;
+};
 
-  // Where the ranks run: "threads" (of this process), "mpi" (one process per rank,
-  // started by mpirun; runtime/comm/mpi) or "nccl" (a GPU per rank, the bytes over NCCL;
-  // the ranks are threads of this process, or processes under mpirun;
-  // runtime/comm/nccl). With native_collectives (mpi, nccl) every collective is the
-  // library's own and its bytes are modelled.
-  Backend backend = Backend::kThreads;
-  bool native_collectives = false;
-  double timeout_s = 60;  // the longest any wait for a peer may take
-
-  // Where the model computes: "cpu", or "cuda" (parameters, gradients, optimizer state
-  // and activations in GPU memory, runtime/kernels/cuda). On the threads backend every
-  // rank uses GPU 0, and the collectives move GPU memory (runtime/comm/transport/device_memory.h);
-  // on nccl rank r uses GPU r (of its machine, under mpirun); every strategy runs on
-  // both; MPI moving GPU memory is not built. tf32: let cuBLAS use TF32 tensor cores for
-  // fp32 matmuls (CUDA only).
-  DeviceType device = DeviceType::kCPU;
-  bool tf32 = false;
+struct TrainOptions {
+  model::GPTConfig model;
+  TrainingOptions training;
+  DataOptions data;
+  SamplingOptions sampling;
+  CheckpointOptions checkpoint;
+  ParallelOptions parallel;
+  PrecisionOptions precision;
+  PlacementOptions placement;
+  ClusterOptions cluster;
+  OutputOptions output;
   // A dry run (--dry_run): the model, its weight store, every strategy and the report run
   // as always, on meta tensors (runtime/device.h): each allocation is booked at its real
   // size and none taken, kernels do nothing, and the threads transport matches and counts
@@ -189,14 +256,10 @@ struct TrainOptions {
   // computed; evaluation, sampling and checkpoints are off. model.vocab_size may then be
   // other than 256, for real models' shapes.
   bool dry_run = false;
-  // Mixed precision (model/precision.h): fp32, or bf16 parameters, gradients, activations
-  // sent and everything reduced, with fp32 master weights and optimizer state.
-  // fp32_grad_accum: a bf16 run's gradients accumulate in fp32 (Megatron's main_grad).
-  // grad_comm_dtype: the type the DP/ZeRO gradient reduction moves (unset: the
-  // precision's), e.g. bf16 in an fp32 run, DDP's bf16 compression hook.
-  DType precision = DType::kF32;
-  bool fp32_grad_accum = false;
-  std::optional<DType> grad_comm_dtype;
+
+  GpuModel ModelledGpu() const;
+  // "a100, the default (--cluster to choose)", or --cluster's name.
+  std::string ModelledClusterName() const;
   // The element types of every buffer, from the three above.
   model::Precision Precision() const;
   // What the matmuls take: bf16 operands with --precision=bf16, else TF32 with --tf32, else
@@ -207,12 +270,11 @@ struct TrainOptions {
   // the meta device.
   Device ModelDevice(int gpu) const;
 
-  // The most ranks a run may have (dp x tp x pp).
-  static constexpr int64_t kMaxRanks = 4096;
-
-  int world() const { return dp * tp * pp; }
+  int world() const { return parallel.world(); }
   // The grid: every rank's (dp, tp, pp) coordinates and groups (parallel/topology.h).
-  parallel::Topology topology() const { return parallel::Topology(dp, tp, pp, order, ep); }
+  parallel::Topology topology() const {
+    return parallel::Topology(parallel.dp, parallel.tp, parallel.pp, placement.order, parallel.ep);
+  }
   // World rank `rank`'s part of the model: its tp part of its stage's layers, with its ep
   // rank's experts.
   model::ParameterLayout RankLayout(int rank) const;
@@ -223,8 +285,11 @@ struct TrainOptions {
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;
-  // One clear message for the first thing wrong (of the resolved options).
+  // One clear message for the first thing wrong (of the resolved options): each
+  // section's own checks, then those across sections (train/options_validate.cc).
   absl::Status Validate() const;
+  absl::Status ValidateBatch() const;  // the batch against the grid
+  absl::Status ValidateJobs() const;   // what a sampling job and --repeat cannot do
   // One line for each flag that has no effect in this configuration (e.g.
   // --sequence_parallel with tp = 1), naming it. Ask the options as given, before
   // Resolved() (a dry run turns evaluation and sampling off itself).
@@ -240,7 +305,9 @@ struct TrainOptions {
   // the model's values, which it has none of); train/options_memory.cc gives the terms.
   double DryRunHostBytes() const;
   // Micro-batches per rank per step.
-  int accumulation_steps() const { return global_batch_size / (dp * micro_batch_size); }
+  int accumulation_steps() const {
+    return training.global_batch_size / (parallel.dp * training.micro_batch_size);
+  }
 };
 
 }  // namespace tally::train

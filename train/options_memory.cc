@@ -11,29 +11,34 @@ double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   const double phi = double(model.NumParams());
   const model::Precision p = Precision();
   const double params = double(SizeOf(p.params)), grads = double(SizeOf(p.grads));
-  const double state = (optimizer == OptimizerKind::kAdamW ? 8 : 4) + (p.master_weights() ? 4 : 0);
+  const double state =
+      (training.optimizer == OptimizerKind::kAdamW ? 8 : 4) + (p.master_weights() ? 4 : 0);
   // Summed over the world: dp replicas of the model states, less what ZeRO shards.
-  const double states = params * phi * (zero >= 3 ? 1 : dp) +
-                        grads * phi * (zero >= 2 ? 1 : dp) + state * phi * (zero >= 1 ? 1 : dp);
+  const double states = params * phi * (parallel.zero >= 3 ? 1 : parallel.dp) +
+                        grads * phi * (parallel.zero >= 2 ? 1 : parallel.dp) +
+                        state * phi * (parallel.zero >= 1 ? 1 : parallel.dp);
   // One micro-batch's saved activations on a rank (model/gpt_activations.cc): per layer,
   // in fp32, the residuals (N, C), the MLP's c_fc output (N, 4C) split over tp and the attention
   // probabilities (B, NH/tp, T, T); in the matmuls' operand type (bf16 under mixed
   // precision) the LayerNorm outputs (N, C), qkv and the attention output (N, 4C in all)
   // and the GELU output (N, 4C), those split over tp.
-  const double operand = precision == DType::kBF16 ? 2 : 4;
-  const double n = double(micro_batch_size) * t;
+  const double operand = precision.dtype == DType::kBF16 ? 2 : 4;
+  const double n = double(training.micro_batch_size) * t;
   // With experts the MLP's rows are k times as many, and each has its input and output.
   const double mlp_rows = model.moe() ? n * model.moe_top_k : n;
   // Selective recompute keeps no layer's probabilities, layer recompute only each layer's
   // output (one layer's room besides): still a lower bound.
   const double probabilities =
-      recompute_attention ? 0 : double(micro_batch_size) * (model.n_head / double(tp)) * t * t;
+      parallel.recompute_attention
+          ? 0
+          : double(training.micro_batch_size) * (model.n_head / double(parallel.tp)) * t * t;
   const double per_layer =
-      LayerRecompute() ? 4 * n * c
-                       : 4 * (2 * n * c + 4 * mlp_rows * c / tp + probabilities) +
-                             operand * (2 * n * c + 4 * n * c / tp + 4 * mlp_rows * c / tp) +
-                             (model.moe() ? (4 + operand) * mlp_rows * c : 0);
-  const double activations = per_layer * l / pp + 4 * n * v / tp;
+      parallel.LayerRecompute()
+          ? 4 * n * c
+          : 4 * (2 * n * c + 4 * mlp_rows * c / parallel.tp + probabilities) +
+                operand * (2 * n * c + 4 * n * c / parallel.tp + 4 * mlp_rows * c / parallel.tp) +
+                (model.moe() ? (4 + operand) * mlp_rows * c : 0);
+  const double activations = per_layer * l / parallel.pp + 4 * n * v / parallel.tp;
   const double per_rank = states / world() + activations + 5.0 * double(data_bytes);
   return per_rank * ranks_here;
 }
@@ -44,17 +49,18 @@ double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
 // meta tensors and ledgers), 3 KB a collective call a rank (events, messages, the
 // replay's record) and 12 bytes a token of a rank's micro-batch. Each is rounded up.
 double TrainOptions::DryRunHostBytes() const {
-  const double ranks = double(world()), layers = double(model.n_layer) / pp;
-  const double steps_run = std::max<double>(1, double(steps));
+  const double ranks = double(world()), layers = double(model.n_layer) / parallel.pp;
+  const double steps_run = std::max<double>(1, double(training.steps));
   const double micro_batches = double(accumulation_steps()) * steps_run;
   // Collective calls a rank makes in a micro-batch, per layer of its stage: tp's
   // all-reduces (or all-gathers and reduce-scatters under sequence parallelism), ZeRO-3's
   // gathers and reduce-scatter, the experts' all-to-alls; and a pipeline's sends and
   // receives; then once a step, the gradient sync's buckets and ZeRO's units.
-  const double per_layer = (tp > 1 ? (sequence_parallel ? 8 : 4) : 0) + (zero == 3 ? 3 : 0) +
-                           (model.moe() && ep > 1 ? 4 : 0);
-  const double calls = micro_batches * (layers * per_layer + (pp > 1 ? 4 : 0)) + steps_run * (2 * layers + 16);
-  const double tokens = double(micro_batch_size) * model.seq_len;
+  const double per_layer = (parallel.tp > 1 ? (parallel.sequence_parallel ? 8 : 4) : 0) +
+                           (parallel.zero == 3 ? 3 : 0) + (model.moe() && parallel.ep > 1 ? 4 : 0);
+  const double calls = micro_batches * (layers * per_layer + (parallel.pp > 1 ? 4 : 0)) +
+                       steps_run * (2 * layers + 16);
+  const double tokens = double(training.micro_batch_size) * model.seq_len;
   return 240e6 + 3.5e3 * ranks * ranks + ranks * (14e3 * layers + 3e3 * calls + 12 * tokens);
 }
 

@@ -10,13 +10,13 @@ namespace tally::train {
 absl::Status Trainer::SetUpPipeline() {
   const TrainOptions& o = options_;
   parallel::PipelineParallel::Options pipeline;
-  pipeline.schedule = o.schedule;
+  pipeline.schedule = o.parallel.schedule;
   pipeline.micro_batches = o.accumulation_steps();
-  pipeline.micro_batch_size = o.micro_batch_size;
-  pipeline.recompute = o.StageRecompute();
+  pipeline.micro_batch_size = o.training.micro_batch_size;
+  pipeline.recompute = o.parallel.StageRecompute();
   pipeline.boundary = o.Precision().activations;
-  pipeline.early_receive = o.overlap;
-  if (o.ScatterGather()) pipeline.scatter_gather = groups_.tp.get();
+  pipeline.early_receive = o.parallel.overlap;
+  if (o.parallel.ScatterGather()) pipeline.scatter_gather = groups_.tp.get();
   ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(), pipeline,
                                                                  model_alloc_));
   return absl::OkStatus();
@@ -24,8 +24,8 @@ absl::Status Trainer::SetUpPipeline() {
 
 absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   const TrainOptions& o = options_;
-  const int b = o.micro_batch_size;
-  const int64_t tokens = int64_t(o.global_batch_size) * o.model.seq_len;
+  const int b = o.training.micro_batch_size;
+  const int64_t tokens = int64_t(o.training.global_batch_size) * o.model.seq_len;
   const int64_t first = FirstSequence(step);
   const int64_t start = MonotonicNanos();
   SlowDown();

@@ -20,19 +20,20 @@ void SetIntraOpThreads(const TrainOptions& options, int ranks_here) {
   // The ranks on this machine share its cores: each gets its part, so that ranks x BLAS
   // threads <= cores.
   int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::SetBlasThreads(options.threads > 0 ? options.threads : std::max(1, cores / ranks_here));
+  cpu::SetBlasThreads(options.training.threads > 0 ? options.training.threads
+                                                   : std::max(1, cores / ranks_here));
 }
 
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc) {
-  if (options.optimizer == OptimizerKind::kAdamW) {
+  if (options.training.optimizer == OptimizerKind::kAdamW) {
     optim::AdamWOptions adam;
-    adam.weight_decay = options.weight_decay;
+    adam.weight_decay = options.training.weight_decay;
     ASSIGN_OR_RETURN(auto opt, optim::AdamW::Create(adam, size, alloc));
     return std::unique_ptr<optim::Optimizer>(std::move(opt));
   }
   optim::SGDOptions sgd;
-  sgd.weight_decay = options.weight_decay;
+  sgd.weight_decay = options.training.weight_decay;
   ASSIGN_OR_RETURN(auto opt, optim::SGD::Create(sgd, size, alloc));
   return std::unique_ptr<optim::Optimizer>(std::move(opt));
 }
@@ -56,15 +57,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   RETURN_IF_ERROR(options.Validate());
   const int world_size = world != nullptr ? world->size() : 1;
   if (world_size != options.world()) {
-    return absl::InvalidArgumentError(absl::StrCat("[train] ", world_size, " ranks cannot run --dp=",
-                                                   options.dp, " x --tp=", options.tp, " x --pp=",
-                                                   options.pp));
+    return absl::InvalidArgumentError(
+        absl::StrCat("[train] ", world_size, " ranks cannot run --dp=", options.parallel.dp,
+                     " x --tp=", options.parallel.tp, " x --pp=", options.parallel.pp));
   }
   data::Dataset data;
-  if (options.dry_run || options.sample_only) {  // nothing to train on
+  if (options.dry_run || options.sampling.sample_only) {  // nothing to train on
     data = data::Placeholder(options.model.seq_len);
   } else {
-    ASSIGN_OR_RETURN(data, data::LoadDataset(options.data, options.model.seq_len));
+    ASSIGN_OR_RETURN(data, data::LoadDataset(options.data.path, options.model.seq_len));
   }
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(data), world));
   // The BLAS thread count is process-wide: set here for one rank, by Train() before it
@@ -75,37 +76,38 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
-    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.zero > 0));
+    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0));
   }
-  t->tensor_parallel_ = parallel::TensorParallel(t->groups_.tp.get(), options.sequence_parallel,
-                                                 t->model_alloc_.device(),
-                                                 options.Precision().activations);
+  t->tensor_parallel_ =
+      parallel::TensorParallel(t->groups_.tp.get(), options.parallel.sequence_parallel,
+                               t->model_alloc_.device(), options.Precision().activations);
   const parallel::TensorParallel& tp = t->tensor_parallel_;
-  const comm::Algorithm algorithm = options.allreduce;
+  const comm::Algorithm algorithm = options.parallel.allreduce;
   const model::Chunks stage = options.StageChunks(pp_rank);
   if (t->groups_.ep != nullptr) {
     t->experts_ = std::make_unique<parallel::ExpertParallel>(t->groups_.ep.get(),
                                                              t->model_alloc_.device());
   }
   const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
-      options.model, tp.size(), tp.rank(), stage, options.ep,
+      options.model, tp.size(), tp.rank(), stage, options.parallel.ep,
       t->groups_.ep != nullptr ? t->groups_.ep->rank() : 0);
   auto make_optimizer = [options](int64_t n, Allocator& alloc) {
     return MakeOptimizer(options, n, alloc);
   };
-  if (t->groups_.dp != nullptr && options.zero >= 1) {
-    const parallel::ZeroConfig zero{.stage = options.zero,
-                                    .dp = t->groups_.dp.get(),
-                                    .experts = t->groups_.edp.get(),
-                                    .tp = tp,
-                                    .stages = t->groups_.pp.get(),
-                                    .algorithm = algorithm,
-                                    .device = t->model_alloc_.device(),
-                                    .precision = options.Precision(),
-                                    .overlap = options.overlap,
-                                    .prefetch = options.overlap && options.pp == 1};
-    ASSIGN_OR_RETURN(t->weights_,
-                     parallel::ZeroWeights::Create(zero, layout, options.seed, make_optimizer));
+  if (t->groups_.dp != nullptr && options.parallel.zero >= 1) {
+    const parallel::ZeroConfig zero{
+        .stage = options.parallel.zero,
+        .dp = t->groups_.dp.get(),
+        .experts = t->groups_.edp.get(),
+        .tp = tp,
+        .stages = t->groups_.pp.get(),
+        .algorithm = algorithm,
+        .device = t->model_alloc_.device(),
+        .precision = options.Precision(),
+        .overlap = options.parallel.overlap,
+        .prefetch = options.parallel.overlap && options.parallel.pp == 1};
+    ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
+                                                                make_optimizer));
   } else {
     const int dp_rank = t->groups_.dp != nullptr ? t->groups_.dp->rank() : 0;
     const parallel::ReplicaConfig replica{
@@ -114,14 +116,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .edp = t->groups_.edp.get(),
         .tp = tp,
         .stages = t->groups_.pp.get(),
-        .bucket_bytes = int64_t(options.bucket_mb * (1 << 20)),
+        .bucket_bytes = int64_t(options.parallel.bucket_mb * (1 << 20)),
         .algorithm = algorithm,
         .grad_comm = options.Precision().grad_comm,
-        .overlap = options.overlap,
+        .overlap = options.parallel.overlap,
         .precision = options.Precision(),
-        .checkpointed = dp_rank < options.ep};
-    ASSIGN_OR_RETURN(t->weights_, parallel::ReplicaWeights::Create(replica, layout, options.seed,
-                                                                   t->model_alloc_, make_optimizer));
+        .checkpointed = dp_rank < options.parallel.ep};
+    ASSIGN_OR_RETURN(t->weights_,
+                     parallel::ReplicaWeights::Create(replica, layout, options.training.seed,
+                                                      t->model_alloc_, make_optimizer));
   }
   ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, t->weights_.get(),
                                                &tp, stage, t->experts_.get()));
@@ -130,25 +133,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                      Kernels::Create(t->model_alloc_.device(), options.matmul_inputs()));
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
-  t->gpt_->SetRecompute(options.ModelRecompute());
+  t->gpt_->SetRecompute(options.parallel.ModelRecompute());
   if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
-  if (!options.load.empty()) {
-    RETURN_IF_ERROR(t->Load(options.load));
-    if (t->start_step_ > options.steps && !options.sample_only) {
+  if (!options.checkpoint.load.empty()) {
+    RETURN_IF_ERROR(t->Load(options.checkpoint.load));
+    if (t->start_step_ > options.training.steps && !options.sampling.sample_only) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "[train] '", options.load, "' is at step ", t->start_step_, ": --steps=", options.steps,
+          "[train] '", options.checkpoint.load, "' is at step ", t->start_step_,
+          ": --steps=", options.training.steps,
           " is before it (--steps counts from the first step: --steps=", t->start_step_,
           " trains no more steps, --steps=", t->start_step_ + 1, " one more)"));
     }
   }
-  size_t tokens = size_t(options.micro_batch_size) * options.model.seq_len;
+  size_t tokens = size_t(options.training.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
   return t;
 }
 
 void Trainer::RecordSpan(const char* what, int micro_batch, int64_t start) {
-  if (options_.trace.empty() && options_.report_html.empty()) return;
+  if (options_.output.trace.empty() && options_.output.report_html.empty()) return;
   spans_.push_back({absl::StrCat(what, " ", micro_batch), start, MonotonicNanos()});
 }
 
@@ -162,24 +166,24 @@ absl::StatusOr<float> Trainer::GlobalMean(float local) {
 
 int64_t Trainer::FirstSequence(int64_t step) const {
   // The dp_rank-th run of G / dp sequences of global batch `step` (data/dataset.h).
-  const int64_t g = options_.global_batch_size;
+  const int64_t g = options_.training.global_batch_size;
   const int dp_rank = groups_.dp != nullptr ? groups_.dp->rank() : 0;
-  return step * g + int64_t(dp_rank) * (g / options_.dp);
+  return step * g + int64_t(dp_rank) * (g / options_.parallel.dp);
 }
 
 void Trainer::SlowDown() {
-  if (world_ == nullptr || world_->rank() != options_.slow_rank) return;
+  if (world_ == nullptr || world_->rank() != options_.cluster.slow_rank) return;
   // Compute, not a sleep: the rank's thread's CPU clock must advance by MS ms, so that a
   // host with more ranks than cores cannot hide it behind the others' turns.
-  const int64_t until = ThreadCpuNanos() + int64_t(options_.slow_ms * 1e6);
+  const int64_t until = ThreadCpuNanos() + int64_t(options_.cluster.slow_ms * 1e6);
   while (ThreadCpuNanos() < until) {
   }
-  world_->ledger().timeline().ComputeSeconds(options_.slow_ms * 1e-3);
+  world_->ledger().timeline().ComputeSeconds(options_.cluster.slow_ms * 1e-3);
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   if (groups_.pp != nullptr) return PipelineStep(step);
-  const int g = options_.global_batch_size, b = options_.micro_batch_size;
+  const int g = options_.training.global_batch_size, b = options_.training.micro_batch_size;
   const int micro_batches = options_.accumulation_steps();
   const int64_t tokens = int64_t(g) * options_.model.seq_len;
   const int64_t first = FirstSequence(step);
@@ -211,13 +215,13 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
 // The rest of a step, after every micro-batch's backward: the loss averaged over the
 // replicas, the learning rate, the global gradient norm, clipping, the optimizer.
 absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_t start) {
-  const int64_t tokens = int64_t(options_.global_batch_size) * options_.model.seq_len;
+  const int64_t tokens = int64_t(options_.training.global_batch_size) * options_.model.seq_len;
   StepStats s;
   s.step = step + 1;
   ASSIGN_OR_RETURN(s.loss, GlobalMean(local_loss));
-  s.lr = optim::LearningRate(s.step, options_.warmup_steps, options_.steps, options_.lr,
-                             options_.min_lr);
-  ASSIGN_OR_RETURN(s.grad_norm, weights_->Step(s.lr, options_.grad_clip));
+  s.lr = optim::LearningRate(s.step, options_.training.warmup_steps, options_.training.steps,
+                             options_.training.lr, options_.training.min_lr);
+  ASSIGN_OR_RETURN(s.grad_norm, weights_->Step(s.lr, options_.training.grad_clip));
   if (options_.model.moe()) RETURN_IF_ERROR(MoeFigures(s));
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);
@@ -244,7 +248,7 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
     RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum));
     std::copy(t.data<double>(), t.data<double>() + sums.size(), sums.begin());
   }
-  s.aux_loss = sums[0] / (double(options_.dp) * options_.accumulation_steps());
+  s.aux_loss = sums[0] / (double(options_.parallel.dp) * options_.accumulation_steps());
   s.dropped = sums[2] > 0 ? sums[1] / sums[2] : 0;
   const auto tokens = sums.begin() + 3;
   expert_tokens_.resize(m.expert_tokens.size(), 0.0);
@@ -263,7 +267,7 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
 
 bool Trainer::Evaluates() const {
   if (groups_.pp != nullptr) return true;  // every stage holds part of the model
-  if (groups_.dp != nullptr && options_.zero == 3) return true;
+  if (groups_.dp != nullptr && options_.parallel.zero == 3) return true;
   if (groups_.ep != nullptr) return true;  // every rank holds some of the experts
   // dp rank 0's tp group
   if (groups_.tp != nullptr) return options_.topology().Of(world_->rank()).dp == 0;
@@ -275,15 +279,16 @@ EvalModel Trainer::Eval() {
 }
 
 absl::StatusOr<float> Trainer::Evaluate() {
-  return ValidationLoss(Eval(), data_.val, options_.micro_batch_size, options_.eval_batches);
+  return ValidationLoss(Eval(), data_.val, options_.training.micro_batch_size,
+                        options_.data.eval_batches);
 }
 
 absl::StatusOr<std::string> Trainer::Sample(int bytes) {
   return train::Sample(Eval(), {.bytes = bytes,
-                                .prompt = options_.prompt,
-                                .temperature = options_.temperature,
-                                .top_k = options_.top_k,
-                                .seed = options_.seed});
+                                .prompt = options_.sampling.prompt,
+                                .temperature = options_.sampling.temperature,
+                                .top_k = options_.sampling.top_k,
+                                .seed = options_.training.seed});
 }
 
 }  // namespace tally::train

@@ -60,7 +60,7 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainOptions& options,
                                                          comm::Communicator* world = nullptr);
 
-  // Trains from the loaded step to options.steps, logging one line per step, then saves
+  // Trains from the loaded step to options.training.steps, logging one line per step, then saves
   // and samples as the options ask. A step whose loss or gradient norm is not finite
   // stops the run with an error naming it, before anything is saved. With a stop
   // agreement (set_stop), a SIGINT or SIGTERM stops the run before the step the ranks
@@ -188,7 +188,7 @@ class Trainer {
 // Process-wide; call before the ranks start.
 void SetIntraOpThreads(const TrainOptions& options, int ranks_here);
 
-// An AdamW or SGD (options.optimizer) over `size` elements.
+// An AdamW or SGD (options.training.optimizer) over `size` elements.
 absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptions& options,
                                                                 int64_t size, Allocator& alloc);
 

@@ -67,53 +67,58 @@ void Trainer::LogHeader(std::ostream& log) {
       "(zero=%d) x tp=%d x pp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, "
       "warm-up %d, "
       "%d steps\n",
-      c.ToString(), c.NumParams(), data, options_.global_batch_size,
-      c.seq_len, options_.dp, options_.zero, options_.tp, options_.pp, options_.accumulation_steps(),
-      options_.micro_batch_size, optimizer().name(), options_.lr, options_.min_lr,
-      options_.warmup_steps, options_.steps);
-  if (start_step_ > 0) log << "resumed from '" << options_.load << "' at step " << start_step_ << "\n";
+      c.ToString(), c.NumParams(), data, options_.training.global_batch_size, c.seq_len,
+      options_.parallel.dp, options_.parallel.zero, options_.parallel.tp, options_.parallel.pp,
+      options_.accumulation_steps(), options_.training.micro_batch_size, optimizer().name(),
+      options_.training.lr, options_.training.min_lr, options_.training.warmup_steps,
+      options_.training.steps);
+  if (start_step_ > 0) {
+    log << "resumed from '" << options_.checkpoint.load << "' at step " << start_step_ << "\n";
+  }
   // Training goes on; only the text differs from what the checkpoint learnt.
   const model::TrainedOn& was = loaded_from_;
   if (!was.data.empty() && (was.data_bytes != data_.bytes || was.data_fnv1a64 != data_.fingerprint)) {
-    std::cerr << "[train] warning: '" << options_.load << "' was trained on " << was.DataName()
-              << "; this run trains on " << data_.source << " (" << data_.bytes
+    std::cerr << "[train] warning: '" << options_.checkpoint.load << "' was trained on "
+              << was.DataName() << "; this run trains on " << data_.source << " (" << data_.bytes
               << " bytes), other text\n";
   }
-  if (options_.recompute_attention) {
+  if (options_.parallel.recompute_attention) {
     log << "selective recompute: no layer keeps attention's probabilities; backward makes them "
            "again\n";
-  } else if (options_.LayerRecompute()) {
+  } else if (options_.parallel.LayerRecompute()) {
     log << "full recompute, layer by layer: a layer keeps only its input; backward runs its "
            "forward again first\n";
   }
-  if (options_.pp > 1) {
+  if (options_.parallel.pp > 1) {
     const int m = options_.accumulation_steps();
-    const int v = options_.virtual_stages;
-    log << absl::StrFormat("pipeline: %d stages%s, %s, %d micro-batches of %d per step%s\n",
-                           options_.pp, v > 1 ? absl::StrCat(" x ", v, " chunks") : "",
-                           parallel::Name(options_.schedule), m, options_.micro_batch_size,
-                           options_.recompute ? ", recompute" : "");
-    if (options_.show_schedule) {
+    const int v = options_.parallel.virtual_stages;
+    log << absl::StrFormat(
+        "pipeline: %d stages%s, %s, %d micro-batches of %d per step%s\n", options_.parallel.pp,
+        v > 1 ? absl::StrCat(" x ", v, " chunks") : "", parallel::Name(options_.parallel.schedule),
+        m, options_.training.micro_batch_size, options_.parallel.recompute ? ", recompute" : "");
+    if (options_.output.show_schedule) {
       log << "schedule, one slot per forward (F) and per backward (B) of a micro-batch"
           << (v > 1 ? " on a chunk (a: the stage's first chunk, b: its second, ...)" : "") << ":\n"
-          << parallel::ScheduleChart(parallel::Simulate(options_.schedule, options_.pp, m,
+          << parallel::ScheduleChart(parallel::Simulate(options_.parallel.schedule,
+                                                        options_.parallel.pp, m,
                                                         /*backward_slots=*/1, v));
     }
   }
 }
 
 absl::Status Trainer::LogSample(std::ostream& log) {
-  ASSIGN_OR_RETURN(std::string text, Sample(options_.sample_bytes));
-  log << "sample (temperature " << options_.temperature << ", top-k " << options_.top_k
-      << (options_.prompt.empty() ? "" : ", after the prompt") << "):\n"
-      << options_.prompt << text << "\n";
+  ASSIGN_OR_RETURN(std::string text, Sample(options_.sampling.sample_bytes));
+  log << "sample (temperature " << options_.sampling.temperature << ", top-k "
+      << options_.sampling.top_k << (options_.sampling.prompt.empty() ? "" : ", after the prompt")
+      << "):\n"
+      << options_.sampling.prompt << text << "\n";
   return absl::OkStatus();
 }
 
 absl::Status Trainer::SampleOnly(std::ostream& log) {
   const model::GPTConfig& c = options_.model;
   log << absl::StrFormat("model: %s, %d parameters\n", c.ToString(), c.NumParams())
-      << "sampling from '" << options_.load << "' (saved at step " << start_step_
+      << "sampling from '" << options_.checkpoint.load << "' (saved at step " << start_step_
       << ", trained on " << loaded_from_.DataName() << "), no training\n";
   if (!Evaluates()) return absl::OkStatus();
   return LogSample(log);
@@ -127,17 +132,22 @@ absl::Status Trainer::Run(std::ostream& out) {
   // have no replica: they all evaluate and sample, gathering the parameters (phase eval).
   std::ostream null(nullptr);
   std::ostream& log = logs() ? out : null;
-  if (options_.sample_only) return SampleOnly(log);
+  if (options_.sampling.sample_only) return SampleOnly(log);
   LogHeader(log);
   std::ofstream metrics;
-  if (logs() && !options_.metrics_json.empty()) {
-    metrics.open(options_.metrics_json, std::ios::trunc);
-    if (!metrics) return absl::InvalidArgumentError("[train] cannot write '" + options_.metrics_json + "'");
+  if (logs() && !options_.output.metrics_json.empty()) {
+    metrics.open(options_.output.metrics_json, std::ios::trunc);
+    if (!metrics) {
+      return absl::InvalidArgumentError("[train] cannot write '" + options_.output.metrics_json +
+                                        "'");
+    }
   }
   auto write_metrics = [&](const std::string& line) -> absl::Status {
     if (!metrics.is_open()) return absl::OkStatus();
     metrics << line << "\n" << std::flush;
-    if (!metrics) return absl::DataLossError("[train] failed writing '" + options_.metrics_json + "'");
+    if (!metrics) {
+      return absl::DataLossError("[train] failed writing '" + options_.output.metrics_json + "'");
+    }
     return absl::OkStatus();
   };
   int64_t done = start_step_;  // steps trained, counted from the first
@@ -147,7 +157,7 @@ absl::Status Trainer::Run(std::ostream& out) {
   // for whom from its stamps. Evaluation, checkpoints and sampling are not in it.
   Timeline* timeline = world_ != nullptr ? &world_->ledger().timeline() : nullptr;
   ScopedTimeline kernels_record_into(timeline);
-  for (int64_t k = start_step_; k < options_.steps; ++k) {
+  for (int64_t k = start_step_; k < options_.training.steps; ++k) {
     if (stop_ != nullptr) {
       ASSIGN_OR_RETURN(stopped, stop_->StopBefore(k));
       if (stopped) break;
@@ -166,46 +176,51 @@ absl::Status Trainer::Run(std::ostream& out) {
     losses_.push_back(s.loss);
     if (options_.dry_run) {  // no values, and no measured time: its code computes nothing
       log << absl::StrFormat("step %5d/%d | dry run (meta tensors: no values, no payload)\n",
-                             s.step, options_.steps)
+                             s.step, options_.training.steps)
           << std::flush;
       continue;
     }
     log << absl::StrFormat(
-        "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f GFLOP/s",
-        s.step, options_.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
+        "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %7.0f tok/s | %5.1f "
+        "GFLOP/s",
+        s.step, options_.training.steps, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s, s.gflops);
     if (options_.model.moe()) {
       log << absl::StrFormat(" | aux %.4f | dropped %.1f%% | tokens/expert %.0f..%.0f", s.aux_loss,
                              100 * s.dropped, s.expert_tokens_min, s.expert_tokens_max);
     }
     log << "\n" << std::flush;
     RETURN_IF_ERROR(write_metrics(StepJson(s, options_.model.moe())));
-    bool evaluate = options_.eval_every > 0 && (s.step % options_.eval_every == 0 || s.step == options_.steps);
+    bool evaluate = options_.data.eval_every > 0 &&
+                    (s.step % options_.data.eval_every == 0 || s.step == options_.training.steps);
     if (Evaluates() && evaluate) {
       ASSIGN_OR_RETURN(float val, Evaluate());
       val_losses_.push_back({s.step, val});
-      log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.steps, val) << std::flush;
+      log << absl::StrFormat("step %5d/%d | val loss %.4f\n", s.step, options_.training.steps, val)
+          << std::flush;
       RETURN_IF_ERROR(write_metrics(ValJson(s.step, val)));
     }
-    if (options_.save_every > 0 && s.step % options_.save_every == 0 && s.step < options_.steps) {
-      RETURN_IF_ERROR(Save(options_.save, s.step));
+    if (options_.checkpoint.save_every > 0 && s.step % options_.checkpoint.save_every == 0 &&
+        s.step < options_.training.steps) {
+      RETURN_IF_ERROR(Save(options_.checkpoint.save, s.step));
     }
   }
-  if (!options_.save.empty()) {
-    int64_t step = stopped ? done : std::max(start_step_, options_.steps);
-    RETURN_IF_ERROR(Save(options_.save, step));
-    log << "saved '" << options_.save << "' at step " << step << "\n" << std::flush;
+  if (!options_.checkpoint.save.empty()) {
+    int64_t step = stopped ? done : std::max(start_step_, options_.training.steps);
+    RETURN_IF_ERROR(Save(options_.checkpoint.save, step));
+    log << "saved '" << options_.checkpoint.save << "' at step " << step << "\n" << std::flush;
   }
   if (stopped) {
     // Every rank returns it; the message is rank 0's.
     return absl::CancelledError(
         !logs() ? ""
-                : absl::StrCat("[train] stopped by ", SignalName(stop_->signal()), " after step ", done,
-                               " of ", options_.steps,
-                               options_.save.empty() ? ""
-                                                     : absl::StrCat(" (checkpoint '", options_.save,
-                                                                    "' at step ", done, ")")));
+                : absl::StrCat("[train] stopped by ", SignalName(stop_->signal()), " after step ",
+                               done, " of ", options_.training.steps,
+                               options_.checkpoint.save.empty()
+                                   ? ""
+                                   : absl::StrCat(" (checkpoint '", options_.checkpoint.save,
+                                                  "' at step ", done, ")")));
   }
-  if (Evaluates() && options_.sample_bytes > 0) RETURN_IF_ERROR(LogSample(log));
+  if (Evaluates() && options_.sampling.sample_bytes > 0) RETURN_IF_ERROR(LogSample(log));
   return absl::OkStatus();
 }
 

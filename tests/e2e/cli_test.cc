@@ -102,7 +102,8 @@ TEST(TallyTrain, HelpListsTheFlagsAndExitsZero) {
     EXPECT_FALSE(absl::StrContains(r.output, "--flagfile")) << r.output;  // abseil's own
     // By section, in order, each flag once, and none left over.
     size_t last = 0;
-    for (const char* section : {"\nmodel:\n", "\ntraining:\n", "\nsampling:\n", "\ncheckpoints:\n",
+    for (const char* section : {"\nmodel:\n", "\ntraining:\n", "\ndata and evaluation:\n", "\nsampling:\n",
+                                "\ncheckpoints:\n",
                                 "\ndata parallelism and ZeRO:\n", "\npipeline parallelism and recompute:\n",
                                 "\nreports and checks:\n"}) {
       const size_t at = r.output.find(section);

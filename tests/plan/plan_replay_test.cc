@@ -65,10 +65,10 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
   const PlanInput in = Planned(GetParam(), a100);
   TrainOptions o = PlanAsTrainOptions(in);
   o.dry_run = true;
-  o.steps = 1;
-  o.cluster_gpu = a100.gpu;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
+  o.training.steps = 1;
+  o.cluster.gpu = a100.gpu;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
   o = o.Resolved();
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
   // The run's last step's timelines (Trainer::Run records them), replayed on the cluster.
@@ -79,7 +79,7 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
   // call for call, and its memory-bound bytes within 1% (the optimizer's shard is the
   // planner's even share of the units).
   const std::vector<ComputeWork> stages = StageWork(in);
-  const parallel::Topology grid(o.dp, o.tp, o.pp, o.order);
+  const parallel::Topology grid(o.parallel.dp, o.parallel.tp, o.parallel.pp, o.placement.order);
   for (size_t r = 0; r < timelines.size(); ++r) {
     ComputeWork counted;
     for (const TimelineEntry& e : timelines[r].entries()) counted += e.compute;
@@ -94,7 +94,7 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
     EXPECT_NEAR(stage.memory_bytes / counted.memory_bytes, 1.0, 0.01) << "rank " << r;
   }
   const absl::StatusOr<std::vector<ReplayedRank>> replayed =
-      Replay(all, *o.PlacedNodes(), o.cluster, o.cluster_gpu);
+      Replay(all, *o.PlacedNodes(), o.cluster.links, o.cluster.gpu);
   ASSERT_TRUE(replayed.ok()) << replayed.status();
   double step = 0;
   for (const ReplayedRank& rank : *replayed) step = std::max(step, rank.seconds);

@@ -168,7 +168,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     in.bytes_per_value = int(SizeOf(in.precision));
     TrainOptions o = PlanAsTrainOptions(in);
     o.dry_run = true;
-    o.steps = 1;
+    o.training.steps = 1;
     o = o.Resolved();
     if (!o.Validate().ok() || c.n_head % in.tp != 0 || in.pp > c.n_layer) continue;
     ++planned;

@@ -33,11 +33,11 @@ inline PlanInput SmallPlan() {
 // One step of the run the plan describes.
 inline RunResult RunPlan(const PlanInput& in, parallel::PipelineSchedule schedule = {}) {
   TrainOptions o = PlanAsTrainOptions(in);
-  o.steps = 1;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
-  o.schedule = schedule;
+  o.training.steps = 1;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
+  o.training.threads = 1;
+  o.parallel.schedule = schedule;
   return RunRanks(o);
 }
 

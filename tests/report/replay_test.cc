@@ -127,7 +127,7 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
 
 // Every rank's timeline of `o`'s steps, replayed on kLinks at 1 TFLOP/s.
 std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
-  o.cluster_gpu = GpuModel::Flat(1);
+  o.cluster.gpu = GpuModel::Flat(1);
   o = o.Resolved();
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   const std::vector<Timeline> timelines = LastStepTimelines(o);
@@ -144,12 +144,12 @@ std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
 TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
   TrainOptions o = Grid{.dp = 2, .pp = 2}.On(TinyGrid(4));
   o.dry_run = true;
-  o.steps = 1;
+  o.training.steps = 1;
   const std::vector<ReplayedRank> r = RunAndReplay(o);
   // Per micro-batch of b sequences on a stage of L layers: forward 24·n·C² + 4·b·T²·C a
   // layer, the LM head 2·n·C·V on the last stage; backward twice the forward.
   const model::GPTConfig& c = o.model;
-  const double b = o.micro_batch_size, n = b * c.seq_len, C = c.n_embd, T = c.seq_len;
+  const double b = o.training.micro_batch_size, n = b * c.seq_len, C = c.n_embd, T = c.seq_len;
   const double layer = 24 * n * C * C + 4 * b * T * T * C, layers = c.n_layer / 2.0;
   const double m = o.accumulation_steps();
   for (int rank = 0; rank < o.world(); ++rank) {
@@ -191,10 +191,10 @@ TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
 // reduce-scatters with --overlap).
 TEST(Replay, ARealRunReplaysAsItsDryRun) {
   TrainOptions o = Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 2}.On(TinyGrid(4));
-  o.steps = 2;
-  o.overlap = true;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
+  o.training.steps = 2;
+  o.parallel.overlap = true;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
   TrainOptions dry = o;
   dry.dry_run = true;
   const std::vector<ReplayedRank> real = RunAndReplay(o), planned = RunAndReplay(dry);

@@ -30,7 +30,7 @@ comm::LedgerKey Key(const std::string& group, comm::Primitive primitive, comm::P
 // one), and has a send in flight 30 ms of which it waited 10.
 TEST(Report, TimeSplitsIntoComputeExposedHiddenAndIdleAndTheVerdictNamesTheRows) {
   TrainOptions o;
-  o.dp = 2;
+  o.parallel.dp = 2;
   std::vector<comm::TrafficLedger> traffic = {comm::TrafficLedger(0), comm::TrafficLedger(1)};
   std::vector<MemoryLedger> memory(2);
   traffic[0].RecordCall(Key("dp", comm::Primitive::kAllReduce, comm::Phase::kBackward), 4, 0.010, 0.010);
@@ -66,9 +66,9 @@ TEST(Report, TimeSplitsIntoComputeExposedHiddenAndIdleAndTheVerdictNamesTheRows)
 // 600 MB all-reduce message each (1 ms + 1 us at 600 GB/s): rank 1 waits 0.8 s for rank 0.
 TEST(Report, TheVerdictIsTheModelsAndNamesTheLatePeer) {
   TrainOptions o;
-  o.dp = 2;
-  o.cluster_gpu = GpuModel::Flat(1);
-  o.cluster_name = "test";
+  o.parallel.dp = 2;
+  o.cluster.gpu = GpuModel::Flat(1);
+  o.cluster.name = "test";
   std::vector<comm::TrafficLedger> traffic = {comm::TrafficLedger(0), comm::TrafficLedger(1)};
   std::vector<MemoryLedger> memory(2);
   for (int r = 0; r < 2; ++r) {
@@ -96,7 +96,7 @@ TEST(Report, TheVerdictIsTheModelsAndNamesTheLatePeer) {
                                          "rank 0"))
       << verdict;
   // Without --cluster, the default cluster, named.
-  o.cluster_gpu = {};
+  o.cluster.gpu = {};
   ReportInputs fallback{o, 1, traffic, memory, {}, {}, {1'000'000'000, 1'000'000'000}};
   EXPECT_TRUE(absl::StrContains(Verdict(fallback), "on the modelled clock, a100, the default "
                                                    "(--cluster to choose)"))

@@ -25,14 +25,14 @@ TrainOptions Small(DeviceType device) {
   o.model.n_head = 4;
   o.model.n_embd = 64;
   o.model.seq_len = 64;
-  o.global_batch_size = 8;
-  o.micro_batch_size = 4;  // two micro-batches: gradients accumulate on the device
-  o.steps = 5;
-  o.warmup_steps = 2;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
-  o.device = device;
+  o.training.global_batch_size = 8;
+  o.training.micro_batch_size = 4;  // two micro-batches: gradients accumulate on the device
+  o.training.steps = 5;
+  o.training.warmup_steps = 2;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
+  o.training.threads = 1;
+  o.placement.device = device;
   return o;
 }
 
@@ -66,13 +66,13 @@ TEST(CudaTrain, Tf32TrainsAndSamples) {
   SkipWithoutGpu();
   if (::testing::Test::IsSkipped()) return;
   TrainOptions o = Small(DeviceType::kCUDA);
-  o.tf32 = true;
-  o.steps = 20;
-  o.lr = 3e-3f;
+  o.precision.tf32 = true;
+  o.training.steps = 20;
+  o.training.lr = 3e-3f;
   auto trainer = Trainer::Create(o);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   float first = 0, last = 0;
-  for (int64_t k = 0; k < o.steps; ++k) {
+  for (int64_t k = 0; k < o.training.steps; ++k) {
     absl::StatusOr<StepStats> s = (*trainer)->TrainStep(k);
     ASSERT_TRUE(s.ok()) << s.status();
     (k == 0 ? first : last) = s->loss;
@@ -110,15 +110,15 @@ void ExpectSameBytes(const RunResult& got, const RunResult& want) {
 // own, whose bytes are modelled): the losses of the single-rank GPU run, and (ring and
 // naive) every traffic row's bytes those of the same grid on the CPU.
 void CheckGrid(TrainOptions o, const Grid& g) {
-  o.steps = 3;
+  o.training.steps = 3;
   TrainOptions one = o;
-  one.backend = Backend::kThreads;
+  one.placement.backend = Backend::kThreads;
   const RunResult single = RunRanks(one);
   const RunResult gpu = RunRanks(g.On(o));
   ExpectLossesNear(gpu, single);
   if (g.native_collectives) return;
-  o.device = DeviceType::kCPU;
-  o.backend = Backend::kThreads;
+  o.placement.device = DeviceType::kCPU;
+  o.placement.backend = Backend::kThreads;
   ExpectSameBytes(gpu, RunRanks(g.On(o)));
 }
 
@@ -155,7 +155,7 @@ TEST_P(NcclGrid, MatchesOneGpuAndBooksTheCpuBytes) {
   const int world = g.dp * g.tp * g.pp;
   if (*gpus < world) GTEST_SKIP() << "needs " << world << " GPUs, this machine has " << *gpus;
   TrainOptions o = Small(DeviceType::kCUDA);
-  o.backend = Backend::kNccl;
+  o.placement.backend = Backend::kNccl;
   CheckGrid(o, g);
 }
 
@@ -175,15 +175,15 @@ TEST(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
   SkipWithoutGpu();
   if (::testing::Test::IsSkipped()) return;
   TrainOptions o = Small(DeviceType::kCUDA);
-  o.dp = 2;
-  o.zero = 3;
-  o.steps = 4;
+  o.parallel.dp = 2;
+  o.parallel.zero = 3;
+  o.training.steps = 4;
   const RunResult whole = RunRanks(o);
   const std::string path = ::testing::TempDir() + "/cuda_zero3.safetensors";
   TrainAndSave(o, 2, path);
-  o.load = path;
+  o.checkpoint.load = path;
   const std::vector<float> gpu = Resume(o);
-  o.device = DeviceType::kCPU;
+  o.placement.device = DeviceType::kCPU;
   const std::vector<float> cpu = Resume(o);
   ASSERT_EQ(gpu.size(), 2u);
   ASSERT_EQ(cpu.size(), 2u);
@@ -196,15 +196,15 @@ TEST(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
 
 TEST(CudaTrain, WhatTheGpuDoesNotRunIsAClearError) {
   TrainOptions o = Small(DeviceType::kCUDA);
-  o.backend = Backend::kMpi;
+  o.placement.backend = Backend::kMpi;
   absl::Status s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "MPI moving GPU memory is not built")) << s;
   o = Small(DeviceType::kCPU);
-  o.tf32 = true;
+  o.precision.tf32 = true;
   s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "--tf32 needs --device=cuda")) << s;
   o = Small(DeviceType::kCPU);
-  o.backend = Backend::kNccl;
+  o.placement.backend = Backend::kNccl;
   s = o.Validate();
   EXPECT_TRUE(absl::StrContains(s.message(), "--backend=nccl needs --device=cuda")) << s;
 }

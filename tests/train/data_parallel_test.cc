@@ -27,10 +27,10 @@ TrainOptions Tiny(int dp) {
   o.model.n_head = 2;
   o.model.n_embd = 10;
   o.model.seq_len = 16;
-  o.global_batch_size = 12;
-  o.micro_batch_size = 1;  // 12 / dp micro-batches per rank: accumulation everywhere
-  o.dp = dp;
-  o.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them
+  o.training.global_batch_size = 12;
+  o.training.micro_batch_size = 1;  // 12 / dp micro-batches per rank: accumulation everywhere
+  o.parallel.dp = dp;
+  o.parallel.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them
   return o;
 }
 
@@ -60,12 +60,15 @@ TEST_P(DataParallelTest, MatchesTheSingleRankRunAndTheExactBytes) {
     comm::TransferTotals grads = parallel.traffic[r].Sum([](const comm::LedgerKey& k) {
       return k.group == "dp" && k.phase == comm::Phase::kBackward;
     });
-    int64_t exact = o.steps * parallel::GradientSyncBytesPerStep(phi, dp, r, int64_t(o.bucket_mb * (1 << 20)), algorithm);
+    int64_t exact =
+        o.training.steps * parallel::GradientSyncBytesPerStep(
+                               phi, dp, r, int64_t(o.parallel.bucket_mb * (1 << 20)), algorithm);
     EXPECT_EQ(grads.bytes_sent, exact) << "rank " << r;
     if (dp > 1 && algorithm == comm::Algorithm::kRing) {
       // Close to 2(p-1)/p·4Φ per step; not equal, since the 375-element buckets do not split
       // evenly.
-      EXPECT_NEAR(double(grads.bytes_sent) / o.steps, 2.0 * (dp - 1) / dp * 4 * phi, 4.0 * dp * 11);
+      EXPECT_NEAR(double(grads.bytes_sent) / o.training.steps, 2.0 * (dp - 1) / dp * 4 * phi,
+                  4.0 * dp * 11);
     }
   }
 }
@@ -118,8 +121,9 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
   for (int r = 0; r < dp; ++r) {
     int64_t expected_total = 0;
     for (auto [primitive, phase] : moves) {
-      int64_t exact = o.steps * parallel::ZeroBytesPerStep(units, stage, dp, r, micro_batches,
-                                                           algorithm, primitive, phase);
+      int64_t exact =
+          o.training.steps * parallel::ZeroBytesPerStep(units, stage, dp, r, micro_batches,
+                                                        algorithm, primitive, phase);
       int64_t sent = zero.traffic[r].Sum([&](const comm::LedgerKey& k) {
         return k.group == "dp" && k.primitive == primitive && k.phase == phase;
       }).bytes_sent;
@@ -137,7 +141,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
       // units do not split evenly (at most one element per unit and pass off).
       int passes = stage == 1 ? 2 : stage == 2 ? micro_batches + 1 : 3 * micro_batches;
       double closed = double(passes) * (dp - 1) / dp * 4 * phi;
-      EXPECT_NEAR(double(all) / o.steps, closed, 4.0 * passes * layout.units().size());
+      EXPECT_NEAR(double(all) / o.training.steps, closed, 4.0 * passes * layout.units().size());
     }
 
     MemoryFormula f = PredictedMemory(o, r);
@@ -161,10 +165,10 @@ TEST(ZeroMemory, EachStageShardsWhatItShould) {
   TrainOptions o = Tiny(4);
   o.model.n_layer = 4;
   o.model.n_embd = 32;
-  o.steps = 2;
+  o.training.steps = 2;
   const int64_t phi = o.model.NumParams();
   for (int stage = 0; stage <= 3; ++stage) {
-    o.zero = stage;
+    o.parallel.zero = stage;
     RunResult run = RunRanks(o);
     for (int r = 0; r < 4; ++r) {
       const MemoryLedger& m = run.memory[r];
@@ -190,7 +194,7 @@ TEST(ZeroMemory, EachStageShardsWhatItShould) {
 // another, the run continues as the uninterrupted one does.
 TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
   TrainOptions straight = Tiny(1);
-  straight.steps = 6;
+  straight.training.steps = 6;
   RunResult reference = RunRanks(straight);
   struct Layout {
     int dp, zero;
@@ -200,15 +204,15 @@ TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
   for (auto [from, to] : moves) {
     SCOPED_TRACE(absl::StrCat("dp", from.dp, " zero", from.zero, " -> dp", to.dp, " zero", to.zero));
     TrainOptions first = Tiny(from.dp);
-    first.zero = from.zero;
-    first.steps = 6;  // the schedule of the whole run
+    first.parallel.zero = from.zero;
+    first.training.steps = 6;  // the schedule of the whole run
     const std::string path = ::testing::TempDir() + absl::StrCat("/dp", from.dp, "zero", from.zero,
                                                                   ".safetensors");
     TrainAndSave(first, 3, path);
     TrainOptions second = Tiny(to.dp);
-    second.zero = to.zero;
-    second.steps = 6;
-    second.load = path;
+    second.parallel.zero = to.zero;
+    second.training.steps = 6;
+    second.checkpoint.load = path;
     std::vector<float> losses = Resume(second);
     ASSERT_EQ(losses.size(), 3u);
     for (int k = 0; k < 3; ++k) {
@@ -224,10 +228,10 @@ TEST(DataParallelOptions, BadValuesAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of --dp x --micro_batch_size"));
   EXPECT_TRUE(absl::StrContains(ParseAllReduce("tree").status().message(), "--allreduce must be ring, naive or hierarchical"));
   o = Tiny(2);
-  o.allreduce = comm::Algorithm::kNative;  // MPI's and NCCL's own: not an --allreduce
+  o.parallel.allreduce = comm::Algorithm::kNative;  // MPI's and NCCL's own: not an --allreduce
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--allreduce must be ring, naive or hierarchical, got 'native'"));
   o = Tiny(2);
-  o.zero = 4;
+  o.parallel.zero = 4;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--zero must be 0, 1, 2 or 3"));
 }
 
@@ -238,9 +242,9 @@ TEST(DataParallelOptions, BadValuesAreClearErrors) {
 // row (small buckets: several in flight at once); ZeRO holds a unit more, as its
 // formulas say.
 void ExpectOverlapChangesNothingButTime(TrainOptions o, int zero) {
-  o.bucket_mb = 0.01;
+  o.parallel.bucket_mb = 0.01;
   const RunResult off = RunRanks(o);
-  o.overlap = true;
+  o.parallel.overlap = true;
   const RunResult on = RunRanks(o);
   EXPECT_EQ(on.losses, off.losses);
   EXPECT_EQ(on.params, off.params);
@@ -256,7 +260,7 @@ void ExpectOverlapChangesNothingButTime(TrainOptions o, int zero) {
     }
   }
   ExpectMemoryFormulaExact(o, on);
-  if (zero == 3 && o.pp == 1) {  // the prefetched unit
+  if (zero == 3 && o.parallel.pp == 1) {  // the prefetched unit
     EXPECT_GT(on.memory[0].peak(MemoryCategory::kParams), off.memory[0].peak(MemoryCategory::kParams));
   }
   if (zero >= 2) {  // the unit whose reduce-scatters are in flight
@@ -284,7 +288,7 @@ TEST(Overlap, BucketsReducedDuringBackwardGiveTheSameBitsAndBytes) {
     if (g.pp > 1 || g.zero >= 2) {  // bf16 boundaries and gradient reduce-scatters
       SCOPED_TRACE("bf16");
       TrainOptions o = g.On(TinyGrid(4));
-      o.precision = DType::kBF16;
+      o.precision.dtype = DType::kBF16;
       ExpectOverlapChangesNothingButTime(o, g.zero);
     }
   }

@@ -54,10 +54,10 @@ class DryRunTest : public ::testing::TestWithParam<DryGrid> {};
 TEST_P(DryRunTest, LedgersAreTheRealRunsToTheByte) {
   const DryGrid& g = GetParam();
   TrainOptions o = g.grid.On(TinyGrid(4 * g.grid.dp));
-  o.steps = 2;
-  if (g.bf16) o.precision = DType::kBF16;
-  o.overlap = g.overlap;
-  o.bucket_mb = 20000.0 / (1 << 20);  // several buckets
+  o.training.steps = 2;
+  if (g.bf16) o.precision.dtype = DType::kBF16;
+  o.parallel.overlap = g.overlap;
+  o.parallel.bucket_mb = 20000.0 / (1 << 20);  // several buckets
   ASSERT_TRUE(o.Resolved().Validate().ok()) << o.Resolved().Validate();
   TrainOptions dry = o;
   dry.dry_run = true;
@@ -90,13 +90,13 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DryRun, ExpertsRouteEvenlyAndTheAllToAllsAreTheBalancedEstimate) {
   TrainOptions o = Grid{.dp = 4, .zero = 1}.On(TinyGrid(8));
   o.model.n_experts = 4;
-  o.ep = 2;
-  o.steps = 1;
+  o.parallel.ep = 2;
+  o.training.steps = 1;
   o.dry_run = true;
   o = o.Resolved();
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
   const RankLedgers run = RunSteps(o);
-  const int64_t rows = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.moe_top_k;
+  const int64_t rows = int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.moe_top_k;
   for (int r = 0; r < o.world(); ++r) {
     for (int l = 0; l < o.model.n_layer; ++l) {
       const comm::TransferTotals dispatch = run.traffic[size_t(r)].Sum([&](const comm::LedgerKey& k) {

@@ -22,7 +22,7 @@ constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe
 // The 3D suite's tiny model and short run, in bf16.
 TrainOptions Model(int global_batch, DType precision = DType::kBF16) {
   TrainOptions o = TinyGrid(global_batch);
-  o.precision = precision;
+  o.precision.dtype = precision;
   return o;
 }
 
@@ -52,8 +52,8 @@ void ExpectWithinBf16Tolerance(const TrainOptions& o, const RunResult& run, cons
     EXPECT_LE(diff, 2 * layers * kUnitRoundoff * std::abs(serial.losses[k])) << "step " << k;
   }
   ASSERT_EQ(run.params.size(), serial.params.size());
-  const double steps = double(o.steps);
-  const double param_bound = o.lr * steps * (steps + 1) / 2 * 2 * layers * kUnitRoundoff;
+  const double steps = double(o.training.steps);
+  const double param_bound = o.training.lr * steps * (steps + 1) / 2 * 2 * layers * kUnitRoundoff;
   for (size_t i = 0; i < run.params.size(); ++i) {
     const double diff = std::abs(double(run.params[i]) - serial.params[i]);
     worst_param = std::max(worst_param, diff);
@@ -69,7 +69,7 @@ TEST_P(MixedPrecisionTest, MatchesTheBf16SerialRunAndEveryFormulaAtTwoBytes) {
   const Grid& g = GetParam();
   const int global_batch = 4 * g.dp;
   TrainOptions o = g.On(Model(global_batch));
-  o.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
+  o.parallel.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
   const RunResult run = RunRanks(o);
   ExpectWithinBf16Tolerance(o, run, RunRanks(Model(global_batch)));
   ExpectReportRowsExact(o, run);
@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(
 // units in use and one reduced chunk, which the formula rows add).
 TEST(MixedPrecisionMemory, Bf16ModelStatesAreTwoTwoAndTwelveBytesAParameter) {
   TrainOptions o = Model(4);
-  o.optimizer = OptimizerKind::kAdamW;
+  o.training.optimizer = OptimizerKind::kAdamW;
   const int64_t phi = o.model.NumParams();
   // One rank's peaks after a step: its own ledger (trainer.h).
   auto peaks = [](const TrainOptions& options) {
@@ -106,13 +106,13 @@ TEST(MixedPrecisionMemory, Bf16ModelStatesAreTwoTwoAndTwelveBytesAParameter) {
   EXPECT_EQ(bf16.peak(MemoryCategory::kParams), 2 * phi);
   EXPECT_EQ(bf16.peak(MemoryCategory::kGrads), 2 * phi);
   EXPECT_EQ(bf16.peak(MemoryCategory::kOptimizer), 12 * phi);
-  o.fp32_grad_accum = true;  // Megatron's main_grad: 2 + 4 + 12
+  o.precision.fp32_grad_accum = true;  // Megatron's main_grad: 2 + 4 + 12
   const MemoryLedger accum = peaks(o);
   EXPECT_EQ(accum.peak(MemoryCategory::kParams), 2 * phi);
   EXPECT_EQ(accum.peak(MemoryCategory::kGrads), 4 * phi);
   EXPECT_EQ(accum.peak(MemoryCategory::kOptimizer), 12 * phi);
-  o.precision = DType::kF32;  // 4 + 4 + 8
-  o.fp32_grad_accum = false;
+  o.precision.dtype = DType::kF32;  // 4 + 4 + 8
+  o.precision.fp32_grad_accum = false;
   const MemoryLedger fp32 = peaks(o);
   EXPECT_EQ(fp32.peak(MemoryCategory::kParams), 4 * phi);
   EXPECT_EQ(fp32.peak(MemoryCategory::kGrads), 4 * phi);
@@ -123,17 +123,18 @@ TEST(MixedPrecisionMemory, Bf16ModelStatesAreTwoTwoAndTwelveBytesAParameter) {
 // (the optimizer state to the element: each rank's shard is its chunks of the buffer).
 TEST(MixedPrecisionMemory, ZeroOneHoldsTheSeedsModelStatesPerRank) {
   TrainOptions o = Model(4);
-  o.optimizer = OptimizerKind::kAdamW;
-  o.dp = 2;
-  o.zero = 1;
-  o.steps = 2;
+  o.training.optimizer = OptimizerKind::kAdamW;
+  o.parallel.dp = 2;
+  o.parallel.zero = 1;
+  o.training.steps = 2;
   const int64_t phi = o.model.NumParams();
   const RunResult run = RunRanks(o);
-  for (int r = 0; r < o.dp; ++r) {
+  for (int r = 0; r < o.parallel.dp; ++r) {
     const MemoryLedger& m = run.memory[r];
     EXPECT_EQ(m.peak(MemoryCategory::kParams), 2 * phi) << r;
     EXPECT_EQ(m.peak(MemoryCategory::kGrads), 2 * phi) << r;
-    EXPECT_EQ(m.peak(MemoryCategory::kOptimizer), 12 * comm::ChunkOf(phi, o.dp, r).count) << r;
+    EXPECT_EQ(m.peak(MemoryCategory::kOptimizer), 12 * comm::ChunkOf(phi, o.parallel.dp, r).count)
+        << r;
   }
 }
 
@@ -156,7 +157,7 @@ int64_t GradientBytes(const RunResult& run) {
 TEST(GradientCompression, Bf16GradientsHalveTheDataParallelBytes) {
   TrainOptions o = Grid{.dp = 2}.On(Model(8, DType::kF32));
   const RunResult fp32 = RunRanks(o);
-  o.grad_comm_dtype = DType::kBF16;
+  o.precision.grad_comm_dtype = DType::kBF16;
   const RunResult compressed = RunRanks(o);
   ASSERT_GT(GradientBytes(fp32), 0);
   EXPECT_EQ(2 * GradientBytes(compressed), GradientBytes(fp32));
@@ -173,9 +174,9 @@ TEST(MixedPrecisionCheckpoints, ResumeAcrossPrecisions) {
     TrainOptions saving = Model(4, from);
     TrainAndSave(saving, 2, path);
     TrainOptions resuming = Grid{.dp = 2, .zero = 3}.On(Model(4, to));
-    resuming.load = path;
+    resuming.checkpoint.load = path;
     const std::vector<float> losses = Resume(resuming);
-    ASSERT_EQ(losses.size(), size_t(resuming.steps - 2));
+    ASSERT_EQ(losses.size(), size_t(resuming.training.steps - 2));
     // Continuing in the other precision from the same weights: the third step's loss is
     // the uninterrupted run's within the tolerance.
     const RunResult whole = RunRanks(Model(4, from));

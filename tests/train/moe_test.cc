@@ -29,8 +29,8 @@ TrainOptions Moe(int global_batch) {
 
 TEST(Moe, TheSerialRunTrainsAsTheDenseOneDoes) {
   TrainOptions moe = Moe(8), dense = TinyGrid(8);
-  moe.steps = dense.steps = 30;
-  moe.optimizer = dense.optimizer = OptimizerKind::kAdamW;
+  moe.training.steps = dense.training.steps = 30;
+  moe.training.optimizer = dense.training.optimizer = OptimizerKind::kAdamW;
   const RunResult m = RunRanks(moe), d = RunRanks(dense);
   ASSERT_EQ(m.losses.size(), 30u);
   // Both fall well below the start (ln 256 = 5.55), and end within a tenth of each other.
@@ -45,7 +45,7 @@ TEST_P(MoeGridTest, MatchesTheSerialMoeRunAndEveryFormula) {
   const Grid& g = GetParam();
   const int global_batch = 4 * g.dp;
   TrainOptions o = g.On(Moe(global_batch));
-  o.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
+  o.parallel.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
   ExpectGridMatchesSerial(o, Moe(global_batch));
 }
 
@@ -75,7 +75,7 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
   TrainOptions o =
       Grid{.dp = g.dp, .tp = g.tp, .pp = g.pp, .zero = g.zero, .recompute = g.recompute}.On(
           Moe(global_batch));
-  o.ep = g.ep;
+  o.parallel.ep = g.ep;
   o.model.n_experts = 4;
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
   ExpectGridMatchesSerial(o, Moe(global_batch));
@@ -86,7 +86,7 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
     world.ledger().Clear();
-    for (int64_t k = 0; k < o.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    for (int64_t k = 0; k < o.training.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
     auto ep = [&](comm::Primitive p, comm::Phase phase) {
       return world.ledger().Sum([&](const comm::LedgerKey& key) {
         return key.group == "ep" && key.primitive == p && key.phase == phase;
@@ -145,11 +145,11 @@ void ExpectResumedSteps(const std::vector<float>& resumed, const std::vector<flo
 
 TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
   TrainOptions straight = Moe(8);
-  straight.steps = 6;
+  straight.training.steps = 6;
   const RunResult reference = RunRanks(straight);
   const std::string path = ::testing::TempDir() + "/moe.safetensors";
   TrainOptions first = Grid{.dp = 2, .zero = 3}.On(Moe(8));
-  first.steps = 6;
+  first.training.steps = 6;
   TrainAndSave(first, 3, path);
   SafetensorsFile file = ReadSafetensors(path, int64_t(1) << 30).value();
   for (const char* name : {"h.0.mlp.router.weight", "h.3.mlp.experts.0.c_fc.weight",
@@ -160,31 +160,31 @@ TEST(MoeCheckpoints, NameEveryExpertAndResumeAcrossGrids) {
   EXPECT_FALSE(file.tensors.count("h.0.mlp.c_fc.weight"));
   EXPECT_EQ(file.metadata["n_experts"], "4");
   TrainOptions serial = Moe(8);
-  serial.steps = 6;
-  serial.load = path;
+  serial.training.steps = 6;
+  serial.checkpoint.load = path;
   ExpectResumedSteps(Resume(serial), reference.losses);
   // Saved by expert-parallel ranks, each holding half the experts, resumed on one; and
   // the serial run's checkpoint resumed with the experts split.
   TrainOptions split = Grid{.dp = 2}.On(Moe(8));
-  split.ep = 2;
-  split.steps = 6;
+  split.parallel.ep = 2;
+  split.training.steps = 6;
   TrainAndSave(split, 3, path);
   ExpectResumedSteps(Resume(serial), reference.losses);
   // ZeRO-3 with the experts sharded over the edp groups, resumed on one rank.
   TrainOptions sharded = Grid{.dp = 4, .zero = 3}.On(Moe(8));
-  sharded.ep = 2;
-  sharded.steps = 6;
+  sharded.parallel.ep = 2;
+  sharded.training.steps = 6;
   TrainAndSave(sharded, 3, path);
   ExpectResumedSteps(Resume(serial), reference.losses);
   TrainAndSave(straight, 3, path);
-  sharded.load = path;
+  sharded.checkpoint.load = path;
   ExpectResumedSteps(Resume(sharded), reference.losses);
-  split.load = path;
+  split.checkpoint.load = path;
   ExpectResumedSteps(Resume(split), reference.losses);
   // Neither a dense model's flags nor another top-k load it.
   TrainOptions dense = TinyGrid(8);
-  dense.steps = 6;
-  dense.load = path;
+  dense.training.steps = 6;
+  dense.checkpoint.load = path;
   EXPECT_TRUE(absl::StrContains(Trainer::Create(dense).status().message(), "[checkpoint]"))
       << Trainer::Create(dense).status();
   serial.model.moe_top_k = 1;
@@ -207,8 +207,8 @@ TEST(MoeStep, ReportsTheAuxiliaryLossDropsAndLoad) {
   EXPECT_NEAR(s.expert_tokens_mean * 4, choices * (1 - s.dropped), 1e-6);
   EXPECT_LE(s.expert_tokens_min, s.expert_tokens_mean);
   EXPECT_GE(s.expert_tokens_max, s.expert_tokens_mean);
-  o.tp = 2;
-  o.sequence_parallel = true;
+  o.parallel.tp = 2;
+  o.parallel.sequence_parallel = true;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--n_experts with --sequence_parallel"));
   o = Moe(8);
   o.model.moe_top_k = 5;
@@ -222,7 +222,7 @@ TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
   const TrainOptions serial = Moe(8);
   std::unique_ptr<Trainer> one = Trainer::Create(serial).value();
   double kept = 0;
-  for (int64_t k = 0; k < serial.steps; ++k) {
+  for (int64_t k = 0; k < serial.training.steps; ++k) {
     const StepStats s = one->TrainStep(k).value();
     kept += (1 - s.dropped) * 8 * 16 * 2 * serial.model.n_layer;
   }
@@ -233,14 +233,14 @@ TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
   EXPECT_NEAR(sum, kept, 1e-6 * kept);
 
   TrainOptions o = Grid{.dp = 4, .pp = 2}.On(Moe(8));
-  o.ep = 2;
+  o.parallel.ep = 2;
   std::vector<double> tokens;
   const RankLedgers run = RunSteps(o, [&](int rank, Trainer& trainer) {
     if (rank == 0) tokens = trainer.expert_tokens();
   });
   const std::vector<comm::TrafficLedger>& traffic = run.traffic;
   EXPECT_EQ(tokens, want);
-  ReportInputs in{o, o.steps, run.traffic, run.memory};
+  ReportInputs in{o, o.training.steps, run.traffic, run.memory};
   in.expert_tokens = tokens;
   const std::string table = RoutingTable(in);
   const std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
@@ -250,8 +250,10 @@ TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
         absl::StrSplit(lines[size_t(2 + l)], ' ', absl::SkipEmpty());
     ASSERT_EQ(cells.size(), 7u) << lines[size_t(2 + l)];
     const auto first = want.begin() + l * 4;
-    EXPECT_EQ(cells[1], absl::StrFormat("%.1f", *std::min_element(first, first + 4) / o.steps));
-    EXPECT_EQ(cells[3], absl::StrFormat("%.1f", *std::max_element(first, first + 4) / o.steps));
+    EXPECT_EQ(cells[1],
+              absl::StrFormat("%.1f", *std::min_element(first, first + 4) / o.training.steps));
+    EXPECT_EQ(cells[3],
+              absl::StrFormat("%.1f", *std::max_element(first, first + 4) / o.training.steps));
     int64_t lo = -1, hi = 0;
     for (const comm::TrafficLedger& ledger : traffic) {
       const comm::TransferTotals t = ledger.Sum([&](const comm::LedgerKey& k) {
@@ -259,8 +261,8 @@ TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
                k.label == absl::StrCat("layer", l, ".dispatch");
       });
       if (t.messages_sent == 0) continue;
-      hi = std::max(hi, t.bytes_sent / o.steps);
-      lo = lo < 0 ? t.bytes_sent / o.steps : std::min(lo, t.bytes_sent / o.steps);
+      hi = std::max(hi, t.bytes_sent / o.training.steps);
+      lo = lo < 0 ? t.bytes_sent / o.training.steps : std::min(lo, t.bytes_sent / o.training.steps);
     }
     EXPECT_GT(hi, 0);
     EXPECT_EQ(cells[6], lo == hi ? absl::StrCat(hi) : absl::StrCat(lo, "..", hi)) << l;

@@ -20,14 +20,14 @@ namespace {
 // 4 layers, so that pp = 4 puts one on each stage; 8 sequences a step.
 TrainOptions Layers4(int pp, int micro_batches) {
   TrainOptions o = ShortRun();
-  o.optimizer = OptimizerKind::kSgd;  // parameters compared: see tensor_parallel_test.cc
+  o.training.optimizer = OptimizerKind::kSgd;  // parameters compared: see tensor_parallel_test.cc
   o.model.n_layer = 4;
   o.model.n_head = 2;
   o.model.n_embd = 16;
   o.model.seq_len = 16;
-  o.global_batch_size = 8;
-  o.micro_batch_size = 8 / micro_batches;
-  o.pp = pp;
+  o.training.global_batch_size = 8;
+  o.training.micro_batch_size = 8 / micro_batches;
+  o.parallel.pp = pp;
   return o;
 }
 
@@ -50,15 +50,16 @@ TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
   ExpectSameRun(run, Serial(m));
   // Each boundary: the activations of every micro-batch forward, their gradients back:
   // b·s·h·4 bytes a step each way, whatever m is.
-  const int64_t bsh_bytes = int64_t(o.global_batch_size) * o.model.seq_len * o.model.n_embd * 4;
+  const int64_t bsh_bytes =
+      int64_t(o.training.global_batch_size) * o.model.seq_len * o.model.n_embd * 4;
   for (int s = 0; s + 1 < pp; ++s) {
     auto sent = [&](int rank, const std::string& label) {
       return run.traffic[rank].Sum([&](const comm::LedgerKey& k) {
         return k.group == "pp" && k.label == label;
       }).bytes_sent;
     };
-    EXPECT_EQ(sent(s, parallel::BoundaryScope(s, s + 1)), o.steps * bsh_bytes) << s;
-    EXPECT_EQ(sent(s + 1, parallel::BoundaryScope(s + 1, s)), o.steps * bsh_bytes) << s;
+    EXPECT_EQ(sent(s, parallel::BoundaryScope(s, s + 1)), o.training.steps * bsh_bytes) << s;
+    EXPECT_EQ(sent(s + 1, parallel::BoundaryScope(s + 1, s)), o.training.steps * bsh_bytes) << s;
   }
   if (pp > 1) {
     // The tied embedding's gradient, summed between the first and the last stage.
@@ -66,8 +67,9 @@ TEST_P(PipelineTest, MatchesTheSingleRankRunWithExactBoundaryBytes) {
     const int64_t tied = run.traffic[0].Sum([](const comm::LedgerKey& k) {
       return k.group == "embedding" && k.label == "tied_embedding";
     }).bytes_sent;
-    EXPECT_EQ(tied, o.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, comm::Algorithm::kRing,
-                                                 2, 0, -1, wte, 4).sent);
+    EXPECT_EQ(tied, o.training.steps * comm::ExactTraffic(comm::Primitive::kAllReduce,
+                                                          comm::Algorithm::kRing, 2, 0, -1, wte, 4)
+                                           .sent);
   }
 }
 
@@ -115,7 +117,8 @@ TEST_P(InterleavedTest, MatchesTheSingleRankRunWithVTimesTheBoundaryBytes) {
   RunResult run = RunRanks(o);
   ExpectSameRun(run, Serial8(m));
   ExpectReportRowsExact(o, run);
-  const int64_t bsh_bytes = int64_t(o.global_batch_size) * o.model.seq_len * o.model.n_embd * 4;
+  const int64_t bsh_bytes =
+      int64_t(o.training.global_batch_size) * o.model.seq_len * o.model.n_embd * 4;
   for (int vs = 0; vs + 1 < pp * v; ++vs) {
     auto sent = [&](int rank, const std::string& label) {
       return run.traffic[rank].Sum([&](const comm::LedgerKey& k) {
@@ -123,8 +126,11 @@ TEST_P(InterleavedTest, MatchesTheSingleRankRunWithVTimesTheBoundaryBytes) {
       }).bytes_sent;
     };
     // Virtual stage vs is on pipeline rank vs mod pp.
-    EXPECT_EQ(sent(vs % pp, parallel::BoundaryScope(vs, vs + 1)), o.steps * bsh_bytes) << vs;
-    EXPECT_EQ(sent((vs + 1) % pp, parallel::BoundaryScope(vs + 1, vs)), o.steps * bsh_bytes) << vs;
+    EXPECT_EQ(sent(vs % pp, parallel::BoundaryScope(vs, vs + 1)), o.training.steps * bsh_bytes)
+        << vs;
+    EXPECT_EQ(sent((vs + 1) % pp, parallel::BoundaryScope(vs + 1, vs)),
+              o.training.steps * bsh_bytes)
+        << vs;
   }
   for (int r = 0; r < pp; ++r) {
     const int64_t boundaries = run.traffic[r].Sum([](const comm::LedgerKey& k) {
@@ -132,7 +138,7 @@ TEST_P(InterleavedTest, MatchesTheSingleRankRunWithVTimesTheBoundaryBytes) {
     }).bytes_sent;
     // v chunks a stage, each sending forward but the model's last and backward but its first.
     const int sends = 2 * v - (r == 0 ? 1 : 0) - (r == pp - 1 ? 1 : 0);
-    EXPECT_EQ(boundaries, sends * o.steps * bsh_bytes) << "rank " << r;
+    EXPECT_EQ(boundaries, sends * o.training.steps * bsh_bytes) << "rank " << r;
   }
 }
 
@@ -163,9 +169,9 @@ INSTANTIATE_TEST_SUITE_P(All, InterleavedTest, ::testing::ValuesIn(InterleavedGr
 TEST(PipelineMemory, OneFOneBAndRecomputeHoldFewerActivations) {
   auto stage0 = [](const std::string& schedule, bool recompute) {
     TrainOptions o = Layers4(2, 8);
-    o.steps = 1;
-    o.schedule = parallel::ParsePipelineSchedule(schedule).value();
-    o.recompute = recompute;
+    o.training.steps = 1;
+    o.parallel.schedule = parallel::ParsePipelineSchedule(schedule).value();
+    o.parallel.recompute = recompute;
     return RunRanks(o).memory[0].peak(MemoryCategory::kActivations);
   };
   const int64_t gpipe = stage0("gpipe", false), one_f_one_b = stage0("1f1b", false);
@@ -182,11 +188,11 @@ TEST(PipelineScatterGather, SameBitsOneTpthOfTheBoundaryBytes) {
   for (const DType precision : {DType::kF32, DType::kBF16}) {
     for (const bool overlap : {false, true}) {
       TrainOptions o = Layers4(2, 4);
-      o.tp = 2;
-      o.precision = precision;
-      o.overlap = overlap;
+      o.parallel.tp = 2;
+      o.precision.dtype = precision;
+      o.parallel.overlap = overlap;
       const RunResult whole = RunRanks(o);
-      o.pp_scatter_gather = true;
+      o.parallel.pp_scatter_gather = true;
       const RunResult scattered = RunRanks(o);
       const std::string what = absl::StrCat(PrecisionName(precision), overlap ? " overlap" : "");
       EXPECT_EQ(scattered.losses, whole.losses) << what;
@@ -200,7 +206,8 @@ TEST(PipelineScatterGather, SameBitsOneTpthOfTheBoundaryBytes) {
               })
               .bytes_sent;
         };
-        EXPECT_EQ(bytes(scattered, "pp") * o.tp, bytes(whole, "pp")) << what << " rank " << rank;
+        EXPECT_EQ(bytes(scattered, "pp") * o.parallel.tp, bytes(whole, "pp"))
+            << what << " rank " << rank;
         // Each rank gathers (tp-1)/tp of what it receives: the chunk it did not.
         EXPECT_EQ(bytes(scattered, "tp"), bytes(scattered, "pp")) << what << " rank " << rank;
         EXPECT_EQ(bytes(whole, "tp"), 0) << what;
@@ -210,22 +217,22 @@ TEST(PipelineScatterGather, SameBitsOneTpthOfTheBoundaryBytes) {
   // Without a tp group to gather over, or under sequence parallelism, it does nothing
   // and says so.
   TrainOptions one = Layers4(2, 4);
-  one.pp_scatter_gather = true;
-  EXPECT_FALSE(one.ScatterGather());
+  one.parallel.pp_scatter_gather = true;
+  EXPECT_FALSE(one.parallel.ScatterGather());
   EXPECT_TRUE(absl::StrContains(absl::StrJoin(one.Warnings(), "\n"), "--pp_scatter_gather has no effect"));
-  one.tp = 2;
-  one.sequence_parallel = true;
-  EXPECT_FALSE(one.ScatterGather());
+  one.parallel.tp = 2;
+  one.parallel.sequence_parallel = true;
+  EXPECT_FALSE(one.parallel.ScatterGather());
 }
 
 TEST(PipelineOptions, BadValuesAreClearErrors) {
   TrainOptions o = Layers4(5, 1);
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--pp=5 is more stages than the 4 layers"));
   o = Layers4(2, 1);
-  o.pp_layers = {3, 2};
+  o.parallel.pp_layers = {3, 2};
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "--pp_layers sums to 5 layers"));
   o = Layers4(2, 1);
-  o.micro_batch_size = 3;
+  o.training.micro_batch_size = 3;
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "must be a multiple of"));
   EXPECT_TRUE(absl::StrContains(parallel::ParsePipelineSchedule("zb").status().message(),
                                 "--schedule must be gpipe, 1f1b or interleaved"));

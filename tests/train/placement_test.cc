@@ -19,11 +19,11 @@ comm::LinkBytes GroupBytes(const TrainOptions& o, const RunResult& run, int r,
 
 TEST(Placement, TheOrderMovesTensorParallelBytesAcrossNodesAndLeavesTheLossesAlone) {
   TrainOptions o = Grid{.dp = 2, .tp = 2}.On(TinyGrid(4));
-  o.gpus_per_node = 2;
-  o.order = parallel::kMegatronOrder;  // tp-dp-pp: each tp group is one node
+  o.placement.gpus_per_node = 2;
+  o.placement.order = parallel::kMegatronOrder;  // tp-dp-pp: each tp group is one node
   const RunResult megatron = RunRanks(o);
   TrainOptions flipped = o;
-  flipped.order = parallel::ParseOrder("dp-tp-pp").value();  // each dp group is one node
+  flipped.placement.order = parallel::ParseOrder("dp-tp-pp").value();  // each dp group is one node
   const RunResult across = RunRanks(flipped);
   ExpectSameRun(megatron, across);
   ExpectReportRowsExact(o, megatron);
@@ -49,14 +49,14 @@ TEST(Placement, TheOrderMovesTensorParallelBytesAcrossNodesAndLeavesTheLossesAlo
 // traffic) instead of the flat ring's 2(p-1)/p·4Φ on the ranks at a node's edge.
 TEST(Placement, HierarchicalDataParallelIsTheSerialRunAndCrossesNodesLess) {
   TrainOptions o = Grid{.dp = 4}.On(TinyGrid(4));
-  o.gpus_per_node = 2;
-  o.allreduce = comm::Algorithm::kHierarchical;
+  o.placement.gpus_per_node = 2;
+  o.parallel.allreduce = comm::Algorithm::kHierarchical;
   const RunResult hierarchical = RunRanks(o);
   const RunResult serial = RunRanks(Grid{}.On(TinyGrid(4)));
   ExpectSameRun(hierarchical, serial);
   ExpectReportRowsExact(o, hierarchical);
   TrainOptions flat = o;
-  flat.allreduce = comm::Algorithm::kRing;
+  flat.parallel.allreduce = comm::Algorithm::kRing;
   const RunResult ring = RunRanks(flat);
   const int64_t phi = o.model.NumParams(), k = 2, g = 2, p = 4;
   ASSERT_EQ(phi % (k * g), 0) << "the closed forms below need whole chunks";
@@ -67,11 +67,11 @@ TEST(Placement, HierarchicalDataParallelIsTheSerialRunAndCrossesNodesLess) {
   for (int r = 0; r < o.world(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     const comm::LinkBytes two_level = hierarchical.traffic[r].SentByLink(*o.PlacedNodes(), gradient_rows);
-    EXPECT_EQ(two_level.inter, o.steps * 2 * (k - 1) * 4 * phi / (k * g));
-    EXPECT_EQ(two_level.intra, o.steps * 2 * (g - 1) * 4 * phi / g);
+    EXPECT_EQ(two_level.inter, o.training.steps * 2 * (k - 1) * 4 * phi / (k * g));
+    EXPECT_EQ(two_level.intra, o.training.steps * 2 * (g - 1) * 4 * phi / g);
     // The flat ring: ranks 1 and 3 send everything to the other node, 0 and 2 nothing.
     const comm::LinkBytes one_ring = ring.traffic[r].SentByLink(*o.PlacedNodes(), gradient_rows);
-    EXPECT_EQ(one_ring.inter, r % 2 == 1 ? o.steps * 2 * (p - 1) * 4 * phi / p : 0);
+    EXPECT_EQ(one_ring.inter, r % 2 == 1 ? o.training.steps * 2 * (p - 1) * 4 * phi / p : 0);
   }
 }
 
@@ -80,8 +80,8 @@ TEST(Placement, HierarchicalZeroIsTheSerialRunWithExactBytes) {
   for (int zero : {1, 3}) {
     SCOPED_TRACE("zero " + std::to_string(zero));
     TrainOptions o = Grid{.dp = 4, .zero = zero}.On(TinyGrid(4));
-    o.gpus_per_node = 2;
-    o.allreduce = comm::Algorithm::kHierarchical;
+    o.placement.gpus_per_node = 2;
+    o.parallel.allreduce = comm::Algorithm::kHierarchical;
     const RunResult run = RunRanks(o);
     ExpectSameRun(run, RunRanks(Grid{}.On(TinyGrid(4))));
     ExpectReportRowsExact(o, run);

@@ -37,10 +37,10 @@ TrainOptions On(const Case& c, bool on) {
   Grid g = c.grid;
   if (!on) g.recompute = g.recompute_attention = g.recompute_layers = false;
   TrainOptions o = g.On(TinyGrid(4 * g.dp));
-  o.precision = c.precision;
+  o.precision.dtype = c.precision;
   o.model.n_experts = c.experts;
-  o.ep = c.ep;
-  o.bucket_mb = 20000.0 / (1 << 20);
+  o.parallel.ep = c.ep;
+  o.parallel.bucket_mb = 20000.0 / (1 << 20);
   return o;
 }
 
@@ -84,20 +84,21 @@ TEST_P(RecomputeTest, TrainsBitForBitWithExactActivationMemory) {
   const TrainOptions plain = On(c, false), o = On(c, true);
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
   const RunResult without = RunRanks(plain), with = RunRanks(o);
-  ExpectIdentical(with, without, o.LayerRecompute());
-  if (o.world() == 1 && o.zero == 0) return;  // the serial run keeps no ledger
+  ExpectIdentical(with, without, o.parallel.LayerRecompute());
+  if (o.world() == 1 && o.parallel.zero == 0) return;  // the serial run keeps no ledger
   ExpectMemoryFormulaExact(o, with);
   ExpectReportRowsExact(o, with);
   // What a micro-batch of b sequences no longer keeps in all but one layer, counted here
   // from block.h's list (fp32, one rank's heads and widths; no experts): selective, the
   // probabilities; layer recompute, all but the layer's output.
   const model::GPTConfig& g = o.model;
-  const int64_t b = o.micro_batch_size, t = g.seq_len, c4 = 4, tp = c.grid.tp;
-  const int64_t n = b * t, r = o.sequence_parallel ? n / tp : n, ch = g.n_embd;
+  const int64_t b = o.training.micro_batch_size, t = g.seq_len, c4 = 4, tp = c.grid.tp;
+  const int64_t n = b * t, r = o.parallel.sequence_parallel ? n / tp : n, ch = g.n_embd;
   const int64_t probabilities = b * (g.n_head / tp) * t * t;
   const int64_t layer_but_output = (r * ch + 4 * r + probabilities + n * 4 * ch / tp) +
                                    (2 * n * ch + n * ch / tp + 3 * n * ch / tp + n * 4 * ch / tp);
-  const int64_t saved = c4 * (g.n_layer - 1) * (o.LayerRecompute() ? layer_but_output : probabilities);
+  const int64_t saved =
+      c4 * (g.n_layer - 1) * (o.parallel.LayerRecompute() ? layer_but_output : probabilities);
   for (int rank = 0; rank < o.world(); ++rank) {
     const int64_t kept = without.memory[rank].peak(MemoryCategory::kActivations);
     const int64_t now = with.memory[rank].peak(MemoryCategory::kActivations);
@@ -177,7 +178,7 @@ TEST(SelectiveRecompute, ThePlannerCountsTheForwardAgainAndTheMemoryKept) {
             (c.n_layer - 1) * probabilities);
   TrainOptions o = PlanAsTrainOptions(selective);
   o.dry_run = true;
-  o.steps = 1;
+  o.training.steps = 1;
   o = o.Resolved();
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
   int64_t activations = 0;
@@ -189,7 +190,7 @@ TEST(SelectiveRecompute, ThePlannerCountsTheForwardAgainAndTheMemoryKept) {
 
 TEST(SelectiveRecompute, FullAndSelectiveAreOneChoice) {
   TrainOptions o = On(Case{Grid{.pp = 2, .recompute = true}}, true);
-  o.recompute_attention = true;
+  o.parallel.recompute_attention = true;
   EXPECT_NE(o.Validate().message().find("full or selective"), std::string_view::npos)
       << o.Validate();
 }

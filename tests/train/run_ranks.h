@@ -22,12 +22,12 @@ namespace tally::train {
 // thread per rank, no evaluation or sample.
 inline TrainOptions ShortRun() {
   TrainOptions o;
-  o.steps = 5;
-  o.lr = 1e-2f;
-  o.warmup_steps = 1;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
+  o.training.steps = 5;
+  o.training.lr = 1e-2f;
+  o.training.warmup_steps = 1;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
+  o.training.threads = 1;
   return o;
 }
 
@@ -35,13 +35,13 @@ inline TrainOptions ShortRun() {
 // (parameters compared: see tensor_parallel_test.cc), micro-batches of one sequence.
 inline TrainOptions TinyGrid(int global_batch) {
   TrainOptions o = ShortRun();
-  o.optimizer = OptimizerKind::kSgd;
+  o.training.optimizer = OptimizerKind::kSgd;
   o.model.n_layer = 4;
   o.model.n_head = 4;
   o.model.n_embd = 16;
   o.model.seq_len = 16;
-  o.global_batch_size = global_batch;
-  o.micro_batch_size = 1;
+  o.training.global_batch_size = global_batch;
+  o.training.micro_batch_size = 1;
   return o;
 }
 
@@ -63,21 +63,23 @@ struct Grid {
 
   // `o` with the grid's flags; with micro_batches, micro-batches of global / (dp·m).
   TrainOptions On(TrainOptions o) const {
-    o.dp = dp;
-    o.tp = tp;
-    o.pp = pp;
-    o.zero = zero;
-    o.sequence_parallel = sequence_parallel;
-    o.schedule = schedule;
-    o.virtual_stages = virtual_stages;
-    o.pp_layers = pp_layers;
-    o.recompute = recompute;
-    o.recompute_attention = recompute_attention;
-    o.recompute_layers = recompute_layers;
-    o.pp_scatter_gather = pp_scatter_gather;
-    if (micro_batches > 0) o.micro_batch_size = o.global_batch_size / (dp * micro_batches);
-    o.allreduce = allreduce;
-    o.native_collectives = native_collectives;
+    o.parallel.dp = dp;
+    o.parallel.tp = tp;
+    o.parallel.pp = pp;
+    o.parallel.zero = zero;
+    o.parallel.sequence_parallel = sequence_parallel;
+    o.parallel.schedule = schedule;
+    o.parallel.virtual_stages = virtual_stages;
+    o.parallel.pp_layers = pp_layers;
+    o.parallel.recompute = recompute;
+    o.parallel.recompute_attention = recompute_attention;
+    o.parallel.recompute_layers = recompute_layers;
+    o.parallel.pp_scatter_gather = pp_scatter_gather;
+    if (micro_batches > 0) {
+      o.training.micro_batch_size = o.training.global_batch_size / (dp * micro_batches);
+    }
+    o.parallel.allreduce = allreduce;
+    o.placement.native_collectives = native_collectives;
     return o;
   }
   // "dp2_tp1_pp2_zero3", then what is set: "_sp", the schedule (pp > 1, or gpipe) and its
@@ -119,17 +121,18 @@ inline RunResult RunRanks(const TrainOptions& o) {
   result.memory.resize(o.world());
   comm::LaunchOptions launch;
   launch.world_size = o.world();
-  launch.comm.native_collectives = o.native_collectives;
+  launch.comm.native_collectives = o.placement.native_collectives;
   launch.comm.nodes = o.PlacedNodes();
-  if (o.backend == Backend::kNccl) launch.world_transport = comm::nccl::WorldTransport;
+  if (o.placement.backend == Backend::kNccl) launch.world_transport = comm::nccl::WorldTransport;
   SetIntraOpThreads(o, o.world());
   // One rank without ZeRO is the serial run; ZeRO runs its stage even over one rank, and
   // NCCL makes its communicators even for one.
-  const bool communicate = o.world() > 1 || o.zero > 0 || o.backend == Backend::kNccl;
+  const bool communicate =
+      o.world() > 1 || o.parallel.zero > 0 || o.placement.backend == Backend::kNccl;
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, communicate ? &world : nullptr));
     world.ledger().Clear();  // count the steps only
-    for (int64_t k = 0; k < o.steps; ++k) {
+    for (int64_t k = 0; k < o.training.steps; ++k) {
       ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(k));
       if (world.rank() == 0) result.losses.push_back(s.loss);
     }
@@ -139,7 +142,9 @@ inline RunResult RunRanks(const TrainOptions& o) {
     if (world.rank() == 0) {
       result.params.assign(params.data<float>(), params.data<float>() + params.numel());
     }
-    if (!o.save.empty()) RETURN_IF_ERROR(trainer->Save(o.save, o.steps));
+    if (!o.checkpoint.save.empty()) {
+      RETURN_IF_ERROR(trainer->Save(o.checkpoint.save, o.training.steps));
+    }
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
@@ -162,7 +167,7 @@ inline RankLedgers RunSteps(const TrainOptions& o,
   absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
     world.ledger().Clear();
-    for (int64_t k = 0; k < o.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+    for (int64_t k = 0; k < o.training.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
     out.traffic[size_t(world.rank())] = world.ledger();
     out.memory[size_t(world.rank())] = world.memory();
     if (after) after(world.rank(), *trainer);
@@ -190,7 +195,7 @@ inline void ExpectSameRun(const RunResult& a, const RunResult& b) {
 
 // Every row of every rank that the report has a formula for: measured == formula.
 inline void ExpectReportRowsExact(const TrainOptions& o, const RunResult& run) {
-  ReportInputs in{o, o.steps, run.traffic, run.memory, {}, {}, {}, o.PlacedNodes()};
+  ReportInputs in{o, o.training.steps, run.traffic, run.memory, {}, {}, {}, o.PlacedNodes()};
   int checked = 0;
   for (int r = 0; r < o.world(); ++r) {
     std::map<comm::LedgerKey, int64_t> sent;
@@ -251,27 +256,32 @@ inline std::vector<Timeline> LastStepTimelines(const TrainOptions& o) {
 inline void TrainAndSave(TrainOptions o, int64_t steps, const std::string& path) {
   comm::LaunchOptions launch;
   launch.world_size = o.world();
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));
-    for (int64_t k = 0; k < steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
-    return trainer->Save(path, steps);
-  });
+  absl::Status status =
+      comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+        ASSIGN_OR_RETURN(
+            auto trainer,
+            Trainer::Create(o, o.world() > 1 || o.parallel.zero > 0 ? &world : nullptr));
+        for (int64_t k = 0; k < steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
+        return trainer->Save(path, steps);
+      });
   ASSERT_TRUE(status.ok()) << status;
 }
 
-// Resumes `o` from o.load and returns the losses of the remaining steps.
+// Resumes `o` from o.checkpoint.load and returns the losses of the remaining steps.
 inline std::vector<float> Resume(const TrainOptions& o) {
   comm::LaunchOptions launch;
   launch.world_size = o.world();
   std::vector<float> losses;
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto t, Trainer::Create(o, o.world() > 1 || o.zero > 0 ? &world : nullptr));
-    for (int64_t k = t->start_step(); k < o.steps; ++k) {
-      ASSIGN_OR_RETURN(StepStats s, t->TrainStep(k));
-      if (world.rank() == 0) losses.push_back(s.loss);
-    }
-    return absl::OkStatus();
-  });
+  absl::Status status =
+      comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
+        ASSIGN_OR_RETURN(
+            auto t, Trainer::Create(o, o.world() > 1 || o.parallel.zero > 0 ? &world : nullptr));
+        for (int64_t k = t->start_step(); k < o.training.steps; ++k) {
+          ASSIGN_OR_RETURN(StepStats s, t->TrainStep(k));
+          if (world.rank() == 0) losses.push_back(s.loss);
+        }
+        return absl::OkStatus();
+      });
   EXPECT_TRUE(status.ok()) << status;
   return losses;
 }

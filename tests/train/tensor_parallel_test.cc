@@ -29,15 +29,15 @@ namespace {
 // compared by their losses.
 TrainOptions Small(int dp, int tp) {
   TrainOptions o = ShortRun();
-  o.optimizer = OptimizerKind::kSgd;
+  o.training.optimizer = OptimizerKind::kSgd;
   o.model.n_layer = 2;
   o.model.n_head = 12;
   o.model.n_embd = 24;
   o.model.seq_len = 24;  // divisible by every tp: sequence parallelism splits it
-  o.global_batch_size = 4 * dp;
-  o.micro_batch_size = 2;
-  o.dp = dp;
-  o.tp = tp;
+  o.training.global_batch_size = 4 * dp;
+  o.training.micro_batch_size = 2;
+  o.parallel.dp = dp;
+  o.parallel.tp = tp;
   return o;
 }
 
@@ -48,13 +48,14 @@ TrainOptions Small(int dp, int tp) {
 // reduce-scatter — also for the embedding's backward and the LM head's forward — plus
 // once a step the sum of the per-token replicas' gradients.
 int64_t TensorParallelBytesPerStep(const TrainOptions& o, int tp_rank, comm::Phase phase) {
-  const int64_t rows = int64_t(o.micro_batch_size) * o.model.seq_len, m = o.accumulation_steps();
+  const int64_t rows = int64_t(o.training.micro_batch_size) * o.model.seq_len,
+                m = o.accumulation_steps();
   auto sent = [&](comm::Primitive p, int64_t count) {
-    return comm::ExactTraffic(p, comm::Algorithm::kRing, o.tp, tp_rank, -1, count, 4).sent;
+    return comm::ExactTraffic(p, comm::Algorithm::kRing, o.parallel.tp, tp_rank, -1, count, 4).sent;
   };
   const int64_t bsh = rows * o.model.n_embd, layers = o.model.n_layer;
   const int64_t cross_entropy = 3 * sent(comm::Primitive::kAllReduce, rows);
-  if (!o.sequence_parallel) {
+  if (!o.parallel.sequence_parallel) {
     const int64_t activations = sent(comm::Primitive::kAllReduce, bsh);
     if (phase == comm::Phase::kForward) return m * ((2 * layers + 1) * activations + cross_entropy);
     if (phase == comm::Phase::kBackward) return m * (2 * layers + 1) * activations;
@@ -76,8 +77,8 @@ const RunResult& Serial() {
 }
 
 TrainOptions WithAdamW(TrainOptions o) {
-  o.optimizer = OptimizerKind::kAdamW;
-  o.lr = 1e-3f;
+  o.training.optimizer = OptimizerKind::kAdamW;
+  o.training.lr = 1e-3f;
   return o;
 }
 
@@ -92,7 +93,7 @@ class TensorParallelTest : public ::testing::TestWithParam<std::tuple<int, bool>
 TEST_P(TensorParallelTest, MatchesTheSingleRankRunWithTheMegatronBytes) {
   const auto [tp, sequence_parallel] = GetParam();
   TrainOptions o = Small(1, tp);
-  o.sequence_parallel = sequence_parallel;
+  o.parallel.sequence_parallel = sequence_parallel;
   RunResult run = RunRanks(o);
   ExpectSameRun(run, Serial());
   ExpectSameLosses(RunRanks(WithAdamW(o)), SerialAdamW());
@@ -101,18 +102,20 @@ TEST_P(TensorParallelTest, MatchesTheSingleRankRunWithTheMegatronBytes) {
       int64_t sent = run.traffic[r].Sum([&](const comm::LedgerKey& k) {
         return k.group == "tp" && k.phase == phase;
       }).bytes_sent;
-      EXPECT_EQ(sent, o.steps * TensorParallelBytesPerStep(o, r, phase)) << comm::Name(phase) << " rank " << r;
+      EXPECT_EQ(sent, o.training.steps * TensorParallelBytesPerStep(o, r, phase))
+          << comm::Name(phase) << " rank " << r;
     }
     // Each layer's scope: 2 all-reduces of b·s·h per micro-batch, one each way (or their
     // all-gathers and reduce-scatters): 8(N-1)/N·b·s·h·4 bytes per layer per step,
     // exactly, when N divides b·s·h.
-    const int64_t bsh = int64_t(o.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+    const int64_t bsh = int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.n_embd;
     int64_t layer1 = run.traffic[r].Sum([](const comm::LedgerKey& k) {
       return k.group == "tp" && (k.label == "layer1.attn" || k.label == "layer1.mlp") &&
              (k.phase == comm::Phase::kForward || k.phase == comm::Phase::kBackward);
     }).bytes_sent;
     if (bsh % tp == 0) {
-      EXPECT_EQ(layer1, o.steps * o.accumulation_steps() * 8 * (tp - 1) * bsh * 4 / tp) << r;
+      EXPECT_EQ(layer1, o.training.steps * o.accumulation_steps() * 8 * (tp - 1) * bsh * 4 / tp)
+          << r;
     }
   }
 }
@@ -128,9 +131,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelTest,
 // is a reduce-scatter and an all-gather), and less activation memory.
 TEST(SequenceParallel, SameLayerBytesLessActivationMemory) {
   TrainOptions o = Small(1, 4);
-  o.steps = 2;
+  o.training.steps = 2;
   RunResult plain = RunRanks(o);
-  o.sequence_parallel = true;
+  o.parallel.sequence_parallel = true;
   RunResult split = RunRanks(o);
   ExpectSameRun(split, plain);
   for (int r = 0; r < 4; ++r) {
@@ -152,14 +155,15 @@ class TensorAndDataParallelTest : public ::testing::TestWithParam<int> {};
 TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
   const int zero = GetParam();
   TrainOptions o = Small(2, 2);
-  o.zero = zero;
-  o.global_batch_size = 4;  // the serial run's global batch, split over the 2 dp ranks
-  o.bucket_mb = 4000.0 / (1 << 20);  // several buckets
+  o.parallel.zero = zero;
+  o.training.global_batch_size = 4;  // the serial run's global batch, split over the 2 dp ranks
+  o.parallel.bucket_mb = 4000.0 / (1 << 20);  // several buckets
   RunResult run = RunRanks(o);
   ExpectSameRun(run, Serial());
   for (int rank = 0; rank < o.world(); ++rank) {
     const int dp_rank = o.topology().Of(rank).dp, tp_rank = o.topology().Of(rank).tp;
-    const model::ParameterLayout part = model::ParameterLayout::ForGPT(o.model, o.tp, tp_rank);
+    const model::ParameterLayout part =
+        model::ParameterLayout::ForGPT(o.model, o.parallel.tp, tp_rank);
     auto sent = [&](comm::Primitive p) {
       return run.traffic[rank].Sum([&](const comm::LedgerKey& k) {
         return k.group == "dp" && k.primitive == p && k.label.empty();
@@ -167,14 +171,20 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
     };
     if (zero == 0) {
       EXPECT_EQ(sent(comm::Primitive::kAllReduce),
-                o.steps * parallel::GradientSyncBytesPerStep(part.total(), o.dp, dp_rank, int64_t(o.bucket_mb * (1 << 20)),
-                                                   comm::Algorithm::kRing)) << rank;
+                o.training.steps *
+                    parallel::GradientSyncBytesPerStep(part.total(), o.parallel.dp, dp_rank,
+                                                       int64_t(o.parallel.bucket_mb * (1 << 20)),
+                                                       comm::Algorithm::kRing))
+          << rank;
     } else {
       int64_t expected = 0;
       for (comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward, comm::Phase::kOptimizer}) {
         for (comm::Primitive p : {comm::Primitive::kReduceScatter, comm::Primitive::kAllGather}) {
-          expected += o.steps * parallel::ZeroBytesPerStep(parallel::ChunksOf(parallel::ZeroUnits(part, zero), false), zero, o.dp, dp_rank, o.accumulation_steps(),
-                                                           comm::Algorithm::kRing, p, phase);
+          expected +=
+              o.training.steps *
+              parallel::ZeroBytesPerStep(parallel::ChunksOf(parallel::ZeroUnits(part, zero), false),
+                                         zero, o.parallel.dp, dp_rank, o.accumulation_steps(),
+                                         comm::Algorithm::kRing, p, phase);
         }
       }
       EXPECT_EQ(sent(comm::Primitive::kReduceScatter) + sent(comm::Primitive::kAllGather), expected) << rank;
@@ -193,18 +203,18 @@ INSTANTIATE_TEST_SUITE_P(Zero, TensorAndDataParallelTest, ::testing::Values(0, 1
 // on tp = 3, and on one rank.
 TEST(TensorParallelCheckpoints, ResumeUnderAnotherSplit) {
   TrainOptions straight = Small(1, 1);
-  straight.steps = 6;
+  straight.training.steps = 6;
   RunResult reference = RunRanks(straight);
   TrainOptions first = Small(2, 2);
-  first.global_batch_size = 4;
-  first.zero = 3;
-  first.steps = 6;
+  first.training.global_batch_size = 4;
+  first.parallel.zero = 3;
+  first.training.steps = 6;
   const std::string path = ::testing::TempDir() + "/tp2.safetensors";
   TrainAndSave(first, 3, path);
   for (int tp : {3, 1}) {
     TrainOptions second = Small(1, tp);
-    second.steps = 6;
-    second.load = path;
+    second.training.steps = 6;
+    second.checkpoint.load = path;
     std::vector<float> losses = Resume(second);
     ASSERT_EQ(losses.size(), 3u) << tp;
     for (int k = 0; k < 3; ++k) {

@@ -22,7 +22,7 @@ constexpr parallel::PipelineSchedule kInterleaved = parallel::PipelineSchedule::
 
 TrainOptions On(const Grid& g, int global_batch) {
   TrainOptions o = g.On(Model(global_batch));
-  o.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
+  o.parallel.bucket_mb = 20000.0 / (1 << 20);  // several gradient buckets
   return o;
 }
 
@@ -64,10 +64,10 @@ INSTANTIATE_TEST_SUITE_P(
 // activations' peak by 1,536 bytes), and are counted apart.
 TEST(ThreeDMemory, EvaluationAndSamplingStayOutsideTheTrainingPeaks) {
   TrainOptions o = Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true}.On(ShortRun());
-  o.steps = 2;
-  o.eval_every = 1;
-  o.eval_batches = 1;
-  o.sample_bytes = 4;
+  o.training.steps = 2;
+  o.data.eval_every = 1;
+  o.data.eval_batches = 1;
+  o.sampling.sample_bytes = 4;
   o = o.Resolved();  // the formula reads the micro-batch size
   std::vector<MemoryLedger> memory(size_t(o.world()));
   comm::LaunchOptions launch;
@@ -98,7 +98,7 @@ TEST(ThreeDMemory, EvaluationAndSamplingStayOutsideTheTrainingPeaks) {
 // A checkpoint of a 3D run resumes on one rank, and one rank's on a 3D grid.
 TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   TrainOptions straight = Model(8);
-  straight.steps = 6;
+  straight.training.steps = 6;
   RunResult reference = RunRanks(straight);
   const std::string path = ::testing::TempDir() + "/3d.safetensors";
   std::vector<float> losses;
@@ -108,11 +108,11 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
     TrainOptions first = On(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = zero, .sequence_parallel = true,
                                  .schedule = schedule, .virtual_stages = zero == 3 ? 2 : 1},
                             8);
-    first.steps = 6;
+    first.training.steps = 6;
     TrainAndSave(first, 3, path);
     TrainOptions serial = Model(8);
-    serial.steps = 6;
-    serial.load = path;
+    serial.training.steps = 6;
+    serial.checkpoint.load = path;
     losses = Resume(serial);
     ASSERT_EQ(losses.size(), 3u) << "zero " << zero;
     for (int k = 0; k < 3; ++k) {
@@ -122,15 +122,15 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
 
   const std::string serial_path = ::testing::TempDir() + "/3d_serial.safetensors";
   TrainOptions one = Model(8);
-  one.steps = 6;
+  one.training.steps = 6;
   TrainAndSave(one, 3, serial_path);
   for (const Grid& g : {Grid{.tp = 2, .pp = 2, .schedule = kGPipe},
                         Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kGPipe},
                         Grid{.dp = 2, .pp = 2, .zero = 1, .schedule = kInterleaved,
                              .virtual_stages = 2}}) {
     TrainOptions grid = On(g, 8);
-    grid.steps = 6;
-    grid.load = serial_path;
+    grid.training.steps = 6;
+    grid.checkpoint.load = serial_path;
     losses = Resume(grid);
     ASSERT_EQ(losses.size(), 3u) << "zero " << g.zero;
     for (int k = 0; k < 3; ++k) {

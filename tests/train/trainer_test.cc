@@ -22,13 +22,13 @@ TrainOptions Small() {
   o.model.n_head = 2;
   o.model.n_embd = 32;
   o.model.seq_len = 32;
-  o.global_batch_size = 8;
-  o.micro_batch_size = 4;  // two micro-batches per step: accumulation is exercised
-  o.steps = 6;
-  o.warmup_steps = 2;
-  o.eval_every = 0;
-  o.sample_bytes = 0;
-  o.threads = 1;
+  o.training.global_batch_size = 8;
+  o.training.micro_batch_size = 4;  // two micro-batches per step: accumulation is exercised
+  o.training.steps = 6;
+  o.training.warmup_steps = 2;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
+  o.training.threads = 1;
   return o;
 }
 
@@ -43,14 +43,14 @@ TEST(Trainer, LossFallsWellBelowTheUnigramEntropy) {
   o.model.n_head = 2;
   o.model.n_embd = 64;
   o.model.seq_len = 64;
-  o.steps = 150;
-  o.lr = 3e-3f;
-  o.min_lr = 3e-4f;
-  o.warmup_steps = 10;
-  o.threads = 1;
+  o.training.steps = 150;
+  o.training.lr = 3e-3f;
+  o.training.min_lr = 3e-4f;
+  o.training.warmup_steps = 10;
+  o.training.threads = 1;
   auto trainer = Trainer::Create(o).value();
   float first = 0;
-  for (int64_t k = 0; k < o.steps; ++k) {
+  for (int64_t k = 0; k < o.training.steps; ++k) {
     StepStats s = trainer->TrainStep(k).value();
     if (k == 0) first = s.loss;
   }
@@ -64,7 +64,7 @@ TEST(Trainer, SaveLoadContinueIsBitIdentical) {
   TrainOptions o = Small();
   std::vector<float> straight;
   auto a = Trainer::Create(o).value();
-  for (int64_t k = 0; k < o.steps; ++k) straight.push_back(a->TrainStep(k).value().loss);
+  for (int64_t k = 0; k < o.training.steps; ++k) straight.push_back(a->TrainStep(k).value().loss);
 
   std::string path = TempPath("resume.safetensors");
   auto b = Trainer::Create(o).value();
@@ -72,18 +72,20 @@ TEST(Trainer, SaveLoadContinueIsBitIdentical) {
   ASSERT_TRUE(b->Save(path, 3).ok());
 
   TrainOptions resumed = o;
-  resumed.load = path;
+  resumed.checkpoint.load = path;
   auto c = Trainer::Create(resumed).value();
   EXPECT_EQ(c->start_step(), 3);
-  for (int64_t k = 3; k < o.steps; ++k) EXPECT_EQ(c->TrainStep(k).value().loss, straight[k]) << k;
+  for (int64_t k = 3; k < o.training.steps; ++k) {
+    EXPECT_EQ(c->TrainStep(k).value().loss, straight[k]) << k;
+  }
   const Tensor pa = a->Parameters().value(), pc = c->Parameters().value();
   EXPECT_EQ(std::memcmp(pa.raw_data(), pc.raw_data(), pa.nbytes()), 0);
 }
 
 TEST(Trainer, ZeroStepsWithSaveWritesTheInitialWeights) {
   TrainOptions o = Small();
-  o.steps = 0;
-  o.save = TempPath("initial.safetensors");
+  o.training.steps = 0;
+  o.checkpoint.save = TempPath("initial.safetensors");
   auto t = Trainer::Create(o).value();
   std::ostringstream log;
   ASSERT_TRUE(t->Run(log).ok());
@@ -94,13 +96,13 @@ TEST(Trainer, ZeroStepsWithSaveWritesTheInitialWeights) {
   const Tensor initial = t->Parameters().value();
   ASSERT_TRUE(model::SaveCheckpoint(model_only, o.model, initial.data<float>(), nullptr, 0).ok());
   TrainOptions again = Small();
-  again.seed = 99;  // different initialisation, overwritten by the file
-  again.load = model_only;
+  again.training.seed = 99;  // different initialisation, overwritten by the file
+  again.checkpoint.load = model_only;
   auto u = Trainer::Create(again).value();
   EXPECT_EQ(u->start_step(), 0);
   const Tensor loaded = u->Parameters().value();
   EXPECT_EQ(std::memcmp(initial.raw_data(), loaded.raw_data(), initial.nbytes()), 0);
-  again.load = o.save;
+  again.checkpoint.load = o.checkpoint.save;
   EXPECT_TRUE(Trainer::Create(again).ok());
 }
 
@@ -109,9 +111,9 @@ TEST(Trainer, ZeroStepsWithSaveWritesTheInitialWeights) {
 // leads the sample, and the checkpoint says what the run trained on.
 TEST(Trainer, SampleOnlyReproducesTheRunsOwnSample) {
   TrainOptions o = Small();
-  o.sample_bytes = 24;
-  o.optimizer = OptimizerKind::kSgd;
-  o.save = TempPath("sampled.safetensors");
+  o.sampling.sample_bytes = 24;
+  o.training.optimizer = OptimizerKind::kSgd;
+  o.checkpoint.save = TempPath("sampled.safetensors");
   std::ostringstream trained;
   ASSERT_TRUE(Trainer::Create(o).value()->Run(trained).ok());
   const std::string marker = "sample (temperature 0.8, top-k 40):\n";
@@ -119,12 +121,12 @@ TEST(Trainer, SampleOnlyReproducesTheRunsOwnSample) {
   ASSERT_NE(at, std::string::npos) << trained.str();
 
   TrainOptions sample = Small();  // adamw: the file's sgd state is not read
-  sample.load = o.save;
-  sample.sample_only = true;
-  sample.sample_bytes = 24;
-  sample.steps = 1;  // before the checkpoint's step: nothing trains, so nothing is refused
+  sample.checkpoint.load = o.checkpoint.save;
+  sample.sampling.sample_only = true;
+  sample.sampling.sample_bytes = 24;
+  sample.training.steps = 1;  // before the checkpoint's step: nothing trains, so nothing is refused
   auto t = Trainer::Create(sample).value();
-  EXPECT_EQ(t->start_step(), o.steps);
+  EXPECT_EQ(t->start_step(), o.training.steps);
   std::ostringstream log;
   ASSERT_TRUE(t->Run(log).ok());
   EXPECT_TRUE(absl::StrContains(log.str(), "(saved at step 6, trained on embedded corpus (2000000 bytes))"))
@@ -134,7 +136,7 @@ TEST(Trainer, SampleOnlyReproducesTheRunsOwnSample) {
   ASSERT_NE(mine, std::string::npos) << log.str();
   EXPECT_EQ(log.str().substr(mine), trained.str().substr(at));
 
-  sample.prompt = "The ";
+  sample.sampling.prompt = "The ";
   std::ostringstream prompted;
   ASSERT_TRUE(Trainer::Create(sample).value()->Run(prompted).ok());
   const std::string lead = "sample (temperature 0.8, top-k 40, after the prompt):\nThe ";
@@ -145,8 +147,8 @@ TEST(Trainer, SampleOnlyReproducesTheRunsOwnSample) {
   model::GPTConfig config = o.model;
   std::vector<float> params(size_t(config.NumParams()));
   const model::LoadedCheckpoint loaded =
-      model::LoadCheckpoint(o.save, config, params.data(), nullptr).value();
-  EXPECT_EQ(loaded.saved_step, o.steps);
+      model::LoadCheckpoint(o.checkpoint.save, config, params.data(), nullptr).value();
+  EXPECT_EQ(loaded.saved_step, o.training.steps);
   EXPECT_EQ(loaded.trained_on.data, "embedded corpus");
   EXPECT_EQ(loaded.trained_on.data_bytes, 2000000);
   const uint64_t corpus = data::LoadDataset("", o.model.seq_len).value().fingerprint;
@@ -167,7 +169,7 @@ TEST(Trainer, BadCheckpointsAreClearErrors) {
   auto load = [&](const std::string& contents, TrainOptions opts) {
     std::string path = TempPath("bad.safetensors");
     std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
-    opts.load = path;
+    opts.checkpoint.load = path;
     return Trainer::Create(opts).status();
   };
   absl::Status truncated = load(bytes.substr(0, bytes.size() / 2), o);
@@ -206,10 +208,16 @@ TEST(Trainer, BadCheckpointsAreClearErrors) {
   deeper.model.n_layer = 3;
   EXPECT_TRUE(absl::StrContains(load(bytes, deeper).message(), "has no tensor 'h.2.ln_1.weight'"));
   TrainOptions sgd = o;
-  sgd.optimizer = OptimizerKind::kSgd;
+  sgd.training.optimizer = OptimizerKind::kSgd;
   EXPECT_TRUE(absl::StrContains(load(bytes, sgd).message(), "holds adamw state"));
-  EXPECT_TRUE(absl::StrContains(Trainer::Create([&] { auto x = o; x.load = "/no/such.ckpt"; return x; }())
-                                    .status().message(), "cannot open"));
+  EXPECT_TRUE(absl::StrContains(Trainer::Create([&] {
+                                  auto x = o;
+                                  x.checkpoint.load = "/no/such.ckpt";
+                                  return x;
+                                }())
+                                    .status()
+                                    .message(),
+                                "cannot open"));
 }
 
 // Two outputs on one file, or an output onto an input (by device and inode: a second
@@ -228,28 +236,28 @@ TEST(Trainer, NoOutputReplacesAnotherOutputOrAnInput) {
     return CheckBeforeTraining(o, 1, /*writes_outputs=*/true);
   };
   const absl::Status two_outputs = check([&](TrainOptions& o) {
-    o.traffic_json = dir + "/f";
-    o.report_html = dir + "/./f";
+    o.output.traffic_json = dir + "/f";
+    o.output.report_html = dir + "/./f";
   });
   EXPECT_TRUE(absl::StrContains(two_outputs.message(), "are one file: --report_html would replace "
                                                        "what --traffic_json writes"))
       << two_outputs;
   const absl::Status onto_data = check([&](TrainOptions& o) {
-    o.data = data;
-    o.report_html = dir + "/linked.txt";
+    o.data.path = data;
+    o.output.report_html = dir + "/linked.txt";
   });
   EXPECT_TRUE(absl::StrContains(onto_data.message(), "--report_html would replace --data's file"))
       << onto_data;
   const absl::Status onto_checkpoint = check([&](TrainOptions& o) {
-    o.load = checkpoint;
-    o.metrics_json = checkpoint;
+    o.checkpoint.load = checkpoint;
+    o.output.metrics_json = checkpoint;
   });
   EXPECT_TRUE(absl::StrContains(onto_checkpoint.message(), "--metrics_json would replace --load's"))
       << onto_checkpoint;
   EXPECT_TRUE(check([&](TrainOptions& o) {
-                o.load = checkpoint;
-                o.save = checkpoint;
-                o.metrics_json = dir + "/m.json";
+                o.checkpoint.load = checkpoint;
+                o.checkpoint.save = checkpoint;
+                o.output.metrics_json = dir + "/m.json";
               }).ok());
   std::ifstream in(data);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "some training text");
@@ -270,15 +278,15 @@ TEST(TrainOptions, TheDryRunEstimateBoundsMeasuredDryRunsFromAbove) {
                                                  {1, 0, 2, 1000000, 1000000, 0.54e9}}) {
     TrainOptions o;
     o.dry_run = true;
-    o.steps = 1;
+    o.training.steps = 1;
     o.model.n_embd = 64;
     o.model.n_head = 4;
     o.model.seq_len = 32;
     o.model.n_layer = m.n_layer;
-    o.dp = m.dp;
-    o.zero = m.zero;
-    o.global_batch_size = m.global;
-    o.micro_batch_size = m.micro;
+    o.parallel.dp = m.dp;
+    o.parallel.zero = m.zero;
+    o.training.global_batch_size = m.global;
+    o.training.micro_batch_size = m.micro;
     ASSERT_TRUE(o.Validate().ok()) << o.Validate();
     const double estimate = o.DryRunHostBytes();
     EXPECT_GE(estimate, m.bytes) << "dp " << m.dp << ", " << m.n_layer << " layers";
@@ -295,21 +303,45 @@ TEST(TrainOptions, EveryBadValueHasItsMessage) {
       {[](TrainOptions& o) { o.model.n_head = 3; }, "n_embd (32) must be divisible by n_head (3)"},
       {[](TrainOptions& o) { o.model.n_layer = 0; }, "n_layer must be positive"},
       {[](TrainOptions& o) { o.model.seq_len = -4; }, "seq_len must be positive"},
-      {[](TrainOptions& o) { o.steps = -1; }, "--steps must be >= 0"},
-      {[](TrainOptions& o) { o.micro_batch_size = 3; }, "must be a multiple of --dp x --micro_batch_size"},
-      {[](TrainOptions& o) { o.global_batch_size = 0; }, "--global_batch_size must be positive"},
-      {[](TrainOptions& o) { o.lr = 0; }, "--lr must be positive"},
-      {[](TrainOptions& o) { o.top_k = 300; o.sample_bytes = 10; }, "--top_k must be in [0, --vocab_size = 256]"},
-      {[](TrainOptions& o) { o.top_k = -1; }, "--top_k must be in [0, --vocab_size = 256], got -1"},
-      {[](TrainOptions& o) { o.save_every = 5; }, "--save_every needs --save"},
-      {[](TrainOptions& o) { o.sample_only = true; }, "--sample_only samples a checkpoint's model: give --load"},
-      {[](TrainOptions& o) { o.sample_only = true; o.load = "c.st"; o.sample_bytes = 0; },
+      {[](TrainOptions& o) { o.training.steps = -1; }, "--steps must be >= 0"},
+      {[](TrainOptions& o) { o.training.micro_batch_size = 3; },
+       "must be a multiple of --dp x --micro_batch_size"},
+      {[](TrainOptions& o) { o.training.global_batch_size = 0; },
+       "--global_batch_size must be positive"},
+      {[](TrainOptions& o) { o.training.lr = 0; }, "--lr must be positive"},
+      {[](TrainOptions& o) {
+         o.sampling.top_k = 300;
+         o.sampling.sample_bytes = 10;
+       },
+       "--top_k must be in [0, --vocab_size = 256]"},
+      {[](TrainOptions& o) { o.sampling.top_k = -1; },
+       "--top_k must be in [0, --vocab_size = 256], got -1"},
+      {[](TrainOptions& o) { o.checkpoint.save_every = 5; }, "--save_every needs --save"},
+      {[](TrainOptions& o) { o.sampling.sample_only = true; },
+       "--sample_only samples a checkpoint's model: give --load"},
+      {[](TrainOptions& o) {
+         o.sampling.sample_only = true;
+         o.checkpoint.load = "c.st";
+         o.sampling.sample_bytes = 0;
+       },
        "--sample_only with --sample_bytes=0 samples nothing"},
-      {[](TrainOptions& o) { o.sample_only = true; o.load = "c.st"; o.sample_bytes = 5; o.save = "d.st"; },
+      {[](TrainOptions& o) {
+         o.sampling.sample_only = true;
+         o.checkpoint.load = "c.st";
+         o.sampling.sample_bytes = 5;
+         o.checkpoint.save = "d.st";
+       },
        "--save with --sample_only"},
-      {[](TrainOptions& o) { o.sample_only = true; o.load = "c.st"; o.sample_bytes = 5; o.repeat = 2; },
+      {[](TrainOptions& o) {
+         o.sampling.sample_only = true;
+         o.checkpoint.load = "c.st";
+         o.sampling.sample_bytes = 5;
+         o.output.repeat = 2;
+       },
        "--repeat with --sample_only"},
-      {[](TrainOptions& o) { o.prompt = std::string(TrainOptions::kMaxPromptBytes + 1, 'a'); },
+      {[](TrainOptions& o) {
+         o.sampling.prompt = std::string(SamplingOptions::kMaxPromptBytes + 1, 'a');
+       },
        "--prompt is 1048577 bytes; it may be at most 1048576"},
   };
   for (const Case& c : cases) {
