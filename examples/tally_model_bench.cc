@@ -215,34 +215,61 @@ absl::StatusOr<Row> Measure(DeviceType device, int threads, DType precision) {
   return row;
 }
 
-absl::Status Main() {
-  std::vector<int> thread_counts;
+// --threads and --precision: the lists of counts and types to measure.
+absl::StatusOr<std::vector<int>> ThreadCounts() {
+  std::vector<int> counts;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_threads), ',')) {
     int t = 0;
     if (!absl::SimpleAtoi(part, &t) || t < 1) {
       return absl::InvalidArgumentError("[tally_model_bench] --threads must list positive integers");
     }
-    thread_counts.push_back(t);
+    counts.push_back(t);
   }
-  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0 ||
-      absl::GetFlag(FLAGS_rounds) < 1) {
-    return absl::InvalidArgumentError(
-        "[tally_model_bench] need --steps >= 1, --warmup >= 0 and --rounds >= 1");
-  }
+  return counts;
+}
+
+absl::StatusOr<std::vector<DType>> Precisions() {
   std::vector<DType> precisions;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_precision), ',')) {
     ASSIGN_OR_RETURN(DType p, train::ParsePrecision("precision", std::string(part)));
     precisions.push_back(p);
   }
-  ASSIGN_OR_RETURN(const DeviceType device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
-  // The model and batch are valid and fit in memory, before anything is measured.
-  const train::TrainOptions options =
-      BenchOptions(device, thread_counts.front(), precisions.front()).Resolved();
-  RETURN_IF_ERROR(options.Validate());
-  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1, /*writes_outputs=*/true));
-  if (!absl::GetFlag(FLAGS_json).empty()) {
-    RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
+  return precisions;
+}
+
+// A configuration's line of the table: its median row, the share of the peak it reaches,
+// and its speed-up over one thread (0: not measured).
+void PrintRow(const Row& row, double of_peak, double speedup) {
+  std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s %11s %13s\n", row.device.c_str(),
+              row.precision.c_str(), row.threads, row.peak_gflops, row.tokens_per_s, row.gflops,
+              100.0 * of_peak, speedup > 0 ? absl::StrFormat("%.2fx", speedup).c_str() : "-",
+              Percent(row.matmul_share).c_str(),
+              Percent(row.matmul_share > 0 ? of_peak / row.matmul_share : 0).c_str());
+  std::fflush(stdout);
+}
+
+// The same as one object of --json's array, with every round's tokens/s.
+void WriteRow(JsonWriter& w, const Row& row, double of_peak, double speedup,
+              const std::vector<Row>& rounds) {
+  w.BeginObject().Key("device").String(row.device).Key("precision").String(row.precision);
+  w.Key("threads").Int(row.threads);
+  w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
+  w.Key("model_gflops").Double(row.gflops);
+  w.Key("fraction_of_peak").Double(of_peak);
+  if (row.matmul_share > 0) {
+    w.Key("matmul_share").Double(row.matmul_share);
+    w.Key("matmul_bound_fraction_of_peak").Double(of_peak / row.matmul_share);
   }
+  if (speedup > 0) w.Key("speedup_over_one_thread").Double(speedup);
+  w.Key("rounds").Int(int64_t(rounds.size())).Key("tokens_per_s_each_round").BeginArray();
+  for (const Row& each : rounds) w.Double(each.tokens_per_s);
+  w.EndArray();
+  w.EndObject();
+}
+
+// The machine's line (the GPU, or the CPU and its kernels) and the table's header; on a
+// GPU the thread counts are the one the GPU runs.
+absl::Status PrintHeader(DeviceType device, std::vector<int>& thread_counts) {
   if (device == DeviceType::kCUDA) {
     RETURN_IF_ERROR(cuda::DeviceCount().status());  // says why there is no GPU
     ASSIGN_OR_RETURN(std::string name, cuda::DeviceName(0));
@@ -258,6 +285,27 @@ absl::Status Main() {
   std::printf("%8s %9s %8s %14s %12s %14s %12s %13s %11s %13s\n", "device", "precision",
               "threads", peak, "tokens/s", "model GFLOP/s", "of the peak", "x 1 thread",
               "in matmuls", "matmul-bound");
+  return absl::OkStatus();
+}
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(std::vector<int> thread_counts, ThreadCounts());
+  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0 ||
+      absl::GetFlag(FLAGS_rounds) < 1) {
+    return absl::InvalidArgumentError(
+        "[tally_model_bench] need --steps >= 1, --warmup >= 0 and --rounds >= 1");
+  }
+  ASSIGN_OR_RETURN(const std::vector<DType> precisions, Precisions());
+  ASSIGN_OR_RETURN(const DeviceType device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
+  // The model and batch are valid and fit in memory, before anything is measured.
+  const train::TrainOptions options =
+      BenchOptions(device, thread_counts.front(), precisions.front()).Resolved();
+  RETURN_IF_ERROR(options.Validate());
+  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1, /*writes_outputs=*/true));
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
+  }
+  RETURN_IF_ERROR(PrintHeader(device, thread_counts));
   // Every precision and thread count once a round; a configuration's row is printed once
   // its last round is in.
   struct Config {
@@ -284,33 +332,14 @@ absl::Status Main() {
       const auto one = one_thread.find(config.precision);
       const double speedup = one != one_thread.end() ? row.tokens_per_s / one->second : 0;
       const double of_peak = row.gflops / row.peak_gflops;
-      std::printf("%8s %9s %8d %14.1f %12.0f %14.1f %11.1f%% %13s %11s %13s\n",
-                  row.device.c_str(), row.precision.c_str(), row.threads, row.peak_gflops,
-                  row.tokens_per_s, row.gflops, 100.0 * of_peak,
-                  speedup > 0 ? absl::StrFormat("%.2fx", speedup).c_str() : "-",
-                  Percent(row.matmul_share).c_str(),
-                  Percent(row.matmul_share > 0 ? of_peak / row.matmul_share : 0).c_str());
-      std::fflush(stdout);
+      PrintRow(row, of_peak, speedup);
+      WriteRow(w, row, of_peak, speedup, config.rounds);
       std::vector<std::string> tokens;
       for (const Row& each : config.rounds) {
         tokens.push_back(absl::StrFormat("%.0f", each.tokens_per_s));
       }
       each_round.push_back(absl::StrFormat("%s %s %d: %s", row.device, row.precision, row.threads,
                                            absl::StrJoin(tokens, " / ")));
-      w.BeginObject().Key("device").String(row.device).Key("precision").String(row.precision);
-      w.Key("threads").Int(row.threads);
-      w.Key("peak_gflops").Double(row.peak_gflops).Key("tokens_per_s").Double(row.tokens_per_s);
-      w.Key("model_gflops").Double(row.gflops);
-      w.Key("fraction_of_peak").Double(of_peak);
-      if (row.matmul_share > 0) {
-        w.Key("matmul_share").Double(row.matmul_share);
-        w.Key("matmul_bound_fraction_of_peak").Double(of_peak / row.matmul_share);
-      }
-      if (speedup > 0) w.Key("speedup_over_one_thread").Double(speedup);
-      w.Key("rounds").Int(rounds).Key("tokens_per_s_each_round").BeginArray();
-      for (const Row& each : config.rounds) w.Double(each.tokens_per_s);
-      w.EndArray();
-      w.EndObject();
     }
   }
   w.EndArray();

@@ -179,71 +179,115 @@ ABSL_FLAG(double, timeout_s, kDefaults.placement.timeout_s,
 namespace tally {
 namespace {
 
-absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
-  train::TrainOptions o;
-  o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
-  o.model.n_head = absl::GetFlag(FLAGS_n_head);
-  o.model.n_embd = absl::GetFlag(FLAGS_n_embd);
-  o.model.vocab_size = absl::GetFlag(FLAGS_vocab_size);
-  o.dry_run = absl::GetFlag(FLAGS_dry_run);
-  o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
-  o.model.n_experts = absl::GetFlag(FLAGS_n_experts);
-  o.model.moe_top_k = absl::GetFlag(FLAGS_moe_top_k);
-  o.model.capacity_factor = absl::GetFlag(FLAGS_capacity_factor);
-  o.model.aux_loss_coef = absl::GetFlag(FLAGS_moe_aux_loss_coef);
-  o.parallel.ep = absl::GetFlag(FLAGS_ep);
-  o.training.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
-  o.training.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
-  o.training.steps = absl::GetFlag(FLAGS_steps);
-  o.training.lr = float(absl::GetFlag(FLAGS_lr));
-  o.training.min_lr = float(absl::GetFlag(FLAGS_min_lr));
-  o.training.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.training.weight_decay = float(absl::GetFlag(FLAGS_weight_decay));
-  o.training.grad_clip = float(absl::GetFlag(FLAGS_grad_clip));
-  ASSIGN_OR_RETURN(o.training.optimizer, train::ParseOptimizer(absl::GetFlag(FLAGS_optimizer)));
-  o.training.seed = absl::GetFlag(FLAGS_seed);
-  o.data.path = absl::GetFlag(FLAGS_data);
-  o.data.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.data.eval_batches = absl::GetFlag(FLAGS_eval_batches);
-  o.sampling.sample_bytes = absl::GetFlag(FLAGS_sample_bytes);
-  o.sampling.temperature = float(absl::GetFlag(FLAGS_temperature));
-  o.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  o.sampling.prompt = absl::GetFlag(FLAGS_prompt);
-  if (o.sampling.prompt.empty() && FlagGiven("prompt")) {
-    return absl::InvalidArgumentError("[flags] --prompt is empty: leave it out to sample after a newline");
+// The flags into TrainOptions, a section at a time (train/options.h); a flag that names a
+// choice is parsed here, and TrainOptions::Validate checks the values.
+model::GPTConfig ModelFromFlags() {
+  model::GPTConfig m;
+  m.n_layer = absl::GetFlag(FLAGS_n_layer);
+  m.n_head = absl::GetFlag(FLAGS_n_head);
+  m.n_embd = absl::GetFlag(FLAGS_n_embd);
+  m.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  m.seq_len = absl::GetFlag(FLAGS_seq_len);
+  m.n_experts = absl::GetFlag(FLAGS_n_experts);
+  m.moe_top_k = absl::GetFlag(FLAGS_moe_top_k);
+  m.capacity_factor = absl::GetFlag(FLAGS_capacity_factor);
+  m.aux_loss_coef = absl::GetFlag(FLAGS_moe_aux_loss_coef);
+  return m;
+}
+
+absl::StatusOr<train::TrainingOptions> TrainingFromFlags() {
+  train::TrainingOptions t;
+  t.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
+  t.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  t.steps = absl::GetFlag(FLAGS_steps);
+  t.lr = float(absl::GetFlag(FLAGS_lr));
+  t.min_lr = float(absl::GetFlag(FLAGS_min_lr));
+  t.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  t.weight_decay = float(absl::GetFlag(FLAGS_weight_decay));
+  t.grad_clip = float(absl::GetFlag(FLAGS_grad_clip));
+  ASSIGN_OR_RETURN(t.optimizer, train::ParseOptimizer(absl::GetFlag(FLAGS_optimizer)));
+  t.seed = absl::GetFlag(FLAGS_seed);
+  t.threads = absl::GetFlag(FLAGS_threads);
+  return t;
+}
+
+absl::StatusOr<train::SamplingOptions> SamplingFromFlags() {
+  train::SamplingOptions s;
+  s.sample_bytes = absl::GetFlag(FLAGS_sample_bytes);
+  s.temperature = float(absl::GetFlag(FLAGS_temperature));
+  s.top_k = absl::GetFlag(FLAGS_top_k);
+  s.prompt = absl::GetFlag(FLAGS_prompt);
+  if (s.prompt.empty() && FlagGiven("prompt")) {
+    return absl::InvalidArgumentError(
+        "[flags] --prompt is empty: leave it out to sample after a newline");
   }
-  o.sampling.sample_only = absl::GetFlag(FLAGS_sample_only);
-  o.checkpoint.save = absl::GetFlag(FLAGS_save);
-  o.checkpoint.save_every = absl::GetFlag(FLAGS_save_every);
-  o.checkpoint.load = absl::GetFlag(FLAGS_load);
-  o.output.metrics_json = absl::GetFlag(FLAGS_metrics_json);
-  o.training.threads = absl::GetFlag(FLAGS_threads);
-  o.parallel.dp = absl::GetFlag(FLAGS_dp);
-  o.parallel.tp = absl::GetFlag(FLAGS_tp);
-  o.parallel.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
-  o.parallel.pp = absl::GetFlag(FLAGS_pp);
+  s.sample_only = absl::GetFlag(FLAGS_sample_only);
+  return s;
+}
+
+absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
+  train::ParallelOptions p;
+  p.dp = absl::GetFlag(FLAGS_dp);
+  p.zero = absl::GetFlag(FLAGS_zero);
+  ASSIGN_OR_RETURN(p.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
+  p.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  const std::string overlap = absl::GetFlag(FLAGS_overlap);
+  if (overlap != "on" && overlap != "off") {
+    return absl::InvalidArgumentError("[flags] --overlap must be on or off, got '" + overlap + "'");
+  }
+  p.overlap = overlap == "on";
+  p.tp = absl::GetFlag(FLAGS_tp);
+  p.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  p.ep = absl::GetFlag(FLAGS_ep);
+  p.pp = absl::GetFlag(FLAGS_pp);
   for (const std::string& n : absl::GetFlag(FLAGS_pp_layers)) {
     int layers = 0;
     if (!absl::SimpleAtoi(n, &layers)) {
       return absl::InvalidArgumentError("[flags] --pp_layers wants integers, got '" + n + "'");
     }
-    o.parallel.pp_layers.push_back(layers);
+    p.pp_layers.push_back(layers);
   }
-  ASSIGN_OR_RETURN(o.parallel.schedule,
-                   parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
+  ASSIGN_OR_RETURN(p.schedule, parallel::ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule)));
+  p.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
+  p.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
   ASSIGN_OR_RETURN(const train::RecomputeChoice recompute,
                    train::ParseRecompute(absl::GetFlag(FLAGS_recompute),
                                          absl::GetFlag(FLAGS_recompute_granularity)));
-  o.parallel.recompute = recompute.full;
-  o.parallel.recompute_attention = recompute.selective;
-  ASSIGN_OR_RETURN(o.parallel.recompute_layers,
+  p.recompute = recompute.full;
+  p.recompute_attention = recompute.selective;
+  ASSIGN_OR_RETURN(p.recompute_layers,
                    train::ParseRecomputeMethod(absl::GetFlag(FLAGS_recompute_method)));
-  o.parallel.pp_scatter_gather = absl::GetFlag(FLAGS_pp_scatter_gather);
-  o.output.show_schedule = absl::GetFlag(FLAGS_show_schedule);
-  o.parallel.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
-  o.output.print_topology = absl::GetFlag(FLAGS_print_topology);
-  ASSIGN_OR_RETURN(o.placement.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
-  o.placement.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  return p;
+}
+
+absl::StatusOr<train::PrecisionOptions> PrecisionFromFlags() {
+  train::PrecisionOptions p;
+  ASSIGN_OR_RETURN(p.dtype, train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
+  p.fp32_grad_accum = absl::GetFlag(FLAGS_fp32_grad_accum);
+  // absl reads an empty optional flag as not given: given empty, it is a bad value.
+  const std::optional<std::string> comm = absl::GetFlag(FLAGS_grad_comm_dtype);
+  if (comm.has_value() || FlagGiven("grad_comm_dtype")) {
+    ASSIGN_OR_RETURN(p.grad_comm_dtype,
+                     train::ParsePrecision("grad_comm_dtype", comm.value_or("")));
+  }
+  p.tf32 = absl::GetFlag(FLAGS_tf32);
+  return p;
+}
+
+absl::StatusOr<train::PlacementOptions> PlacementFromFlags() {
+  train::PlacementOptions p;
+  ASSIGN_OR_RETURN(p.backend, train::ParseBackend(absl::GetFlag(FLAGS_backend)));
+  p.native_collectives = absl::GetFlag(FLAGS_native_collectives);
+  ASSIGN_OR_RETURN(p.device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
+  p.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  ASSIGN_OR_RETURN(p.order, parallel::ParseOrder(absl::GetFlag(FLAGS_order)));
+  p.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  return p;
+}
+
+// The links (--link_intra, --link_inter, or --cluster's with its GPU, and its nodes
+// unless --gpus_per_node gives them) and --slow_rank, into `o`.
+absl::Status ClusterFromFlags(train::TrainOptions& o) {
   ASSIGN_OR_RETURN(o.cluster.links.intra,
                    comm::ParseLinkModel("link_intra", absl::GetFlag(FLAGS_link_intra)));
   ASSIGN_OR_RETURN(o.cluster.links.inter,
@@ -253,42 +297,48 @@ absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(
           "[flags] --cluster names its links: give it or --link_intra and --link_inter, not both");
     }
-    ASSIGN_OR_RETURN(const train::ClusterPreset cluster, train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
+    ASSIGN_OR_RETURN(const train::ClusterPreset cluster,
+                     train::LoadCluster(absl::GetFlag(FLAGS_cluster)));
     o.cluster.name = cluster.name;
     o.cluster.links = cluster.links;
     o.cluster.gpu = cluster.gpu;
     if (o.placement.gpus_per_node == 0) o.placement.gpus_per_node = cluster.gpus_per_node;
   }
-  RETURN_IF_ERROR(train::ParseSlowRank(absl::GetFlag(FLAGS_slow_rank), o));
-  o.output.repeat = absl::GetFlag(FLAGS_repeat);
-  o.output.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
-  o.output.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
-  ASSIGN_OR_RETURN(o.output.report, train::ParseReport(absl::GetFlag(FLAGS_report)));
-  o.output.trace = absl::GetFlag(FLAGS_trace);
-  ASSIGN_OR_RETURN(o.placement.backend, train::ParseBackend(absl::GetFlag(FLAGS_backend)));
-  o.placement.native_collectives = absl::GetFlag(FLAGS_native_collectives);
-  o.placement.timeout_s = absl::GetFlag(FLAGS_timeout_s);
-  ASSIGN_OR_RETURN(o.placement.device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
-  o.precision.tf32 = absl::GetFlag(FLAGS_tf32);
-  ASSIGN_OR_RETURN(o.precision.dtype,
-                   train::ParsePrecision("precision", absl::GetFlag(FLAGS_precision)));
-  o.precision.fp32_grad_accum = absl::GetFlag(FLAGS_fp32_grad_accum);
-  // absl reads an empty optional flag as not given: given empty, it is a bad value.
-  const std::optional<std::string> comm = absl::GetFlag(FLAGS_grad_comm_dtype);
-  if (comm.has_value() || FlagGiven("grad_comm_dtype")) {
-    ASSIGN_OR_RETURN(o.precision.grad_comm_dtype,
-                     train::ParsePrecision("grad_comm_dtype", comm.value_or("")));
-  }
-  o.parallel.zero = absl::GetFlag(FLAGS_zero);
-  ASSIGN_OR_RETURN(o.parallel.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
-  o.parallel.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
-  const std::string overlap = absl::GetFlag(FLAGS_overlap);
-  if (overlap != "on" && overlap != "off") {
-    return absl::InvalidArgumentError("[flags] --overlap must be on or off, got '" + overlap + "'");
-  }
-  o.parallel.overlap = overlap == "on";
-  o.output.traffic_json = absl::GetFlag(FLAGS_traffic_json);
-  o.output.report_html = absl::GetFlag(FLAGS_report_html);
+  return train::ParseSlowRank(absl::GetFlag(FLAGS_slow_rank), o);
+}
+
+absl::StatusOr<train::OutputOptions> OutputFromFlags() {
+  train::OutputOptions out;
+  ASSIGN_OR_RETURN(out.report, train::ParseReport(absl::GetFlag(FLAGS_report)));
+  out.metrics_json = absl::GetFlag(FLAGS_metrics_json);
+  out.traffic_json = absl::GetFlag(FLAGS_traffic_json);
+  out.report_html = absl::GetFlag(FLAGS_report_html);
+  out.trace = absl::GetFlag(FLAGS_trace);
+  out.peer_matrix = absl::GetFlag(FLAGS_peer_matrix);
+  out.print_topology = absl::GetFlag(FLAGS_print_topology);
+  out.show_schedule = absl::GetFlag(FLAGS_show_schedule);
+  out.check_against_serial = absl::GetFlag(FLAGS_check_against_serial);
+  out.repeat = absl::GetFlag(FLAGS_repeat);
+  return out;
+}
+
+absl::StatusOr<train::TrainOptions> OptionsFromFlags() {
+  train::TrainOptions o;
+  o.model = ModelFromFlags();
+  ASSIGN_OR_RETURN(o.training, TrainingFromFlags());
+  o.data = {.path = absl::GetFlag(FLAGS_data),
+            .eval_every = absl::GetFlag(FLAGS_eval_every),
+            .eval_batches = absl::GetFlag(FLAGS_eval_batches)};
+  ASSIGN_OR_RETURN(o.sampling, SamplingFromFlags());
+  o.checkpoint = {.save = absl::GetFlag(FLAGS_save),
+                  .load = absl::GetFlag(FLAGS_load),
+                  .save_every = absl::GetFlag(FLAGS_save_every)};
+  ASSIGN_OR_RETURN(o.parallel, ParallelFromFlags());
+  ASSIGN_OR_RETURN(o.precision, PrecisionFromFlags());
+  ASSIGN_OR_RETURN(o.placement, PlacementFromFlags());
+  RETURN_IF_ERROR(ClusterFromFlags(o));
+  ASSIGN_OR_RETURN(o.output, OutputFromFlags());
+  o.dry_run = absl::GetFlag(FLAGS_dry_run);
   return o;
 }
 

@@ -8,17 +8,13 @@
 
 namespace tally::model {
 
-MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
-  const int e_count = config.n_experts, k = config.moe_top_k;
-  MoeRouting r;
-  r.n = n;
-  r.k = k;
-  r.experts = e_count;
-  r.probs.resize(size_t(n) * e_count);
-  r.choice.resize(size_t(n) * k);
-  r.weight.resize(size_t(n) * k);
-  r.kept.assign(size_t(n) * k, 0);
-  r.routed.assign(size_t(e_count), 0);
+namespace {
+
+// Each token's softmax over the experts (r.probs) and its k most probable, the lower
+// index first among equals, their weights renormalised over the k (r.choice, r.weight,
+// r.routed).
+void ChooseTopK(const float* logits, MoeRouting& r) {
+  const int n = r.n, k = r.k, e_count = r.experts;
   for (int i = 0; i < n; ++i) {
     const float* l = logits + size_t(i) * e_count;
     float* p = r.probs.data() + size_t(i) * e_count;
@@ -26,7 +22,6 @@ MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
     double sum = 0;
     for (int e = 0; e < e_count; ++e) sum += std::exp(double(l[e] - max));
     for (int e = 0; e < e_count; ++e) p[e] = float(std::exp(double(l[e] - max)) / sum);
-    // The k most probable, the lower index first among equals.
     std::vector<int32_t> order(static_cast<size_t>(e_count));
     for (int e = 0; e < e_count; ++e) order[size_t(e)] = e;
     std::stable_sort(order.begin(), order.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
@@ -39,11 +34,16 @@ MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
       ++r.routed[size_t(e)];
     }
   }
-  // Capacity, in priority order: every first choice in token order, then every second...
-  // No expert can take more than every choice: a larger capacity is no limit.
-  const double limit = config.capacity_factor > 0
-                           ? std::ceil(config.capacity_factor * k * double(n) / e_count)
-                           : double(n) * k;
+}
+
+// Capacity, in priority order: every first choice in token order, then every second...
+// (r.kept); then each expert's slots, in the same order (r.offset, r.slot_token,
+// r.slot_choice). No expert can take more than every choice: a larger capacity is no
+// limit.
+void KeepWithinCapacity(double capacity_factor, MoeRouting& r) {
+  const int n = r.n, k = r.k, e_count = r.experts;
+  const double limit =
+      capacity_factor > 0 ? std::ceil(capacity_factor * k * double(n) / e_count) : double(n) * k;
   const int64_t capacity = int64_t(std::min(limit, double(n) * k));
   std::vector<int64_t> taken(static_cast<size_t>(e_count), 0);
   for (int j = 0; j < k; ++j) {
@@ -70,6 +70,23 @@ MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
       r.slot_choice[size_t(slot)] = j;
     }
   }
+}
+
+}  // namespace
+
+MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
+  const int e_count = config.n_experts, k = config.moe_top_k;
+  MoeRouting r;
+  r.n = n;
+  r.k = k;
+  r.experts = e_count;
+  r.probs.resize(size_t(n) * e_count);
+  r.choice.resize(size_t(n) * k);
+  r.weight.resize(size_t(n) * k);
+  r.kept.assign(size_t(n) * k, 0);
+  r.routed.assign(size_t(e_count), 0);
+  ChooseTopK(logits, r);
+  KeepWithinCapacity(config.capacity_factor, r);
   // Switch's load balancing: coef · E · Σ f_e · P_e.
   double balance = 0;
   for (int e = 0; e < e_count; ++e) {

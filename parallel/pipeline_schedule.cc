@@ -174,14 +174,14 @@ int InFlight(const std::vector<PipelineStep>& steps, int chunk) {
   return most;
 }
 
-double Timeline::IdleFraction(int stage) const {
+double SimulatedSchedule::IdleFraction(int stage) const {
   int busy = 0;
   for (const Slot& s : slots) busy += s.stage == stage ? s.length : 0;
   return length > 0 ? double(length - busy) / length : 0.0;
 }
 
-Timeline Simulate(PipelineSchedule schedule, int stages, int micro_batches, int backward_slots,
-                  int virtual_stages) {
+SimulatedSchedule Simulate(PipelineSchedule schedule, int stages, int micro_batches,
+                           int backward_slots, int virtual_stages) {
   const int m = micro_batches, v = virtual_stages, last = stages * v - 1;
   std::vector<std::vector<PipelineStep>> steps(stages);
   for (int s = 0; s < stages; ++s) steps[s] = StageSteps(schedule, stages, s, m, v);
@@ -191,7 +191,7 @@ Timeline Simulate(PipelineSchedule schedule, int stages, int micro_batches, int 
   std::vector<std::vector<int>> backward_end(last + 1, std::vector<int>(m, -1));
   std::vector<size_t> next(stages, 0);
   std::vector<int> free_at(stages, 0);
-  Timeline t;
+  SimulatedSchedule t;
   t.stages = stages;
   t.micro_batches = m;
   t.virtual_stages = v;
@@ -226,14 +226,14 @@ double TheoreticalBubble(int stages, int micro_batches, int virtual_stages) {
   return double(stages - 1) / double(virtual_stages * micro_batches + stages - 1);
 }
 
-std::string ScheduleChart(const Timeline& timeline) {
-  const bool chunks = timeline.virtual_stages > 1;
-  const int width = 1 + int(absl::StrCat(std::max(0, timeline.micro_batches - 1)).size()) +
-                    (chunks ? 1 : 0);
+std::string ScheduleChart(const SimulatedSchedule& schedule) {
+  const bool chunks = schedule.virtual_stages > 1;
+  const int width =
+      1 + int(absl::StrCat(std::max(0, schedule.micro_batches - 1)).size()) + (chunks ? 1 : 0);
   std::string out;
-  for (int s = 0; s < timeline.stages; ++s) {
-    std::vector<std::string> cells(timeline.length, std::string(width, '.'));
-    for (const Timeline::Slot& slot : timeline.slots) {
+  for (int s = 0; s < schedule.stages; ++s) {
+    std::vector<std::string> cells(schedule.length, std::string(width, '.'));
+    for (const SimulatedSchedule::Slot& slot : schedule.slots) {
       if (slot.stage != s) continue;
       std::string cell = absl::StrCat(slot.step.kind == PipelineStep::kForward ? "F" : "B",
                                       slot.step.micro_batch);
@@ -243,7 +243,7 @@ std::string ScheduleChart(const Timeline& timeline) {
     }
     out += absl::StrFormat("stage %d |", s);
     for (const std::string& cell : cells) out += " " + cell;
-    out += absl::StrFormat(" | %3.0f%% idle\n", 100.0 * timeline.IdleFraction(s));
+    out += absl::StrFormat(" | %3.0f%% idle\n", 100.0 * schedule.IdleFraction(s));
   }
   return out;
 }

@@ -104,7 +104,7 @@ int InFlight(const std::vector<PipelineStep>& steps, int chunk);
 // is there (a forward needs the previous virtual stage's forward of the micro-batch, a
 // backward the next virtual stage's backward, or on the last one its own forward).
 // Steps that could never start (a schedule that deadlocks) are left out of `slots`.
-struct Timeline {
+struct SimulatedSchedule {
   struct Slot {
     int stage = 0, start = 0, length = 0;
     PipelineStep step;
@@ -115,8 +115,8 @@ struct Timeline {
   // Idle slots over all slots of a stage: (length - busy) / length.
   double IdleFraction(int stage) const;
 };
-Timeline Simulate(PipelineSchedule schedule, int stages, int micro_batches,
-                  int backward_slots = 1, int virtual_stages = 1);
+SimulatedSchedule Simulate(PipelineSchedule schedule, int stages, int micro_batches,
+                           int backward_slots = 1, int virtual_stages = 1);
 
 // The idle fraction of each stage with backwards as long as forwards: (N-1)/(m+N-1) for
 // gpipe and 1f1b, (N-1)/(v·m+N-1) interleaved (v = 1 otherwise).
@@ -129,6 +129,6 @@ double TheoreticalBubble(int stages, int micro_batches, int virtual_stages = 1);
 //
 //   stage 0 | F0 F1 .. .. B0 B1 |  33% idle
 //   stage 1 | .. F0 F1 B0 B1 .. |  33% idle
-std::string ScheduleChart(const Timeline& timeline);
+std::string ScheduleChart(const SimulatedSchedule& schedule);
 
 }  // namespace tally::parallel

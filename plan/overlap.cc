@@ -14,6 +14,8 @@
 
 namespace tally::train {
 
+// Long, and kept whole: DDP's buckets, ZeRO-2's reduce-scatters and ZeRO-3's gathers are
+// priced on one timeline of when backward closes each unit, which the three share.
 double OverlappedDpSeconds(const PlanInput& in, double tp_layers_s) {
   if (!in.overlap || in.pp > 1 || in.ep > 1 || in.dp <= 1 || in.zero == 1 || !in.model.gpt ||
       !in.gpu.given()) {

@@ -14,6 +14,7 @@ namespace tally::train {
 
 using comm::Algorithm;
 
+// Long, and kept whole: a table, one entry for each of the seed's worked examples.
 std::vector<SeedExample> SeedExamples() {
   const double GB = 1e9, MiB = double(1 << 20), GiB = double(1 << 30);
   // Each figure is the planner's own, for the example's parameters: LLaMA-7B in fp16

@@ -94,13 +94,10 @@ std::vector<Comparison::Repeats> RepeatsOf(const std::vector<RunReport>& runs) {
   return repeats;
 }
 
-}  // namespace
-
-absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
-  if (runs.empty()) return absl::InvalidArgumentError(absl::StrCat(kCompareWho, " no runs to compare"));
-  Comparison c;
-  c.models_differ = ModelsDiffer(runs);
-  // Labels: the keys whose values differ, in the config's (alphabetical) order.
+// Each run's label: the config keys whose values differ between the runs, in the config's
+// (alphabetical) order, as key=value; one run alone, its grid; else "run N".
+std::vector<std::string> LabelsOf(const std::vector<RunReport>& runs) {
+  std::vector<std::string> labels;
   std::set<std::string> keys;
   for (const RunReport& run : runs) {
     for (const auto& [key, value] : run.config) keys.insert(key);
@@ -123,15 +120,27 @@ absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
       auto it = runs[i].config.find(key);
       parts.push_back(absl::StrCat(key, "=", it == runs[i].config.end() ? "(none)" : it->second));
     }
-    c.paths.push_back(runs[i].path);
     if (runs.size() == 1) {  // nothing differs: the run's grid names it
       for (const char* key : {"dp", "tp", "pp", "zero"}) {
         auto it = runs[i].config.find(key);
         if (it != runs[i].config.end()) parts.push_back(absl::StrCat(key, "=", it->second));
       }
     }
-    c.labels.push_back(parts.empty() ? absl::StrCat("run ", i + 1) : absl::StrJoin(parts, " "));
+    labels.push_back(parts.empty() ? absl::StrCat("run ", i + 1) : absl::StrJoin(parts, " "));
   }
+  return labels;
+}
+
+}  // namespace
+
+absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
+  if (runs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kCompareWho, " no runs to compare"));
+  }
+  Comparison c;
+  c.models_differ = ModelsDiffer(runs);
+  for (const RunReport& run : runs) c.paths.push_back(run.path);
+  c.labels = LabelsOf(runs);
 
   auto add_row = [&](const std::string& section, const std::string& key, auto value) {
     Comparison::Row row{section, key, {}};

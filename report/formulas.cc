@@ -115,129 +115,184 @@ parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLay
                             {o.parallel.dp / o.parallel.ep, dp_rank / o.parallel.ep});
 }
 
-int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
+namespace {
+
+// One rank's row: what each group's formula below reads.
+struct Row {
+  const ReportInputs& in;
+  const comm::LedgerKey& key;
+  int rank;
   const TrainOptions& o = in.options;
   const parallel::GridCoordinates at = o.topology().Of(rank);
-  const int dp_rank = at.dp, tp_rank = at.tp, pp_rank = at.pp;
-  auto scalar = [&](int group_size, int group_rank, size_t element) {  // one value a step
-    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, group_size,
-                                         group_rank, -1, 1, element).sent;
-  };
-  if (key.group == "pp") {
-    if (parallel::IsPipelineBoundary(key)) {
-      if (!o.parallel.ScatterGather()) return in.steps * BoundaryBytesPerStep(o);
-      // A tp rank's chunk of each micro-batch's boundary tensor.
-      return in.steps * o.accumulation_steps() * ScatteredBoundary(o, tp_rank).count *
-             BytesOf(o).activations;
-    }
-    if (key.primitive != comm::Primitive::kAllReduce) return -1;
-    if (key.label == "loss" && key.phase == comm::Phase::kOther) {
-      return scalar(o.parallel.pp, pp_rank, 4);
-    }
-    if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) {
-      return scalar(o.parallel.pp, pp_rank, 8);
-    }
-    return -1;
+};
+
+// One value all-reduced over a group each step (the loss, a norm's sum of squares).
+int64_t ScalarSent(const Row& row, int group_size, int group_rank, size_t element) {
+  return row.in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, row.key.algorithm,
+                                           group_size, group_rank, -1, 1, element)
+                            .sent;
+}
+
+// The pipeline's boundaries (whole, or a tp rank's chunk under scatter/gather), and the
+// loss and the norm summed over the stages.
+int64_t PipelineSent(const Row& row) {
+  const TrainOptions& o = row.o;
+  const comm::LedgerKey& key = row.key;
+  if (parallel::IsPipelineBoundary(key)) {
+    if (!o.parallel.ScatterGather()) return row.in.steps * BoundaryBytesPerStep(o);
+    // A tp rank's chunk of each micro-batch's boundary tensor.
+    return row.in.steps * o.accumulation_steps() * ScatteredBoundary(o, row.at.tp).count *
+           BytesOf(o).activations;
   }
-  if (key.group == "embedding" && key.label == "tied_embedding" &&
-      key.primitive == comm::Primitive::kAllReduce) {
-    // wte's gradient between the first stage (rank 0 of the group) and the last; under
-    // ZeRO-2/3 the dp rank's chunk of it.
-    int64_t wte = model::ParameterLayout::ForGPT(o.model, o.parallel.tp, tp_rank).specs()[0].numel;
-    if (o.parallel.zero >= 2) wte = comm::ChunkOf(wte, o.parallel.dp, dp_rank).count;
-    return in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, key.algorithm, 2,
-                                         pp_rank == 0 ? 0 : 1, -1, wte, BytesOf(o).grads).sent;
+  if (key.primitive != comm::Primitive::kAllReduce) return -1;
+  if (key.label == "loss" && key.phase == comm::Phase::kOther) {
+    return ScalarSent(row, o.parallel.pp, row.at.pp, 4);
   }
-  if (key.group == "tp" && o.parallel.ScatterGather() &&
-      key.primitive == comm::Primitive::kAllGather &&
+  if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) {
+    return ScalarSent(row, o.parallel.pp, row.at.pp, 8);
+  }
+  return -1;
+}
+
+// wte's gradient between the first stage (rank 0 of the group) and the last; under
+// ZeRO-2/3 the dp rank's chunk of it.
+int64_t TiedEmbeddingSent(const Row& row) {
+  const TrainOptions& o = row.o;
+  int64_t wte = model::ParameterLayout::ForGPT(o.model, o.parallel.tp, row.at.tp).specs()[0].numel;
+  if (o.parallel.zero >= 2) wte = comm::ChunkOf(wte, o.parallel.dp, row.at.dp).count;
+  return row.in.steps * comm::ExactTraffic(comm::Primitive::kAllReduce, row.key.algorithm, 2,
+                                           row.at.pp == 0 ? 0 : 1, -1, wte, BytesOf(o).grads)
+                            .sent;
+}
+
+// The tensor-parallel layers' calls (parallel/tensor_parallel.h), and under
+// scatter/gather the receiving stage's gather of each boundary tensor from its chunks.
+int64_t TensorParallelSent(const Row& row) {
+  const TrainOptions& o = row.o;
+  const comm::LedgerKey& key = row.key;
+  const int tp_rank = row.at.tp;
+  if (o.parallel.ScatterGather() && key.primitive == comm::Primitive::kAllGather &&
       parallel::ParseBoundaryScope(key.label).has_value()) {
-    // The receiving stage gathers each micro-batch's boundary tensor from its chunks.
-    return in.steps * o.accumulation_steps() *
+    return row.in.steps * o.accumulation_steps() *
            comm::ExactTraffic(comm::Primitive::kAllGather, key.algorithm, o.parallel.tp, tp_rank,
                               -1, ScatteredBoundary(o, tp_rank).whole, BytesOf(o).activations)
                .sent;
   }
-  if (key.group == "tp") {
-    std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, rank);
-    if (!p) return -1;
-    return in.steps * p->calls *
-           comm::ExactTraffic(key.primitive, key.algorithm, o.parallel.tp, tp_rank, -1, p->count,
-                              p->element)
+  std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, row.rank);
+  if (!p) return -1;
+  return row.in.steps * p->calls *
+         comm::ExactTraffic(key.primitive, key.algorithm, o.parallel.tp, tp_rank, -1, p->count,
+                            p->element)
+             .sent;
+}
+
+// The ep group's fixed-size calls: a layer's routing counts (scope layer{l}.counts), E
+// int64 a micro-batch's forward, each rank its experts' E/N, again in backward when the
+// forward is recomputed (a stage's or a layer's); and the experts' squares of the norm.
+int64_t ExpertSent(const Row& row) {
+  const TrainOptions& o = row.o;
+  const comm::LedgerKey& key = row.key;
+  const int ep_rank = row.at.dp % o.parallel.ep;
+  if (key.primitive == comm::Primitive::kAllToAll) {
+    const bool recomputed = key.phase == comm::Phase::kBackward && o.parallel.recompute;
+    if (key.phase != comm::Phase::kForward && !recomputed) return -1;
+    return row.in.steps * o.accumulation_steps() *
+           comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.parallel.ep, ep_rank, -1,
+                              o.model.n_experts, 8)
                .sent;
   }
+  if (key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
+    return ScalarSent(row, o.parallel.ep, ep_rank, 8);
+  }
+  return -1;
+}
+
+bool IsZeroRow(const comm::LedgerKey& key) {
+  return key.primitive == comm::Primitive::kReduceScatter ||
+         key.primitive == comm::Primitive::kAllGather;
+}
+
+// ZeRO's reduce-scatters (the gradients) and all-gathers (the parameters) of the units
+// the row's group cuts: the dp group's, or under ep the edp group's (the experts').
+int64_t ZeroSent(const Row& row, bool experts, int ranks, int group_rank) {
+  const TrainOptions& o = row.o;
+  const comm::LedgerKey& key = row.key;
+  if (ZeroCalls(o, key) == 0) return -1;
+  const std::vector<comm::Chunk> units =
+      parallel::ChunksOf(RankZeroUnits(o, o.RankLayout(row.rank)), experts);
+  const int64_t element =
+      key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm : BytesOf(o).params;
+  return row.in.steps * parallel::ZeroBytesPerStep(
+                            units, o.parallel.zero, ranks, group_rank, o.accumulation_steps(),
+                            key.algorithm, key.primitive, key.phase, o.parallel.StageRecompute(),
+                            element, GroupNodes(row.in, row.rank, experts));
+}
+
+// Data parallelism's gradient buckets over `ranks` ranks (parallel/data_parallel.h) of
+// `buffer`: a count of values, or the ranges of them the group reduces.
+template <typename Buffer>
+int64_t BucketsSent(const Row& row, const Buffer& buffer, int ranks, int group_rank, bool experts) {
+  return row.in.steps * parallel::GradientSyncBytesPerStep(
+                            buffer, ranks, group_rank, BucketBytes(row.o), row.key.algorithm,
+                            row.o.Precision().grad_comm, GroupNodes(row.in, row.rank, experts));
+}
+
+// The experts' data-parallel group: ZeRO's calls on the experts, or their buckets.
+int64_t ExpertDataSent(const Row& row) {
+  const TrainOptions& o = row.o;
+  const int ranks = o.parallel.dp / o.parallel.ep, edp_rank = row.at.dp / o.parallel.ep;
+  if (IsZeroRow(row.key)) return ZeroSent(row, true, ranks, edp_rank);
+  if (row.key.primitive == comm::Primitive::kAllReduce && row.key.phase == comm::Phase::kBackward) {
+    return BucketsSent(row, parallel::ExpertRanges(o.RankLayout(row.rank), true), ranks, edp_rank,
+                       true);
+  }
+  return -1;
+}
+
+// The dp group: ZeRO's calls, or the gradient buckets of this rank's part of the model
+// (under ep its non-expert ranges), and the loss and the norm over the replicas.
+int64_t DataParallelSent(const Row& row) {
+  const TrainOptions& o = row.o;
+  const comm::LedgerKey& key = row.key;
+  const int dp = o.parallel.dp, dp_rank = row.at.dp;
+  if (IsZeroRow(key)) return ZeroSent(row, false, dp, dp_rank);
+  if (key.primitive != comm::Primitive::kAllReduce) return -1;
+  const model::ParameterLayout layout = o.RankLayout(row.rank);
+  if (key.phase == comm::Phase::kBackward && o.parallel.ep > 1) {
+    return BucketsSent(row, parallel::ExpertRanges(layout, false), dp, dp_rank, false);
+  }
+  if (key.phase == comm::Phase::kBackward) {
+    return BucketsSent(row, layout.total(), dp, dp_rank, false);
+  }
+  auto one = [&](size_t element) {
+    return row.in.steps * comm::ExactTraffic(key.primitive, key.algorithm, dp, dp_rank, -1, 1,
+                                             element, GroupNodes(row.in, row.rank, false))
+                              .sent;
+  };
+  if (key.label == "loss") return one(4);       // one float
+  if (key.label == "grad_norm") return one(8);  // ZeRO: one double
+  return -1;
+}
+
+}  // namespace
+
+int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
+  const Row row{in, key, rank};
+  if (key.group == "pp") return PipelineSent(row);
+  if (key.group == "embedding" && key.label == "tied_embedding" &&
+      key.primitive == comm::Primitive::kAllReduce) {
+    return TiedEmbeddingSent(row);
+  }
+  if (key.group == "tp") return TensorParallelSent(row);
   if (key.primitive == comm::Primitive::kAllToAllV) {  // what the call's counts said
     const auto& expected = in.traffic[size_t(rank)].expected();
     const auto it = expected.find(key);
     return it != expected.end() ? it->second : -1;
   }
-  if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAll) {
-    // A layer's routing counts (scope layer{l}.counts): E int64 a micro-batch's forward,
-    // each rank its experts' E/N; a recomputed forward (a stage's or a layer's) counts
-    // again (backward).
-    const bool recomputed = key.phase == comm::Phase::kBackward && o.parallel.recompute;
-    if (key.phase != comm::Phase::kForward && !recomputed) return -1;
-    return in.steps * o.accumulation_steps() *
-           comm::ExactTraffic(comm::Primitive::kAllToAll, key.algorithm, o.parallel.ep,
-                              dp_rank % o.parallel.ep, -1, o.model.n_experts, 8)
-               .sent;
-  }
-  if (key.group == "ep" && key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
-    return scalar(o.parallel.ep, dp_rank % o.parallel.ep, 8);  // the experts' squares
-  }
-  // ZeRO's reduce-scatters (the gradients) and all-gathers (the parameters) of the units
-  // the row's group cuts: the dp group's, or under ep the edp group's (the experts').
-  auto zero_bytes = [&](bool experts, int ranks, int group_rank) -> int64_t {
-    if (ZeroCalls(o, key) == 0) return -1;
-    const std::vector<comm::Chunk> units =
-        parallel::ChunksOf(RankZeroUnits(o, o.RankLayout(rank)), experts);
-    const int64_t element = key.primitive == comm::Primitive::kReduceScatter ? BytesOf(o).grad_comm
-                                                                             : BytesOf(o).params;
-    return in.steps * parallel::ZeroBytesPerStep(
-                          units, o.parallel.zero, ranks, group_rank, o.accumulation_steps(),
-                          key.algorithm, key.primitive, key.phase, o.parallel.StageRecompute(),
-                          element, GroupNodes(in, rank, experts));
-  };
-  const bool zero_row = key.primitive == comm::Primitive::kReduceScatter ||
-                        key.primitive == comm::Primitive::kAllGather;
-  if (key.group == "edp" && zero_row) {
-    return zero_bytes(true, o.parallel.dp / o.parallel.ep, dp_rank / o.parallel.ep);
-  }
-  if (key.group == "edp" && key.primitive == comm::Primitive::kAllReduce &&
-      key.phase == comm::Phase::kBackward) {  // the experts' gradient buckets
-    const std::vector<comm::Chunk> experts = parallel::ExpertRanges(o.RankLayout(rank), true);
-    return in.steps * parallel::GradientSyncBytesPerStep(experts, o.parallel.dp / o.parallel.ep,
-                                                         dp_rank / o.parallel.ep, BucketBytes(o),
-                                                         key.algorithm, o.Precision().grad_comm,
-                                                         GroupNodes(in, rank, true));
-  }
-  if (key.group != "dp") return -1;
-  if (zero_row) return zero_bytes(false, o.parallel.dp, dp_rank);
-  // This rank's part of the model: the buffer the dp group reduces.
-  const model::ParameterLayout layout = o.RankLayout(rank);
-  const std::vector<int> nodes = GroupNodes(in, rank, false);
-  auto per_step = [&](comm::Primitive p, int64_t count, size_t element) {
-    return in.steps *
-           comm::ExactTraffic(p, key.algorithm, o.parallel.dp, dp_rank, -1, count, element, nodes)
-               .sent;
-  };
-  switch (key.primitive) {
-    case comm::Primitive::kAllReduce:
-      if (key.phase == comm::Phase::kBackward && o.parallel.ep > 1) {  // the non-expert buckets
-        return in.steps * parallel::GradientSyncBytesPerStep(
-                              parallel::ExpertRanges(layout, false), o.parallel.dp, dp_rank,
-                              BucketBytes(o), key.algorithm, o.Precision().grad_comm, nodes);
-      }
-      if (key.phase == comm::Phase::kBackward) {  // data parallelism's gradient buckets
-        return in.steps * parallel::GradientSyncBytesPerStep(layout.total(), o.parallel.dp, dp_rank,
-                                                             BucketBytes(o), key.algorithm,
-                                                             o.Precision().grad_comm, nodes);
-      }
-      if (key.label == "loss") return per_step(key.primitive, 1, 4);       // one float
-      if (key.label == "grad_norm") return per_step(key.primitive, 1, 8);  // ZeRO: one double
-      return -1;
-    default:
-      return -1;
-  }
+  if (key.group == "ep") return ExpertSent(row);
+  if (key.group == "edp") return ExpertDataSent(row);
+  if (key.group == "dp") return DataParallelSent(row);
+  return -1;
 }
 
 // The seed article's figure for the row, with the run's bytes a value (e: 4 in fp32, 2

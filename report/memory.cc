@@ -125,6 +125,8 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
   return bytes;
 }
 
+// Long, and kept whole: the formula category by category (parameters, gradients, optimizer
+// state), each with its ZeRO stage's and --overlap's terms read in order.
 MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   const model::ParameterLayout layout = o.RankLayout(rank);
   const int64_t phi = layout.total();

@@ -50,15 +50,8 @@ const RunReport::Rank* Busiest(const RunReport& run, const std::map<std::string,
   return best;
 }
 
-// Per traffic row, a chart: for each run its busiest rank's bytes, measured, by the exact
-// formula and by the seed's.
-std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison& c) {
-  std::string out =
-      R"~(<section id="traffic"><h2>Bytes sent per rank, by group, primitive and phase</h2>)~"
-      R"~(<p class="note">Each bar is the busiest rank's bytes over the run: measured by the ledger (solid), by the exact formula (hatched), by the seed article's formula (outlined). The colour is the group's; every chart has the same axis, so that the rows compare (a bar too short to see is a row of few bytes: its tooltip gives them).</p>)~";
-  std::set<std::string> colours = {kSky};  // the time charts' hidden communication too
-  std::string charts;
-  // One axis for every chart (the largest bar of any row and run), so that sizes compare.
+// The largest bar of any traffic row and run: measured, exact or the seed's.
+double LargestTrafficBar(const std::vector<RunReport>& runs, const Comparison& c) {
   double largest = 0;
   for (const Comparison::Row& row : c.rows) {
     if (row.section != "traffic") continue;
@@ -70,6 +63,19 @@ std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison&
       }
     }
   }
+  return largest;
+}
+
+// Per traffic row, a chart: for each run its busiest rank's bytes, measured, by the exact
+// formula and by the seed's.
+std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison& c) {
+  std::string out =
+      R"~(<section id="traffic"><h2>Bytes sent per rank, by group, primitive and phase</h2>)~"
+      R"~(<p class="note">Each bar is the busiest rank's bytes over the run: measured by the ledger (solid), by the exact formula (hatched), by the seed article's formula (outlined). The colour is the group's; every chart has the same axis, so that the rows compare (a bar too short to see is a row of few bytes: its tooltip gives them).</p>)~";
+  std::set<std::string> colours = {kSky};  // the time charts' hidden communication too
+  std::string charts;
+  // One axis for every chart, so that sizes compare.
+  const double largest = LargestTrafficBar(runs, c);
   const Unit unit = UnitFor(largest);
   const double end = NiceMax(largest / unit.bytes);
   for (const Comparison::Row& row : c.rows) {

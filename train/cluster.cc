@@ -88,6 +88,50 @@ bool Finite(const JsonValue& v) { return v.is_number() && std::isfinite(v.number
 constexpr double kMinRate = 1e-3, kMaxRate = 1e6, kMinGflop = 1e-9, kMaxGflop = 1e9, kMinShare = 1e-3;
 bool In(const JsonValue& v, double lo, double hi) { return Finite(v) && v.number >= lo && v.number <= hi; }
 
+// A roofline GPU's matmul curve and HBM figures, into `gpu`: what is wrong with them,
+// or "".
+std::string ReadRoofline(const JsonValue* curve, const JsonValue* hbm, GpuModel& gpu) {
+  if (curve == nullptr || curve->array.empty()) {
+    return "matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9], share in [0.001, 1]]";
+  }
+  for (const JsonValue& point : curve->array) {
+    if (point.array.size() != 2 || !In(point.array[0], kMinGflop, kMaxGflop) ||
+        !In(point.array[1], kMinShare, 1)) {
+      return "matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9], share in [0.001, 1]]";
+    }
+    if (!gpu.matmul_efficiency.empty() &&
+        !(point.array[0].number > gpu.matmul_efficiency.back().first)) {
+      return "matmul_efficiency's sizes must increase";
+    }
+    gpu.matmul_efficiency.push_back({point.array[0].number, point.array[1].number});
+  }
+  if (hbm == nullptr || hbm->array.size() != 2 || !In(hbm->array[0], kMinRate, kMaxRate) ||
+      !In(hbm->array[1], kMinShare, 1)) {
+    return "hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]";
+  }
+  gpu.hbm_gbps = hbm->array[0].number;
+  gpu.hbm_efficiency = hbm->array[1].number;
+  return "";
+}
+
+// The intra- and inter-node links, into `links`: what is wrong with them, or "".
+std::string ReadLinks(const JsonValue& doc, comm::Cluster& links) {
+  for (auto [key, link] : {std::pair{"intra", &links.intra}, {"inter", &links.inter}}) {
+    const JsonValue* v = doc.Find(key);
+    const size_t n = v == nullptr ? 0 : v->array.size();
+    bool ok = n == 2 || n == 3;
+    for (size_t i = 0; ok && i < n; ++i) ok = Finite(v->array[i]) && v->array[i].number > 0;
+    if (ok) *link = {v->array[0].number, v->array[1].number, n == 3 ? v->array[2].number : 1};
+    if (!ok || !link->Physical()) {
+      return absl::StrCat(
+          key, " must be [GB/s, microseconds] or [GB/s, microseconds, share]: ", "GB/s in [",
+          comm::LinkModel::kMinGbps, ", ", comm::LinkModel::kMaxGbps, "], microseconds in (0, ",
+          comm::LinkModel::kMaxLatencyUs, "], share in [", comm::LinkModel::kMinEfficiency, ", 1]");
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
@@ -131,44 +175,13 @@ absl::StatusOr<ClusterPreset> LoadCluster(const std::string& name_or_file) {
     return bad("a flat tflops takes no matmul_efficiency or hbm (give peak_tflops)");
   }
   if (peak != nullptr) {
-    if (curve == nullptr || curve->array.empty()) {
-      return bad("matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9], share in [0.001, 1]]");
-    }
-    for (const JsonValue& point : curve->array) {
-      if (point.array.size() != 2 || !In(point.array[0], kMinGflop, kMaxGflop) ||
-          !In(point.array[1], kMinShare, 1)) {
-        return bad("matmul_efficiency must be a list of [GFLOP in [1e-9, 1e9], share in [0.001, 1]]");
-      }
-      if (!c.gpu.matmul_efficiency.empty() &&
-          !(point.array[0].number > c.gpu.matmul_efficiency.back().first)) {
-        return bad("matmul_efficiency's sizes must increase");
-      }
-      c.gpu.matmul_efficiency.push_back({point.array[0].number, point.array[1].number});
-    }
-    if (hbm == nullptr || hbm->array.size() != 2 || !In(hbm->array[0], kMinRate, kMaxRate) ||
-        !In(hbm->array[1], kMinShare, 1)) {
-      return bad("hbm must be [GB/s in [0.001, 1e6], share in [0.001, 1]]");
-    }
-    c.gpu.hbm_gbps = hbm->array[0].number;
-    c.gpu.hbm_efficiency = hbm->array[1].number;
+    if (std::string why = ReadRoofline(curve, hbm, c.gpu); !why.empty()) return bad(why);
   }
   if (const JsonValue* memory = doc->Find("memory_gb"); memory != nullptr) {
     if (!In(*memory, kMinRate, kMaxRate)) return bad("memory_gb must be a number in [0.001, 1e6]");
     c.gpu.memory_gb = memory->number;
   }
-  for (auto [key, link] : {std::pair{"intra", &c.links.intra}, {"inter", &c.links.inter}}) {
-    const JsonValue* v = doc->Find(key);
-    const size_t n = v == nullptr ? 0 : v->array.size();
-    bool ok = n == 2 || n == 3;
-    for (size_t i = 0; ok && i < n; ++i) ok = Finite(v->array[i]) && v->array[i].number > 0;
-    if (ok) *link = {v->array[0].number, v->array[1].number, n == 3 ? v->array[2].number : 1};
-    if (!ok || !link->Physical()) {
-      return bad(absl::StrCat(key, " must be [GB/s, microseconds] or [GB/s, microseconds, share]: GB/s in [",
-                              comm::LinkModel::kMinGbps, ", ", comm::LinkModel::kMaxGbps,
-                              "], microseconds in (0, ", comm::LinkModel::kMaxLatencyUs,
-                              "], share in [", comm::LinkModel::kMinEfficiency, ", 1]"));
-    }
-  }
+  if (std::string why = ReadLinks(*doc, c.links); !why.empty()) return bad(why);
   return c;
 }
 

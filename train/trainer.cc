@@ -182,7 +182,7 @@ void Trainer::SlowDown() {
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
-  if (groups_.pp != nullptr) return PipelineStep(step);
+  if (groups_.pp != nullptr) return PipelinedTrainStep(step);
   const int g = options_.training.global_batch_size, b = options_.training.micro_batch_size;
   const int micro_batches = options_.accumulation_steps();
   const int64_t tokens = int64_t(g) * options_.model.seq_len;

@@ -1,6 +1,6 @@
 // The training loop of one rank: data, model, optimizer, schedule, evaluation, sampling,
 // checkpoints, and the per-step log (trainer.cc; a pipeline stage's step in
-// pipeline_step.cc; whole checkpoints from any grid in checkpoints.cc).
+// pipelined_step.cc; whole checkpoints from any grid in checkpoints.cc).
 //
 //   RETURN_IF_ERROR(Train(options, std::cout));        // every rank, and the report
 //
@@ -162,7 +162,7 @@ class Trainer {
 
   // Pipeline parallelism (parallel/pipeline_parallel.h runs the stage).
   absl::Status SetUpPipeline();
-  absl::StatusOr<StepStats> PipelineStep(int64_t step);
+  absl::StatusOr<StepStats> PipelinedTrainStep(int64_t step);
   absl::StatusOr<StepStats> Update(int64_t step, float local_loss, int64_t start);
   // The step's MoE figures into `s`, summed over the world's ranks.
   absl::Status MoeFigures(StepStats& s);

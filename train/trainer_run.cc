@@ -1,6 +1,6 @@
 // The trainer's loop (Trainer::Run): the header lines, every step's line and metrics row,
 // evaluation, samples, checkpoints and the stop at a step boundary. One step is
-// trainer.cc's TrainStep; a pipelined one pipeline_step.cc's.
+// trainer.cc's TrainStep; a pipelined one pipelined_step.cc's.
 #include "train/trainer.h"
 
 #include <algorithm>

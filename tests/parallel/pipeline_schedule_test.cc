@@ -33,7 +33,7 @@ TEST_P(ScheduleTest, EveryStepOnceFinishesAndLeavesTheTheoreticalBubble) {
     // gpipe keeps all m in flight; 1f1b at most the stages from here to the end.
     EXPECT_EQ(InFlight(steps, /*chunk=*/0), schedule == PipelineSchedule::kGPipe ? m : std::min(m, stages - s));
   }
-  Timeline t = Simulate(schedule, stages, m);
+  SimulatedSchedule t = Simulate(schedule, stages, m);
   ASSERT_EQ(t.slots.size(), size_t(2 * m * stages)) << "a stage waited forever";
   // Equal forward and backward times: every stage idles (N-1)/(m+N-1) of the step.
   EXPECT_EQ(t.length, 2 * (m + stages - 1));
@@ -71,7 +71,7 @@ TEST_P(InterleavedScheduleTest, EveryChunkOnceFinishesAndShrinksTheBubbleVFold) 
     // Within a chunk the micro-batches go in order, so those in flight are consecutive.
     for (int c = 0; c < v; ++c) EXPECT_LE(InFlight(steps, c), m);
   }
-  Timeline t = Simulate(PipelineSchedule::kInterleaved, stages, m, 1, v);
+  SimulatedSchedule t = Simulate(PipelineSchedule::kInterleaved, stages, m, 1, v);
   ASSERT_EQ(t.slots.size(), size_t(2 * m * v * stages)) << "a stage waited forever";
   // Chunks of a forward's length: the fill and the drain are N-1 slots each.
   EXPECT_EQ(t.length, 2 * (v * m + stages - 1));

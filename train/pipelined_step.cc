@@ -17,12 +17,12 @@ absl::Status Trainer::SetUpPipeline() {
   pipeline.boundary = o.Precision().activations;
   pipeline.early_receive = o.parallel.overlap;
   if (o.parallel.ScatterGather()) pipeline.scatter_gather = groups_.tp.get();
-  ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(), pipeline,
-                                                                 model_alloc_));
+  ASSIGN_OR_RETURN(pipeline_, parallel::PipelineParallel::Create(gpt_.get(), groups_.pp.get(),
+                                                                 pipeline, model_alloc_));
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
+absl::StatusOr<StepStats> Trainer::PipelinedTrainStep(int64_t step) {
   const TrainOptions& o = options_;
   const int b = o.training.micro_batch_size;
   const int64_t tokens = int64_t(o.training.global_batch_size) * o.model.seq_len;
@@ -32,7 +32,9 @@ absl::StatusOr<StepStats> Trainer::PipelineStep(int64_t step) {
   auto fill = [&](int micro_batch, int32_t* inputs, int32_t* targets) {
     data_.train.Fill(first + int64_t(micro_batch) * b, b, inputs, targets);
   };
-  auto span = [&](const char* what, int micro_batch, int64_t t0) { RecordSpan(what, micro_batch, t0); };
+  auto span = [&](const char* what, int micro_batch, int64_t t0) {
+    RecordSpan(what, micro_batch, t0);
+  };
   ASSIGN_OR_RETURN(double loss, pipeline_->RunSchedule(fill, 1.0f / float(tokens), span));
   RETURN_IF_ERROR(pipeline_->ReduceTiedEmbedding(groups_.embedding.get()));
   {  // data parallelism: every bucket, now that the schedule is over
