@@ -126,6 +126,8 @@ BlockActivations GPT::LayerActivations(const Activations& a, int i) const {
   return x;
 }
 
+// Long, and kept whole: the scratch is carved in one pass, in the order CountScratch
+// sizes it, so that the check at its end can hold the two to each other.
 absl::Status GPT::EnsureScratch(int b) {
   if (b == scratch_batch_) return absl::OkStatus();
   if (config_.seq_len % split_.size() != 0 && split_.sequence_parallel()) {

@@ -26,9 +26,8 @@ Held HeldPerGpu(const PlanInput& in) {
   return {PlanMemoryPerGpu(in)[chosen].bytes_per_gpu + (known ? double(act.bytes_per_gpu) : 0), known};
 }
 
-}  // namespace
-
-void PrintPlan(const PlanInput& in, std::ostream& out) {
+// The plan's first two lines: the model, the batch and the grid; the placement and links.
+void PrintGrid(const PlanInput& in, std::ostream& out) {
   out << absl::StrFormat(
       "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d x tp %d x pp %d, "
       "%s%d micro-batch(es), %s\n",
@@ -45,6 +44,12 @@ void PrintPlan(const PlanInput& in, std::ostream& out) {
       "placement: order %s, %s; inside a node %s, across nodes %s\n\n", parallel::Name(in.order),
       in.gpus_per_node > 0 ? absl::StrCat(in.gpus_per_node, " GPUs a node") : "one node",
       comm::Describe(in.cluster.intra), comm::Describe(in.cluster.inter));
+}
+
+}  // namespace
+
+void PrintPlan(const PlanInput& in, std::ostream& out) {
+  PrintGrid(in, out);
   out << absl::StrFormat("%-24s %26s %26s %26s %26s %10s %-11s  %s\n", "strategy",
                                "seed formula", "exact, busiest GPU", "of it across nodes",
                                "exact, all GPUs", "time (s)", "links", "seed's form");
