@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::model {
@@ -164,8 +165,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   if (first) {
     ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
     const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-    RETURN_IF_ERROR(split_.EmbeddingForward(
-        k, a.encoded, s.whole, tokens, e.wte, e.wpe, b, t, c, vl, s.comm, "embedding"));
+    RETURN_IF_ERROR(split_.EmbeddingForward(k, a.encoded, s.whole, tokens, e.wte, e.wpe, b, t, c,
+                                            vl, s.comm, comm::scope::kEmbedding));
   } else {
     RETURN_IF_ERROR(k.Copy(a.encoded, input, sizeof(float) * size_t(split_.Rows(n)) * c));
   }
@@ -202,13 +203,13 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   ASSIGN_OR_RETURN(e.operands, Operands(kEmbeddings, embeddings));
   RETURN_IF_ERROR(split_.ColumnLinearForward(k, a.logits.data<float>(), lnf_rows, a.lnf,
                                              e.operands(e.wte), nullptr, b, t, c, vl, s.comm,
-                                             "lm_head"));
+                                             comm::scope::kLmHead));
   RETURN_IF_ERROR(weights_->ReleaseParams(kEmbeddings));
   if (targets == nullptr) return 0.0f;
 
-  RETURN_IF_ERROR(split_.CrossEntropyForward(
-      k, a.losses.data<float>(), a.probs.data<float>(), loss_scratch_.data<float>(),
-      a.logits.data<float>(), targets, n, vl, v, "cross_entropy"));
+  RETURN_IF_ERROR(split_.CrossEntropyForward(k, a.losses.data<float>(), a.probs.data<float>(),
+                                             loss_scratch_.data<float>(), a.logits.data<float>(),
+                                             targets, n, vl, v, comm::scope::kCrossEntropy));
   std::vector<float> losses(n);
   RETURN_IF_ERROR(k.ToHost(losses.data(), a.losses.raw_data(), sizeof(float) * size_t(n)));
   double sum = 0;
@@ -249,9 +250,9 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     RETURN_IF_ERROR(split_.CrossEntropyBackward(
         k, dlogits, dlogits, ids.targets.data<int32_t>(), dloss, n, vl));
     float* dlnf = s.dc;
-    RETURN_IF_ERROR(split_.ColumnLinearBackward(k, dlnf, s.whole, ge.wte, nullptr, dlogits,
-                                                a.lnf, e.operands(e.wte), b, t, c, vl, s.comm,
-                                                "lm_head"));
+    RETURN_IF_ERROR(split_.ColumnLinearBackward(k, dlnf, s.whole, ge.wte, nullptr, dlogits, a.lnf,
+                                                e.operands(e.wte), b, t, c, vl, s.comm,
+                                                comm::scope::kLmHead));
     if (!first) RETURN_IF_ERROR(finish(kEmbeddings));  // the head's copy of wte is done
     RETURN_IF_ERROR(k.Zero(dresidual_, sizeof(float) * size_t(rows) * c));
     const int unit = layout_.final_norm_unit();
@@ -308,9 +309,9 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   }
   if (!last) RETURN_IF_ERROR(open_embeddings());
   const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
-  RETURN_IF_ERROR(split_.EmbeddingBackward(k, ge.wte, ge.wpe, dresidual_,
-                                                           s.whole, ids.tokens.data<int32_t>(), b,
-                                                           t, c, vl, s.comm, "embedding"));
+  RETURN_IF_ERROR(split_.EmbeddingBackward(k, ge.wte, ge.wpe, dresidual_, s.whole,
+                                           ids.tokens.data<int32_t>(), b, t, c, vl, s.comm,
+                                           comm::scope::kEmbedding));
   return finish(kEmbeddings);
 }
 

@@ -4,8 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/comm/algorithms/partition.h"
 #include "runtime/clock.h"
+#include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -327,7 +328,7 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
 absl::Status PipelineParallel::ReduceTiedEmbedding(comm::Communicator* embedding) {
   if (embedding == nullptr) return absl::OkStatus();
   comm::PhaseScope phase(embedding->ledger(), comm::Phase::kBackward);
-  comm::LabelScope label(embedding->ledger(), "tied_embedding");
+  comm::LabelScope label(embedding->ledger(), comm::scope::kTiedEmbedding);
   ASSIGN_OR_RETURN(Tensor wte, gpt_->weights().TiedEmbeddingGrads());
   return embedding->AllReduce(wte, comm::ReduceOp::kSum);
 }

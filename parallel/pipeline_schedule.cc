@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -33,7 +34,7 @@ std::optional<std::pair<int, int>> ParseBoundaryScope(std::string_view scope) {
 }
 
 bool IsPipelineBoundary(const comm::LedgerKey& key) {
-  return key.group == "pp" && key.primitive == comm::Primitive::kSendRecv &&
+  return key.group == comm::group::kPp && key.primitive == comm::Primitive::kSendRecv &&
          ParseBoundaryScope(key.label).has_value() &&
          (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "optim/schedule.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -30,7 +31,7 @@ absl::Status SumPerTokenGradients(const TensorParallel& tp, const Tensor& grads,
   RETURN_IF_ERROR(copy(/*pack=*/true));
   {
     comm::PhaseScope phase(tp.group()->ledger(), comm::Phase::kBackward);
-    comm::LabelScope label(tp.group()->ledger(), "sequence_parallel");
+    comm::LabelScope label(tp.group()->ledger(), comm::scope::kSequenceParallel);
     RETURN_IF_ERROR(tp.group()->AllReduce(packed, comm::ReduceOp::kSum));
   }
   return copy(/*pack=*/false);
@@ -52,7 +53,7 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
     ASSIGN_OR_RETURN(double expert_squares,
                      optim::SquaredNorm(k, grads.raw_data(), grads.dtype(), expert));
     comm::PhaseScope phase(experts.ledger(), comm::Phase::kOptimizer);
-    comm::LabelScope label(experts.ledger(), "grad_norm");
+    comm::LabelScope label(experts.ledger(), comm::scope::kGradNorm);
     ASSIGN_OR_RETURN(expert_squares, experts.AllReduceValue(expert_squares, DType::kF64,
                                                             comm::ReduceOp::kSum, groups.algorithm));
     squares += expert_squares;
@@ -60,7 +61,7 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
   for (comm::Communicator* group : {groups.shards, tp.group(), groups.stages}) {
     if (group == nullptr) continue;
     comm::PhaseScope phase(group->ledger(), comm::Phase::kOptimizer);
-    comm::LabelScope label(group->ledger(), "grad_norm");
+    comm::LabelScope label(group->ledger(), comm::scope::kGradNorm);
     ASSIGN_OR_RETURN(squares, group->AllReduceValue(squares, DType::kF64, comm::ReduceOp::kSum,
                                                     groups.algorithm));
   }

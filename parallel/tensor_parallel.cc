@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -209,17 +210,27 @@ std::vector<ScopeCollective> MicroBatchCollectives(bool sequence_parallel, bool 
   const Primitive rs = Primitive::kReduceScatter;
   if (!sequence_parallel) {
     if (forward) {
-      return {{"layer", ar, false}, {"embedding", ar, false}, {"cross_entropy", ar, true},
-              {"cross_entropy", ar, true}, {"cross_entropy", ar, true}};
+      return {{"layer", ar, false},
+              {comm::scope::kEmbedding, ar, false},
+              {comm::scope::kCrossEntropy, ar, true},
+              {comm::scope::kCrossEntropy, ar, true},
+              {comm::scope::kCrossEntropy, ar, true}};
     }
-    return {{"layer", ar, false}, {"lm_head", ar, false}};
+    return {{"layer", ar, false}, {comm::scope::kLmHead, ar, false}};
   }
   if (forward) {
-    return {{"layer", ag, false},        {"layer", rs, false},         {"embedding", rs, false},
-            {"lm_head", ag, false},      {"cross_entropy", ar, true},  {"cross_entropy", ar, true},
-            {"cross_entropy", ar, true}};
+    return {{"layer", ag, false},
+            {"layer", rs, false},
+            {comm::scope::kEmbedding, rs, false},
+            {comm::scope::kLmHead, ag, false},
+            {comm::scope::kCrossEntropy, ar, true},
+            {comm::scope::kCrossEntropy, ar, true},
+            {comm::scope::kCrossEntropy, ar, true}};
   }
-  return {{"layer", ag, false}, {"layer", rs, false}, {"embedding", ag, false}, {"lm_head", rs, false}};
+  return {{"layer", ag, false},
+          {"layer", rs, false},
+          {comm::scope::kEmbedding, ag, false},
+          {comm::scope::kLmHead, rs, false}};
 }
 
 }  // namespace
@@ -230,8 +241,10 @@ std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParall
                                                               comm::Phase phase) {
   using comm::Phase;
   if (primitive == comm::Primitive::kAllReduce) {
-    if (scope == "grad_norm" && phase == Phase::kOptimizer) return TensorParallelCalls{1, 1, 8};
-    if (scope == "sequence_parallel" && phase == Phase::kBackward) {
+    if (scope == comm::scope::kGradNorm && phase == Phase::kOptimizer) {
+      return TensorParallelCalls{1, 1, 8};
+    }
+    if (scope == comm::scope::kSequenceParallel && phase == Phase::kBackward) {
       return TensorParallelCalls{1, step.per_token_elements, step.grad_bytes};
     }
   }

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -129,22 +130,24 @@ absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool
   const GridCoordinates c = Of(rank);
   Groups groups;
   if (dp_ > 1 || sharded) {
-    ASSIGN_OR_RETURN(groups.dp, world.Split(c.pp * tp_ + c.tp, rank, "dp"));
+    ASSIGN_OR_RETURN(groups.dp, world.Split(c.pp * tp_ + c.tp, rank, comm::group::kDp));
   }
   if (tp_ > 1) {
-    ASSIGN_OR_RETURN(groups.tp, world.Split(c.pp * dp_ + c.dp, rank, "tp"));
+    ASSIGN_OR_RETURN(groups.tp, world.Split(c.pp * dp_ + c.dp, rank, comm::group::kTp));
   }
   if (pp_ > 1) {
     const int replica = c.dp * tp_ + c.tp;
-    ASSIGN_OR_RETURN(groups.pp, world.Split(replica, rank, "pp"));
+    ASSIGN_OR_RETURN(groups.pp, world.Split(replica, rank, comm::group::kPp));
     const bool tied = c.pp == 0 || c.pp == pp_ - 1;
-    ASSIGN_OR_RETURN(groups.embedding, world.Split(tied ? replica : -1, rank, "embedding"));
+    ASSIGN_OR_RETURN(groups.embedding,
+                     world.Split(tied ? replica : -1, rank, comm::group::kEmbedding));
   }
   if (ep_ > 1) {  // within the dp group (colored by it), by dp rank
     const int replica = c.pp * tp_ + c.tp, blocks = dp_ / ep_;
-    ASSIGN_OR_RETURN(groups.ep, world.Split(replica * blocks + c.dp / ep_, rank, "ep"));
+    ASSIGN_OR_RETURN(groups.ep, world.Split(replica * blocks + c.dp / ep_, rank, comm::group::kEp));
     ASSIGN_OR_RETURN(groups.edp,
-                     world.Split(blocks > 1 || sharded ? replica * ep_ + c.dp % ep_ : -1, rank, "edp"));
+                     world.Split(blocks > 1 || sharded ? replica * ep_ + c.dp % ep_ : -1, rank,
+                                 comm::group::kEdp));
   }
   return groups;
 }

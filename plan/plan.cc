@@ -16,6 +16,7 @@
 #include "report/report.h"
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/comm/nodes.h"
 
 namespace tally::train {
@@ -307,7 +308,9 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
       const int stage = grid.Of(group[0]).pp;
       std::vector<std::string> scopes;
       if (stage == 0) scopes.push_back("embedding");
-      if (stage == in.pp - 1) scopes.insert(scopes.end(), {"lm_head", "cross_entropy"});
+      if (stage == in.pp - 1) {
+        scopes.insert(scopes.end(), {comm::scope::kLmHead, comm::scope::kCrossEntropy});
+      }
       std::vector<std::pair<Primitive, parallel::TensorParallelCalls>> group_calls;
       for (const std::string& scope : scopes) {
         for (const Primitive p : {Primitive::kAllReduce, Primitive::kAllGather, Primitive::kReduceScatter}) {

@@ -1,5 +1,7 @@
 // The report's traffic formulas (report.h): the exact bytes of each row and the seed
 // article's, from the options alone. The memory formulas are report/memory.cc.
+#include "report/formulas.h"
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -11,9 +13,9 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero/sharding.h"
-#include "report/formulas.h"
 #include "report/report.h"
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/ledger/names.h"
 
 namespace tally::train {
 
@@ -96,7 +98,9 @@ std::optional<parallel::TensorParallelCalls> TensorParallelPattern(const TrainOp
   step.recompute_layers = o.parallel.LayerRecompute();
   step.activation_bytes = size_t(BytesOf(o).activations);
   step.grad_bytes = size_t(BytesOf(o).grads);
-  if (key.label == "sequence_parallel") step.per_token_elements = PerTokenElements(o, rank);
+  if (key.label == comm::scope::kSequenceParallel) {
+    step.per_token_elements = PerTokenElements(o, rank);
+  }
   return parallel::TensorParallelCallsPerStep(step, key.label, key.primitive, key.phase);
 }
 
@@ -145,10 +149,10 @@ int64_t PipelineSent(const Row& row) {
            BytesOf(o).activations;
   }
   if (key.primitive != comm::Primitive::kAllReduce) return -1;
-  if (key.label == "loss" && key.phase == comm::Phase::kOther) {
+  if (key.label == comm::scope::kLoss && key.phase == comm::Phase::kOther) {
     return ScalarSent(row, o.parallel.pp, row.at.pp, 4);
   }
-  if (key.label == "grad_norm" && key.phase == comm::Phase::kOptimizer) {
+  if (key.label == comm::scope::kGradNorm && key.phase == comm::Phase::kOptimizer) {
     return ScalarSent(row, o.parallel.pp, row.at.pp, 8);
   }
   return -1;
@@ -201,7 +205,7 @@ int64_t ExpertSent(const Row& row) {
                               o.model.n_experts, 8)
                .sent;
   }
-  if (key.label == "grad_norm" && key.primitive == comm::Primitive::kAllReduce) {
+  if (key.label == comm::scope::kGradNorm && key.primitive == comm::Primitive::kAllReduce) {
     return ScalarSent(row, o.parallel.ep, ep_rank, 8);
   }
   return -1;
@@ -269,8 +273,8 @@ int64_t DataParallelSent(const Row& row) {
                                              element, GroupNodes(row.in, row.rank, false))
                               .sent;
   };
-  if (key.label == "loss") return one(4);       // one float
-  if (key.label == "grad_norm") return one(8);  // ZeRO: one double
+  if (key.label == comm::scope::kLoss) return one(4);      // one float
+  if (key.label == comm::scope::kGradNorm) return one(8);  // ZeRO: one double
   return -1;
 }
 
@@ -278,20 +282,20 @@ int64_t DataParallelSent(const Row& row) {
 
 int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank) {
   const Row row{in, key, rank};
-  if (key.group == "pp") return PipelineSent(row);
-  if (key.group == "embedding" && key.label == "tied_embedding" &&
+  if (key.group == comm::group::kPp) return PipelineSent(row);
+  if (key.group == comm::group::kEmbedding && key.label == comm::scope::kTiedEmbedding &&
       key.primitive == comm::Primitive::kAllReduce) {
     return TiedEmbeddingSent(row);
   }
-  if (key.group == "tp") return TensorParallelSent(row);
+  if (key.group == comm::group::kTp) return TensorParallelSent(row);
   if (key.primitive == comm::Primitive::kAllToAllV) {  // what the call's counts said
     const auto& expected = in.traffic[size_t(rank)].expected();
     const auto it = expected.find(key);
     return it != expected.end() ? it->second : -1;
   }
-  if (key.group == "ep") return ExpertSent(row);
-  if (key.group == "edp") return ExpertDataSent(row);
-  if (key.group == "dp") return DataParallelSent(row);
+  if (key.group == comm::group::kEp) return ExpertSent(row);
+  if (key.group == comm::group::kEdp) return ExpertDataSent(row);
+  if (key.group == comm::group::kDp) return DataParallelSent(row);
   return -1;
 }
 
@@ -312,10 +316,10 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   if (o.parallel.ep > 1) {
     const int64_t c = o.model.n_embd;
     const int64_t experts = int64_t(o.model.n_layer) * o.model.n_experts * (8 * c * c + 5 * c);
-    phi = key.group == "edp" ? experts / o.parallel.ep : phi - experts;
+    phi = key.group == comm::group::kEdp ? experts / o.parallel.ep : phi - experts;
   }
   const int64_t part_bytes = in.steps * phi * element / (o.parallel.tp * o.parallel.pp);
-  if (key.group == "ep" && key.primitive == comm::Primitive::kAllToAllV &&
+  if (key.group == comm::group::kEp && key.primitive == comm::Primitive::kAllToAllV &&
       (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward)) {
     // The seed's balanced estimate: each all-to-all sends (N−1)/N of the micro-batch's
     // b·s·k·h values (the rows leave as the activations' type, everything else fp32).
@@ -325,10 +329,10 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
         int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.moe_top_k * o.model.n_embd;
     return in.steps * o.accumulation_steps() * (o.parallel.ep - 1) * values / o.parallel.ep * value;
   }
-  if (key.group == "tp") {
+  if (key.group == comm::group::kTp) {
     std::optional<parallel::TensorParallelCalls> p = TensorParallelPattern(o, key, 0);
-    if (!p || key.label == "cross_entropy" || key.label == "grad_norm" ||
-        key.label == "sequence_parallel") {
+    if (!p || key.label == comm::scope::kCrossEntropy || key.label == comm::scope::kGradNorm ||
+        key.label == comm::scope::kSequenceParallel) {
       return -1;
     }
     // An all-reduce of M bytes is 2M; an all-gather or reduce-scatter, its half, M.
@@ -336,7 +340,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
     return in.steps * p->calls * passes * p->count * int64_t(p->element);
   }
   if (parallel::IsPipelineBoundary(key)) return in.steps * BoundaryBytesPerStep(o);  // the seed's bsh each way
-  if (key.group != "dp" && key.group != "edp") return -1;
+  if (key.group != comm::group::kDp && key.group != comm::group::kEdp) return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
     return 2 * part_bytes;
   }

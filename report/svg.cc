@@ -6,13 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/comm/ledger/names.h"
 
 namespace tally::train::svg {
 
 std::string GroupColour(const std::string& group) {
   static const std::map<std::string, std::string> kColours = {
-      {"dp", kBlue},    {"tp", kOrange}, {"pp", kGreen},         {"ep", kPurple},
-      {"edp", kSky},    {"world", kBlack}, {"embedding", kYellow}};
+      {comm::group::kDp, kBlue},         {comm::group::kTp, kOrange}, {comm::group::kPp, kGreen},
+      {comm::group::kEp, kPurple},       {comm::group::kEdp, kSky},   {comm::group::kWorld, kBlack},
+      {comm::group::kEmbedding, kYellow}};
   auto it = kColours.find(group);
   return it != kColours.end() ? it->second : kVermillion;
 }

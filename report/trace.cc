@@ -5,6 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/json_writer.h"
 
 namespace tally::train {
@@ -64,7 +65,8 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
       // Stage `from` sends to stage `to` of the same (dp, tp) replica (in training and in
       // evaluation).
       const auto boundary = parallel::ParseBoundaryScope(k.label);
-      if (k.group == "pp" && k.primitive == comm::Primitive::kSendRecv && boundary.has_value()) {
+      if (k.group == comm::group::kPp && k.primitive == comm::Primitive::kSendRecv &&
+          boundary.has_value()) {
         const auto [from, to] = *boundary;
         const parallel::Topology grid = o.topology();
         const parallel::GridCoordinates at = grid.Of(int(r));

@@ -2,6 +2,7 @@
 // parallel/pipeline_parallel.h; around it, the tied embedding's sum, data parallelism's
 // buckets, and the last stage's loss to every stage.
 #include "runtime/clock.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 #include "train/trainer.h"
 
@@ -44,7 +45,7 @@ absl::StatusOr<StepStats> Trainer::PipelinedTrainStep(int64_t step) {
   float mean = 0;
   {
     comm::PhaseScope phase(traffic(), comm::Phase::kOther);
-    comm::LabelScope label(traffic(), "loss");
+    comm::LabelScope label(traffic(), comm::scope::kLoss);
     ASSIGN_OR_RETURN(mean, pipeline_->FromLastStage(float(loss)));
   }
   return Update(step, mean, start);

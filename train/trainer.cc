@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "optim/schedule.h"
 #include "runtime/clock.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/signals.h"
@@ -159,7 +160,7 @@ void Trainer::RecordSpan(const char* what, int micro_batch, int64_t start) {
 absl::StatusOr<float> Trainer::GlobalMean(float local) {
   if (groups_.dp == nullptr) return local;
   comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
-  comm::LabelScope label(world_->ledger(), "loss");
+  comm::LabelScope label(world_->ledger(), comm::scope::kLoss);
   ASSIGN_OR_RETURN(double mean, groups_.dp->AllReduceValue(local, DType::kF32, comm::ReduceOp::kAvg));
   return float(mean);
 }

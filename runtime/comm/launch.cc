@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/comm/transport/threads/threads_transport.h"
 
 namespace tally::comm {
@@ -40,7 +41,7 @@ absl::Status RunThreadRanks(const LaunchOptions& options, const RankFunction& fn
   auto session = std::make_shared<threads::Session>(n, options.timeout);
   std::vector<int> ranks(n);
   std::iota(ranks.begin(), ranks.end(), 0);
-  auto world = std::make_shared<threads::Hub>(session, ranks, "world");
+  auto world = std::make_shared<threads::Hub>(session, ranks, group::kWorld);
 
   // A run that every rank stops together (kCancelled: a signal, runtime/signals.h) is no
   // failure: no rank waits for another, so the session is not aborted; rank 0's message

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -19,9 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/algorithms/reduce.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/comm/transport/mpi/group.h"
 #include "runtime/comm/transport/poller.h"
-#include "runtime/comm/algorithms/reduce.h"
 #include "runtime/comm/transport/transport.h"
 #include "runtime/status_macros.h"
 
@@ -339,7 +340,7 @@ class MpiTransport : public Transport {
 std::unique_ptr<Transport> WorldTransport(absl::Duration timeout) {
   auto world = std::make_shared<Group>();
   world->comm = MPI_COMM_WORLD;
-  world->name = "world";
+  world->name = group::kWorld;
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

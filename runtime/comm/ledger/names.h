@@ -1,0 +1,33 @@
+// The names the ledger books under that more than one file writes or reads: each
+// group's name (the communicator's, from world.Split), and the scopes of the calls whose
+// bytes a formula expects by name. The code that books a call and the code that expects
+// it use these, so that the two cannot drift apart.
+//
+//   ASSIGN_OR_RETURN(groups.dp, world.Split(color, rank, comm::group::kDp));
+//   comm::LabelScope label(ledger, comm::scope::kLoss);
+//   if (key.group == comm::group::kDp && key.label == comm::scope::kLoss) ...
+#pragma once
+
+namespace tally::comm {
+
+namespace group {
+inline constexpr char kWorld[] = "world";          // every rank
+inline constexpr char kDp[] = "dp";                // data parallel: the same model part
+inline constexpr char kTp[] = "tp";                // tensor parallel: each layer split
+inline constexpr char kPp[] = "pp";                // the pipeline's stages
+inline constexpr char kEmbedding[] = "embedding";  // the first and last stage's tied copies
+inline constexpr char kEp[] = "ep";                // the experts' all-to-all
+inline constexpr char kEdp[] = "edp";              // the replicas of the same experts
+}  // namespace group
+
+namespace scope {
+inline constexpr char kLoss[] = "loss";                     // the step's loss, summed
+inline constexpr char kGradNorm[] = "grad_norm";            // the squares of the norm, summed
+inline constexpr char kTiedEmbedding[] = "tied_embedding";  // wte's gradient, first and last stage
+inline constexpr char kSequenceParallel[] = "sequence_parallel";  // LayerNorms' gradients under sp
+inline constexpr char kEmbedding[] = "embedding";                 // the token embedding's calls
+inline constexpr char kLmHead[] = "lm_head";                      // the LM head's calls
+inline constexpr char kCrossEntropy[] = "cross_entropy";          // vocab-parallel cross-entropy
+}  // namespace scope
+
+}  // namespace tally::comm
