@@ -218,7 +218,7 @@ absl::Status PipelineParallel::BackwardSlot(int chunk, int slot, float dloss,
 // Long, and kept whole: the stage's list of forwards and backwards with their sends and
 // receives reads best as the one loop it is (as Megatron's schedules do).
 absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dloss,
-                                                     const Span& span) {
+                                                     const SpanRecorder& span) {
   const int b = options_.micro_batch_size, m = options_.micro_batches;
   const int previous = Neighbour(-1), next = Neighbour(+1);
   const int64_t activation = BoundaryElements(b);

@@ -88,11 +88,11 @@ class PipelineParallel {
   // Micro-batch j of the step, on the host: tokens and targets, (b, T) each.
   using Fill = std::function<void(int micro_batch, int32_t* tokens, int32_t* targets)>;
   // Called after each forward and backward of a micro-batch, with its start (trace spans).
-  using Span = std::function<void(const char* what, int micro_batch, int64_t start_nanos)>;
+  using SpanRecorder = std::function<void(const char* what, int micro_batch, int64_t start_nanos)>;
   // One step's schedule, from zeroed gradients: every forward and backward of this stage
   // with its transfers, each position's loss weighted by `dloss`. Returns the mean loss of
   // the micro-batches on the last stage (0 elsewhere).
-  absl::StatusOr<double> RunSchedule(const Fill& fill, float dloss, const Span& span);
+  absl::StatusOr<double> RunSchedule(const Fill& fill, float dloss, const SpanRecorder& span);
   // The tied embedding: the first stage's lookup and the last stage's head each add to
   // their own copy of wte; the sum goes to both over `embedding` (Megatron's embedding
   // group; null on the other stages), phase backward, scope tied_embedding.

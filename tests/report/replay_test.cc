@@ -9,17 +9,11 @@
 #include "gtest/gtest.h"
 #include "report/trace.h"
 #include "runtime/json_reader.h"
+#include "tests/report/flops.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
 namespace {
-
-// `flops` of matmuls in one call (a flat-rate GPU times them as FLOPs alone).
-ComputeWork Flops(double flops) {
-  ComputeWork w;
-  w.AddMatmuls(flops, 0, 1);
-  return w;
-}
 
 // 1 TFLOP/s; links of 1 GB/s + 1 us inside a node, 0.5 GB/s + 2 us across.
 const comm::Cluster kLinks{{1, 1}, {0.5, 2}};

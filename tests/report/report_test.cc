@@ -5,16 +5,10 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "report/report.h"
+#include "tests/report/flops.h"
 
 namespace tally::train {
 namespace {
-
-// `flops` of matmuls in one call (a flat-rate GPU times them as FLOPs alone).
-ComputeWork Flops(double flops) {
-  ComputeWork w;
-  w.AddMatmuls(flops, 0, 1);
-  return w;
-}
 
 comm::LedgerKey Key(const std::string& group, comm::Primitive primitive, comm::Phase phase,
                     const std::string& label = "") {
