@@ -25,8 +25,6 @@ namespace {
 using comm::Algorithm;
 using comm::Primitive;
 
-
-
 // The values one GPU holds: its tensor-parallel part of its stage (the largest), and of
 // them its share of the experts (E/ep of each layer's).
 struct Part {

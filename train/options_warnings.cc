@@ -11,12 +11,12 @@
 namespace tally::train {
 namespace {
 
-// Books "[flags] warning: --flag has no effect because".
+// Books "[flags] warning: --flag has no effect because". Each topic below reads the
+// options given against `defaults`, the options no flag changed.
 using Unused = std::function<void(const char* flag, const char* because)>;
 
 // The grid's flags that the grid leaves unused.
-void ParallelWarnings(const TrainOptions& o, const Unused& unused) {
-  const TrainOptions defaults;
+void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const Unused& unused) {
   if (o.parallel.tp == 1 && o.parallel.sequence_parallel) {
     unused("--sequence_parallel", "with --tp=1");
   }
@@ -58,8 +58,7 @@ void ParallelWarnings(const TrainOptions& o, const Unused& unused) {
 }
 
 // The experts' flags without experts.
-void ModelWarnings(const TrainOptions& o, const Unused& unused) {
-  const TrainOptions defaults;
+void ModelWarnings(const TrainOptions& o, const TrainOptions& defaults, const Unused& unused) {
   if (!o.model.moe()) {
     if (o.model.moe_top_k != defaults.model.moe_top_k) unused("--moe_top_k", "without --n_experts");
     if (o.model.capacity_factor != defaults.model.capacity_factor) {
@@ -85,8 +84,8 @@ void PrecisionWarnings(const TrainOptions& o, const Unused& unused) {
 }
 
 // Evaluation's and sampling's flags where nothing is evaluated or sampled.
-void EvaluationAndSamplingWarnings(const TrainOptions& o, const Unused& unused) {
-  const TrainOptions defaults;
+void EvaluationAndSamplingWarnings(const TrainOptions& o, const TrainOptions& defaults,
+                                   const Unused& unused) {
   // Read from the flags as given: a dry run turns evaluation and sampling off itself.
   if (o.dry_run) {
     if (o.data.eval_every > 0 && o.data.eval_every != defaults.data.eval_every) {
@@ -109,8 +108,7 @@ void EvaluationAndSamplingWarnings(const TrainOptions& o, const Unused& unused) 
 }
 
 // Training's flags in a sampling job.
-void SampleOnlyWarnings(const TrainOptions& o, const Unused& unused) {
-  const TrainOptions defaults;
+void SampleOnlyWarnings(const TrainOptions& o, const TrainOptions& defaults, const Unused& unused) {
   // A sampling job reads the checkpoint's parameters and nothing of training.
   if (o.sampling.sample_only) {
     const char* because = "with --sample_only (it trains nothing)";
@@ -139,15 +137,16 @@ void SampleOnlyWarnings(const TrainOptions& o, const Unused& unused) {
 }  // namespace
 
 std::vector<std::string> TrainOptions::Warnings() const {
+  const TrainOptions defaults;
   std::vector<std::string> lines;
   const Unused unused = [&](const char* flag, const char* because) {
     lines.push_back(absl::StrCat("[flags] warning: ", flag, " has no effect ", because));
   };
-  ParallelWarnings(*this, unused);
-  ModelWarnings(*this, unused);
+  ParallelWarnings(*this, defaults, unused);
+  ModelWarnings(*this, defaults, unused);
   PrecisionWarnings(*this, unused);
-  EvaluationAndSamplingWarnings(*this, unused);
-  SampleOnlyWarnings(*this, unused);
+  EvaluationAndSamplingWarnings(*this, defaults, unused);
+  SampleOnlyWarnings(*this, defaults, unused);
   return lines;
 }
 
