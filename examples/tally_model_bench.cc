@@ -288,6 +288,26 @@ absl::Status PrintHeader(DeviceType device, std::vector<int>& thread_counts) {
   return absl::OkStatus();
 }
 
+// The model and batch are valid and fit in memory, and --json can be written, before
+// anything is measured.
+absl::Status CheckBeforeMeasuring(DeviceType device, int threads, DType precision) {
+  const train::TrainOptions options = BenchOptions(device, threads, precision).Resolved();
+  RETURN_IF_ERROR(options.Validate());
+  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1, /*writes_outputs=*/true));
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
+  }
+  return absl::OkStatus();
+}
+
+// A configuration's tokens/s in each round: "cpu fp32 2: 1234 / 1250 / 1241".
+std::string EachRound(const Row& median, const std::vector<Row>& rounds) {
+  std::vector<std::string> tokens;
+  for (const Row& each : rounds) tokens.push_back(absl::StrFormat("%.0f", each.tokens_per_s));
+  return absl::StrFormat("%s %s %d: %s", median.device, median.precision, median.threads,
+                         absl::StrJoin(tokens, " / "));
+}
+
 absl::Status Main() {
   ASSIGN_OR_RETURN(std::vector<int> thread_counts, ThreadCounts());
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0 ||
@@ -297,14 +317,7 @@ absl::Status Main() {
   }
   ASSIGN_OR_RETURN(const std::vector<DType> precisions, Precisions());
   ASSIGN_OR_RETURN(const DeviceType device, train::ParseDevice(absl::GetFlag(FLAGS_device)));
-  // The model and batch are valid and fit in memory, before anything is measured.
-  const train::TrainOptions options =
-      BenchOptions(device, thread_counts.front(), precisions.front()).Resolved();
-  RETURN_IF_ERROR(options.Validate());
-  RETURN_IF_ERROR(train::CheckBeforeTraining(options, 1, /*writes_outputs=*/true));
-  if (!absl::GetFlag(FLAGS_json).empty()) {
-    RETURN_IF_ERROR(CheckOutputFile(absl::GetFlag(FLAGS_json), "[tally_model_bench] --json"));
-  }
+  RETURN_IF_ERROR(CheckBeforeMeasuring(device, thread_counts.front(), precisions.front()));
   RETURN_IF_ERROR(PrintHeader(device, thread_counts));
   // Every precision and thread count once a round; a configuration's row is printed once
   // its last round is in.
@@ -334,12 +347,7 @@ absl::Status Main() {
       const double of_peak = row.gflops / row.peak_gflops;
       PrintRow(row, of_peak, speedup);
       WriteRow(w, row, of_peak, speedup, config.rounds);
-      std::vector<std::string> tokens;
-      for (const Row& each : config.rounds) {
-        tokens.push_back(absl::StrFormat("%.0f", each.tokens_per_s));
-      }
-      each_round.push_back(absl::StrFormat("%s %s %d: %s", row.device, row.precision, row.threads,
-                                           absl::StrJoin(tokens, " / ")));
+      each_round.push_back(EachRound(row, config.rounds));
     }
   }
   w.EndArray();

@@ -2,14 +2,12 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::model {
 
 namespace {
-
-std::string Scope(int layer, const char* branch) { return absl::StrCat("layer", layer, ".", branch); }
 
 // Where a kernel writes an fp32 result that is kept as `kept`: kept itself when it is
 // fp32, else `scratch`, from which Keep rounds it into kept.
@@ -31,7 +29,8 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
   const bool sp = split.sequence_parallel();
-  const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
+  const std::string attn = comm::scope::Layer(layer, comm::scope::kAttn),
+                    mlp = comm::scope::Layer(layer, comm::scope::kMlp);
   // Attention branch: residual2 = x + c_proj(attention(c_attn(LN1(x)))).
   // Sequence parallelism: LN1 writes this rank's rows, which f gathers into a.ln1.
   const TypedPtr ln1 = sp ? TypedPtr(s.rows, a.ln1.type) : a.ln1;
@@ -70,7 +69,8 @@ absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit
   const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
-  const std::string attn = Scope(layer, "attn"), mlp = Scope(layer, "mlp");
+  const std::string attn = comm::scope::Layer(layer, comm::scope::kAttn),
+                    mlp = comm::scope::Layer(layer, comm::scope::kMlp);
   // MLP branch. d(out) reaches the MLP's c_proj unchanged through the addition.
   if (config.moe()) {
     RETURN_IF_ERROR(

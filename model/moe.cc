@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::model {
@@ -123,8 +123,6 @@ ExpertGrads ExpertGradsOf(const BlockTensors& g, int e) {
 ConstTypedPtr Row(ConstTypedPtr base, int64_t row, int64_t c) { return base + row * c; }
 TypedPtr Row(TypedPtr base, int64_t row, int64_t c) { return base + row * c; }
 
-std::string Scope(int layer, const char* what) { return absl::StrCat("layer", layer, ".", what); }
-
 // The rows each of this rank's experts runs: all of the routing's, or under expert
 // parallelism what every rank sent it.
 std::vector<int64_t> LocalRows(const MoeRouting& r, const ExpertSplit* experts) {
@@ -174,7 +172,7 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
                         int n, const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
                         const MoeActivations& a, const MoeScratch& s, float* out) {
   const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c / split.size();
-  const std::string scope = Scope(layer, "experts");
+  const std::string scope = comm::scope::Layer(layer, comm::scope::kExperts);
   RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.operands(w.router_w), nullptr, n, c, e_count));
   std::vector<float> logits(static_cast<size_t>(n) * e_count);
   RETURN_IF_ERROR(k.ToHost(logits.data(), s.logits, sizeof(float) * logits.size()));
@@ -201,7 +199,9 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
   if (experts != nullptr) {
     std::vector<int64_t> per_expert;
     for (int e = 0; e < e_count; ++e) per_expert.push_back(r.tokens(e));
-    ASSIGN_OR_RETURN(r.recv_counts, experts->ExchangeCounts(per_expert, Scope(layer, "counts")));
+    ASSIGN_OR_RETURN(
+        r.recv_counts,
+        experts->ExchangeCounts(per_expert, comm::scope::Layer(layer, comm::scope::kCounts)));
     r.send_rows.assign(size_t(ranks), 0);
     r.recv_rows.assign(size_t(ranks), 0);
     for (int j = 0; j < ranks; ++j) {
@@ -209,7 +209,7 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
       for (int l = 0; l < local; ++l) r.recv_rows[size_t(j)] += r.recv_counts[size_t(j * local + l)];
     }
     RETURN_IF_ERROR(experts->AllToAllRows(a.x, r.send_rows, a.wire_x, r.recv_rows, c,
-                                          Scope(layer, "dispatch")));
+                                          comm::scope::Layer(layer, comm::scope::kDispatch)));
     RETURN_IF_ERROR(Reorder(k, r, local, a.wire_x.data, a.expert_x.data, row_bytes, true));
   }
   const std::vector<int64_t> rows = LocalRows(r, experts);
@@ -231,7 +231,7 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
     const size_t out_row = sizeof(float) * size_t(c);
     RETURN_IF_ERROR(Reorder(k, r, local, a.expert_y, a.wire_y, out_row, false));
     RETURN_IF_ERROR(experts->AllToAllRows(a.wire_y, r.recv_rows, a.y, r.send_rows, c,
-                                          Scope(layer, "combine")));
+                                          comm::scope::Layer(layer, comm::scope::kCombine)));
   }
   // Combine: each kept output, weighted, into its token's row, in expert order.
   RETURN_IF_ERROR(k.Zero(out, sizeof(float) * size_t(n) * c));
@@ -249,7 +249,7 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& 
                          ConstTypedPtr x, const ExpertSplit* experts, const MoeActivations& a,
                          const MoeScratch& s, float dloss, const float* dout, float* dx) {
   const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c / split.size();
-  const std::string scope = Scope(layer, "experts");
+  const std::string scope = comm::scope::Layer(layer, comm::scope::kExperts);
   const MoeRouting& r = *a.routing;
   const int top = r.k;
   const int64_t kept = r.kept_count();
@@ -278,7 +278,7 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& 
   float* expert_rows = experts != nullptr ? s.expert_rows : s.rows;
   if (experts != nullptr) {
     RETURN_IF_ERROR(experts->AllToAllRows(s.rows, r.send_rows, s.wire_rows, r.recv_rows, c,
-                                          Scope(layer, "dispatch")));
+                                          comm::scope::Layer(layer, comm::scope::kDispatch)));
     RETURN_IF_ERROR(Reorder(k, r, local, s.wire_rows, expert_rows, row, true));
   }
   const std::vector<int64_t> rows = LocalRows(r, experts);
@@ -302,7 +302,7 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& 
   if (experts != nullptr) {
     RETURN_IF_ERROR(Reorder(k, r, local, expert_rows, s.wire_rows, row, false));
     RETURN_IF_ERROR(experts->AllToAllRows(s.wire_rows, r.recv_rows, s.rows, r.send_rows, c,
-                                          Scope(layer, "combine")));
+                                          comm::scope::Layer(layer, comm::scope::kCombine)));
   }
   // The router: d(p) through the renormalisation and the auxiliary loss, then the softmax.
   std::vector<float> d_logits(static_cast<size_t>(n) * e_count);

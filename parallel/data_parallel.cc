@@ -46,16 +46,33 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
                                   bucket_bytes, algorithm, comm_type, nodes);
 }
 
+comm::ExpectedCalls GradientSyncCalls(std::span<const comm::Chunk> ranges,
+                                      const GradientSyncShape& s) {
+  const int64_t element = int64_t(SizeOf(s.comm_type));
+  comm::ExpectedCalls calls;
+  for (const comm::Chunk& bucket : GradientBuckets(ranges, s.bucket_bytes / element)) {
+    calls.push_back({.group = s.group,
+                     .primitive = comm::Primitive::kAllReduce,
+                     .phase = comm::Phase::kBackward,
+                     .count = bucket.count,
+                     .element = element,
+                     .ranks = s.ranks,
+                     .rank = s.rank,
+                     .nodes = s.nodes});
+  }
+  return calls;
+}
+
 int64_t GradientSyncBytesPerStep(std::span<const comm::Chunk> ranges, int dp, int dp_rank,
                                  int64_t bucket_bytes, comm::Algorithm algorithm, DType comm_type,
                                  std::span<const int> nodes) {
-  const int64_t element = int64_t(SizeOf(comm_type));
-  int64_t sent = 0;
-  for (const comm::Chunk& bucket : GradientBuckets(ranges, bucket_bytes / element)) {
-    sent += comm::ExactTraffic(comm::Primitive::kAllReduce, algorithm, dp, dp_rank, -1,
-                               bucket.count, element, nodes).sent;
-  }
-  return sent;
+  return comm::TotalSent(
+      GradientSyncCalls(ranges, {.ranks = dp,
+                                 .rank = dp_rank,
+                                 .nodes = std::vector<int>(nodes.begin(), nodes.end()),
+                                 .bucket_bytes = bucket_bytes,
+                                 .comm_type = comm_type}),
+      algorithm);
 }
 
 GradientSync::GradientSync(comm::Communicator* dp, int64_t total, int64_t bucket_bytes,

@@ -42,6 +42,7 @@
 #include "parallel/step_end.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/ledger/expected_calls.h"
 
 namespace tally::parallel {
 
@@ -56,11 +57,23 @@ std::vector<comm::Chunk> GradientBuckets(std::span<const comm::Chunk> ranges,
 // the second over the data-parallel group.
 std::vector<comm::Chunk> ExpertRanges(const model::ParameterLayout& layout, bool experts);
 
-// Bytes rank `dp_rank` of `dp` ranks sends per step to sum the gradients of `params`
-// parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per bucket;
-// with the ring and dp dividing every bucket, 2(dp−1)/dp·4·params; 2 bytes a value when the
-// gradients travel as bf16).
-// `nodes`: the node of each dp rank, for the hierarchical algorithm (exact_traffic.h).
+// One step's gradient sums as data (runtime/comm/ledger/expected_calls.h): an
+// all-reduce of each bucket of `ranges` (phase backward, no scope) over `group` (dp, or
+// edp for the experts' ranges), `comm_type` values (2 bytes when the gradients travel as
+// bf16). `nodes`: the node of each rank, for the hierarchical algorithm.
+struct GradientSyncShape {
+  const char* group = "";
+  int ranks = 1, rank = 0;
+  std::vector<int> nodes = {};
+  int64_t bucket_bytes = 0;
+  DType comm_type = DType::kF32;
+};
+comm::ExpectedCalls GradientSyncCalls(std::span<const comm::Chunk> ranges,
+                                      const GradientSyncShape& shape);
+
+// Their bytes: what rank `dp_rank` of `dp` ranks sends per step to sum the gradients of
+// `params` parameters in buckets of `bucket_bytes` with `algorithm` (exact_traffic.h per
+// bucket; with the ring and dp dividing every bucket, 2(dp−1)/dp·4·params).
 int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bucket_bytes,
                                  comm::Algorithm algorithm, DType comm_type = DType::kF32,
                                  std::span<const int> nodes = {});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -27,6 +28,25 @@ absl::Status ExpertParallel::AllToAllRows(ConstTypedPtr send, std::span<const in
   Tensor in = Tensor::Borrow(TypedPtr(const_cast<void*>(send.data), send.type), sends, device_);
   Tensor out = Tensor::Borrow(recv, receives, device_);
   return group_->AllToAllV(in, send_counts, out, recv_counts);
+}
+
+comm::ExpectedCalls RoutingCountCalls(const RoutingShape& s) {
+  comm::ExpectedCalls calls;
+  for (const comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
+    if (phase == comm::Phase::kBackward && !s.recompute) continue;
+    for (int l : s.layers) {
+      calls.push_back({.group = comm::group::kEp,
+                       .primitive = comm::Primitive::kAllToAll,
+                       .phase = phase,
+                       .scope = comm::scope::Layer(l, comm::scope::kCounts),
+                       .count = s.n_experts,
+                       .element = 8,
+                       .calls = s.micro_batches,
+                       .ranks = s.ranks,
+                       .rank = s.rank});
+    }
+  }
+  return calls;
 }
 
 }  // namespace tally::parallel

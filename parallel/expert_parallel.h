@@ -19,8 +19,12 @@
 //   GPT::Create(..., &experts);
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "model/expert_split.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/ledger/expected_calls.h"
 
 namespace tally::parallel {
 
@@ -41,5 +45,19 @@ class ExpertParallel final : public model::ExpertSplit {
   comm::Communicator* group_;
   Device device_;
 };
+
+// One step's calls of fixed size as data (runtime/comm/ledger/expected_calls.h): each
+// held layer's routing counts, E int64 (`n_experts`) in each micro-batch's forward, again
+// in backward when the forward is recomputed. The rows' all-to-alls carry what the
+// routing chose: the ledger keeps the sizes each call was given
+// (TrafficLedger::expected), which the report reads instead.
+struct RoutingShape {
+  int ranks = 1, rank = 0;  // the ep group
+  std::vector<int> layers = {};
+  int n_experts = 0;
+  int64_t micro_batches = 1;
+  bool recompute = false;
+};
+comm::ExpectedCalls RoutingCountCalls(const RoutingShape& shape);
 
 }  // namespace tally::parallel

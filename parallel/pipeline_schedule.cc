@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 
@@ -39,9 +40,59 @@ bool IsPipelineBoundary(const comm::LedgerKey& key) {
          (key.phase == comm::Phase::kForward || key.phase == comm::Phase::kBackward);
 }
 
-int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split,
-                             int64_t element) {
-  return replica_sequences * seq_len * n_embd * element / sequence_split;
+int64_t TiedEmbeddingValues(const model::GPTConfig& config, int tp, int tp_rank, int zero_stage,
+                            int dp, int dp_rank) {
+  const int64_t wte =
+      model::ParameterLayout::ForGPT(config, tp, tp_rank, {{0, 1}}).specs()[0].numel;
+  return zero_stage >= 2 ? comm::ChunkOf(wte, dp, dp_rank).count : wte;
+}
+
+comm::ExpectedCalls PipelineCalls(const PipelineShape& s) {
+  using comm::Phase;
+  comm::ExpectedCalls calls;
+  const int last = s.virtual_stages * s.stages - 1;
+  // A boundary this stage sends (or receives) over, and under scatter/gather the gather
+  // of what it receives.
+  auto boundary = [&](int from, int to, Phase phase, bool receive) {
+    calls.push_back({.group = comm::group::kPp,
+                     .primitive = comm::Primitive::kSendRecv,
+                     .phase = phase,
+                     .scope = BoundaryScope(from, to),
+                     .count = s.boundary,
+                     .element = s.element,
+                     .calls = s.micro_batches,
+                     .ranks = s.stages,
+                     .rank = s.stage,
+                     .receive = receive});
+    if (!receive || s.gathered == 0) return;
+    calls.push_back({.group = comm::group::kTp,
+                     .primitive = comm::Primitive::kAllGather,
+                     .phase = phase,
+                     .scope = BoundaryScope(from, to),
+                     .count = s.gathered,
+                     .element = s.element,
+                     .calls = s.micro_batches,
+                     .ranks = s.tp,
+                     .rank = s.tp_rank});
+  };
+  for (int c = 0; c < s.virtual_stages; ++c) {
+    const int vs = c * s.stages + s.stage;
+    if (vs < last) boundary(vs, vs + 1, Phase::kForward, false);
+    if (vs > 0) boundary(vs, vs - 1, Phase::kBackward, false);
+    if (vs > 0) boundary(vs - 1, vs, Phase::kForward, true);
+    if (vs < last) boundary(vs + 1, vs, Phase::kBackward, true);
+  }
+  if (s.tied > 0 && (s.stage == 0 || s.stage == s.stages - 1)) {
+    calls.push_back({.group = comm::group::kEmbedding,
+                     .primitive = comm::Primitive::kAllReduce,
+                     .phase = Phase::kBackward,
+                     .scope = comm::scope::kTiedEmbedding,
+                     .count = s.tied,
+                     .element = s.grad_element,
+                     .ranks = 2,
+                     .rank = s.stage == 0 ? 0 : 1});
+  }
+  return calls;
 }
 
 const char* Name(PipelineSchedule schedule) {

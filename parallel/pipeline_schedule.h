@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
+#include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/comm/ledger/ledger.h"
 
 namespace tally::parallel {
@@ -54,14 +55,32 @@ std::string BoundaryScope(int from, int to);
 std::optional<std::pair<int, int>> ParseBoundaryScope(std::string_view scope);
 // Whether a ledger row is a boundary's transfer (group pp, send/recv, forward or backward).
 bool IsPipelineBoundary(const comm::LedgerKey& key);
-// Bytes each boundary carries each way in a step: every micro-batch's (b, s, h)
-// activations forward and their gradients back, so `replica_sequences`·s·h·4 for the
-// replica's share of the global batch, whatever the micro-batch count; under sequence
-// parallelism each tensor-parallel rank sends its part of the sequence (`sequence_split`
-// = tp, else 1).
-// `element` bytes a value (4; 2 when the boundaries travel as bf16).
-int64_t BoundaryBytesPerStep(int64_t replica_sequences, int seq_len, int n_embd, int sequence_split,
-                             int64_t element = 4);
+// One step's pipeline calls as data (runtime/comm/ledger/expected_calls.h), on stage
+// `stage` of `stages`, which holds `virtual_stages` chunks (virtual stage c·N + stage
+// each, of v·N). Per micro-batch, each boundary the stage's chunks send over (a chunk's
+// output to the next virtual stage, phase forward; its input's gradient to the one
+// before, phase backward) and receive over: one sendrecv of `boundary` values of
+// `element` bytes (b·s·h of a micro-batch; 1/tp of it under sequence parallelism, a tp
+// rank's chunk under scatter/gather), group pp, scope BoundaryScope(from, to). Under
+// scatter/gather (`gathered` > 0) each received chunk is all-gathered over the tp group
+// into the whole b·s·h tensor (`gathered` values), under the same scope and phase. On
+// the first and the last stage, wte's gradient (`tied` values of `grad_element` bytes;
+// under ZeRO-2/3 the dp rank's chunk of it) summed between the two once a step: group
+// embedding, scope tied_embedding, phase backward.
+struct PipelineShape {
+  int stages = 1, stage = 0, virtual_stages = 1;
+  int64_t micro_batches = 1;
+  int64_t boundary = 0, element = 4;
+  int tp = 1, tp_rank = 0;
+  int64_t gathered = 0;
+  int64_t tied = 0, grad_element = 4;
+};
+comm::ExpectedCalls PipelineCalls(const PipelineShape& shape);
+// PipelineShape::tied for tp rank `tp_rank` of `tp` and dp rank `dp_rank` of `dp`: its
+// rows of wte (config.vocab_size/tp of them, C values each; the first rows one more when
+// tp does not divide), under ZeRO-2/3 its dp rank's chunk of those (partition.h's rule).
+int64_t TiedEmbeddingValues(const model::GPTConfig& config, int tp, int tp_rank, int zero_stage,
+                            int dp, int dp_rank);
 
 // "gpipe", "1f1b" or "interleaved".
 absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(const std::string& name);

@@ -68,6 +68,42 @@ absl::StatusOr<double> GlobalGradientNorm(Kernels& k, const Tensor& grads,
   return std::sqrt(squares);
 }
 
+comm::ExpectedCalls StepEndCalls(const StepEndShape& s) {
+  using comm::Phase;
+  comm::ExpectedCalls calls;
+  // One value of `element` bytes all-reduced over `group` once a step.
+  auto one = [&](const char* name, const StepEndShape::Group& group, Phase phase, const char* scope,
+                 int64_t element) {
+    calls.push_back({.group = name,
+                     .primitive = comm::Primitive::kAllReduce,
+                     .phase = phase,
+                     .scope = scope,
+                     .count = 1,
+                     .element = element,
+                     .ranks = group.ranks,
+                     .rank = group.rank,
+                     .nodes = group.nodes});
+  };
+  one(comm::group::kDp, s.dp, Phase::kOther, comm::scope::kLoss, 4);  // a float
+  one(comm::group::kPp, s.pp, Phase::kOther, comm::scope::kLoss, 4);
+  if (s.shards) one(comm::group::kDp, s.dp, Phase::kOptimizer, comm::scope::kGradNorm, 8);
+  for (auto [name, group] : {std::pair{comm::group::kTp, &s.tp}, std::pair{comm::group::kPp, &s.pp},
+                             std::pair{comm::group::kEp, &s.ep}}) {
+    one(name, *group, Phase::kOptimizer, comm::scope::kGradNorm, 8);  // a double
+  }
+  if (s.sequence_parallel) {
+    calls.push_back({.group = comm::group::kTp,
+                     .primitive = comm::Primitive::kAllReduce,
+                     .phase = Phase::kBackward,
+                     .scope = comm::scope::kSequenceParallel,
+                     .count = s.per_token_elements,
+                     .element = s.grad_bytes,
+                     .ranks = s.tp.ranks,
+                     .rank = s.tp.rank});
+  }
+  return calls;
+}
+
 absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, float* params,
                                    Tensor& grads, const std::vector<model::TensorRange>& ranges,
                                    const std::vector<optim::Segment>& segments, float lr, float clip,

@@ -35,6 +35,7 @@
 #include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/tensor.h"
 
 namespace tally::parallel {
@@ -68,6 +69,25 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
                                    Tensor& grads, const std::vector<model::TensorRange>& ranges,
                                    const std::vector<optim::Segment>& segments, float lr, float clip,
                                    const GradientGroups& groups);
+
+// Steps 1 and 2 as data (runtime/comm/ledger/expected_calls.h), with the trainer's sum of
+// the step's loss (one float over the dp group and over the pipeline's stages, label
+// loss, phase other): the calls of a rank's step end over each group (a group of one
+// rank sends nothing). Under ZeRO (`shards`) the norm's squares are summed over the dp
+// group too.
+struct StepEndShape {
+  struct Group {
+    int ranks = 1, rank = 0;
+    // The node of each rank, for the hierarchical algorithm (empty: unknown).
+    std::vector<int> nodes = {};
+  };
+  Group dp, tp, pp, ep;
+  bool shards = false;
+  bool sequence_parallel = false;
+  int64_t per_token_elements = 0;  // the per-token replicas' values this rank's optimizer sees
+  int64_t grad_bytes = 4;          // a gradient's bytes (bf16: 2)
+};
+comm::ExpectedCalls StepEndCalls(const StepEndShape& shape);
 
 // A rank's weights as training holds them: the store the model reads and adds into
 // (model/weights.h), and what it does with the gradients at the end of a step. Data

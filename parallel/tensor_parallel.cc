@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
@@ -197,7 +198,8 @@ absl::Status TensorParallel::CrossEntropyBackward(Kernels& k, float* dlogits,
 
 namespace {
 
-// One micro-batch's collectives under one scope ("layer" for every layer's attn and mlp).
+// One micro-batch's collectives under one scope (kLayers: every layer's attn and mlp).
+constexpr char kLayers[] = "layer";
 struct ScopeCollective {
   const char* scope;
   comm::Primitive primitive;
@@ -210,64 +212,72 @@ std::vector<ScopeCollective> MicroBatchCollectives(bool sequence_parallel, bool 
   const Primitive rs = Primitive::kReduceScatter;
   if (!sequence_parallel) {
     if (forward) {
-      return {{"layer", ar, false},
+      return {{kLayers, ar, false},
               {comm::scope::kEmbedding, ar, false},
               {comm::scope::kCrossEntropy, ar, true},
               {comm::scope::kCrossEntropy, ar, true},
               {comm::scope::kCrossEntropy, ar, true}};
     }
-    return {{"layer", ar, false}, {comm::scope::kLmHead, ar, false}};
+    return {{kLayers, ar, false}, {comm::scope::kLmHead, ar, false}};
   }
   if (forward) {
-    return {{"layer", ag, false},
-            {"layer", rs, false},
+    return {{kLayers, ag, false},
+            {kLayers, rs, false},
             {comm::scope::kEmbedding, rs, false},
             {comm::scope::kLmHead, ag, false},
             {comm::scope::kCrossEntropy, ar, true},
             {comm::scope::kCrossEntropy, ar, true},
             {comm::scope::kCrossEntropy, ar, true}};
   }
-  return {{"layer", ag, false},
-          {"layer", rs, false},
+  return {{kLayers, ag, false},
+          {kLayers, rs, false},
           {comm::scope::kEmbedding, ag, false},
           {comm::scope::kLmHead, rs, false}};
 }
 
+// The ledger scopes a collective of MicroBatchCollectives runs under on this rank.
+std::vector<std::string> ScopesOf(const TensorParallelShape& s, std::string_view scope) {
+  std::vector<std::string> scopes;
+  if (scope == kLayers) {
+    for (int l : s.layers) {
+      scopes.push_back(comm::scope::Layer(l, comm::scope::kAttn));
+      if (!s.experts) scopes.push_back(comm::scope::Layer(l, comm::scope::kMlp));
+    }
+  } else if (scope == comm::scope::kEmbedding ? s.embedding : s.lm_head) {
+    scopes.emplace_back(scope);
+  }
+  return scopes;
+}
+
 }  // namespace
 
-std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParallelStep& step,
-                                                              const std::string& scope,
-                                                              comm::Primitive primitive,
-                                                              comm::Phase phase) {
-  using comm::Phase;
-  if (primitive == comm::Primitive::kAllReduce) {
-    if (scope == comm::scope::kGradNorm && phase == Phase::kOptimizer) {
-      return TensorParallelCalls{1, 1, 8};
-    }
-    if (scope == comm::scope::kSequenceParallel && phase == Phase::kBackward) {
-      return TensorParallelCalls{1, step.per_token_elements, step.grad_bytes};
-    }
-  }
-  const bool forward = phase == Phase::kForward, backward = phase == Phase::kBackward;
-  if (!forward && !backward) return std::nullopt;
-  const std::string kind = scope.rfind("layer", 0) == 0 ? "layer" : scope;
-  int64_t calls = 0;
-  bool per_row = false;
-  auto count = [&](bool forward_list) {
-    for (const ScopeCollective& c : MicroBatchCollectives(step.sequence_parallel, forward_list)) {
-      if (c.scope == kind && c.primitive == primitive) {
-        calls += step.micro_batches;
-        per_row = c.per_row;
+comm::ExpectedCalls TensorParallelCalls(const TensorParallelShape& s) {
+  comm::ExpectedCalls calls;
+  // Each micro-batch's calls of the forward's list or the backward's, booked in `phase`
+  // (the layers' alone: `layers_only`).
+  auto add = [&](bool forward_list, comm::Phase phase, bool layers_only) {
+    for (const ScopeCollective& c : MicroBatchCollectives(s.sequence_parallel, forward_list)) {
+      if (layers_only && std::string_view(c.scope) != kLayers) continue;
+      for (std::string& scope : ScopesOf(s, c.scope)) {
+        calls.push_back({.group = comm::group::kTp,
+                         .primitive = c.primitive,
+                         .phase = phase,
+                         .scope = std::move(scope),
+                         .count = c.per_row ? s.rows : s.rows * s.n_embd,
+                         .element = c.per_row ? 4 : s.activation_bytes,  // fp32 statistics
+                         .calls = s.micro_batches,
+                         .ranks = s.ranks,
+                         .rank = s.rank});
       }
     }
   };
-  if (forward || step.recompute || (step.recompute_layers && kind == "layer")) {
-    count(/*forward_list=*/true);
+  add(/*forward_list=*/true, comm::Phase::kForward, false);
+  // A recomputed forward calls again in backward: a stage's all of them, a layer's its own.
+  if (s.recompute || s.recompute_layers) {
+    add(/*forward_list=*/true, comm::Phase::kBackward, /*layers_only=*/!s.recompute);
   }
-  if (backward) count(/*forward_list=*/false);
-  if (calls == 0) return std::nullopt;
-  if (per_row) return TensorParallelCalls{calls, step.rows, 4};  // fp32 statistics
-  return TensorParallelCalls{calls, step.rows * step.n_embd, step.activation_bytes};
+  add(/*forward_list=*/false, comm::Phase::kBackward, false);
+  return calls;
 }
 
 }  // namespace tally::parallel

@@ -22,15 +22,15 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "model/parameters.h"
 #include "model/layer_split.h"
+#include "model/parameters.h"
 #include "parallel/sent_as.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/kernels/kernels.h"
 
 namespace tally::parallel {
@@ -132,34 +132,29 @@ class TensorParallel final : public model::LayerSplit {
   SentAs activations_;
 };
 
-// The bytes: every call the layers above make, as the ledger books it. A step of
+// The bytes: every call the layers above make in a step, as the ledger books it
+// (runtime/comm/ledger/expected_calls.h), on one rank of the tp group. A step of
 // `micro_batches` micro-batches of `rows` = micro_batch_size·seq_len tokens, over
 // (rows, n_embd) activations. Per micro-batch, forward: each layer's attention and MLP and
 // the embedding each an all-reduce (sequence parallelism: a layer's all-gather and
 // reduce-scatter each, the embedding's reduce-scatter, the LM head's all-gather), and
 // cross-entropy's three all-reduces of one float per row; backward: each layer's two and
 // the LM head (sequence parallelism: the other way round). With pipeline recompute the
-// forward's calls again in backward; with layer recompute the layers' forward calls. Once a step: the gradient norm (one double) and,
-// under sequence parallelism, the per-token replicas' sum (`per_token_elements` floats).
-// Ledger scopes: layer{i}.attn, layer{i}.mlp, embedding, lm_head, cross_entropy,
-// grad_norm, sequence_parallel.
-struct TensorParallelStep {
+// forward's calls again in backward; with layer recompute the layers' forward calls.
+// Ledger scopes: layer{i}.attn, layer{i}.mlp, embedding, lm_head, cross_entropy. The
+// gradient norm's and the per-token replicas' sums are step_end.h's.
+struct TensorParallelShape {
+  int ranks = 1, rank = 0;       // the tp group
+  std::vector<int> layers = {};  // the layers this rank holds
+  bool experts = false;          // the layers' MLPs are experts (their rows routed: no closed form)
+  bool embedding = false;        // holds the token embedding (the first stage)
+  bool lm_head = false;          // holds the LM head and its loss (the last stage)
   bool sequence_parallel = false;
   int64_t micro_batches = 1, rows = 0, n_embd = 0;
-  bool recompute = false;  // a pipeline stage's forward recomputed in backward
+  bool recompute = false;         // a pipeline stage's forward recomputed in backward
   bool recompute_layers = false;  // each layer's forward recomputed before its backward
-  int64_t per_token_elements = 0;
-  size_t activation_bytes = 4, grad_bytes = 4;  // per value sent (bf16: 2)
+  int64_t activation_bytes = 4;   // per value sent (bf16: 2)
 };
-struct TensorParallelCalls {
-  int64_t calls = 0, count = 0;  // per step, and elements per call
-  size_t element = 4;            // bytes per element
-};
-// The calls of one step under `scope` (layer{i}.* counted per layer), `primitive` and
-// `phase`; nullopt for none. Each call's bytes per rank are comm::ExactTraffic's.
-std::optional<TensorParallelCalls> TensorParallelCallsPerStep(const TensorParallelStep& step,
-                                                              const std::string& scope,
-                                                              comm::Primitive primitive,
-                                                              comm::Phase phase);
+comm::ExpectedCalls TensorParallelCalls(const TensorParallelShape& shape);
 
 }  // namespace tally::parallel

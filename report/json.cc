@@ -94,6 +94,7 @@ void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonW
   std::map<comm::LedgerKey, comm::LinkSeconds> modelled =
       in.traffic[r].ModelledSeconds(nodes, o.cluster.links);
   w.Key("traffic").BeginArray();
+  const comm::ExpectedCalls expected = RankExpectedCalls(in, r);
   for (const auto& [key, c] : in.traffic[r].calls()) {
     w.BeginObject();
     w.Key("group").String(key.group).Key("op").String(comm::Name(key.primitive));
@@ -104,7 +105,7 @@ void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonW
     w.Key("modelled_seconds").Double(modelled[key].total());
     w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
     w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
-    if (const int64_t exact = ExactSent(in, key, r); exact >= 0) {
+    if (const int64_t exact = ExactSent(in, expected, key, r); exact >= 0) {
       w.Key("exact_bytes_sent").Int(exact);
     }
     if (const int64_t seed = SeedSent(in, key); seed >= 0) w.Key("seed_bytes_sent").Int(seed);

@@ -56,6 +56,32 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
   return most;
 }
 
+// Mixed precision: the fp32 working copies of the units in use (model/weights.h), of the
+// parameters, and of the gradients where those are bf16, most at once in any chunk's
+// forward or backward (gpt.cc's order: the embeddings stay from the lookup through the
+// head on a chunk with both, a layer or ln_f one at a time beside them). In elements.
+int64_t WorkingCopyElements(const TrainOptions& o, const model::ParameterLayout& layout) {
+  if (o.Precision().params == DType::kF32) return 0;
+  const int64_t grads = o.Precision().grads != DType::kF32 ? 1 : 0;
+  const std::vector<model::ParamUnit>& units = layout.units();
+  const int64_t e = units[model::ParameterLayout::kEmbeddings].count();
+  const int64_t f = layout.last_stage() ? units[size_t(layout.final_norm_unit())].count() : 0;
+  int64_t working = 0;
+  for (const model::LayerRange& chunk : layout.chunks()) {
+    const bool first = chunk.begin == 0, last = chunk.end == o.model.n_layer;
+    int64_t layer = last ? f : 0;
+    for (int l = chunk.begin; l < chunk.end; ++l) {
+      layer = std::max(layer, units[size_t(layout.layer_unit(l))].count());
+    }
+    const int64_t forward = first ? e + layer : last ? std::max(e, layer) : layer;
+    const int64_t backward = (1 + grads) * (first && last ? e + layer
+                                            : first || last ? std::max(e, layer)
+                                                            : layer);
+    working = std::max({working, forward, backward});
+  }
+  return working;
+}
+
 }  // namespace
 
 int64_t PredictedActivations(const TrainOptions& o, int rank) {
@@ -86,30 +112,7 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
     steps = parallel::StageSteps(o.parallel.schedule, o.parallel.pp, o.topology().Of(rank).pp,
                                  o.accumulation_steps(), int(chunks.size()));
   }
-  // Mixed precision: the fp32 working copies of the units in use (model/weights.h), of the
-  // parameters, and of the gradients where those are bf16, most at once in any chunk's
-  // forward or backward (gpt.cc's order: the embeddings stay from the lookup through the
-  // head on a chunk with both, a layer or ln_f one at a time beside them).
-  int64_t working = 0;
-  if (o.Precision().params != DType::kF32) {
-    const int64_t grads = o.Precision().grads != DType::kF32 ? 1 : 0;
-    const std::vector<model::ParamUnit>& units = layout.units();
-    const int64_t e = units[model::ParameterLayout::kEmbeddings].count();
-    const int64_t f = layout.last_stage() ? units[size_t(layout.final_norm_unit())].count() : 0;
-    for (const model::LayerRange& chunk : chunks) {
-      const bool first = chunk.begin == 0, last = chunk.end == g.n_layer;
-      int64_t layer = last ? f : 0;
-      for (int l = chunk.begin; l < chunk.end; ++l) {
-        layer = std::max(layer, units[size_t(layout.layer_unit(l))].count());
-      }
-      const int64_t forward = first ? e + layer : last ? std::max(e, layer) : layer;
-      const int64_t backward = (1 + grads) * (first && last ? e + layer
-                                              : first || last ? std::max(e, layer)
-                                                              : layer);
-      working = std::max({working, forward, backward});
-    }
-  }
-  bytes += 4 * working;
+  bytes += 4 * WorkingCopyElements(o, layout);
   for (size_t c = 0; c < chunks.size(); ++c) {
     const int64_t layers = chunks[c].end - chunks[c].begin;
     const bool last = chunks[c].end == g.n_layer;

@@ -66,6 +66,32 @@ double LargestTrafficBar(const std::vector<RunReport>& runs, const Comparison& c
   return largest;
 }
 
+// One bar of a traffic row's chart: a run's busiest rank's bytes, by one of three counts.
+struct TrafficBar {
+  size_t run;
+  std::string kind, css;  // "measured", "exact formula" or "seed's formula"; its class
+  double value;
+};
+
+// The row's bars: each run's measured bytes, its exact formula's and its seed formula's,
+// those it has.
+std::vector<TrafficBar> TrafficBars(const std::vector<RunReport>& runs,
+                                    const Comparison::Row& row) {
+  std::vector<TrafficBar> bars;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (row.cells[i].present) bars.push_back({i, "measured", "measured", row.cells[i].max});
+    int64_t v = 0;
+    if (Busiest(runs[i], &RunReport::Rank::exact, row.key, &v) != nullptr) {
+      bars.push_back({i, "exact formula", "exact", double(v)});
+    }
+    v = 0;
+    if (Busiest(runs[i], &RunReport::Rank::seed, row.key, &v) != nullptr) {
+      bars.push_back({i, "seed's formula", "seed", double(v)});
+    }
+  }
+  return bars;
+}
+
 // Per traffic row, a chart: for each run its busiest rank's bytes, measured, by the exact
 // formula and by the seed's.
 std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison& c) {
@@ -83,28 +109,12 @@ std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison&
     const std::string group = row.key.substr(0, row.key.find(' '));
     const std::string colour = row.key == "total" ? std::string(kGrey) : GroupColour(group);
     colours.insert(colour);
-    struct Bar {
-      size_t run;
-      std::string kind, css;
-      double value;
-    };
-    std::vector<Bar> bars;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (row.cells[i].present) bars.push_back({i, "measured", "measured", row.cells[i].max});
-      int64_t v = 0;
-      if (Busiest(runs[i], &RunReport::Rank::exact, row.key, &v) != nullptr) {
-        bars.push_back({i, "exact formula", "exact", double(v)});
-      }
-      v = 0;
-      if (Busiest(runs[i], &RunReport::Rank::seed, row.key, &v) != nullptr) {
-        bars.push_back({i, "seed's formula", "seed", double(v)});
-      }
-    }
+    const std::vector<TrafficBar> bars = TrafficBars(runs, row);
     const double left = 230, width = 380, bar_h = 14, gap = 4;
     const double height = 28 + bars.size() * (bar_h + gap) + 24;
     std::string body;
     double y = 24;
-    for (const Bar& b : bars) {
+    for (const TrafficBar& b : bars) {
       const double w = end > 0 ? width * (b.value / unit.bytes) / end : 0;
       const std::string fill = b.css == "measured" ? colour
                                : b.css == "exact"  ? absl::StrCat("url(#hatch-", colour.substr(1), ")")
@@ -132,11 +142,25 @@ std::string TrafficSection(const std::vector<RunReport>& runs, const Comparison&
   return out + Patterns(colours) + "<div class=\"charts\">" + charts + "</div></section>\n";
 }
 
+// The memory chart's categories, bottom to top, and their colours.
+constexpr std::pair<const char*, const char*> kMemoryCategories[] = {{"params", kBlue},
+                                                                     {"grads", kOrange},
+                                                                     {"optimizer", kGreen},
+                                                                     {"activations", kPurple},
+                                                                     {"comm", kSky}};
+
+// A rank's formula total: its model states, and its activations where the formula has
+// them (-1: no formula).
+double FormulaTotal(const RunReport::Rank& rank) {
+  const auto& f = rank.memory_formula;
+  if (!f.count("params") || !f.count("grads") || !f.count("optimizer")) return -1;
+  return double(f.at("params") + f.at("grads") + f.at("optimizer") +
+                (f.count("activations") ? f.at("activations") : 0));
+}
+
 // Each rank's peak bytes by category, stacked, and the formula's total as a line.
 std::string MemoryChart(const RunReport& run, const std::string& label) {
-  static const std::pair<const char*, const char*> kCategories[] = {
-      {"params", kBlue}, {"grads", kOrange}, {"optimizer", kGreen}, {"activations", kPurple},
-      {"comm", kSky}};
+  const auto& kCategories = kMemoryCategories;
   const size_t n = run.ranks.size();
   double max = 0;
   std::vector<double> formula(n, -1);
@@ -146,11 +170,7 @@ std::string MemoryChart(const RunReport& run, const std::string& label) {
       auto it = run.ranks[r].memory.find(category);
       if (it != run.ranks[r].memory.end()) stacked += double(it->second);
     }
-    const auto& f = run.ranks[r].memory_formula;
-    if (f.count("params") && f.count("grads") && f.count("optimizer")) {
-      formula[r] = double(f.at("params") + f.at("grads") + f.at("optimizer") +
-                          (f.count("activations") ? f.at("activations") : 0));
-    }
+    formula[r] = FormulaTotal(run.ranks[r]);
     max = std::max({max, stacked, formula[r]});
   }
   const Unit unit = UnitFor(max);

@@ -56,6 +56,7 @@ std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
   const comm::Nodes nodes = NodesOf(in);
   for (size_t r = 0; r < in.traffic.size(); ++r) {
     std::map<comm::LedgerKey, comm::LinkBytes> sent = SentByKey(in, nodes, int(r));
+    const comm::ExpectedCalls expected = RankExpectedCalls(in, int(r));
     for (const auto& [key, c] : in.traffic[r].calls()) {
       Row& row = rows[key];
       row.calls = std::max(row.calls, c.calls);
@@ -66,7 +67,7 @@ std::map<comm::LedgerKey, Row> Rows(const ReportInputs& in) {
       row.sent_max = std::max(row.sent_max, s);
       row.inter_min = std::min(row.inter_min, sent[key].inter);
       row.inter_max = std::max(row.inter_max, sent[key].inter);
-      int64_t exact = ExactSent(in, key, int(r));
+      int64_t exact = ExactSent(in, expected, key, int(r));
       row.exact_known &= exact >= 0;
       row.exact_min = std::min(row.exact_min, exact);
       row.exact_max = std::max(row.exact_max, exact);
@@ -211,11 +212,8 @@ std::string RoutingTable(const ReportInputs& in) {
   return out;
 }
 
-// Memory per rank next to its formula: the peaks by category, the formula's, the seed's
-// fp16 figure, a rank over the modelled GPU, and what evaluation and sampling held.
-std::string MemoryTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
-  std::string out;
+// What the stage's memory formula is, in words: each category's bytes per parameter.
+std::string StageFormula(const TrainOptions& o) {
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));
   const int64_t master = precision.master_weights() ? 4 : 0;
@@ -231,6 +229,14 @@ std::string MemoryTable(const ReportInputs& in) {
                    o.parallel.overlap && o.parallel.pp == 1 ? " (and one prefetched)" : "",
                    ", grads: the shard + the open units + one reduced chunk, ", state,
                    ", on the shard")};
+  return formulas[std::clamp(o.parallel.zero, 0, 3)];
+}
+
+// Memory per rank next to its formula: the peaks by category, the formula's, the seed's
+// fp16 figure, a rank over the modelled GPU, and what evaluation and sampling held.
+std::string MemoryTable(const ReportInputs& in) {
+  const TrainOptions& o = in.options;
+  std::string out;
   // The seed's Q6 form for fp16 mixed precision, which ZeRO-1 over dp and the split over
   // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (the formula rows are this run's:
   // with --precision=bf16 and --zero=1 they are the seed's, to the byte where the split
@@ -239,7 +245,7 @@ std::string MemoryTable(const ReportInputs& in) {
   out += absl::StrFormat(
       "\nmemory per rank, peak bytes (zero=%d: %s)\nthe seed's fp16 model states per GPU, "
       "2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp): %.0f bytes\n%-12s %12s %12s %12s %12s %12s %12s\n",
-      o.parallel.zero, formulas[std::clamp(o.parallel.zero, 0, 3)].c_str(),
+      o.parallel.zero, StageFormula(o),
       4 * phi / split + 12 * phi / (double(o.parallel.dp) * split), "rank", "params", "grads",
       "optimizer", "activations", "comm", "peak total");
   // A rank over the modelled GPU's memory is marked on its row.

@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "report/replay.h"
+#include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/comm/ledger/ledger.h"
 #include "runtime/memory_ledger.h"
 #include "train/options.h"
@@ -82,9 +84,16 @@ std::string FormatSummaryReport(const ReportInputs& in);
 // achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks, and
 // modelled (1: MPI's own collective, the ring's bytes booked for it).
 std::string ReportCsv(const ReportInputs& in);
-// The exact bytes world rank `rank` sends under `key` over the run, by the formula of the
-// row (ring, naive, uneven chunks: exact_traffic.h); -1 for rows without one.
-int64_t ExactSent(const ReportInputs& in, const comm::LedgerKey& key, int rank);
+// The calls world rank `rank` makes in a step, as each strategy declares them
+// (runtime/comm/ledger/expected_calls.h): the tensor-parallel layers', the pipeline's,
+// the gradients' (buckets or ZeRO's, dense and experts'), the routing counts' and the
+// step end's.
+comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank);
+// The exact bytes world rank `rank` sends under `key` over the run: the join of its
+// `calls` (RankExpectedCalls) with the row (ring, naive, uneven chunks: exact_traffic.h),
+// or for the experts' all-to-all-v what its counts said; -1 for rows without one.
+int64_t ExactSent(const ReportInputs& in, std::span<const comm::ExpectedCall> calls,
+                  const comm::LedgerKey& key, int rank);
 // The seed article's figure for the row over the run (its 2M per all-reduce of M bytes,
 // M per all-gather or reduce-scatter); -1 where it has none.
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key);

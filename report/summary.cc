@@ -79,6 +79,7 @@ std::map<FoldedKey, Folded> Fold(const ReportInputs& in) {
   std::map<FoldedKey, Folded> folded;
   for (size_t r = 0; r < ranks; ++r) {
     std::map<comm::LedgerKey, comm::LinkBytes> sent = SentByKey(in, nodes, int(r));
+    const comm::ExpectedCalls expected = RankExpectedCalls(in, int(r));
     for (const auto& [key, c] : in.traffic[r].calls()) {
       const int64_t s = sent[key].total();
       // A point-to-point row is its senders' (the receivers book the same key, sending 0).
@@ -93,7 +94,7 @@ std::map<FoldedKey, Folded> Fold(const ReportInputs& in) {
         f.made.assign(ranks, false);
       }
       if (of_layer) f.layers.insert(layer), f.parts.insert(part);
-      const int64_t exact = ExactSent(in, key, int(r));
+      const int64_t exact = ExactSent(in, expected, key, int(r));
       f.exact_known &= exact >= 0;
       f.exact_equal &= exact == s;
       f.sent[r] += s, f.exact[r] += exact, f.calls[r] += c.calls;

@@ -39,7 +39,8 @@ absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val,
   return float(sum / batches);
 }
 
-absl::StatusOr<std::string> Sample(const EvalModel& m, const SampleOptions& o) {
+absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& o, int bytes,
+                                   uint64_t seed) {
   comm::PhaseScope phase(*m.traffic, comm::Phase::kEval);
   MemoryLedger::TrainingPausedScope paused(m.host->ledger());
   const int t = m.gpt->config().seq_len, v = m.gpt->config().vocab_size;
@@ -58,7 +59,7 @@ absl::StatusOr<std::string> Sample(const EvalModel& m, const SampleOptions& o) {
   ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * slices}, DType::kF32, host,
                                               MemoryCategory::kActivations));
   const bool holds_logits = m.pipeline == nullptr || m.pipeline->last_stage();
-  for (int i = 0; i < o.bytes; ++i) {
+  for (int i = 0; i < bytes; ++i) {
     const int len = std::min<int>(int(context.size()), t);
     std::copy(context.end() - len, context.end(), window.begin());
     RETURN_IF_ERROR(Forward(m, window.data(), nullptr, 1).status());
@@ -77,7 +78,7 @@ absl::StatusOr<std::string> Sample(const EvalModel& m, const SampleOptions& o) {
       std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), std::greater<>());
       double total = 0;
       for (int j = 0; j < k; ++j) total += std::exp(scored[j].first - scored[0].first);
-      double pick = Uniform(o.seed, stream, uint64_t(i)) * total;
+      double pick = Uniform(seed, stream, uint64_t(i)) * total;
       chosen = scored[k - 1].second;
       for (int j = 0; j < k; ++j) {
         pick -= std::exp(scored[j].first - scored[0].first);

@@ -5,8 +5,8 @@
 //                    order, data/dataset.h), min(eval_batches, max(1, ⌊S/b⌋)) of them for
 //                    a split of S sequences; the mean of their mean losses
 //   sampling         after the prompt (a newline without one), each byte from the last
-//                    position's logits over the
-//                    whole vocabulary (tensor-parallel slices gathered): the top k of
+//                    position's logits over the whole vocabulary (tensor-parallel slices
+//                    gathered): the top k of
 //                    logit/temperature, drawn with probability ∝ exp(score − max) by the
 //                    counter RNG's Uniform(seed, StreamOf("sample"), i); the window is the
 //                    last (up to) T bytes, left-aligned (causal attention makes the
@@ -25,6 +25,7 @@
 #include "model/gpt.h"
 #include "parallel/pipeline_parallel.h"
 #include "runtime/comm/communicator.h"
+#include "train/options.h"
 
 namespace tally::train {
 
@@ -41,13 +42,9 @@ struct EvalModel {
 absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val, int micro_batch_size,
                                      int eval_batches);
 
-struct SampleOptions {
-  int bytes = 0;
-  std::string prompt;  // the bytes sampling goes on from; empty: one newline
-  float temperature = 1;
-  int top_k = 0;  // 0: the whole vocabulary
-  uint64_t seed = 0;
-};
-absl::StatusOr<std::string> Sample(const EvalModel& m, const SampleOptions& options);
+// `bytes` bytes sampled by `sampling`'s temperature, top-k and prompt (not its
+// sample_bytes: the caller says how many), from the random stream of `seed`.
+absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& sampling, int bytes,
+                                   uint64_t seed);
 
 }  // namespace tally::train

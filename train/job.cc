@@ -343,13 +343,10 @@ class DryRunStop {
   std::thread watcher_;
 };
 
-}  // namespace
-
-absl::Status Train(const TrainOptions& requested, std::ostream& log) {
-  const TrainOptions options = requested.Resolved();
-  // NCCL's ranks are processes under mpirun, else threads of this one.
-  const bool mpi = options.placement.backend == Backend::kMpi ||
-                   (options.placement.backend == Backend::kNccl && comm::mpi::LaunchedByMpirun());
+// Whether the job may start: the options, the files and the device, each mistake said by
+// rank 0 alone under MPI; then the warnings of flags that have no effect.
+absl::Status ReadyToStart(const TrainOptions& requested, const TrainOptions& options, bool mpi,
+                          int ranks_here) {
   if (options.placement.backend == Backend::kThreads) {
     RETURN_IF_ERROR(comm::mpi::RefuseThreadsUnderMpirun("[train]"));
   }
@@ -358,8 +355,6 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     return mpi && comm::mpi::ProcessRank() != 0 ? absl::Status(s.code(), "") : s;
   };
   if (absl::Status s = options.Validate(); !s.ok()) return said_once(s);
-  // The ranks on this machine: every rank of a threads run, one per local MPI process.
-  const int ranks_here = mpi ? comm::mpi::LocalProcesses() : options.world();
   // Rank 0 writes every file; under MPI the other processes may be on other machines.
   const bool writes_outputs = !mpi || comm::mpi::ProcessRank() == 0;
   if (absl::Status s = CheckBeforeTraining(options, ranks_here, writes_outputs); !s.ok()) {
@@ -374,6 +369,19 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
     // From the flags as given, not as the dry run resolves them.
     for (const std::string& warning : requested.Warnings()) std::cerr << warning << "\n";
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Train(const TrainOptions& requested, std::ostream& log) {
+  const TrainOptions options = requested.Resolved();
+  // NCCL's ranks are processes under mpirun, else threads of this one.
+  const bool mpi = options.placement.backend == Backend::kMpi ||
+                   (options.placement.backend == Backend::kNccl && comm::mpi::LaunchedByMpirun());
+  // The ranks on this machine: every rank of a threads run, one per local MPI process.
+  const int ranks_here = mpi ? comm::mpi::LocalProcesses() : options.world();
+  RETURN_IF_ERROR(ReadyToStart(requested, options, mpi, ranks_here));
   // SIGINT and SIGTERM stop the run at a step boundary every rank agrees on.
   StopSignals signals;
   StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.placement.timeout_s));

@@ -285,11 +285,7 @@ absl::StatusOr<float> Trainer::Evaluate() {
 }
 
 absl::StatusOr<std::string> Trainer::Sample(int bytes) {
-  return train::Sample(Eval(), {.bytes = bytes,
-                                .prompt = options_.sampling.prompt,
-                                .temperature = options_.sampling.temperature,
-                                .top_k = options_.sampling.top_k,
-                                .seed = options_.training.seed});
+  return train::Sample(Eval(), options_.sampling, bytes, options_.training.seed);
 }
 
 }  // namespace tally::train

@@ -97,13 +97,46 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
                          comm::Phase phase, bool recompute, int64_t element,
                          std::span<const int> nodes) {
-  const int calls = ZeroCallsPerStep(zero_stage, micro_batches, primitive, phase, recompute);
-  int64_t sent = 0;
-  for (const comm::Chunk& unit : units) {
-    sent += comm::ExactTraffic(primitive, algorithm, ranks, rank, -1, unit.count, element, nodes)
-                .sent;
+  comm::ExpectedCalls calls =
+      ZeroCalls(units, {.ranks = ranks,
+                        .rank = rank,
+                        .nodes = std::vector<int>(nodes.begin(), nodes.end()),
+                        .zero_stage = zero_stage,
+                        .micro_batches = micro_batches,
+                        .recompute = recompute,
+                        .grad_element = element,
+                        .param_element = element});
+  std::erase_if(calls, [&](const comm::ExpectedCall& c) {
+    return c.primitive != primitive || c.phase != phase;
+  });
+  return comm::TotalSent(calls, algorithm);
+}
+
+comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& s) {
+  using comm::Phase;
+  using comm::Primitive;
+  comm::ExpectedCalls calls;
+  for (auto [primitive, phase] : {std::pair{Primitive::kReduceScatter, Phase::kBackward},
+                                  std::pair{Primitive::kAllGather, Phase::kOptimizer},
+                                  std::pair{Primitive::kAllGather, Phase::kForward},
+                                  std::pair{Primitive::kAllGather, Phase::kBackward}}) {
+    const int per_unit =
+        ZeroCallsPerStep(s.zero_stage, s.micro_batches, primitive, phase, s.recompute);
+    if (per_unit == 0) continue;
+    for (const comm::Chunk& unit : units) {
+      calls.push_back(
+          {.group = s.group,
+           .primitive = primitive,
+           .phase = phase,
+           .count = unit.count,
+           .element = primitive == Primitive::kReduceScatter ? s.grad_element : s.param_element,
+           .calls = per_unit,
+           .ranks = s.ranks,
+           .rank = s.rank,
+           .nodes = s.nodes});
+    }
   }
-  return calls * sent;
+  return calls;
 }
 
 std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,

@@ -22,6 +22,7 @@
 
 #include "model/parameters.h"
 #include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/comm/types.h"
 
 namespace tally::parallel {
@@ -89,5 +90,21 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
                          int micro_batches, comm::Algorithm algorithm, comm::Primitive primitive,
                          comm::Phase phase, bool recompute = false, int64_t element = 4,
                          std::span<const int> nodes = {});
+
+// One step's calls of ZeRO stage `zero_stage` over `units` (ChunksOf(ZeroUnits(...)) of
+// the group's kind) as data (runtime/comm/ledger/expected_calls.h): for each unit its
+// reduce-scatters (phase backward) and all-gathers (optimizer, forward, backward), as
+// many as ZeroCallsPerStep, booked in group `group` (dp, or edp for the experts') with no
+// scope. `grad_element`: bytes a value of the reduce-scatter (the gradients' wire type);
+// `param_element`: of the all-gather (the parameters' type).
+struct ZeroShape {
+  const char* group = "";
+  int ranks = 1, rank = 0;
+  std::vector<int> nodes = {};  // the node of each rank (the hierarchical algorithm)
+  int zero_stage = 0, micro_batches = 1;
+  bool recompute = false;
+  int64_t grad_element = 4, param_element = 4;
+};
+comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& shape);
 
 }  // namespace tally::parallel

@@ -8,6 +8,8 @@
 //   if (key.group == comm::group::kDp && key.label == comm::scope::kLoss) ...
 #pragma once
 
+#include <string>
+
 namespace tally::comm {
 
 namespace group {
@@ -28,6 +30,18 @@ inline constexpr char kSequenceParallel[] = "sequence_parallel";  // LayerNorms'
 inline constexpr char kEmbedding[] = "embedding";                 // the token embedding's calls
 inline constexpr char kLmHead[] = "lm_head";                      // the LM head's calls
 inline constexpr char kCrossEntropy[] = "cross_entropy";          // vocab-parallel cross-entropy
+
+// A layer's calls are scoped "layer{l}.{part}" (Layer(3, kAttn) is "layer3.attn"), the
+// part one of these.
+inline constexpr char kAttn[] = "attn";          // attention's split linears
+inline constexpr char kMlp[] = "mlp";            // the MLP's split linears
+inline constexpr char kExperts[] = "experts";    // the experts' split linears
+inline constexpr char kCounts[] = "counts";      // the routing counts' all-to-all
+inline constexpr char kDispatch[] = "dispatch";  // the routed rows out to their experts
+inline constexpr char kCombine[] = "combine";    // and the experts' outputs back
+inline std::string Layer(int layer, const char* part) {
+  return "layer" + std::to_string(layer) + "." + part;
+}
 }  // namespace scope
 
 }  // namespace tally::comm

@@ -1,0 +1,330 @@
+// The planner's rows of the strategies that split the model (plan/rows.h): tensor
+// parallelism's layers and ends, expert parallelism's all-to-alls, the pipeline's tied
+// embedding, boundaries and gathers, each from the calls its strategy declares.
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "model/parameters.h"
+#include "parallel/expert_parallel.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel.h"
+#include "plan/rows.h"
+#include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/ledger/names.h"
+
+namespace tally::train {
+
+using comm::Algorithm;
+using comm::Primitive;
+
+namespace {
+
+// Tensor parallelism's calls in the busiest stage's layers.
+void LayersRow(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const parallel::Topology& grid = plan.grid;
+  const int e = plan.e, m = plan.m;
+  const double bsh = plan.bsh();
+  const int layers_per_stage = plan.layers_per_stage();
+  std::vector<PlanRow>& rows = plan.rows;
+  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
+  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
+                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
+  // The busiest stage's layers' calls (parallel/tensor_parallel.h's list): four
+  // all-reduces per layer and micro-batch of its (b·s, h) activations (or their
+  // all-gathers and reduce-scatters: the same bytes), six with full recompute (the
+  // forward's two again, a stage's or a layer's); all of one size.
+  parallel::TensorParallelShape layers{.ranks = in.tp,
+                                       .layers = std::vector<int>(size_t(layers_per_stage)),
+                                       .sequence_parallel = in.sequence_parallel,
+                                       .micro_batches = m,
+                                       .rows = int64_t(in.batch / m) * in.seq_len,
+                                       .n_embd = in.model.hidden,
+                                       .recompute = in.StageRecompute(),
+                                       .recompute_layers = in.recompute && !in.StageRecompute(),
+                                       .activation_bytes = e};
+  std::iota(layers.layers.begin(), layers.layers.end(), 0);
+  std::map<Primitive, double> calls;  // of each primitive
+  int64_t micro = 0;                  // a call's values
+  for (const comm::ExpectedCall& c : parallel::TensorParallelCalls(layers)) {
+    calls[c.primitive] += double(c.calls);
+    micro = c.count;
+  }
+  Traffic tp;
+  for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
+    const std::vector<int> where = nodes_of(group);
+    for (int i = 0; i < in.tp; ++i) {
+      Split gpu;
+      for (const auto& [p, n] : calls) {
+        gpu.Add(comm::ExactSentByLink(p, Algorithm::kRing, where, i, -1, micro, size_t(e)), n);
+      }
+      tp.Add(gpu);
+    }
+    double time = 0;
+    for (const auto& [p, n] : calls) {
+      time += n * PassesTime(Algorithm::kRing, where, double(micro) * e,
+                             p == Primitive::kAllReduce ? 2 : 1, in.cluster);
+    }
+    tp.time = std::max(tp.time, time);
+  }
+  row("tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage, tp,
+      "8bsh per layer; the embedding, LM head and cross-entropy add to it");
+  rows.back().exact_bytes_per_layer = rows.back().exact_bytes_per_gpu / layers_per_stage;
+  rows.back().seed_bytes_per_layer = 8.0 * bsh * e;
+}
+
+// Tensor parallelism's calls at the model's ends.
+void EndsRow(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const parallel::Topology& grid = plan.grid;
+  const int e = plan.e, m = plan.m;
+  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
+  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
+                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
+  // The model's ends, on the first and the last stage: the embedding's and the LM head's
+  // b·s·h a micro-batch each way and cross-entropy's three all-reduces of a float a row,
+  // by the calls parallel/tensor_parallel.h counts for the report (recomputed forwards
+  // included).
+  Traffic ends;
+  for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
+    const std::vector<int> where = nodes_of(group);
+    const int stage = grid.Of(group[0]).pp;
+    const comm::ExpectedCalls ends_calls =
+        parallel::TensorParallelCalls({.ranks = in.tp,
+                                       .embedding = stage == 0,
+                                       .lm_head = stage == in.pp - 1,
+                                       .sequence_parallel = in.sequence_parallel,
+                                       .micro_batches = m,
+                                       .rows = int64_t(in.batch / m) * in.seq_len,
+                                       .n_embd = in.model.hidden,
+                                       .recompute = in.StageRecompute(),
+                                       .recompute_layers = in.recompute && !in.StageRecompute(),
+                                       .activation_bytes = e});
+    // The list's calls of each scope, primitive and phase together.
+    std::vector<std::pair<Primitive, comm::ExpectedCall>> group_calls;
+    for (const char* scope :
+         {comm::scope::kEmbedding, comm::scope::kLmHead, comm::scope::kCrossEntropy}) {
+      for (const Primitive p :
+           {Primitive::kAllReduce, Primitive::kAllGather, Primitive::kReduceScatter}) {
+        for (const comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
+          comm::ExpectedCall sum;
+          sum.calls = 0;
+          for (const comm::ExpectedCall& c : ends_calls) {
+            if (c.scope != scope || c.primitive != p || c.phase != phase) continue;
+            sum = {.count = c.count, .element = c.element, .calls = sum.calls + c.calls};
+          }
+          if (sum.calls > 0) group_calls.push_back({p, sum});
+        }
+      }
+    }
+    double time = 0;
+    for (const auto& [p, c] : group_calls) {
+      time +=
+          double(c.calls) * PassesTime(Algorithm::kRing, where, double(c.count) * double(c.element),
+                                       p == Primitive::kAllReduce ? 2 : 1, in.cluster);
+    }
+    ends.time = std::max(ends.time, time);
+    for (int i = 0; i < in.tp; ++i) {
+      Split gpu;
+      for (const auto& [p, c] : group_calls) {
+        gpu.Add(
+            comm::ExactSentByLink(p, Algorithm::kRing, where, i, -1, c.count, size_t(c.element)),
+            double(c.calls));
+      }
+      ends.Add(gpu);
+    }
+  }
+  row("tp (embedding, LM head, loss)", 0, ends,
+      "not in the seed: b·s·h a micro-batch for the embedding and for the LM head, 3·b·s "
+      "floats for the loss");
+}
+
+// The pipeline's tied embedding.
+void TiedEmbeddingRow(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const parallel::Topology& grid = plan.grid;
+  const int e = plan.e;
+  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
+  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
+                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
+  // The tied embedding: wte's gradient summed between the first and the last stage, by
+  // every dp and tp rank with its peer (under ZeRO-2/3 its dp chunk of it).
+  const model::GPTConfig config = PlanAsTrainOptions(in).model;
+  const int grad_bytes = in.fp32_grad_accum ? 4 : e;
+  Traffic tied;
+  for (int d = 0; d < in.dp; ++d) {
+    for (int t = 0; t < in.tp; ++t) {
+      const std::vector<int> pair = {grid.RankAt({d, t, 0}), grid.RankAt({d, t, in.pp - 1})};
+      const std::vector<int> where = nodes_of(pair);
+      const int64_t wte = parallel::TiedEmbeddingValues(config, in.tp, t, in.zero, in.dp, d);
+      for (int i = 0; i < 2; ++i) {
+        tied.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, Algorithm::kRing, where,
+                                                   i, -1, wte, size_t(grad_bytes))));
+      }
+      tied.time = std::max(
+          tied.time, PassesTime(Algorithm::kRing, where, double(wte) * grad_bytes, 2, in.cluster));
+    }
+  }
+  row("pp (tied embedding)", 0, tied,
+      "not in the seed: wte's gradient summed between the first and the last stage");
+}
+
+// The pipeline's calls of stage `s` (parallel/pipeline_schedule.h's list): each boundary
+// a micro-batch's b·s·h per tensor-parallel rank (its part of the sequence under sequence
+// parallelism; under scatter/gather the busiest tp rank's chunk, rank 0's by
+// partition.h's rule, all-gathered on arrival).
+comm::ExpectedCalls StageCalls(const PlanRows& plan, int s) {
+  const PlanInput& in = plan.in;
+  const int64_t micro = int64_t(plan.bsh() / plan.m);
+  return parallel::PipelineCalls({.stages = in.pp,
+                                  .stage = s,
+                                  .virtual_stages = in.virtual_stages,
+                                  .micro_batches = plan.m,
+                                  .boundary = in.ScatterGather()
+                                                  ? comm::ChunkOf(micro, in.tp, 0).count
+                                                  : micro / (in.sequence_parallel ? in.tp : 1),
+                                  .element = plan.e,
+                                  .tp = in.tp,
+                                  .gathered = in.ScatterGather() ? micro : 0});
+}
+
+// The pipeline's boundaries.
+void BoundariesRow(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const parallel::Topology& grid = plan.grid;
+  const int e = plan.e;
+  const double bsh = plan.bsh();
+  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
+  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
+                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
+  // Each boundary (parallel/pipeline_schedule.h's list): a micro-batch's b·s·h forward
+  // and back, per tensor-parallel rank (its part of the sequence under sequence
+  // parallelism); a middle stage sends both ways. Interleaved, each of a stage's v
+  // chunks sends on (but the model's last) to the next stage, the last stage's to the
+  // first, and back (but the model's first). With scatter/gather, a tp rank's chunk of
+  // each micro-batch's (the busiest: tp rank 0's, partition.h's rule), and each
+  // received chunk all-gathered over the tp group.
+  const int v = in.virtual_stages;
+  Traffic pp;
+  for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::PpGroup)) {
+    const std::vector<int> where = nodes_of(group);
+    for (int s = 0; s < in.pp; ++s) {
+      const comm::ExpectedCalls calls = StageCalls(plan, s);
+      Split gpu;
+      double time = 0;
+      // The sends of each way, to the next stage (forward) and the one before (backward).
+      for (const comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
+        const int peer = phase == comm::Phase::kForward ? (s + 1) % in.pp : (s + in.pp - 1) % in.pp;
+        const bool across = where[size_t(s)] != where[size_t(peer)];
+        int64_t sends = 0, values = 0;
+        for (const comm::ExpectedCall& c : calls) {
+          if (c.group != comm::group::kPp || c.receive || c.phase != phase) continue;
+          sends += c.calls;
+          values = c.count;
+        }
+        (across ? gpu.inter : gpu.intra) += double(sends) * double(values * e);
+        time += double(sends) *
+                MessageSeconds(across ? in.cluster.inter : in.cluster.intra, double(values * e));
+      }
+      pp.Add(gpu);
+      pp.time = std::max(pp.time, time);
+    }
+  }
+  row("pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, pp,
+      v > 1 ? "2(N-1)bsh for the pipeline (the seed's; interleaved moves 2(vN-1)bsh)"
+            : "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
+}
+
+// Scatter/gather's gathers of the boundaries received.
+void GathersRow(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const parallel::Topology& grid = plan.grid;
+  const int e = plan.e;
+  const int64_t micro = int64_t(plan.bsh() / plan.m);  // a micro-batch's b·s·h
+  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
+  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
+                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
+  // Every boundary a stage receives (as many as it sends), each micro-batch's
+  // all-gathered over its tp group: (tp-1)/tp of b·s·h a rank.
+  Traffic gathers;
+  for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
+    const std::vector<int> where = nodes_of(group);
+    double receives = 0;
+    for (const comm::ExpectedCall& c : StageCalls(plan, grid.Of(group[0]).pp)) {
+      if (c.group == comm::group::kTp) receives += double(c.calls);
+    }
+    for (int i = 0; i < in.tp; ++i) {
+      gathers.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllGather, Algorithm::kRing, where,
+                                                    i, -1, micro, size_t(e)),
+                              receives));
+    }
+    gathers.time = std::max(gathers.time, receives * PassesTime(Algorithm::kRing, where,
+                                                                double(micro) * e, 1, in.cluster));
+  }
+  row("tp (pipeline gathers)", 0, gathers,
+      "scatter/gather: each received boundary all-gathered, (tp-1)/tp of b·s·h a rank");
+}
+
+}  // namespace
+
+void TensorParallelRows(PlanRows& plan) {
+  if (plan.in.tp <= 1) return;
+  LayersRow(plan);
+  EndsRow(plan);
+}
+
+// Expert parallelism's all-to-alls, with balanced routing.
+void ExpertParallelRows(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  if (in.n_experts == 0 || in.ep <= 1) return;
+  const int e = plan.e, m = plan.m;
+  const int layers_per_stage = plan.layers_per_stage();
+  // Balanced routing: per layer and micro-batch four all-to-alls (dispatch and combine,
+  // forward and backward), each of the micro-batch's b·s·k/m rows of h values, N−1 of N
+  // parts leaving; and the counts, E int64 (parallel/expert_parallel.h's list). A
+  // recomputed forward routes, counts and sends again.
+  const int64_t routed = int64_t(in.batch / m) * in.seq_len * in.moe_top_k;
+  const double forwards = in.recompute ? 2.0 : 1.0;
+  const double calls = (2.0 * forwards + 2.0) * m * layers_per_stage;
+  parallel::RoutingShape routing{.ranks = in.ep,
+                                 .layers = std::vector<int>(size_t(layers_per_stage)),
+                                 .n_experts = in.n_experts,
+                                 .micro_batches = m,
+                                 .recompute = in.recompute};
+  std::iota(routing.layers.begin(), routing.layers.end(), 0);
+  double counts = 0;  // the counts' calls
+  for (const comm::ExpectedCall& c : parallel::RoutingCountCalls(routing))
+    counts += double(c.calls);
+  Traffic ep;
+  for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::EpGroup)) {
+    const std::vector<int> where = plan.NodesOf(group);
+    for (int i = 0; i < in.ep; ++i) {
+      Split gpu;
+      gpu.Add(comm::ExactSentByLink(Primitive::kAllToAll, Algorithm::kRing, where, i, -1,
+                                    routed * in.model.hidden, size_t(e)),
+              calls);
+      gpu.Add(comm::ExactSentByLink(Primitive::kAllToAll, Algorithm::kRing, where, i, -1,
+                                    in.n_experts, 8),
+              counts);
+      ep.Add(gpu);
+    }
+    ep.time =
+        std::max(ep.time, calls * PassesTime(Algorithm::kRing, where,
+                                             double(routed) * in.model.hidden * e, 1, in.cluster));
+  }
+  plan.Add("ep all-to-all",
+           4.0 * layers_per_stage * (in.ep - 1) / in.ep * plan.bsh() * in.moe_top_k * e, ep,
+           "per layer 2 all-to-alls forward, 2 backward, each (N-1)/N of b·s·k·h");
+}
+
+void PipelineRows(PlanRows& plan) {
+  if (plan.in.pp <= 1) return;
+  if (plan.in.model.gpt) TiedEmbeddingRow(plan);
+  BoundariesRow(plan);
+  if (plan.in.ScatterGather()) GathersRow(plan);
+}
+
+}  // namespace tally::train
