@@ -160,7 +160,7 @@ ABSL_FLAG(std::string, backend, tally::train::Name(kDefaults.placement.backend),
           "rank, the bytes over NCCL; threads, or processes under mpirun)");
 ABSL_FLAG(bool, native_collectives, false,
           "--backend=mpi or nccl: call the library's own collectives (MPI_Allreduce, "
-          "ncclAllReduce, ...) instead of ring or naive; their bytes are modelled as the ring's");
+          "ncclAllReduce, ...) instead of ring or naive; their bytes are booked as the ring's");
 ABSL_FLAG(std::string, device, tally::train::Name(kDefaults.placement.device),
           "cpu, or cuda (--backend=threads: every rank on GPU 0; nccl: rank r on GPU r; says "
           "why when there is no GPU)");

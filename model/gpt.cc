@@ -10,7 +10,7 @@
 
 namespace tally::model {
 
-GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks,
+GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const ModelChunks& chunks,
          const ExpertSplit* experts)
     : config_(config),
       split_(split),
@@ -22,7 +22,7 @@ GPT::GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, con
 
 namespace {
 
-absl::Status Validate(const GPTConfig& config, const LayerSplit& split, const Chunks& chunks) {
+absl::Status Validate(const GPTConfig& config, const LayerSplit& split, const ModelChunks& chunks) {
   RETURN_IF_ERROR(config.Validate());
   if (config.n_head % split.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] n_head=", config.n_head,
@@ -46,7 +46,7 @@ absl::Status Validate(const GPTConfig& config, const LayerSplit& split, const Ch
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  uint64_t seed, const LayerSplit* split,
-                                                 const Chunks& chunks, const Precision& precision,
+                                                 const ModelChunks& chunks, const Precision& precision,
                                                  const ExpertSplit* experts) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
   RETURN_IF_ERROR(Validate(config, serial_or_split, chunks));
@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Alloca
 
 absl::StatusOr<std::unique_ptr<GPT>> GPT::Create(const GPTConfig& config, Allocator& alloc,
                                                  WeightStore* weights, const LayerSplit* split,
-                                                 const Chunks& chunks, const ExpertSplit* experts) {
+                                                 const ModelChunks& chunks, const ExpertSplit* experts) {
   const LayerSplit& serial_or_split = split != nullptr ? *split : Serial::Instance();
   RETURN_IF_ERROR(Validate(config, serial_or_split, chunks));
   std::unique_ptr<GPT> gpt(new GPT(config, alloc, serial_or_split, chunks, experts));
@@ -140,7 +140,7 @@ absl::StatusOr<float> GPT::ForwardStage(Activations& a, const Activations& ids, 
                                         bool loss) {
   RETURN_IF_ERROR(EnsureScratch(a.batch));
   last_forward_ = &a;
-  const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
+  const bool first = FirstModelChunk(a.model_chunk), last = LastModelChunk(a.model_chunk);
   return RunForward(a, first ? ids.tokens.data<int32_t>() : nullptr, input,
                     last && loss ? ids.targets.data<int32_t>() : nullptr);
 }
@@ -158,8 +158,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   const int n = b * t, vl = vocab_local();
   const BlockScratch& s = block_scratch_;
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
-  const LayerRange& range = layout_.chunks()[size_t(a.chunk)];
-  const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
+  const LayerRange& range = layout_.model_chunks()[size_t(a.model_chunk)];
+  const bool first = FirstModelChunk(a.model_chunk), last = LastModelChunk(a.model_chunk);
   // The embeddings stay from the lookup to the LM head, the token embedding transposed.
   float* embeddings = nullptr;
   if (first) {
@@ -225,8 +225,8 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   const int b = a.batch, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
   const int n = b * t, rows = split_.Rows(n);
   const BlockScratch& s = block_scratch_;
-  const LayerRange& range = layout_.chunks()[size_t(a.chunk)];
-  const bool first = FirstChunk(a.chunk), last = LastChunk(a.chunk);
+  const LayerRange& range = layout_.model_chunks()[size_t(a.model_chunk)];
+  const bool first = FirstModelChunk(a.model_chunk), last = LastModelChunk(a.model_chunk);
   // Closes the gradients of `unit` and releases its parameters: the unit is done.
   auto finish = [&](int unit) -> absl::Status {
     RETURN_IF_ERROR(weights_->CloseGrads(unit));

@@ -47,7 +47,7 @@ class GPT {
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      uint64_t seed,
                                                      const LayerSplit* split = nullptr,
-                                                     const Chunks& chunks = {},
+                                                     const ModelChunks& chunks = {},
                                                      const Precision& precision = {},
                                                      const ExpertSplit* experts = nullptr);
   // A model whose parameters and gradients are in `weights` (not owned; it must outlive
@@ -56,7 +56,7 @@ class GPT {
   static absl::StatusOr<std::unique_ptr<GPT>> Create(const GPTConfig& config, Allocator& alloc,
                                                      WeightStore* weights,
                                                      const LayerSplit* split = nullptr,
-                                                     const Chunks& chunks = {},
+                                                     const ModelChunks& chunks = {},
                                                      const ExpertSplit* experts = nullptr);
 
   const GPTConfig& config() const { return config_; }
@@ -109,7 +109,7 @@ class GPT {
   // (parallel/pipeline_parallel.h), each of one chunk of the stage's layers.
   struct Activations {
     int batch = 0;  // b: sequences of the micro-batch
-    int chunk = 0;  // of layout().chunks(): the layers they are of
+    int model_chunk = 0;  // of layout().model_chunks(): the layers they are of
     // buffer: the fp32 activations; operands: those the matmuls read, of the kernels'
     // activation_operand_type() (block.h).
     Tensor buffer, operands, logits, probs, losses, tokens, targets;
@@ -169,15 +169,15 @@ class GPT {
   const LayerSplit& split() const { return split_; }
 
  private:
-  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const Chunks& chunks,
+  GPT(const GPTConfig& config, Allocator& alloc, const LayerSplit& split, const ModelChunks& chunks,
       const ExpertSplit* experts);
   // Ranks the experts are split over (1: all here).
   int expert_ranks() const { return experts_ != nullptr ? experts_->size() : 1; }
   // Whether chunk `chunk` holds the model's first layer (and the embedding lookup), and
   // its last (and the LM head).
-  bool FirstChunk(int chunk) const { return layout_.chunks()[size_t(chunk)].begin == 0; }
-  bool LastChunk(int chunk) const {
-    return layout_.chunks()[size_t(chunk)].end == config_.n_layer;
+  bool FirstModelChunk(int chunk) const { return layout_.model_chunks()[size_t(chunk)].begin == 0; }
+  bool LastModelChunk(int chunk) const {
+    return layout_.model_chunks()[size_t(chunk)].end == config_.n_layer;
   }
   // The scratch of a micro-batch of b sequences (reused from layer to layer), and under
   // layer recompute the layers' room.

@@ -34,16 +34,16 @@ struct GPT::Carver {
 absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chunk) {
   const int64_t t = config_.seq_len, c = config_.n_embd;
   const int64_t n = b * t, v = vocab_local(), r = split_.Rows(int(n));
-  const LayerRange& range = layout_.chunks()[size_t(chunk)];
+  const LayerRange& range = layout_.model_chunks()[size_t(chunk)];
   const int64_t layers = range.end - range.begin;
-  const bool last = LastChunk(chunk);
+  const bool last = LastModelChunk(chunk);
   const MicroBatchActivations sizes = CountActivations(ActivationsShape(), b, layers, last, whole);
   auto empty = [&](int64_t count, DType dtype) {
     return Tensor::Empty({count}, dtype, alloc_, MemoryCategory::kActivations);
   };
   Activations a;
   a.batch = b;
-  a.chunk = chunk;
+  a.model_chunk = chunk;
   ASSIGN_OR_RETURN(a.tokens, empty(n, DType::kI32));
   ASSIGN_OR_RETURN(a.targets, empty(n, DType::kI32));
   if (!whole) {

@@ -32,7 +32,7 @@ void ParameterLayout::Add(std::string name, Shape global_shape, float init_std, 
 }
 
 ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_rank,
-                                        const Chunks& chunks, int ep, int ep_rank) {
+                                        const ModelChunks& chunks, int ep, int ep_rank) {
   const int64_t c = config.n_embd;
   // GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains; the
   // projections into the residual stream scaled by 1/sqrt(2·L) (two per layer).
@@ -46,7 +46,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   layout.experts_ = config.n_experts / ep;
   const int first_expert = ep_rank * layout.experts_;
   layout.n_embd_ = config.n_embd;
-  layout.chunks_ = chunks.empty() ? Chunks{{0, config.n_layer}} : chunks;
+  layout.model_chunks_ = chunks.empty() ? ModelChunks{{0, config.n_layer}} : chunks;
   layout.layer_units_.assign(size_t(config.n_layer), -1);
   if (layout.first_stage() || layout.last_stage()) {
     layout.Add("wte.weight", {config.vocab_size, c}, std, 0, true, kRows);
@@ -54,7 +54,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   if (layout.first_stage()) layout.Add("wpe.weight", {config.seq_len, c}, std, 0, true, kWhole);
   layout.CloseUnit("embeddings");
   for (int i = 0; i < config.n_layer; ++i) {
-    const bool held = std::any_of(layout.chunks_.begin(), layout.chunks_.end(),
+    const bool held = std::any_of(layout.model_chunks_.begin(), layout.model_chunks_.end(),
                                   [i](const LayerRange& r) { return r.begin <= i && i < r.end; });
     if (!held) continue;
     layout.layer_units_[size_t(i)] = int(layout.units_.size());
@@ -90,7 +90,7 @@ ParameterLayout ParameterLayout::ForGPT(const GPTConfig& config, int tp, int tp_
   }
   layout.CloseUnit("ln_f");
   // Where each tensor sits in the whole model's buffer.
-  const bool whole = tp == 1 && ep == 1 && layout.chunks_.size() == 1 && layout.first_stage() &&
+  const bool whole = tp == 1 && ep == 1 && layout.model_chunks_.size() == 1 && layout.first_stage() &&
                      layout.last_stage();
   const ParameterLayout reference = whole ? ParameterLayout() : ForGPT(config);
   for (ParamSpec& spec : layout.specs_) {

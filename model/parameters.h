@@ -43,7 +43,7 @@ struct LayerRange {
 };
 // The layers of a pipeline rank: one range (gpipe, 1f1b), or the interleaved schedule's
 // v chunks, in increasing order and apart. Empty: every layer.
-using Chunks = std::vector<LayerRange>;
+using ModelChunks = std::vector<LayerRange>;
 
 struct ParamSpec {
   std::string name;
@@ -92,7 +92,7 @@ class ParameterLayout {
   // With experts split over `ep` ranks (expert parallelism) this one holds experts
   // [ep_rank·E/ep, (ep_rank+1)·E/ep) of every layer, named by their index in the model.
   static ParameterLayout ForGPT(const GPTConfig& config, int tp = 1, int tp_rank = 0,
-                                const Chunks& chunks = {}, int ep = 1, int ep_rank = 0);
+                                const ModelChunks& chunks = {}, int ep = 1, int ep_rank = 0);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
@@ -107,10 +107,10 @@ class ParameterLayout {
   int layer_unit(int layer) const { return layer_units_[size_t(layer)]; }
   int final_norm_unit() const { return int(units_.size()) - 1; }
   // The layers held, in chunks (one but under the interleaved schedule).
-  const Chunks& chunks() const { return chunks_; }
+  const ModelChunks& model_chunks() const { return model_chunks_; }
   // Whether the layout holds layer 0 (and the embeddings), and the last layer (and ln_f).
-  bool first_stage() const { return chunks_.front().begin == 0; }
-  bool last_stage() const { return chunks_.back().end == n_layer_; }
+  bool first_stage() const { return model_chunks_.front().begin == 0; }
+  bool last_stage() const { return model_chunks_.back().end == n_layer_; }
 
   // Elements of the per-token tensors (ParamSpec::per_token).
   int64_t per_token_count() const;
@@ -141,7 +141,7 @@ class ParameterLayout {
   int n_layer_ = 0;
   int experts_ = 0;
   int64_t n_embd_ = 0;
-  Chunks chunks_;
+  ModelChunks model_chunks_;
   std::vector<int> layer_units_;  // per layer of the model; -1 where not held
 };
 

@@ -21,19 +21,19 @@ PipelineParallel::PipelineParallel(model::GPT* gpt, comm::Communicator* stages,
       boundary_sent_as_(options.boundary),
       stage_(stages->rank()),
       steps_(StageSteps(options.schedule, stages->size(), stages->rank(), options.micro_batches,
-                        int(gpt->layout().chunks().size()))),
-      chunks_(gpt->layout().chunks().size()) {
+                        int(gpt->layout().model_chunks().size()))),
+      model_chunks_(gpt->layout().model_chunks().size()) {
   // gpipe keeps every micro-batch in flight; 1f1b at most the stages from here on.
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    chunks_[c].slot_count = InFlight(steps_, int(c));
-    chunks_[c].forward_sends.resize(size_t(chunks_[c].slot_count));
-    chunks_[c].backward_sends.resize(size_t(chunks_[c].slot_count));
+  for (size_t c = 0; c < model_chunks_.size(); ++c) {
+    model_chunks_[c].slot_count = InFlight(steps_, int(c));
+    model_chunks_[c].forward_sends.resize(size_t(model_chunks_[c].slot_count));
+    model_chunks_[c].backward_sends.resize(size_t(model_chunks_[c].slot_count));
   }
 }
 
 absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
     model::GPT* gpt, comm::Communicator* stages, const Options& options, Allocator& device) {
-  const int v = int(gpt->layout().chunks().size());
+  const int v = int(gpt->layout().model_chunks().size());
   if ((options.schedule == PipelineSchedule::kInterleaved) != (v > 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "[pipeline] the ", Name(options.schedule), " schedule cannot run a stage of ", v,
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
       }
     }
   }
-  for (Chunk& chunk : p->chunks_) {
+  for (ModelChunk& chunk : p->model_chunks_) {
     const int64_t slots = activation * chunk.slot_count;
     ASSIGN_OR_RETURN(chunk.d_inputs, buffer(DType::kF32, slots));
     if (options.recompute) {
@@ -114,7 +114,7 @@ int PipelineParallel::Neighbour(int step) const {
 }
 
 bool PipelineParallel::LastVirtual(int chunk) const {
-  return VirtualStage(chunk) == stages_->size() * int(chunks_.size()) - 1;
+  return VirtualStage(chunk) == stages_->size() * int(model_chunks_.size()) - 1;
 }
 
 Tensor PipelineParallel::Part(const Tensor& t) const {
@@ -167,8 +167,8 @@ absl::StatusOr<std::unique_ptr<comm::Work>> PipelineParallel::StartSend(comm::Co
 
 absl::Status PipelineParallel::EnsureSlots(int b) {
   if (b == slots_batch_) return absl::OkStatus();
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    Chunk& chunk = chunks_[c];
+  for (size_t c = 0; c < model_chunks_.size(); ++c) {
+    ModelChunk& chunk = model_chunks_[c];
     chunk.slots.clear();
     for (int i = 0; i < chunk.slot_count; ++i) {
       const bool whole = !options_.recompute || i == 0;
@@ -188,7 +188,7 @@ absl::StatusOr<float> PipelineParallel::ForwardSlot(int chunk, int slot, int b,
                                                     const int32_t* tokens, const float* input,
                                                     const int32_t* targets) {
   RETURN_IF_ERROR(EnsureSlots(b));
-  std::vector<model::GPT::Activations>& slots = chunks_[size_t(chunk)].slots;
+  std::vector<model::GPT::Activations>& slots = model_chunks_[size_t(chunk)].slots;
   model::GPT::Activations& ids = slots[size_t(slot)];
   RETURN_IF_ERROR(gpt_->LoadIds(ids, tokens, targets));
   if (options_.recompute && input != nullptr) {  // kept for the backward's forward
@@ -199,12 +199,12 @@ absl::StatusOr<float> PipelineParallel::ForwardSlot(int chunk, int slot, int b,
 }
 
 const float* PipelineParallel::SlotOutput(int chunk, int slot) const {
-  return gpt_->StageOutput(chunks_[size_t(chunk)].slots[options_.recompute ? 0 : size_t(slot)]);
+  return gpt_->StageOutput(model_chunks_[size_t(chunk)].slots[options_.recompute ? 0 : size_t(slot)]);
 }
 
 absl::Status PipelineParallel::BackwardSlot(int chunk, int slot, float dloss,
                                             const float* d_output, float* d_input) {
-  std::vector<model::GPT::Activations>& slots = chunks_[size_t(chunk)].slots;
+  std::vector<model::GPT::Activations>& slots = model_chunks_[size_t(chunk)].slots;
   model::GPT::Activations& saved = slots[size_t(slot)];
   if (!options_.recompute) return gpt_->BackwardStage(saved, saved, dloss, d_output, d_input);
   // The forward again, from the slot's ids and input, into the chunk's whole set.
@@ -236,12 +236,12 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
   };
   // Whether step i receives its input (a forward) or its output's gradient (a backward).
   auto receives = [&](const PipelineStep& s) {
-    return s.kind == PipelineStep::kForward ? !FirstVirtual(s.chunk) : !LastVirtual(s.chunk);
+    return s.kind == PipelineStep::kForward ? !FirstVirtual(s.model_chunk) : !LastVirtual(s.model_chunk);
   };
   // The boundary a step receives over: from the virtual stage before it (a forward) or
   // after it (a backward).
   auto received_over = [&](const PipelineStep& s) {
-    const int vs = VirtualStage(s.chunk);
+    const int vs = VirtualStage(s.model_chunk);
     return s.kind == PipelineStep::kForward ? BoundaryScope(vs - 1, vs) : BoundaryScope(vs + 1, vs);
   };
   // Posts the receive of the next step of kind `kind` after the i-th that receives, if any,
@@ -258,10 +258,10 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
   double loss_sum = 0;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const PipelineStep& s = steps_[i];
-    Chunk& chunk = chunks_[size_t(s.chunk)];
+    ModelChunk& chunk = model_chunks_[size_t(s.model_chunk)];
     const int slot = s.micro_batch % chunk.slot_count;
-    const int vs = VirtualStage(s.chunk);
-    const bool first = FirstVirtual(s.chunk), last = LastVirtual(s.chunk);
+    const int vs = VirtualStage(s.model_chunk);
+    const bool first = FirstVirtual(s.model_chunk), last = LastVirtual(s.model_chunk);
     fill(s.micro_batch, tokens_.data(), targets_.data());
     if (s.kind == PipelineStep::kForward) {
       comm::PhaseScope phase(ledger, comm::Phase::kForward);
@@ -275,14 +275,14 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
       }
       RETURN_IF_ERROR(wait(chunk.forward_sends[size_t(slot)]));  // the slot's last output has left
       const int64_t t0 = MonotonicNanos();
-      ASSIGN_OR_RETURN(float loss, ForwardSlot(s.chunk, slot, b, first ? tokens_.data() : nullptr,
+      ASSIGN_OR_RETURN(float loss, ForwardSlot(s.model_chunk, slot, b, first ? tokens_.data() : nullptr,
                                                input, last ? targets_.data() : nullptr));
       busy += MonotonicNanos() - t0;
       span("forward", s.micro_batch, t0);
       loss_sum += loss;
       if (!last) {
         comm::LabelScope label(ledger, BoundaryScope(vs, vs + 1));
-        Tensor output = Tensor::Borrow(const_cast<float*>(SlotOutput(s.chunk, slot)), activation,
+        Tensor output = Tensor::Borrow(const_cast<float*>(SlotOutput(s.model_chunk, slot)), activation,
                                        device_.device());
         if (options_.recompute) {  // the whole set is rewritten by the next forward or backward
           Tensor copy = slot_of(chunk.outputs, slot);
@@ -306,7 +306,7 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
     RETURN_IF_ERROR(wait(chunk.backward_sends[size_t(slot)]));
     Tensor d_input = slot_of(chunk.d_inputs, slot);
     const int64_t t0 = MonotonicNanos();
-    RETURN_IF_ERROR(BackwardSlot(s.chunk, slot, dloss, d_output, first ? nullptr : d_input.data<float>()));
+    RETURN_IF_ERROR(BackwardSlot(s.model_chunk, slot, dloss, d_output, first ? nullptr : d_input.data<float>()));
     busy += MonotonicNanos() - t0;
     span("backward", s.micro_batch, t0);
     if (!first) {
@@ -315,7 +315,7 @@ absl::StatusOr<double> PipelineParallel::RunSchedule(const Fill& fill, float dlo
                        StartSend(*gradients_, d_input, slot_of(chunk.wire_d_inputs, slot), previous));
     }
   }
-  for (Chunk& chunk : chunks_) {
+  for (ModelChunk& chunk : model_chunks_) {
     for (auto& work : chunk.forward_sends) RETURN_IF_ERROR(wait(work));
     for (auto& work : chunk.backward_sends) RETURN_IF_ERROR(wait(work));
   }
@@ -344,7 +344,7 @@ absl::StatusOr<float> PipelineParallel::Forward(const int32_t* tokens, const int
   const int64_t activation = BoundaryElements(b);
   ASSIGN_OR_RETURN(Tensor input, Tensor::Empty({activation}, DType::kF32, device_, MemoryCategory::kComm));
   float loss = 0;
-  for (int c = 0; c < int(chunks_.size()); ++c) {  // round the ring of stages once a chunk
+  for (int c = 0; c < int(model_chunks_.size()); ++c) {  // round the ring of stages once a chunk
     const bool first = FirstVirtual(c), last = LastVirtual(c);
     if (!first) RETURN_IF_ERROR(boundary_sent_as_.Recv(*stages_, input, previous));
     ASSIGN_OR_RETURN(loss, ForwardSlot(c, 0, b, first ? tokens : nullptr,

@@ -4,7 +4,7 @@
 //
 // The layers are split into N stages (pipeline_schedule.h's StageLayers), one per rank
 // of the pp group; under the interleaved schedule into v·N chunks, rank s holding chunks
-// s, N+s, ... (StageChunks), so that activations go round the ring of ranks v times. A
+// s, N+s, ... (StageModelChunks), so that activations go round the ring of ranks v times. A
 // step of m micro-batches runs this stage's list of forwards and backwards (StageSteps:
 // gpipe, every forward then every backward; 1f1b, warm-up forwards, then one forward one
 // backward, then cool-down backwards; interleaved, the same over the chunks). Activations
@@ -83,7 +83,7 @@ class PipelineParallel {
   bool last_stage() const { return stage_ == stages_->size() - 1; }
   // Micro-batches in flight at once on chunk `chunk` of this stage: gpipe m; 1f1b
   // min(m, N − stage); interleaved as its steps say.
-  int slots(int chunk = 0) const { return chunks_[size_t(chunk)].slot_count; }
+  int slots(int chunk = 0) const { return model_chunks_[size_t(chunk)].slot_count; }
 
   // Micro-batch j of the step, on the host: tokens and targets, (b, T) each.
   using Fill = std::function<void(int micro_batch, int32_t* tokens, int32_t* targets)>;
@@ -164,7 +164,7 @@ class PipelineParallel {
   // This stage's forwards and backwards of a step.
   const std::vector<PipelineStep> steps_;
   // The buffers of one chunk of the stage's layers.
-  struct Chunk {
+  struct ModelChunk {
     int slot_count = 0;
     // Each slot's activations (recompute: slots[0] is the one whole set every backward
     // recomputes into; the others keep ids and input only), for batch slots_batch_.
@@ -177,7 +177,7 @@ class PipelineParallel {
     // Each slot's last send of its output and of its input gradient.
     std::vector<std::unique_ptr<comm::Work>> forward_sends, backward_sends;
   };
-  std::vector<Chunk> chunks_;
+  std::vector<ModelChunk> model_chunks_;
   int slots_batch_ = 0;
   Inbox from_previous_, from_next_;  // stage inputs, output gradients
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, on the host

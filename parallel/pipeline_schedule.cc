@@ -140,11 +140,11 @@ absl::StatusOr<std::vector<LayerRange>> StageLayers(int n_layer, int stages,
   return ranges;
 }
 
-absl::StatusOr<model::Chunks> StageChunks(int n_layer, int stages, int virtual_stages,
+absl::StatusOr<model::ModelChunks> StageModelChunks(int n_layer, int stages, int virtual_stages,
                                           const std::vector<int>& given, int stage) {
   if (virtual_stages == 1) {
     ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, StageLayers(n_layer, stages, given));
-    return model::Chunks{ranges[size_t(stage)]};
+    return model::ModelChunks{ranges[size_t(stage)]};
   }
   const int64_t count = int64_t(stages) * virtual_stages;  // in 64 bits: no flag wraps it
   if (count > n_layer) {
@@ -160,7 +160,7 @@ absl::StatusOr<model::Chunks> StageChunks(int n_layer, int stages, int virtual_s
                                                    all));
   }
   ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, StageLayers(n_layer, all, given));
-  model::Chunks chunks;
+  model::ModelChunks chunks;
   for (int c = 0; c < virtual_stages; ++c) {
     chunks.push_back(ranges[size_t(VirtualStage(c, stages, stage))]);
   }
@@ -219,7 +219,7 @@ std::vector<PipelineStep> StageSteps(PipelineSchedule schedule, int stages, int 
 int InFlight(const std::vector<PipelineStep>& steps, int chunk) {
   int now = 0, most = 0;
   for (const PipelineStep& s : steps) {
-    if (s.chunk != chunk) continue;
+    if (s.model_chunk != chunk) continue;
     now += s.kind == PipelineStep::kForward ? 1 : -1;
     most = std::max(most, now);
   }
@@ -252,7 +252,7 @@ SimulatedSchedule Simulate(PipelineSchedule schedule, int stages, int micro_batc
     for (int s = 0; s < stages; ++s) {
       while (next[s] < steps[s].size()) {
         const PipelineStep& step = steps[s][next[s]];
-        const int mb = step.micro_batch, vs = VirtualStage(step.chunk, stages, s);
+        const int mb = step.micro_batch, vs = VirtualStage(step.model_chunk, stages, s);
         int ready;
         if (step.kind == PipelineStep::kForward) {
           ready = vs == 0 ? 0 : forward_end[vs - 1][mb];
@@ -289,7 +289,7 @@ std::string ScheduleChart(const SimulatedSchedule& schedule) {
       if (slot.stage != s) continue;
       std::string cell = absl::StrCat(slot.step.kind == PipelineStep::kForward ? "F" : "B",
                                       slot.step.micro_batch);
-      if (chunks) cell += char('a' + slot.step.chunk);
+      if (chunks) cell += char('a' + slot.step.model_chunk);
       cell.resize(width, ' ');
       for (int k = 0; k < slot.length; ++k) cells[slot.start + k] = cell;
     }

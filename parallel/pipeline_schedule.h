@@ -26,7 +26,7 @@
 //   ASSIGN_OR_RETURN(auto layers, StageLayers(/*n_layer=*/8, /*stages=*/4, {}));  // 2 each
 //   std::vector<PipelineStep> steps = StageSteps(PipelineSchedule::k1F1B, 4, stage, m);
 //   std::cout << ScheduleChart(Simulate(PipelineSchedule::k1F1B, 4, m));
-//   ASSIGN_OR_RETURN(model::Chunks mine, StageChunks(8, 2, /*virtual_stages=*/2, {}, 0));
+//   ASSIGN_OR_RETURN(model::ModelChunks mine, StageModelChunks(8, 2, /*virtual_stages=*/2, {}, 0));
 #pragma once
 
 #include <cstdint>
@@ -96,7 +96,7 @@ absl::StatusOr<std::vector<LayerRange>> StageLayers(int n_layer, int stages,
 // (1 but under the interleaved schedule): StageLayers over stages·virtual_stages virtual
 // stages (`given` then has one count per virtual stage), and of them virtual stages
 // stage, stages + stage, ... in order.
-absl::StatusOr<model::Chunks> StageChunks(int n_layer, int stages, int virtual_stages,
+absl::StatusOr<model::ModelChunks> StageModelChunks(int n_layer, int stages, int virtual_stages,
                                           const std::vector<int>& given, int stage);
 // Chunk `chunk` of pipeline rank `stage`: virtual stage chunk·stages + stage.
 inline int VirtualStage(int chunk, int stages, int stage) { return chunk * stages + stage; }
@@ -105,7 +105,7 @@ struct PipelineStep {
   enum Kind { kForward, kBackward };
   Kind kind = kForward;
   int micro_batch = 0;
-  int chunk = 0;  // the stage's chunk the step runs (0 but under the interleaved schedule)
+  int model_chunk = 0;  // the stage's chunk the step runs (0 but under the interleaved schedule)
 };
 
 // What stage `stage` of `stages` runs, in order, for `micro_batches` micro-batches: each

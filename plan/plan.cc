@@ -109,7 +109,7 @@ Split ZeroPass(const PlanRows& plan, const Replicas& r, int stage, Primitive p, 
                                            size_t(plan.e)));
   }
   const std::vector<comm::Chunk> units =
-      parallel::ChunksOf(parallel::ZeroUnits(r.layout, stage, in.ep > 1), experts);
+      parallel::UnitRanges(parallel::ZeroUnits(r.layout, stage, in.ep > 1), experts);
   for (const comm::ExpectedCall& c : parallel::ZeroCalls(
            units, {.zero_stage = stage, .grad_element = plan.e, .param_element = plan.e})) {
     if (c.primitive != p || c.phase != phase) continue;

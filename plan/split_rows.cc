@@ -30,9 +30,6 @@ void LayersRow(PlanRows& plan) {
   const double bsh = plan.bsh();
   const int layers_per_stage = plan.layers_per_stage();
   std::vector<PlanRow>& rows = plan.rows;
-  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
-  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
-                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
   // The busiest stage's layers' calls (parallel/tensor_parallel.h's list): four
   // all-reduces per layer and micro-batch of its (b·s, h) activations (or their
   // all-gathers and reduce-scatters: the same bytes), six with full recompute (the
@@ -55,7 +52,7 @@ void LayersRow(PlanRows& plan) {
   }
   Traffic tp;
   for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
-    const std::vector<int> where = nodes_of(group);
+    const std::vector<int> where = plan.NodesOf(group);
     for (int i = 0; i < in.tp; ++i) {
       Split gpu;
       for (const auto& [p, n] : calls) {
@@ -70,8 +67,8 @@ void LayersRow(PlanRows& plan) {
     }
     tp.time = std::max(tp.time, time);
   }
-  row("tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage, tp,
-      "8bsh per layer; the embedding, LM head and cross-entropy add to it");
+  plan.Add("tp (layers of a stage)", 8.0 * bsh * e * layers_per_stage, tp,
+           "8bsh per layer; the embedding, LM head and cross-entropy add to it");
   rows.back().exact_bytes_per_layer = rows.back().exact_bytes_per_gpu / layers_per_stage;
   rows.back().seed_bytes_per_layer = 8.0 * bsh * e;
 }
@@ -81,16 +78,13 @@ void EndsRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
   const parallel::Topology& grid = plan.grid;
   const int e = plan.e, m = plan.m;
-  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
-  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
-                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
   // The model's ends, on the first and the last stage: the embedding's and the LM head's
   // b·s·h a micro-batch each way and cross-entropy's three all-reduces of a float a row,
   // by the calls parallel/tensor_parallel.h counts for the report (recomputed forwards
   // included).
   Traffic ends;
   for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
-    const std::vector<int> where = nodes_of(group);
+    const std::vector<int> where = plan.NodesOf(group);
     const int stage = grid.Of(group[0]).pp;
     const comm::ExpectedCalls ends_calls =
         parallel::TensorParallelCalls({.ranks = in.tp,
@@ -137,9 +131,9 @@ void EndsRow(PlanRows& plan) {
       ends.Add(gpu);
     }
   }
-  row("tp (embedding, LM head, loss)", 0, ends,
-      "not in the seed: b·s·h a micro-batch for the embedding and for the LM head, 3·b·s "
-      "floats for the loss");
+  plan.Add("tp (embedding, LM head, loss)", 0, ends,
+           "not in the seed: b·s·h a micro-batch for the embedding and for the LM head, 3·b·s "
+           "floats for the loss");
 }
 
 // The pipeline's tied embedding.
@@ -147,9 +141,6 @@ void TiedEmbeddingRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
   const parallel::Topology& grid = plan.grid;
   const int e = plan.e;
-  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
-  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
-                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
   // The tied embedding: wte's gradient summed between the first and the last stage, by
   // every dp and tp rank with its peer (under ZeRO-2/3 its dp chunk of it).
   const model::GPTConfig config = PlanAsTrainOptions(in).model;
@@ -158,7 +149,7 @@ void TiedEmbeddingRow(PlanRows& plan) {
   for (int d = 0; d < in.dp; ++d) {
     for (int t = 0; t < in.tp; ++t) {
       const std::vector<int> pair = {grid.RankAt({d, t, 0}), grid.RankAt({d, t, in.pp - 1})};
-      const std::vector<int> where = nodes_of(pair);
+      const std::vector<int> where = plan.NodesOf(pair);
       const int64_t wte = parallel::TiedEmbeddingValues(config, in.tp, t, in.zero, in.dp, d);
       for (int i = 0; i < 2; ++i) {
         tied.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, Algorithm::kRing, where,
@@ -168,8 +159,8 @@ void TiedEmbeddingRow(PlanRows& plan) {
           tied.time, PassesTime(Algorithm::kRing, where, double(wte) * grad_bytes, 2, in.cluster));
     }
   }
-  row("pp (tied embedding)", 0, tied,
-      "not in the seed: wte's gradient summed between the first and the last stage");
+  plan.Add("pp (tied embedding)", 0, tied,
+           "not in the seed: wte's gradient summed between the first and the last stage");
 }
 
 // The pipeline's calls of stage `s` (parallel/pipeline_schedule.h's list): each boundary
@@ -197,9 +188,6 @@ void BoundariesRow(PlanRows& plan) {
   const parallel::Topology& grid = plan.grid;
   const int e = plan.e;
   const double bsh = plan.bsh();
-  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
-  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
-                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
   // Each boundary (parallel/pipeline_schedule.h's list): a micro-batch's b·s·h forward
   // and back, per tensor-parallel rank (its part of the sequence under sequence
   // parallelism); a middle stage sends both ways. Interleaved, each of a stage's v
@@ -210,7 +198,7 @@ void BoundariesRow(PlanRows& plan) {
   const int v = in.virtual_stages;
   Traffic pp;
   for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::PpGroup)) {
-    const std::vector<int> where = nodes_of(group);
+    const std::vector<int> where = plan.NodesOf(group);
     for (int s = 0; s < in.pp; ++s) {
       const comm::ExpectedCalls calls = StageCalls(plan, s);
       Split gpu;
@@ -233,9 +221,9 @@ void BoundariesRow(PlanRows& plan) {
       pp.time = std::max(pp.time, time);
     }
   }
-  row("pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, pp,
-      v > 1 ? "2(N-1)bsh for the pipeline (the seed's; interleaved moves 2(vN-1)bsh)"
-            : "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
+  plan.Add("pp (boundaries)", 2.0 * (in.pp - 1) * bsh * e, pp,
+           v > 1 ? "2(N-1)bsh for the pipeline (the seed's; interleaved moves 2(vN-1)bsh)"
+                 : "2(N-1)bsh for the pipeline (the seed-formula column is that total)");
 }
 
 // Scatter/gather's gathers of the boundaries received.
@@ -244,14 +232,11 @@ void GathersRow(PlanRows& plan) {
   const parallel::Topology& grid = plan.grid;
   const int e = plan.e;
   const int64_t micro = int64_t(plan.bsh() / plan.m);  // a micro-batch's b·s·h
-  auto nodes_of = [&](const std::vector<int>& members) { return plan.NodesOf(members); };
-  auto row = [&](const std::string& strategy, double seed, const Traffic& t,
-                 const std::string& formula) { plan.Add(strategy, seed, t, formula); };
   // Every boundary a stage receives (as many as it sends), each micro-batch's
   // all-gathered over its tp group: (tp-1)/tp of b·s·h a rank.
   Traffic gathers;
   for (const std::vector<int>& group : GroupsOf(grid, &parallel::Topology::TpGroup)) {
-    const std::vector<int> where = nodes_of(group);
+    const std::vector<int> where = plan.NodesOf(group);
     double receives = 0;
     for (const comm::ExpectedCall& c : StageCalls(plan, grid.Of(group[0]).pp)) {
       if (c.group == comm::group::kTp) receives += double(c.calls);
@@ -264,8 +249,8 @@ void GathersRow(PlanRows& plan) {
     gathers.time = std::max(gathers.time, receives * PassesTime(Algorithm::kRing, where,
                                                                 double(micro) * e, 1, in.cluster));
   }
-  row("tp (pipeline gathers)", 0, gathers,
-      "scatter/gather: each received boundary all-gathered, (tp-1)/tp of b·s·h a rank");
+  plan.Add("tp (pipeline gathers)", 0, gathers,
+           "scatter/gather: each received boundary all-gathered, (tp-1)/tp of b·s·h a rank");
 }
 
 }  // namespace

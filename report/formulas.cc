@@ -53,7 +53,7 @@ int64_t PerTokenElements(const TrainOptions& o, const model::ParameterLayout& la
 // The layers of `layout`, in order.
 std::vector<int> LayersOf(const model::ParameterLayout& layout) {
   std::vector<int> layers;
-  for (const model::LayerRange& range : layout.chunks()) {
+  for (const model::LayerRange& range : layout.model_chunks()) {
     for (int l = range.begin; l < range.end; ++l) layers.push_back(l);
   }
   return layers;
@@ -87,7 +87,7 @@ parallel::PipelineShape PipelineShapeOf(const TrainOptions& o, const model::Para
   const bool scattered = o.parallel.ScatterGather();
   return {.stages = o.parallel.pp,
           .stage = at.pp,
-          .virtual_stages = int(layout.chunks().size()),
+          .virtual_stages = int(layout.model_chunks().size()),
           .micro_batches = o.accumulation_steps(),
           .boundary = scattered ? comm::ChunkOf(whole, o.parallel.tp, at.tp).count
                                 : whole / (o.parallel.sequence_parallel ? o.parallel.tp : 1),
@@ -113,7 +113,7 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
   const int group_rank = experts ? at.dp / ep : at.dp;
   if (o.parallel.zero >= 1) {
     const std::vector<comm::Chunk> units =
-        parallel::ChunksOf(parallel::ZeroUnits(layout, o.parallel.zero, ep > 1), experts);
+        parallel::UnitRanges(parallel::ZeroUnits(layout, o.parallel.zero, ep > 1), experts);
     return parallel::ZeroCalls(units, {.group = group,
                                        .ranks = ranks,
                                        .rank = group_rank,

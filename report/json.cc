@@ -104,7 +104,7 @@ void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonW
     w.Key("bytes_sent_intra").Int(links[key].intra).Key("bytes_sent_inter").Int(links[key].inter);
     w.Key("modelled_seconds").Double(modelled[key].total());
     w.Key("seconds").Double(c.seconds).Key("blocked_seconds").Double(c.blocked_seconds);
-    w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("modelled").Bool(Modelled(key));
+    w.Key("busbw_gbps").Double(BusBandwidth(o, key, c)).Key("bytes_as_ring").Bool(BytesAsRing(key));
     if (const int64_t exact = ExactSent(in, expected, key, r); exact >= 0) {
       w.Key("exact_bytes_sent").Int(exact);
     }

@@ -36,8 +36,8 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
     most = std::max(most, open + held);
   };
   for (int chunk : chunks) {
-    const model::LayerRange range = layout.chunks()[size_t(chunk)];
-    const bool first = range.begin == 0, last = layout.last_stage() && chunk + 1 == int(layout.chunks().size());
+    const model::LayerRange range = layout.model_chunks()[size_t(chunk)];
+    const bool first = range.begin == 0, last = layout.last_stage() && chunk + 1 == int(layout.model_chunks().size());
     if (last) {
       open_unit(emb);
       if (!first) close_unit(emb);
@@ -67,7 +67,7 @@ int64_t WorkingCopyElements(const TrainOptions& o, const model::ParameterLayout&
   const int64_t e = units[model::ParameterLayout::kEmbeddings].count();
   const int64_t f = layout.last_stage() ? units[size_t(layout.final_norm_unit())].count() : 0;
   int64_t working = 0;
-  for (const model::LayerRange& chunk : layout.chunks()) {
+  for (const model::LayerRange& chunk : layout.model_chunks()) {
     const bool first = chunk.begin == 0, last = chunk.end == o.model.n_layer;
     int64_t layer = last ? f : 0;
     for (int l = chunk.begin; l < chunk.end; ++l) {
@@ -106,7 +106,7 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
   const int64_t operand = o.matmul_inputs() == MatmulInputs::kBF16 ? 2 : 4;
   int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n) +
                   model::CountLayerRoom(shape, b).Bytes(operand);
-  const std::vector<model::LayerRange>& chunks = layout.chunks();
+  const std::vector<model::LayerRange>& chunks = layout.model_chunks();
   std::vector<parallel::PipelineStep> steps;
   if (o.parallel.pp > 1) {
     steps = parallel::StageSteps(o.parallel.schedule, o.parallel.pp, o.topology().Of(rank).pp,
@@ -184,8 +184,8 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
       const int pp_rank = o.topology().Of(rank).pp;
       for (const parallel::PipelineStep& s :
            parallel::StageSteps(o.parallel.schedule, o.parallel.pp, pp_rank, o.accumulation_steps(),
-                                int(layout.chunks().size()))) {
-        if (s.kind == parallel::PipelineStep::kBackward) backwards.push_back(s.chunk);
+                                int(layout.model_chunks().size()))) {
+        if (s.kind == parallel::PipelineStep::kBackward) backwards.push_back(s.model_chunk);
       }
       open_grads = 4 * GradientsHeldWithOverlap(layout, backwards);
     }

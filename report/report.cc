@@ -28,7 +28,7 @@ double BusBandwidth(const TrainOptions& o, const comm::LedgerKey& key, const com
   return double(c.payload_bytes) / c.seconds / 1e9 * comm::BusFactor(key.primitive, GroupSize(o, key.group));
 }
 
-bool Modelled(const comm::LedgerKey& key) { return key.algorithm == comm::Algorithm::kNative; }
+bool BytesAsRing(const comm::LedgerKey& key) { return key.algorithm == comm::Algorithm::kNative; }
 
 std::string Range(int64_t lo, int64_t hi) {
   return lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, "..", hi);
@@ -88,7 +88,7 @@ std::string BandwidthRange(const Row& row) {
 std::string ReportCsv(const ReportInputs& in) {
   std::string out =
       "group,op,algorithm,phase,scope,calls,sent_min,sent_max,sent_inter_min,sent_inter_max,"
-      "exact_min,exact_max,seed,measured_over_seed,busbw_gbps_min,busbw_gbps_max,modelled\n";
+      "exact_min,exact_max,seed,measured_over_seed,busbw_gbps_min,busbw_gbps_max,bytes_as_ring\n";
   for (const auto& [key, row] : Rows(in)) {
     const int64_t seed = SeedSent(in, key);
     out += absl::StrFormat("%s,%s,%s,%s,%s,%d,%d,%d,%d,%d,%s,%s,%s,%s,%.4f,%.4f,%d\n", key.group,
@@ -99,7 +99,7 @@ std::string ReportCsv(const ReportInputs& in) {
                            row.exact_known ? absl::StrCat(row.exact_max) : "",
                            seed >= 0 ? absl::StrCat(seed) : "",
                            seed > 0 ? absl::StrFormat("%.6f", double(row.sent_max) / double(seed)) : "",
-                           row.busbw_min, row.busbw_max, Modelled(key) ? 1 : 0);
+                           row.busbw_min, row.busbw_max, BytesAsRing(key) ? 1 : 0);
   }
   return out;
 }
@@ -315,9 +315,9 @@ std::string FormatReport(const ReportInputs& in) {
   if (nodes) out += LinkTable(in);
   out += ModelledTable(in);
   for (const auto& [key, row] : rows) {
-    if (!Modelled(key)) continue;
+    if (!BytesAsRing(key)) continue;
     out += "algo native: MPI's own collectives (--native_collectives); MPI does not tell what "
-           "they move, so their bytes are modelled as the ring's, not observed\n";
+           "they move, so their bytes are booked as the ring's, not observed\n";
     break;
   }
   // The two clocks: measured (none for a dry run, whose code computes nothing), then

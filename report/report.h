@@ -82,7 +82,7 @@ std::string FormatSummaryReport(const ReportInputs& in);
 // The traffic rows as CSV: group, op, algorithm, phase, scope, calls, sent_min, sent_max,
 // sent_inter_min, sent_inter_max (the part that crossed a node), exact_min, exact_max, seed, measured_over_seed (empty where a row has no formula), the
 // achieved bus bandwidth (nccl-tests' busbw, GB/s) min and max over the ranks, and
-// modelled (1: MPI's own collective, the ring's bytes booked for it).
+// bytes_as_ring (1: a transport's own collective, the ring's bytes booked for it).
 std::string ReportCsv(const ReportInputs& in);
 // The calls world rank `rank` makes in a step, as each strategy declares them
 // (runtime/comm/ledger/expected_calls.h): the tensor-parallel layers', the pipeline's,
@@ -167,7 +167,7 @@ std::string RoutingTable(const ReportInputs& in);
 //  experts "routing": [{"layer", "expert_tokens_per_step": [E]}],
 //  "ranks": [{"rank", "dp", "tp", "pp", "node", "traffic": [{"group", "op", "algorithm",
 //  "phase", "scope", "calls", "bytes_sent", "bytes_recv", "bytes_sent_intra",
-//  "bytes_sent_inter", "seconds", "blocked_seconds", "busbw_gbps", "modelled",
+//  "bytes_sent_inter", "seconds", "blocked_seconds", "busbw_gbps", "bytes_as_ring",
 //  "modelled_seconds", and where the row has them "exact_bytes_sent" and
 //  "seed_bytes_sent"}], "time": {"step_ms", "compute_ms", "comm_exposed_ms",
 //  "comm_hidden_ms", "idle_ms"}, "memory":

@@ -37,7 +37,7 @@ int GroupSize(const TrainOptions& o, const std::string& group);
 // time, and for point-to-point rows: a non-blocking transfer's time overlaps compute).
 double BusBandwidth(const TrainOptions& o, const comm::LedgerKey& key, const comm::CallTotals& c);
 // The transport's own collectives: the ledger books the ring's bytes for them.
-bool Modelled(const comm::LedgerKey& key);
+bool BytesAsRing(const comm::LedgerKey& key);
 // "lo" or "lo..hi".
 std::string Range(int64_t lo, int64_t hi);
 // The algorithm in the text table's 6-wide column ("hier": hierarchical).

@@ -167,7 +167,7 @@ std::string TrafficOfAStep(const ReportInputs& in, const std::map<FoldedKey, Fol
   }
   for (const auto& [key, f] : folded) {
     if (key.algorithm != comm::Algorithm::kNative) continue;
-    out += "algo native: MPI's own collectives, whose bytes are modelled as the ring's, not observed\n";
+    out += "algo native: MPI's own collectives, whose bytes are booked as the ring's, not observed\n";
     break;
   }
   // A phase of the run: the bytes a rank sent in it over the whole run.

@@ -345,7 +345,7 @@ std::string PipelineTable(const ReportInputs& in) {
   size_t width = 8;
   for (int s = 0; s < o.parallel.pp; ++s) {
     std::vector<std::string> chunks;
-    for (const model::LayerRange& chunk : o.StageChunks(s)) {
+    for (const model::LayerRange& chunk : o.StageModelChunks(s)) {
       chunks.push_back(absl::StrCat(chunk.begin, "-", chunk.end - 1));
     }
     layers[size_t(s)] = absl::StrJoin(chunks, ",");

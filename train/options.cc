@@ -136,13 +136,13 @@ model::Precision TrainOptions::Precision() const {
 
 model::ParameterLayout TrainOptions::RankLayout(int rank) const {
   const parallel::GridCoordinates at = topology().Of(rank);
-  return model::ParameterLayout::ForGPT(model, parallel.tp, at.tp, StageChunks(at.pp), parallel.ep,
+  return model::ParameterLayout::ForGPT(model, parallel.tp, at.tp, StageModelChunks(at.pp), parallel.ep,
                                         at.dp % parallel.ep);
 }
 
-model::Chunks TrainOptions::StageChunks(int pp_rank) const {
+model::ModelChunks TrainOptions::StageModelChunks(int pp_rank) const {
   // One stage runs no schedule: it holds the whole model.
-  return parallel::StageChunks(model.n_layer, parallel.pp,
+  return parallel::StageModelChunks(model.n_layer, parallel.pp,
                                parallel.pp > 1 ? parallel.virtual_stages : 1, parallel.pp_layers,
                                pp_rank)
       .value();

@@ -278,8 +278,8 @@ struct TrainOptions {
   // World rank `rank`'s part of the model: its tp part of its stage's layers, with its ep
   // rank's experts.
   model::ParameterLayout RankLayout(int rank) const;
-  // The layers pipeline rank `pp_rank` holds (parallel::StageChunks); valid options only.
-  model::Chunks StageChunks(int pp_rank) const;
+  // The layers pipeline rank `pp_rank` holds (parallel::StageModelChunks); valid options only.
+  model::ModelChunks StageModelChunks(int pp_rank) const;
   // The nodes --gpus_per_node places the world on; null without it.
   std::shared_ptr<const comm::Nodes> PlacedNodes() const;
 

@@ -131,7 +131,7 @@ absl::Status ParallelOptions::Validate(const model::GPTConfig& model) const {
     return Bad("--virtual_stages=", virtual_stages, " needs --schedule=interleaved");
   }
   RETURN_IF_ERROR(
-      parallel::StageChunks(model.n_layer, pp, pp > 1 ? virtual_stages : 1, pp_layers, 0).status());
+      parallel::StageModelChunks(model.n_layer, pp, pp > 1 ? virtual_stages : 1, pp_layers, 0).status());
   if (model.n_head % tp != 0) {
     return Bad("--n_head=", model.n_head, " must be divisible by --tp=", tp,
                " (each rank takes whole heads)");

@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
                                t->model_alloc_.device(), options.Precision().activations);
   const parallel::TensorParallel& tp = t->tensor_parallel_;
   const comm::Algorithm algorithm = options.parallel.allreduce;
-  const model::Chunks stage = options.StageChunks(pp_rank);
+  const model::ModelChunks stage = options.StageModelChunks(pp_rank);
   if (t->groups_.ep != nullptr) {
     t->experts_ = std::make_unique<parallel::ExpertParallel>(t->groups_.ep.get(),
                                                              t->model_alloc_.device());

@@ -9,27 +9,27 @@ namespace tally::parallel {
 Sharding::Sharding(const std::vector<ZeroUnit>& units, Cut dense, Cut experts) {
   for (const ZeroUnit& unit : units) {
     const Cut cut = unit.experts ? experts : dense;
-    comm::Chunk own = comm::ChunkOf(unit.chunk.count, cut.ranks, cut.rank);
-    own.offset += unit.chunk.offset;
-    pieces_.push_back({unit.chunk, own, size_, unit.experts});
+    comm::Chunk own = comm::ChunkOf(unit.range.count, cut.ranks, cut.rank);
+    own.offset += unit.range.offset;
+    pieces_.push_back({unit.range, own, size_, unit.experts});
     size_ += own.count;
   }
 }
 
 namespace {
 
-// `chunk` as one unit, or with `expert_parallel` as its runs of experts' tensors and of
+// `range` as one unit, or with `expert_parallel` as its runs of experts' tensors and of
 // the others, in buffer order.
-std::vector<ZeroUnit> UnitsOf(const model::ParameterLayout& layout, comm::Chunk chunk,
+std::vector<ZeroUnit> UnitsOf(const model::ParameterLayout& layout, comm::Chunk range,
                               bool expert_parallel) {
-  if (!expert_parallel) return {{chunk, false}};
+  if (!expert_parallel) return {{range, false}};
   std::vector<ZeroUnit> runs;
   for (const model::ParamSpec& spec : layout.specs()) {
-    const int64_t begin = std::max(spec.offset, chunk.offset);
-    const int64_t end = std::min(spec.offset + spec.numel, chunk.end());
+    const int64_t begin = std::max(spec.offset, range.offset);
+    const int64_t end = std::min(spec.offset + spec.numel, range.end());
     if (begin >= end) continue;
     if (!runs.empty() && runs.back().experts == spec.expert) {
-      runs.back().chunk.count = end - runs.back().chunk.offset;
+      runs.back().range.count = end - runs.back().range.offset;
     } else {
       runs.push_back({{begin, end - begin}, spec.expert});
     }
@@ -69,12 +69,12 @@ std::vector<ZeroUnit> ZeroUnits(const model::ParameterLayout& layout, int zero_s
   return units;
 }
 
-std::vector<comm::Chunk> ChunksOf(const std::vector<ZeroUnit>& units, bool experts) {
-  std::vector<comm::Chunk> chunks;
+std::vector<comm::Chunk> UnitRanges(const std::vector<ZeroUnit>& units, bool experts) {
+  std::vector<comm::Chunk> ranges;
   for (const ZeroUnit& unit : units) {
-    if (unit.experts == experts) chunks.push_back(unit.chunk);
+    if (unit.experts == experts) ranges.push_back(unit.range);
   }
-  return chunks;
+  return ranges;
 }
 
 int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,

@@ -29,7 +29,7 @@ namespace tally::parallel {
 
 // A run of the buffer that ZeRO cuts among the ranks of a group on its own.
 struct ZeroUnit {
-  comm::Chunk chunk;
+  comm::Chunk range;  // in buffer coordinates
   // Experts' tensors only, cut over the expert-data-parallel group (the ranks that hold the
   // same experts) under expert parallelism; otherwise cut over the dp group.
   bool experts = false;
@@ -68,8 +68,8 @@ class Sharding {
 // two kinds can be sharded over different groups.
 std::vector<ZeroUnit> ZeroUnits(const model::ParameterLayout& layout, int zero_stage,
                                 bool expert_parallel = false);
-// The chunks of the `units` that hold experts' tensors (`experts`), or of the others.
-std::vector<comm::Chunk> ChunksOf(const std::vector<ZeroUnit>& units, bool experts);
+// The ranges of the `units` that hold experts' tensors (`experts`), or of the others.
+std::vector<comm::Chunk> UnitRanges(const std::vector<ZeroUnit>& units, bool experts);
 
 // The pieces [first, second) of each model unit (ZeRO-1: every model unit in all of them).
 std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayout& layout,
@@ -81,7 +81,7 @@ std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayou
 int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
                      bool recompute = false);
 // The exact bytes rank `rank` of `ranks` sends in those calls in one step over `units`
-// (ChunksOf(ZeroUnits(...)) of the group's kind): exact_traffic.h summed over the units,
+// (UnitRanges(ZeroUnits(...)) of the group's kind): exact_traffic.h summed over the units,
 // times the calls.
 // `element`: bytes a value of the primitive's buffer (the gradients' wire type for the
 // reduce-scatter, the parameters' type for the all-gather).
@@ -91,7 +91,7 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
                          comm::Phase phase, bool recompute = false, int64_t element = 4,
                          std::span<const int> nodes = {});
 
-// One step's calls of ZeRO stage `zero_stage` over `units` (ChunksOf(ZeroUnits(...)) of
+// One step's calls of ZeRO stage `zero_stage` over `units` (UnitRanges(ZeroUnits(...)) of
 // the group's kind) as data (runtime/comm/ledger/expected_calls.h): for each unit its
 // reduce-scatters (phase backward) and all-gathers (optimizer, forward, backward), as
 // many as ZeroCallsPerStep, booked in group `group` (dp, or edp for the experts') with no

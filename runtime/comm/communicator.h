@@ -42,7 +42,7 @@ struct CommOptions {
   // chain broadcast and reduce, and a knob that lets a small test run a multi-piece ring.
   size_t max_chunk_bytes = size_t(1) << 20;
   // Every collective calls the transport's own (MPI_Allreduce, ...) instead of ring or
-  // naive; the ledger books the ring's bytes for it under algorithm "native" (modelled).
+  // naive; the ledger books the ring's bytes for it under algorithm "native" (bytes_as_ring).
   bool native_collectives = false;
   // An all-reduce of at most this many bytes that would run the ring runs recursive
   // doubling instead (recursive_doubling.h: log2(p) rounds instead of 2(p-1)), and is

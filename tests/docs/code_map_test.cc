@@ -51,6 +51,38 @@ TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
   }
 }
 
+// A strategy's "read first" cell names at most three files: each code span that names a
+// path counts once (`a.{h,cc}` is one module, `zero{1,2,3}.cc` one stage's file).
+TEST(CodeMap, AStrategyIsAtMostThreeFilesToReadFirst) {
+  std::ifstream in(TALLY_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(in) << "no README.md";
+  std::stringstream all;
+  all << in.rdbuf();
+  const std::string readme = all.str();
+  const size_t begin = readme.find("### Where each strategy lives");
+  ASSERT_NE(begin, std::string::npos);
+  std::stringstream table(readme.substr(begin, readme.find("\n#", begin + 4) - begin));
+  int rows = 0;
+  for (std::string line; std::getline(table, line);) {
+    if (line.rfind("| ", 0) != 0 || line.rfind("| strategy |", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream split(line);
+    for (std::string cell; std::getline(split, cell, '|');) cells.push_back(cell);
+    ASSERT_GE(cells.size(), 4u) << "a row without its three columns: " << line;
+    const std::string& read_first = cells[2];
+    int files = 0;
+    const std::regex span("`([A-Za-z0-9_./{},-]+)`");
+    for (std::sregex_iterator it(read_first.begin(), read_first.end(), span), end; it != end;
+         ++it) {
+      if (!PathsIn((*it)[0]).empty()) ++files;
+    }
+    EXPECT_GE(files, 1) << cells[1];
+    EXPECT_LE(files, 3) << cells[1] << " names " << files << " files to read first";
+    ++rows;
+  }
+  EXPECT_GE(rows, 15);
+}
+
 // The folders that each folder's sources may not include from: the model knows nothing
 // of parallelism or training, parallelism nothing of training, the training loop nothing
 // of the analysis (the job, train/job.*, runs both), the report nothing of the planner.

@@ -106,7 +106,7 @@ TEST(MpiTrain, NativeCollectivesAreMarkedModelled) {
                                       " --global_batch_size=4 --steps=2 --eval_every=0 --report=full"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "dp        all_reduce      native backward")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "modelled as the ring's, not observed")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "booked as the ring's, not observed")) << r.output;
 }
 
 TEST(MpiTrain, AProcessCountThatIsNotTheGridIsOneMessage) {

@@ -68,15 +68,15 @@ model::ParameterLayout Tiny() {
 TEST(ZeroUnits, EachStageCutsTheBufferAsItShould) {
   const model::ParameterLayout layout = Tiny();
   ASSERT_EQ(ZeroUnits(layout, 1).size(), 1u);
-  EXPECT_EQ(ZeroUnits(layout, 1)[0].chunk.count, layout.total());
+  EXPECT_EQ(ZeroUnits(layout, 1)[0].range.count, layout.total());
   for (int stage : {2, 3}) {
     const std::vector<ZeroUnit> units = ZeroUnits(layout, stage);
     EXPECT_EQ(units.size(), layout.units().size()) << stage;
     int64_t covered = 0;
     for (const ZeroUnit& u : units) {
-      EXPECT_EQ(u.chunk.offset, covered);
+      EXPECT_EQ(u.range.offset, covered);
       EXPECT_FALSE(u.experts);
-      covered += u.chunk.count;
+      covered += u.range.count;
     }
     EXPECT_EQ(covered, layout.total());
     for (int ranks : {2, 3}) {
@@ -114,10 +114,10 @@ TEST(ZeroUnits, ExpertParallelismCutsTheExpertsApart) {
     const std::vector<ZeroUnit> units = ZeroUnits(layout, stage, /*expert_parallel=*/true);
     int64_t covered = 0, experts = 0;
     for (const ZeroUnit& u : units) {
-      EXPECT_EQ(u.chunk.offset, covered) << stage;
-      covered += u.chunk.count;
+      EXPECT_EQ(u.range.offset, covered) << stage;
+      covered += u.range.count;
       for (const model::ParamSpec& spec : layout.specs()) {
-        if (spec.offset >= u.chunk.offset && spec.offset < u.chunk.end()) {
+        if (spec.offset >= u.range.offset && spec.offset < u.range.end()) {
           EXPECT_EQ(spec.expert, u.experts) << spec.name;
           if (spec.expert) experts += spec.numel;
         }
@@ -137,7 +137,7 @@ TEST(ZeroUnits, ExpertParallelismCutsTheExpertsApart) {
       }
     }
     for (const ZeroUnit& u : units) {
-      for (int64_t i = u.chunk.offset; i < u.chunk.end(); ++i) {
+      for (int64_t i = u.range.offset; i < u.range.end(); ++i) {
         // Dense elements: one dp rank's; experts': one rank of each of the 2 edp groups.
         ASSERT_EQ(owners[size_t(i)], u.experts ? 2 : 1) << "element " << i;
       }
@@ -170,7 +170,7 @@ TEST(ZeroBytes, EachPassSendsNMinusOneOverNOfTheBuffer) {
     for (int n : {2, 3}) {
       int64_t all = 0;
       for (int r = 0; r < n; ++r) {
-        all += ZeroBytesPerStep(ChunksOf(ZeroUnits(layout, stage), false), stage, n, r, /*micro_batches=*/1, Algorithm::kRing,
+        all += ZeroBytesPerStep(UnitRanges(ZeroUnits(layout, stage), false), stage, n, r, /*micro_batches=*/1, Algorithm::kRing,
                                 Primitive::kReduceScatter, Phase::kBackward, false);
       }
       EXPECT_EQ(all, (n - 1) * layout.total() * 4) << stage << " " << n;

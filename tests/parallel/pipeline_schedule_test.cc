@@ -55,8 +55,8 @@ TEST_P(InterleavedScheduleTest, EveryChunkOnceFinishesAndShrinksTheBubbleVFold) 
     ASSERT_EQ(steps.size(), size_t(2 * m * v));
     std::vector<int> forwards(size_t(m * v), 0), backwards(size_t(m * v), 0);
     for (const PipelineStep& step : steps) {
-      ASSERT_LT(step.chunk, v);
-      const size_t at = size_t(step.micro_batch * v + step.chunk);
+      ASSERT_LT(step.model_chunk, v);
+      const size_t at = size_t(step.micro_batch * v + step.model_chunk);
       if (step.kind == PipelineStep::kForward) {
         ++forwards[at];
       } else {
@@ -73,7 +73,7 @@ TEST_P(InterleavedScheduleTest, EveryChunkOnceFinishesAndShrinksTheBubbleVFold) 
   }
   SimulatedSchedule t = Simulate(PipelineSchedule::kInterleaved, stages, m, 1, v);
   ASSERT_EQ(t.slots.size(), size_t(2 * m * v * stages)) << "a stage waited forever";
-  // Chunks of a forward's length: the fill and the drain are N-1 slots each.
+  // Slots of a forward's length: the fill and the drain are N-1 slots each.
   EXPECT_EQ(t.length, 2 * (v * m + stages - 1));
   for (int s = 0; s < stages; ++s) {
     EXPECT_DOUBLE_EQ(t.IdleFraction(s), TheoreticalBubble(stages, m, v));
@@ -87,24 +87,24 @@ INSTANTIATE_TEST_SUITE_P(All, InterleavedScheduleTest,
                          ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values(2, 3),
                                             ::testing::Values(1, 2, 3)));
 
-TEST(StageChunks, EveryVthChunkOfVTimesTheStages) {
-  model::Chunks c = StageChunks(8, 2, 2, {}, 0).value();
+TEST(StageModelChunks, EveryVthChunkOfVTimesTheStages) {
+  model::ModelChunks c = StageModelChunks(8, 2, 2, {}, 0).value();
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].begin, 0);
   EXPECT_EQ(c[0].end, 2);
   EXPECT_EQ(c[1].begin, 4);
   EXPECT_EQ(c[1].end, 6);
-  c = StageChunks(8, 2, 2, {1, 3, 2, 2}, 1).value();  // virtual stages 1 and 3
+  c = StageModelChunks(8, 2, 2, {1, 3, 2, 2}, 1).value();  // virtual stages 1 and 3
   EXPECT_EQ(c[0].begin, 1);
   EXPECT_EQ(c[0].end, 4);
   EXPECT_EQ(c[1].begin, 6);
   EXPECT_EQ(c[1].end, 8);
-  c = StageChunks(8, 4, 1, {}, 3).value();  // one chunk: the stage's layers
+  c = StageModelChunks(8, 4, 1, {}, 3).value();  // one chunk: the stage's layers
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].begin, 6);
-  EXPECT_TRUE(absl::StrContains(StageChunks(4, 4, 2, {}, 0).status().message(),
+  EXPECT_TRUE(absl::StrContains(StageModelChunks(4, 4, 2, {}, 0).status().message(),
                                 "is 8 chunks, more than the 4 layers"));
-  EXPECT_TRUE(absl::StrContains(StageChunks(8, 2, 2, {4, 4}, 0).status().message(),
+  EXPECT_TRUE(absl::StrContains(StageModelChunks(8, 2, 2, {4, 4}, 0).status().message(),
                                 "wants one per chunk, --pp x --virtual_stages = 4"));
 }
 

@@ -107,7 +107,7 @@ void ExpectSameBytes(const RunResult& got, const RunResult& want) {
 }
 
 // A grid of ranks on GPUs (and the transport that joins them, native_collectives: NCCL's
-// own, whose bytes are modelled): the losses of the single-rank GPU run, and (ring and
+// own, whose bytes are booked as the ring's): the losses of the single-rank GPU run, and (ring and
 // naive) every traffic row's bytes those of the same grid on the CPU.
 void CheckGrid(TrainOptions o, const Grid& g) {
   o.training.steps = 3;

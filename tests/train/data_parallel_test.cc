@@ -110,7 +110,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
   const comm::Algorithm algorithm = g.allreduce;
   const model::ParameterLayout layout = model::ParameterLayout::ForGPT(o.model);
   const int64_t phi = layout.total();
-  const std::vector<comm::Chunk> units = parallel::ChunksOf(parallel::ZeroUnits(layout, stage), false);
+  const std::vector<comm::Chunk> units = parallel::UnitRanges(parallel::ZeroUnits(layout, stage), false);
   const int micro_batches = o.accumulation_steps();
   using comm::Phase;
   using comm::Primitive;

@@ -182,7 +182,7 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
         for (comm::Primitive p : {comm::Primitive::kReduceScatter, comm::Primitive::kAllGather}) {
           expected +=
               o.training.steps *
-              parallel::ZeroBytesPerStep(parallel::ChunksOf(parallel::ZeroUnits(part, zero), false),
+              parallel::ZeroBytesPerStep(parallel::UnitRanges(parallel::ZeroUnits(part, zero), false),
                                          zero, o.parallel.dp, dp_rank, o.accumulation_steps(),
                                          comm::Algorithm::kRing, p, phase);
         }

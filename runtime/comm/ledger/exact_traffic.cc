@@ -117,7 +117,7 @@ RankTraffic ExactTraffic(Primitive primitive, Algorithm algorithm, int group_siz
     }
     return AllToAllVTraffic(send, recv, rank, element_size);
   }
-  // kNative: the transport's own algorithm is unknown; it is modelled as the ring.
+  // kNative: the transport's own algorithm is unknown; it is counted as the ring.
   return algorithm == Algorithm::kNaive ? Naive(primitive, s, rank, root)
                                         : Ring(primitive, s, rank, root);
 }

@@ -15,7 +15,7 @@
 // the deadline, one MPI communicator per group (MPI_Comm_create_group, so only the
 // members of a group take part in making it). With CommOptions::native_collectives the
 // collectives call MPI's own (MPI_Allreduce, ...) instead, and the ledger books the
-// ring's bytes for them, marked modelled.
+// ring's bytes for them.
 //
 // Faults: a rank whose function fails, or throws, or waits past the deadline prints
 // "rank N failed: ..." on stderr and calls MPI_Abort, which ends every process of the

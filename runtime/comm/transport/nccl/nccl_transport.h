@@ -25,7 +25,7 @@
 // receives go through device staging buffers (device_memory.h does the reduction).
 // With CommOptions::native_collectives each collective is NCCL's own (ncclAllReduce,
 // ...; an uneven reduce-scatter or all-gather is a group of ncclReduce or ncclBroadcast,
-// one per chunk), and its bytes are the ring's, marked modelled.
+// one per chunk), and its bytes are booked as the ring's.
 //
 // Inside: group.h (a group's communicators, launches and waits), nccl_transport.cc (the
 // messages), collectives.cc (NCCL's own collectives).
