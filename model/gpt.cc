@@ -288,19 +288,6 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
       for (int e = 0; e < experts; ++e) {
         moe_stats_.expert_tokens[size_t(l * experts + e)] += r.tokens(e);
       }
-      if (experts_ != nullptr) {  // rows to and from the other ranks, C values each
-        const int me = experts_->rank(), ranks = experts_->size();
-        int64_t out = 0, back = 0;
-        for (int j = 0; j < ranks; ++j) {
-          if (j == me) continue;
-          out += r.send_rows[size_t(j)] * config_.n_embd;
-          back += r.recv_rows[size_t(j)] * config_.n_embd;
-        }
-        const int64_t operand = int64_t(SizeOf(kernels_->activation_operand_type()));
-        expert_bytes_.counts += int64_t(ranks - 1) * (config_.n_experts / ranks) * 8;
-        expert_bytes_.forward += out * operand + back * 4;
-        expert_bytes_.backward += out * 4 + back * 4;
-      }
     }
     RETURN_IF_ERROR(finish(unit));
   }

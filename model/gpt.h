@@ -153,13 +153,6 @@ class GPT {
     std::vector<int64_t> expert_tokens;
   };
   MoeStats TakeMoeStats();
-  // Under expert parallelism, over every backward so far: the bytes this rank's
-  // all-to-alls must have sent by the routing counts (expert_parallel.h's formula): the
-  // counts, and the rows' dispatch and combine in forward and in backward.
-  struct ExpertBytes {
-    int64_t counts = 0, forward = 0, backward = 0;
-  };
-  const ExpertBytes& expert_bytes() const { return expert_bytes_; }
 
   // Row `row` of the last forward's logits, (b, T, vocab_local()), copied to the host
   // (vocab_local() floats): this rank's vocabulary slice (tensor-parallel rank r holds
@@ -225,7 +218,6 @@ class GPT {
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;
   MoeStats moe_stats_;
-  ExpertBytes expert_bytes_;
 };
 
 }  // namespace tally::model
