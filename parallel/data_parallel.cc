@@ -94,7 +94,7 @@ absl::Status GradientSync::ReduceBucketsFrom(const Tensor& grads, int64_t ready_
     const comm::Chunk& bucket = buckets_[next_bucket_++];
     Tensor view = grads.Flat(bucket.offset, bucket.end());
     if (overlap_) {
-      ASSIGN_OR_RETURN(SentAs::Pending pending,
+      ASSIGN_OR_RETURN(SentAs::Work pending,
                        sent_as_.IAllReduce(*dp_, view, comm::ReduceOp::kSum, algorithm_));
       in_flight_.push_back(std::move(pending));
     } else {
@@ -112,7 +112,7 @@ absl::Status GradientSync::Ready(const Tensor& grads, int64_t begin, int64_t /*e
 
 absl::Status GradientSync::Finish(const Tensor& grads) {
   absl::Status status = ReduceBucketsFrom(grads, 0);
-  for (SentAs::Pending& pending : in_flight_) status.Update(pending.Wait());
+  for (SentAs::Work& pending : in_flight_) status.Update(pending.Wait());
   in_flight_.clear();
   return status;
 }

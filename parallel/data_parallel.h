@@ -116,7 +116,7 @@ class GradientSync {
   std::vector<comm::Chunk> buckets_;
   size_t next_bucket_ = 0;
   bool overlap_;
-  std::vector<SentAs::Pending> in_flight_;  // the buckets posted and not yet waited for
+  std::vector<SentAs::Work> in_flight_;  // the buckets posted and not yet waited for
 };
 
 // Who a replica's gradients are summed with, and how.

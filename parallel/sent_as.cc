@@ -36,10 +36,10 @@ absl::Status SentAs::AllReduce(comm::Communicator& group, const Tensor& data, co
   return FromWire(wire, data);
 }
 
-absl::StatusOr<SentAs::Pending> SentAs::IAllReduce(comm::Communicator& group, const Tensor& data,
-                                                   comm::ReduceOp op,
-                                                   comm::Communicator::AlgorithmChoice algorithm) const {
-  Pending pending;
+absl::StatusOr<SentAs::Work> SentAs::IAllReduce(
+    comm::Communicator& group, const Tensor& data, comm::ReduceOp op,
+    comm::Communicator::AlgorithmChoice algorithm) const {
+  Work pending;
   pending.sent_as_ = this;
   pending.data_ = data;
   ASSIGN_OR_RETURN(pending.wire_, ToWire(group, data, /*copy=*/true));
@@ -47,10 +47,10 @@ absl::StatusOr<SentAs::Pending> SentAs::IAllReduce(comm::Communicator& group, co
   return pending;
 }
 
-absl::StatusOr<SentAs::Pending> SentAs::IReduceScatter(
+absl::StatusOr<SentAs::Work> SentAs::IReduceScatter(
     comm::Communicator& group, const Tensor& all, const Tensor& mine, comm::ReduceOp op,
     comm::Communicator::AlgorithmChoice algorithm) const {
-  Pending pending;
+  Work pending;
   pending.sent_as_ = this;
   pending.data_ = mine;
   ASSIGN_OR_RETURN(pending.input_, ToWire(group, all, /*copy=*/true));
@@ -60,7 +60,7 @@ absl::StatusOr<SentAs::Pending> SentAs::IReduceScatter(
   return pending;
 }
 
-absl::Status SentAs::Pending::Wait() {
+absl::Status SentAs::Work::Wait() {
   if (work_ == nullptr) return absl::OkStatus();
   absl::Status status = work_->Wait();
   work_.reset();

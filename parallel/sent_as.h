@@ -37,7 +37,7 @@ class SentAs {
   // Non-blocking forms (Communicator::IAllReduce, IReduceScatter) travelling as the wire
   // type: the input converted into a wire buffer now, the result converted back into
   // `data` / `mine` by Wait.
-  class Pending {
+  class Work {
    public:
     absl::Status Wait();
 
@@ -48,12 +48,11 @@ class SentAs {
     Tensor wire_, data_;  // the result, as it arrives and where it goes
     Tensor input_;        // a reduce-scatter's input in the wire type, while it is sent
   };
-  absl::StatusOr<Pending> IAllReduce(comm::Communicator& group, const Tensor& data,
-                                     comm::ReduceOp op,
-                                     comm::Communicator::AlgorithmChoice algorithm = {}) const;
-  absl::StatusOr<Pending> IReduceScatter(comm::Communicator& group, const Tensor& all,
-                                         const Tensor& mine, comm::ReduceOp op,
-                                         comm::Communicator::AlgorithmChoice algorithm = {}) const;
+  absl::StatusOr<Work> IAllReduce(comm::Communicator& group, const Tensor& data, comm::ReduceOp op,
+                                  comm::Communicator::AlgorithmChoice algorithm = {}) const;
+  absl::StatusOr<Work> IReduceScatter(comm::Communicator& group, const Tensor& all,
+                                      const Tensor& mine, comm::ReduceOp op,
+                                      comm::Communicator::AlgorithmChoice algorithm = {}) const;
 
   absl::Status Send(comm::Communicator& group, const Tensor& data, int peer) const;
   absl::Status Recv(comm::Communicator& group, const Tensor& data, int peer) const;

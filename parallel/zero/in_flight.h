@@ -24,7 +24,7 @@ namespace tally::parallel {
 struct InFlight {
   int unit = -1;  // the model unit whose calls are in flight; -1: none
   Tensor held;    // what they read or write, kept alive until they are done
-  std::vector<SentAs::Pending> reduces;
+  std::vector<SentAs::Work> reduces;
   std::vector<std::unique_ptr<comm::CollectiveWork>> gathers;
 
   bool empty() const { return unit < 0; }
@@ -36,7 +36,7 @@ struct InFlight {
   // it held.
   absl::StatusOr<Tensor> Finish() {
     absl::Status status;
-    for (SentAs::Pending& pending : reduces) status.Update(pending.Wait());
+    for (SentAs::Work& pending : reduces) status.Update(pending.Wait());
     for (auto& work : gathers) status.Update(work->Wait());
     Tensor t = std::move(held);
     *this = InFlight();

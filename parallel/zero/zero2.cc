@@ -78,7 +78,7 @@ absl::Status Zero2Weights::PostReduce(int unit, const Tensor& grads) {
   for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
     const Sharding::Piece& p = piece(i);
     Tensor part = grads.Flat(p.unit.offset - u.begin, p.unit.end() - u.begin);
-    ASSIGN_OR_RETURN(SentAs::Pending pending,
+    ASSIGN_OR_RETURN(SentAs::Work pending,
                      grads_sent_as_.IReduceScatter(GroupOf(i), part,
                                                    in_flight_reduced_.Flat(at, at + p.own.count),
                                                    comm::ReduceOp::kSum, config_.algorithm));

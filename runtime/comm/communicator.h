@@ -75,7 +75,7 @@ class Work {
   friend class Communicator;
   Work(std::unique_ptr<Wire> wire, size_t bytes);
   std::unique_ptr<Wire> wire_;
-  Pending pending_;
+  Requests pending_;
   size_t bytes_;
   int64_t timeline_work_ = -1;  // its number on the rank's timeline (timeline.h)
 };

@@ -51,7 +51,7 @@ absl::Status Run(Wire& wire, const Pass& pass, void* data) {
   for (int s = 0; s < n - 1; ++s) {
     const Ranges& send = pass.pieces[Mod(pass.reduce ? i - s - 1 : i - s, n)];
     const Ranges& recv = pass.pieces[Mod(pass.reduce ? i - s - 2 : i - s - 1, n)];
-    Pending step;
+    Requests step;
     for (const Chunk& c : send) {
       if (c.count > 0) wire.Send(right, At(data, c.offset, wire), Bytes(c.count, wire), step, SendMode::kExchange);
     }

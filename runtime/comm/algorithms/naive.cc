@@ -15,7 +15,7 @@ constexpr int kHub = 0;
 }  // namespace
 
 absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
-  Pending pending;
+  Requests pending;
   if (wire.rank() == root) {
     for (int peer = 0; peer < wire.size(); ++peer) {
       if (peer != root) wire.Send(peer, data, Bytes(count, wire), pending);
@@ -30,14 +30,14 @@ absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
 // depend on which message happens to arrive first.
 absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, int root) {
   if (wire.rank() != root) {
-    Pending pending;
+    Requests pending;
     wire.Send(root, input, Bytes(count, wire), pending);
     return pending.WaitAll();
   }
   RETURN_IF_ERROR(CopyElements(output, input, count, wire));
   for (int peer = 0; peer < wire.size(); ++peer) {
     if (peer == root) continue;
-    Pending pending;
+    Requests pending;
     wire.RecvReduce(peer, output, Bytes(count, wire), pending);
     RETURN_IF_ERROR(pending.WaitAll());
   }
@@ -52,7 +52,7 @@ absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
 
 absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count, int root) {
   int p = wire.size();
-  Pending pending;
+  Requests pending;
   if (wire.rank() == root) {
     for (int peer = 0; peer < p; ++peer) {
       Chunk chunk = ChunkOf(count, p, peer);
@@ -70,7 +70,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
 
 absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, int root) {
   int p = wire.size();
-  Pending pending;
+  Requests pending;
   if (wire.rank() == root) {
     for (int peer = 0; peer < p; ++peer) {
       Chunk chunk = ChunkOf(count, p, peer);
@@ -103,7 +103,7 @@ absl::Status ReduceScatter(Wire& wire, const void* input, void* output, int64_t 
 absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count) {
   int p = wire.size(), r = wire.rank();
   Chunk own = ChunkOf(count, p, r);
-  Pending pending;
+  Requests pending;
   for (int peer = 0; peer < p; ++peer) {
     Chunk chunk = ChunkOf(count, p, peer);
     if (peer == r) {
@@ -122,7 +122,7 @@ absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> s
   const int p = wire.size(), r = wire.rank();
   BlockOffsets at;
   RETURN_IF_ERROR(OwnBlockAndOffsets(wire, input, send_counts, output, recv_counts, at));
-  Pending pending;
+  Requests pending;
   for (int peer = 0; peer < p; ++peer) {
     if (peer == r) continue;
     if (send_counts[peer] > 0) {
@@ -137,14 +137,14 @@ absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> s
 }
 
 absl::Status Barrier(Wire& wire) {
-  Pending arrive;
+  Requests arrive;
   if (wire.rank() == kHub) {
     for (int peer = 1; peer < wire.size(); ++peer) wire.Recv(peer, nullptr, 0, arrive);
   } else {
     wire.Send(kHub, nullptr, 0, arrive);
   }
   RETURN_IF_ERROR(arrive.WaitAll());
-  Pending release;
+  Requests release;
   if (wire.rank() == kHub) {
     for (int peer = 1; peer < wire.size(); ++peer) wire.Send(peer, nullptr, 0, release);
   } else {

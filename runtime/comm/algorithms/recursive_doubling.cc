@@ -43,7 +43,7 @@ absl::Status AllReduce(Wire& wire, void* data, int64_t count) {
       RETURN_IF_ERROR(FinishAverageOf(wire, data, count));
       averaged = true;
     }
-    Pending pending;
+    Requests pending;
     switch (step.move) {
       case Move::kSend: wire.Send(step.peer, data, bytes, pending); break;
       case Move::kReduce: wire.RecvReduce(step.peer, data, bytes, pending); break;

@@ -14,7 +14,7 @@ namespace {
 // send may be an exchange (small messages go eagerly).
 absl::Status Step(Wire& wire, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
                   bool reduce) {
-  Pending step;
+  Requests step;
   wire.Send(wire.right(), send, send_bytes, step, SendMode::kExchange);
   if (reduce) {
     wire.RecvReduce(wire.left(), recv, recv_bytes, step);
@@ -64,11 +64,11 @@ absl::Status FinishChunkAverage(Wire& wire, void* data, Chunk chunk) {
 // order, into scratch space, and sends each on to `to` as soon as it has arrived. The
 // sends join `onward`, which the caller waits for.
 absl::Status Relay(Wire& wire, const std::vector<int64_t>& counts, int from, int to,
-                   Pending& onward) {
+                   Requests& onward) {
   int64_t total = 0;
   for (int64_t n : counts) total += n;
   ASSIGN_OR_RETURN(void* relay, wire.Scratch(total));
-  std::vector<Pending> arriving(counts.size());
+  std::vector<Requests> arriving(counts.size());
   int64_t offset = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
     wire.Recv(from, At(relay, offset, wire), Bytes(counts[i], wire), arriving[i]);
@@ -131,7 +131,7 @@ absl::Status Broadcast(Wire& wire, void* data, int64_t count, int root) {
   int p = wire.size(), d = Distance(wire, root);
   if (p == 1) return absl::OkStatus();
   Wire::SegmentList segments = wire.Segments(Bytes(count, wire));
-  Pending from_left, to_right;
+  Requests from_left, to_right;
   if (d > 0) {
     for (Wire::Segment seg : segments) {
       wire.Recv(wire.left(), At(data, 0, wire) + seg.offset, seg.bytes, from_left);
@@ -156,7 +156,7 @@ absl::Status Reduce(Wire& wire, const void* input, void* output, int64_t count, 
   }
   RETURN_IF_ERROR(CopyElements(partial, input, count, wire));
   Wire::SegmentList segments = wire.Segments(Bytes(count, wire));
-  Pending from_right, to_left;
+  Requests from_right, to_left;
   if (d < p - 1) {
     for (Wire::Segment seg : segments) {
       wire.RecvReduce(wire.right(), At(partial, 0, wire) + seg.offset, seg.bytes, from_right);
@@ -183,7 +183,7 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   if (d == 0) {
     Chunk own = chunk_at(0);
     RETURN_IF_ERROR(CopyElements(output, At(input, own.offset, wire), own.count, wire));
-    Pending to_right;
+    Requests to_right;
     for (int j = p - 1; j >= 1; --j) {
       wire.Send(wire.right(), At(input, chunk_at(j).offset, wire), Bytes(chunk_at(j).count, wire),
                 to_right);
@@ -193,9 +193,9 @@ absl::Status Scatter(Wire& wire, const void* input, void* output, int64_t count,
   // The chunks of the ranks behind this one come first, farthest first; its own is last.
   std::vector<int64_t> behind;
   for (int j = p - 1; j > d; --j) behind.push_back(chunk_at(j).count);
-  Pending to_right;
+  Requests to_right;
   RETURN_IF_ERROR(Relay(wire, behind, wire.left(), wire.right(), to_right));
-  Pending own;
+  Requests own;
   wire.Recv(wire.left(), output, Bytes(chunk_at(d).count, wire), own);
   RETURN_IF_ERROR(own.WaitAll());
   return to_right.WaitAll();
@@ -210,14 +210,14 @@ absl::Status Gather(Wire& wire, const void* input, void* output, int64_t count, 
   if (d == 0) {
     Chunk own = chunk_at(0);
     RETURN_IF_ERROR(CopyElements(At(output, own.offset, wire), input, own.count, wire));
-    Pending from_right;
+    Requests from_right;
     for (int j = 1; j < p; ++j) {
       wire.Recv(wire.right(), At(output, chunk_at(j).offset, wire),
                 Bytes(chunk_at(j).count, wire), from_right);
     }
     return from_right.WaitAll();
   }
-  Pending to_left;
+  Requests to_left;
   wire.Send(wire.left(), input, Bytes(chunk_at(d).count, wire), to_left);
   std::vector<int64_t> behind;
   for (int j = d + 1; j < p; ++j) behind.push_back(chunk_at(j).count);
@@ -235,7 +235,7 @@ absl::Status AllToAll(Wire& wire, const void* input, void* output, int64_t count
   for (int s = 1; s < p; ++s) {
     int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
     Chunk to_chunk = ChunkOf(count, p, to);
-    Pending step;
+    Requests step;
     wire.Send(to, At(input, to_chunk.offset, wire), Bytes(to_chunk.count, wire), step,
               SendMode::kExchange);
     wire.Recv(from, At(output, from * own.count, wire), Bytes(own.count, wire), step);
@@ -253,7 +253,7 @@ absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> s
   RETURN_IF_ERROR(OwnBlockAndOffsets(wire, input, send_counts, output, recv_counts, at));
   for (int s = 1; s < p; ++s) {
     const int to = wire.RingRank(r, s), from = wire.RingRank(r, -s);
-    Pending step;
+    Requests step;
     if (send_counts[to] > 0) {
       wire.Send(to, At(input, at.send[to], wire), Bytes(send_counts[to], wire), step,
                 SendMode::kExchange);
@@ -271,7 +271,7 @@ absl::Status AllToAllV(Wire& wire, const void* input, std::span<const int64_t> s
 absl::Status Barrier(Wire& wire) {
   if (wire.size() == 1) return absl::OkStatus();
   for (int lap = 0; lap < 2; ++lap) {
-    Pending token;
+    Requests token;
     if (wire.rank() == 0) {
       wire.Send(wire.right(), nullptr, 0, token);
       wire.Recv(wire.left(), nullptr, 0, token);

@@ -50,7 +50,7 @@ Wire::SegmentList Wire::Posted(const SegmentList& segments, size_t bytes) const 
   return {{0, bytes}};
 }
 
-void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, SendMode mode) {
+void Wire::Send(int peer, const void* data, size_t bytes, Requests& pending, SendMode mode) {
   TransferTotals& row = Row(PeerWorldRank(peer));
   const SegmentList segments = Segments(bytes);
   for (Segment s : segments) {
@@ -73,7 +73,7 @@ void Wire::Send(int peer, const void* data, size_t bytes, Pending& pending, Send
   }
 }
 
-void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending) {
+void Wire::PostRecv(int peer, void* data, size_t bytes, bool reduce, Requests& pending) {
   TransferTotals& row = Row(PeerWorldRank(peer));
   std::optional<Reduction> reduction;
   if (reduce) reduction = Reduction{signature_.op, signature_.dtype};
@@ -103,11 +103,11 @@ void Wire::BookModelled() {
   from.messages_recv += t.recv > 0 ? 1 : 0;
 }
 
-void Wire::Recv(int peer, void* data, size_t bytes, Pending& pending) {
+void Wire::Recv(int peer, void* data, size_t bytes, Requests& pending) {
   PostRecv(peer, data, bytes, /*reduce=*/false, pending);
 }
 
-void Wire::RecvReduce(int peer, void* data, size_t bytes, Pending& pending) {
+void Wire::RecvReduce(int peer, void* data, size_t bytes, Requests& pending) {
   PostRecv(peer, data, bytes, /*reduce=*/true, pending);
 }
 
@@ -154,11 +154,11 @@ absl::StatusOr<void*> Wire::Scratch(int64_t count) {
   return scratch_->raw_data();
 }
 
-void Pending::Fail(absl::Status status) {
+void Requests::Fail(absl::Status status) {
   entries_.push_back({FailedRequest(std::move(status)), nullptr, nullptr, 0, false, {}});
 }
 
-absl::Status Pending::Wait(size_t i) {
+absl::Status Requests::Wait(size_t i) {
   Entry& e = entries_[i];
   if (!e.waited) {
     e.status = e.request->Wait();
@@ -168,7 +168,7 @@ absl::Status Pending::Wait(size_t i) {
   return e.status;
 }
 
-absl::Status Pending::WaitAll() {
+absl::Status Requests::WaitAll() {
   absl::Status first;
   for (size_t i = 0; i < entries_.size(); ++i) {
     absl::Status s = Wait(i);

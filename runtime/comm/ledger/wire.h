@@ -6,7 +6,7 @@
 // transport. Because booking happens here, on the only path to the transport, the ledger
 // counts every byte by construction.
 //
-//   Pending step;
+//   Requests step;
 //   wire.Send(wire.right(), chunk, bytes, step);
 //   wire.RecvReduce(wire.left(), into, bytes, step);
 //   RETURN_IF_ERROR(step.WaitAll());
@@ -28,7 +28,7 @@
 
 namespace tally::comm {
 
-class Pending;
+class Requests;
 
 class Wire {
  public:
@@ -69,11 +69,11 @@ class Wire {
   }
 
   // Post the messages of one transfer to/from group rank `peer`, adding them to `pending`.
-  void Send(int peer, const void* data, size_t bytes, Pending& pending,
+  void Send(int peer, const void* data, size_t bytes, Requests& pending,
             SendMode mode = SendMode::kRendezvous);
-  void Recv(int peer, void* data, size_t bytes, Pending& pending);
+  void Recv(int peer, void* data, size_t bytes, Requests& pending);
   // data = op(data, message), the op and dtype of the call.
-  void RecvReduce(int peer, void* data, size_t bytes, Pending& pending);
+  void RecvReduce(int peer, void* data, size_t bytes, Requests& pending);
 
   // Books what a call of the transport's own collective moved, which the transport does
   // not tell: the ring's bytes (ExactTraffic), sent to the right neighbour and received
@@ -105,8 +105,8 @@ class Wire {
   const std::vector<tally::PeerBytes>& sent() const { return sent_; }
 
  private:
-  friend class Pending;
-  void PostRecv(int peer, void* data, size_t bytes, bool reduce, Pending& pending);
+  friend class Requests;
+  void PostRecv(int peer, void* data, size_t bytes, bool reduce, Requests& pending);
 
   // The messages' times (TransferTotals::seconds) take no clock reading of their own: a
   // message is stamped as posted by the first post of the run it belongs to (posts made
@@ -134,8 +134,9 @@ class Wire {
   std::vector<tally::PeerBytes> sent_;
 };
 
-// Requests posted together and waited for together.
-class Pending {
+// Point-to-point requests posted together and waited for together (a ring step's send
+// and receive, mostly).
+class Requests {
  public:
   size_t size() const { return entries_.size(); }
   // Waits for the i-th posted message.
