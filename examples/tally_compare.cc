@@ -46,18 +46,18 @@ absl::Status Main(const std::vector<std::string>& files) {
           "' are one file: the page would replace the run it reads; give the page a path of its own"));
     }
   }
-  std::vector<train::RunReport> runs;
+  std::vector<report::RunReport> runs;
   for (const std::string& file : files) {
-    ASSIGN_OR_RETURN(train::RunReport run, train::ReadRunReport(file));
+    ASSIGN_OR_RETURN(report::RunReport run, report::ReadRunReport(file));
     runs.push_back(std::move(run));
   }
-  ASSIGN_OR_RETURN(train::Comparison c, train::Compare(runs));
-  const std::string out = absl::GetFlag(FLAGS_csv)    ? train::ComparisonCsv(c)
-                          : absl::GetFlag(FLAGS_json) ? train::ComparisonJson(c)
-                                                      : train::ComparisonText(c);
+  ASSIGN_OR_RETURN(report::Comparison c, report::Compare(runs));
+  const std::string out = absl::GetFlag(FLAGS_csv)    ? report::ComparisonCsv(c)
+                          : absl::GetFlag(FLAGS_json) ? report::ComparisonJson(c)
+                                                      : report::ComparisonText(c);
   std::fwrite(out.data(), 1, out.size(), stdout);
   if (!html.empty()) {
-    RETURN_IF_ERROR(WriteTextFile(html, train::ReportPage(runs, c)));
+    RETURN_IF_ERROR(WriteTextFile(html, report::ReportPage(runs, c)));
     // On stderr: standard output stays the comparison alone (--json, --csv).
     std::fprintf(stderr, "report page written to '%s' (open it in a browser)\n", html.c_str());
   }

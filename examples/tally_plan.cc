@@ -104,14 +104,14 @@ ABSL_FLAG(double, gpu_memory_gb, 80, "--search: memory per GPU, GB (1e9 bytes)")
 namespace tally {
 namespace {
 
-using train::PlanInput;
-using train::PlanRow;
+using plan::PlanInput;
+using plan::PlanRow;
 
 // The most GPUs a plan may have (dp x tp x pp).
 constexpr int64_t kMaxGpus = int64_t(1) << 20;
 
 // A grid of at most kMaxGpus GPUs whose tensor-parallel ranks split the hidden size.
-absl::Status CheckGrid(const PlanInput& in) {
+absl::Status CheckGrid(const plan::PlanInput& in) {
   const int64_t gpus = int64_t(in.dp) * in.tp * in.pp;
   if (gpus > kMaxGpus) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -131,8 +131,8 @@ absl::Status CheckGrid(const PlanInput& in) {
 }
 
 // Long, and kept whole: one flag after another, each checked where it is read.
-absl::StatusOr<PlanInput> InputFromFlags() {
-  ASSIGN_OR_RETURN(train::PlanModel model, train::ModelPreset(absl::GetFlag(FLAGS_model)));
+absl::StatusOr<plan::PlanInput> InputFromFlags() {
+  ASSIGN_OR_RETURN(plan::PlanModel model, plan::ModelPreset(absl::GetFlag(FLAGS_model)));
   // A size given overrides the preset's; the header then names both.
   std::string overrides;
   auto override_with = [&](const char* flag, auto given, auto& field) -> absl::Status {
@@ -172,7 +172,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
     config.vocab_size = vocab.value_or(config.vocab_size);
     config.seq_len = absl::GetFlag(FLAGS_seq_len);
     RETURN_IF_ERROR(config.Validate());
-    model = train::GptShape(config);
+    model = plan::GptShape(config);
   }
   const int experts = absl::GetFlag(FLAGS_n_experts), top_k = absl::GetFlag(FLAGS_moe_top_k);
   if (experts < 0 || (experts > 0 && (top_k < 1 || top_k > experts))) {
@@ -180,7 +180,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
         "[flags] --n_experts must be >= 0 and --moe_top_k in [1, n_experts], got ", experts,
         " and ", top_k));
   }
-  PlanInput in{train::WithExperts(model, experts, top_k)};
+  plan::PlanInput in{plan::WithExperts(model, experts, top_k)};
   if (in.model.params < 0 || (in.model.gpt && !in.model.config.Validate().ok())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "[flags] --n_experts=", experts, " gives more than ", model::GPTConfig::kMaxParams,
@@ -284,7 +284,7 @@ absl::StatusOr<PlanInput> InputFromFlags() {
   return in;
 }
 
-absl::Status Sweep(PlanInput in, const std::string& spec) {
+absl::Status Sweep(plan::PlanInput in, const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   if (parts.size() != 2) return absl::InvalidArgumentError("[flags] --sweep wants dim:v1,v2,...");
   int* dim = parts[0] == "dp" ? &in.dp : parts[0] == "tp" ? &in.tp : parts[0] == "pp" ? &in.pp
@@ -311,7 +311,7 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
                "inter_bytes_per_gpu\n";
   for (int value : values) {
     *dim = value;
-    for (const PlanRow& r : train::Plan(in)) {
+    for (const plan::PlanRow& r : plan::Plan(in)) {
       std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g,%.0f\n", value, r.strategy,
                                    r.seed_bytes_per_gpu, r.exact_bytes_per_gpu, r.total_bytes,
                                    r.time_s, r.inter_bytes_per_gpu);
@@ -321,7 +321,7 @@ absl::Status Sweep(PlanInput in, const std::string& spec) {
 }
 
 // --search: the grids that fit, fastest first (the first 20).
-absl::Status Search(const PlanInput& base) {
+absl::Status Search(const plan::PlanInput& base) {
   const int world = absl::GetFlag(FLAGS_world) != 0 ? absl::GetFlag(FLAGS_world)
                                                     : base.dp * base.tp * base.pp;
   const int global = absl::GetFlag(FLAGS_global_batch_size) != 0
@@ -334,9 +334,9 @@ absl::Status Search(const PlanInput& base) {
         ">= 1 (0: batch_size x dp) and --gpu_memory_gb > 0, got ",
         world, ", ", global, " and ", memory));
   }
-  ASSIGN_OR_RETURN(const std::vector<train::SearchResult> found,
-                   train::SearchGrids(base, world, global, memory * 1e9, &std::cerr));
-  train::PrintSearch(base, world, global, memory, found, absl::GetFlag(FLAGS_json), std::cout);
+  ASSIGN_OR_RETURN(const std::vector<plan::SearchResult> found,
+                   plan::SearchGrids(base, world, global, memory * 1e9, &std::cerr));
+  plan::PrintSearch(base, world, global, memory, found, absl::GetFlag(FLAGS_json), std::cout);
   return absl::OkStatus();
 }
 
@@ -368,16 +368,16 @@ absl::Status CheckModes() {
 absl::Status Main() {
   RETURN_IF_ERROR(CheckModes());
   if (absl::GetFlag(FLAGS_seed_examples)) {
-    train::PrintSeedExamples(absl::GetFlag(FLAGS_json), std::cout);
+    plan::PrintSeedExamples(absl::GetFlag(FLAGS_json), std::cout);
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(PlanInput in, InputFromFlags());
+  ASSIGN_OR_RETURN(plan::PlanInput in, InputFromFlags());
   if (!absl::GetFlag(FLAGS_sweep).empty()) return Sweep(in, absl::GetFlag(FLAGS_sweep));
   if (absl::GetFlag(FLAGS_search)) return Search(in);
   if (absl::GetFlag(FLAGS_json)) {
-    train::PrintPlanJson(in, std::cout);
+    plan::PrintPlanJson(in, std::cout);
   } else {
-    train::PrintPlan(in, std::cout);
+    plan::PrintPlan(in, std::cout);
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,7 @@
 #include "runtime/kernels/work.h"
 #include "runtime/timeline.h"
 
-namespace tally::train {
+namespace tally::plan {
 namespace {
 
 // The work that `kernels` counts (work.h's Count functions) while it runs.
@@ -190,4 +190,4 @@ MicroBatchSeconds MicroBatchTimes(const PlanInput& in) {
   return t;
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

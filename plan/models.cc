@@ -11,7 +11,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "report/report.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 // One layer's experts' values (0: dense).
 double ExpertValues(const PlanInput& in) {
@@ -94,8 +94,8 @@ PlanModel WithExperts(PlanModel model, int experts, int top_k) {
   return model;
 }
 
-TrainOptions PlanAsTrainOptions(const PlanInput& in) {
-  TrainOptions o;
+train::TrainOptions PlanAsTrainOptions(const PlanInput& in) {
+  train::TrainOptions o;
   o.model = in.model.config;
   o.model.seq_len = in.seq_len;
   o.parallel.dp = in.dp;
@@ -134,7 +134,7 @@ namespace {
 // The world ranks of dp rank 0 and tp rank 0 of those stages: the stages' first ranks,
 // which hold their stage's largest ZeRO chunks (ChunkOf gives the first ranks the larger
 // ones, of the vocabulary too).
-std::vector<int> StageFirstRanks(const TrainOptions& o) {
+std::vector<int> StageFirstRanks(const train::TrainOptions& o) {
   std::vector<int> ranks;
   const parallel::Topology grid = o.topology();
   for (int stage : CandidateStages(o.parallel.pp)) ranks.push_back(grid.RankAt({0, 0, stage}));
@@ -148,9 +148,9 @@ PlanActivations PlanActivationsPerGpu(const PlanInput& in) {
   out.bubble = in.pp > 1 ? parallel::TheoreticalBubble(in.pp, in.micro_batches, in.virtual_stages)
                          : 0.0;
   if (!in.model.gpt) return out;
-  const TrainOptions o = PlanAsTrainOptions(in);
+  const train::TrainOptions o = PlanAsTrainOptions(in);
   for (int r : StageFirstRanks(o)) {
-    const int64_t bytes = PredictedMemory(o, r).activations;
+    const int64_t bytes = report::PredictedMemory(o, r).activations;
     const int stage = o.topology().Of(r).pp;
     if (bytes < 0) return {-1, stage, out.bubble};
     if (bytes > out.bytes_per_gpu) out = {bytes, stage, out.bubble};
@@ -181,19 +181,19 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
 
 double PlanMemoryLine(const PlanInput& in, size_t line) {
   if (!in.model.gpt) return PlanMemoryPerGpu(in)[line].bytes_per_gpu;
-  // tally's GPT: exactly what the busiest stage's dp rank 0 holds (PredictedMemory; the
+  // tally's GPT: exactly what the busiest stage's dp rank 0 holds (report::PredictedMemory; the
   // first ranks take the larger chunks of ZeRO's uneven cuts).
   const std::pair<DType, bool> precisions[] = {
       {DType::kF32, false}, {DType::kBF16, false}, {DType::kBF16, true}};
-  TrainOptions o = PlanAsTrainOptions(in);
+  train::TrainOptions o = PlanAsTrainOptions(in);
   o.precision.dtype = precisions[line].first;
   o.precision.fp32_grad_accum = precisions[line].second;
   double most = 0;
   for (int r : StageFirstRanks(o)) {
-    const MemoryFormula f = PredictedMemory(o, r);
+    const report::MemoryFormula f = report::PredictedMemory(o, r);
     most = std::max(most, double(f.params + f.grads + f.optimizer));
   }
   return most;
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -12,7 +12,7 @@
 #include "parallel/topology.h"
 #include "plan/plan.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 // Long, and kept whole: DDP's buckets, ZeRO-2's reduce-scatters and ZeRO-3's gathers are
 // priced on one timeline of when backward closes each unit, which the three share.
@@ -94,4 +94,4 @@ double OverlappedDpSeconds(const PlanInput& in, double tp_layers_s) {
   return exposed;
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -20,7 +20,7 @@
 #include "runtime/comm/ledger/names.h"
 #include "runtime/comm/nodes.h"
 
-namespace tally::train {
+namespace tally::plan {
 namespace {
 
 using comm::Algorithm;
@@ -39,7 +39,7 @@ Part PartParams(const PlanInput& in) {
     return {int64_t((double(in.model.params) - experts + experts / in.ep) / stage),
             int64_t(experts / in.ep / stage)};
   }
-  const TrainOptions o = PlanAsTrainOptions(in);
+  const train::TrainOptions o = PlanAsTrainOptions(in);
   const std::vector<parallel::LayerRange> stages =
       parallel::StageLayers(o.model.n_layer, o.parallel.pp, {}).value();
   Part most;
@@ -224,4 +224,4 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   return plan.rows;
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -29,7 +29,7 @@
 #include "runtime/comm/types.h"
 #include "train/options.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 struct PlanModel {
   std::string name;
@@ -104,7 +104,7 @@ struct PlanInput {
   comm::Cluster cluster = {};
   // The GPU the predicted step's compute is timed on (cluster.h's roofline; none given:
   // no compute time).
-  GpuModel gpu = {};
+  train::GpuModel gpu = {};
 };
 
 
@@ -268,7 +268,7 @@ struct SeedExample {
 std::vector<SeedExample> SeedExamples();
 
 // The training options of a tally_train run that the planner's exact numbers describe.
-TrainOptions PlanAsTrainOptions(const PlanInput& in);
+train::TrainOptions PlanAsTrainOptions(const PlanInput& in);
 
 // One layer's experts' values, E·(8h² + 5h) (0: dense).
 double ExpertValues(const PlanInput& in);
@@ -290,4 +290,4 @@ void PrintSearch(const PlanInput& base, int world, int global, double memory_gb,
 // --seed_examples: the seed's figures beside the planner's, a table or JSON.
 void PrintSeedExamples(bool json, std::ostream& out);
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -10,7 +10,7 @@
 #include "plan/plan.h"
 #include "runtime/json_writer.h"
 
-namespace tally::train {
+namespace tally::plan {
 namespace {
 
 // What a GPU holds at --precision: the model states, and the activations where the model
@@ -221,4 +221,4 @@ void PrintSeedExamples(bool json, std::ostream& out) {
   }
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -16,7 +16,7 @@
 #include "plan/plan.h"
 #include "runtime/comm/nodes.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 // Bytes by link class, in double (a step's bytes at real scale).
 struct Split {
@@ -121,4 +121,4 @@ void TensorParallelRows(PlanRows& plan);
 void ExpertParallelRows(PlanRows& plan);
 void PipelineRows(PlanRows& plan);
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -19,7 +19,7 @@
 #include "runtime/json_reader.h"
 #include "runtime/status_macros.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 StepTime PredictStep(const PlanInput& in) {
   StepTime t;
@@ -197,4 +197,4 @@ absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int
   return out;
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 using comm::Algorithm;
 
@@ -89,4 +89,4 @@ std::string Bytes(double bytes) {
   return absl::StrFormat("%.2f GB (%.2f GiB)", bytes / 1e9, bytes / double(1 << 30));
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

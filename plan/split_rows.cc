@@ -15,7 +15,7 @@
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/ledger/names.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 using comm::Algorithm;
 using comm::Primitive;
@@ -312,4 +312,4 @@ void PipelineRows(PlanRows& plan) {
   if (plan.in.ScatterGather()) GathersRow(plan);
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

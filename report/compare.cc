@@ -11,7 +11,7 @@
 #include "runtime/status_macros.h"
 #include "train/options.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 
@@ -190,4 +190,4 @@ absl::StatusOr<Comparison> Compare(const std::vector<RunReport>& runs) {
   return c;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

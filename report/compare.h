@@ -32,7 +32,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tally::train {
+namespace tally::report {
 
 // What tally_compare's messages start with.
 inline constexpr char kCompareWho[] = "[tally_compare]";
@@ -129,4 +129,4 @@ std::string ComparisonCsv(const Comparison& c);
 // "max"}]}]}: min and max where present, ratio where there is one.
 std::string ComparisonJson(const Comparison& c);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -12,7 +12,7 @@
 #include "report/compare.h"
 #include "runtime/json_writer.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 // Bytes as the cell shows them: whole numbers; milliseconds to 3 decimals (the modelled
@@ -159,4 +159,4 @@ std::string ComparisonJson(const Comparison& c) {
   return w.str() + "\n";
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

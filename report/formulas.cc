@@ -18,14 +18,14 @@
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/ledger/names.h"
 
-namespace tally::train {
+namespace tally::report {
 
 namespace {
 
 // The nodes of the ranks of world rank `rank`'s dp group, or (`experts`) of its edp group:
 // the hierarchical algorithm's bytes depend on them.
 std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const parallel::Topology grid = o.topology();
   const std::vector<int> group = experts ? grid.EdpGroup(rank) : grid.DpGroup(rank);
   return in.nodes != nullptr ? in.nodes->Of(group) : std::vector<int>(group.size(), 0);
@@ -33,7 +33,8 @@ std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
 
 // The per-token replicas' elements in the gradients the optimizer of world rank `rank`
 // sees: its part of the model, or its ZeRO shard of that.
-int64_t PerTokenElements(const TrainOptions& o, const model::ParameterLayout& layout, int rank) {
+int64_t PerTokenElements(const train::TrainOptions& o, const model::ParameterLayout& layout,
+                         int rank) {
   std::vector<model::TensorRange> ranges = model::TensorRanges(layout);
   if (o.parallel.zero >= 1) {
     const parallel::Sharding shard = RankSharding(o, layout, rank);
@@ -60,7 +61,7 @@ std::vector<int> LayersOf(const model::ParameterLayout& layout) {
 }
 
 // The tensor-parallel layers' calls on a rank holding `layout`, tp rank `tp_rank`.
-parallel::TensorParallelShape TensorParallelShapeOf(const TrainOptions& o,
+parallel::TensorParallelShape TensorParallelShapeOf(const train::TrainOptions& o,
                                                     const model::ParameterLayout& layout,
                                                     int tp_rank) {
   return {.ranks = o.parallel.tp,
@@ -81,7 +82,8 @@ parallel::TensorParallelShape TensorParallelShapeOf(const TrainOptions& o,
 // The pipeline's boundaries and tied embedding on world rank `rank`: each boundary a
 // micro-batch's b·s·h values (1/tp under sequence parallelism; under scatter/gather the
 // tp rank's chunk, partition.h's rule: the first n % tp chunks one more).
-parallel::PipelineShape PipelineShapeOf(const TrainOptions& o, const model::ParameterLayout& layout,
+parallel::PipelineShape PipelineShapeOf(const train::TrainOptions& o,
+                                        const model::ParameterLayout& layout,
                                         parallel::GridCoordinates at) {
   const int64_t whole = int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.n_embd;
   const bool scattered = o.parallel.ScatterGather();
@@ -105,7 +107,7 @@ parallel::PipelineShape PipelineShapeOf(const TrainOptions& o, const model::Para
 // all-reduces.
 comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::ParameterLayout& layout,
                                   int rank, bool experts) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const parallel::GridCoordinates at = o.topology().Of(rank);
   const int ep = o.parallel.ep;
   const char* group = experts ? comm::group::kEdp : comm::group::kDp;
@@ -139,7 +141,7 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
 // replicas' under sequence parallelism.
 parallel::StepEndShape StepEndShapeOf(const ReportInputs& in, const model::ParameterLayout& layout,
                                       int rank) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const parallel::GridCoordinates at = o.topology().Of(rank);
   return {
       .dp = {o.parallel.dp, at.dp, GroupNodes(in, rank, false)},
@@ -154,13 +156,13 @@ parallel::StepEndShape StepEndShapeOf(const ReportInputs& in, const model::Param
 
 }  // namespace
 
-ValueBytes BytesOf(const TrainOptions& o) {
+ValueBytes BytesOf(const train::TrainOptions& o) {
   const model::Precision p = o.Precision();
   return {int64_t(SizeOf(p.params)), int64_t(SizeOf(p.grads)), int64_t(SizeOf(p.grad_comm)),
           int64_t(SizeOf(p.activations))};
 }
 
-parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLayout& layout,
+parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,
                                 int rank) {
   const int dp_rank = o.topology().Of(rank).dp;
   return parallel::Sharding(parallel::ZeroUnits(layout, o.parallel.zero, o.parallel.ep > 1),
@@ -169,7 +171,7 @@ parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLay
 }
 
 comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const parallel::GridCoordinates at = o.topology().Of(rank);
   const model::ParameterLayout layout = o.RankLayout(rank);
   comm::ExpectedCalls calls;
@@ -212,7 +214,7 @@ int64_t ExactSent(const ReportInputs& in, std::span<const comm::ExpectedCall> ca
 // reduce-scatter and all-gather over the buffer (2Φ together for ZeRO-1/2, 3Φ for ZeRO-3,
 // with one micro-batch).
 int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const int64_t element = key.primitive == comm::Primitive::kAllGather ? BytesOf(o).params
                                                                        : BytesOf(o).grad_comm;
   // The Φ the row's group sums or shards: the model's, or under expert parallelism the dp
@@ -265,4 +267,4 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   return calls > 0 ? calls * part_bytes : -1;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -8,17 +8,17 @@
 #include "parallel/zero/sharding.h"
 #include "train/options.h"
 
-namespace tally::train {
+namespace tally::report {
 
 // Bytes a value of each kind of buffer takes (model/precision.h).
 struct ValueBytes {
   int64_t params, grads, grad_comm, activations;
 };
-ValueBytes BytesOf(const TrainOptions& o);
+ValueBytes BytesOf(const train::TrainOptions& o);
 
 // World rank `rank`'s ZeRO shard of `layout`: the dense units cut over its dp group, the
 // experts' over its edp group (whose rank is the dp rank / ep; topology.h).
-parallel::Sharding RankSharding(const TrainOptions& o, const model::ParameterLayout& layout,
+parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,
                                 int rank);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -8,7 +8,7 @@
 #include "report/rows.h"
 #include "runtime/json_writer.h"
 
-namespace tally::train {
+namespace tally::report {
 
 namespace {
 
@@ -25,7 +25,7 @@ void WriteLosses(const ReportInputs& in, JsonWriter& w) {
 
 // The run's configuration: "config" (the model, the grid, the links, the precision).
 void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   w.Key("config").BeginObject();
   w.Key("n_layer").Int(o.model.n_layer).Key("n_head").Int(o.model.n_head);
   w.Key("n_embd").Int(o.model.n_embd).Key("seq_len").Int(o.model.seq_len);
@@ -74,17 +74,17 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
   w.Key("link_inter_latency_us").Double(o.cluster.links.inter.latency_us);
   w.Key("link_inter_efficiency").Double(o.cluster.links.inter.efficiency);
   w.Key("precision")
-      .String(PrecisionName(o.precision.dtype))
+      .String(train::PrecisionName(o.precision.dtype))
       .Key("fp32_grad_accum")
       .Bool(o.precision.fp32_grad_accum);
-  w.Key("grad_comm_dtype").String(PrecisionName(o.Precision().grad_comm));
+  w.Key("grad_comm_dtype").String(train::PrecisionName(o.Precision().grad_comm));
   w.Key("params").Int(o.model.NumParams());
   w.EndObject();
 }
 
 // World rank r's rows: "traffic", a row a ledger key, with its formulas' bytes.
 void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonWriter& w) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   std::map<comm::LedgerKey, comm::TransferTotals> totals;
   for (const auto& [key_peer, t] : in.traffic[r].transfers()) {
     totals[key_peer.first].bytes_sent += t.bytes_sent;
@@ -118,7 +118,7 @@ void WriteTraffic(const ReportInputs& in, const comm::Nodes& nodes, int r, JsonW
 // on the modelled one ("modelled_time").
 void WriteTimes(const ReportInputs& in, size_t r, const std::vector<MeasuredWaits>& measured,
                 const absl::StatusOr<std::vector<ReplayedRank>>& replayed, JsonWriter& w) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   if (!o.dry_run && in.train_nanos.size() == in.traffic.size()) {  // the measured clock
     const RankTime t = TimeOf(in, int(r));
     w.Key("time").BeginObject().Key("clock").String("measured").Key("step_ms").Double(t.step_ms);
@@ -187,7 +187,7 @@ void WriteRouting(const ReportInputs& in, JsonWriter& w) {
 }  // namespace
 
 std::string ReportJson(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const comm::Nodes nodes = NodesOf(in);
   JsonWriter w;
   w.BeginObject();
@@ -210,15 +210,17 @@ std::string ReportJson(const ReportInputs& in) {
   WriteRouting(in, w);
   const std::vector<std::vector<int64_t>> peers = comm::PeerMatrix(in.traffic);
   // A rank records the same spans every step: the last step's are the last 1/steps of them.
-  auto last_step = [&](const std::vector<Trainer::Span>& spans) {
+  auto last_step = [&](const std::vector<train::Trainer::Span>& spans) {
     const size_t per_step = in.steps > 0 ? spans.size() / size_t(in.steps) : spans.size();
-    return std::span<const Trainer::Span>(spans).last(per_step);
+    return std::span<const train::Trainer::Span>(spans).last(per_step);
   };
   // The spans' time origin: the first span of the last step on any rank.
   int64_t span_origin = std::numeric_limits<int64_t>::max();
   if (in.spans != nullptr) {
-    for (const std::vector<Trainer::Span>& spans : *in.spans) {
-      for (const Trainer::Span& s : last_step(spans)) span_origin = std::min(span_origin, s.start_nanos);
+    for (const std::vector<train::Trainer::Span>& spans : *in.spans) {
+      for (const train::Trainer::Span& s : last_step(spans)) {
+        span_origin = std::min(span_origin, s.start_nanos);
+      }
     }
   }
   w.Key("ranks").BeginArray();
@@ -233,7 +235,7 @@ std::string ReportJson(const ReportInputs& in) {
     w.Key("peers").IntArray(peers[r]);
     if (in.spans != nullptr && r < in.spans->size() && !(*in.spans)[r].empty()) {
       w.Key("spans").BeginArray();
-      for (const Trainer::Span& s : last_step((*in.spans)[r])) {
+      for (const train::Trainer::Span& s : last_step((*in.spans)[r])) {
         w.BeginObject().Key("name").String(s.name);
         w.Key("start_ms").Double(double(s.start_nanos - span_origin) / 1e6);
         w.Key("end_ms").Double(double(s.end_nanos - span_origin) / 1e6).EndObject();
@@ -246,4 +248,4 @@ std::string ReportJson(const ReportInputs& in) {
   return w.str();
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

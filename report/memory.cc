@@ -10,7 +10,7 @@
 #include "report/formulas.h"
 #include "report/report.h"
 
-namespace tally::train {
+namespace tally::report {
 
 namespace {
 
@@ -60,7 +60,7 @@ int64_t GradientsHeldWithOverlap(const model::ParameterLayout& layout,
 // parameters, and of the gradients where those are bf16, most at once in any chunk's
 // forward or backward (gpt.cc's order: the embeddings stay from the lookup through the
 // head on a chunk with both, a layer or ln_f one at a time beside them). In elements.
-int64_t WorkingCopyElements(const TrainOptions& o, const model::ParameterLayout& layout) {
+int64_t WorkingCopyElements(const train::TrainOptions& o, const model::ParameterLayout& layout) {
   if (o.Precision().params == DType::kF32) return 0;
   const int64_t grads = o.Precision().grads != DType::kF32 ? 1 : 0;
   const std::vector<model::ParamUnit>& units = layout.units();
@@ -84,7 +84,7 @@ int64_t WorkingCopyElements(const TrainOptions& o, const model::ParameterLayout&
 
 }  // namespace
 
-int64_t PredictedActivations(const TrainOptions& o, int rank) {
+int64_t PredictedActivations(const train::TrainOptions& o, int rank) {
   // bf16 gradients under ZeRO-2/3 with --overlap: a closed unit's fp32 working copy stays
   // until the next unit closes, beside the parameters' copies: no closed form here yet.
   if (o.parallel.overlap && o.parallel.zero >= 2 && o.Precision().grads != DType::kF32) return -1;
@@ -130,12 +130,12 @@ int64_t PredictedActivations(const TrainOptions& o, int rank) {
 
 // Long, and kept whole: the formula category by category (parameters, gradients, optimizer
 // state), each with its ZeRO stage's and --overlap's terms read in order.
-MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
+MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   const model::ParameterLayout layout = o.RankLayout(rank);
   const int64_t phi = layout.total();
   const ValueBytes bytes = BytesOf(o);
   // The optimizer's fp32 state a parameter, with the master weights under mixed precision.
-  const int64_t state_per_element = (o.training.optimizer == OptimizerKind::kAdamW ? 8 : 4) +
+  const int64_t state_per_element = (o.training.optimizer == train::OptimizerKind::kAdamW ? 8 : 4) +
                                     (o.Precision().master_weights() ? 4 : 0);
   MemoryFormula f;
   f.activations = PredictedActivations(o, rank);
@@ -204,4 +204,4 @@ MemoryFormula PredictedMemory(const TrainOptions& o, int rank) {
   return f;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -15,7 +15,7 @@
 #include "report/page_sections.h"
 #include "report/svg.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 using svg::Bytes;
@@ -436,4 +436,4 @@ std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& c) 
   return out;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -28,8 +28,8 @@
 
 #include "report/compare.h"
 
-namespace tally::train {
+namespace tally::report {
 
 std::string ReportPage(const std::vector<RunReport>& runs, const Comparison& comparison);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -14,7 +14,7 @@
 #include "report/page_sections.h"
 #include "report/svg.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 using svg::Escape;
@@ -321,4 +321,4 @@ std::string GridSection(const std::vector<RunReport>& runs, const Comparison& c)
   return out + "</div></section>\n";
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -9,7 +9,7 @@
 
 #include "report/compare.h"
 
-namespace tally::train {
+namespace tally::report {
 
 std::string AnswerSection(const std::vector<RunReport>& runs, const Comparison& c);
 // "" where no run has a loss (dry runs).
@@ -18,4 +18,4 @@ std::string LossSection(const std::vector<RunReport>& runs, const Comparison& c)
 std::string ConfigSection(const std::vector<RunReport>& runs, const Comparison& c);
 std::string GridSection(const std::vector<RunReport>& runs, const Comparison& c);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -7,7 +7,7 @@
 #include "runtime/byte_stream.h"
 #include "runtime/status_macros.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 std::string Encode(const RankRecord& record) {
@@ -16,7 +16,9 @@ std::string Encode(const RankRecord& record) {
   record.memory.Encode(w);
   w.Int(record.busy_nanos).Int(record.step_nanos).Int(record.train_nanos).Int(record.cpu_nanos);
   w.Int(int64_t(record.spans.size()));
-  for (const Trainer::Span& s : record.spans) w.String(s.name).Int(s.start_nanos).Int(s.end_nanos);
+  for (const train::Trainer::Span& s : record.spans) {
+    w.String(s.name).Int(s.start_nanos).Int(s.end_nanos);
+  }
   return w.bytes();
 }
 
@@ -29,7 +31,7 @@ absl::StatusOr<RankRecord> Decode(std::string_view bytes, int rank) {
   record.train_nanos = r.Int();
   record.cpu_nanos = r.Int();
   for (int64_t i = 0, n = r.Int(); r.ok() && i < n; ++i) {
-    Trainer::Span s;
+    train::Trainer::Span s;
     s.name = r.String();
     s.start_nanos = r.Int();
     s.end_nanos = r.Int();
@@ -79,4 +81,4 @@ absl::StatusOr<std::vector<RankRecord>> GatherRecords(comm::Communicator& world,
   return all;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

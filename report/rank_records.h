@@ -14,13 +14,14 @@
 #include "runtime/memory_ledger.h"
 #include "train/trainer.h"
 
-namespace tally::train {
+namespace tally::report {
 
 struct RankRecord {
   comm::TrafficLedger traffic;
   MemoryLedger memory;
-  int64_t busy_nanos = 0, step_nanos = 0, train_nanos = 0, cpu_nanos = 0;  // Trainer's, over the run
-  std::vector<Trainer::Span> spans;
+  // The rank's train::Trainer's, over the run.
+  int64_t busy_nanos = 0, step_nanos = 0, train_nanos = 0, cpu_nanos = 0;
+  std::vector<train::Trainer::Span> spans;
 };
 
 // Rank 0 gets every rank's record by world rank (its own included); the others an empty
@@ -29,4 +30,4 @@ struct RankRecord {
 absl::StatusOr<std::vector<RankRecord>> GatherRecords(comm::Communicator& world,
                                                       const RankRecord& mine);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -19,7 +19,7 @@
 #include "runtime/status_macros.h"
 #include "train/options.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 
@@ -110,10 +110,10 @@ absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::stri
                          {"node", &out.node}}) {
     if (const JsonValue* v = rank.Find(key); v != nullptr) {
       ASSIGN_OR_RETURN(double at, Checked(*v, Quantity::kCount, path, absl::StrCat(where, "'s \"", key, "\"")));
-      if (at >= ParallelOptions::kMaxRanks) {
+      if (at >= train::ParallelOptions::kMaxRanks) {
         return NotAReport(path,
                           absl::StrCat(where, "'s \"", key, "\" is ", at, "; tally runs at most ",
-                                       ParallelOptions::kMaxRanks, " ranks"));
+                                       train::ParallelOptions::kMaxRanks, " ranks"));
       }
       *to = int(at);
     }
@@ -166,10 +166,10 @@ absl::StatusOr<RunReport::Rank> ParseRank(const JsonValue& rank, const std::stri
   if (const JsonValue* peers = rank.Find("peers"); peers != nullptr) {
     // Parsed compact: numbers only are in `numbers`; anything else is in `array`.
     if (!peers->array.empty()) return NotAReport(path, where + "'s \"peers\" holds more than numbers");
-    if (peers->numbers.size() > size_t(ParallelOptions::kMaxRanks)) {
+    if (peers->numbers.size() > size_t(train::ParallelOptions::kMaxRanks)) {
       return NotAReport(path, absl::StrCat(where, "'s \"peers\" has ", peers->numbers.size(),
                                            " entries; tally runs at most ",
-                                           ParallelOptions::kMaxRanks, " ranks"));
+                                           train::ParallelOptions::kMaxRanks, " ranks"));
     }
     out.peers.reserve(peers->numbers.size());
     for (double v : peers->numbers) {
@@ -271,9 +271,9 @@ absl::StatusOr<RunReport> ParseRunReport(std::string_view text, const std::strin
   ASSIGN_OR_RETURN(double steps, NumberAt(*doc, "steps", path, "the report"));
   run.steps = int64_t(steps);
   RETURN_IF_ERROR(ParseLossesAndVerdict(*doc, path, run));
-  if (ranks->array.size() > size_t(ParallelOptions::kMaxRanks)) {
+  if (ranks->array.size() > size_t(train::ParallelOptions::kMaxRanks)) {
     return NotAReport(path, absl::StrCat(ranks->array.size(), " ranks; tally runs at most ",
-                                         ParallelOptions::kMaxRanks));
+                                         train::ParallelOptions::kMaxRanks));
   }
   for (size_t i = 0; i < ranks->array.size(); ++i) {
     ASSIGN_OR_RETURN(RunReport::Rank rank, ParseRank(ranks->array[i], path, i));
@@ -289,4 +289,4 @@ absl::StatusOr<RunReport> ReadRunReport(const std::string& path) {
   std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   return ParseRunReport(text, path);
 }
-}  // namespace tally::train
+}  // namespace tally::report

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 using Kind = TimelineEntry::Kind;
@@ -67,7 +67,7 @@ int WaitedFor::Most() const {
 absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
                                                  const comm::Nodes& nodes,
                                                  const comm::Cluster& links,
-                                                 const GpuModel& gpu) {
+                                                 const train::GpuModel& gpu) {
   const int ranks = int(timelines.size());
   // The α-β time of what rank r sent in a call.
   auto seconds = [&](int r, const std::vector<PeerBytes>& sent) {
@@ -242,4 +242,4 @@ std::vector<MeasuredWaits> MeasureWaits(const std::vector<const Timeline*>& time
   return out;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -2,7 +2,7 @@
 // timeline (runtime/timeline.h) played forward on the cluster's clock, as the run's own
 // dependencies allow.
 //
-//   compute     the kernels' work timed on the cluster's GPU (cluster.h's GpuModel: each
+//   compute     the kernels' work timed on the cluster's GPU (cluster.h's train::GpuModel: each
 //               matmul call by its size, the memory-bound passes by their bytes)
 //   collective  starts when the last member arrives; ends, for every member, after the
 //               slowest member's messages: Σ over its peers of messages·α + bytes/β on
@@ -36,7 +36,7 @@
 #include "runtime/timeline.h"
 #include "train/cluster.h"
 
-namespace tally::train {
+namespace tally::report {
 
 // A stretch of a rank's replayed time: computing, or in a call (from when the rank
 // entered or waited for it to its end).
@@ -65,7 +65,7 @@ struct ReplayedRank {
 absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timeline*>& timelines,
                                                  const comm::Nodes& nodes,
                                                  const comm::Cluster& links,
-                                                 const GpuModel& gpu);
+                                                 const train::GpuModel& gpu);
 
 // The same split on this host's clock: each rank's exposed time in its timeline's
 // collectives and sends (from the stamps; their sum, not the ledger's over the run), and
@@ -77,4 +77,4 @@ struct MeasuredWaits {
 };
 std::vector<MeasuredWaits> MeasureWaits(const std::vector<const Timeline*>& timelines);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -13,9 +13,9 @@
 #include "report/rows.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 
-namespace tally::train {
+namespace tally::report {
 
-int GroupSize(const TrainOptions& o, const std::string& group) {
+int GroupSize(const train::TrainOptions& o, const std::string& group) {
   if (group == "dp") return o.parallel.dp;
   if (group == "tp") return o.parallel.tp;
   if (group == "pp") return o.parallel.pp;
@@ -23,7 +23,8 @@ int GroupSize(const TrainOptions& o, const std::string& group) {
   return o.world();
 }
 
-double BusBandwidth(const TrainOptions& o, const comm::LedgerKey& key, const comm::CallTotals& c) {
+double BusBandwidth(const train::TrainOptions& o, const comm::LedgerKey& key,
+                    const comm::CallTotals& c) {
   if (c.seconds <= 0 || key.primitive == comm::Primitive::kSendRecv) return 0;
   return double(c.payload_bytes) / c.seconds / 1e9 * comm::BusFactor(key.primitive, GroupSize(o, key.group));
 }
@@ -107,12 +108,14 @@ std::string ReportCsv(const ReportInputs& in) {
 namespace {
 
 // "fp32", "bf16 (fp32 master weights)", and the gradients' types where they differ.
-std::string PrecisionWords(const TrainOptions& o) {
+std::string PrecisionWords(const train::TrainOptions& o) {
   const model::Precision p = o.Precision();
-  std::string words = PrecisionName(p.params);
+  std::string words = train::PrecisionName(p.params);
   if (p.master_weights()) words += " (fp32 master weights)";
-  if (p.grads != p.params) absl::StrAppend(&words, ", gradients ", PrecisionName(p.grads));
-  if (p.grad_comm != p.grads) absl::StrAppend(&words, ", reduced as ", PrecisionName(p.grad_comm));
+  if (p.grads != p.params) absl::StrAppend(&words, ", gradients ", train::PrecisionName(p.grads));
+  if (p.grad_comm != p.grads) {
+    absl::StrAppend(&words, ", reduced as ", train::PrecisionName(p.grad_comm));
+  }
   return words;
 }
 
@@ -133,7 +136,7 @@ std::string LinkTable(const ReportInputs& in) {
 }
 
 std::string ModelledTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const comm::Nodes nodes = NodesOf(in);
   const double steps = double(std::max<int64_t>(1, in.steps));
   // Per row, the busiest rank's time (a collective ends when its slowest rank does).
@@ -168,7 +171,7 @@ std::string ModelledTable(const ReportInputs& in) {
 }
 
 std::string RoutingTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const int experts = o.model.n_experts;
   if (experts == 0 || in.steps == 0 ||
       in.expert_tokens.size() != size_t(o.model.n_layer) * experts) {
@@ -213,7 +216,7 @@ std::string RoutingTable(const ReportInputs& in) {
 }
 
 // What the stage's memory formula is, in words: each category's bytes per parameter.
-std::string StageFormula(const TrainOptions& o) {
+std::string StageFormula(const train::TrainOptions& o) {
   const model::Precision precision = o.Precision();
   const int64_t p = int64_t(SizeOf(precision.params)), g = int64_t(SizeOf(precision.grads));
   const int64_t master = precision.master_weights() ? 4 : 0;
@@ -235,7 +238,7 @@ std::string StageFormula(const TrainOptions& o) {
 // Memory per rank next to its formula: the peaks by category, the formula's, the seed's
 // fp16 figure, a rank over the modelled GPU, and what evaluation and sampling held.
 std::string MemoryTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   std::string out;
   // The seed's Q6 form for fp16 mixed precision, which ZeRO-1 over dp and the split over
   // tp·pp give: 2Φ/(tp·pp) + 2Φ/(tp·pp) + 12Φ/(dp·tp·pp) (the formula rows are this run's:
@@ -249,7 +252,7 @@ std::string MemoryTable(const ReportInputs& in) {
       4 * phi / split + 12 * phi / (double(o.parallel.dp) * split), "rank", "params", "grads",
       "optimizer", "activations", "comm", "peak total");
   // A rank over the modelled GPU's memory is marked on its row.
-  const GpuModel gpu = o.ModelledGpu();
+  const train::GpuModel gpu = o.ModelledGpu();
   size_t most = 0;
   for (size_t r = 0; r < in.memory.size(); ++r) {
     const MemoryLedger& m = in.memory[r];
@@ -289,7 +292,7 @@ std::string MemoryTable(const ReportInputs& in) {
 
 std::string FormatReport(const ReportInputs& in) {
   const std::map<comm::LedgerKey, Row> rows = Rows(in);
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   // With more than one node, the bytes of each row that crossed one.
   const bool nodes = NodesOf(in).count() > 1;
   std::string out = absl::StrFormat(
@@ -334,4 +337,4 @@ std::string FormatReport(const ReportInputs& in) {
   return out;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -21,10 +21,10 @@
 #include "train/options.h"
 #include "train/trainer.h"
 
-namespace tally::train {
+namespace tally::report {
 
 struct ReportInputs {
-  const TrainOptions& options;
+  const train::TrainOptions& options;
   int64_t steps;  // optimizer steps this run made
   const std::vector<comm::TrafficLedger>& traffic;  // by world rank
   const std::vector<MemoryLedger>& memory;          // by world rank
@@ -35,10 +35,10 @@ struct ReportInputs {
   // Where the ranks ran (null: one node).
   std::shared_ptr<const comm::Nodes> nodes = nullptr;
   // With experts: the choices each expert of each layer received over the run, summed
-  // over the ranks, [l·E + e] (Trainer::expert_tokens).
+  // over the ranks, [l·E + e] (train::Trainer::expert_tokens).
   std::vector<double> expert_tokens = {};
   // Each rank's forward and backward spans (recorded with --trace or --report_html).
-  const std::vector<std::vector<Trainer::Span>>* spans = nullptr;
+  const std::vector<std::vector<train::Trainer::Span>>* spans = nullptr;
   // Each rank's own thread's CPU time in its training steps, nanoseconds.
   std::vector<int64_t> cpu_nanos = {};
   // The ranks that ran on rank 0's machine, and its cores (0: not known).
@@ -126,7 +126,7 @@ RunTimes TimesOf(const ReportInputs& in);
 // --repeat's table: each clock's step and exposed share over the runs, min, median (the
 // middle one, or the mean of the middle two) and max; measured figures to two
 // significant figures.
-std::string RepeatsTable(const TrainOptions& o, const std::vector<RunTimes>& runs);
+std::string RepeatsTable(const train::TrainOptions& o, const std::vector<RunTimes>& runs);
 // The seed's test on the modelled clock, one line: "communication-bound ...: communication
 // exposed X% of the step on rank r ... waiting for rank q ... its largest exposed calls"
 // above 30% on the worst rank, "compute-bound: ..." otherwise; then the measured clock's
@@ -197,7 +197,6 @@ struct MemoryFormula {
   int64_t params = 0, grads = 0, optimizer = 0;
   int64_t activations = 0;
 };
-MemoryFormula PredictedMemory(const TrainOptions& options, int world_rank);
+MemoryFormula PredictedMemory(const train::TrainOptions& options, int world_rank);
 
-
-}  // namespace tally::train
+}  // namespace tally::report

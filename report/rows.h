@@ -11,7 +11,7 @@
 #include "runtime/comm/ledger/ledger.h"
 #include "runtime/comm/nodes.h"
 
-namespace tally::train {
+namespace tally::report {
 
 // A key's figures over the ranks: min..max of what each rank sent, in all and across
 // nodes, and of the formula's (exact_known: every rank's has one).
@@ -32,10 +32,11 @@ std::map<comm::LedgerKey, comm::LinkBytes> SentByKey(const ReportInputs& in, con
                                                      int r);
 
 // The ranks of a group, by its name.
-int GroupSize(const TrainOptions& o, const std::string& group);
+int GroupSize(const train::TrainOptions& o, const std::string& group);
 // nccl-tests' bus bandwidth of a rank's calls under a key, GB/s (0 when they took no
 // time, and for point-to-point rows: a non-blocking transfer's time overlaps compute).
-double BusBandwidth(const TrainOptions& o, const comm::LedgerKey& key, const comm::CallTotals& c);
+double BusBandwidth(const train::TrainOptions& o, const comm::LedgerKey& key,
+                    const comm::CallTotals& c);
 // The transport's own collectives: the ledger books the ring's bytes for them.
 bool BytesAsRing(const comm::LedgerKey& key);
 // "lo" or "lo..hi".
@@ -45,4 +46,4 @@ const char* AlgoColumn(comm::Algorithm a);
 // The row's busbw over its ranks, GB/s ("-" when no call took measurable time).
 std::string BandwidthRange(const Row& row);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -16,7 +16,7 @@
 #include "report/rows.h"
 #include "report/svg.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 // A number of bytes in binary units, three figures: "94.4 MiB", "480 B".
@@ -238,7 +238,7 @@ std::string BytesByGroup(const ReportInputs& in, const std::map<FoldedKey, Folde
 // The peaks by category over the ranks, the fullest rank, and whether the formula holds.
 std::string MemoryLines(const ReportInputs& in) {
   if (in.memory.empty()) return "";
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const MemoryCategory categories[] = {MemoryCategory::kParams, MemoryCategory::kGrads,
                                        MemoryCategory::kOptimizer, MemoryCategory::kActivations,
                                        MemoryCategory::kComm};
@@ -270,13 +270,13 @@ std::string MemoryLines(const ReportInputs& in) {
                      : absl::StrFormat("  the memory formula differs from the ledger on rank %d "
                                        "(--report=full shows both)\n",
                                        differs);
-  const GpuModel gpu = o.ModelledGpu();
+  const train::GpuModel gpu = o.ModelledGpu();
   if (gpu.memory_gb > 0 && (!gpu.Holds(largest) || o.cluster.given() || o.dry_run)) {
     int over = 0;
     for (const MemoryLedger& m : in.memory) over += gpu.Holds(double(m.peak_total())) ? 0 : 1;
     const std::string cluster =
         o.cluster.given() ? o.cluster.name
-                          : absl::StrCat(ClusterOptions::kDefaultCluster, " (the default)");
+                          : absl::StrCat(train::ClusterOptions::kDefaultCluster, " (the default)");
     out += absl::StrFormat("  rank %d %s; %d rank(s) over it\n", most, gpu.Fits(largest, cluster), over);
   }
   return out;
@@ -285,7 +285,7 @@ std::string MemoryLines(const ReportInputs& in) {
 // The pipeline's bubble: the theory's, and the idlest stage's on each clock it has.
 std::string BubbleLine(const ReportInputs& in, const std::vector<ReplayedRank>* modelled,
                        bool measured) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const bool interleaved = o.parallel.schedule == parallel::PipelineSchedule::kInterleaved;
   std::string line =
       absl::StrFormat("pipeline bubble (%s, pp=%d, m=%d; the idlest stage): theory %.3f",
@@ -311,7 +311,7 @@ std::string BubbleLine(const ReportInputs& in, const std::vector<ReplayedRank>* 
 
 // The step split of the slowest rank on both clocks, the bubble and the verdict.
 std::string TimeLines(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   std::string out;
   const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
   const bool replayed = modelled.ok() && !modelled->empty();
@@ -381,7 +381,7 @@ std::string RoutingLine(const ReportInputs& in) {
 }  // namespace
 
 std::string FormatSummaryReport(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const std::map<FoldedKey, Folded> folded = Fold(in);
   std::string out;
   if (!folded.empty()) out += TrafficOfAStep(in, folded) + "\n";
@@ -390,7 +390,7 @@ std::string FormatSummaryReport(const ReportInputs& in) {
   out +=
       absl::StrFormat("summary of %d step%s: dp=%d x tp=%d x pp=%d, zero=%d, %s, %s parameters\n",
                       in.steps, in.steps == 1 ? "" : "s", o.parallel.dp, o.parallel.tp,
-                      o.parallel.pp, o.parallel.zero, PrecisionName(o.Precision().params),
+                      o.parallel.pp, o.parallel.zero, train::PrecisionName(o.Precision().params),
                       params >= 1e9   ? absl::StrFormat("%.4g B", params / 1e9)
                       : params >= 1e6 ? absl::StrFormat("%.4g M", params / 1e6)
                                       : absl::StrCat(o.model.NumParams()));
@@ -402,4 +402,4 @@ std::string FormatSummaryReport(const ReportInputs& in) {
   return out;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

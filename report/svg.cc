@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/comm/ledger/names.h"
 
-namespace tally::train::svg {
+namespace tally::report::svg {
 
 std::string GroupColour(const std::string& group) {
   static const std::map<std::string, std::string> kColours = {
@@ -107,4 +107,4 @@ std::string Patterns(const std::set<std::string>& colours) {
   return out + "</defs></svg>";
 }
 
-}  // namespace tally::train::svg
+}  // namespace tally::report::svg

@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-namespace tally::train::svg {
+namespace tally::report::svg {
 
 // Okabe and Ito's colour-blind-safe palette.
 inline constexpr char kBlue[] = "#0072B2", kOrange[] = "#E69F00", kGreen[] = "#009E73",
@@ -66,4 +66,4 @@ svg text { font-family: sans-serif; }
 @media print { body { margin: 0; } section { break-inside: avoid-page; } }
 )~";
 
-}  // namespace tally::train::svg
+}  // namespace tally::report::svg

@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "parallel/pipeline_schedule.h"
 
-namespace tally::train {
+namespace tally::report {
 
 RankTime TimeOf(const ReportInputs& in, int r) {
   const double steps = double(std::max<int64_t>(1, in.steps));
@@ -52,8 +52,10 @@ const absl::StatusOr<std::vector<ReplayedRank>>& ModelledRun(const ReportInputs&
 }
 
 std::vector<MeasuredWaits> MeasuredRun(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
-  if (o.dry_run || (o.placement.backend != Backend::kThreads && NodesOf(in).count() > 1)) return {};
+  const train::TrainOptions& o = in.options;
+  if (o.dry_run || (o.placement.backend != train::Backend::kThreads && NodesOf(in).count() > 1)) {
+    return {};
+  }
   std::vector<const Timeline*> timelines;
   for (const comm::TrafficLedger& ledger : in.traffic) timelines.push_back(&ledger.timeline());
   return MeasureWaits(timelines);
@@ -88,7 +90,7 @@ RunTimes TimesOf(const ReportInputs& in) {
   return t;
 }
 
-std::string RepeatsTable(const TrainOptions& o, const std::vector<RunTimes>& runs) {
+std::string RepeatsTable(const train::TrainOptions& o, const std::vector<RunTimes>& runs) {
   std::string out = absl::StrFormat(
       "\n--repeat=%d: the same run %d times; min, median and max over them (the bytes and the "
       "modelled clock are the run's own, the same every time; the measured clock is this host's "
@@ -155,7 +157,7 @@ namespace {
 
 // Whether a per-rank table shows rank r of `ranks`: every rank of a small run; of a large
 // one `named` (the slowest, the worst) and the first of each stage.
-bool Shown(const TrainOptions& o, size_t ranks, int r, int named) {
+bool Shown(const train::TrainOptions& o, size_t ranks, int r, int named) {
   const parallel::GridCoordinates at = o.topology().Of(r);
   return ranks <= 16 || r == named || (at.dp == 0 && at.tp == 0);
 }
@@ -163,7 +165,7 @@ bool Shown(const TrainOptions& o, size_t ranks, int r, int named) {
 }  // namespace
 
 std::string ReplayTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(in);
   if (!replayed.ok()) return absl::StrCat("\n", replayed.status().message(), "\n");
   const comm::Nodes nodes = NodesOf(in);
@@ -210,7 +212,7 @@ double WaitedOn(const WaitedFor& w, int peer) {
 }  // namespace
 
 std::string WaitsTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
   if (!modelled.ok()) return "";
   const std::vector<MeasuredWaits> measured = MeasuredRun(in);
@@ -237,7 +239,7 @@ std::string WaitsTable(const ReportInputs& in) {
 }
 
 std::string SlowRankLine(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
   if (!modelled.ok() || o.cluster.slow_rank < 0 || size_t(o.cluster.slow_rank) >= modelled->size()) {
     return "";
@@ -337,7 +339,7 @@ std::string MeasuredVerdict(const ReportInputs& in) {
 }
 
 std::string PipelineTable(const ReportInputs& in) {
-  const TrainOptions& o = in.options;
+  const train::TrainOptions& o = in.options;
   const int m = o.accumulation_steps(), v = o.parallel.virtual_stages;
   const bool interleaved = o.parallel.schedule == parallel::PipelineSchedule::kInterleaved;
   // Each stage's layers, "0-1", or its chunks' under the interleaved schedule, "0-0,2-2".
@@ -372,4 +374,4 @@ std::string PipelineTable(const ReportInputs& in) {
   return out;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -8,7 +8,7 @@
 #include "runtime/comm/ledger/names.h"
 #include "runtime/json_writer.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 constexpr int kComputeTrack = 1, kCommTrack = 2;
@@ -17,14 +17,14 @@ constexpr int kComputeTrack = 1, kCommTrack = 2;
 
 // Long, and kept whole: one pass over the ranks writes the Trace Event file in order
 // (names, spans, calls, counters, then the pipeline's flow arrows).
-std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedger>& ledgers,
-                      const std::vector<std::vector<Trainer::Span>>& spans) {
+std::string TraceJson(const train::TrainOptions& o, const std::vector<comm::TrafficLedger>& ledgers,
+                      const std::vector<std::vector<train::Trainer::Span>>& spans) {
   int64_t zero = std::numeric_limits<int64_t>::max();
   for (const comm::TrafficLedger& l : ledgers) {
     for (const comm::CallEvent& e : l.events()) zero = std::min(zero, e.start_nanos);
   }
   for (const auto& rank : spans) {
-    for (const Trainer::Span& s : rank) zero = std::min(zero, s.start_nanos);
+    for (const train::Trainer::Span& s : rank) zero = std::min(zero, s.start_nanos);
   }
   auto us = [&](int64_t nanos) { return double(nanos - zero) / 1e3; };
 
@@ -46,7 +46,7 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
                           ", tp ", o.topology().Of(r).tp, ")"));
     metadata("thread_name", r, kComputeTrack, "compute");
     metadata("thread_name", r, kCommTrack, "communication");
-    for (const Trainer::Span& s : spans[r]) {
+    for (const train::Trainer::Span& s : spans[r]) {
       w.BeginObject().Key("name").String(s.name).Key("ph").String("X").Key("pid").Int(r);
       w.Key("tid").Int(kComputeTrack).Key("ts").Double(us(s.start_nanos));
       w.Key("dur").Double(double(s.end_nanos - s.start_nanos) / 1e3).EndObject();
@@ -94,7 +94,8 @@ std::string TraceJson(const TrainOptions& o, const std::vector<comm::TrafficLedg
   return w.str();
 }
 
-std::string PredictedTraceJson(const TrainOptions& o, const std::vector<ReplayedRank>& ranks) {
+std::string PredictedTraceJson(const train::TrainOptions& o,
+                               const std::vector<ReplayedRank>& ranks) {
   JsonWriter w;
   w.BeginObject().Key("displayTimeUnit").String("ms").Key("traceEvents").BeginArray();
   for (int r = 0; r < int(ranks.size()); ++r) {
@@ -119,4 +120,4 @@ std::string PredictedTraceJson(const TrainOptions& o, const std::vector<Replayed
   return w.str();
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

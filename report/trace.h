@@ -15,16 +15,17 @@
 #include "train/options.h"
 #include "train/trainer.h"
 
-namespace tally::train {
+namespace tally::report {
 
 // `ledgers` traced (TrafficLedger::set_tracing) and `spans` recorded, by world rank.
-std::string TraceJson(const TrainOptions& options, const std::vector<comm::TrafficLedger>& ledgers,
-                      const std::vector<std::vector<Trainer::Span>>& spans);
+std::string TraceJson(const train::TrainOptions& options,
+                      const std::vector<comm::TrafficLedger>& ledgers,
+                      const std::vector<std::vector<train::Trainer::Span>>& spans);
 
 // A dry run replayed on --cluster (report/replay.h): the predicted timeline, each rank's
 // compute spans on its "compute" track and the time it spent in each call (from entering
 // or waiting to the call's end) on its "communication" track, in predicted microseconds.
-std::string PredictedTraceJson(const TrainOptions& options,
+std::string PredictedTraceJson(const train::TrainOptions& options,
                                const std::vector<ReplayedRank>& ranks);
 
-}  // namespace tally::train
+}  // namespace tally::report

@@ -157,7 +157,7 @@ struct JobRecords {
   std::vector<float> losses;
   std::vector<std::pair<int64_t, float>> val_losses;
   std::vector<double> expert_tokens;  // Trainer::expert_tokens
-  std::vector<RankRecord> ranks;  // every rank's, on the process that holds rank 0
+  std::vector<report::RankRecord> ranks;     // every rank's, on the process that holds rank 0
   std::shared_ptr<const comm::Nodes> nodes;  // where the ranks ran
 };
 
@@ -195,10 +195,10 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
     ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, &world));
     trainer->set_stop(&stop);
     RETURN_IF_ERROR(trainer->Run(log));
-    RankRecord mine{world.ledger(),         world.memory(),          trainer->busy_nanos(),
-                    trainer->step_nanos(),  trainer->train_nanos(),  trainer->cpu_nanos(),
-                    trainer->spans()};
-    ASSIGN_OR_RETURN(std::vector<RankRecord> all, GatherRecords(world, mine));
+    report::RankRecord mine{world.ledger(),        world.memory(),         trainer->busy_nanos(),
+                            trainer->step_nanos(), trainer->train_nanos(), trainer->cpu_nanos(),
+                            trainer->spans()};
+    ASSIGN_OR_RETURN(std::vector<report::RankRecord> all, report::GatherRecords(world, mine));
     if (world.rank() == 0) {
       job.ranks = std::move(all);
       job.start_step = trainer->start_step();
@@ -222,7 +222,7 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
   std::vector<MemoryLedger> memory;
   std::vector<int64_t> busy, step_time, train_time, cpu_time;
   std::vector<std::vector<Trainer::Span>> spans;
-  for (RankRecord& r : job.ranks) {
+  for (report::RankRecord& r : job.ranks) {
     traffic.push_back(std::move(r.traffic));
     memory.push_back(r.memory);
     busy.push_back(r.busy_nanos);
@@ -233,8 +233,8 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
   }
   const int64_t steps =
       std::max<int64_t>(0, options.training.steps - job.start_step);  // this run's
-  ReportInputs report{options,    steps,      traffic,   memory,           busy,
-                      step_time,  train_time, job.nodes, job.expert_tokens, &spans};
+  report::ReportInputs report{options,    steps,     traffic,           memory, busy, step_time,
+                              train_time, job.nodes, job.expert_tokens, &spans};
   report.cpu_nanos = std::move(cpu_time);
   report.ranks_here = ranks_here;
   report.first_step = job.start_step + 1;
@@ -257,7 +257,7 @@ constexpr int kDryRunProgressRanks = 64;
 
 // Rank 0's end of the run: the report in the asked format, the peer matrix, and the
 // files (--traffic_json, --trace).
-absl::Status Report(const ReportInputs& report, std::ostream& log) {
+absl::Status Report(const report::ReportInputs& report, std::ostream& log) {
   const TrainOptions& options = report.options;
   // What follows the report goes where it does not break a JSON report on stdout.
   std::ostream& after = NotesStream(options, log);
@@ -266,23 +266,24 @@ absl::Status Report(const ReportInputs& report, std::ostream& log) {
   const bool wants_json = options.output.report == ReportFormat::kJson ||
                           !options.output.traffic_json.empty() ||
                           !options.output.report_html.empty();
-  const std::string json = wants_json ? ReportJson(report) : std::string();
+  const std::string json = wants_json ? report::ReportJson(report) : std::string();
   if (options.output.report == ReportFormat::kJson) {
     log << "\n" << json << "\n";
   } else if (options.output.report == ReportFormat::kCsv) {
-    log << "\n" << ReportCsv(report);
+    log << "\n" << report::ReportCsv(report);
   } else if (options.output.report == ReportFormat::kFull) {
-    log << "\n" << FormatReport(report);
+    log << "\n" << report::FormatReport(report);
   } else {
-    log << "\n" << FormatSummaryReport(report);
+    log << "\n" << report::FormatSummaryReport(report);
   }
   if (!options.output.traffic_json.empty()) {
     RETURN_IF_ERROR(WriteTextFile(options.output.traffic_json, json + "\n"));
   }
   if (!options.output.report_html.empty()) {  // the page of the run, drawn from its JSON
-    ASSIGN_OR_RETURN(RunReport run, ParseRunReport(json, options.output.report_html));
-    ASSIGN_OR_RETURN(Comparison page, Compare({run}));
-    RETURN_IF_ERROR(WriteTextFile(options.output.report_html, ReportPage({run}, page)));
+    ASSIGN_OR_RETURN(report::RunReport run,
+                     report::ParseRunReport(json, options.output.report_html));
+    ASSIGN_OR_RETURN(report::Comparison page, report::Compare({run}));
+    RETURN_IF_ERROR(WriteTextFile(options.output.report_html, report::ReportPage({run}, page)));
     after << "report page written to '" << options.output.report_html
           << "' (open it in a browser)\n";
   }
@@ -291,15 +292,15 @@ absl::Status Report(const ReportInputs& report, std::ostream& log) {
   }
   if (!options.output.trace.empty() && options.dry_run) {
     // A dry run's own times are of code that computes nothing: its predicted timeline.
-    const absl::StatusOr<std::vector<ReplayedRank>>& replayed = ModelledRun(report);
+    const absl::StatusOr<std::vector<report::ReplayedRank>>& replayed = report::ModelledRun(report);
     if (!replayed.ok()) return replayed.status();
     RETURN_IF_ERROR(
         WriteTextFile(options.output.trace, PredictedTraceJson(options, *replayed) + "\n"));
     after << "predicted trace written to '" << options.output.trace
           << "' (open it in Perfetto or chrome://tracing)\n";
   } else if (!options.output.trace.empty()) {
-    RETURN_IF_ERROR(
-        WriteTextFile(options.output.trace, TraceJson(options, traffic, *report.spans) + "\n"));
+    RETURN_IF_ERROR(WriteTextFile(options.output.trace,
+                                  report::TraceJson(options, traffic, *report.spans) + "\n"));
     after << "trace written to '" << options.output.trace
           << "' (open it in Perfetto or chrome://tracing)\n";
   }
@@ -386,7 +387,7 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
   StopSignals signals;
   StopAgreement stop(/*across_processes=*/mpi, absl::Seconds(options.placement.timeout_s));
   // --repeat: every run but the last is timed only; a stop ends the repeats too.
-  std::vector<RunTimes> repeats;
+  std::vector<report::RunTimes> repeats;
   auto last_run = [&](int k) { return k + 1 == options.output.repeat || StopSignal() != 0; };
   SetIntraOpThreads(options, ranks_here);
   // A large dry run sets up for long before its first line: say what it is doing.
@@ -408,12 +409,15 @@ absl::Status Train(const TrainOptions& requested, std::ostream& log) {
       if (last) return absl::OkStatus();
       continue;
     }
-    RETURN_IF_ERROR(WithReportInputs(options, job, ranks_here, [&](const ReportInputs& report) {
-      repeats.push_back(TimesOf(report));
-      return last ? Report(report, log) : absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(
+        WithReportInputs(options, job, ranks_here, [&](const report::ReportInputs& report) {
+          repeats.push_back(TimesOf(report));
+          return last ? Report(report, log) : absl::OkStatus();
+        }));
     if (!last) continue;
-    if (options.output.repeat > 1) NotesStream(options, log) << RepeatsTable(options, repeats);
+    if (options.output.repeat > 1) {
+      NotesStream(options, log) << report::RepeatsTable(options, repeats);
+    }
     if (!options.output.check_against_serial) return absl::OkStatus();
     return CheckAgainstSerial(options, job.start_step, job.losses, NotesStream(options, log));
   }

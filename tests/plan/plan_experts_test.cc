@@ -10,7 +10,7 @@
 #include "tests/plan/small_plan.h"
 #include "tests/train/run_ranks.h"
 
-namespace tally::train {
+namespace tally::plan {
 namespace {
 
 // SmallPlan's model with 4 experts, top 2, in fp32, over dp 4 of which ep 2.
@@ -30,7 +30,7 @@ PlanInput ExpertPlan() {
 TEST(PlanExperts, DpAndEdpRowsAreTheMeasuredOnesAndTheAllToAllIsBalanced) {
   const PlanInput in = ExpertPlan();
   EXPECT_EQ(in.model.params, in.model.config.NumParams());
-  const RunResult run = RunPlan(in);
+  const train::RunResult run = RunPlan(in);
   int compared = 0;
   for (const PlanRow& row : Plan(in)) {
     std::function<bool(const comm::LedgerKey&)> rows;
@@ -64,7 +64,7 @@ TEST(PlanExperts, ZeroRowsAreTheMeasuredDpAndEdpPasses) {
   for (int zero : {1, 2, 3}) {
     PlanInput in = ExpertPlan();
     in.zero = zero;
-    const RunResult run = RunPlan(in);
+    const train::RunResult run = RunPlan(in);
     int64_t most = 0, edp = 0;
     for (const comm::TrafficLedger& ledger : run.traffic) {
       most = std::max(most, ledger.Sum([](const comm::LedgerKey& k) {
@@ -90,10 +90,10 @@ TEST(PlanExperts, ZeroRowsAreTheMeasuredDpAndEdpPasses) {
     }
     EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(states)) << zero;
     const double h = 16, experts = 4 * 4 * (8 * h * h + 5 * h) / 2, dense = double(in.model.params) - 2 * experts;
-    const MemoryFormula f = PredictedMemory(PlanAsTrainOptions(in), 0);
+    const report::MemoryFormula f = report::PredictedMemory(PlanAsTrainOptions(in), 0);
     EXPECT_NEAR(double(f.optimizer), 8 * (dense / 4 + experts / 2), 8.0 * 40) << zero;  // uneven chunks
   }
 }
 
 }  // namespace
-}  // namespace tally::train
+}  // namespace tally::plan

@@ -16,19 +16,19 @@
 #include "report/replay.h"
 #include "tests/train/run_ranks.h"
 
-namespace tally::train {
+namespace tally::plan {
 namespace {
 
 constexpr parallel::PipelineSchedule kInterleaved = parallel::PipelineSchedule::kInterleaved;
 
 struct Case {
-  Grid grid;
+  train::Grid grid;
   int micro_batches = 1;  // per dp rank; micro-batches of 2 sequences
   bool overlap = false;
 };
 
 // An 8-layer GPT of hidden size 1024 at s = 1024 with a 32000-token vocabulary, in bf16.
-PlanInput Planned(const Case& c, const ClusterPreset& a100) {
+PlanInput Planned(const Case& c, const train::ClusterPreset& a100) {
   model::GPTConfig config;
   config.n_layer = 8;
   config.n_head = 16;
@@ -61,9 +61,9 @@ PlanInput Planned(const Case& c, const ClusterPreset& a100) {
 class PlanAgainstReplay : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
-  const ClusterPreset a100 = LoadCluster("a100").value();
+  const train::ClusterPreset a100 = train::LoadCluster("a100").value();
   const PlanInput in = Planned(GetParam(), a100);
-  TrainOptions o = PlanAsTrainOptions(in);
+  train::TrainOptions o = PlanAsTrainOptions(in);
   o.dry_run = true;
   o.training.steps = 1;
   o.cluster.gpu = a100.gpu;
@@ -71,7 +71,7 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
   o.sampling.sample_bytes = 0;
   o = o.Resolved();
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
-  // The run's last step's timelines (Trainer::Run records them), replayed on the cluster.
+  // The run's last step's timelines (train::Trainer::Run records them), replayed on the cluster.
   const std::vector<Timeline> timelines = LastStepTimelines(o);
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
@@ -93,11 +93,11 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
     }
     EXPECT_NEAR(stage.memory_bytes / counted.memory_bytes, 1.0, 0.01) << "rank " << r;
   }
-  const absl::StatusOr<std::vector<ReplayedRank>> replayed =
-      Replay(all, *o.PlacedNodes(), o.cluster.links, o.cluster.gpu);
+  const absl::StatusOr<std::vector<report::ReplayedRank>> replayed =
+      report::Replay(all, *o.PlacedNodes(), o.cluster.links, o.cluster.gpu);
   ASSERT_TRUE(replayed.ok()) << replayed.status();
   double step = 0;
-  for (const ReplayedRank& rank : *replayed) step = std::max(step, rank.seconds);
+  for (const report::ReplayedRank& rank : *replayed) step = std::max(step, rank.seconds);
   const StepTime planned = PredictStep(in);
   std::printf("  replayed %.4f ms, planned %.4f ms, ratio %.4f\n", step * 1e3, planned.step_s * 1e3,
               planned.step_s / step);
@@ -107,24 +107,28 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
 INSTANTIATE_TEST_SUITE_P(
     Grids, PlanAgainstReplay,
     ::testing::Values(
-        Case{Grid{.dp = 8}}, Case{Grid{.dp = 8, .zero = 1}}, Case{Grid{.dp = 8, .zero = 3}},
-        Case{Grid{.tp = 8}}, Case{Grid{.tp = 4, .sequence_parallel = true}},
-        Case{Grid{.pp = 4}, 8}, Case{Grid{.pp = 2, .recompute = true}, 8},
-        Case{Grid{.dp = 2, .tp = 2, .pp = 2}, 4}, Case{Grid{.dp = 4, .tp = 2, .zero = 2}},
-        Case{Grid{.dp = 2, .pp = 4, .zero = 1}, 8},
-        Case{Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}, 8},
-        Case{Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, 8},
-        Case{Grid{.dp = 16, .tp = 2}}, Case{Grid{.dp = 2, .tp = 8, .pp = 2}, 4},
-        Case{Grid{.dp = 2, .tp = 2, .pp = 2, .recompute = true, .recompute_layers = true}, 4},
-        Case{Grid{.dp = 4, .tp = 2, .recompute_attention = true}},
+        Case{train::Grid{.dp = 8}}, Case{train::Grid{.dp = 8, .zero = 1}},
+        Case{train::Grid{.dp = 8, .zero = 3}}, Case{train::Grid{.tp = 8}},
+        Case{train::Grid{.tp = 4, .sequence_parallel = true}}, Case{train::Grid{.pp = 4}, 8},
+        Case{train::Grid{.pp = 2, .recompute = true}, 8},
+        Case{train::Grid{.dp = 2, .tp = 2, .pp = 2}, 4},
+        Case{train::Grid{.dp = 4, .tp = 2, .zero = 2}},
+        Case{train::Grid{.dp = 2, .pp = 4, .zero = 1}, 8},
+        Case{train::Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}, 8},
+        Case{train::Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, 8},
+        Case{train::Grid{.dp = 16, .tp = 2}}, Case{train::Grid{.dp = 2, .tp = 8, .pp = 2}, 4},
+        Case{train::Grid{.dp = 2, .tp = 2, .pp = 2, .recompute = true, .recompute_layers = true},
+             4},
+        Case{train::Grid{.dp = 4, .tp = 2, .recompute_attention = true}},
         // --overlap: DDP's buckets, ZeRO-2's and ZeRO-3's reduce-scatters and prefetches.
-        Case{Grid{.dp = 8}, 1, true}, Case{Grid{.dp = 8, .zero = 2}, 2, true},
-        Case{Grid{.dp = 8, .zero = 3}, 2, true}, Case{Grid{.dp = 16, .tp = 2, .zero = 3}, 1, true},
-        Case{Grid{.dp = 4, .tp = 2, .zero = 2, .recompute = true}, 2, true}),
+        Case{train::Grid{.dp = 8}, 1, true}, Case{train::Grid{.dp = 8, .zero = 2}, 2, true},
+        Case{train::Grid{.dp = 8, .zero = 3}, 2, true},
+        Case{train::Grid{.dp = 16, .tp = 2, .zero = 3}, 1, true},
+        Case{train::Grid{.dp = 4, .tp = 2, .zero = 2, .recompute = true}, 2, true}),
     [](const ::testing::TestParamInfo<Case>& param) {
       return absl::StrCat(param.param.grid.Name(), "_m", param.param.micro_batches,
                           param.param.overlap ? "_overlap" : "");
     });
 
 }  // namespace
-}  // namespace tally::train
+}  // namespace tally::plan

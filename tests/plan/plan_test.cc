@@ -18,7 +18,7 @@
 #include "tests/plan/small_plan.h"
 #include "tests/train/run_ranks.h"
 
-namespace tally::train {
+namespace tally::plan {
 namespace {
 
 TEST(Plan, ReproducesEverySeedExample) {
@@ -51,7 +51,7 @@ TEST(Plan, SeedAndExactFormsForLlama7B) {
 TEST(Plan, SaysWhetherAGpuHoldsItsShare) {
   PlanInput in{ModelPreset("llama-7b").value()};
   in.dp = 2;
-  in.gpu = LoadCluster("a100").value().gpu;
+  in.gpu = train::LoadCluster("a100").value().gpu;
   std::ostringstream text;
   PrintPlan(in, text);
   EXPECT_TRUE(absl::StrContains(text.str(), "memory per GPU at --precision: 112.00 GB (104.31 GiB) "
@@ -166,7 +166,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
     in.gpipe = in.pp > 1 && pick({0, 1}) == 1;
     in.precision = pick({0, 1}) == 1 ? DType::kBF16 : DType::kF32;
     in.bytes_per_value = int(SizeOf(in.precision));
-    TrainOptions o = PlanAsTrainOptions(in);
+    train::TrainOptions o = PlanAsTrainOptions(in);
     o.dry_run = true;
     o.training.steps = 1;
     o = o.Resolved();
@@ -180,7 +180,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
                               " selective ", in.recompute_attention,
                               " gpipe ", in.gpipe,
                               " ", Name(in.precision)));
-    const RankLedgers run = RunSteps(o);
+    const train::RankLedgers run = RunSteps(o);
     for (const PlanRow& row : Plan(in)) {
       const auto rows = RowsOf(row.strategy, in.zero);
       if (!rows) continue;
@@ -213,7 +213,7 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   PlanInput base = SmallPlan();
   base.precision = DType::kF32;
   base.bytes_per_value = 4;
-  base.gpu = GpuModel::Flat(1);  // 1e12 FLOP/s, every matmul
+  base.gpu = train::GpuModel::Flat(1);  // 1e12 FLOP/s, every matmul
   const std::vector<SearchResult> all = SearchGrids(base, 4, 8, 1e30).value();
   ASSERT_FALSE(all.empty());
   // Each grid once: a dense model has no ep to try.
@@ -289,12 +289,12 @@ TEST(PlanSearch, KeepsWhatFitsFastestFirst) {
   EXPECT_GT(with_ep, 0);
 }
 
-class PlanAgainstRuns : public ::testing::TestWithParam<Grid> {};
+class PlanAgainstRuns : public ::testing::TestWithParam<train::Grid> {};
 
 constexpr parallel::PipelineSchedule kGPipe = parallel::PipelineSchedule::kGPipe;
 
 TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
-  const Grid& g = GetParam();
+  const train::Grid& g = GetParam();
   PlanInput in = SmallPlan();
   in.dp = g.dp;
   in.tp = g.tp;
@@ -308,7 +308,7 @@ TEST_P(PlanAgainstRuns, ExactBytesAreTheMeasuredOnes) {
     SCOPED_TRACE(Name(precision));
     in.precision = precision;
     in.bytes_per_value = int(SizeOf(precision));
-    RunResult run = RunPlan(in, g.schedule);
+    train::RunResult run = RunPlan(in, g.schedule);
     int compared = 0;
     for (const PlanRow& row : Plan(in)) {
       const auto rows = RowsOf(row.strategy, g.zero);
@@ -347,7 +347,7 @@ TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
     in.gpus_per_node = 2;
     in.order = parallel::ParseOrder(c.order).value();
     in.allreduce = c.allreduce;
-    RunResult run = RunPlan(in);
+    train::RunResult run = RunPlan(in);
     const comm::Nodes nodes = *PlanAsTrainOptions(in).PlacedNodes();
     int compared = 0;
     for (const PlanRow& row : Plan(in)) {
@@ -366,25 +366,25 @@ TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Grids, PlanAgainstRuns,
-                         ::testing::Values(Grid{.dp = 2},
-                                           Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true},
-                                           Grid{.tp = 2, .pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
-                                                .virtual_stages = 2, .pp_scatter_gather = true},
-                                           Grid{.dp = 3, .zero = 1},
-                                           Grid{.dp = 2, .zero = 2},
-                                           Grid{.dp = 3, .zero = 3},
-                                           Grid{.tp = 2},
-                                           Grid{.tp = 2, .sequence_parallel = true},
-                                           Grid{.pp = 4},
-                                           Grid{.pp = 4, .schedule = kGPipe},
-                                           Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1,
-                                                .sequence_parallel = true, .schedule = kGPipe},
-                                           Grid{.dp = 2, .pp = 2, .zero = 3},
-                                           Grid{.pp = 2,
-                                                .schedule = parallel::PipelineSchedule::kInterleaved,
-                                                .virtual_stages = 2}),
-                         GridName);
+INSTANTIATE_TEST_SUITE_P(
+    Grids, PlanAgainstRuns,
+    ::testing::Values(
+        train::Grid{.dp = 2}, train::Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true},
+        train::Grid{.tp = 2,
+                    .pp = 2,
+                    .schedule = parallel::PipelineSchedule::kInterleaved,
+                    .virtual_stages = 2,
+                    .pp_scatter_gather = true},
+        train::Grid{.dp = 3, .zero = 1}, train::Grid{.dp = 2, .zero = 2},
+        train::Grid{.dp = 3, .zero = 3}, train::Grid{.tp = 2},
+        train::Grid{.tp = 2, .sequence_parallel = true}, train::Grid{.pp = 4},
+        train::Grid{.pp = 4, .schedule = kGPipe},
+        train::Grid{
+            .dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true, .schedule = kGPipe},
+        train::Grid{.dp = 2, .pp = 2, .zero = 3},
+        train::Grid{
+            .pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved, .virtual_stages = 2}),
+    train::GridName);
 
 }  // namespace
-}  // namespace tally::train
+}  // namespace tally::plan

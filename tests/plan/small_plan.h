@@ -12,7 +12,7 @@
 #include "runtime/comm/ledger/ledger.h"
 #include "tests/train/run_ranks.h"
 
-namespace tally::train {
+namespace tally::plan {
 
 // A 4-layer GPT of 16 channels and 2 heads, b = 2, s = 16.
 inline PlanInput SmallPlan() {
@@ -31,8 +31,8 @@ inline PlanInput SmallPlan() {
 }
 
 // One step of the run the plan describes.
-inline RunResult RunPlan(const PlanInput& in, parallel::PipelineSchedule schedule = {}) {
-  TrainOptions o = PlanAsTrainOptions(in);
+inline train::RunResult RunPlan(const PlanInput& in, parallel::PipelineSchedule schedule = {}) {
+  train::TrainOptions o = plan::PlanAsTrainOptions(in);
   o.training.steps = 1;
   o.data.eval_every = 0;
   o.sampling.sample_bytes = 0;
@@ -49,4 +49,4 @@ inline int64_t BusiestSent(const std::vector<comm::TrafficLedger>& traffic,
   return most;
 }
 
-}  // namespace tally::train
+}  // namespace tally::plan

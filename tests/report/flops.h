@@ -3,7 +3,7 @@
 
 #include "runtime/timeline.h"
 
-namespace tally::train {
+namespace tally::report {
 
 // `flops` of matmuls in one call (a flat-rate GPU times them as FLOPs alone).
 inline ComputeWork Flops(double flops) {
@@ -12,4 +12,4 @@ inline ComputeWork Flops(double flops) {
   return w;
 }
 
-}  // namespace tally::train
+}  // namespace tally::report

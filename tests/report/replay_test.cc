@@ -12,7 +12,7 @@
 #include "tests/report/flops.h"
 #include "tests/train/run_ranks.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 // 1 TFLOP/s; links of 1 GB/s + 1 us inside a node, 0.5 GB/s + 2 us across.
@@ -27,7 +27,7 @@ TEST(Replay, CollectivesWaitForTheLastMemberAndTheSlowestMessages) {
   a.Collective("g:0,1#0", 2, 0, "g all_reduce", {{1, 1'000'000'000, 1}}, 0, 0);  // 1 s + 1 us
   b.Collective("g:0,1#0", 2, 0, "g all_reduce", {{0, 500'000'000, 2}}, 0, 0);    // 0.5 s + 2 us
   const std::vector<ReplayedRank> r =
-      Replay({&a, &b}, comm::Nodes::One(2), kLinks, GpuModel::Flat(1)).value();
+      Replay({&a, &b}, comm::Nodes::One(2), kLinks, train::GpuModel::Flat(1)).value();
   EXPECT_DOUBLE_EQ(r[0].compute_s, 2);
   EXPECT_DOUBLE_EQ(r[0].seconds, 2 + 1 + 1e-6);
   EXPECT_DOUBLE_EQ(r[1].seconds, r[0].seconds);
@@ -46,7 +46,8 @@ TEST(Replay, AWaitForTheLastMemberIsBookedToIt) {
   for (Timeline* t : {&a, &b, &c}) {
     t->Collective("g:0,1,2#0", 3, 0, "g all_reduce", {{0, 1'000'000, 1}}, 0, 0);  // 1 ms + 1 us
   }
-  const std::vector<ReplayedRank> r = Replay({&a, &b, &c}, comm::Nodes::One(3), kLinks, GpuModel::Flat(1)).value();
+  const std::vector<ReplayedRank> r =
+      Replay({&a, &b, &c}, comm::Nodes::One(3), kLinks, train::GpuModel::Flat(1)).value();
   EXPECT_DOUBLE_EQ(r[0].waited.seconds, 0);
   EXPECT_EQ(r[0].waited.Most(), -1);
   EXPECT_DOUBLE_EQ(r[1].waited.seconds, 2);
@@ -61,7 +62,7 @@ TEST(Replay, AWaitForTheLastMemberIsBookedToIt) {
   for (Timeline* t : {&slow, &fast}) t->Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
   for (double tflops : {1.0, 1000.0}) {
     const std::vector<ReplayedRank> s =
-        Replay({&slow, &fast}, comm::Nodes::One(2), kLinks, GpuModel::Flat(tflops)).value();
+        Replay({&slow, &fast}, comm::Nodes::One(2), kLinks, train::GpuModel::Flat(tflops)).value();
     EXPECT_DOUBLE_EQ(s[0].compute_s, 0.02);
     EXPECT_DOUBLE_EQ(s[1].waited.by_peer.at(0), 0.02);
   }
@@ -106,7 +107,7 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   b.Wait(recv, {}, 0, 0);
   b.Compute(Flops(1e12));
   const std::vector<ReplayedRank> r =
-      Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, GpuModel::Flat(1)).value();
+      Replay({&a, &b}, comm::Nodes::Blocks(2, 1).value(), kLinks, train::GpuModel::Flat(1)).value();
   const double arrives = 3 + 0.5 + 2e-6;
   EXPECT_DOUBLE_EQ(r[0].seconds, arrives);
   EXPECT_DOUBLE_EQ(r[0].exposed_s, 0.5 + 2e-6);
@@ -116,19 +117,19 @@ TEST(Replay, AMessageEndsAfterBothPostsAndItsTransferAndAWaitingReceiverIsIdle) 
   Timeline lonely;
   lonely.set_recording(true);
   lonely.Collective("g:0,1#0", 2, 0, "g all_reduce", {}, 0, 0);
-  EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, GpuModel::Flat(1)).ok());
+  EXPECT_FALSE(Replay({&lonely, &b}, comm::Nodes::One(2), kLinks, train::GpuModel::Flat(1)).ok());
 }
 
 // Every rank's timeline of `o`'s steps, replayed on kLinks at 1 TFLOP/s.
-std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
-  o.cluster.gpu = GpuModel::Flat(1);
+std::vector<ReplayedRank> RunAndReplay(train::TrainOptions o) {
+  o.cluster.gpu = train::GpuModel::Flat(1);
   o = o.Resolved();
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   const std::vector<Timeline> timelines = LastStepTimelines(o);
   std::vector<const Timeline*> all;
   for (const Timeline& t : timelines) all.push_back(&t);
   absl::StatusOr<std::vector<ReplayedRank>> replayed =
-      Replay(all, comm::Nodes::One(o.world()), kLinks, GpuModel::Flat(1));
+      Replay(all, comm::Nodes::One(o.world()), kLinks, train::GpuModel::Flat(1));
   EXPECT_TRUE(replayed.ok()) << replayed.status();
   return replayed.ok() ? *replayed : std::vector<ReplayedRank>(size_t(o.world()));
 }
@@ -136,7 +137,7 @@ std::vector<ReplayedRank> RunAndReplay(TrainOptions o) {
 // A dry run records its matmuls' FLOPs and every call; replayed, each rank's compute is
 // those FLOPs at the rate, and its step is compute + exposed + idle.
 TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
-  TrainOptions o = Grid{.dp = 2, .pp = 2}.On(TinyGrid(4));
+  train::TrainOptions o = train::Grid{.dp = 2, .pp = 2}.On(train::TinyGrid(4));
   o.dry_run = true;
   o.training.steps = 1;
   const std::vector<ReplayedRank> r = RunAndReplay(o);
@@ -184,12 +185,12 @@ TEST(Replay, ADryRunsComputeIsItsMatmulsFlops) {
 // replay to the last bit, for a grid with every kind of call (tp, pp, ZeRO-2's posted
 // reduce-scatters with --overlap).
 TEST(Replay, ARealRunReplaysAsItsDryRun) {
-  TrainOptions o = Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 2}.On(TinyGrid(4));
+  train::TrainOptions o = train::Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 2}.On(train::TinyGrid(4));
   o.training.steps = 2;
   o.parallel.overlap = true;
   o.data.eval_every = 0;
   o.sampling.sample_bytes = 0;
-  TrainOptions dry = o;
+  train::TrainOptions dry = o;
   dry.dry_run = true;
   const std::vector<ReplayedRank> real = RunAndReplay(o), planned = RunAndReplay(dry);
   ASSERT_EQ(real.size(), planned.size());
@@ -203,4 +204,4 @@ TEST(Replay, ARealRunReplaysAsItsDryRun) {
 }
 
 }  // namespace
-}  // namespace tally::train
+}  // namespace tally::report

@@ -7,7 +7,7 @@
 #include "report/report.h"
 #include "tests/report/flops.h"
 
-namespace tally::train {
+namespace tally::report {
 namespace {
 
 comm::LedgerKey Key(const std::string& group, comm::Primitive primitive, comm::Phase phase,
@@ -23,7 +23,7 @@ comm::LedgerKey Key(const std::string& group, comm::Primitive primitive, comm::P
 // One step of 100 ms per rank: rank 1 waits 40 ms in the dp all-reduce (and 5 ms in a tp
 // one), and has a send in flight 30 ms of which it waited 10.
 TEST(Report, TimeSplitsIntoComputeExposedHiddenAndIdleAndTheVerdictNamesTheRows) {
-  TrainOptions o;
+  train::TrainOptions o;
   o.parallel.dp = 2;
   std::vector<comm::TrafficLedger> traffic = {comm::TrafficLedger(0), comm::TrafficLedger(1)};
   std::vector<MemoryLedger> memory(2);
@@ -59,9 +59,9 @@ TEST(Report, TimeSplitsIntoComputeExposedHiddenAndIdleAndTheVerdictNamesTheRows)
 // the ledgers' measured seconds. Rank 0 computes 1 s at 1 TFLOP/s, rank 1 0.2 s; then a
 // 600 MB all-reduce message each (1 ms + 1 us at 600 GB/s): rank 1 waits 0.8 s for rank 0.
 TEST(Report, TheVerdictIsTheModelsAndNamesTheLatePeer) {
-  TrainOptions o;
+  train::TrainOptions o;
   o.parallel.dp = 2;
-  o.cluster.gpu = GpuModel::Flat(1);
+  o.cluster.gpu = train::GpuModel::Flat(1);
   o.cluster.name = "test";
   std::vector<comm::TrafficLedger> traffic = {comm::TrafficLedger(0), comm::TrafficLedger(1)};
   std::vector<MemoryLedger> memory(2);
@@ -98,4 +98,4 @@ TEST(Report, TheVerdictIsTheModelsAndNamesTheLatePeer) {
 }
 
 }  // namespace
-}  // namespace tally::train
+}  // namespace tally::report

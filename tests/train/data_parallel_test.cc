@@ -144,7 +144,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
       EXPECT_NEAR(double(all) / o.training.steps, closed, 4.0 * passes * layout.units().size());
     }
 
-    MemoryFormula f = PredictedMemory(o, r);
+    report::MemoryFormula f = report::PredictedMemory(o, r);
     const MemoryLedger& m = zero.memory[r];
     EXPECT_EQ(m.peak(MemoryCategory::kParams), f.params) << "rank " << r;
     EXPECT_EQ(m.peak(MemoryCategory::kGrads), f.grads) << "rank " << r;
@@ -172,7 +172,7 @@ TEST(ZeroMemory, EachStageShardsWhatItShould) {
     RunResult run = RunRanks(o);
     for (int r = 0; r < 4; ++r) {
       const MemoryLedger& m = run.memory[r];
-      MemoryFormula f = PredictedMemory(o, r);
+      report::MemoryFormula f = report::PredictedMemory(o, r);
       EXPECT_EQ(m.peak(MemoryCategory::kParams), f.params) << stage;
       EXPECT_EQ(m.peak(MemoryCategory::kGrads), f.grads) << stage;
       EXPECT_EQ(m.peak(MemoryCategory::kOptimizer), f.optimizer) << stage;

@@ -267,7 +267,7 @@ TEST(MoeReport, RoutingTableShowsEachLayersLoadAndItsDispatchBytes) {
   });
   const std::vector<comm::TrafficLedger>& traffic = run.traffic;
   EXPECT_EQ(tokens, want);
-  ReportInputs in{o, o.training.steps, run.traffic, run.memory};
+  report::ReportInputs in{o, o.training.steps, run.traffic, run.memory};
   in.expert_tokens = tokens;
   const std::string table = RoutingTable(in);
   const std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());

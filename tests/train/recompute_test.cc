@@ -155,28 +155,29 @@ TEST(SelectiveRecompute, ThePlannerCountsTheForwardAgainAndTheMemoryKept) {
   c.n_head = 8;
   c.n_embd = 64;
   c.seq_len = 32;
-  PlanInput in{GptShape(c)};
+  plan::PlanInput in{plan::GptShape(c)};
   in.seq_len = c.seq_len;
   in.dp = 2;
   in.tp = 2;
   in.batch = 4;
   in.micro_batches = 2;
   in.gpu = GpuModel::Flat(100);
-  PlanInput selective = in;
+  plan::PlanInput selective = in;
   selective.recompute_attention = true;
-  const StepTime plain = PredictStep(in), again = PredictStep(selective);
+  const plan::StepTime plain = plan::PredictStep(in), again = plan::PredictStep(selective);
   const double tokens = double(in.batch) * in.seq_len;
   const double more = 4.0 * c.n_layer * c.n_embd * c.seq_len * tokens / in.tp / (100 * 1e12);
   EXPECT_NEAR(again.compute_s - plain.compute_s, more, 1e-9 * more);
   EXPECT_EQ(again.comm_s, plain.comm_s);
   const double B = double(in.batch) * in.dp, s = in.seq_len;
-  EXPECT_NEAR(MegatronStepFlops(selective) - MegatronStepFlops(in), 4 * B * s * s * c.n_layer * c.n_embd,
-              1e-6 * MegatronStepFlops(in));
+  EXPECT_NEAR(plan::MegatronStepFlops(selective) - plan::MegatronStepFlops(in),
+              4 * B * s * s * c.n_layer * c.n_embd, 1e-6 * plan::MegatronStepFlops(in));
   // Per micro-batch of 2 sequences: 4 layers' probabilities less, one more in the scratch.
   const int64_t probabilities = 4 * 2 * (c.n_head / in.tp) * int64_t(c.seq_len) * c.seq_len;
-  EXPECT_EQ(PlanActivationsPerGpu(in).bytes_per_gpu - PlanActivationsPerGpu(selective).bytes_per_gpu,
+  EXPECT_EQ(plan::PlanActivationsPerGpu(in).bytes_per_gpu -
+                plan::PlanActivationsPerGpu(selective).bytes_per_gpu,
             (c.n_layer - 1) * probabilities);
-  TrainOptions o = PlanAsTrainOptions(selective);
+  TrainOptions o = plan::PlanAsTrainOptions(selective);
   o.dry_run = true;
   o.training.steps = 1;
   o = o.Resolved();
@@ -185,7 +186,7 @@ TEST(SelectiveRecompute, ThePlannerCountsTheForwardAgainAndTheMemoryKept) {
   for (const MemoryLedger& m : RunSteps(o).memory) {
     activations = std::max(activations, m.peak(MemoryCategory::kActivations));
   }
-  EXPECT_EQ(PlanActivationsPerGpu(selective).bytes_per_gpu, activations);
+  EXPECT_EQ(plan::PlanActivationsPerGpu(selective).bytes_per_gpu, activations);
 }
 
 TEST(SelectiveRecompute, FullAndSelectiveAreOneChoice) {

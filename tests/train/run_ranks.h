@@ -196,14 +196,15 @@ inline void ExpectSameRun(const RunResult& a, const RunResult& b) {
 // Every row of every rank that the report has a formula for: measured == formula (a
 // point-to-point receiver's row too: it sends nothing).
 inline void ExpectReportRowsExact(const TrainOptions& o, const RunResult& run) {
-  ReportInputs in{o, o.training.steps, run.traffic, run.memory, {}, {}, {}, o.PlacedNodes()};
+  report::ReportInputs in{o,  o.training.steps, run.traffic, run.memory, {}, {},
+                          {}, o.PlacedNodes()};
   int checked = 0;
   for (int r = 0; r < o.world(); ++r) {
     std::map<comm::LedgerKey, int64_t> sent;
     for (const auto& [key_peer, t] : run.traffic[r].transfers()) sent[key_peer.first] += t.bytes_sent;
-    const comm::ExpectedCalls expected = RankExpectedCalls(in, r);
+    const comm::ExpectedCalls expected = report::RankExpectedCalls(in, r);
     for (const auto& [key, calls] : run.traffic[r].calls()) {
-      const int64_t exact = ExactSent(in, expected, key, r);
+      const int64_t exact = report::ExactSent(in, expected, key, r);
       if (exact < 0) continue;
       EXPECT_EQ(sent[key], exact) << "rank " << r << ": " << key.group << " " << comm::Name(key.primitive)
                                   << " " << comm::Name(key.phase) << " " << key.label;
@@ -216,7 +217,7 @@ inline void ExpectReportRowsExact(const TrainOptions& o, const RunResult& run) {
 // Every rank's model-state peaks (parameters, gradients, optimizer state) == the formula.
 inline void ExpectMemoryFormulaExact(const TrainOptions& o, const RunResult& run) {
   for (int r = 0; r < o.world(); ++r) {
-    const MemoryFormula f = PredictedMemory(o, r);
+    const report::MemoryFormula f = report::PredictedMemory(o, r);
     EXPECT_EQ(run.memory[r].peak(MemoryCategory::kParams), f.params) << "rank " << r;
     EXPECT_EQ(run.memory[r].peak(MemoryCategory::kGrads), f.grads) << "rank " << r;
     EXPECT_EQ(run.memory[r].peak(MemoryCategory::kOptimizer), f.optimizer) << "rank " << r;

@@ -189,7 +189,7 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
       }
       EXPECT_EQ(sent(comm::Primitive::kReduceScatter) + sent(comm::Primitive::kAllGather), expected) << rank;
     }
-    MemoryFormula f = PredictedMemory(o, rank);
+    report::MemoryFormula f = report::PredictedMemory(o, rank);
     EXPECT_EQ(run.memory[rank].peak(MemoryCategory::kParams), f.params) << rank;
     EXPECT_EQ(run.memory[rank].peak(MemoryCategory::kGrads), f.grads) << rank;
     EXPECT_EQ(run.memory[rank].peak(MemoryCategory::kOptimizer), f.optimizer) << rank;

@@ -89,7 +89,7 @@ TEST(ThreeDMemory, EvaluationAndSamplingStayOutsideTheTrainingPeaks) {
   run.memory = memory;
   ExpectMemoryFormulaExact(o, run);
   for (int r = 0; r < o.world(); ++r) {
-    const MemoryFormula f = PredictedMemory(o, r);
+    const report::MemoryFormula f = report::PredictedMemory(o, r);
     ASSERT_GE(f.activations, 0) << "rank " << r;  // the formula has every category here
     EXPECT_GT(memory[size_t(r)].paused_peak_total(), 0) << "rank " << r << " evaluated and sampled";
   }
