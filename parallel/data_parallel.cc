@@ -48,14 +48,13 @@ int64_t GradientSyncBytesPerStep(int64_t params, int dp, int dp_rank, int64_t bu
 
 comm::ExpectedCalls GradientSyncCalls(std::span<const comm::Chunk> ranges,
                                       const GradientSyncShape& s) {
-  const int64_t element = int64_t(SizeOf(s.comm_type));
   comm::ExpectedCalls calls;
-  for (const comm::Chunk& bucket : GradientBuckets(ranges, s.bucket_bytes / element)) {
+  for (const comm::Chunk& bucket : GradientBuckets(ranges, s.bucket_bytes / s.element)) {
     calls.push_back({.group = s.group,
                      .primitive = comm::Primitive::kAllReduce,
                      .phase = comm::Phase::kBackward,
                      .count = bucket.count,
-                     .element = element,
+                     .element = s.element,
                      .ranks = s.ranks,
                      .rank = s.rank,
                      .nodes = s.nodes});
@@ -71,7 +70,7 @@ int64_t GradientSyncBytesPerStep(std::span<const comm::Chunk> ranges, int dp, in
                                  .rank = dp_rank,
                                  .nodes = std::vector<int>(nodes.begin(), nodes.end()),
                                  .bucket_bytes = bucket_bytes,
-                                 .comm_type = comm_type}),
+                                 .element = int64_t(SizeOf(comm_type))}),
       algorithm);
 }
 

@@ -59,14 +59,14 @@ std::vector<comm::Chunk> ExpertRanges(const model::ParameterLayout& layout, bool
 
 // One step's gradient sums as data (runtime/comm/ledger/expected_calls.h): an
 // all-reduce of each bucket of `ranges` (phase backward, no scope) over `group` (dp, or
-// edp for the experts' ranges), `comm_type` values (2 bytes when the gradients travel as
+// edp for the experts' ranges), `element` bytes a value (2 when the gradients travel as
 // bf16). `nodes`: the node of each rank, for the hierarchical algorithm.
 struct GradientSyncShape {
   const char* group = "";
   int ranks = 1, rank = 0;
   std::vector<int> nodes = {};
   int64_t bucket_bytes = 0;
-  DType comm_type = DType::kF32;
+  int64_t element = 4;
 };
 comm::ExpectedCalls GradientSyncCalls(std::span<const comm::Chunk> ranges,
                                       const GradientSyncShape& shape);

@@ -134,6 +134,21 @@ Split ZeroPasses(const PlanRows& plan, const Replicas& r, int stage, Primitive p
   return bytes;
 }
 
+// The gradients' sum of `values` for rank i of the group at `where`
+// (parallel/data_parallel.h's list, the planner's part one bucket: one all-reduce).
+Split GradientSum(const PlanRows& plan, int64_t values, std::span<const int> where, int i) {
+  const comm::Chunk whole{0, values};
+  Split bytes;
+  for (const comm::ExpectedCall& c :
+       parallel::GradientSyncCalls(std::span<const comm::Chunk>(&whole, 1),
+                                   {.bucket_bytes = values * plan.e, .element = plan.e})) {
+    bytes.Add(comm::ExactSentByLink(c.primitive, plan.in.allreduce, where, i, -1, c.count,
+                                    size_t(c.element)),
+              double(c.calls));
+  }
+  return bytes;
+}
+
 // The replicas' rows: the dp all-reduce of the part, and ZeRO-1/2/3's passes over it.
 void ReplicaRows(PlanRows& plan) {
   const PlanInput& in = plan.in;
@@ -152,8 +167,7 @@ void ReplicaRows(PlanRows& plan) {
       auto passes = [&](int stage, Primitive p, Phase phase) {
         return ZeroPasses(plan, r, stage, p, phase, where, i, group[i]);
       };
-      ar.Add(Split().Add(
-          comm::ExactSentByLink(Primitive::kAllReduce, a, where, i, -1, r.part, size_t(e))));
+      ar.Add(GradientSum(plan, r.part, where, i));
       Split z1 = passes(1, Primitive::kReduceScatter, Phase::kBackward);
       const Split g1 = passes(1, Primitive::kAllGather, Phase::kOptimizer);
       z1.intra += g1.intra;
@@ -200,8 +214,7 @@ void ExpertReplicaRow(PlanRows& plan) {
   for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::EdpGroup)) {
     const std::vector<int> where = plan.NodesOf(group);
     for (int i = 0; i < ranks; ++i) {
-      edp.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, in.allreduce, where, i, -1,
-                                                parts.experts, size_t(e))));
+      edp.Add(GradientSum(plan, parts.experts, where, i));
     }
     edp.time = std::max(edp.time,
                         PassesTime(in.allreduce, where, double(parts.experts) * e, 2, in.cluster));

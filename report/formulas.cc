@@ -134,7 +134,7 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
                                       .rank = group_rank,
                                       .nodes = GroupNodes(in, rank, experts),
                                       .bucket_bytes = int64_t(o.parallel.bucket_mb * (1 << 20)),
-                                      .comm_type = o.Precision().grad_comm});
+                                      .element = BytesOf(o).grad_comm});
 }
 
 // The step's end on world rank `rank`: the loss and the norm's sums, and the per-token
