@@ -22,11 +22,28 @@ using comm::Primitive;
 
 namespace {
 
+// Tensor parallelism's shape for one tp group: no layers (the caller adds those), the
+// embedding on the first stage, the LM head and its loss on the last.
+parallel::TensorParallelShape TensorParallelShapeOf(const PlanRows& plan, bool embedding = false,
+                                                    bool lm_head = false) {
+  const PlanInput& in = plan.in;
+  return {.ranks = in.tp,
+          .embedding = embedding,
+          .lm_head = lm_head,
+          .sequence_parallel = in.sequence_parallel,
+          .micro_batches = plan.m,
+          .rows = int64_t(in.batch / plan.m) * in.seq_len,
+          .n_embd = in.model.hidden,
+          .recompute = in.StageRecompute(),
+          .recompute_layers = in.recompute && !in.StageRecompute(),
+          .activation_bytes = plan.e};
+}
+
 // Tensor parallelism's calls in the busiest stage's layers.
 void LayersRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
   const parallel::Topology& grid = plan.grid;
-  const int e = plan.e, m = plan.m;
+  const int e = plan.e;
   const double bsh = plan.bsh();
   const int layers_per_stage = plan.layers_per_stage();
   std::vector<PlanRow>& rows = plan.rows;
@@ -34,15 +51,8 @@ void LayersRow(PlanRows& plan) {
   // all-reduces per layer and micro-batch of its (b·s, h) activations (or their
   // all-gathers and reduce-scatters: the same bytes), six with full recompute (the
   // forward's two again, a stage's or a layer's); all of one size.
-  parallel::TensorParallelShape layers{.ranks = in.tp,
-                                       .layers = std::vector<int>(size_t(layers_per_stage)),
-                                       .sequence_parallel = in.sequence_parallel,
-                                       .micro_batches = m,
-                                       .rows = int64_t(in.batch / m) * in.seq_len,
-                                       .n_embd = in.model.hidden,
-                                       .recompute = in.StageRecompute(),
-                                       .recompute_layers = in.recompute && !in.StageRecompute(),
-                                       .activation_bytes = e};
+  parallel::TensorParallelShape layers = TensorParallelShapeOf(plan);
+  layers.layers.resize(size_t(layers_per_stage));
   std::iota(layers.layers.begin(), layers.layers.end(), 0);
   std::map<Primitive, double> calls;  // of each primitive
   int64_t micro = 0;                  // a call's values
@@ -77,7 +87,6 @@ void LayersRow(PlanRows& plan) {
 void EndsRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
   const parallel::Topology& grid = plan.grid;
-  const int e = plan.e, m = plan.m;
   // The model's ends, on the first and the last stage: the embedding's and the LM head's
   // b·s·h a micro-batch each way and cross-entropy's three all-reduces of a float a row,
   // by the calls parallel/tensor_parallel.h counts for the report (recomputed forwards
@@ -87,16 +96,7 @@ void EndsRow(PlanRows& plan) {
     const std::vector<int> where = plan.NodesOf(group);
     const int stage = grid.Of(group[0]).pp;
     const comm::ExpectedCalls ends_calls =
-        parallel::TensorParallelCalls({.ranks = in.tp,
-                                       .embedding = stage == 0,
-                                       .lm_head = stage == in.pp - 1,
-                                       .sequence_parallel = in.sequence_parallel,
-                                       .micro_batches = m,
-                                       .rows = int64_t(in.batch / m) * in.seq_len,
-                                       .n_embd = in.model.hidden,
-                                       .recompute = in.StageRecompute(),
-                                       .recompute_layers = in.recompute && !in.StageRecompute(),
-                                       .activation_bytes = e});
+        parallel::TensorParallelCalls(TensorParallelShapeOf(plan, stage == 0, stage == in.pp - 1));
     // The list's calls of each scope, primitive and phase together.
     std::vector<std::pair<Primitive, comm::ExpectedCall>> group_calls;
     for (const char* scope :

@@ -34,16 +34,21 @@ std::vector<std::string> PathsIn(const std::string& text) {
   return paths;
 }
 
-TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
+// The README's "Where each strategy lives" section, up to the next heading ("" without one).
+std::string StrategyMap() {
   std::ifstream in(TALLY_SOURCE_DIR "/README.md");
-  ASSERT_TRUE(in) << "no README.md";
   std::stringstream all;
   all << in.rdbuf();
   const std::string readme = all.str();
   const size_t begin = readme.find("### Where each strategy lives");
-  ASSERT_NE(begin, std::string::npos);
-  const size_t end = readme.find("\n#", begin + 4);
-  const std::vector<std::string> paths = PathsIn(readme.substr(begin, end - begin));
+  if (begin == std::string::npos) return "";
+  return readme.substr(begin, readme.find("\n#", begin + 4) - begin);
+}
+
+TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
+  const std::string map = StrategyMap();
+  ASSERT_FALSE(map.empty()) << "no README.md, or no code map in it";
+  const std::vector<std::string> paths = PathsIn(map);
   EXPECT_GE(paths.size(), 40u);
   for (const std::string& path : paths) {
     EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(TALLY_SOURCE_DIR) / path))
@@ -54,14 +59,9 @@ TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
 // A strategy's "read first" cell names at most three files: each code span that names a
 // path counts once (`a.{h,cc}` is one module, `zero{1,2,3}.cc` one stage's file).
 TEST(CodeMap, AStrategyIsAtMostThreeFilesToReadFirst) {
-  std::ifstream in(TALLY_SOURCE_DIR "/README.md");
-  ASSERT_TRUE(in) << "no README.md";
-  std::stringstream all;
-  all << in.rdbuf();
-  const std::string readme = all.str();
-  const size_t begin = readme.find("### Where each strategy lives");
-  ASSERT_NE(begin, std::string::npos);
-  std::stringstream table(readme.substr(begin, readme.find("\n#", begin + 4) - begin));
+  const std::string map = StrategyMap();
+  ASSERT_FALSE(map.empty()) << "no README.md, or no code map in it";
+  std::stringstream table(map);
   int rows = 0;
   for (std::string line; std::getline(table, line);) {
     if (line.rfind("| ", 0) != 0 || line.rfind("| strategy |", 0) == 0) continue;
