@@ -16,7 +16,7 @@
 //
 //   bytes    each boundary carries every micro-batch's (b·s, h) activations forward and
 //            their gradients back: b·s·h·4 each way per step for the replica's share of
-//            the batch, whatever m is (BoundaryBytesPerStep; 1/tp of it per rank under
+//            the batch, whatever m is (PipelineCalls; 1/tp of it per rank under
 //            sequence parallelism, or with scatter_gather, each tp rank its chunk, which
 //            the receiving tp group all-gathers); v·N−1 boundaries instead of N−1 when
 //            interleaved

@@ -151,9 +151,15 @@ void TiedEmbeddingRow(PlanRows& plan) {
       const std::vector<int> pair = {grid.RankAt({d, t, 0}), grid.RankAt({d, t, in.pp - 1})};
       const std::vector<int> where = plan.NodesOf(pair);
       const int64_t wte = parallel::TiedEmbeddingValues(config, in.tp, t, in.zero, in.dp, d);
-      for (int i = 0; i < 2; ++i) {
-        tied.Add(Split().Add(comm::ExactSentByLink(Primitive::kAllReduce, Algorithm::kRing, where,
-                                                   i, -1, wte, size_t(grad_bytes))));
+      // The first stage's call and the last's (parallel/pipeline_schedule.h's list).
+      for (const int stage : {0, in.pp - 1}) {
+        for (const comm::ExpectedCall& c : parallel::PipelineCalls(
+                 {.stages = in.pp, .stage = stage, .tied = wte, .grad_element = grad_bytes})) {
+          if (c.group != comm::group::kEmbedding) continue;
+          tied.Add(Split().Add(comm::ExactSentByLink(c.primitive, Algorithm::kRing, where, c.rank,
+                                                     -1, c.count, size_t(c.element)),
+                               double(c.calls)));
+        }
       }
       tied.time = std::max(
           tied.time, PassesTime(Algorithm::kRing, where, double(wte) * grad_bytes, 2, in.cluster));
