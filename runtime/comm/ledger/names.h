@@ -20,6 +20,7 @@ inline constexpr char kPp[] = "pp";                // the pipeline's stages
 inline constexpr char kEmbedding[] = "embedding";  // the first and last stage's tied copies
 inline constexpr char kEp[] = "ep";                // the experts' all-to-all
 inline constexpr char kEdp[] = "edp";              // the replicas of the same experts
+inline constexpr char kCp[] = "cp";                // context parallel: the sequence split
 }  // namespace group
 
 namespace scope {
@@ -39,6 +40,7 @@ inline constexpr char kExperts[] = "experts";    // the experts' split linears
 inline constexpr char kCounts[] = "counts";      // the routing counts' all-to-all
 inline constexpr char kDispatch[] = "dispatch";  // the routed rows out to their experts
 inline constexpr char kCombine[] = "combine";    // and the experts' outputs back
+inline constexpr char kContext[] = "context";    // attention's K, V (or q, k, v, o) over cp
 inline std::string Layer(int layer, const char* part) {
   return "layer" + std::to_string(layer) + "." + part;
 }

@@ -1,0 +1,164 @@
+// Context parallelism: every sequence of a micro-batch cut into N = cp pieces along the
+// sequence, each cp rank holding one piece's activations (s/N of them). Everything but
+// attention works on a token alone, so attention is the only layer that talks; the
+// weights are the same on every cp rank.
+//
+// Pieces (CpPieces). With --cp_load_balance=none rank r holds positions r·s/N ..
+// (r+1)·s/N − 1: under the causal mask rank r's queries see r·L² + L(L+1)/2 (query, key)
+// pairs (L = s/N), so the last rank works 2N−1 times the first. zigzag cuts the sequence
+// into 2N chunks of m = s/(2N) and gives rank r the chunks r and 2N−1−r: every rank sees
+// (2N−1)·m² + m(m+1) pairs (BlockPositions::VisiblePairs; a test holds it). A rank keeps
+// its pieces' rows in sequence order.
+//
+// Three ways to attend (--cp_comm), per layer and micro-batch, with b sequences, h = C
+// channels, e bytes a value and L = s/N rows a rank:
+//   p2p (ring attention): each rank keeps its Q; K and V (packed, 2·b·L·h values) go round
+//     the ring to the right, N−1 sends forward, the next block's K, V in flight while the
+//     current one computes (Isend/Irecv). Step t attends the local queries to the K, V of
+//     rank (r − t) mod N (RingSource), merged by log-sum-exp (block_attention.h). Backward
+//     sends K, V round again (N−1) and the dK, dV accumulators (N sends: the last brings
+//     each rank's own home):
+//       forward  (N−1)·2·b·L·h·e,  backward (2N−1)·2·b·L·h·e  bytes sent a rank.
+//   allgather (Llama 3's): one all-gather of the packed K, V over cp before attention, kept
+//     for backward, and a reduce-scatter (sum) of the gathered dK, dV after it:
+//       forward  (N−1)/N·2·b·s·h·e,  backward the same  (the ring's bytes).
+//   a2a (DeepSpeed-Ulysses): all-to-all q, k and v from (L rows, all heads) to (s rows,
+//     heads/N), ordinary causal attention on the local heads, the output back the same
+//     way; backward the reverse (dO in; dq, dk, dv out). Needs n_head divisible by N:
+//       4 all-to-alls forward and 4 backward of (N−1)/N·b·L·h·e bytes sent each.
+// ContextParallelCalls declares exactly these, as the ledger books them (group cp,
+// scope layer{l}.context); the tests hold the ledger to them.
+//
+// Determinism: a block merge is exact up to rounding, so the order is fixed: the ring's
+// steps 0, 1, .., N−1, and within a step the visiting pieces in sequence order (the
+// all-gather: the sources 0..N−1, each one's pieces in sequence order). The same run gives
+// the same bits; p2p and allgather may differ from each other (and from serial attention)
+// in the last bits.
+//
+// Activation memory a layer keeps for backward beyond serial attention's (kept by
+// ContextAttention, in the memory ledger's activations): the log-sum-exp (b·NH·L values);
+// allgather also the gathered K, V (2·b·s·h); a2a the head-split q, k, v, output and lse
+// (4·b·L·h + b·NH·L). In flight a rank holds, while a layer runs: p2p two K, V buffers
+// (forward) and two more dK, dV accumulators (backward), each 2·b·L·h values; allgather
+// the gathered dK, dV (2·b·s·h); a2a the packed pieces of one tensor (b·L·h) a call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/ledger/expected_calls.h"
+#include "runtime/kernels/cpu/block_attention.h"
+
+namespace tally::parallel {
+
+enum class CpComm { kP2p, kAllGather, kAllToAll };
+enum class CpLoadBalance { kNone, kZigzag };
+
+const char* Name(CpComm comm);            // "p2p", "allgather", "a2a"
+const char* Name(CpLoadBalance balance);  // "none", "zigzag"
+absl::StatusOr<CpComm> ParseCpComm(std::string_view name);
+absl::StatusOr<CpLoadBalance> ParseCpLoadBalance(std::string_view name);
+
+// A run of sequence positions.
+struct SequencePiece {
+  int start = 0;
+  int length = 0;
+};
+
+// The pieces cp rank `rank` of `ranks` holds of a sequence of `seq_len`, in sequence order
+// (CheckContextParallel must accept the split).
+std::vector<SequencePiece> CpPieces(int rank, int ranks, int seq_len, CpLoadBalance balance);
+
+// Step t of the ring attends to the K, V of this rank.
+inline int RingSource(int rank, int ranks, int step) {
+  return ((rank - step) % ranks + ranks) % ranks;
+}
+
+// One clear error for a split tally cannot make: cp < 1, a sequence not divisible by N
+// (2N under zigzag), a2a with n_head not divisible by N.
+absl::Status CheckContextParallel(int ranks, int seq_len, int n_head, CpComm comm,
+                                  CpLoadBalance balance);
+
+// What one cp rank's attention calls cost, per step.
+struct ContextParallelShape {
+  CpComm comm = CpComm::kP2p;
+  int ranks = 1, rank = 0;    // the cp group
+  int64_t batch = 0;          // b: sequences a micro-batch
+  int64_t seq_len = 0;        // s: the whole sequence
+  int64_t channels = 0;       // h = C
+  int layers = 0;             // this rank's layers
+  int first_layer = 0;        // the first one's index (its scope)
+  int64_t micro_batches = 1;  // forwards and backwards a step
+  int64_t element = 4;        // bytes a value (activations and their gradients)
+};
+comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s);
+
+// One layer's attention over the cp group. Activations are this rank's rows, its pieces
+// in sequence order: qkv (b, L, 3C) fused as the model keeps it ([q | k | v], head h at
+// columns h·hs of each), y and dy (b, L, C). Forward keeps what its backward needs (the
+// log-sum-exp; allgather: the gathered K, V; a2a: the head-split tensors).
+//
+//   ASSIGN_OR_RETURN(auto attn, ContextAttention::Create(cp, comm, balance, b, s, c, nh));
+//   RETURN_IF_ERROR(attn->Forward(qkv, y));
+//   RETURN_IF_ERROR(attn->Backward(dy, qkv, y, dqkv));  // dqkv written whole
+class ContextAttention {
+ public:
+  static absl::StatusOr<std::unique_ptr<ContextAttention>> Create(comm::Communicator& cp,
+                                                                  CpComm comm,
+                                                                  CpLoadBalance balance, int b,
+                                                                  int seq_len, int c, int nh);
+
+  absl::Status Forward(const float* qkv, float* y);
+  absl::Status Backward(const float* dy, const float* qkv, const float* y, float* dqkv);
+
+  const std::vector<SequencePiece>& pieces() const { return pieces_; }
+  int rows() const { return rows_; }
+  // The (query, key, head) triples this rank's forward computes: its share of attention's
+  // work (4·hs flops each for the two products). p2p and allgather: its pieces' visible
+  // pairs × NH; a2a: s(s+1)/2 × NH/N.
+  int64_t AttentionWork() const;
+
+ private:
+  ContextAttention(comm::Communicator& cp, CpComm comm, CpLoadBalance balance, int b, int seq_len,
+                   int c, int nh);
+  absl::Status Allocate();
+
+  // Attention of this rank's queries to `kv` (packed (2, b, L, C) of cp rank `source`),
+  // merged into (y, lse_); and its backward into dq (the q columns of dqkv) and dkv.
+  void ForwardBlocks(const float* qkv, const float* kv, int source, float* y);
+  void BackwardBlocks(const float* dy, const float* qkv, const float* kv, int source, float* dqkv,
+                      float* dkv);
+  // This rank's K and V of qkv packed into (2, b, L, C), and back into dqkv's k, v columns.
+  void PackKv(const float* qkv, float* kv) const;
+  void UnpackKv(const float* dkv, float* dqkv) const;
+
+  absl::Status RingForward(const float* qkv, float* y);
+  absl::Status RingBackward(const float* dy, const float* qkv, float* dqkv);
+  absl::Status GatherForward(const float* qkv, float* y);
+  absl::Status GatherBackward(const float* dy, const float* qkv, float* dqkv);
+  absl::Status UlyssesForward(const float* qkv, float* y);
+  absl::Status UlyssesBackward(const float* dy, float* dqkv);
+  // Ulysses' all-to-all of one (b, L, C) tensor (`ld` between rows) to this rank's heads of
+  // the whole sequence (b, s, C/N), and back.
+  absl::Status ToHeads(const float* rows, int ld, float* heads);
+  absl::Status FromHeads(const float* heads, float* rows, int ld);
+
+  comm::Communicator& cp_;
+  CpComm comm_;
+  int n_, rank_, b_, s_, c_, nh_, rows_;
+  CpLoadBalance balance_;
+  std::vector<SequencePiece> pieces_;
+  Tensor lse_;        // (pieces, b, NH, piece rows), or (b, NH/N, s) under a2a
+  Tensor delta_;      // backward's D = rowsum(dO ⊙ O), laid out as lse_
+  Tensor kv_[2];      // p2p: the visiting K, V and the next; allgather: kv_[0] gathered
+  Tensor dkv_[2];     // p2p: the travelling dK, dV accumulators; allgather: gathered
+  Tensor heads_;      // a2a: q, k, v, y of this rank's heads, (4, b, s, C/N)
+  Tensor packed_[2];  // a2a: one tensor's pieces, out and in
+};
+
+}  // namespace tally::parallel
