@@ -11,14 +11,16 @@ struct Layer {
 };
 Layer OneLayer(const ActivationShape& s, int64_t b) {
   const GPTConfig& g = s.config;
-  const int64_t t = g.seq_len, c = g.n_embd, nh = g.n_head / s.tp;
+  const int64_t t = s.Positions(), c = g.n_embd, nh = g.n_head / s.tp;
   const int64_t cl = c / s.tp, hidden = 4 * c / s.tp;
   const int64_t n = b * t, r = s.Rows(n);
   const int64_t moe_rows = g.moe() ? n * g.moe_top_k : 0;
   const int64_t expert_rows = moe_rows * s.expert_ranks;
   const int64_t wire = s.expert_parallel ? 2 * expert_rows * c : 0;  // arriving, on the wire
   const int64_t mlp = g.moe() ? moe_rows * c + expert_rows * hidden + wire : n * hidden;
-  const int64_t probabilities = s.recompute == Recompute::kAttention ? 0 : b * nh * t * t;
+  const int64_t probabilities = s.cp > 1                              ? b * s.attention_kept
+                                : s.recompute == Recompute::kAttention ? 0
+                                                                       : b * nh * t * t;
   return {2 * r * c + 4 * r + probabilities + mlp, 2 * n * c + n * cl + 3 * n * cl + mlp};
 }
 
@@ -27,7 +29,7 @@ Layer OneLayer(const ActivationShape& s, int64_t b) {
 MicroBatchActivations CountActivations(const ActivationShape& s, int64_t b, int64_t layers,
                                        bool last, bool whole) {
   const GPTConfig& g = s.config;
-  const int64_t c = g.n_embd, n = b * g.seq_len, r = s.Rows(n);
+  const int64_t c = g.n_embd, n = b * s.Positions(), r = s.Rows(n);
   MicroBatchActivations a;
   a.ids = 2 * n;
   if (!whole) {
@@ -46,16 +48,17 @@ MicroBatchActivations CountLayerRoom(const ActivationShape& s, int64_t b) {
   if (s.recompute != Recompute::kLayers) return {};
   const Layer layer = OneLayer(s, b);
   MicroBatchActivations a;
-  a.fp32 = layer.fp32 - s.Rows(b * s.config.seq_len) * s.config.n_embd;  // but its output
+  a.fp32 = layer.fp32 - s.Rows(b * s.Positions()) * s.config.n_embd;  // but its output
   a.operands = layer.operands;
   return a;
 }
 
 int64_t CountScratch(const ActivationShape& s, int64_t b) {
   const GPTConfig& g = s.config;
-  const int64_t t = g.seq_len, c = g.n_embd, n = b * t, r = s.Rows(n);
+  const int64_t t = s.Positions(), c = g.n_embd, n = b * t, r = s.Rows(n);
   const int64_t cl = c / s.tp, hidden = 4 * c / s.tp;
   const int64_t sequence = s.sequence_parallel ? r * c + n * c : 0;
+  const int64_t positions = s.cp > 1 ? t * c : 0;  // the position table's rows here
   const int64_t moe_rows = g.moe() ? n * g.moe_top_k : 0;
   const int64_t expert_rows = moe_rows * s.expert_ranks;
   const int64_t d4c = g.moe() ? expert_rows * hidden : n * hidden;
@@ -64,7 +67,8 @@ int64_t CountScratch(const ActivationShape& s, int64_t b) {
                               : 0;
   const int64_t probabilities =
       s.recompute == Recompute::kAttention ? b * (g.n_head / s.tp) * t * t : 0;
-  return d4c + n * 3 * cl + n * c + s.attention_scratch + r * c + sequence + moe + probabilities;
+  return d4c + n * 3 * cl + n * c + s.attention_scratch + r * c + sequence + moe + probabilities +
+         positions;
 }
 
 }  // namespace tally::model

@@ -32,6 +32,11 @@
 // (nh/tp)·T² on a GPU) + R·C, + R·C + n·C under sequence parallelism, + n·E + n·k·C
 // (+ 2N·n·k·C) with experts, + b·(nh/tp)·T² under selective recompute; and 3n fp32 for
 // the loss.
+//
+// Under context parallelism over cp ranks (sequence_split.h) T above is T/cp, the
+// positions of each sequence on the rank; a layer keeps b·K (K = the split's Kept for one
+// sequence) instead of b·(nh/tp)·T² probabilities, the scratch has no attention backward
+// room and holds instead the position table's rows of the rank's positions, T·C.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +62,11 @@ struct ActivationShape {
   int64_t vocab_local = 0;        // V_l: the rank's rows of the token embedding
   int64_t attention_scratch = 0;  // the kernels' AttentionBackward scratch, elements
   Recompute recompute = Recompute::kNone;
+  int cp = 1;                  // ranks each sequence is split over
+  int64_t attention_kept = 0;  // with cp > 1: K, what a layer keeps for attention a sequence
 
   int64_t Rows(int64_t n) const { return sequence_parallel ? n / tp : n; }
+  int64_t Positions() const { return config.seq_len / cp; }  // T on this rank
 };
 
 // One micro-batch's activations on a chunk, in elements of each kind.

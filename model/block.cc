@@ -19,13 +19,18 @@ absl::Status Keep(Kernels& k, TypedPtr kept, const float* result, int64_t n) {
   return k.Convert(kept.data, kept.type, result, DType::kF32, n);
 }
 
+// Positions of each sequence on this rank.
+int Positions(const GPTConfig& config, const SequenceSplit* sequence) {
+  return sequence != nullptr ? config.seq_len / sequence->size() : config.seq_len;
+}
+
 }  // namespace
 
 absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                           int layer, int b, const BlockTensors& w, const float* x,
                           const BlockActivations& a, const BlockScratch& s,
-                          const ExpertSplit* experts) {
-  const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
+                          const ExpertSplit* experts, const SequenceSplit* sequence) {
+  const int t = Positions(config, sequence), c = config.n_embd, n = b * t, rows = split.Rows(n);
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
   const bool sp = split.sequence_parallel();
@@ -40,8 +45,13 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
                                             t, c, 3 * c_local, s.comm, attn));
   RETURN_IF_ERROR(Keep(k, a.qkv, qkv, int64_t(n) * 3 * c_local));
   float* atty = Fp32Room(a.atty, s.dc);
-  float* att = a.att != nullptr ? a.att : s.att;  // null: selective recompute (block.h)
-  RETURN_IF_ERROR(k.AttentionForward(atty, att, a.qkv, b, t, c_local, heads));
+  if (sequence != nullptr) {
+    RETURN_IF_ERROR(sequence->AttentionForward(atty, a.att, qkv, b, c_local, heads,
+                                               comm::scope::Layer(layer, comm::scope::kContext)));
+  } else {
+    float* att = a.att != nullptr ? a.att : s.att;  // null: selective recompute (block.h)
+    RETURN_IF_ERROR(k.AttentionForward(atty, att, a.qkv, b, t, c_local, heads));
+  }
   RETURN_IF_ERROR(Keep(k, a.atty, atty, int64_t(n) * c_local));
   RETURN_IF_ERROR(split.RowLinearForward(k, a.residual2, s.whole, a.atty, w.operands(w.proj_w),
                                          w.proj_b, b, t, c_local, c, s.comm, attn));
@@ -65,8 +75,9 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
 absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& a, const BlockScratch& s,
-                           float dloss, float* dresidual, const ExpertSplit* experts) {
-  const int t = config.seq_len, c = config.n_embd, n = b * t, rows = split.Rows(n);
+                           float dloss, float* dresidual, const ExpertSplit* experts,
+                           const SequenceSplit* sequence) {
+  const int t = Positions(config, sequence), c = config.n_embd, n = b * t, rows = split.Rows(n);
   const int c_local = c / split.size(), heads = config.n_head / split.size();
   const int hidden = 4 * c / split.size();
   const std::string attn = comm::scope::Layer(layer, comm::scope::kAttn),
@@ -96,7 +107,13 @@ absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit
   }
   RETURN_IF_ERROR(split.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual, s.whole, a.atty,
                                           w.operands(w.proj_w), b, t, c_local, c, s.comm, attn));
-  RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, att, b, t, c_local, heads));
+  if (sequence != nullptr) {
+    RETURN_IF_ERROR(sequence->AttentionBackward(
+        s.dqkv, s.dc, a.qkv.as<float>(), a.atty.as<float>(), att, b, c_local, heads,
+        comm::scope::Layer(layer, comm::scope::kContext)));
+  } else {
+    RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, att, b, t, c_local, heads));
+  }
   RETURN_IF_ERROR(split.ColumnLinearBackward(k, s.dc, s.whole, g.qkv_w, g.qkv_b, s.dqkv, a.ln1,
                                              w.operands(w.qkv_w), b, t, c, 3 * c_local, s.comm,
                                              attn));

@@ -17,6 +17,11 @@
 // this rank's slice (tp = split.size(); 1 when serial). The residual stream (x, residual2, out) and
 // the LayerNorms' statistics have R rows: N, or N/tp under sequence parallelism, where
 // ln1 and ln2 keep the whole N rows the linears read (gathered by f).
+//
+// With a SequenceSplit over cp ranks (sequence_split.h: context parallelism) T is this
+// rank's T/cp positions of each sequence, attention runs through the split, and `att`
+// holds what it keeps for backward (SequenceSplit::Kept) instead of the probabilities;
+// qkv and the attention output stay fp32.
 #pragma once
 
 #include "absl/status/status.h"
@@ -24,6 +29,7 @@
 #include "model/parameters.h"
 #include "model/layer_split.h"
 #include "model/moe.h"
+#include "model/sequence_split.h"
 #include "runtime/kernels/kernels.h"
 
 namespace tally::model {
@@ -74,17 +80,21 @@ struct BlockScratch {
 
 // Layer `layer`'s all-reduces are booked under scopes layer{layer}.attn and .mlp. The
 // block computes with `k` (runtime/kernels/kernels.h); every pointer is on k's device.
-// `experts`: where a mixture of experts' experts are (moe.h; null: all on this rank).
+// `experts`: where a mixture of experts' experts are (moe.h; null: all on this rank);
+// `sequence`: how each sequence is split (null: whole here), its attention's calls booked
+// under layer{layer}.context.
 absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                           int layer, int b, const BlockTensors& w, const float* x,
                           const BlockActivations& acts, const BlockScratch& scratch,
-                          const ExpertSplit* experts = nullptr);
+                          const ExpertSplit* experts = nullptr,
+                          const SequenceSplit* sequence = nullptr);
 
 // `dloss` weights each token's loss (and an MoE layer's auxiliary loss, moe.h).
 absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,
                            int layer, int b, const BlockTensors& w, const BlockTensors& g,
                            const float* x, const BlockActivations& acts,
                            const BlockScratch& scratch, float dloss, float* dresidual,
-                           const ExpertSplit* experts = nullptr);
+                           const ExpertSplit* experts = nullptr,
+                           const SequenceSplit* sequence = nullptr);
 
 }  // namespace tally::model

@@ -82,6 +82,28 @@ absl::Status GPT::UseKernels(std::unique_ptr<Kernels> kernels) {
   return absl::OkStatus();
 }
 
+absl::Status GPT::SetSequenceSplit(const SequenceSplit* sequence) {
+  if (sequence != nullptr && sequence->size() > 1) {
+    auto refuse = [&](const std::string& what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[GPT] context parallelism (cp=", sequence->size(), ") ", what));
+    };
+    if (config_.seq_len % sequence->size() != 0) {
+      return refuse(absl::StrCat("needs seq_len=", config_.seq_len, " divisible by cp"));
+    }
+    if (!(alloc_.device() == Device::CPU())) return refuse("runs on the CPU only");
+    if (kernels_->activation_operand_type() != DType::kF32) {
+      return refuse("keeps fp32 activations only (no bf16 matmul inputs)");
+    }
+    if (recompute_ != Recompute::kNone) return refuse("runs without recompute only");
+  }
+  sequence_ = sequence != nullptr && sequence->size() > 1 ? sequence : nullptr;
+  own_ = Activations();
+  last_forward_ = nullptr;
+  scratch_batch_ = 0;
+  return absl::OkStatus();
+}
+
 GPT::MoeStats GPT::TakeMoeStats() {
   MoeStats taken = std::move(moe_stats_);
   moe_stats_ = MoeStats();
@@ -117,7 +139,7 @@ absl::Status GPT::Backward(float dloss) {
 }
 
 absl::Status GPT::LoadIds(Activations& ids, const int32_t* tokens, const int32_t* targets) {
-  const int v = config_.vocab_size, n = ids.batch * config_.seq_len;
+  const int v = config_.vocab_size, n = ids.batch * positions();
   for (const int32_t* host : {tokens, targets}) {
     for (int i = 0; host != nullptr && i < n; ++i) {
       if (host[i] < 0 || host[i] >= v) {
@@ -154,7 +176,7 @@ absl::Status GPT::BackwardStage(Activations& a, const Activations& ids, float dl
 absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, const float* input,
                                       const int32_t* targets) {
   Kernels& k = *kernels_;
-  const int b = a.batch, t = config_.seq_len, c = config_.n_embd, v = config_.vocab_size;
+  const int b = a.batch, t = positions(), c = config_.n_embd, v = config_.vocab_size;
   const int n = b * t, vl = vocab_local();
   const BlockScratch& s = block_scratch_;
   constexpr int kEmbeddings = ParameterLayout::kEmbeddings;
@@ -165,7 +187,17 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
   if (first) {
     ASSIGN_OR_RETURN(embeddings, weights_->Params(kEmbeddings));
     const EmbeddingTensors e = BindEmbeddings(layout_, embeddings);
-    RETURN_IF_ERROR(split_.EmbeddingForward(k, a.encoded, s.whole, tokens, e.wte, e.wpe, b, t, c,
+    const float* wpe = e.wpe;
+    if (sequence_ != nullptr) {  // the table's rows of this rank's positions, in its order
+      int row = 0;
+      for (const PositionRun& run : sequence_->positions()) {
+        RETURN_IF_ERROR(k.Copy(position_rows_ + int64_t(row) * c, e.wpe + int64_t(run.start) * c,
+                               sizeof(float) * size_t(run.length) * c));
+        row += run.length;
+      }
+      wpe = position_rows_;
+    }
+    RETURN_IF_ERROR(split_.EmbeddingForward(k, a.encoded, s.whole, tokens, e.wte, wpe, b, t, c,
                                             vl, s.comm, comm::scope::kEmbedding));
   } else {
     RETURN_IF_ERROR(k.Copy(a.encoded, input, sizeof(float) * size_t(split_.Rows(n)) * c));
@@ -177,7 +209,8 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
     ASSIGN_OR_RETURN(float* w, weights_->Params(unit));
     BlockTensors bound = BindBlock(layout_, l, w);
     ASSIGN_OR_RETURN(bound.operands, Operands(unit, w));
-    RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, bound, x, acts, s, experts_));
+    RETURN_IF_ERROR(
+        BlockForward(k, config_, split_, l, b, bound, x, acts, s, experts_, sequence_));
     RETURN_IF_ERROR(weights_->ReleaseParams(unit));
     x = acts.out;
   }
@@ -222,7 +255,7 @@ absl::StatusOr<float> GPT::RunForward(Activations& a, const int32_t* tokens, con
 absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dloss,
                               const float* d_output, float* d_input) {
   Kernels& k = *kernels_;
-  const int b = a.batch, t = config_.seq_len, c = config_.n_embd, vl = vocab_local();
+  const int b = a.batch, t = positions(), c = config_.n_embd, vl = vocab_local();
   const int n = b * t, rows = split_.Rows(n);
   const BlockScratch& s = block_scratch_;
   const LayerRange& range = layout_.model_chunks()[size_t(a.model_chunk)];
@@ -274,10 +307,11 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
     ASSIGN_OR_RETURN(bound.operands, Operands(unit, w));
     const BlockActivations acts = LayerActivations(a, i);
     if (recompute_ == Recompute::kLayers) {  // the layer's forward again, into the room
-      RETURN_IF_ERROR(BlockForward(k, config_, split_, l, b, bound, x, acts, s, experts_));
+      RETURN_IF_ERROR(
+          BlockForward(k, config_, split_, l, b, bound, x, acts, s, experts_, sequence_));
     }
     RETURN_IF_ERROR(BlockBackward(k, config_, split_, l, b, bound, BindBlock(layout_, l, g), x,
-                                  acts, s, dloss, dresidual_, experts_));
+                                  acts, s, dloss, dresidual_, experts_, sequence_));
     if (config_.moe()) {  // each micro-batch's routing once: at its backward
       const MoeRouting& r = a.routing[size_t(i)];
       moe_stats_.aux_loss += r.aux_loss;
@@ -296,9 +330,19 @@ absl::Status GPT::RunBackward(Activations& a, const Activations& ids, float dlos
   }
   if (!last) RETURN_IF_ERROR(open_embeddings());
   const EmbeddingTensors ge = BindEmbeddings(layout_, embedding_grads);
-  RETURN_IF_ERROR(split_.EmbeddingBackward(k, ge.wte, ge.wpe, dresidual_, s.whole,
+  float* dwpe = sequence_ != nullptr ? position_rows_ : ge.wpe;
+  if (sequence_ != nullptr) RETURN_IF_ERROR(k.Zero(dwpe, sizeof(float) * size_t(t) * c));
+  RETURN_IF_ERROR(split_.EmbeddingBackward(k, ge.wte, dwpe, dresidual_, s.whole,
                                            ids.tokens.data<int32_t>(), b, t, c, vl, s.comm,
                                            comm::scope::kEmbedding));
+  if (sequence_ != nullptr) {  // added into the table's rows of this rank's positions
+    int row = 0;
+    for (const PositionRun& run : sequence_->positions()) {
+      RETURN_IF_ERROR(k.AddInPlace(ge.wpe + int64_t(run.start) * c, dwpe + int64_t(row) * c,
+                                   int64_t(run.length) * c));
+      row += run.length;
+    }
+  }
   return finish(kEmbeddings);
 }
 

@@ -30,6 +30,7 @@
 #include "model/weights.h"
 #include "model/expert_split.h"
 #include "model/layer_split.h"
+#include "model/sequence_split.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
 #include "runtime/tensor.h"
@@ -69,8 +70,8 @@ class GPT {
   absl::Status PublishParams() { return replica()->Publish(); }
   Tensor& grads() { return replica()->grads(); }
 
-  // tokens, targets: (b, T) row-major, values in [0, V). Returns the mean loss over the
-  // b·T positions. With targets == nullptr only the logits are computed (sampling).
+  // tokens, targets: (b, T) row-major (T: positions()), values in [0, V). Returns the mean
+  // loss over the b·T positions. With targets == nullptr only the logits are computed (sampling).
   absl::StatusOr<float> Forward(const int32_t* tokens, const int32_t* targets, int b);
   // After a Forward with targets: adds this micro-batch's gradients, each position's loss
   // weighted by `dloss` (1 / tokens of the global batch, for its mean). A unit's
@@ -97,6 +98,16 @@ class GPT {
     own_ = Activations();
     last_forward_ = nullptr;
     scratch_batch_ = 0;
+  }
+
+  // Context parallelism: each sequence split over `sequence`'s ranks (not owned; it must
+  // outlive the model; null: whole here), this model holding b·T/cp rows of b sequences:
+  // Forward's tokens and targets are (b, T/cp), the rows at sequence->positions(), and its
+  // loss their mean. Before the first forward; CPU, fp32 activations, no recompute.
+  absl::Status SetSequenceSplit(const SequenceSplit* sequence);
+  // T, or T/cp under a SequenceSplit: the positions of each sequence this model holds.
+  int positions() const {
+    return sequence_ != nullptr ? config_.seq_len / sequence_->size() : config_.seq_len;
   }
 
   // The kernels the model computes with (by default its allocator's device's, fp32);
@@ -202,6 +213,7 @@ class GPT {
   GPTConfig config_;
   const LayerSplit& split_;
   const ExpertSplit* experts_;  // null: every expert here
+  const SequenceSplit* sequence_ = nullptr;  // null: every position here
   ParameterLayout layout_;
   Allocator& alloc_;
   std::unique_ptr<Kernels> kernels_;
@@ -217,6 +229,7 @@ class GPT {
   BlockActivations room_layer_{};
   BlockScratch block_scratch_{};
   float* dresidual_ = nullptr;
+  float* position_rows_ = nullptr;  // under a SequenceSplit: wpe's rows here, or their grads
   MoeStats moe_stats_;
 };
 

@@ -32,7 +32,7 @@ struct GPT::Carver {
 // parallelism the residual stream's rows to r (block.h). `whole`: everything backward
 // needs; otherwise (recompute) the ids and the stage's input.
 absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chunk) {
-  const int64_t t = config_.seq_len, c = config_.n_embd;
+  const int64_t t = positions(), c = config_.n_embd;
   const int64_t n = b * t, v = vocab_local(), r = split_.Rows(int(n));
   const LayerRange& range = layout_.model_chunks()[size_t(chunk)];
   const int64_t layers = range.end - range.begin;
@@ -83,7 +83,7 @@ absl::StatusOr<GPT::Activations> GPT::NewActivations(int b, bool whole, int chun
 // ranks the experts here run at most N·n·k rows, and the rows arrive (and their outputs
 // leave) through buffers of their own.
 void GPT::CarveLayer(Carver& at, int64_t b, BlockActivations& x) const {
-  const int64_t t = config_.seq_len, c = config_.n_embd, nh = config_.n_head / split_.size();
+  const int64_t t = positions(), c = config_.n_embd, nh = config_.n_head / split_.size();
   const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
   const int64_t n = b * t, r = split_.Rows(int(n));
   const int64_t moe_rows = config_.moe() ? n * config_.moe_top_k : 0;
@@ -92,8 +92,11 @@ void GPT::CarveLayer(Carver& at, int64_t b, BlockActivations& x) const {
   x.ln1_mean = at.Take(r);
   x.ln1_rstd = at.Take(r);
   x.qkv = at.TakeOperand(n * 3 * cl);
-  // Selective recompute: in the scratch (block.h).
-  x.att = recompute_ == Recompute::kAttention ? nullptr : at.Take(b * nh * t * t);
+  // Selective recompute: in the scratch (block.h). Context parallelism: what its attention
+  // keeps for backward.
+  x.att = sequence_ != nullptr                 ? at.Take(sequence_->Kept(int(b), int(cl), int(nh)))
+          : recompute_ == Recompute::kAttention ? nullptr
+                                                : at.Take(b * nh * t * t);
   x.atty = at.TakeOperand(n * cl);
   x.residual2 = at.Take(r * c);
   x.ln2 = at.TakeOperand(n * c);
@@ -130,12 +133,15 @@ BlockActivations GPT::LayerActivations(const Activations& a, int i) const {
 // sizes it, so that the check at its end can hold the two to each other.
 absl::Status GPT::EnsureScratch(int b) {
   if (b == scratch_batch_) return absl::OkStatus();
-  if (config_.seq_len % split_.size() != 0 && split_.sequence_parallel()) {
+  if (positions() % split_.size() != 0 && split_.sequence_parallel()) {
     return absl::InvalidArgumentError(absl::StrCat("[GPT] seq_len=", config_.seq_len,
                                                    " is not divisible by tp=", split_.size(),
                                                    " (sequence parallelism splits it)"));
   }
-  const int64_t t = config_.seq_len, c = config_.n_embd, n = b * t, r = split_.Rows(int(n));
+  if (sequence_ != nullptr && recompute_ != Recompute::kNone) {
+    return absl::InvalidArgumentError("[GPT] context parallelism runs without recompute only");
+  }
+  const int64_t t = positions(), c = config_.n_embd, n = b * t, r = split_.Rows(int(n));
   const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();
   ASSIGN_OR_RETURN(loss_scratch_,
                    Tensor::Empty({3 * n}, DType::kF32, alloc_, MemoryCategory::kActivations));
@@ -181,6 +187,7 @@ absl::Status GPT::EnsureScratch(int b) {
                      Tensor::Empty({n * c}, DType::kF32, alloc_, MemoryCategory::kComm));
     block_scratch_.comm = comm_scratch_.data<float>();
   }
+  position_rows_ = sequence_ != nullptr ? take(t * c) : nullptr;
   CHECK(p == scratch_.data<float>() + scratch_.numel()) << "scratch layout";
   room_layer_ = BlockActivations();
   if (recompute_ == Recompute::kLayers) {  // one layer's activations but its output
@@ -200,10 +207,21 @@ absl::Status GPT::EnsureScratch(int b) {
 
 
 ActivationShape GPT::ActivationsShape() const {
-  return {config_,         split_.size(), split_.sequence_parallel(), expert_ranks(),
-          experts_ != nullptr, vocab_local(),
-          kernels_->AttentionScratch(config_.seq_len, config_.n_head / split_.size()),
-          recompute_};
+  const int nh = config_.n_head / split_.size(), cl = config_.n_embd / split_.size();
+  ActivationShape shape{config_,
+                        split_.size(),
+                        split_.sequence_parallel(),
+                        expert_ranks(),
+                        experts_ != nullptr,
+                        vocab_local(),
+                        kernels_->AttentionScratch(config_.seq_len, nh),
+                        recompute_};
+  if (sequence_ != nullptr) {  // no serial attention backward: its kept values instead
+    shape.cp = sequence_->size();
+    shape.attention_scratch = 0;
+    shape.attention_kept = sequence_->Kept(1, cl, nh);
+  }
+  return shape;
 }
 
 }  // namespace tally::model

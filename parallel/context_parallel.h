@@ -35,21 +35,26 @@
 // the same bits; p2p and allgather may differ from each other (and from serial attention)
 // in the last bits.
 //
-// Activation memory a layer keeps for backward beyond serial attention's (kept by
-// ContextAttention, in the memory ledger's activations): the log-sum-exp (b·NH·L values);
-// allgather also the gathered K, V (2·b·s·h); a2a the head-split q, k, v, output and lse
-// (4·b·L·h + b·NH·L). In flight a rank holds, while a layer runs: p2p two K, V buffers
-// (forward) and two more dK, dV accumulators (backward), each 2·b·L·h values; allgather
-// the gathered dK, dV (2·b·s·h); a2a the packed pieces of one tensor (b·L·h) a call.
+// Activation memory: a layer keeps for backward (instead of serial attention's b·NH·s²
+// probabilities) ContextAttentionKept values: the log-sum-exp (b·NH·L); allgather also the
+// gathered K, V (2·b·s·h); a2a the head-split q, k, v and output (4·b·L·h). In flight a
+// rank holds, shared by the layers: p2p two K, V buffers and two dK, dV accumulators, each
+// 2·b·L·h values; allgather its K, V and dK, dV (2·b·L·h each) and the gathered dK, dV
+// (2·b·s·h); a2a dq, dk, dv and dO of its heads (4·b·L·h) and two packed tensors (b·L·h
+// each); and backward's D (b·NH·L).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/sequence_split.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/kernels/cpu/block_attention.h"
@@ -98,14 +103,22 @@ struct ContextParallelShape {
 };
 comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s);
 
+// Values one layer keeps for its backward, b sequences of s positions, C channels and NH
+// heads on this rank (the model keeps them with the layer's activations): the
+// log-sum-exp, b·NH·L; allgather also the gathered K, V, 2·b·s·C; a2a also the head-split
+// q, k, v and output, 4·b·L·C.
+int64_t ContextAttentionKept(CpComm comm, int ranks, int64_t b, int64_t seq_len, int64_t c,
+                             int64_t nh);
+
 // One layer's attention over the cp group. Activations are this rank's rows, its pieces
 // in sequence order: qkv (b, L, 3C) fused as the model keeps it ([q | k | v], head h at
-// columns h·hs of each), y and dy (b, L, C). Forward keeps what its backward needs (the
-// log-sum-exp; allgather: the gathered K, V; a2a: the head-split tensors).
+// columns h·hs of each), y and dy (b, L, C); `kept` holds ContextAttentionKept values,
+// written by Forward and read by Backward (one per micro-batch in flight). The object
+// holds only the buffers in flight, which every layer and micro-batch of that shape share.
 //
 //   ASSIGN_OR_RETURN(auto attn, ContextAttention::Create(cp, comm, balance, b, s, c, nh));
-//   RETURN_IF_ERROR(attn->Forward(qkv, y));
-//   RETURN_IF_ERROR(attn->Backward(dy, qkv, y, dqkv));  // dqkv written whole
+//   RETURN_IF_ERROR(attn->Forward(qkv, y, kept));
+//   RETURN_IF_ERROR(attn->Backward(dy, qkv, y, kept, dqkv));  // dqkv written whole
 class ContextAttention {
  public:
   static absl::StatusOr<std::unique_ptr<ContextAttention>> Create(comm::Communicator& cp,
@@ -113,11 +126,13 @@ class ContextAttention {
                                                                   CpLoadBalance balance, int b,
                                                                   int seq_len, int c, int nh);
 
-  absl::Status Forward(const float* qkv, float* y);
-  absl::Status Backward(const float* dy, const float* qkv, const float* y, float* dqkv);
+  absl::Status Forward(const float* qkv, float* y, float* kept);
+  absl::Status Backward(const float* dy, const float* qkv, const float* y, const float* kept,
+                        float* dqkv);
 
   const std::vector<SequencePiece>& pieces() const { return pieces_; }
   int rows() const { return rows_; }
+  int64_t kept() const { return ContextAttentionKept(comm_, n_, b_, s_, c_, nh_); }
   // The (query, key, head) triples this rank's forward computes: its share of attention's
   // work (4·hs flops each for the two products). p2p and allgather: its pieces' visible
   // pairs × NH; a2a: s(s+1)/2 × NH/N.
@@ -129,20 +144,21 @@ class ContextAttention {
   absl::Status Allocate();
 
   // Attention of this rank's queries to `kv` (packed (2, b, L, C) of cp rank `source`),
-  // merged into (y, lse_); and its backward into dq (the q columns of dqkv) and dkv.
-  void ForwardBlocks(const float* qkv, const float* kv, int source, float* y);
-  void BackwardBlocks(const float* dy, const float* qkv, const float* kv, int source, float* dqkv,
-                      float* dkv);
+  // merged into (y, lse); and its backward into dq (the q columns of dqkv) and dkv.
+  void ForwardBlocks(const float* qkv, const float* kv, int source, float* y, float* lse);
+  void BackwardBlocks(const float* dy, const float* qkv, const float* kv, int source,
+                      const float* lse, float* dqkv, float* dkv);
   // This rank's K and V of qkv packed into (2, b, L, C), and back into dqkv's k, v columns.
   void PackKv(const float* qkv, float* kv) const;
   void UnpackKv(const float* dkv, float* dqkv) const;
 
-  absl::Status RingForward(const float* qkv, float* y);
-  absl::Status RingBackward(const float* dy, const float* qkv, float* dqkv);
-  absl::Status GatherForward(const float* qkv, float* y);
-  absl::Status GatherBackward(const float* dy, const float* qkv, float* dqkv);
-  absl::Status UlyssesForward(const float* qkv, float* y);
-  absl::Status UlyssesBackward(const float* dy, float* dqkv);
+  absl::Status RingForward(const float* qkv, float* y, float* lse);
+  absl::Status RingBackward(const float* dy, const float* qkv, const float* lse, float* dqkv);
+  absl::Status GatherForward(const float* qkv, float* y, float* lse, float* gathered);
+  absl::Status GatherBackward(const float* dy, const float* qkv, const float* lse,
+                              const float* gathered, float* dqkv);
+  absl::Status UlyssesForward(const float* qkv, float* y, float* lse, float* heads);
+  absl::Status UlyssesBackward(const float* dy, const float* lse, const float* heads, float* dqkv);
   // Ulysses' all-to-all of one (b, L, C) tensor (`ld` between rows) to this rank's heads of
   // the whole sequence (b, s, C/N), and back.
   absl::Status ToHeads(const float* rows, int ld, float* heads);
@@ -153,12 +169,44 @@ class ContextAttention {
   int n_, rank_, b_, s_, c_, nh_, rows_;
   CpLoadBalance balance_;
   std::vector<SequencePiece> pieces_;
-  Tensor lse_;        // (pieces, b, NH, piece rows), or (b, NH/N, s) under a2a
-  Tensor delta_;      // backward's D = rowsum(dO ⊙ O), laid out as lse_
-  Tensor kv_[2];      // p2p: the visiting K, V and the next; allgather: kv_[0] gathered
-  Tensor dkv_[2];     // p2p: the travelling dK, dV accumulators; allgather: gathered
-  Tensor heads_;      // a2a: q, k, v, y of this rank's heads, (4, b, s, C/N)
+  Tensor delta_;      // backward's D = rowsum(dO ⊙ O), laid out as the lse
+  Tensor kv_[2];      // p2p: the visiting K, V and the next; allgather: kv_[1] this rank's
+  Tensor dkv_[2];     // p2p: the travelling dK, dV accumulators; allgather: gathered, mine;
+                      // a2a: dq, dk, dv, dO of this rank's heads
   Tensor packed_[2];  // a2a: one tensor's pieces, out and in
+};
+
+// The model's SequenceSplit over a cp group: this rank's pieces, and each layer's
+// attention through a ContextAttention of its shape (made on first use, shared by every
+// layer and micro-batch of that shape). Not owned: `cp` must outlive it.
+class ContextParallel final : public model::SequenceSplit {
+ public:
+  ContextParallel(comm::Communicator& cp, CpComm comm, CpLoadBalance balance, int seq_len)
+      : cp_(cp), comm_(comm), balance_(balance), seq_len_(seq_len) {}
+
+  comm::Communicator& group() const { return cp_; }
+  CpComm comm() const { return comm_; }
+  CpLoadBalance balance() const { return balance_; }
+
+  int size() const override { return cp_.size(); }
+  std::vector<model::PositionRun> positions() const override;
+  int64_t Kept(int b, int c, int nh) const override {
+    return ContextAttentionKept(comm_, cp_.size(), b, seq_len_, c, nh);
+  }
+  absl::Status AttentionForward(float* y, float* kept, const float* qkv, int b, int c, int nh,
+                                const std::string& scope) const override;
+  absl::Status AttentionBackward(float* dqkv, const float* dy, const float* qkv, const float* y,
+                                 const float* kept, int b, int c, int nh,
+                                 const std::string& scope) const override;
+
+ private:
+  absl::StatusOr<ContextAttention*> Attention(int b, int c, int nh) const;
+
+  comm::Communicator& cp_;
+  CpComm comm_;
+  CpLoadBalance balance_;
+  int seq_len_;
+  mutable std::map<std::tuple<int, int, int>, std::unique_ptr<ContextAttention>> attention_;
 };
 
 }  // namespace tally::parallel

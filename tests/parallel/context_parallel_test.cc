@@ -260,15 +260,17 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
         };
         const std::vector<float> my_qkv = take(qkv, 3 * c), my_dy = take(dy, c);
         std::vector<float> my_y(size_t(b) * rows * c), my_dqkv(size_t(b) * rows * 3 * c);
+        std::vector<float> kept(size_t(attn->kept()));
         comm::TrafficLedger& ledger = cp->ledger();
         comm::LabelScope label(ledger, comm::scope::Layer(0, comm::scope::kContext));
         {
           comm::PhaseScope phase(ledger, comm::Phase::kForward);
-          RETURN_IF_ERROR(attn->Forward(my_qkv.data(), my_y.data()));
+          RETURN_IF_ERROR(attn->Forward(my_qkv.data(), my_y.data(), kept.data()));
         }
         {
           comm::PhaseScope phase(ledger, comm::Phase::kBackward);
-          RETURN_IF_ERROR(attn->Backward(my_dy.data(), my_qkv.data(), my_y.data(), my_dqkv.data()));
+          RETURN_IF_ERROR(attn->Backward(my_dy.data(), my_qkv.data(), my_y.data(), kept.data(),
+                                         my_dqkv.data()));
         }
         put(my_y, c, y);
         put(my_dqkv, 3 * c, dqkv);
