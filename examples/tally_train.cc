@@ -93,6 +93,15 @@ ABSL_FLAG(int, tp, 1,
 ABSL_FLAG(bool, sequence_parallel, false,
           "Megatron sequence parallelism: between the split layers each tp rank keeps seq_len/tp "
           "positions (all-gather + reduce-scatter instead of all-reduce)");
+ABSL_FLAG(int, cp, 1,
+          "context-parallel ranks: each sequence cut into cp pieces, one a rank; attention runs "
+          "over the whole sequence (world = dp x cp x tp x pp)");
+ABSL_FLAG(std::string, cp_comm, "p2p",
+          "how attention reaches the other pieces: p2p (ring attention), allgather (K, V "
+          "gathered) or a2a (DeepSpeed-Ulysses all-to-all over heads)");
+ABSL_FLAG(std::string, cp_load_balance, "zigzag",
+          "a cp rank's pieces: zigzag (chunks r and 2cp-1-r of 2cp: even causal work) or none "
+          "(one contiguous piece)");
 ABSL_FLAG(int, pp, 1, "pipeline stages: the layers split into pp stages");
 ABSL_FLAG(std::vector<std::string>, pp_layers, {},
           "layers per pipeline stage, e.g. 3,3,2 (default: balanced)");
@@ -239,6 +248,10 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
   p.tp = absl::GetFlag(FLAGS_tp);
   p.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   p.ep = absl::GetFlag(FLAGS_ep);
+  p.cp = absl::GetFlag(FLAGS_cp);
+  ASSIGN_OR_RETURN(p.cp_comm, parallel::ParseCpComm(absl::GetFlag(FLAGS_cp_comm)));
+  ASSIGN_OR_RETURN(p.cp_load_balance,
+                   parallel::ParseCpLoadBalance(absl::GetFlag(FLAGS_cp_load_balance)));
   p.pp = absl::GetFlag(FLAGS_pp);
   for (const std::string& n : absl::GetFlag(FLAGS_pp_layers)) {
     int layers = 0;
@@ -362,6 +375,7 @@ int main(int argc, char** argv) {
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
+      {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",
        {"pp", "pp_layers", "schedule", "virtual_stages", "pp_scatter_gather", "recompute",
         "recompute_granularity", "recompute_method"}},

@@ -10,6 +10,7 @@
 // where serial attention keeps its probabilities (BlockActivations::att).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ struct PositionRun {
   int start = 0;
   int length = 0;
 };
+
+// The rows of `runs` of each of b sequences of t ids: whole (b, t) -> mine (b, Σ lengths).
+inline void TakePositions(const std::vector<PositionRun>& runs, const int32_t* whole, int b, int t,
+                          int32_t* mine) {
+  for (int i = 0; i < b; ++i) {
+    for (const PositionRun& run : runs) {
+      const int32_t* from = whole + int64_t(i) * t + run.start;
+      mine = std::copy(from, from + run.length, mine);
+    }
+  }
+}
 
 class SequenceSplit {
  public:

@@ -26,7 +26,7 @@ absl::StatusOr<CpComm> ParseCpComm(std::string_view name) {
     if (name == Name(c)) return c;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--cp_comm=", std::string(name), " is not one of p2p, allgather, a2a"));
+      absl::StrCat("[flags] --cp_comm=", std::string(name), " is not one of p2p, allgather, a2a"));
 }
 
 absl::StatusOr<CpLoadBalance> ParseCpLoadBalance(std::string_view name) {
@@ -34,7 +34,7 @@ absl::StatusOr<CpLoadBalance> ParseCpLoadBalance(std::string_view name) {
     if (name == Name(b)) return b;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--cp_load_balance=", std::string(name), " is not one of none, zigzag"));
+      absl::StrCat("[flags] --cp_load_balance=", std::string(name), " is not one of none, zigzag"));
 }
 
 std::vector<SequencePiece> CpPieces(int rank, int ranks, int seq_len, CpLoadBalance balance) {

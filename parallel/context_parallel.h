@@ -110,6 +110,12 @@ comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s);
 int64_t ContextAttentionKept(CpComm comm, int ranks, int64_t b, int64_t seq_len, int64_t c,
                              int64_t nh);
 
+// What a ContextAttention holds itself, in the memory ledger's activations: backward's D,
+// b·NH·L values (the buffers in flight are its comm memory).
+inline int64_t ContextAttentionScratch(int ranks, int64_t b, int64_t seq_len, int64_t nh) {
+  return b * nh * (seq_len / ranks);
+}
+
 // One layer's attention over the cp group. Activations are this rank's rows, its pieces
 // in sequence order: qkv (b, L, 3C) fused as the model keeps it ([q | k | v], head h at
 // columns h·hs of each), y and dy (b, L, C); `kept` holds ContextAttentionKept values,

@@ -47,22 +47,41 @@ std::string Name(const Order& order) {
 GridCoordinates Topology::Of(int rank) const {
   GridCoordinates c;
   for (Axis axis : order_) {
-    At(c, axis) = rank % Size(axis);
+    const int at = rank % Size(axis);
     rank /= Size(axis);
+    if (axis == Axis::kTp) c.tp = at;
+    if (axis == Axis::kPp) c.pp = at;
+    if (axis == Axis::kDp) {
+      c.cp = at % cp_;
+      c.dp = at / cp_;
+    }
   }
   return c;
 }
 
 int Topology::RankAt(GridCoordinates c) const {
   int rank = 0;
-  for (int i = 2; i >= 0; --i) rank = rank * Size(order_[i]) + At(c, order_[i]);
+  for (int i = 2; i >= 0; --i) {
+    const Axis axis = order_[i];
+    const int at = axis == Axis::kTp ? c.tp : axis == Axis::kPp ? c.pp : c.cp + cp_ * c.dp;
+    rank = rank * Size(axis) + at;
+  }
   return rank;
 }
 
 std::vector<int> Topology::DpGroup(int rank) const {
   GridCoordinates c = Of(rank);
   std::vector<int> ranks;
-  for (c.dp = 0; c.dp < dp_; ++c.dp) ranks.push_back(RankAt(c));
+  for (c.dp = 0; c.dp < dp_; ++c.dp) {
+    for (c.cp = 0; c.cp < cp_; ++c.cp) ranks.push_back(RankAt(c));
+  }
+  return ranks;
+}
+
+std::vector<int> Topology::CpGroup(int rank) const {
+  GridCoordinates c = Of(rank);
+  std::vector<int> ranks;
+  for (c.cp = 0; c.cp < cp_; ++c.cp) ranks.push_back(RankAt(c));
   return ranks;
 }
 
@@ -97,8 +116,9 @@ std::vector<int> Topology::EdpGroup(int rank) const {
 }
 
 std::string Topology::Describe(const comm::Nodes* nodes) const {
-  std::string out = absl::StrFormat("topology: world %d = dp %d x pp %d x tp %d (order %s: %s)\n",
-                                    world(), dp_, pp_, tp_, Name(order_),
+  const std::string cp = cp_ > 1 ? absl::StrFormat(" x cp %d", cp_) : "";
+  std::string out = absl::StrFormat("topology: world %d = dp %d%s x pp %d x tp %d (order %s: %s)\n",
+                                    world(), dp_, cp, pp_, tp_, Name(order_),
                                     absl::StrCat(AxisName(order_[0]), " varies fastest, then ",
                                                  AxisName(order_[1]), ", then ",
                                                  AxisName(order_[2])));
@@ -111,9 +131,11 @@ std::string Topology::Describe(const comm::Nodes* nodes) const {
   for (int r = 0; r < world(); ++r) {
     const GridCoordinates c = Of(r);
     out += absl::StrFormat("rank %d: dp %d pp %d tp %d", r, c.dp, c.pp, c.tp);
+    if (cp_ > 1) out += absl::StrFormat(" cp %d", c.cp);
     if (nodes != nullptr) out += absl::StrFormat(" node %d", nodes->node(r));
     out += absl::StrFormat(" | dp group %s | tp group %s | pp group %s", members(DpGroup(r)),
                            members(TpGroup(r)), members(PpGroup(r)));
+    if (cp_ > 1) out += absl::StrFormat(" | cp group %s", members(CpGroup(r)));
     if (ep_ > 1) {
       out += absl::StrFormat(" | ep %d: ep group %s | edp group %s", c.dp % ep_,
                              members(EpGroup(r)), members(EdpGroup(r)));
@@ -129,14 +151,20 @@ absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool
   const int rank = world.rank();
   const GridCoordinates c = Of(rank);
   Groups groups;
-  if (dp_ > 1 || sharded) {
+  if (dp_ * cp_ > 1 || sharded) {
     ASSIGN_OR_RETURN(groups.dp, world.Split(c.pp * tp_ + c.tp, rank, comm::group::kDp));
   }
+  // A replica's index over dp and cp (each cp rank holds its own pieces).
+  const int dp_cp = c.dp * cp_ + c.cp;
   if (tp_ > 1) {
-    ASSIGN_OR_RETURN(groups.tp, world.Split(c.pp * dp_ + c.dp, rank, comm::group::kTp));
+    ASSIGN_OR_RETURN(groups.tp, world.Split(c.pp * dp_ * cp_ + dp_cp, rank, comm::group::kTp));
+  }
+  if (cp_ > 1) {
+    const int replica = (c.pp * dp_ + c.dp) * tp_ + c.tp;
+    ASSIGN_OR_RETURN(groups.cp, world.Split(replica, rank, comm::group::kCp));
   }
   if (pp_ > 1) {
-    const int replica = c.dp * tp_ + c.tp;
+    const int replica = dp_cp * tp_ + c.tp;
     ASSIGN_OR_RETURN(groups.pp, world.Split(replica, rank, comm::group::kPp));
     const bool tied = c.pp == 0 || c.pp == pp_ - 1;
     ASSIGN_OR_RETURN(groups.embedding,

@@ -19,6 +19,17 @@
 //   embedding group  the first and the last stage of the pp group, which both hold the
 //                    tied embedding (Megatron's embedding group)
 //
+// Context parallelism (cp ranks, parallel/context_parallel.h) splits each replica's
+// sequences: its ranks are the fastest part of the dp axis, so that with the default order
+// the grid is Megatron's tp-cp-dp-pp,
+//
+//   rank = tp_index + tp·(cp_index + cp·(dp_index + dp·pp_index)),
+//
+//   cp group         this rank's (pp, dp, tp): the pieces of the same sequences
+//   dp group         with cp > 1 the ranks with this rank's (pp, tp) over dp and cp (dp·cp
+//                    of them, in world order): the weights' replicas whose gradients are
+//                    summed (Megatron's data-parallel group with context parallelism)
+//
 //   const Topology grid(/*dp=*/2, /*tp=*/2, /*pp=*/2);
 //   grid.Of(5)             // {dp 0, tp 1, pp 1}
 //   grid.DpGroup(5)        // {5, 7}
@@ -38,7 +49,7 @@
 namespace tally::parallel {
 
 struct GridCoordinates {
-  int dp = 0, tp = 0, pp = 0;
+  int dp = 0, tp = 0, pp = 0, cp = 0;
 };
 
 enum class Axis : uint8_t { kTp, kDp, kPp };
@@ -55,14 +66,19 @@ class Topology {
   // ranks d and d' of a dp group share an expert-parallel group when d/ep == d'/ep (their
   // ep rank is d mod ep), and an expert-data-parallel group (the ranks holding the same
   // experts) when d mod ep == d' mod ep, as Megatron-LM lays them out.
-  Topology(int dp, int tp, int pp, Order order = kMegatronOrder, int ep = 1)
-      : dp_(dp), tp_(tp), pp_(pp), ep_(ep), order_(order) {}
+  Topology(int dp, int tp, int pp, Order order = kMegatronOrder, int ep = 1, int cp = 1)
+      : dp_(dp), tp_(tp), pp_(pp), ep_(ep), cp_(cp), order_(order) {}
 
   int dp() const { return dp_; }
   int tp() const { return tp_; }
   int pp() const { return pp_; }
   int ep() const { return ep_; }
-  int world() const { return dp_ * tp_ * pp_; }
+  int cp() const { return cp_; }
+  int world() const { return dp_ * cp_ * tp_ * pp_; }
+  // The dp group's size and a rank's place in it: dp·cp ranks with context parallelism,
+  // dp_index·cp + cp_index.
+  int DpGroupSize() const { return dp_ * cp_; }
+  int DpGroupRank(GridCoordinates c) const { return c.dp * cp_ + c.cp; }
   const Order& order() const { return order_; }
 
   GridCoordinates Of(int rank) const;
@@ -76,6 +92,8 @@ class Topology {
   // group, in dp order.
   std::vector<int> EpGroup(int rank) const;
   std::vector<int> EdpGroup(int rank) const;
+  // With cp > 1: the ranks of `rank`'s context-parallel group, in cp order.
+  std::vector<int> CpGroup(int rank) const;
 
   // Every rank's coordinates and the members of its groups (--print_topology), and its
   // node when `nodes` is given.
@@ -85,20 +103,21 @@ class Topology {
   // dp group when dp > 1 or `sharded` (ZeRO, which shards even over one rank), the tp
   // group when tp > 1, the pp and embedding groups when pp > 1 (embedding: null on the
   // middle stages); null otherwise; with ep > 1 the "ep" and "edp" groups (edp: null when
-  // dp == ep, each rank holding experts of its own, unless `sharded`). The groups are named "dp", "tp", "pp", "embedding",
-  // "ep" and "edp" in the ledger.
+  // dp == ep, each rank holding experts of its own, unless `sharded`); with cp > 1 the
+  // "cp" group (and the dp group over dp·cp ranks). The groups are named "dp", "tp", "pp",
+  // "embedding", "ep", "edp" and "cp" in the ledger.
   struct Groups {
-    std::unique_ptr<comm::Communicator> dp, tp, pp, embedding, ep, edp;
+    std::unique_ptr<comm::Communicator> dp, tp, pp, embedding, ep, edp, cp;
   };
   absl::StatusOr<Groups> Split(comm::Communicator& world, bool sharded) const;
 
  private:
-  int Size(Axis axis) const { return axis == Axis::kTp ? tp_ : axis == Axis::kDp ? dp_ : pp_; }
-  static int& At(GridCoordinates& c, Axis axis) {
-    return axis == Axis::kTp ? c.tp : axis == Axis::kDp ? c.dp : c.pp;
+  // The dp axis holds cp·dp positions, cp_index + cp·dp_index.
+  int Size(Axis axis) const {
+    return axis == Axis::kTp ? tp_ : axis == Axis::kDp ? dp_ * cp_ : pp_;
   }
 
-  int dp_, tp_, pp_, ep_;
+  int dp_, tp_, pp_, ep_, cp_;
   Order order_;
 };
 

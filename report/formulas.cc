@@ -72,7 +72,7 @@ parallel::TensorParallelShape TensorParallelShapeOf(const train::TrainOptions& o
           .lm_head = layout.last_stage(),
           .sequence_parallel = o.parallel.sequence_parallel,
           .micro_batches = o.accumulation_steps(),
-          .rows = int64_t(o.training.micro_batch_size) * o.model.seq_len,
+          .rows = int64_t(o.training.micro_batch_size) * o.model.seq_len / o.parallel.cp,
           .n_embd = o.model.n_embd,
           .recompute = o.parallel.StageRecompute(),
           .recompute_layers = o.parallel.LayerRecompute(),
@@ -110,9 +110,10 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
   const train::TrainOptions& o = in.options;
   const parallel::GridCoordinates at = o.topology().Of(rank);
   const int ep = o.parallel.ep;
+  const parallel::Topology grid = o.topology();
   const char* group = experts ? comm::group::kEdp : comm::group::kDp;
-  const int ranks = experts ? o.parallel.dp / ep : o.parallel.dp;
-  const int group_rank = experts ? at.dp / ep : at.dp;
+  const int ranks = experts ? o.parallel.dp / ep : grid.DpGroupSize();
+  const int group_rank = experts ? at.dp / ep : grid.DpGroupRank(at);
   if (o.parallel.zero >= 1) {
     const std::vector<comm::Chunk> units =
         parallel::UnitRanges(parallel::ZeroUnits(layout, o.parallel.zero, ep > 1), experts);
@@ -142,9 +143,10 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
 parallel::StepEndShape StepEndShapeOf(const ReportInputs& in, const model::ParameterLayout& layout,
                                       int rank) {
   const train::TrainOptions& o = in.options;
-  const parallel::GridCoordinates at = o.topology().Of(rank);
+  const parallel::Topology grid = o.topology();
+  const parallel::GridCoordinates at = grid.Of(rank);
   return {
-      .dp = {o.parallel.dp, at.dp, GroupNodes(in, rank, false)},
+      .dp = {grid.DpGroupSize(), grid.DpGroupRank(at), GroupNodes(in, rank, false)},
       .tp = {o.parallel.tp, at.tp, {}},
       .pp = {o.parallel.pp, at.pp, {}},
       .ep = {o.parallel.ep, at.dp % o.parallel.ep, {}},
@@ -190,6 +192,18 @@ comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
                                                      .n_experts = o.model.n_experts,
                                                      .micro_batches = o.accumulation_steps(),
                                                      .recompute = o.parallel.recompute}));
+  }
+  if (o.parallel.cp > 1) {
+    comm::Append(calls, parallel::ContextParallelCalls({.comm = o.parallel.cp_comm,
+                                                        .ranks = o.parallel.cp,
+                                                        .rank = at.cp,
+                                                        .batch = o.training.micro_batch_size,
+                                                        .seq_len = o.model.seq_len,
+                                                        .channels = o.model.n_embd / o.parallel.tp,
+                                                        .layers = int(LayersOf(layout).size()),
+                                                        .first_layer = LayersOf(layout).front(),
+                                                        .micro_batches = o.accumulation_steps(),
+                                                        .element = BytesOf(o).activations}));
   }
   comm::Append(calls, parallel::StepEndCalls(StepEndShapeOf(in, layout, rank)));
   return calls;

@@ -55,6 +55,14 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
       .Int(o.parallel.tp)
       .Key("pp")
       .Int(o.parallel.pp);
+  if (o.parallel.cp > 1) {  // context parallelism (a run without it has no such keys)
+    w.Key("cp")
+        .Int(o.parallel.cp)
+        .Key("cp_comm")
+        .String(parallel::Name(o.parallel.cp_comm))
+        .Key("cp_load_balance")
+        .String(parallel::Name(o.parallel.cp_load_balance));
+  }
   w.Key("schedule")
       .String(parallel::Name(o.parallel.schedule))
       .Key("virtual_stages")

@@ -5,6 +5,7 @@
 
 #include "model/activations.h"
 #include "model/parameters.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/zero/sharding.h"
 #include "report/formulas.h"
@@ -102,9 +103,19 @@ int64_t PredictedActivations(const train::TrainOptions& o, int rank) {
   shape.attention_scratch =
       o.placement.device == DeviceType::kCUDA && !o.dry_run ? tt * (g.n_head / o.parallel.tp) : tt;
   shape.recompute = o.parallel.ModelRecompute();
-  const int64_t b = o.training.micro_batch_size, n = b * g.seq_len;
+  const int64_t b = o.training.micro_batch_size;
+  int64_t context = 0;  // context parallelism's own activations (parallel/context_parallel.h)
+  if (o.parallel.cp > 1) {
+    const int64_t nh = g.n_head / o.parallel.tp, cl = g.n_embd / o.parallel.tp;
+    shape.cp = o.parallel.cp;
+    shape.attention_scratch = 0;
+    shape.attention_kept =
+        parallel::ContextAttentionKept(o.parallel.cp_comm, o.parallel.cp, 1, g.seq_len, cl, nh);
+    context = parallel::ContextAttentionScratch(o.parallel.cp, b, g.seq_len, nh);
+  }
+  const int64_t n = b * shape.Positions();
   const int64_t operand = o.matmul_inputs() == MatmulInputs::kBF16 ? 2 : 4;
-  int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n) +
+  int64_t bytes = 4 * (model::CountScratch(shape, b) + 3 * n + context) +
                   model::CountLayerRoom(shape, b).Bytes(operand);
   const std::vector<model::LayerRange>& chunks = layout.model_chunks();
   std::vector<parallel::PipelineStep> steps;

@@ -16,7 +16,8 @@
 namespace tally::report {
 
 int GroupSize(const train::TrainOptions& o, const std::string& group) {
-  if (group == "dp") return o.parallel.dp;
+  if (group == "dp") return o.parallel.dp * o.parallel.cp;
+  if (group == "cp") return o.parallel.cp;
   if (group == "tp") return o.parallel.tp;
   if (group == "pp") return o.parallel.pp;
   if (group == "embedding") return 2;
@@ -296,10 +297,11 @@ std::string FormatReport(const ReportInputs& in) {
   // With more than one node, the bytes of each row that crossed one.
   const bool nodes = NodesOf(in).count() > 1;
   std::string out = absl::StrFormat(
-      "traffic over %d steps (dp=%d x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
+      "traffic over %d steps (dp=%d%s x tp=%d x pp=%d, Φ = %d parameters, precision %s; bytes sent "
       "per rank, min..max over ranks%s)\n"
       "%-9s %-15s %-6s %-10s %-17s %6s %22s%s %22s %14s %14s %14s\n",
-      in.steps, o.parallel.dp, o.parallel.tp, o.parallel.pp, o.model.NumParams(), PrecisionWords(o),
+      in.steps, o.parallel.dp, o.CpWords(), o.parallel.tp, o.parallel.pp, o.model.NumParams(),
+      PrecisionWords(o),
       nodes ? "; inter-node: the part that crossed a node" : "", "group", "op", "algo", "phase",
       "scope", "calls", "measured", nodes ? absl::StrFormat(" %22s", "inter-node") : "",
       "exact formula", "seed formula", "measured/seed", "busbw GB/s");

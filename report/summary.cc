@@ -388,8 +388,8 @@ std::string FormatSummaryReport(const ReportInputs& in) {
   if (o.cluster.given()) out += ModelledTable(in);
   const double params = double(o.model.NumParams());
   out +=
-      absl::StrFormat("summary of %d step%s: dp=%d x tp=%d x pp=%d, zero=%d, %s, %s parameters\n",
-                      in.steps, in.steps == 1 ? "" : "s", o.parallel.dp, o.parallel.tp,
+      absl::StrFormat("summary of %d step%s: dp=%d%s x tp=%d x pp=%d, zero=%d, %s, %s parameters\n",
+                      in.steps, in.steps == 1 ? "" : "s", o.parallel.dp, o.CpWords(), o.parallel.tp,
                       o.parallel.pp, o.parallel.zero, train::PrecisionName(o.Precision().params),
                       params >= 1e9   ? absl::StrFormat("%.4g B", params / 1e9)
                       : params >= 1e6 ? absl::StrFormat("%.4g M", params / 1e6)

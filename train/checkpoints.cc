@@ -52,7 +52,8 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     if (dp_rank > 0 && dp_rank < o.parallel.ep) parts.push_back(r);
   }
   for (int r = 0; r < o.world(); ++r) {
-    if (o.topology().Of(r).dp == 0) parts.push_back(r);
+    const parallel::GridCoordinates at = o.topology().Of(r);
+    if (at.dp == 0 && at.cp == 0) parts.push_back(r);  // a cp group's replicas: its first
   }
   for (int r : parts) {
     const model::ParameterLayout layout = o.RankLayout(r);

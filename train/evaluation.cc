@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/ledger/names.h"
 #include "runtime/rng.h"
 #include "runtime/status_macros.h"
 
@@ -28,15 +29,27 @@ absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val,
   MemoryLedger::TrainingPausedScope paused(m.host->ledger());
   const int b = micro_batch_size;
   const int batches = int(std::min<int64_t>(eval_batches, std::max<int64_t>(1, val.sequences() / b)));
-  const size_t ids = size_t(b) * m.gpt->config().seq_len;
-  std::vector<int32_t> inputs(ids), targets(ids);
+  const int t = m.gpt->config().seq_len;
+  const size_t ids = size_t(b) * t;
+  std::vector<int32_t> inputs(ids), targets(ids), my_inputs(ids), my_targets(ids);
   double sum = 0;
   for (int j = 0; j < batches; ++j) {
     val.Fill(int64_t(j) * b, b, inputs.data(), targets.data());
-    ASSIGN_OR_RETURN(float loss, Forward(m, inputs.data(), targets.data(), b));
+    const int32_t *tokens = inputs.data(), *wanted = targets.data();
+    if (m.sequence != nullptr) {  // this rank's positions
+      model::TakePositions(m.sequence->positions(), inputs.data(), b, t, my_inputs.data());
+      model::TakePositions(m.sequence->positions(), targets.data(), b, t, my_targets.data());
+      tokens = my_inputs.data();
+      wanted = my_targets.data();
+    }
+    ASSIGN_OR_RETURN(float loss, Forward(m, tokens, wanted, b));
     sum += loss;
   }
-  return float(sum / batches);
+  if (m.sequence == nullptr) return float(sum / batches);
+  comm::LabelScope label(*m.traffic, comm::scope::kLoss);
+  ASSIGN_OR_RETURN(const double mean, m.sequence->group().AllReduceValue(
+                                          sum / batches, DType::kF32, comm::ReduceOp::kAvg));
+  return float(mean);
 }
 
 absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& o, int bytes,
@@ -58,15 +71,31 @@ absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& o,
   ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty({vl}, DType::kF32, host, MemoryCategory::kActivations));
   ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * slices}, DType::kF32, host,
                                               MemoryCategory::kActivations));
-  const bool holds_logits = m.pipeline == nullptr || m.pipeline->last_stage();
+  const bool last_stage = m.pipeline == nullptr || m.pipeline->last_stage();
+  std::vector<int32_t> my_window(window.size());
   for (int i = 0; i < bytes; ++i) {
     const int len = std::min<int>(int(context.size()), t);
     std::copy(context.end() - len, context.end(), window.begin());
-    RETURN_IF_ERROR(Forward(m, window.data(), nullptr, 1).status());
+    // The window's last position: its row here (-1: another cp rank holds it).
+    int row = len - 1;
+    const int32_t* tokens = window.data();
+    if (m.sequence != nullptr) {
+      row = -1;
+      int at = 0;
+      for (const model::PositionRun& run : m.sequence->positions()) {
+        if (len - 1 >= run.start && len - 1 < run.start + run.length) {
+          row = at + len - 1 - run.start;
+        }
+        at += run.length;
+      }
+      model::TakePositions(m.sequence->positions(), window.data(), 1, t, my_window.data());
+      tokens = my_window.data();
+    }
+    RETURN_IF_ERROR(Forward(m, tokens, nullptr, 1).status());
     int chosen = 0;
-    if (holds_logits) {
+    if (last_stage && row >= 0) {
       // The last position's logits, this rank's slice on the host, then every slice.
-      RETURN_IF_ERROR(m.gpt->LogitsRowToHost(len - 1, mine.data<float>()));
+      RETURN_IF_ERROR(m.gpt->LogitsRowToHost(row, mine.data<float>()));
       if (m.tp != nullptr) {
         RETURN_IF_ERROR(m.tp->AllGather(mine, last));
       } else {
@@ -87,6 +116,11 @@ absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& o,
           break;
         }
       }
+    }
+    if (m.sequence != nullptr) {  // the holder's choice to every cp rank
+      ASSIGN_OR_RETURN(const double sum, m.sequence->group().AllReduceValue(
+                                             chosen, DType::kF32, comm::ReduceOp::kSum));
+      chosen = int(sum);
     }
     if (m.pp != nullptr) {  // the last stage's choice to every stage
       ASSIGN_OR_RETURN(Tensor token, Tensor::Empty({1}, DType::kF32, *m.host, MemoryCategory::kComm));

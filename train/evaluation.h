@@ -3,14 +3,17 @@
 //
 //   validation loss  micro-batches of b validation sequences 0, 1, 2, ... (the batch
 //                    order, data/dataset.h), min(eval_batches, max(1, ⌊S/b⌋)) of them for
-//                    a split of S sequences; the mean of their mean losses
+//                    a split of S sequences; the mean of their mean losses (under context
+//                    parallelism each cp rank's positions, the means averaged over cp)
 //   sampling         after the prompt (a newline without one), each byte from the last
 //                    position's logits over the whole vocabulary (tensor-parallel slices
 //                    gathered): the top k of
 //                    logit/temperature, drawn with probability ∝ exp(score − max) by the
 //                    counter RNG's Uniform(seed, StreamOf("sample"), i); the window is the
 //                    last (up to) T bytes, left-aligned (causal attention makes the
-//                    padding after them irrelevant)
+//                    padding after them irrelevant); under context parallelism the cp
+//                    rank holding the window's last position picks, and the cp group
+//                    sums the pick (the others add 0)
 //
 // Every rank that holds part of the replica evaluated must call them together. What they
 // allocate is outside the training peaks of the rank's memory ledger (its
@@ -23,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
 #include "model/gpt.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_parallel.h"
 #include "runtime/comm/communicator.h"
 #include "train/options.h"
@@ -37,6 +41,9 @@ struct EvalModel {
   comm::Communicator* pp = nullptr;                // the pipeline's stages, or null
   Allocator* host = nullptr;                       // host memory of the rank's ledger
   comm::TrafficLedger* traffic = nullptr;          // the rank's ledger
+  // Context parallelism: the rank's positions of each sequence and the cp group, over
+  // which the losses are averaged and the sampled byte is agreed; null without it.
+  const parallel::ContextParallel* sequence = nullptr;
 };
 
 absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val, int micro_batch_size,

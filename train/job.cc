@@ -44,6 +44,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
                                 const std::vector<float>& losses, std::ostream& log) {
   TrainOptions serial = options;
   serial.parallel.dp = serial.parallel.tp = serial.parallel.pp = serial.parallel.ep = 1;
+  serial.parallel.cp = 1;
   serial.parallel.zero = 0;
   serial.parallel.sequence_parallel = false;
   serial.parallel.recompute = false;

@@ -159,6 +159,12 @@ MatmulInputs TrainOptions::matmul_inputs() const {
   return precision.tf32 ? MatmulInputs::kTF32 : MatmulInputs::kF32;
 }
 
+std::string TrainOptions::CpWords() const {
+  if (parallel.cp == 1) return "";
+  return absl::StrCat(" x cp=", parallel.cp, " (", parallel::Name(parallel.cp_comm), ", ",
+                      parallel::Name(parallel.cp_load_balance), ")");
+}
+
 TrainOptions TrainOptions::Resolved() const {
   TrainOptions o = *this;
   if (o.training.micro_batch_size == 0 && o.parallel.dp > 0 &&

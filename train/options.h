@@ -12,6 +12,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/precision.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/topology.h"
 #include "runtime/comm/nodes.h"
@@ -120,6 +121,13 @@ struct ParallelOptions {
   int tp = 1;
   bool sequence_parallel = false;
 
+  // Context parallelism (parallel/context_parallel.h): each sequence cut into cp pieces,
+  // one a rank, attention over the whole sequence by cp_comm; the weights replicated over
+  // cp and their gradients summed over dp·cp (the dp group, parallel/topology.h).
+  int cp = 1;
+  parallel::CpComm cp_comm = parallel::CpComm::kP2p;
+  parallel::CpLoadBalance cp_load_balance = parallel::CpLoadBalance::kZigzag;
+
   // Expert parallelism (model/moe.h, parallel/topology.h): each layer's experts split
   // over ep ranks carved out of the dp ranks (dp a multiple of ep).
   int ep = 1;
@@ -155,11 +163,12 @@ struct ParallelOptions {
   bool pp_scatter_gather = false;
   bool ScatterGather() const { return pp_scatter_gather && pp > 1 && tp > 1 && !sequence_parallel; }
 
-  // The most ranks a run may have (dp x tp x pp).
+  // The most ranks a run may have (dp x cp x tp x pp).
   static constexpr int64_t kMaxRanks = 4096;
-  int world() const { return dp * tp * pp; }
+  int world() const { return dp * cp * tp * pp; }
   // `model`: the one the grid splits (its heads, layers, experts and positions).
   absl::Status Validate(const model::GPTConfig& model) const;
+  absl::Status ValidateContextParallel(const model::GPTConfig& model) const;
 };
 
 // Mixed precision (model/precision.h): fp32, or bf16 parameters, gradients, activations
@@ -271,9 +280,12 @@ struct TrainOptions {
   Device ModelDevice(int gpu) const;
 
   int world() const { return parallel.world(); }
+  // " x cp=N (p2p, zigzag)" with context parallelism, else "": the grid's words in logs.
+  std::string CpWords() const;
   // The grid: every rank's (dp, tp, pp) coordinates and groups (parallel/topology.h).
   parallel::Topology topology() const {
-    return parallel::Topology(parallel.dp, parallel.tp, parallel.pp, placement.order, parallel.ep);
+    return parallel::Topology(parallel.dp, parallel.tp, parallel.pp, placement.order, parallel.ep,
+                              parallel.cp);
   }
   // World rank `rank`'s part of the model: its tp part of its stage's layers, with its ep
   // rank's experts.

@@ -89,6 +89,27 @@ absl::Status CheckpointOptions::Validate() const {
 
 // Long, and kept whole: one check per flag of the four axes, in the order of the flags
 // table, each axis's own checks together.
+// What context parallelism needs of the model and runs with so far.
+absl::Status ParallelOptions::ValidateContextParallel(const model::GPTConfig& model) const {
+  if (cp == 1) return absl::OkStatus();
+  const absl::Status split = parallel::CheckContextParallel(cp, model.seq_len, model.n_head / tp,
+                                                            cp_comm, cp_load_balance);
+  if (!split.ok()) {
+    if (cp_comm == parallel::CpComm::kAllToAll && (model.n_head / tp) % cp != 0) {
+      return Bad("--cp_comm=a2a splits each tp rank's ", model.n_head / tp,
+                 " heads over --cp=", cp, ": n_head/tp must be divisible by cp");
+    }
+    return Bad(split.message());
+  }
+  auto not_yet = [&](const char* what) {
+    return Bad("--cp=", cp, " does not run with ", what, " yet");
+  };
+  if (pp > 1) return not_yet("--pp > 1");
+  if (ep > 1 || model.moe()) return not_yet("experts (--n_experts, --ep)");
+  if (recompute || recompute_attention) return not_yet("recompute");
+  return absl::OkStatus();
+}
+
 absl::Status ParallelOptions::Validate(const model::GPTConfig& model) const {
   if (ep < 1) return Bad("--ep must be >= 1, got ", ep);
   if (ep > 1) {
@@ -111,12 +132,18 @@ absl::Status ParallelOptions::Validate(const model::GPTConfig& model) const {
   if (dp < 1) return Bad("--dp must be >= 1, got ", dp);
   if (tp < 1) return Bad("--tp must be >= 1, got ", tp);
   if (pp < 1) return Bad("--pp must be >= 1, got ", pp);
+  if (cp < 1) return Bad("--cp must be >= 1, got ", cp);
   // Sizes multiply in 64 bits: no product of flags may wrap.
-  const int64_t world_size = int64_t(dp) * tp * pp;
+  const int64_t world_size = int64_t(dp) * cp * tp * pp;
   if (world_size > kMaxRanks) {
+    if (cp > 1) {
+      return Bad("--dp x --cp x --tp x --pp = ", dp, " x ", cp, " x ", tp, " x ", pp, " = ",
+                 world_size, " ranks; tally runs at most ", kMaxRanks);
+    }
     return Bad("--dp x --tp x --pp = ", dp, " x ", tp, " x ", pp, " = ", world_size,
                " ranks; tally runs at most ", kMaxRanks);
   }
+  RETURN_IF_ERROR(ValidateContextParallel(model));
   if (recompute && recompute_attention) {
     return Bad("--recompute_granularity is full or selective, not both");
   }
@@ -223,6 +250,17 @@ absl::Status TrainOptions::Validate() const {
   RETURN_IF_ERROR(output.Validate());
   RETURN_IF_ERROR(ValidateBatch());
   RETURN_IF_ERROR(ValidateJobs());
+  if (parallel.cp > 1) {  // what context parallelism's attention does not run on yet
+    const std::string cp = absl::StrCat("--cp=", parallel.cp);
+    if (dry_run) return Bad(cp, " does not run with --dry_run yet (its attention computes)");
+    if (placement.device == DeviceType::kCUDA) {
+      return Bad(cp, " runs on --device=cpu only so far (its attention is the CPU's)");
+    }
+    if (matmul_inputs() != MatmulInputs::kF32 || precision.dtype != DType::kF32) {
+      return Bad(cp, " runs in fp32 only so far (no --precision=bf16)");
+    }
+    if (parallel.zero > 0) return Bad(cp, " does not run with --zero yet");
+  }
   if (cluster.slow_rank >= 0) {
     if (world() == 1) return Bad("--slow_rank needs more than one rank (nobody waits for it)");
     if (cluster.slow_rank >= world()) {

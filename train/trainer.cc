@@ -79,6 +79,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     pp_rank = grid.Of(world->rank()).pp;
     ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0));
   }
+  if (t->groups_.cp != nullptr) {
+    t->sequence_ = std::make_unique<parallel::ContextParallel>(
+        *t->groups_.cp, options.parallel.cp_comm, options.parallel.cp_load_balance,
+        options.model.seq_len);
+  }
   t->tensor_parallel_ =
       parallel::TensorParallel(t->groups_.tp.get(), options.parallel.sequence_parallel,
                                t->model_alloc_.device(), options.Precision().activations);
@@ -135,6 +140,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     RETURN_IF_ERROR(t->gpt_->UseKernels(std::move(kernels)));
   }
   t->gpt_->SetRecompute(options.parallel.ModelRecompute());
+  RETURN_IF_ERROR(t->gpt_->SetSequenceSplit(t->sequence_.get()));
   if (t->groups_.pp != nullptr) RETURN_IF_ERROR(t->SetUpPipeline());
   if (!options.checkpoint.load.empty()) {
     RETURN_IF_ERROR(t->Load(options.checkpoint.load));
@@ -149,6 +155,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   size_t tokens = size_t(options.training.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
+  t->my_inputs_.resize(tokens / options.parallel.cp);
+  t->my_targets_.resize(tokens / options.parallel.cp);
   return t;
 }
 
@@ -166,10 +174,21 @@ absl::StatusOr<float> Trainer::GlobalMean(float local) {
 }
 
 int64_t Trainer::FirstSequence(int64_t step) const {
-  // The dp_rank-th run of G / dp sequences of global batch `step` (data/dataset.h).
+  // The dp_rank-th run of G / dp sequences of global batch `step` (data/dataset.h); the
+  // ranks of a cp group take the same sequences.
   const int64_t g = options_.training.global_batch_size;
-  const int dp_rank = groups_.dp != nullptr ? groups_.dp->rank() : 0;
+  const int dp_rank = world_ != nullptr ? options_.topology().Of(world_->rank()).dp : 0;
   return step * g + int64_t(dp_rank) * (g / options_.parallel.dp);
+}
+
+std::pair<const int32_t*, const int32_t*> Trainer::FillMicroBatch(int64_t first, int j, int b) {
+  data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
+  if (sequence_ == nullptr) return {inputs_.data(), targets_.data()};
+  const std::vector<model::PositionRun> runs = sequence_->positions();
+  const int t = options_.model.seq_len;
+  model::TakePositions(runs, inputs_.data(), b, t, my_inputs_.data());
+  model::TakePositions(runs, targets_.data(), b, t, my_targets_.data());
+  return {my_inputs_.data(), my_targets_.data()};
 }
 
 void Trainer::SlowDown() {
@@ -193,11 +212,11 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   RETURN_IF_ERROR(gpt_->ZeroGrad());
   double loss_sum = 0;
   for (int j = 0; j < micro_batches; ++j) {
-    data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
+    const auto [tokens_here, targets_here] = FillMicroBatch(first, j, b);
     {
       comm::PhaseScope phase(traffic(), comm::Phase::kForward);
       const int64_t t0 = MonotonicNanos();
-      ASSIGN_OR_RETURN(float loss, gpt_->Forward(inputs_.data(), targets_.data(), b));
+      ASSIGN_OR_RETURN(float loss, gpt_->Forward(tokens_here, targets_here, b));
       RecordSpan("forward", j, t0);
       loss_sum += loss;
     }
@@ -270,13 +289,16 @@ bool Trainer::Evaluates() const {
   if (groups_.pp != nullptr) return true;  // every stage holds part of the model
   if (groups_.dp != nullptr && options_.parallel.zero == 3) return true;
   if (groups_.ep != nullptr) return true;  // every rank holds some of the experts
-  // dp rank 0's tp group
-  if (groups_.tp != nullptr) return options_.topology().Of(world_->rank()).dp == 0;
+  // dp rank 0's tp and cp groups
+  if (groups_.tp != nullptr || groups_.cp != nullptr) {
+    return options_.topology().Of(world_->rank()).dp == 0;
+  }
   return logs();
 }
 
 EvalModel Trainer::Eval() {
-  return {gpt_.get(), pipeline_.get(), groups_.tp.get(), groups_.pp.get(), &alloc_, &traffic()};
+  return {gpt_.get(), pipeline_.get(), groups_.tp.get(), groups_.pp.get(), &alloc_, &traffic(),
+          sequence_.get()};
 }
 
 absl::StatusOr<float> Trainer::Evaluate() {

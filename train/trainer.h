@@ -27,6 +27,7 @@
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel.h"
@@ -142,6 +143,9 @@ class Trainer {
   parallel::TensorParallel tensor_parallel_;
   // Expert parallelism: the experts' place (over the ep group).
   std::unique_ptr<parallel::ExpertParallel> experts_;
+  // Context parallelism: each sequence's pieces over the cp group (the model's
+  // SequenceSplit); null without it.
+  std::unique_ptr<parallel::ContextParallel> sequence_;
   data::Dataset data_;
   Allocator& alloc_;       // host memory: what the trainer reads itself, scalars to reduce
   Allocator model_alloc_;  // the model's device (--device): weights, activations, optimizer
@@ -150,6 +154,11 @@ class Trainer {
   std::unique_ptr<parallel::TrainableWeights> weights_;
   std::unique_ptr<model::GPT> gpt_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
+  // Under context parallelism this rank's positions of it (what the model takes).
+  std::vector<int32_t> my_inputs_, my_targets_;
+  // Micro-batch `j` of this rank's share of the batch from sequence `first`: b sequences,
+  // or this rank's positions of them; returns the tokens and targets the model takes.
+  std::pair<const int32_t*, const int32_t*> FillMicroBatch(int64_t first, int j, int b);
   int64_t start_step_ = 0;
   model::TrainedOn loaded_from_;  // what the --load checkpoint says its run was
   StopAgreement* stop_ = nullptr;

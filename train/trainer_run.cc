@@ -64,11 +64,12 @@ void Trainer::LogHeader(std::ostream& log) {
                             data_.unigram_entropy, std::log(256.0));
   log << absl::StrFormat(
       "model: %s, %d parameters\n%s\nbatch: %d sequences x %d tokens per step; dp=%d "
-      "(zero=%d) x tp=%d x pp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, "
+      "(zero=%d)%s x tp=%d x pp=%d, each dp rank %d micro-batch(es) of %d; %s, lr %g -> %g, "
       "warm-up %d, "
       "%d steps\n",
       c.ToString(), c.NumParams(), data, options_.training.global_batch_size, c.seq_len,
-      options_.parallel.dp, options_.parallel.zero, options_.parallel.tp, options_.parallel.pp,
+      options_.parallel.dp, options_.parallel.zero, options_.CpWords(), options_.parallel.tp,
+      options_.parallel.pp,
       options_.accumulation_steps(), options_.training.micro_batch_size, optimizer().name(),
       options_.training.lr, options_.training.min_lr, options_.training.warmup_steps,
       options_.training.steps);

@@ -127,6 +127,26 @@ TEST(BadInput, NoFlagIsIgnoredInSilence) {
 }
 
 // --search refuses, before costing any grid, a search that would not answer in seconds.
+// Context parallelism: a split it cannot make, a name it does not know, and what it does
+// not run with yet, each before any work.
+TEST(BadInput, ContextParallelismSaysWhatItCannotSplitOrRunWith) {
+  ExpectOneClearLine(kTrain + kTiny, {
+      {"--cp=0", "[flags] --cp must be >= 1, got 0"},
+      {"--cp=-2", "[flags] --cp must be >= 1, got -2"},
+      {"--cp=3", "--cp=3 with --cp_load_balance=zigzag cuts each sequence into 6 pieces: "
+                 "seq_len 32 is not divisible by 6"},
+      {"--cp=4 --seq_len=36", "cuts each sequence into 8 pieces: seq_len 36 is not divisible by 8"},
+      {"--cp=4 --cp_comm=a2a", "--cp_comm=a2a splits each tp rank's 2 heads over --cp=4"},
+      {"--cp=2 --cp_comm=ring", "[flags] --cp_comm=ring is not one of p2p, allgather, a2a"},
+      {"--cp=2 --cp_load_balance=headtail",
+       "[flags] --cp_load_balance=headtail is not one of none, zigzag"},
+      {"--cp=2 --pp=2 --n_layer=2", "[flags] --cp=2 does not run with --pp > 1 yet"},
+      {"--cp=2 --precision=bf16", "[flags] --cp=2 runs in fp32 only so far"},
+      {"--cp=2 --dp=2 --zero=1", "[flags] --cp=2 does not run with --zero yet"},
+      {"--cp=2 --dry_run", "[flags] --cp=2 does not run with --dry_run yet"},
+  });
+}
+
 TEST(BadInput, ASearchTooLargeToAnswerSoonIsRefused) {
   ExpectOneClearLine(kPlan + " --model=llama-70b --cluster=a100 --search", {
       {"--world=65536 --global_batch_size=65536", "grid-GPUs to cost (about"},

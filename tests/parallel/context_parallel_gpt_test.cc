@@ -15,6 +15,7 @@
 #include "runtime/comm/launch.h"
 #include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
+#include "tests/parallel/cp_variants.h"
 
 namespace tally::parallel {
 namespace {
@@ -42,14 +43,7 @@ struct Result {
   std::vector<float> grads;
 };
 
-struct Variant {
-  CpComm comm;
-  CpLoadBalance balance;
-  int ranks;
-};
-void PrintTo(const Variant& v, std::ostream* os) {
-  *os << Name(v.comm) << " " << Name(v.balance) << " cp" << v.ranks;
-}
+using Variant = CpVariant;
 
 class ContextParallelGptTest : public ::testing::TestWithParam<Variant> {};
 
@@ -143,22 +137,8 @@ TEST_P(ContextParallelGptTest, LossAndGradientsEqualTheSerialModel) {
   EXPECT_LT(diff, 1e-5f * largest) << "largest gradient " << largest;
 }
 
-std::vector<Variant> Variants() {
-  std::vector<Variant> v;
-  for (CpComm comm : {CpComm::kP2p, CpComm::kAllGather, CpComm::kAllToAll}) {
-    for (CpLoadBalance balance : {CpLoadBalance::kNone, CpLoadBalance::kZigzag}) {
-      for (int ranks : {2, 4}) v.push_back({comm, balance, ranks});
-    }
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextParallelGptTest, ::testing::ValuesIn(Variants()),
-                         [](const ::testing::TestParamInfo<Variant>& param) {
-                           return std::string(Name(param.param.comm)) + "_" +
-                                  Name(param.param.balance) + "_cp" +
-                                  std::to_string(param.param.ranks);
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextParallelGptTest,
+                         ::testing::ValuesIn(EveryCpVariant()), CpVariantName);
 
 TEST(ContextParallelGpt, WhatItCannotRunSaysWhy) {
   comm::LaunchOptions options;

@@ -18,6 +18,7 @@
 #include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/block_attention.h"
 #include "runtime/status_macros.h"
+#include "tests/parallel/cp_variants.h"
 
 namespace tally::parallel {
 namespace {
@@ -187,22 +188,14 @@ TEST(ContextParallel, SplitsItCannotMakeSayWhy) {
             "divisible by 4");
   EXPECT_TRUE(CheckContextParallel(4, 16, 6, CpComm::kP2p, CpLoadBalance::kZigzag).ok());
   EXPECT_EQ(ParseCpComm("ring").status().message(),
-            "--cp_comm=ring is not one of p2p, allgather, a2a");
+            "[flags] --cp_comm=ring is not one of p2p, allgather, a2a");
   EXPECT_EQ(ParseCpLoadBalance("headtail").status().message(),
-            "--cp_load_balance=headtail is not one of none, zigzag");
+            "[flags] --cp_load_balance=headtail is not one of none, zigzag");
   EXPECT_EQ(*ParseCpComm("a2a"), CpComm::kAllToAll);
   EXPECT_EQ(*ParseCpLoadBalance("zigzag"), CpLoadBalance::kZigzag);
 }
 
-struct Variant {
-  CpComm comm;
-  CpLoadBalance balance;
-  int ranks;
-};
-
-void PrintTo(const Variant& v, std::ostream* os) {
-  *os << Name(v.comm) << " " << Name(v.balance) << " cp" << v.ranks;
-}
+using Variant = CpVariant;
 
 class ContextAttentionTest : public ::testing::TestWithParam<Variant> {};
 
@@ -307,22 +300,8 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
   }
 }
 
-std::vector<Variant> Variants() {
-  std::vector<Variant> v;
-  for (CpComm comm : {CpComm::kP2p, CpComm::kAllGather, CpComm::kAllToAll}) {
-    for (CpLoadBalance balance : {CpLoadBalance::kNone, CpLoadBalance::kZigzag}) {
-      for (int ranks : {2, 4}) v.push_back({comm, balance, ranks});
-    }
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextAttentionTest, ::testing::ValuesIn(Variants()),
-                         [](const ::testing::TestParamInfo<Variant>& param) {
-                           return std::string(Name(param.param.comm)) + "_" +
-                                  Name(param.param.balance) + "_cp" +
-                                  std::to_string(param.param.ranks);
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextAttentionTest, ::testing::ValuesIn(EveryCpVariant()),
+                         CpVariantName);
 
 }  // namespace
 }  // namespace tally::parallel

@@ -30,6 +30,31 @@ TEST(Topology, TensorParallelVariesFastestThenDataThenPipeline) {
 
 // Another order places the same groups elsewhere: dp fastest puts each dp group on
 // neighbouring ranks and strides the tp group by dp.
+// Context parallelism's ranks are the fastest part of the dp axis: tp-cp-dp-pp, as
+// Megatron lays them out; the dp group holds dp·cp ranks, the cp group one replica's
+// pieces.
+TEST(Topology, ContextParallelRanksAreTheFastestPartOfTheDataAxis) {
+  const Topology grid(/*dp=*/2, /*tp=*/2, /*pp=*/2, kMegatronOrder, /*ep=*/1, /*cp=*/2);
+  EXPECT_EQ(grid.world(), 16);
+  EXPECT_EQ(grid.DpGroupSize(), 4);
+  const GridCoordinates c = grid.Of(7);  // 7 = tp 1 + 2·(cp 1 + 2·(dp 1 + 2·pp 0))
+  EXPECT_EQ(c.tp, 1);
+  EXPECT_EQ(c.cp, 1);
+  EXPECT_EQ(c.dp, 1);
+  EXPECT_EQ(c.pp, 0);
+  EXPECT_EQ(grid.DpGroupRank(c), 3);
+  for (int r = 0; r < grid.world(); ++r) EXPECT_EQ(grid.RankAt(grid.Of(r)), r);
+  EXPECT_EQ(grid.CpGroup(7), (std::vector<int>{5, 7}));
+  EXPECT_EQ(grid.DpGroup(7), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(grid.TpGroup(7), (std::vector<int>{6, 7}));
+  EXPECT_EQ(grid.PpGroup(7), (std::vector<int>{7, 15}));
+  // Another order keeps cp beside dp: dp-tp-pp puts the dp axis (cp fastest) first.
+  const Topology other(2, 2, 1, *ParseOrder("dp-tp-pp"), 1, 2);
+  EXPECT_EQ(other.CpGroup(0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(other.DpGroup(0), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(other.TpGroup(0), (std::vector<int>{0, 4}));
+}
+
 TEST(Topology, AnOrderIsAPermutationOfTheAxesFastestFirst) {
   ASSERT_EQ(Name(ParseOrder("dp-tp-pp").value()), "dp-tp-pp");
   const Topology grid(/*dp=*/2, /*tp=*/2, /*pp=*/2, ParseOrder("dp-tp-pp").value());

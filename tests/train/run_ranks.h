@@ -60,6 +60,9 @@ struct Grid {
   int micro_batches = 0;  // per rank and step (0: the options' own)
   comm::Algorithm allreduce = comm::Algorithm::kRing;
   bool native_collectives = false;
+  int cp = 1;  // context parallelism, with its communication and pieces
+  parallel::CpComm cp_comm = parallel::CpComm::kP2p;
+  parallel::CpLoadBalance cp_load_balance = parallel::CpLoadBalance::kZigzag;
 
   // `o` with the grid's flags; with micro_batches, micro-batches of global / (dp·m).
   TrainOptions On(TrainOptions o) const {
@@ -80,11 +83,14 @@ struct Grid {
     }
     o.parallel.allreduce = allreduce;
     o.placement.native_collectives = native_collectives;
+    o.parallel.cp = cp;
+    o.parallel.cp_comm = cp_comm;
+    o.parallel.cp_load_balance = cp_load_balance;
     return o;
   }
   // "dp2_tp1_pp2_zero3", then what is set: "_sp", the schedule (pp > 1, or gpipe) and its
   // chunks ("_interleaved_v2"), "_m4",
-  // "_uneven", "_recompute", "_selective", "_layers", "_naive", "_native".
+  // "_uneven", "_recompute", "_selective", "_layers", "_naive", "_native", "_cp2_p2p_zigzag".
   std::string Name() const {
     std::string name = "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" +
                        std::to_string(pp) + "_zero" + std::to_string(zero);
@@ -101,6 +107,10 @@ struct Grid {
     if (pp_scatter_gather) name += "_scatter";
     if (allreduce == comm::Algorithm::kNaive) name += "_naive";
     if (native_collectives) name += "_native";
+    if (cp > 1) {
+      name += "_cp" + std::to_string(cp) + "_" + parallel::Name(cp_comm) + "_" +
+              parallel::Name(cp_load_balance);
+    }
     return name;
   }
 };
