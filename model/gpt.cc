@@ -91,7 +91,7 @@ absl::Status GPT::SetSequenceSplit(const SequenceSplit* sequence) {
     if (config_.seq_len % sequence->size() != 0) {
       return refuse(absl::StrCat("needs seq_len=", config_.seq_len, " divisible by cp"));
     }
-    if (!(alloc_.device() == Device::CPU())) return refuse("runs on the CPU only");
+    if (alloc_.device().type == DeviceType::kCUDA) return refuse("runs on the CPU only");
     if (kernels_->activation_operand_type() != DType::kF32) {
       return refuse("keeps fp32 activations only (no bf16 matmul inputs)");
     }

@@ -48,7 +48,8 @@ class SequenceSplit {
   // heads on this rank.
   virtual int64_t Kept(int b, int c, int nh) const = 0;
   // Causal attention of this rank's rows: qkv (b·T/N, 3c) fused ([q | k | v]) -> y
-  // (b·T/N, c), writing `kept`; every pointer on the CPU. `scope` names its collectives.
+  // (b·T/N, c), writing `kept`; every pointer on the CPU (or, in a dry run, the meta
+  // device: no values). `scope` names its collectives.
   virtual absl::Status AttentionForward(float* y, float* kept, const float* qkv, int b, int c,
                                         int nh, const std::string& scope) const = 0;
   // dy -> dqkv (written whole), from the forward's qkv, y and kept.

@@ -15,21 +15,24 @@ using cpu::BlockPositions;
 using cpu::Rows;
 
 absl::StatusOr<std::unique_ptr<ContextAttention>> ContextAttention::Create(
-    comm::Communicator& cp, CpComm comm, CpLoadBalance balance, int b, int seq_len, int c, int nh) {
+    comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance, int b,
+    int seq_len, int c, int nh) {
   RETURN_IF_ERROR(CheckContextParallel(cp.size(), seq_len, nh, comm, balance));
   if (c % nh != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention's ", c, " channels are not divisible by its ", nh, " heads"));
   }
   std::unique_ptr<ContextAttention> attn(
-      new ContextAttention(cp, comm, balance, b, seq_len, c, nh));
+      new ContextAttention(cp, alloc, comm, balance, b, seq_len, c, nh));
   RETURN_IF_ERROR(attn->Allocate());
   return attn;
 }
 
-ContextAttention::ContextAttention(comm::Communicator& cp, CpComm comm, CpLoadBalance balance,
-                                   int b, int seq_len, int c, int nh)
+ContextAttention::ContextAttention(comm::Communicator& cp, Allocator& alloc, CpComm comm,
+                                   CpLoadBalance balance, int b, int seq_len, int c, int nh)
     : cp_(cp),
+      alloc_(alloc),
+      values_(alloc.device().type != DeviceType::kMeta),
       comm_(comm),
       n_(cp.size()),
       rank_(cp.rank()),
@@ -42,9 +45,8 @@ ContextAttention::ContextAttention(comm::Communicator& cp, CpComm comm, CpLoadBa
       pieces_(CpPieces(cp.rank(), cp.size(), seq_len, balance)) {}
 
 absl::Status ContextAttention::Allocate() {
-  Allocator& alloc = cp_.allocator();
   auto make = [&](Tensor& t, int64_t n, MemoryCategory category) -> absl::Status {
-    ASSIGN_OR_RETURN(t, Tensor::Empty({n}, DType::kF32, alloc, category));
+    ASSIGN_OR_RETURN(t, Tensor::Empty({n}, DType::kF32, alloc_, category));
     return absl::OkStatus();
   };
   const int64_t mine = int64_t(b_) * rows_ * c_;  // one (b, L, C) tensor
@@ -79,6 +81,7 @@ int64_t ContextAttention::AttentionWork() const {
 }
 
 void ContextAttention::PackKv(const float* qkv, float* kv) const {
+  if (!values_) return;
   const int64_t plane = int64_t(b_) * rows_ * c_;
   for (int64_t row = 0; row < int64_t(b_) * rows_; ++row) {
     const float* from = qkv + row * 3 * c_;
@@ -88,6 +91,7 @@ void ContextAttention::PackKv(const float* qkv, float* kv) const {
 }
 
 void ContextAttention::UnpackKv(const float* dkv, float* dqkv) const {
+  if (!values_) return;
   const int64_t plane = int64_t(b_) * rows_ * c_;
   for (int64_t row = 0; row < int64_t(b_) * rows_; ++row) {
     float* to = dqkv + row * 3 * c_;
@@ -100,6 +104,7 @@ void ContextAttention::UnpackKv(const float* dkv, float* dqkv) const {
 // pieces in sequence order (the merge order the header fixes).
 void ContextAttention::ForwardBlocks(const float* qkv, const float* kv, int source, float* y,
                                      float* lse) {
+  if (!values_) return;
   const int64_t batch = int64_t(rows_) * c_, plane = int64_t(b_) * batch;
   const std::vector<SequencePiece> keys = CpPieces(source, n_, s_, balance_);
   int q_row = 0;
@@ -120,6 +125,7 @@ void ContextAttention::ForwardBlocks(const float* qkv, const float* kv, int sour
 
 void ContextAttention::BackwardBlocks(const float* dy, const float* qkv, const float* kv,
                                       int source, const float* lse, float* dqkv, float* dkv) {
+  if (!values_) return;
   const int64_t batch = int64_t(rows_) * c_, plane = int64_t(b_) * batch;
   const std::vector<SequencePiece> keys = CpPieces(source, n_, s_, balance_);
   int q_row = 0;
@@ -146,18 +152,21 @@ void ContextAttention::BackwardBlocks(const float* dy, const float* qkv, const f
 absl::Status ContextAttention::Forward(const float* qkv, float* y, float* kept) {
   float* after = kept + int64_t(b_) * nh_ * rows_;
   if (comm_ == CpComm::kAllToAll) return UlyssesForward(qkv, y, kept, after);
-  cpu::BlockAttentionStart(Rows<float>{y, int64_t(rows_) * c_, c_}, kept, b_, rows_, c_, nh_);
+  if (values_) {
+    cpu::BlockAttentionStart(Rows<float>{y, int64_t(rows_) * c_, c_}, kept, b_, rows_, c_, nh_);
+  }
   return comm_ == CpComm::kP2p ? RingForward(qkv, y, kept) : GatherForward(qkv, y, kept, after);
 }
 
 absl::Status ContextAttention::Backward(const float* dy, const float* qkv, const float* y,
                                         const float* kept, float* dqkv) {
-  std::fill(dqkv, dqkv + int64_t(b_) * rows_ * 3 * c_, 0.0f);
   const float* after = kept + int64_t(b_) * nh_ * rows_;
+  if (values_) std::fill(dqkv, dqkv + int64_t(b_) * rows_ * 3 * c_, 0.0f);
   if (comm_ == CpComm::kAllToAll) return UlyssesBackward(dy, kept, after, dqkv);
   const int64_t batch = int64_t(rows_) * c_;
   int q_row = 0;
   for (const SequencePiece& qp : pieces_) {
+    if (!values_) break;
     cpu::AttentionDelta(delta_.data<float>() + int64_t(b_) * nh_ * q_row,
                         Rows<const float>{dy + int64_t(q_row) * c_, batch, c_},
                         Rows<const float>{y + int64_t(q_row) * c_, batch, c_}, b_, qp.length, c_,
@@ -226,7 +235,7 @@ absl::Status ContextAttention::GatherForward(const float* qkv, float* y, float* 
                                              float* gathered) {
   PackKv(qkv, kv_[1].data<float>());
   const int64_t per_rank = kv_[1].numel();
-  Tensor all = Tensor::Borrow(gathered, per_rank * n_);
+  Tensor all = Tensor::Borrow(gathered, per_rank * n_, alloc_.device());
   RETURN_IF_ERROR(n_ > 1 ? cp_.AllGather(kv_[1], all) : all.CopyFrom(kv_[1]));
   for (int source = 0; source < n_; ++source) {
     ForwardBlocks(qkv, gathered + source * per_rank, source, y, lse);
@@ -253,14 +262,14 @@ absl::Status ContextAttention::GatherBackward(const float* dy, const float* qkv,
 absl::Status ContextAttention::ToHeads(const float* rows, int ld, float* heads) {
   const int cl = c_ / n_;
   float* out = packed_[0].data<float>();
-  for (int j = 0; j < n_; ++j) {
+  for (int j = 0; values_ && j < n_; ++j) {
     for (int64_t row = 0; row < int64_t(b_) * rows_; ++row, out += cl) {
       std::memcpy(out, rows + row * ld + j * cl, sizeof(float) * cl);
     }
   }
   RETURN_IF_ERROR(n_ > 1 ? cp_.AllToAll(packed_[0], packed_[1]) : packed_[1].CopyFrom(packed_[0]));
   const float* in = packed_[1].data<float>();
-  for (int j = 0; j < n_; ++j) {
+  for (int j = 0; values_ && j < n_; ++j) {
     const std::vector<SequencePiece> from = CpPieces(j, n_, s_, balance_);
     for (int i = 0; i < b_; ++i) {
       for (const SequencePiece& p : from) {
@@ -276,7 +285,7 @@ absl::Status ContextAttention::ToHeads(const float* rows, int ld, float* heads) 
 absl::Status ContextAttention::FromHeads(const float* heads, float* rows, int ld) {
   const int cl = c_ / n_;
   float* out = packed_[0].data<float>();
-  for (int j = 0; j < n_; ++j) {
+  for (int j = 0; values_ && j < n_; ++j) {
     const std::vector<SequencePiece> to = CpPieces(j, n_, s_, balance_);
     for (int i = 0; i < b_; ++i) {
       for (const SequencePiece& p : to) {
@@ -288,7 +297,7 @@ absl::Status ContextAttention::FromHeads(const float* heads, float* rows, int ld
   }
   RETURN_IF_ERROR(n_ > 1 ? cp_.AllToAll(packed_[0], packed_[1]) : packed_[1].CopyFrom(packed_[0]));
   const float* in = packed_[1].data<float>();
-  for (int j = 0; j < n_; ++j) {
+  for (int j = 0; values_ && j < n_; ++j) {
     for (int64_t row = 0; row < int64_t(b_) * rows_; ++row, in += cl) {
       std::memcpy(rows + row * ld + j * cl, in, sizeof(float) * cl);
     }
@@ -307,10 +316,12 @@ absl::Status ContextAttention::UlyssesForward(const float* qkv, float* y, float*
     RETURN_IF_ERROR(ToHeads(qkv + part * c_, 3 * c_, h + part * plane));
   }
   const Rows<float> o{h + 3 * plane, batch, cl};
-  cpu::BlockAttentionStart(o, lse, b_, s_, cl, hl);
-  cpu::BlockAttentionForward(
-      o, lse, Rows<const float>{h, batch, cl}, Rows<const float>{h + plane, batch, cl},
-      Rows<const float>{h + 2 * plane, batch, cl}, b_, cl, hl, BlockPositions{0, s_, 0, s_});
+  if (values_) {
+    cpu::BlockAttentionStart(o, lse, b_, s_, cl, hl);
+    cpu::BlockAttentionForward(
+        o, lse, Rows<const float>{h, batch, cl}, Rows<const float>{h + plane, batch, cl},
+        Rows<const float>{h + 2 * plane, batch, cl}, b_, cl, hl, BlockPositions{0, s_, 0, s_});
+  }
   return FromHeads(h + 3 * plane, y, c_);
 }
 
@@ -321,15 +332,17 @@ absl::Status ContextAttention::UlyssesBackward(const float* dy, const float* lse
   const float* h = heads;
   float* g = dkv_[0].data<float>();  // dq, dk, dv, dO of this rank's heads
   RETURN_IF_ERROR(ToHeads(dy, c_, g + 3 * plane));
-  std::fill(g, g + 3 * plane, 0.0f);
-  cpu::AttentionDelta(delta_.data<float>(), Rows<const float>{g + 3 * plane, batch, cl},
-                      Rows<const float>{h + 3 * plane, batch, cl}, b_, s_, cl, hl);
-  cpu::BlockAttentionBackward(
-      Rows<float>{g, batch, cl}, Rows<float>{g + plane, batch, cl},
-      Rows<float>{g + 2 * plane, batch, cl}, Rows<const float>{h, batch, cl},
-      Rows<const float>{h + plane, batch, cl}, Rows<const float>{h + 2 * plane, batch, cl},
-      Rows<const float>{g + 3 * plane, batch, cl}, lse, delta_.data<float>(), b_, cl, hl,
-      BlockPositions{0, s_, 0, s_});
+  if (values_) {
+    std::fill(g, g + 3 * plane, 0.0f);
+    cpu::AttentionDelta(delta_.data<float>(), Rows<const float>{g + 3 * plane, batch, cl},
+                        Rows<const float>{h + 3 * plane, batch, cl}, b_, s_, cl, hl);
+    cpu::BlockAttentionBackward(
+        Rows<float>{g, batch, cl}, Rows<float>{g + plane, batch, cl},
+        Rows<float>{g + 2 * plane, batch, cl}, Rows<const float>{h, batch, cl},
+        Rows<const float>{h + plane, batch, cl}, Rows<const float>{h + 2 * plane, batch, cl},
+        Rows<const float>{g + 3 * plane, batch, cl}, lse, delta_.data<float>(), b_, cl, hl,
+        BlockPositions{0, s_, 0, s_});
+  }
   for (int part = 0; part < 3; ++part) {
     RETURN_IF_ERROR(FromHeads(g + part * plane, dqkv + part * c_, 3 * c_));
   }

@@ -70,7 +70,7 @@ comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s) {
   if (s.ranks <= 1) return calls;
   const int64_t rows = s.seq_len / s.ranks;
   const int64_t n = s.ranks, mb = s.micro_batches;
-  for (int layer = s.first_layer; layer < s.first_layer + s.layers; ++layer) {
+  for (int layer : s.layers) {
     auto add = [&](Primitive primitive, Phase phase, int64_t count, int64_t per_pass,
                    bool receive) {
       calls.push_back({.group = comm::group::kCp,
@@ -132,7 +132,8 @@ std::vector<model::PositionRun> ContextParallel::positions() const {
 absl::StatusOr<ContextAttention*> ContextParallel::Attention(int b, int c, int nh) const {
   std::unique_ptr<ContextAttention>& attn = attention_[{b, c, nh}];
   if (attn == nullptr) {
-    ASSIGN_OR_RETURN(attn, ContextAttention::Create(cp_, comm_, balance_, b, seq_len_, c, nh));
+    ASSIGN_OR_RETURN(attn,
+                     ContextAttention::Create(cp_, alloc_, comm_, balance_, b, seq_len_, c, nh));
   }
   return attn.get();
 }

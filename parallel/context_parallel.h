@@ -96,8 +96,7 @@ struct ContextParallelShape {
   int64_t batch = 0;          // b: sequences a micro-batch
   int64_t seq_len = 0;        // s: the whole sequence
   int64_t channels = 0;       // h = C
-  int layers = 0;             // this rank's layers
-  int first_layer = 0;        // the first one's index (its scope)
+  std::vector<int> layers;    // this rank's layers, in order (their scopes)
   int64_t micro_batches = 1;  // forwards and backwards a step
   int64_t element = 4;        // bytes a value (activations and their gradients)
 };
@@ -122,13 +121,16 @@ inline int64_t ContextAttentionScratch(int ranks, int64_t b, int64_t seq_len, in
 // written by Forward and read by Backward (one per micro-batch in flight). The object
 // holds only the buffers in flight, which every layer and micro-batch of that shape share.
 //
-//   ASSIGN_OR_RETURN(auto attn, ContextAttention::Create(cp, comm, balance, b, s, c, nh));
+// Its buffers come from `alloc` (the model's: on the meta device of a dry run no kernel
+// runs and nothing is copied, while every call is made and booked as in the real run).
+//
+//   ASSIGN_OR_RETURN(auto attn, ContextAttention::Create(cp, alloc, comm, balance, b, s, c, nh));
 //   RETURN_IF_ERROR(attn->Forward(qkv, y, kept));
 //   RETURN_IF_ERROR(attn->Backward(dy, qkv, y, kept, dqkv));  // dqkv written whole
 class ContextAttention {
  public:
   static absl::StatusOr<std::unique_ptr<ContextAttention>> Create(comm::Communicator& cp,
-                                                                  CpComm comm,
+                                                                  Allocator& alloc, CpComm comm,
                                                                   CpLoadBalance balance, int b,
                                                                   int seq_len, int c, int nh);
 
@@ -145,8 +147,8 @@ class ContextAttention {
   int64_t AttentionWork() const;
 
  private:
-  ContextAttention(comm::Communicator& cp, CpComm comm, CpLoadBalance balance, int b, int seq_len,
-                   int c, int nh);
+  ContextAttention(comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance,
+                   int b, int seq_len, int c, int nh);
   absl::Status Allocate();
 
   // Attention of this rank's queries to `kv` (packed (2, b, L, C) of cp rank `source`),
@@ -171,6 +173,8 @@ class ContextAttention {
   absl::Status FromHeads(const float* heads, float* rows, int ld);
 
   comm::Communicator& cp_;
+  Allocator& alloc_;
+  bool values_;  // not a dry run's meta tensors
   CpComm comm_;
   int n_, rank_, b_, s_, c_, nh_, rows_;
   CpLoadBalance balance_;
@@ -184,11 +188,13 @@ class ContextAttention {
 
 // The model's SequenceSplit over a cp group: this rank's pieces, and each layer's
 // attention through a ContextAttention of its shape (made on first use, shared by every
-// layer and micro-batch of that shape). Not owned: `cp` must outlive it.
+// layer and micro-batch of that shape), its buffers from `alloc` (the model's). Not owned:
+// `cp` and `alloc` must outlive it.
 class ContextParallel final : public model::SequenceSplit {
  public:
-  ContextParallel(comm::Communicator& cp, CpComm comm, CpLoadBalance balance, int seq_len)
-      : cp_(cp), comm_(comm), balance_(balance), seq_len_(seq_len) {}
+  ContextParallel(comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance,
+                  int seq_len)
+      : cp_(cp), alloc_(alloc), comm_(comm), balance_(balance), seq_len_(seq_len) {}
 
   comm::Communicator& group() const { return cp_; }
   CpComm comm() const { return comm_; }
@@ -209,6 +215,7 @@ class ContextParallel final : public model::SequenceSplit {
   absl::StatusOr<ContextAttention*> Attention(int b, int c, int nh) const;
 
   comm::Communicator& cp_;
+  Allocator& alloc_;
   CpComm comm_;
   CpLoadBalance balance_;
   int seq_len_;

@@ -92,16 +92,17 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
       ASSIGN_OR_RETURN(chunk.wire_d_inputs, buffer(options.boundary, slots));
     }
   }
-  const size_t ids = size_t(options.micro_batch_size) * gpt->config().seq_len;
+  const size_t ids = size_t(options.micro_batch_size) * gpt->positions();
   p->tokens_.resize(ids);
   p->targets_.resize(ids);
   return p;
 }
 
 int64_t PipelineParallel::BoundaryElements(int b) const {
-  // Under sequence parallelism a stage's output is its part of the sequence.
+  // Under sequence parallelism a stage's output is its part of the sequence (and under
+  // context parallelism the rank's positions of it).
   const model::GPTConfig& c = gpt_->config();
-  return int64_t(gpt_->split().Rows(b * c.seq_len)) * c.n_embd;
+  return int64_t(gpt_->split().Rows(b * gpt_->positions())) * c.n_embd;
 }
 
 int PipelineParallel::VirtualStage(int chunk) const {

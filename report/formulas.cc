@@ -85,7 +85,8 @@ parallel::TensorParallelShape TensorParallelShapeOf(const train::TrainOptions& o
 parallel::PipelineShape PipelineShapeOf(const train::TrainOptions& o,
                                         const model::ParameterLayout& layout,
                                         parallel::GridCoordinates at) {
-  const int64_t whole = int64_t(o.training.micro_batch_size) * o.model.seq_len * o.model.n_embd;
+  const int64_t whole =
+      int64_t(o.training.micro_batch_size) * o.model.seq_len / o.parallel.cp * o.model.n_embd;
   const bool scattered = o.parallel.ScatterGather();
   return {.stages = o.parallel.pp,
           .stage = at.pp,
@@ -98,7 +99,8 @@ parallel::PipelineShape PipelineShapeOf(const train::TrainOptions& o,
           .tp_rank = at.tp,
           .gathered = scattered ? whole : 0,
           .tied = parallel::TiedEmbeddingValues(o.model, o.parallel.tp, at.tp, o.parallel.zero,
-                                                o.parallel.dp, at.dp),
+                                                o.topology().DpGroupSize(),
+                                                o.topology().DpGroupRank(at)),
           .grad_element = BytesOf(o).grads};
 }
 
@@ -166,9 +168,12 @@ ValueBytes BytesOf(const train::TrainOptions& o) {
 
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,
                                 int rank) {
-  const int dp_rank = o.topology().Of(rank).dp;
+  // ZeRO shards over the dp group: dp·cp ranks under context parallelism (without experts).
+  const parallel::Topology grid = o.topology();
+  const parallel::GridCoordinates at = grid.Of(rank);
+  const int dp_rank = at.dp;
   return parallel::Sharding(parallel::ZeroUnits(layout, o.parallel.zero, o.parallel.ep > 1),
-                            {o.parallel.dp, dp_rank},
+                            {grid.DpGroupSize(), grid.DpGroupRank(at)},
                             {o.parallel.dp / o.parallel.ep, dp_rank / o.parallel.ep});
 }
 
@@ -200,8 +205,7 @@ comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
                                                         .batch = o.training.micro_batch_size,
                                                         .seq_len = o.model.seq_len,
                                                         .channels = o.model.n_embd / o.parallel.tp,
-                                                        .layers = int(LayersOf(layout).size()),
-                                                        .first_layer = LayersOf(layout).front(),
+                                                        .layers = LayersOf(layout),
                                                         .micro_batches = o.accumulation_steps(),
                                                         .element = BytesOf(o).activations}));
   }
@@ -267,7 +271,8 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   }
   if (parallel::IsPipelineBoundary(key)) {  // the seed's b·s·h each way
     const int64_t per_step = int64_t(o.training.global_batch_size / o.parallel.dp) *
-                             o.model.seq_len * o.model.n_embd * BytesOf(o).activations /
+                             o.model.seq_len / o.parallel.cp * o.model.n_embd *
+                             BytesOf(o).activations /
                              (o.parallel.sequence_parallel ? o.parallel.tp : 1);
     return in.steps * per_step;
   }

@@ -6,7 +6,9 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
 
 namespace tally::report {
 namespace {
@@ -169,7 +171,11 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
               BookWait(rank.waited, std::get<2>(work.channel), channel.recvs[work.index],
                        rank.seconds, end);
             }
-            wait_until(rank, end, !work.send, names[size_t(r)][e.work]);
+            // A pipeline's receive waits for the neighbour stage (the bubble); context
+            // parallelism's ring waits for the next block's K, V: communication exposed.
+            const bool ring = absl::StartsWith(std::get<0>(work.channel),
+                                               absl::StrCat(comm::group::kCp, ":"));
+            wait_until(rank, end, !work.send && !ring, names[size_t(r)][e.work]);
           }
         }
         ++next[size_t(r)];

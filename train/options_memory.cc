@@ -7,16 +7,19 @@
 namespace tally::train {
 
 double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
-  const double c = model.n_embd, t = model.seq_len, v = model.vocab_size, l = model.n_layer;
+  // t: the positions of each sequence on a rank (T/cp under context parallelism).
+  const double c = model.n_embd, t = double(model.seq_len) / parallel.cp, v = model.vocab_size,
+               l = model.n_layer;
   const double phi = double(model.NumParams());
   const model::Precision p = Precision();
   const double params = double(SizeOf(p.params)), grads = double(SizeOf(p.grads));
   const double state =
       (training.optimizer == OptimizerKind::kAdamW ? 8 : 4) + (p.master_weights() ? 4 : 0);
-  // Summed over the world: dp replicas of the model states, less what ZeRO shards.
-  const double states = params * phi * (parallel.zero >= 3 ? 1 : parallel.dp) +
-                        grads * phi * (parallel.zero >= 2 ? 1 : parallel.dp) +
-                        state * phi * (parallel.zero >= 1 ? 1 : parallel.dp);
+  // Summed over the world: dp·cp replicas of the model states, less what ZeRO shards.
+  const double replicas = double(parallel.dp) * parallel.cp;
+  const double states = params * phi * (parallel.zero >= 3 ? 1 : replicas) +
+                        grads * phi * (parallel.zero >= 2 ? 1 : replicas) +
+                        state * phi * (parallel.zero >= 1 ? 1 : replicas);
   // One micro-batch's saved activations on a rank (model/gpt_activations.cc): per layer,
   // in fp32, the residuals (N, C), the MLP's c_fc output (N, 4C) split over tp and the attention
   // probabilities (B, NH/tp, T, T); in the matmuls' operand type (bf16 under mixed
@@ -28,8 +31,9 @@ double TrainOptions::EstimatedBytes(int ranks_here, int64_t data_bytes) const {
   const double mlp_rows = model.moe() ? n * model.moe_top_k : n;
   // Selective recompute keeps no layer's probabilities, layer recompute only each layer's
   // output (one layer's room besides): still a lower bound.
+  // (Context parallelism keeps less: its log-sum-exp and what its variant adds.)
   const double probabilities =
-      parallel.recompute_attention
+      parallel.recompute_attention || parallel.cp > 1
           ? 0
           : double(training.micro_batch_size) * (model.n_head / double(parallel.tp)) * t * t;
   const double per_layer =

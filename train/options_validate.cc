@@ -104,7 +104,6 @@ absl::Status ParallelOptions::ValidateContextParallel(const model::GPTConfig& mo
   auto not_yet = [&](const char* what) {
     return Bad("--cp=", cp, " does not run with ", what, " yet");
   };
-  if (pp > 1) return not_yet("--pp > 1");
   if (ep > 1 || model.moe()) return not_yet("experts (--n_experts, --ep)");
   if (recompute || recompute_attention) return not_yet("recompute");
   return absl::OkStatus();
@@ -252,14 +251,12 @@ absl::Status TrainOptions::Validate() const {
   RETURN_IF_ERROR(ValidateJobs());
   if (parallel.cp > 1) {  // what context parallelism's attention does not run on yet
     const std::string cp = absl::StrCat("--cp=", parallel.cp);
-    if (dry_run) return Bad(cp, " does not run with --dry_run yet (its attention computes)");
     if (placement.device == DeviceType::kCUDA) {
       return Bad(cp, " runs on --device=cpu only so far (its attention is the CPU's)");
     }
     if (matmul_inputs() != MatmulInputs::kF32 || precision.dtype != DType::kF32) {
       return Bad(cp, " runs in fp32 only so far (no --precision=bf16)");
     }
-    if (parallel.zero > 0) return Bad(cp, " does not run with --zero yet");
   }
   if (cluster.slow_rank >= 0) {
     if (world() == 1) return Bad("--slow_rank needs more than one rank (nobody waits for it)");

@@ -1,6 +1,8 @@
 // A training step of a pipeline stage (trainer.h): the stage's schedule runs in
 // parallel/pipeline_parallel.h; around it, the tied embedding's sum, data parallelism's
 // buckets, and the last stage's loss to every stage.
+#include <algorithm>
+
 #include "runtime/clock.h"
 #include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
@@ -31,7 +33,14 @@ absl::StatusOr<StepStats> Trainer::PipelinedTrainStep(int64_t step) {
   const int64_t start = MonotonicNanos();
   SlowDown();
   auto fill = [&](int micro_batch, int32_t* inputs, int32_t* targets) {
-    data_.train.Fill(first + int64_t(micro_batch) * b, b, inputs, targets);
+    if (sequence_ == nullptr) {
+      data_.train.Fill(first + int64_t(micro_batch) * b, b, inputs, targets);
+      return;
+    }
+    const auto [tokens_here, targets_here] = FillMicroBatch(first, micro_batch, b);
+    const size_t ids = size_t(b) * gpt_->positions();
+    std::copy_n(tokens_here, ids, inputs);
+    std::copy_n(targets_here, ids, targets);
   };
   auto span = [&](const char* what, int micro_batch, int64_t t0) {
     RecordSpan(what, micro_batch, t0);

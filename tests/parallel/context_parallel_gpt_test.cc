@@ -73,7 +73,7 @@ TEST_P(ContextParallelGptTest, LossAndGradientsEqualTheSerialModel) {
   const absl::Status status =
       comm::RunThreadRanks(options, [&](comm::Communicator& world) -> absl::Status {
         ASSIGN_OR_RETURN(auto cp, world.Split(0, world.rank(), comm::group::kCp));
-        ContextParallel sequence(*cp, variant.comm, variant.balance, t);
+        ContextParallel sequence(*cp, cp->allocator(), variant.comm, variant.balance, t);
         ASSIGN_OR_RETURN(auto gpt, model::GPT::Create(config, cp->allocator(), 1));
         RETURN_IF_ERROR(gpt->SetSequenceSplit(&sequence));
         // This rank's positions of each sequence, in order.
@@ -105,7 +105,7 @@ TEST_P(ContextParallelGptTest, LossAndGradientsEqualTheSerialModel) {
                                                                 .batch = b,
                                                                 .seq_len = t,
                                                                 .channels = config.n_embd,
-                                                                .layers = config.n_layer});
+                                                                .layers = {0, 1}});
         int rows = 0;
         for (const auto& [key, totals] : ledger.calls()) {
           if (key.group != comm::group::kCp) continue;
@@ -147,7 +147,8 @@ TEST(ContextParallelGpt, WhatItCannotRunSaysWhy) {
       comm::RunThreadRanks(options, [&](comm::Communicator& world) -> absl::Status {
         model::GPTConfig config = Small();
         config.seq_len = 15;
-        ContextParallel sequence(world, CpComm::kP2p, CpLoadBalance::kNone, config.seq_len);
+        ContextParallel sequence(world, world.allocator(), CpComm::kP2p, CpLoadBalance::kNone,
+                                 config.seq_len);
         ASSIGN_OR_RETURN(auto gpt, model::GPT::Create(config, world.allocator(), 1));
         EXPECT_EQ(gpt->SetSequenceSplit(&sequence).message(),
                   "[GPT] context parallelism (cp=2) needs seq_len=15 divisible by cp");

@@ -225,8 +225,8 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
   const absl::Status status =
       comm::RunThreadRanks(options, [&](comm::Communicator& world) -> absl::Status {
         ASSIGN_OR_RETURN(auto cp, world.Split(0, world.rank(), comm::group::kCp));
-        ASSIGN_OR_RETURN(auto attn,
-                         ContextAttention::Create(*cp, variant.comm, variant.balance, b, s, c, nh));
+        ASSIGN_OR_RETURN(auto attn, ContextAttention::Create(*cp, cp->allocator(), variant.comm,
+                                                             variant.balance, b, s, c, nh));
         const int rows = attn->rows();
         // This rank's rows of a (B, S, width) tensor, its pieces in sequence order, and back.
         auto take = [&](const std::vector<float>& full, int width) {
@@ -276,7 +276,7 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
                                                                 .batch = b,
                                                                 .seq_len = s,
                                                                 .channels = c,
-                                                                .layers = 1});
+                                                                .layers = {0}});
         int rows_booked = 0;
         for (const auto& [key, totals] : ledger.calls()) {
           if (key.group != comm::group::kCp) continue;

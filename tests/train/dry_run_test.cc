@@ -81,7 +81,13 @@ INSTANTIATE_TEST_SUITE_P(
                       DryGrid{Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}},
                       DryGrid{Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}},
                       DryGrid{Grid{.dp = 2, .pp = 2, .zero = 3}, true},
-                      DryGrid{Grid{.dp = 2, .zero = 2}, false, true}),
+                      DryGrid{Grid{.dp = 2, .zero = 2}, false, true},
+                      // Context parallelism: every variant's calls without its kernels.
+                      DryGrid{Grid{.cp = 2}},
+                      DryGrid{Grid{.dp = 2, .zero = 3, .cp = 2,
+                                   .cp_comm = parallel::CpComm::kAllGather}},
+                      DryGrid{Grid{.tp = 2, .pp = 2, .cp = 2,
+                                   .cp_comm = parallel::CpComm::kAllToAll}}),
     DryGridName);
 
 // Experts in a dry run route token i to experts i·k, ..., i·k + k − 1 (mod E), the
