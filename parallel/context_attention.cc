@@ -7,12 +7,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/context_parallel.h"
+#include "runtime/kernels/work.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
 
 using cpu::BlockPositions;
 using cpu::Rows;
+
+namespace {
+
+// The work a block counts into the rank's timeline for the modelled GPU
+// (runtime/kernels/work.h), by serial attention's rule for its one T×T block: two matmuls
+// of b·nh products forward, four backward, and the softmax's passes over the block's
+// tq·tk scores. A block the mask hides whole is skipped and counts nothing. Counted on
+// any device, a dry run's meta tensors included.
+void CountBlock(int b, int nh, int hs, const BlockPositions& at, bool forward) {
+  if (at.Masked()) return;
+  CountMatmuls(at.tq, at.tk, hs, double(b) * nh, forward ? 2 : 4);
+  CountPass((forward ? 2.0 : 3.0) * b * nh * double(at.tq) * at.tk);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ContextAttention>> ContextAttention::Create(
     comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance, int b,
@@ -104,19 +120,22 @@ void ContextAttention::UnpackKv(const float* dkv, float* dqkv) const {
 // pieces in sequence order (the merge order the header fixes).
 void ContextAttention::ForwardBlocks(const float* qkv, const float* kv, int source, float* y,
                                      float* lse) {
-  if (!values_) return;
   const int64_t batch = int64_t(rows_) * c_, plane = int64_t(b_) * batch;
   const std::vector<SequencePiece> keys = CpPieces(source, n_, s_, balance_);
   int q_row = 0;
   for (const SequencePiece& qp : pieces_) {
     int k_row = 0;
     for (const SequencePiece& kp : keys) {
+      const BlockPositions at{qp.start, qp.length, kp.start, kp.length};
+      CountBlock(b_, nh_, c_ / nh_, at, /*forward=*/true);
       const Rows<const float> k{kv + int64_t(k_row) * c_, batch, c_};
       const Rows<const float> v{kv + plane + int64_t(k_row) * c_, batch, c_};
-      cpu::BlockAttentionForward(
-          Rows<float>{y + int64_t(q_row) * c_, batch, c_}, lse + int64_t(b_) * nh_ * q_row,
-          Rows<const float>{qkv + int64_t(q_row) * 3 * c_, 3 * batch, 3 * c_}, k, v, b_, c_, nh_,
-          BlockPositions{qp.start, qp.length, kp.start, kp.length});
+      if (values_) {
+        cpu::BlockAttentionForward(
+            Rows<float>{y + int64_t(q_row) * c_, batch, c_}, lse + int64_t(b_) * nh_ * q_row,
+            Rows<const float>{qkv + int64_t(q_row) * 3 * c_, 3 * batch, 3 * c_}, k, v, b_, c_, nh_,
+            at);
+      }
       k_row += kp.length;
     }
     q_row += qp.length;
@@ -125,7 +144,6 @@ void ContextAttention::ForwardBlocks(const float* qkv, const float* kv, int sour
 
 void ContextAttention::BackwardBlocks(const float* dy, const float* qkv, const float* kv,
                                       int source, const float* lse, float* dqkv, float* dkv) {
-  if (!values_) return;
   const int64_t batch = int64_t(rows_) * c_, plane = int64_t(b_) * batch;
   const std::vector<SequencePiece> keys = CpPieces(source, n_, s_, balance_);
   int q_row = 0;
@@ -134,14 +152,19 @@ void ContextAttention::BackwardBlocks(const float* dy, const float* qkv, const f
     int k_row = 0;
     for (const SequencePiece& kp : keys) {
       const int64_t k_at = int64_t(k_row) * c_;
+      const BlockPositions block{qp.start, qp.length, kp.start, kp.length};
+      CountBlock(b_, nh_, c_ / nh_, block, /*forward=*/false);
+      if (!values_) {
+        k_row += kp.length;
+        continue;
+      }
       cpu::BlockAttentionBackward(
           Rows<float>{dqkv + int64_t(q_row) * 3 * c_, 3 * batch, 3 * c_},
           Rows<float>{dkv + k_at, batch, c_}, Rows<float>{dkv + plane + k_at, batch, c_},
           Rows<const float>{qkv + int64_t(q_row) * 3 * c_, 3 * batch, 3 * c_},
           Rows<const float>{kv + k_at, batch, c_}, Rows<const float>{kv + plane + k_at, batch, c_},
           Rows<const float>{dy + int64_t(q_row) * c_, batch, c_}, lse + at,
-          delta_.data<float>() + at, b_, c_, nh_,
-          BlockPositions{qp.start, qp.length, kp.start, kp.length});
+          delta_.data<float>() + at, b_, c_, nh_, block);
       k_row += kp.length;
     }
     q_row += qp.length;
@@ -316,6 +339,7 @@ absl::Status ContextAttention::UlyssesForward(const float* qkv, float* y, float*
     RETURN_IF_ERROR(ToHeads(qkv + part * c_, 3 * c_, h + part * plane));
   }
   const Rows<float> o{h + 3 * plane, batch, cl};
+  CountBlock(b_, hl, cl / hl, BlockPositions{0, s_, 0, s_}, /*forward=*/true);
   if (values_) {
     cpu::BlockAttentionStart(o, lse, b_, s_, cl, hl);
     cpu::BlockAttentionForward(
@@ -332,6 +356,7 @@ absl::Status ContextAttention::UlyssesBackward(const float* dy, const float* lse
   const float* h = heads;
   float* g = dkv_[0].data<float>();  // dq, dk, dv, dO of this rank's heads
   RETURN_IF_ERROR(ToHeads(dy, c_, g + 3 * plane));
+  CountBlock(b_, hl, cl / hl, BlockPositions{0, s_, 0, s_}, /*forward=*/false);
   if (values_) {
     std::fill(g, g + 3 * plane, 0.0f);
     cpu::AttentionDelta(delta_.data<float>(), Rows<const float>{g + 3 * plane, batch, cl},

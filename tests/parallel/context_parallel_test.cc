@@ -18,6 +18,7 @@
 #include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/block_attention.h"
 #include "runtime/status_macros.h"
+#include "runtime/timeline.h"
 #include "tests/parallel/cp_variants.h"
 
 namespace tally::parallel {
@@ -219,6 +220,7 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
   const Serial serial = SerialAttention(qkv, dy, b, s, c, nh);
   std::vector<float> y(serial.y.size()), dqkv(serial.dqkv.size());
   std::vector<int64_t> work(static_cast<size_t>(n));
+  std::vector<double> flops(static_cast<size_t>(n), 0.0);  // counted for the modelled GPU
 
   comm::LaunchOptions options;
   options.world_size = n;
@@ -258,7 +260,13 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
         comm::LabelScope label(ledger, comm::scope::Layer(0, comm::scope::kContext));
         {
           comm::PhaseScope phase(ledger, comm::Phase::kForward);
+          Timeline timeline;
+          timeline.set_recording(true);
+          ScopedTimeline counting(&timeline);
           RETURN_IF_ERROR(attn->Forward(my_qkv.data(), my_y.data(), kept.data()));
+          for (const TimelineEntry& e : timeline.entries()) {
+            flops[size_t(cp->rank())] += e.compute.flops;
+          }
         }
         {
           comm::PhaseScope phase(ledger, comm::Phase::kBackward);
@@ -297,6 +305,26 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
     for (int r = 1; r < n; ++r) EXPECT_EQ(work[size_t(r)], work[0]) << "rank " << r;
   } else {
     for (int r = 1; r < n; ++r) EXPECT_GT(work[size_t(r)], work[size_t(r - 1)]) << "rank " << r;
+  }
+  // The forward's matmul FLOPs counted for the modelled GPU: 2 products of 2·tq·tk·hs for
+  // each (sequence, head) of every block the mask does not hide (a2a: the one s×s block
+  // of its NH/N heads), so that the replay sees zigzag's balance.
+  const int hs = c / nh;
+  for (int r = 0; r < n; ++r) {
+    double expected = 0;
+    if (variant.comm == CpComm::kAllToAll) {
+      expected = 2 * 2.0 * s * s * hs * b * (nh / n);
+    } else {
+      for (const SequencePiece& q : CpPieces(r, n, s, variant.balance)) {
+        for (int source = 0; source < n; ++source) {
+          for (const SequencePiece& k : CpPieces(source, n, s, variant.balance)) {
+            const BlockPositions at{q.start, q.length, k.start, k.length};
+            if (!at.Masked()) expected += 2 * 2.0 * q.length * k.length * hs * b * nh;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(flops[size_t(r)], expected) << "rank " << r;
   }
 }
 
