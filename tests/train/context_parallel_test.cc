@@ -55,6 +55,18 @@ INSTANTIATE_TEST_SUITE_P(
              .cp_load_balance = kNone}),
     GridName);
 
+// --overlap: the dp·cp group's buckets (DDP) and ZeRO-2's unit reduce-scatters posted while
+// backward goes on, with the ring's sends in flight beside them.
+TEST(ContextParallelTrain, OverlapMatchesTheSingleRankRunAndEveryFormula) {
+  for (const Grid& g :
+       {Grid{.dp = 2, .cp = 2}, Grid{.dp = 2, .zero = 2, .cp = 2, .cp_comm = kAllGather}}) {
+    TrainOptions o = g.On(TinyGrid(2 * g.dp));
+    o.parallel.overlap = true;
+    o.parallel.bucket_mb = 20000.0 / (1 << 20);  // several buckets
+    ExpectGridMatchesSerial(o, TinyGrid(2 * g.dp));
+  }
+}
+
 // Evaluation and sampling through the cp group: the single-rank run's validation loss and
 // sample (the rank holding the window's last position picks the byte).
 TEST(ContextParallelTrain, EvaluationAndSamplingMatchTheSingleRankRun) {
