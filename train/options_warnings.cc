@@ -39,15 +39,26 @@ void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const
     if (!o.parallel.pp_layers.empty()) unused("--pp_layers", "with --pp=1");
     if (o.output.show_schedule) unused("--show_schedule", "with --pp=1");
   }
-  if (o.parallel.dp == 1 && o.parallel.zero == 0) {
+  if (o.parallel.cp == 1) {
+    if (o.parallel.cp_comm != defaults.parallel.cp_comm) unused("--cp_comm", "with --cp=1");
+    if (o.parallel.cp_load_balance != defaults.parallel.cp_load_balance) {
+      unused("--cp_load_balance", "with --cp=1");
+    }
+  } else if (o.parallel.cp_comm == parallel::CpComm::kAllToAll &&
+             o.parallel.cp_load_balance != defaults.parallel.cp_load_balance) {
+    unused("--cp_load_balance", "with --cp_comm=a2a (each rank attends over the whole sequence)");
+  }
+  // The dp group's ranks: dp·cp under context parallelism, whose replicas sum gradients too.
+  const int replicas = o.parallel.dp * o.parallel.cp;
+  if (replicas == 1 && o.parallel.zero == 0) {
     if (o.parallel.allreduce != defaults.parallel.allreduce) unused("--allreduce", "with --dp=1");
     if (o.parallel.bucket_mb != defaults.parallel.bucket_mb) unused("--bucket_mb", "with --dp=1");
   }
   // --overlap overlaps the dp gradient buckets, ZeRO-2/3's reduce-scatters, ZeRO-3's
   // gathers on one stage and the pipeline's receives.
-  const bool overlaps = o.parallel.pp > 1 || (o.parallel.dp > 1 && o.parallel.zero != 1);
+  const bool overlaps = o.parallel.pp > 1 || (replicas > 1 && o.parallel.zero != 1);
   if (o.parallel.overlap && !overlaps) {
-    unused("--overlap=on", o.parallel.dp == 1
+    unused("--overlap=on", replicas == 1
                                ? "with --dp=1 --pp=1"
                                : "with --zero=1 (its reduce-scatter follows backward)");
   }
@@ -78,7 +89,7 @@ void PrecisionWarnings(const TrainOptions& o, const Unused& unused) {
   if (o.precision.dtype == DType::kBF16 && o.precision.tf32) {
     unused("--tf32", "with --precision=bf16 (its matmuls take bf16)");
   }
-  if (o.parallel.dp == 1 && o.parallel.zero == 0 && o.precision.grad_comm_dtype) {
+  if (o.parallel.dp * o.parallel.cp == 1 && o.parallel.zero == 0 && o.precision.grad_comm_dtype) {
     unused("--grad_comm_dtype", "with --dp=1");
   }
 }

@@ -216,13 +216,20 @@ TEST(BadInput, AFlagWithoutEffectIsNamedInAWarning) {
                                              {"--allreduce=naive", "--allreduce"},
                                              {"--bucket_mb=1", "--bucket_mb"},
                                              {"--grad_comm_dtype=bf16", "--grad_comm_dtype"},
-                                             {"--fp32_grad_accum", "--fp32_grad_accum"}}) {
+                                             {"--fp32_grad_accum", "--fp32_grad_accum"},
+                                             {"--cp_comm=a2a", "--cp_comm"},
+                                             {"--cp_load_balance=none", "--cp_load_balance"},
+                                             {"--cp=2 --cp_comm=a2a --cp_load_balance=none",
+                                              "--cp_load_balance"}}) {
     Result r = RunCommand(kTrain + kTiny + " --steps=1 " + w.flags);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(absl::StrContains(r.output, "[flags] warning: " + w.flag + " has no effect"))
         << w.flags << ": " << r.output;
   }
   Result quiet = RunCommand(kTrain + kTiny + " --steps=1 --dp=2 --allreduce=naive");
+  EXPECT_FALSE(absl::StrContains(quiet.output, "warning")) << quiet.output;
+  // The cp ranks' replicas sum their gradients: the dp group's flags have an effect.
+  quiet = RunCommand(kTrain + kTiny + " --steps=1 --cp=2 --allreduce=naive --overlap=on");
   EXPECT_FALSE(absl::StrContains(quiet.output, "warning")) << quiet.output;
 }
 
