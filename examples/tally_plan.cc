@@ -55,6 +55,15 @@ ABSL_FLAG(int, n_experts, 0,
           "includes them");
 ABSL_FLAG(int, moe_top_k, 2, "experts each token goes to");
 ABSL_FLAG(int, ep, 1, "expert parallelism: each layer's experts split over this many dp ranks");
+ABSL_FLAG(int, cp, 1,
+          "context parallelism: each sequence cut into this many pieces, one a GPU (tally_train's "
+          "--cp); the weights' replicas and ZeRO's shards span dp x cp");
+ABSL_FLAG(std::string, cp_comm, "p2p",
+          "attention over the cp group: p2p (ring attention), allgather (K, V gathered) or a2a "
+          "(Ulysses' all-to-alls)");
+ABSL_FLAG(std::string, cp_load_balance, "zigzag",
+          "zigzag (rank r holds chunks r and 2cp-1-r, even causal work) or none (contiguous "
+          "pieces: the last rank computes the most)");
 ABSL_FLAG(int, virtual_stages, 1,
           "chunks of layers a pipeline stage holds (> 1: the interleaved schedule)");
 ABSL_FLAG(std::string, allreduce, "ring",
@@ -88,16 +97,17 @@ ABSL_FLAG(std::string, link_intra, "600,1",
 ABSL_FLAG(std::string, link_inter, "25,2",
           "the link across nodes, BANDWIDTH,LATENCY (one 200 Gb/s InfiniBand NIC per GPU)");
 ABSL_FLAG(bool, seed_examples, false, "the seed article's examples, its figures next to ours");
-ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, batch_size) -> CSV");
+ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, cp, batch_size) -> CSV");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
 ABSL_FLAG(std::string, cluster, "",
           "a100, h100, or a JSON file (plan/plan.h): GPUs per node, links and the TFLOP/s a "
           "GPU achieves; replaces --link_intra --link_inter (and --gpus_per_node unless given) "
           "and times the step");
 ABSL_FLAG(bool, search, false,
-          "every grid of --world GPUs (dp x tp x pp, ZeRO, micro-batches) whose memory fits "
+          "every grid of --world GPUs (dp x cp x tp x pp with cp up to --cp, ZeRO, "
+          "micro-batches) whose memory fits "
           "--gpu_memory_gb, fastest predicted step first (--cluster)");
-ABSL_FLAG(int, world, 0, "--search: the GPUs (0: dp x tp x pp)");
+ABSL_FLAG(int, world, 0, "--search: the GPUs (0: dp x cp x tp x pp)");
 ABSL_FLAG(int, global_batch_size, 0, "--search: sequences per step (0: --batch_size x --dp)");
 ABSL_FLAG(double, gpu_memory_gb, 80, "--search: memory per GPU, GB (1e9 bytes)");
 
@@ -107,16 +117,34 @@ namespace {
 using plan::PlanInput;
 using plan::PlanRow;
 
-// The most GPUs a plan may have (dp x tp x pp).
+// The most GPUs a plan may have (dp x cp x tp x pp).
 constexpr int64_t kMaxGpus = int64_t(1) << 20;
 
-// A grid of at most kMaxGpus GPUs whose tensor-parallel ranks split the hidden size.
+// A grid of at most kMaxGpus GPUs whose tensor-parallel ranks split the hidden size, and
+// whose cp ranks split the sequence as tally_train would (CheckContextParallel).
 absl::Status CheckGrid(const plan::PlanInput& in) {
-  const int64_t gpus = int64_t(in.dp) * in.tp * in.pp;
+  const int64_t gpus = in.world();
   if (gpus > kMaxGpus) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "[flags] dp %d x tp %d x pp %d = %d GPUs; tally_plan plans at most %d", in.dp, in.tp,
-        in.pp, gpus, kMaxGpus));
+        "[flags] dp %d x cp %d x tp %d x pp %d = %d GPUs; tally_plan plans at most %d", in.dp,
+        in.cp, in.tp, in.pp, gpus, kMaxGpus));
+  }
+  if (in.cp > 1) {
+    // A preset of another shape has heads of 128 channels.
+    const int heads = (in.model.gpt ? in.model.config.n_head : std::max(1, in.model.hidden / 128));
+    const absl::Status split = parallel::CheckContextParallel(
+        in.cp, in.seq_len, heads / in.tp, in.cp_comm, in.cp_load_balance);
+    if (!split.ok()) return absl::InvalidArgumentError(absl::StrCat("[flags] ", split.message()));
+    if (in.ep > 1 || in.n_experts > 0) {
+      return absl::InvalidArgumentError(
+          "[flags] --cp does not plan experts (--n_experts, --ep) yet, as tally_train does not "
+          "run them");
+    }
+    if (in.recompute_attention) {
+      return absl::InvalidArgumentError(
+          "[flags] --recompute_granularity=selective has nothing to make again under --cp (its "
+          "attention keeps only each query's log-sum-exp): use full recompute or none");
+    }
   }
   if (in.model.hidden % in.tp != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -200,6 +228,10 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   in.tp = absl::GetFlag(FLAGS_tp);
   in.pp = absl::GetFlag(FLAGS_pp);
   in.zero = absl::GetFlag(FLAGS_zero);
+  in.cp = absl::GetFlag(FLAGS_cp);
+  ASSIGN_OR_RETURN(in.cp_comm, parallel::ParseCpComm(absl::GetFlag(FLAGS_cp_comm)));
+  ASSIGN_OR_RETURN(in.cp_load_balance,
+                   parallel::ParseCpLoadBalance(absl::GetFlag(FLAGS_cp_load_balance)));
   in.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   in.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   in.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
@@ -256,6 +288,7 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(positive("dp", in.dp));
   RETURN_IF_ERROR(positive("tp", in.tp));
   RETURN_IF_ERROR(positive("pp", in.pp));
+  RETURN_IF_ERROR(positive("cp", in.cp));
   RETURN_IF_ERROR(positive("micro_batches", in.micro_batches));
   RETURN_IF_ERROR(CheckGrid(in));
   RETURN_IF_ERROR(positive("virtual_stages", in.virtual_stages));
@@ -288,8 +321,10 @@ absl::Status Sweep(plan::PlanInput in, const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   if (parts.size() != 2) return absl::InvalidArgumentError("[flags] --sweep wants dim:v1,v2,...");
   int* dim = parts[0] == "dp" ? &in.dp : parts[0] == "tp" ? &in.tp : parts[0] == "pp" ? &in.pp
-             : parts[0] == "batch_size" ? &in.batch : nullptr;
-  if (dim == nullptr) return absl::InvalidArgumentError("[flags] --sweep: dim must be dp, tp, pp or batch_size");
+             : parts[0] == "cp" ? &in.cp : parts[0] == "batch_size" ? &in.batch : nullptr;
+  if (dim == nullptr) {
+    return absl::InvalidArgumentError("[flags] --sweep: dim must be dp, tp, pp, cp or batch_size");
+  }
   // Every value is checked before the first row is printed.
   std::vector<int> values;
   for (absl::string_view value : absl::StrSplit(parts[1], ',')) {
@@ -322,21 +357,20 @@ absl::Status Sweep(plan::PlanInput in, const std::string& spec) {
 
 // --search: the grids that fit, fastest first (the first 20).
 absl::Status Search(const plan::PlanInput& base) {
-  const int world = absl::GetFlag(FLAGS_world) != 0 ? absl::GetFlag(FLAGS_world)
-                                                    : base.dp * base.tp * base.pp;
+  const int64_t world = absl::GetFlag(FLAGS_world) != 0 ? absl::GetFlag(FLAGS_world) : base.world();
   const int global = absl::GetFlag(FLAGS_global_batch_size) != 0
                          ? absl::GetFlag(FLAGS_global_batch_size)
                          : base.batch * base.dp;
   const double memory = absl::GetFlag(FLAGS_gpu_memory_gb);
   if (world < 1 || world > (1 << 16) || global < 1 || !(memory > 0) || !std::isfinite(memory)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --search wants --world in [1, 65536] (0: dp x tp x pp), --global_batch_size "
+        "[flags] --search wants --world in [1, 65536] (0: dp x cp x tp x pp), --global_batch_size "
         ">= 1 (0: batch_size x dp) and --gpu_memory_gb > 0, got ",
         world, ", ", global, " and ", memory));
   }
   ASSIGN_OR_RETURN(const std::vector<plan::SearchResult> found,
-                   plan::SearchGrids(base, world, global, memory * 1e9, &std::cerr));
-  plan::PrintSearch(base, world, global, memory, found, absl::GetFlag(FLAGS_json), std::cout);
+                   plan::SearchGrids(base, int(world), global, memory * 1e9, &std::cerr));
+  plan::PrintSearch(base, int(world), global, memory, found, absl::GetFlag(FLAGS_json), std::cout);
   return absl::OkStatus();
 }
 
@@ -393,6 +427,7 @@ int main(int argc, char** argv) {
        {"batch_size", "micro_batches", "precision", "grad_accum", "bytes_per_value"}},
       {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
+      {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",
        {"pp", "schedule", "virtual_stages", "pp_scatter_gather", "recompute",
         "recompute_granularity", "recompute_method"}},

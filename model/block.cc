@@ -46,6 +46,11 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   RETURN_IF_ERROR(Keep(k, a.qkv, qkv, int64_t(n) * 3 * c_local));
   float* atty = Fp32Room(a.atty, s.dc);
   if (sequence != nullptr) {
+    // Split attention reads fp32: the kept q, k, v, widened back where they are bf16 (the
+    // values serial attention reads, and backward will).
+    if (a.qkv.type != DType::kF32) {
+      RETURN_IF_ERROR(k.Convert(qkv, DType::kF32, a.qkv.data, a.qkv.type, int64_t(n) * 3 * c_local));
+    }
     RETURN_IF_ERROR(sequence->AttentionForward(atty, a.att, qkv, b, c_local, heads,
                                                comm::scope::Layer(layer, comm::scope::kContext)));
   } else {
@@ -108,8 +113,20 @@ absl::Status BlockBackward(Kernels& k, const GPTConfig& config, const LayerSplit
   RETURN_IF_ERROR(split.RowLinearBackward(k, s.dc, g.proj_w, g.proj_b, dresidual, s.whole, a.atty,
                                           w.operands(w.proj_w), b, t, c_local, c, s.comm, attn));
   if (sequence != nullptr) {
+    // Split attention reads fp32: the kept bf16 q, k, v and output widened into d4c, free
+    // once the MLP's backward is done (n·4C/tp holds the n·3C/tp and n·C/tp).
+    const float* qkv = static_cast<const float*>(a.qkv.data);
+    const float* atty = static_cast<const float*>(a.atty.data);
+    if (a.qkv.type != DType::kF32) {
+      const int64_t qkv_values = int64_t(n) * 3 * c_local;
+      RETURN_IF_ERROR(k.Convert(s.d4c, DType::kF32, a.qkv.data, a.qkv.type, qkv_values));
+      RETURN_IF_ERROR(k.Convert(s.d4c + qkv_values, DType::kF32, a.atty.data, a.atty.type,
+                                int64_t(n) * c_local));
+      qkv = s.d4c;
+      atty = s.d4c + qkv_values;
+    }
     RETURN_IF_ERROR(sequence->AttentionBackward(
-        s.dqkv, s.dc, a.qkv.as<float>(), a.atty.as<float>(), att, b, c_local, heads,
+        s.dqkv, s.dc, qkv, atty, att, b, c_local, heads,
         comm::scope::Layer(layer, comm::scope::kContext)));
   } else {
     RETURN_IF_ERROR(k.AttentionBackward(s.dqkv, s.dtt, s.dc, a.qkv, att, b, t, c_local, heads));

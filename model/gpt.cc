@@ -92,10 +92,9 @@ absl::Status GPT::SetSequenceSplit(const SequenceSplit* sequence) {
       return refuse(absl::StrCat("needs seq_len=", config_.seq_len, " divisible by cp"));
     }
     if (alloc_.device().type == DeviceType::kCUDA) return refuse("runs on the CPU only");
-    if (kernels_->activation_operand_type() != DType::kF32) {
-      return refuse("keeps fp32 activations only (no bf16 matmul inputs)");
+    if (recompute_ == Recompute::kAttention) {
+      return refuse("keeps no probabilities to make again (no selective recompute)");
     }
-    if (recompute_ != Recompute::kNone) return refuse("runs without recompute only");
   }
   sequence_ = sequence != nullptr && sequence->size() > 1 ? sequence : nullptr;
   own_ = Activations();

@@ -138,8 +138,10 @@ absl::Status GPT::EnsureScratch(int b) {
                                                    " is not divisible by tp=", split_.size(),
                                                    " (sequence parallelism splits it)"));
   }
-  if (sequence_ != nullptr && recompute_ != Recompute::kNone) {
-    return absl::InvalidArgumentError("[GPT] context parallelism runs without recompute only");
+  if (sequence_ != nullptr && recompute_ == Recompute::kAttention) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[GPT] context parallelism (cp=", sequence_->size(),
+        ") keeps no probabilities to make again (no selective recompute)"));
   }
   const int64_t t = positions(), c = config_.n_embd, n = b * t, r = split_.Rows(int(n));
   const int64_t cl = c / split_.size(), hidden = 4 * c / split_.size();

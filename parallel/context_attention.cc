@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/context_parallel.h"
-#include "runtime/kernels/work.h"
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -17,38 +17,50 @@ using cpu::Rows;
 
 namespace {
 
-// The work a block counts into the rank's timeline for the modelled GPU
-// (runtime/kernels/work.h), by serial attention's rule for its one T×T block: two matmuls
-// of b·nh products forward, four backward, and the softmax's passes over the block's
-// tq·tk scores. A block the mask hides whole is skipped and counts nothing. Counted on
-// any device, a dry run's meta tensors included.
-void CountBlock(int b, int nh, int hs, const BlockPositions& at, bool forward) {
-  if (at.Masked()) return;
-  CountMatmuls(at.tq, at.tk, hs, double(b) * nh, forward ? 2 : 4);
-  CountPass((forward ? 2.0 : 3.0) * b * nh * double(at.tq) * at.tk);
+// n fp32 values into a buffer of the wire's type at element `at` (rounded to nearest even
+// into bf16), and back (widened: exact).
+void Put(const Tensor& to, int64_t at, const float* from, int64_t n) {
+  if (to.dtype() == DType::kF32) {
+    std::memcpy(to.data<float>() + at, from, sizeof(float) * size_t(n));
+  } else {
+    cpu::Round(to.data<BFloat16>() + at, from, n);
+  }
+}
+void Get(float* to, const Tensor& from, int64_t at, int64_t n) {
+  if (from.dtype() == DType::kF32) {
+    std::memcpy(to, from.data<float>() + at, sizeof(float) * size_t(n));
+  } else {
+    cpu::Widen(to, from.data<BFloat16>() + at, n);
+  }
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ContextAttention>> ContextAttention::Create(
     comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance, int b,
-    int seq_len, int c, int nh) {
+    int seq_len, int c, int nh, DType wire) {
+  if (wire != DType::kF32 && wire != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[ContextAttention] sends fp32 or bf16, not ", Name(wire)));
+  }
   RETURN_IF_ERROR(CheckContextParallel(cp.size(), seq_len, nh, comm, balance));
   if (c % nh != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention's ", c, " channels are not divisible by its ", nh, " heads"));
   }
   std::unique_ptr<ContextAttention> attn(
-      new ContextAttention(cp, alloc, comm, balance, b, seq_len, c, nh));
+      new ContextAttention(cp, alloc, comm, balance, b, seq_len, c, nh, wire));
   RETURN_IF_ERROR(attn->Allocate());
   return attn;
 }
 
 ContextAttention::ContextAttention(comm::Communicator& cp, Allocator& alloc, CpComm comm,
-                                   CpLoadBalance balance, int b, int seq_len, int c, int nh)
+                                   CpLoadBalance balance, int b, int seq_len, int c, int nh,
+                                   DType wire)
     : cp_(cp),
       alloc_(alloc),
       values_(alloc.device().type != DeviceType::kMeta),
+      wire_(wire),
       comm_(comm),
       n_(cp.size()),
       rank_(cp.rank()),
@@ -61,48 +73,59 @@ ContextAttention::ContextAttention(comm::Communicator& cp, Allocator& alloc, CpC
       pieces_(CpPieces(cp.rank(), cp.size(), seq_len, balance)) {}
 
 absl::Status ContextAttention::Allocate() {
-  auto make = [&](Tensor& t, int64_t n, MemoryCategory category) -> absl::Status {
-    ASSIGN_OR_RETURN(t, Tensor::Empty({n}, DType::kF32, alloc_, category));
+  auto make = [&](Tensor& t, int64_t n, MemoryCategory category,
+                  DType type = DType::kF32) -> absl::Status {
+    ASSIGN_OR_RETURN(t, Tensor::Empty({n}, type, alloc_, category));
     return absl::OkStatus();
   };
+  const MemoryCategory kComm = MemoryCategory::kComm;
+  const bool rounds = wire_ != DType::kF32;  // the fp32 rooms beside bf16 messages
   const int64_t mine = int64_t(b_) * rows_ * c_;  // one (b, L, C) tensor
   RETURN_IF_ERROR(make(delta_, int64_t(b_) * nh_ * rows_, MemoryCategory::kActivations));
   switch (comm_) {
     case CpComm::kP2p:
       for (Tensor* t : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1]}) {
-        RETURN_IF_ERROR(make(*t, 2 * mine, MemoryCategory::kComm));
+        RETURN_IF_ERROR(make(*t, 2 * mine, kComm, wire_));
+      }
+      for (Tensor* t : {&work_[0], &work_[1]}) {
+        if (rounds) RETURN_IF_ERROR(make(*t, 2 * mine, kComm));
       }
       break;
     case CpComm::kAllGather:
-      RETURN_IF_ERROR(make(kv_[1], 2 * mine, MemoryCategory::kComm));
-      RETURN_IF_ERROR(make(dkv_[0], 2 * mine * n_, MemoryCategory::kComm));
-      RETURN_IF_ERROR(make(dkv_[1], 2 * mine, MemoryCategory::kComm));
+      RETURN_IF_ERROR(make(kv_[1], 2 * mine, kComm, wire_));
+      RETURN_IF_ERROR(make(dkv_[0], 2 * mine * n_, kComm));
+      RETURN_IF_ERROR(make(dkv_[1], 2 * mine, kComm, wire_));
+      if (rounds) {
+        RETURN_IF_ERROR(make(work_[0], 2 * mine * n_, kComm, wire_));
+        RETURN_IF_ERROR(make(work_[1], 2 * mine, kComm));
+      }
       break;
     case CpComm::kAllToAll:
-      RETURN_IF_ERROR(make(dkv_[0], 4 * mine, MemoryCategory::kComm));
-      RETURN_IF_ERROR(make(packed_[0], mine, MemoryCategory::kComm));
-      RETURN_IF_ERROR(make(packed_[1], mine, MemoryCategory::kComm));
+      RETURN_IF_ERROR(make(dkv_[0], 4 * mine, kComm));
+      RETURN_IF_ERROR(make(packed_[0], mine, kComm, wire_));
+      RETURN_IF_ERROR(make(packed_[1], mine, kComm, wire_));
       break;
   }
   return absl::OkStatus();
 }
 
-int64_t ContextAttention::AttentionWork() const {
-  if (comm_ == CpComm::kAllToAll) return int64_t(s_) * (s_ + 1) / 2 * (nh_ / n_);
-  int64_t pairs = 0;
-  for (const SequencePiece& p : pieces_) {
-    pairs += BlockPositions{p.start, p.length, 0, s_}.VisiblePairs();
-  }
-  return pairs * nh_;
+const float* ContextAttention::Widened(const Tensor& wire, Tensor& room) const {
+  if (wire.dtype() == DType::kF32) return wire.data<float>();
+  if (values_) Get(room.data<float>(), wire, 0, wire.numel());
+  return room.data<float>();
 }
 
-void ContextAttention::PackKv(const float* qkv, float* kv) const {
+int64_t ContextAttention::AttentionWork() const {
+  return ContextAttentionWork(comm_, balance_, n_, rank_, s_, nh_);
+}
+
+void ContextAttention::PackKv(const float* qkv, const Tensor& kv) const {
   if (!values_) return;
   const int64_t plane = int64_t(b_) * rows_ * c_;
   for (int64_t row = 0; row < int64_t(b_) * rows_; ++row) {
     const float* from = qkv + row * 3 * c_;
-    std::memcpy(kv + row * c_, from + c_, sizeof(float) * c_);
-    std::memcpy(kv + plane + row * c_, from + 2 * c_, sizeof(float) * c_);
+    Put(kv, row * c_, from + c_, c_);
+    Put(kv, plane + row * c_, from + 2 * c_, c_);
   }
 }
 
@@ -122,12 +145,12 @@ void ContextAttention::ForwardBlocks(const float* qkv, const float* kv, int sour
                                      float* lse) {
   const int64_t batch = int64_t(rows_) * c_, plane = int64_t(b_) * batch;
   const std::vector<SequencePiece> keys = CpPieces(source, n_, s_, balance_);
+  CountSourceBlocks(balance_, n_, rank_, source, b_, s_, c_, nh_, /*forward=*/true);
   int q_row = 0;
   for (const SequencePiece& qp : pieces_) {
     int k_row = 0;
     for (const SequencePiece& kp : keys) {
       const BlockPositions at{qp.start, qp.length, kp.start, kp.length};
-      CountBlock(b_, nh_, c_ / nh_, at, /*forward=*/true);
       const Rows<const float> k{kv + int64_t(k_row) * c_, batch, c_};
       const Rows<const float> v{kv + plane + int64_t(k_row) * c_, batch, c_};
       if (values_) {
@@ -146,6 +169,8 @@ void ContextAttention::BackwardBlocks(const float* dy, const float* qkv, const f
                                       int source, const float* lse, float* dqkv, float* dkv) {
   const int64_t batch = int64_t(rows_) * c_, plane = int64_t(b_) * batch;
   const std::vector<SequencePiece> keys = CpPieces(source, n_, s_, balance_);
+  CountSourceBlocks(balance_, n_, rank_, source, b_, s_, c_, nh_, /*forward=*/false);
+  if (!values_) return;
   int q_row = 0;
   for (const SequencePiece& qp : pieces_) {
     const int64_t at = int64_t(b_) * nh_ * q_row;
@@ -153,11 +178,6 @@ void ContextAttention::BackwardBlocks(const float* dy, const float* qkv, const f
     for (const SequencePiece& kp : keys) {
       const int64_t k_at = int64_t(k_row) * c_;
       const BlockPositions block{qp.start, qp.length, kp.start, kp.length};
-      CountBlock(b_, nh_, c_ / nh_, block, /*forward=*/false);
-      if (!values_) {
-        k_row += kp.length;
-        continue;
-      }
       cpu::BlockAttentionBackward(
           Rows<float>{dqkv + int64_t(q_row) * 3 * c_, 3 * batch, 3 * c_},
           Rows<float>{dkv + k_at, batch, c_}, Rows<float>{dkv + plane + k_at, batch, c_},
@@ -204,7 +224,7 @@ absl::Status ContextAttention::Backward(const float* dy, const float* qkv, const
 // the left.
 absl::Status ContextAttention::RingForward(const float* qkv, float* y, float* lse) {
   const int left = (rank_ + n_ - 1) % n_, right = (rank_ + 1) % n_;
-  PackKv(qkv, kv_[0].data<float>());
+  PackKv(qkv, kv_[0]);
   int at = 0;
   for (int step = 0; step < n_; ++step) {
     std::unique_ptr<comm::Work> recv, send;
@@ -212,7 +232,7 @@ absl::Status ContextAttention::RingForward(const float* qkv, float* y, float* ls
       recv = cp_.Irecv(kv_[1 - at], left);
       send = cp_.Isend(kv_[at], right);
     }
-    ForwardBlocks(qkv, kv_[at].data<float>(), RingSource(rank_, n_, step), y, lse);
+    ForwardBlocks(qkv, Widened(kv_[at], work_[0]), RingSource(rank_, n_, step), y, lse);
     if (step + 1 < n_) {
       RETURN_IF_ERROR(recv->Wait());
       RETURN_IF_ERROR(send->Wait());
@@ -224,11 +244,13 @@ absl::Status ContextAttention::RingForward(const float* qkv, float* y, float* ls
 
 // K, V go round as forward; each step adds this rank's part of the source's dK, dV to the
 // accumulator that came with them and passes it on, so that after N steps each
-// accumulator is home, whole.
+// accumulator is home, whole. In bf16 a step's part is summed in fp32 (work_[1]) and
+// added into the accumulator with one rounding.
 absl::Status ContextAttention::RingBackward(const float* dy, const float* qkv, const float* lse,
                                             float* dqkv) {
   const int left = (rank_ + n_ - 1) % n_, right = (rank_ + 1) % n_;
-  PackKv(qkv, kv_[0].data<float>());
+  const bool rounds = wire_ != DType::kF32;
+  PackKv(qkv, kv_[0]);
   RETURN_IF_ERROR(dkv_[0].SetZero());
   int at = 0;
   for (int step = 0; step < n_; ++step) {
@@ -237,8 +259,11 @@ absl::Status ContextAttention::RingBackward(const float* dy, const float* qkv, c
       kv_recv = cp_.Irecv(kv_[1 - at], left);
       kv_send = cp_.Isend(kv_[at], right);
     }
-    BackwardBlocks(dy, qkv, kv_[at].data<float>(), RingSource(rank_, n_, step), lse, dqkv,
-                   dkv_[at].data<float>());
+    if (rounds) RETURN_IF_ERROR(work_[1].SetZero());
+    float* part = rounds ? work_[1].data<float>() : dkv_[at].data<float>();
+    BackwardBlocks(dy, qkv, Widened(kv_[at], work_[0]), RingSource(rank_, n_, step), lse, dqkv,
+                   part);
+    if (rounds && values_) cpu::Accumulate(dkv_[at].data<BFloat16>(), part, dkv_[at].numel());
     if (n_ == 1) break;
     std::unique_ptr<comm::Work> dkv_recv = cp_.Irecv(dkv_[1 - at], left);
     std::unique_ptr<comm::Work> dkv_send = cp_.Isend(dkv_[at], right);
@@ -250,16 +275,20 @@ absl::Status ContextAttention::RingBackward(const float* dy, const float* qkv, c
     RETURN_IF_ERROR(dkv_send->Wait());
     at = 1 - at;
   }
-  UnpackKv(dkv_[at].data<float>(), dqkv);
+  UnpackKv(Widened(dkv_[at], work_[1]), dqkv);
   return absl::OkStatus();
 }
 
+// In bf16 the K, V arrive in work_[0] and are widened into `gathered`; backward rounds the
+// gathered dK, dV into it for the reduce-scatter.
 absl::Status ContextAttention::GatherForward(const float* qkv, float* y, float* lse,
                                              float* gathered) {
-  PackKv(qkv, kv_[1].data<float>());
+  PackKv(qkv, kv_[1]);
   const int64_t per_rank = kv_[1].numel();
   Tensor all = Tensor::Borrow(gathered, per_rank * n_, alloc_.device());
-  RETURN_IF_ERROR(n_ > 1 ? cp_.AllGather(kv_[1], all) : all.CopyFrom(kv_[1]));
+  Tensor& arrive = wire_ == DType::kF32 ? all : work_[0];
+  RETURN_IF_ERROR(n_ > 1 ? cp_.AllGather(kv_[1], arrive) : arrive.CopyFrom(kv_[1]));
+  if (&arrive != &all && values_) Get(gathered, arrive, 0, arrive.numel());
   for (int source = 0; source < n_; ++source) {
     ForwardBlocks(qkv, gathered + source * per_rank, source, y, lse);
   }
@@ -274,9 +303,11 @@ absl::Status ContextAttention::GatherBackward(const float* dy, const float* qkv,
     BackwardBlocks(dy, qkv, gathered + source * per_rank, source, lse, dqkv,
                    dkv_[0].data<float>() + source * per_rank);
   }
-  RETURN_IF_ERROR(n_ > 1 ? cp_.ReduceScatter(dkv_[0], dkv_[1], comm::ReduceOp::kSum)
-                         : dkv_[1].CopyFrom(dkv_[0]));
-  UnpackKv(dkv_[1].data<float>(), dqkv);
+  Tensor& leave = wire_ == DType::kF32 ? dkv_[0] : work_[0];
+  if (&leave != &dkv_[0] && values_) Put(leave, 0, dkv_[0].data<float>(), dkv_[0].numel());
+  RETURN_IF_ERROR(n_ > 1 ? cp_.ReduceScatter(leave, dkv_[1], comm::ReduceOp::kSum)
+                         : dkv_[1].CopyFrom(leave));
+  UnpackKv(Widened(dkv_[1], work_[1]), dqkv);
   return absl::OkStatus();
 }
 
@@ -284,21 +315,21 @@ absl::Status ContextAttention::GatherBackward(const float* dy, const float* qkv,
 // rows; receives: this rank's heads of rank j's rows).
 absl::Status ContextAttention::ToHeads(const float* rows, int ld, float* heads) {
   const int cl = c_ / n_;
-  float* out = packed_[0].data<float>();
+  int64_t out = 0;
   for (int j = 0; values_ && j < n_; ++j) {
     for (int64_t row = 0; row < int64_t(b_) * rows_; ++row, out += cl) {
-      std::memcpy(out, rows + row * ld + j * cl, sizeof(float) * cl);
+      Put(packed_[0], out, rows + row * ld + j * cl, cl);
     }
   }
   RETURN_IF_ERROR(n_ > 1 ? cp_.AllToAll(packed_[0], packed_[1]) : packed_[1].CopyFrom(packed_[0]));
-  const float* in = packed_[1].data<float>();
+  int64_t in = 0;
   for (int j = 0; values_ && j < n_; ++j) {
     const std::vector<SequencePiece> from = CpPieces(j, n_, s_, balance_);
     for (int i = 0; i < b_; ++i) {
       for (const SequencePiece& p : from) {
-        const int64_t bytes = sizeof(float) * int64_t(p.length) * cl;
-        std::memcpy(heads + (int64_t(i) * s_ + p.start) * cl, in, bytes);
-        in += int64_t(p.length) * cl;
+        const int64_t values = int64_t(p.length) * cl;
+        Get(heads + (int64_t(i) * s_ + p.start) * cl, packed_[1], in, values);
+        in += values;
       }
     }
   }
@@ -307,22 +338,22 @@ absl::Status ContextAttention::ToHeads(const float* rows, int ld, float* heads) 
 
 absl::Status ContextAttention::FromHeads(const float* heads, float* rows, int ld) {
   const int cl = c_ / n_;
-  float* out = packed_[0].data<float>();
+  int64_t out = 0;
   for (int j = 0; values_ && j < n_; ++j) {
     const std::vector<SequencePiece> to = CpPieces(j, n_, s_, balance_);
     for (int i = 0; i < b_; ++i) {
       for (const SequencePiece& p : to) {
         const int64_t values = int64_t(p.length) * cl;
-        std::memcpy(out, heads + (int64_t(i) * s_ + p.start) * cl, sizeof(float) * values);
+        Put(packed_[0], out, heads + (int64_t(i) * s_ + p.start) * cl, values);
         out += values;
       }
     }
   }
   RETURN_IF_ERROR(n_ > 1 ? cp_.AllToAll(packed_[0], packed_[1]) : packed_[1].CopyFrom(packed_[0]));
-  const float* in = packed_[1].data<float>();
+  int64_t in = 0;
   for (int j = 0; values_ && j < n_; ++j) {
     for (int64_t row = 0; row < int64_t(b_) * rows_; ++row, in += cl) {
-      std::memcpy(rows + row * ld + j * cl, in, sizeof(float) * cl);
+      Get(rows + row * ld + j * cl, packed_[1], in, cl);
     }
   }
   return absl::OkStatus();
@@ -339,7 +370,7 @@ absl::Status ContextAttention::UlyssesForward(const float* qkv, float* y, float*
     RETURN_IF_ERROR(ToHeads(qkv + part * c_, 3 * c_, h + part * plane));
   }
   const Rows<float> o{h + 3 * plane, batch, cl};
-  CountBlock(b_, hl, cl / hl, BlockPositions{0, s_, 0, s_}, /*forward=*/true);
+  CountContextAttention(comm_, balance_, n_, rank_, b_, s_, c_, nh_, /*forward=*/true);
   if (values_) {
     cpu::BlockAttentionStart(o, lse, b_, s_, cl, hl);
     cpu::BlockAttentionForward(
@@ -356,7 +387,7 @@ absl::Status ContextAttention::UlyssesBackward(const float* dy, const float* lse
   const float* h = heads;
   float* g = dkv_[0].data<float>();  // dq, dk, dv, dO of this rank's heads
   RETURN_IF_ERROR(ToHeads(dy, c_, g + 3 * plane));
-  CountBlock(b_, hl, cl / hl, BlockPositions{0, s_, 0, s_}, /*forward=*/false);
+  CountContextAttention(comm_, balance_, n_, rank_, b_, s_, c_, nh_, /*forward=*/false);
   if (values_) {
     std::fill(g, g + 3 * plane, 0.0f);
     cpu::AttentionDelta(delta_.data<float>(), Rows<const float>{g + 3 * plane, batch, cl},

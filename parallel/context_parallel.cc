@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/ledger/names.h"
+#include "runtime/kernels/work.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
@@ -70,6 +71,7 @@ comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s) {
   if (s.ranks <= 1) return calls;
   const int64_t rows = s.seq_len / s.ranks;
   const int64_t n = s.ranks, mb = s.micro_batches;
+  const int64_t again = s.recompute ? 1 : 0;  // the forward's calls once more, in backward
   for (int layer : s.layers) {
     auto add = [&](Primitive primitive, Phase phase, int64_t count, int64_t per_pass,
                    bool receive) {
@@ -89,25 +91,91 @@ comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s) {
         const int64_t kv = 2 * s.batch * rows * s.channels;
         for (bool receive : {false, true}) {
           add(Primitive::kSendRecv, Phase::kForward, kv, n - 1, receive);
-          add(Primitive::kSendRecv, Phase::kBackward, kv, 2 * n - 1, receive);
+          add(Primitive::kSendRecv, Phase::kBackward, kv, 2 * n - 1 + again * (n - 1), receive);
         }
         break;
       }
       case CpComm::kAllGather: {
         const int64_t kv = 2 * s.batch * s.seq_len * s.channels;
         add(Primitive::kAllGather, Phase::kForward, kv, 1, false);
+        if (again > 0) add(Primitive::kAllGather, Phase::kBackward, kv, 1, false);
         add(Primitive::kReduceScatter, Phase::kBackward, kv, 1, false);
         break;
       }
       case CpComm::kAllToAll: {
         const int64_t one = s.batch * rows * s.channels;
         add(Primitive::kAllToAll, Phase::kForward, one, 4, false);
-        add(Primitive::kAllToAll, Phase::kBackward, one, 4, false);
+        add(Primitive::kAllToAll, Phase::kBackward, one, 4 + 4 * again, false);
         break;
       }
     }
   }
   return calls;
+}
+
+namespace {
+
+using cpu::BlockPositions;
+
+// The work a block counts into the rank's timeline for the modelled GPU
+// (runtime/kernels/work.h), by serial attention's rule for its one T×T block: two matmuls
+// of b·nh products forward, four backward, and the softmax's passes over the block's
+// tq·tk scores. A block the mask hides whole is skipped and counts nothing. Counted on
+// any device, a dry run's meta tensors included.
+void CountBlock(int b, int nh, int hs, const BlockPositions& at, bool forward) {
+  if (at.Masked()) return;
+  CountMatmuls(at.tq, at.tk, hs, double(b) * nh, forward ? 2 : 4);
+  CountPass((forward ? 2.0 : 3.0) * b * nh * double(at.tq) * at.tk);
+}
+
+// The blocks of the query pieces against the key pieces, in the merge order.
+void CountBlocks(const std::vector<SequencePiece>& queries, const std::vector<SequencePiece>& keys,
+                 int b, int nh, int hs, bool forward) {
+  for (const SequencePiece& qp : queries) {
+    for (const SequencePiece& kp : keys) {
+      CountBlock(b, nh, hs, BlockPositions{qp.start, qp.length, kp.start, kp.length}, forward);
+    }
+  }
+}
+
+// The sources of a rank's K, V in the order its blocks attend to them: the ring's steps,
+// or the all-gather's ranks.
+std::vector<int> SourceOrder(CpComm comm, int ranks, int rank) {
+  std::vector<int> sources;
+  for (int t = 0; t < ranks; ++t) {
+    sources.push_back(comm == CpComm::kP2p ? RingSource(rank, ranks, t) : t);
+  }
+  return sources;
+}
+
+}  // namespace
+
+int64_t ContextAttentionWork(CpComm comm, CpLoadBalance balance, int ranks, int rank, int seq_len,
+                             int nh) {
+  if (comm == CpComm::kAllToAll) return int64_t(seq_len) * (seq_len + 1) / 2 * (nh / ranks);
+  int64_t pairs = 0;
+  for (const SequencePiece& p : CpPieces(rank, ranks, seq_len, balance)) {
+    pairs += BlockPositions{p.start, p.length, 0, seq_len}.VisiblePairs();
+  }
+  return pairs * nh;
+}
+
+void CountContextAttention(CpComm comm, CpLoadBalance balance, int ranks, int rank, int b,
+                           int seq_len, int c, int nh, bool forward) {
+  if (comm == CpComm::kAllToAll) {
+    const int hl = nh / ranks;
+    CountBlock(b, hl, c / nh, BlockPositions{0, seq_len, 0, seq_len}, forward);
+    return;
+  }
+  for (int source : SourceOrder(comm, ranks, rank)) {
+    CountSourceBlocks(balance, ranks, rank, source, b, seq_len, c, nh, forward);
+  }
+}
+
+void CountSourceBlocks(CpLoadBalance balance, int ranks, int rank, int source, int b, int seq_len,
+                       int c, int nh, bool forward) {
+  CountBlocks(CpPieces(rank, ranks, seq_len, balance), CpPieces(source, ranks, seq_len, balance), b,
+              nh, c / nh, forward);
 }
 
 int64_t ContextAttentionKept(CpComm comm, int ranks, int64_t b, int64_t seq_len, int64_t c,
@@ -132,8 +200,8 @@ std::vector<model::PositionRun> ContextParallel::positions() const {
 absl::StatusOr<ContextAttention*> ContextParallel::Attention(int b, int c, int nh) const {
   std::unique_ptr<ContextAttention>& attn = attention_[{b, c, nh}];
   if (attn == nullptr) {
-    ASSIGN_OR_RETURN(attn,
-                     ContextAttention::Create(cp_, alloc_, comm_, balance_, b, seq_len_, c, nh));
+    ASSIGN_OR_RETURN(
+        attn, ContextAttention::Create(cp_, alloc_, comm_, balance_, b, seq_len_, c, nh, wire_));
   }
   return attn.get();
 }

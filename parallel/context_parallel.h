@@ -26,8 +26,20 @@
 //     heads/N), ordinary causal attention on the local heads, the output back the same
 //     way; backward the reverse (dO in; dq, dk, dv out). Needs n_head divisible by N:
 //       4 all-to-alls forward and 4 backward of (N−1)/N·b·L·h·e bytes sent each.
+// Under full recompute (a pipeline stage's forward or each layer's run again before its
+// backward) every layer's attention forward runs again in backward, with its calls: the
+// ring's N−1 sends, the all-gather, or the four all-to-alls more, in the backward phase.
 // ContextParallelCalls declares exactly these, as the ledger books them (group cp,
 // scope layer{l}.context); the tests hold the ledger to them.
+//
+// Mixed precision: under bf16 every call sends bf16 (e = 2): the K, V the ring passes and
+// gathers (the kept qkv is bf16 already, so they leave unchanged), the dK, dV accumulators
+// (each rank adds its fp32 part with one rounding before passing one on), the gathered
+// dK, dV (rounded before the reduce-scatter), and Ulysses' q, k, v, output and their
+// gradients (rounded as they leave, as tensor parallelism's activations are). The blocks
+// compute in fp32 from the kept bf16 q, k, v widened; the probabilities and dS are not
+// rounded (serial attention rounds P, dY and dS as they enter its products: the two
+// differ within the bf16 tolerance).
 //
 // Determinism: a block merge is exact up to rounding, so the order is fixed: the ring's
 // steps 0, 1, .., N−1, and within a step the visiting pieces in sequence order (the
@@ -99,6 +111,9 @@ struct ContextParallelShape {
   std::vector<int> layers;    // this rank's layers, in order (their scopes)
   int64_t micro_batches = 1;  // forwards and backwards a step
   int64_t element = 4;        // bytes a value (activations and their gradients)
+  // Full recompute (a pipeline stage's forward, or each layer's, again in backward): every
+  // layer's forward calls once more, booked in backward.
+  bool recompute = false;
 };
 comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s);
 
@@ -115,6 +130,24 @@ inline int64_t ContextAttentionScratch(int ranks, int64_t b, int64_t seq_len, in
   return b * nh * (seq_len / ranks);
 }
 
+// The (query, key, head) triples cp rank `rank` computes of one sequence's attention (a
+// layer's forward; 4·hs flops each for the two products): p2p and allgather its pieces'
+// visible pairs × NH, a2a s(s+1)/2 × NH/N. Zigzag makes it the same on every rank.
+int64_t ContextAttentionWork(CpComm comm, CpLoadBalance balance, int ranks, int rank, int seq_len,
+                             int nh);
+// The attention blocks cp rank `rank` computes for one layer and micro-batch (b sequences,
+// c channels, nh heads on this rank), counted into the running timeline for the modelled
+// GPU (runtime/kernels/work.h) as ContextAttention counts them, in its order: a block by
+// serial attention's rule for its tq×tk scores (two matmuls forward, four backward, the
+// softmax's passes), a block the mask hides counting nothing. The planner counts a GPU's
+// attention with it (plan/compute.cc).
+void CountContextAttention(CpComm comm, CpLoadBalance balance, int ranks, int rank, int b,
+                           int seq_len, int c, int nh, bool forward);
+// Of those (p2p and allgather), the blocks against the K, V of cp rank `source`: one step
+// of the ring.
+void CountSourceBlocks(CpLoadBalance balance, int ranks, int rank, int source, int b, int seq_len,
+                       int c, int nh, bool forward);
+
 // One layer's attention over the cp group. Activations are this rank's rows, its pieces
 // in sequence order: qkv (b, L, 3C) fused as the model keeps it ([q | k | v], head h at
 // columns h·hs of each), y and dy (b, L, C); `kept` holds ContextAttentionKept values,
@@ -129,10 +162,10 @@ inline int64_t ContextAttentionScratch(int ranks, int64_t b, int64_t seq_len, in
 //   RETURN_IF_ERROR(attn->Backward(dy, qkv, y, kept, dqkv));  // dqkv written whole
 class ContextAttention {
  public:
-  static absl::StatusOr<std::unique_ptr<ContextAttention>> Create(comm::Communicator& cp,
-                                                                  Allocator& alloc, CpComm comm,
-                                                                  CpLoadBalance balance, int b,
-                                                                  int seq_len, int c, int nh);
+  // `wire`: the type the calls send (the run's activations'): fp32, or bf16.
+  static absl::StatusOr<std::unique_ptr<ContextAttention>> Create(
+      comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance, int b,
+      int seq_len, int c, int nh, DType wire = DType::kF32);
 
   absl::Status Forward(const float* qkv, float* y, float* kept);
   absl::Status Backward(const float* dy, const float* qkv, const float* y, const float* kept,
@@ -141,23 +174,24 @@ class ContextAttention {
   const std::vector<SequencePiece>& pieces() const { return pieces_; }
   int rows() const { return rows_; }
   int64_t kept() const { return ContextAttentionKept(comm_, n_, b_, s_, c_, nh_); }
-  // The (query, key, head) triples this rank's forward computes: its share of attention's
-  // work (4·hs flops each for the two products). p2p and allgather: its pieces' visible
-  // pairs × NH; a2a: s(s+1)/2 × NH/N.
+  // The (query, key, head) triples this rank's forward computes (ContextAttentionWork).
   int64_t AttentionWork() const;
 
  private:
   ContextAttention(comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance,
-                   int b, int seq_len, int c, int nh);
+                   int b, int seq_len, int c, int nh, DType wire);
   absl::Status Allocate();
+  // A message's values in fp32: the buffer itself, or (bf16) widened into `room`.
+  const float* Widened(const Tensor& wire, Tensor& room) const;
 
   // Attention of this rank's queries to `kv` (packed (2, b, L, C) of cp rank `source`),
   // merged into (y, lse); and its backward into dq (the q columns of dqkv) and dkv.
   void ForwardBlocks(const float* qkv, const float* kv, int source, float* y, float* lse);
   void BackwardBlocks(const float* dy, const float* qkv, const float* kv, int source,
                       const float* lse, float* dqkv, float* dkv);
-  // This rank's K and V of qkv packed into (2, b, L, C), and back into dqkv's k, v columns.
-  void PackKv(const float* qkv, float* kv) const;
+  // This rank's K and V of qkv packed into (2, b, L, C) of the wire's type, and back into
+  // dqkv's k, v columns.
+  void PackKv(const float* qkv, const Tensor& kv) const;
   void UnpackKv(const float* dkv, float* dqkv) const;
 
   absl::Status RingForward(const float* qkv, float* y, float* lse);
@@ -175,15 +209,20 @@ class ContextAttention {
   comm::Communicator& cp_;
   Allocator& alloc_;
   bool values_;  // not a dry run's meta tensors
+  DType wire_;
   CpComm comm_;
   int n_, rank_, b_, s_, c_, nh_, rows_;
   CpLoadBalance balance_;
   std::vector<SequencePiece> pieces_;
   Tensor delta_;      // backward's D = rowsum(dO ⊙ O), laid out as the lse
+  // Of the wire's type but the fp32 sums (allgather's dkv_[0], a2a's dkv_[0]):
   Tensor kv_[2];      // p2p: the visiting K, V and the next; allgather: kv_[1] this rank's
-  Tensor dkv_[2];     // p2p: the travelling dK, dV accumulators; allgather: gathered, mine;
-                      // a2a: dq, dk, dv, dO of this rank's heads
+  Tensor dkv_[2];     // p2p: the travelling dK, dV accumulators; allgather: gathered (fp32),
+                      // mine; a2a: dq, dk, dv, dO of this rank's heads (fp32)
   Tensor packed_[2];  // a2a: one tensor's pieces, out and in
+  // bf16 only: p2p the visiting K, V widened and a step's dK, dV in fp32; allgather the
+  // gathered K, V as they arrive and the dK, dV as they leave (bf16), and mine widened.
+  Tensor work_[2];
 };
 
 // The model's SequenceSplit over a cp group: this rank's pieces, and each layer's
@@ -193,8 +232,8 @@ class ContextAttention {
 class ContextParallel final : public model::SequenceSplit {
  public:
   ContextParallel(comm::Communicator& cp, Allocator& alloc, CpComm comm, CpLoadBalance balance,
-                  int seq_len)
-      : cp_(cp), alloc_(alloc), comm_(comm), balance_(balance), seq_len_(seq_len) {}
+                  int seq_len, DType wire = DType::kF32)
+      : cp_(cp), alloc_(alloc), comm_(comm), balance_(balance), seq_len_(seq_len), wire_(wire) {}
 
   comm::Communicator& group() const { return cp_; }
   CpComm comm() const { return comm_; }
@@ -219,6 +258,7 @@ class ContextParallel final : public model::SequenceSplit {
   CpComm comm_;
   CpLoadBalance balance_;
   int seq_len_;
+  DType wire_;
   mutable std::map<std::tuple<int, int, int>, std::unique_ptr<ContextAttention>> attention_;
 };
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/plan.h"
 #include "runtime/kernels/work.h"
@@ -33,9 +34,37 @@ struct LayerWork {
   ComputeWork forward, backward, attention;  // attention: its core forward (selective)
 };
 
+// The cp rank whose attention computes the most (the last without zigzag's balance).
+int BusiestCpRank(const PlanInput& in, int heads) {
+  int busiest = 0;
+  int64_t most = -1;
+  for (int r = 0; r < in.cp; ++r) {
+    const int64_t work = parallel::ContextAttentionWork(in.cp_comm, in.cp_load_balance, in.cp, r,
+                                                        in.seq_len, heads);
+    if (work > most) {
+      most = work;
+      busiest = r;
+    }
+  }
+  return busiest;
+}
+
+// Attention's core on b sequences of this rank's c channels and heads: serial attention
+// over t positions, or under context parallelism the busiest cp rank's blocks.
+void CountAttention(const PlanInput& in, int b, int t, int c, int heads, bool forward) {
+  if (in.cp > 1) {
+    parallel::CountContextAttention(in.cp_comm, in.cp_load_balance, in.cp, BusiestCpRank(in, heads),
+                                    b, in.seq_len, c, heads, forward);
+  } else if (forward) {
+    CountAttentionForward(b, t, c, heads);
+  } else {
+    CountAttentionBackward(b, t, c, heads);
+  }
+}
+
 LayerWork OneLayer(const PlanInput& in, int b) {
   const model::GPTConfig& config = in.model.config;
-  const int t = in.seq_len, c = config.n_embd, n = b * t, tp = in.tp;
+  const int t = in.seq_len / in.cp, c = config.n_embd, n = b * t, tp = in.tp;
   const int rows = in.sequence_parallel ? n / tp : n;
   const int c_local = c / tp, heads = config.n_head / tp, hidden = 4 * c / tp;
   // A mixture of experts: the router, then each of this rank's E/ep experts on its even
@@ -46,7 +75,7 @@ LayerWork OneLayer(const PlanInput& in, int b) {
   w.forward = Counted([&] {
     CountLayerNormForward(rows, c);
     CountLinearForward(n, c, 3 * c_local);
-    CountAttentionForward(b, t, c_local, heads);
+    CountAttention(in, b, t, c_local, heads, /*forward=*/true);
     CountLinearForward(n, c_local, c);
     CountResidual(int64_t(rows) * c);
     CountLayerNormForward(rows, c);
@@ -79,11 +108,11 @@ LayerWork OneLayer(const PlanInput& in, int b) {
     }
     CountLayerNormBackward(rows, c);
     CountLinearBackward(n, c_local, c);
-    CountAttentionBackward(b, t, c_local, heads);
+    CountAttention(in, b, t, c_local, heads, /*forward=*/false);
     CountLinearBackward(n, c, 3 * c_local);
     CountLayerNormBackward(rows, c);
   });
-  w.attention = Counted([&] { CountAttentionForward(b, t, c_local, heads); });
+  w.attention = Counted([&] { CountAttention(in, b, t, c_local, heads, /*forward=*/true); });
   return w;
 }
 
@@ -91,7 +120,7 @@ LayerWork OneLayer(const PlanInput& in, int b) {
 // the vocabulary, and the cross-entropy's passes; forward and backward.
 std::pair<ComputeWork, ComputeWork> Head(const PlanInput& in, int b) {
   const model::GPTConfig& config = in.model.config;
-  const int n = b * in.seq_len, c = config.n_embd;
+  const int n = b * (in.seq_len / in.cp), c = config.n_embd;
   const int rows = in.sequence_parallel ? n / in.tp : n;
   const int vocab = (config.vocab_size + in.tp - 1) / in.tp;
   ComputeWork forward = Counted([&] {
@@ -115,14 +144,15 @@ std::vector<ComputeWork> StageWork(const PlanInput& in) {
   const int m = std::max(1, in.micro_batches);
   if (!in.model.gpt) {
     // Another model: its FLOPs (6Φ + 12·L·h·s a token, a third more with full
-    // recompute, 4·s·h a layer with selective) as matmuls of the curve's largest size.
+    // recompute, 4·s·h a layer with selective) as matmuls of the curve's largest size; a
+    // GPU computes s/cp of each sequence's tokens.
     const double h = double(in.model.hidden), s = in.seq_len;
     const double f = 6.0 * double(in.model.params) + 12.0 * in.model.layers * h * s;
     double again = 0;
     if (in.recompute) again = f / 3;
     if (in.recompute_attention) again = 4.0 * in.model.layers * h * s;
     ComputeWork w;
-    w.AddMatmuls((f + again) * double(in.batch) * s / in.tp / in.pp, 0, 1);
+    w.AddMatmuls((f + again) * double(in.batch) * s / in.cp / in.tp / in.pp, 0, 1);
     return std::vector<ComputeWork>(size_t(in.pp), w);
   }
   const model::GPTConfig& config = in.model.config;
@@ -167,11 +197,32 @@ std::vector<ComputeWork> StageWork(const PlanInput& in) {
     double params = layers * local_layer;
     if (first) params += double(config.vocab_size) * h / in.tp + double(config.seq_len) * h;
     if (last) params += 2 * h + (first ? 0 : double(config.vocab_size) * h / in.tp);
-    if (in.zero >= 1) params /= in.dp;
+    if (in.zero >= 1) params /= double(in.dp) * in.cp;
     step += Counted([&] { CountAdamW(int64_t(params)); });
     stages.push_back(step);
   }
   return stages;
+}
+
+double RingExposedSeconds(const PlanInput& in, double send_s) {
+  if (in.cp <= 1 || in.cp_comm != parallel::CpComm::kP2p || !in.gpu.given() || !in.model.gpt) {
+    return -1;
+  }
+  const model::GPTConfig& config = in.model.config;
+  const int b = std::max(1, in.batch / std::max(1, in.micro_batches));
+  const int heads = config.n_head / in.tp, c = config.n_embd / in.tp;
+  const int rank = BusiestCpRank(in, heads);
+  double forward = 0;
+  for (int step = 0; step + 1 < in.cp; ++step) {
+    const double blocks = in.gpu.Seconds(Counted([&] {
+      parallel::CountSourceBlocks(in.cp_load_balance, in.cp, rank,
+                                  parallel::RingSource(rank, in.cp, step), b, in.seq_len, c, heads,
+                                  /*forward=*/true);
+    }));
+    forward += std::max(0.0, send_s - blocks);
+  }
+  // Backward: each step's dK, dV send; full recompute runs the forward's ring once more.
+  return forward * (in.recompute ? 2 : 1) + in.cp * send_s;
 }
 
 MicroBatchSeconds MicroBatchTimes(const PlanInput& in) {

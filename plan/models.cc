@@ -109,6 +109,9 @@ train::TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   }
   o.parallel.zero = in.zero;
   o.parallel.ep = in.ep;
+  o.parallel.cp = in.cp;
+  o.parallel.cp_comm = in.cp_comm;
+  o.parallel.cp_load_balance = in.cp_load_balance;
   o.parallel.sequence_parallel = in.sequence_parallel;
   o.parallel.recompute = in.recompute;
   o.parallel.recompute_layers = in.recompute_layers;
@@ -164,8 +167,9 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
   const double stage = double(in.tp) * in.pp;
   const double experts = in.model.layers * ExpertValues(in) / in.ep / stage;
   const double dense = (double(in.model.params) - in.model.layers * ExpertValues(in)) / stage;
+  const double replicas = double(in.dp) * in.cp;  // the dp group: dp·cp GPUs
   auto sharded = [&](bool sharding) {
-    return sharding ? dense / in.dp + experts / (double(in.dp) / in.ep) : dense + experts;
+    return sharding ? dense / replicas + experts / (replicas / in.ep) : dense + experts;
   };
   std::vector<PlanMemory> lines = {{"fp32: 4 + 4 + 8", 4, 4, 8},
                                    {"bf16: 2 + 2 + 12", 2, 2, 12},

@@ -17,8 +17,10 @@ namespace tally::plan {
 // Long, and kept whole: DDP's buckets, ZeRO-2's reduce-scatters and ZeRO-3's gathers are
 // priced on one timeline of when backward closes each unit, which the three share.
 double OverlappedDpSeconds(const PlanInput& in, double tp_layers_s) {
-  if (!in.overlap || in.pp > 1 || in.ep > 1 || in.dp <= 1 || in.zero == 1 || !in.model.gpt ||
-      !in.gpu.given()) {
+  // Context parallelism's calls sit in the layers too, and are not priced here: its dp
+  // row is taken whole.
+  if (!in.overlap || in.pp > 1 || in.ep > 1 || in.dp <= 1 || in.cp > 1 || in.zero == 1 ||
+      !in.model.gpt || !in.gpu.given()) {
     return -1;
   }
   const int m = std::max(1, in.micro_batches), e = in.bytes_per_value;

@@ -163,7 +163,7 @@ void ReplicaRows(PlanRows& plan) {
   for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
     const std::vector<int> where = plan.NodesOf(group);
     const double bytes = double(r.part) * e;
-    for (int i = 0; i < in.dp; ++i) {
+    for (int i = 0; i < int(group.size()); ++i) {
       auto passes = [&](int stage, Primitive p, Phase phase) {
         return ZeroPasses(plan, r, stage, p, phase, where, i, group[i]);
       };
@@ -210,10 +210,9 @@ void ExpertReplicaRow(PlanRows& plan) {
   const int e = plan.e;
   const Part parts = PartParams(in);
   Traffic edp;
-  const int ranks = in.dp / in.ep;
   for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::EdpGroup)) {
     const std::vector<int> where = plan.NodesOf(group);
-    for (int i = 0; i < ranks; ++i) {
+    for (int i = 0; i < int(group.size()); ++i) {
       edp.Add(GradientSum(plan, parts.experts, where, i));
     }
     edp.time = std::max(edp.time,
@@ -229,9 +228,10 @@ void ExpertReplicaRow(PlanRows& plan) {
 // table reads as the article's list.
 std::vector<PlanRow> Plan(const PlanInput& in) {
   PlanRows plan(in);
-  if (in.dp > 1) ReplicaRows(plan);
-  if (in.ep > 1 && in.dp > in.ep) ExpertReplicaRow(plan);
+  if (in.dp * in.cp > 1) ReplicaRows(plan);
+  if (in.ep > 1 && in.dp * in.cp > in.ep) ExpertReplicaRow(plan);
   TensorParallelRows(plan);
+  ContextParallelRows(plan);
   ExpertParallelRows(plan);
   PipelineRows(plan);
   return plan.rows;

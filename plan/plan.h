@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "parallel/context_parallel.h"
 #include "runtime/comm/types.h"
 #include "train/options.h"
 
@@ -62,6 +63,16 @@ struct PlanInput {
   DType precision = DType::kBF16;  // of the memory line tally_plan marks
   bool fp32_grad_accum = false;
   int dp = 1, tp = 1, pp = 1, zero = 0;
+  // Context parallelism (tally_train --cp, parallel/context_parallel.h): each of a dp
+  // rank's sequences cut into cp pieces, one a GPU, so that a GPU holds b·s/cp positions;
+  // attention's calls by cp_comm over the cp group (the row "cp (attention)"); the
+  // weights' replicas summed, and ZeRO's shards, over the dp·cp GPUs of the dp group. The
+  // balance decides which pieces, so the busiest GPU's attention work.
+  int cp = 1;
+  parallel::CpComm cp_comm = parallel::CpComm::kP2p;
+  parallel::CpLoadBalance cp_load_balance = parallel::CpLoadBalance::kZigzag;
+  // GPUs in all: dp × cp × tp × pp.
+  int64_t world() const { return int64_t(dp) * cp * tp * pp; }
   int micro_batches = 1;    // per data-parallel rank and step
   int virtual_stages = 1;   // chunks a pipeline stage holds (> 1: the interleaved schedule)
   // Gpipe keeps every micro-batch's activations until its backward (the activations line;
@@ -118,6 +129,14 @@ struct PlanInput {
 // FLOPs (6Φ + 12·L·h·s a token; a third more with full recompute, 4·s·h a layer with
 // selective) as one matmul evenly over the stages.
 std::vector<ComputeWork> StageWork(const PlanInput& in);
+// Context parallelism's ring (cp_comm p2p) of tally's GPT on in.gpu: the seconds of one
+// layer's and micro-batch's sends that stay exposed when each takes `send_s`, as the
+// replay plays the run's posted sends: forward, each step's K, V send behind that step's
+// blocks (max(0, send − the blocks), every step but the last); backward, each of the N
+// steps' dK, dV send whole (posted once the step's blocks are done, while the K, V send
+// rides behind them), and under full recompute the forward's once more. The busiest cp
+// rank's blocks; -1 for the collectives or no GPU.
+double RingExposedSeconds(const PlanInput& in, double send_s);
 // One micro-batch's compute seconds on in.gpu, without a pipeline: a layer's forward and
 // backward (with what recompute runs again in it), and the end's (ln_f, the LM head and
 // the cross-entropy).
@@ -170,8 +189,9 @@ StepTime PredictStep(const PlanInput& in);
 // with selective recompute (attention's Q·Kᵀ and probabilities times V again).
 double MegatronStepFlops(const PlanInput& in);
 
-// --search: every grid of `world` GPUs — dp × tp × pp (tp dividing the heads and the
-// hidden size, within a node when nodes are set; pp at most the layers), the interleaved
+// --search: every grid of `world` GPUs — dp × cp × tp × pp (tp dividing the heads and the
+// hidden size, within a node when nodes are set; cp up to base.cp, by base's cp_comm and
+// balance, where the sequence splits; pp at most the layers), the interleaved
 // schedule's v chunks of equal layers (v·pp dividing the layers, m a multiple of pp), ZeRO
 // 0–3 when dp > 1, up to kSearchMicroBatches micro-batches dividing a dp rank's share of
 // `global_batch` sequences, recompute none, selective or full (on a pipeline by stage
@@ -206,9 +226,12 @@ struct PlanRow {
   // Tensor parallelism: the busiest GPU's bytes for one layer (the row is its stage's
   // layers'), and the seed's 8bsh; 0 for the other rows.
   double exact_bytes_per_layer = 0, seed_bytes_per_layer = 0;
-  // Its calls sit inside each micro-batch's forward and backward (tp's rows): the
+  // Its calls sit inside each micro-batch's forward and backward (tp's and cp's rows): the
   // pipeline's fill and drain stretch them as they stretch compute (PredictStep).
   bool in_micro_batches = false;
+  // Of time_s, what stays exposed where the strategy hides calls behind its own compute
+  // (cp's ring: RingExposedSeconds); -1: all of it.
+  double exposed_s = -1;
 };
 
 // α-β time of `passes` passes (a reduce-scatter or an all-gather: an all-reduce is two)

@@ -29,10 +29,14 @@ Held HeldPerGpu(const PlanInput& in) {
 // The plan's first two lines: the model, the batch and the grid; the placement and links.
 void PrintGrid(const PlanInput& in, std::ostream& out) {
   out << absl::StrFormat(
-      "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d x tp %d x pp %d, "
-      "%s%d micro-batch(es), %s\n",
+      "%s: Φ = %d parameters, %d layers, h = %d; b = %d, s = %d, e = %d bytes; dp %d%s x tp %d x "
+      "pp %d, %s%d micro-batch(es), %s\n",
       in.model.name, in.model.params, in.model.layers, in.model.hidden, in.batch, in.seq_len,
-      in.bytes_per_value, in.dp, in.tp, in.pp,
+      in.bytes_per_value, in.dp,
+      in.cp > 1 ? absl::StrFormat(" x cp %d (%s, %s)", in.cp, parallel::Name(in.cp_comm),
+                                  parallel::Name(in.cp_load_balance))
+                : "",
+      in.tp, in.pp,
       absl::StrCat(in.virtual_stages > 1
                        ? absl::StrCat("interleaved x ", in.virtual_stages, " chunks, ")
                        : "",
@@ -96,9 +100,12 @@ void PrintPlan(const PlanInput& in, std::ostream& out) {
         "%.4f s%s = %.4f s; %.1f TFLOP/s a GPU by Narayanan et al.'s count (%.4g FLOPs a "
         "step)\n",
         in.gpu.Describe(),
-        in.overlap && OverlappedDpSeconds(in) >= 0
-            ? "the data-parallel row as --overlap hides it, the rest not overlapped"
-            : "none of the communication overlapped",
+        absl::StrCat(in.overlap && OverlappedDpSeconds(in) >= 0
+                         ? "the data-parallel row as --overlap hides it, the rest not overlapped"
+                         : "none of the communication overlapped",
+                     RingExposedSeconds(in, 0) >= 0
+                         ? " but cp's ring, whose K, V sends ride behind its blocks"
+                         : ""),
         t.compute_s, t.fill_s, t.bubble, t.comm_s, rows, t.step_s, t.tflops_per_gpu, t.model_flops);
   }
 }
@@ -107,6 +114,10 @@ void PrintPlanJson(const PlanInput& in, std::ostream& out) {
   JsonWriter w;
   w.BeginObject().Key("model").String(in.model.name).Key("params").Int(in.model.params);
   w.Key("dp").Int(in.dp).Key("tp").Int(in.tp).Key("pp").Int(in.pp);
+  if (in.cp > 1) {  // only with context parallelism: other plans print the same keys as before
+    w.Key("cp").Int(in.cp).Key("cp_comm").String(parallel::Name(in.cp_comm));
+    w.Key("cp_load_balance").String(parallel::Name(in.cp_load_balance));
+  }
   w.Key("virtual_stages").Int(in.virtual_stages);
   w.Key("n_experts").Int(in.n_experts).Key("moe_top_k").Int(in.moe_top_k).Key("ep").Int(in.ep);
   w.Key("order").String(parallel::Name(in.order)).Key("gpus_per_node").Int(in.gpus_per_node);
@@ -122,6 +133,7 @@ void PrintPlanJson(const PlanInput& in, std::ostream& out) {
       w.Key("exact_bytes_per_layer").Double(r.exact_bytes_per_layer);
       w.Key("seed_bytes_per_layer").Double(r.seed_bytes_per_layer);
     }
+    if (r.exposed_s >= 0) w.Key("exposed_s").Double(r.exposed_s);
     w.EndObject();
   }
   w.EndArray();
@@ -162,6 +174,7 @@ void PrintSearch(const PlanInput& base, int world, int global, double memory,
     w.Key("grids").BeginArray();
     for (const SearchResult& r : found) {
       w.BeginObject().Key("dp").Int(r.in.dp).Key("tp").Int(r.in.tp).Key("pp").Int(r.in.pp);
+      if (base.cp > 1) w.Key("cp").Int(r.in.cp);
       w.Key("virtual_stages").Int(r.in.virtual_stages);
       w.Key("zero").Int(r.in.zero).Key("micro_batches").Int(r.in.micro_batches);
       w.Key("recompute").Bool(r.in.recompute).Key("recompute_attention").Bool(r.in.recompute_attention);
@@ -178,18 +191,19 @@ void PrintSearch(const PlanInput& base, int world, int global, double memory,
   out << absl::StrFormat(
       "%s on %d GPUs, %d sequences of %d a step, at most %.0f GB a GPU, %s: %d grids fit "
       "(the 20 fastest; predicted: compute + the pipeline's fill and drain + communication, "
-      "%s)\n%4s %4s %4s %3s %4s %5s %9s %13s %10s %10s %8s %10s\n",
+      "%s)\n%4s%s %4s %4s %3s %4s %5s %9s %13s %10s %10s %8s %10s\n",
       base.model.name, world, global, base.seq_len, memory,
       base.gpu.given() ? absl::StrCat(base.gpu.Describe(), " a GPU") : "no compute time",
       int(found.size()),
       base.overlap ? "the data-parallel row as --overlap hides it on grids without a pipeline"
                    : "none of it overlapped",
-      "dp", "tp", "pp", "v", "zero", "m", "recompute", "memory/GPU", "compute s", "comm s",
-      "bubble", "step s");
+      "dp", base.cp > 1 ? "   cp" : "", "tp", "pp", "v", "zero", "m", "recompute", "memory/GPU",
+      "compute s", "comm s", "bubble", "step s");
   for (size_t i = 0; i < found.size() && i < 20; ++i) {
     const SearchResult& r = found[i];
-    out << absl::StrFormat("%4d %4d %4d %3d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
-                                 r.in.dp, r.in.tp, r.in.pp, r.in.virtual_stages, r.in.zero,
+    out << absl::StrFormat("%4d%s %4d %4d %3d %4d %5d %9s %10.2f GB %10.4f %10.4f %8.3f %10.4f\n",
+                                 r.in.dp, base.cp > 1 ? absl::StrFormat(" %4d", r.in.cp) : "",
+                                 r.in.tp, r.in.pp, r.in.virtual_stages, r.in.zero,
                                  r.in.micro_batches,
                                  r.in.StageRecompute()      ? "stage"
                                  : r.in.recompute           ? "layers"

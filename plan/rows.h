@@ -85,20 +85,22 @@ inline double MessageSeconds(const comm::LinkModel& link, double bytes) {
 struct PlanRows {
   explicit PlanRows(const PlanInput& input)
       : in(input),
-        grid(in.dp, in.tp, in.pp, in.order, in.ep),
+        grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp),
         e(in.bytes_per_value),
         m(std::max(1, in.micro_batches)),
-        world(int64_t(in.dp) * in.tp * in.pp) {}
+        world(in.world()) {}
   const PlanInput& in;
   const parallel::Topology grid;
   const int e, m;  // bytes a value; micro-batches a step
   const int64_t world;
   std::vector<PlanRow> rows;
 
-  double bsh() const {
-    return double(in.batch) * in.seq_len * in.model.hidden;
-  }  // a dp rank's step
+  // A GPU's b·s·h of a step: its dp rank's b sequences, s/cp positions of each.
+  double bsh() const { return double(in.batch) * (in.seq_len / in.cp) * in.model.hidden; }
   int layers_per_stage() const { return (in.model.layers + in.pp - 1) / in.pp; }
+  // The layers pipeline stage `stage` holds (its v model chunks' under the interleaved
+  // schedule), in order.
+  std::vector<int> StageLayerList(int stage) const;
   // The node of every member of a group: blocks of gpus_per_node world ranks.
   std::vector<int> NodesOf(const std::vector<int>& members) const {
     std::vector<int> out;
@@ -108,7 +110,8 @@ struct PlanRows {
   void Add(const std::string& strategy, double seed, const Traffic& t, const std::string& formula) {
     PlanRow r;
     r.strategy = strategy;
-    r.in_micro_batches = strategy.rfind("tp (", 0) == 0;  // tp's calls are in each micro-batch's
+    // tp's and cp's calls are in each micro-batch's.
+    r.in_micro_batches = strategy.rfind("tp (", 0) == 0 || strategy.rfind("cp (", 0) == 0;
     r.seed_bytes_per_gpu = seed;
     r.formula = formula;
     t.Fill(r, world);
@@ -120,5 +123,10 @@ struct PlanRows {
 void TensorParallelRows(PlanRows& plan);
 void ExpertParallelRows(PlanRows& plan);
 void PipelineRows(PlanRows& plan);
+void ContextParallelRows(PlanRows& plan);
+// The cp calls' shape of cp rank `rank` holding `layers` (split_rows.cc; plan/compute.cc
+// counts the same ranks' attention blocks).
+parallel::ContextParallelShape ContextParallelShapeOf(const PlanInput& in, int rank,
+                                                      std::vector<int> layers);
 
 }  // namespace tally::plan

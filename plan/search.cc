@@ -49,7 +49,8 @@ StepTime PredictStep(const PlanInput& in) {
     if (!in_effect) continue;
     // The fill and drain stretch the calls inside the micro-batches as they stretch
     // compute (every stage's alike).
-    double s = row.time_s * (row.in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
+    const double own = row.exposed_s >= 0 ? row.exposed_s : row.time_s;
+    double s = own * (row.in_micro_batches ? 1 + (in.pp - 1) / chunks : 1);
     if (row.strategy == dp_row) {  // under --overlap, what stays exposed of it
       const double exposed = OverlappedDpSeconds(in, tp_layers_s);
       if (exposed >= 0) s = exposed;
@@ -61,7 +62,7 @@ StepTime PredictStep(const PlanInput& in) {
   t.step_s = stretched + t.comm_s;
   t.model_flops = MegatronStepFlops(in);
   if (t.step_s > 0) {
-    t.tflops_per_gpu = t.model_flops / t.step_s / (double(in.dp) * in.tp * in.pp) / 1e12;
+    t.tflops_per_gpu = t.model_flops / t.step_s / double(in.world()) / 1e12;
   }
   return t;
 }
@@ -98,11 +99,26 @@ absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int
     }
     return v;
   });
+  expand([&](PlanInput g) {  // cp: up to base.cp, splitting the sequence as tally_train can
+    std::vector<PlanInput> v;
+    for (g.cp = 1; g.cp <= std::max(1, base.cp); ++g.cp) {
+      if (!divides(g.cp, world / g.tp)) continue;
+      const int heads = base.model.gpt ? base.model.config.n_head / g.tp : g.cp;
+      if (g.cp > 1 && !parallel::CheckContextParallel(g.cp, g.seq_len, heads, g.cp_comm,
+                                                      g.cp_load_balance)
+                           .ok()) {
+        continue;
+      }
+      v.push_back(g);
+    }
+    return v;
+  });
   expand([&](PlanInput g) {  // pp, and dp the rest, splitting the global batch
     std::vector<PlanInput> v;
-    for (g.pp = 1; g.pp <= world / g.tp && g.pp <= base.model.layers; ++g.pp) {
-      g.dp = world / (g.tp * g.pp);
-      if (!divides(g.pp, world / g.tp) || !divides(g.dp, global_batch)) continue;
+    const int rest = world / (g.tp * g.cp);
+    for (g.pp = 1; g.pp <= rest && g.pp <= base.model.layers; ++g.pp) {
+      g.dp = rest / g.pp;
+      if (!divides(g.pp, rest) || !divides(g.dp, global_batch)) continue;
       g.batch = global_batch / g.dp;
       v.push_back(g);
     }
@@ -132,11 +148,14 @@ absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int
     for (g.zero = 0; g.zero <= (g.dp > 1 ? 3 : 0); ++g.zero) v.push_back(g);
     return v;
   });
-  expand([&](PlanInput g) {  // recompute: none, selective, or full (on a pipeline, two ways)
+  expand([&](PlanInput g) {  // recompute: none, selective (not under cp), or full (on a
+                             // pipeline, two ways)
     std::vector<PlanInput> v = {g};
-    g.recompute_attention = true;
-    v.push_back(g);
-    g.recompute_attention = false;
+    if (g.cp == 1) {
+      g.recompute_attention = true;
+      v.push_back(g);
+      g.recompute_attention = false;
+    }
     g.recompute = true;
     v.push_back(g);
     if (g.pp > 1) {
@@ -157,12 +176,12 @@ absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int
   // grid's shape and ZeRO stage, the activations by its shape, micro-batches and
   // recompute (not by ZeRO's stage).
   const size_t precision_line = base.precision == DType::kF32 ? 0 : base.fp32_grad_accum ? 2 : 1;
-  using Shape = std::tuple<int, int, int, int>;  // tp, pp, v, ep
+  using Shape = std::tuple<int, int, int, int, int>;  // tp, pp, v, ep, cp
   std::map<std::tuple<Shape, int>, double> states;
   std::map<std::tuple<Shape, int, int, bool, bool, bool>, double> activations;
   std::vector<SearchResult> out;
   for (const PlanInput& in : grids) {
-    const Shape shape{in.tp, in.pp, in.virtual_stages, in.ep};
+    const Shape shape{in.tp, in.pp, in.virtual_stages, in.ep, in.cp};
     auto [s, new_states] = states.try_emplace({shape, in.zero}, 0.0);
     if (new_states) s->second = PlanMemoryLine(in, precision_line);
     if (s->second > gpu_bytes) continue;

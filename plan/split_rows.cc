@@ -4,9 +4,11 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/parameters.h"
+#include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
@@ -32,7 +34,7 @@ parallel::TensorParallelShape TensorParallelShapeOf(const PlanRows& plan, bool e
           .lm_head = lm_head,
           .sequence_parallel = in.sequence_parallel,
           .micro_batches = plan.m,
-          .rows = int64_t(in.batch / plan.m) * in.seq_len,
+          .rows = int64_t(in.batch / plan.m) * (in.seq_len / in.cp),
           .n_embd = in.model.hidden,
           .recompute = in.StageRecompute(),
           .recompute_layers = in.recompute && !in.StageRecompute(),
@@ -142,15 +144,18 @@ void TiedEmbeddingRow(PlanRows& plan) {
   const parallel::Topology& grid = plan.grid;
   const int e = plan.e;
   // The tied embedding: wte's gradient summed between the first and the last stage, by
-  // every dp and tp rank with its peer (under ZeRO-2/3 its dp chunk of it).
+  // every dp (and cp) and tp rank with its peer (under ZeRO-2/3 its dp group's chunk of it).
   const model::GPTConfig config = PlanAsTrainOptions(in).model;
   const int grad_bytes = in.fp32_grad_accum ? 4 : e;
   Traffic tied;
-  for (int d = 0; d < in.dp; ++d) {
+  for (int q = 0; q < grid.DpGroupSize(); ++q) {  // q = dp·cp + cp: the dp group's rank
     for (int t = 0; t < in.tp; ++t) {
-      const std::vector<int> pair = {grid.RankAt({d, t, 0}), grid.RankAt({d, t, in.pp - 1})};
+      const int d = q / in.cp, piece = q % in.cp;
+      const std::vector<int> pair = {grid.RankAt({d, t, 0, piece}),
+                                     grid.RankAt({d, t, in.pp - 1, piece})};
       const std::vector<int> where = plan.NodesOf(pair);
-      const int64_t wte = parallel::TiedEmbeddingValues(config, in.tp, t, in.zero, in.dp, d);
+      const int64_t wte =
+          parallel::TiedEmbeddingValues(config, in.tp, t, in.zero, grid.DpGroupSize(), q);
       // The first stage's call and the last's (parallel/pipeline_schedule.h's list).
       for (const int stage : {0, in.pp - 1}) {
         for (const comm::ExpectedCall& c : parallel::PipelineCalls(
@@ -276,8 +281,9 @@ void ExpertParallelRows(PlanRows& plan) {
   // Balanced routing: per layer and micro-batch four all-to-alls (dispatch and combine,
   // forward and backward), each of the micro-batch's b·s·k/m rows of h values, N−1 of N
   // parts leaving; and the counts, E int64 (parallel/expert_parallel.h's list). A
-  // recomputed forward routes, counts and sends again.
-  const int64_t routed = int64_t(in.batch / m) * in.seq_len * in.moe_top_k;
+  // recomputed forward routes, counts and sends again. Under context parallelism a GPU
+  // routes its s/cp positions of each sequence.
+  const int64_t routed = int64_t(in.batch / m) * (in.seq_len / in.cp) * in.moe_top_k;
   const double forwards = in.recompute ? 2.0 : 1.0;
   const double calls = (2.0 * forwards + 2.0) * m * layers_per_stage;
   parallel::RoutingShape routing{.ranks = in.ep,
@@ -309,6 +315,85 @@ void ExpertParallelRows(PlanRows& plan) {
   plan.Add("ep all-to-all",
            4.0 * layers_per_stage * (in.ep - 1) / in.ep * plan.bsh() * in.moe_top_k * e, ep,
            "per layer 2 all-to-alls forward, 2 backward, each (N-1)/N of b·s·k·h");
+}
+
+std::vector<int> PlanRows::StageLayerList(int stage) const {
+  const int v = std::max(1, in.virtual_stages);
+  const std::vector<parallel::LayerRange> chunks =
+      parallel::StageLayers(in.model.layers, in.pp * v, {}).value();
+  std::vector<int> layers;
+  for (int c = 0; c < v; ++c) {
+    const parallel::LayerRange& r = chunks[size_t(parallel::VirtualStage(c, in.pp, stage))];
+    for (int l = r.begin; l < r.end; ++l) layers.push_back(l);
+  }
+  return layers;
+}
+
+parallel::ContextParallelShape ContextParallelShapeOf(const PlanInput& in, int rank,
+                                                      std::vector<int> layers) {
+  const int m = std::max(1, in.micro_batches);
+  return {.comm = in.cp_comm,
+          .ranks = in.cp,
+          .rank = rank,
+          .batch = in.batch / m,
+          .seq_len = in.seq_len,
+          .channels = in.model.hidden / in.tp,
+          .layers = std::move(layers),
+          .micro_batches = m,
+          .element = in.bytes_per_value,
+          .recompute = in.recompute};
+}
+
+// Context parallelism's attention calls over each cp group (parallel/context_parallel.h's
+// list): per layer and micro-batch the ring's K, V sends forward and K, V and dK, dV
+// sends backward, or the all-gather of K, V and the reduce-scatter of dK, dV, or
+// Ulysses' eight all-to-alls; of the GPU's b·(s/cp) positions and its h/tp channels. A
+// ring's step waits for its slowest hop; the collectives' time is their passes'.
+void ContextParallelRows(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  if (in.cp <= 1) return;
+  Traffic cp;
+  double exposed = -1;  // the ring's, where it hides sends behind its blocks
+  for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::CpGroup)) {
+    const std::vector<int> where = plan.NodesOf(group);
+    const std::vector<int> layers = plan.StageLayerList(plan.grid.Of(group[0]).pp);
+    bool crosses = false;
+    for (size_t i = 0; i < where.size(); ++i) crosses |= where[i] != where[(i + 1) % where.size()];
+    const double kv_bytes = 2.0 * (in.batch / plan.m) * (in.seq_len / in.cp) *
+                            (in.model.hidden / in.tp) * plan.e;
+    const double ring = RingExposedSeconds(
+        in, MessageSeconds(crosses ? in.cluster.inter : in.cluster.intra, kv_bytes));
+    if (ring >= 0) exposed = std::max(exposed, double(plan.m) * double(layers.size()) * ring);
+    for (int i = 0; i < in.cp; ++i) {
+      Split gpu;
+      double time = 0;
+      for (const comm::ExpectedCall& c :
+           parallel::ContextParallelCalls(ContextParallelShapeOf(in, i, layers))) {
+        if (c.receive) continue;
+        const double bytes = double(c.count) * double(c.element);
+        gpu.Add(comm::ExactSentByLink(c.primitive, Algorithm::kRing, where, i, -1, c.count,
+                                      size_t(c.element)),
+                double(c.calls));
+        time += double(c.calls) *
+                (c.primitive == Primitive::kSendRecv
+                     ? MessageSeconds(crosses ? in.cluster.inter : in.cluster.intra, bytes)
+                     : PassesTime(Algorithm::kRing, where, bytes, 1, in.cluster));
+      }
+      cp.Add(gpu);
+      cp.time = std::max(cp.time, time);
+    }
+  }
+  const char* formula =
+      in.cp_comm == parallel::CpComm::kP2p
+          ? "not in the seed: per layer and micro-batch N-1 sends of K, V (2·b·(s/N)·h) "
+            "forward, 2N-1 of K, V and dK, dV backward"
+      : in.cp_comm == parallel::CpComm::kAllGather
+          ? "not in the seed: per layer and micro-batch an all-gather of K, V forward and a "
+            "reduce-scatter of dK, dV backward, (N-1)/N·2·b·s·h each"
+          : "not in the seed: per layer and micro-batch 4 all-to-alls forward and 4 backward, "
+            "(N-1)/N·b·(s/N)·h each (Ulysses)";
+  plan.Add("cp (attention)", 0, cp, formula);
+  plan.rows.back().exposed_s = exposed;
 }
 
 void PipelineRows(PlanRows& plan) {

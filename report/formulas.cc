@@ -207,7 +207,8 @@ comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
                                                         .channels = o.model.n_embd / o.parallel.tp,
                                                         .layers = LayersOf(layout),
                                                         .micro_batches = o.accumulation_steps(),
-                                                        .element = BytesOf(o).activations}));
+                                                        .element = BytesOf(o).activations,
+                                                        .recompute = o.parallel.recompute}));
   }
   comm::Append(calls, parallel::StepEndCalls(StepEndShapeOf(in, layout, rank)));
   return calls;

@@ -6,7 +6,6 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/ledger/names.h"
 
@@ -34,6 +33,9 @@ struct Channel {
   std::vector<std::pair<double, double>> sends;  // (posted, seconds)
   std::vector<double> recvs;                     // posted
 };
+
+// A timeline's group ("cp:0 1 2 3"): its name.
+std::string GroupName(const std::string& group) { return group.substr(0, group.find(':')); }
 
 // Books a wait from t0 to t1 on a call whose last peer, `peer`, arrived at `arrival`.
 void BookWait(WaitedFor& waited, int peer, double arrival, double t0, double t1) {
@@ -144,6 +146,7 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
           if (e.send) {
             work.index = channel.sends.size();
             channel.sends.push_back({rank.seconds, seconds(r, sent_of(r, e.work))});
+            rank.p2p_sent_s[GroupName(e.group)] += channel.sends.back().second;
           } else {
             work.index = channel.recvs.size();
             channel.recvs.push_back(rank.seconds);
@@ -173,8 +176,9 @@ absl::StatusOr<std::vector<ReplayedRank>> Replay(const std::vector<const Timelin
             }
             // A pipeline's receive waits for the neighbour stage (the bubble); context
             // parallelism's ring waits for the next block's K, V: communication exposed.
-            const bool ring = absl::StartsWith(std::get<0>(work.channel),
-                                               absl::StrCat(comm::group::kCp, ":"));
+            const std::string group = GroupName(std::get<0>(work.channel));
+            const bool ring = group == comm::group::kCp;
+            if (work.send || ring) rank.p2p_exposed_s[group] += std::max(0.0, end - rank.seconds);
             wait_until(rank, end, !work.send && !ring, names[size_t(r)][e.work]);
           }
         }

@@ -59,6 +59,10 @@ struct ReplayedRank {
   double seconds = 0, compute_s = 0, exposed_s = 0, idle_s = 0;  // over the timeline
   WaitedFor waited;  // of exposed_s
   std::vector<ReplaySpan> spans;
+  // Point-to-point messages by group name ("cp", "pp"): the α-β time of the rank's sends,
+  // and of exposed_s the part spent waiting on that group's sends and receives. What the
+  // rank computed meanwhile hid the rest (the cp ring's K, V behind its blocks).
+  std::map<std::string, double> p2p_sent_s, p2p_exposed_s;
 };
 
 // Fails only if the timelines cannot all run to their end (a wait nobody can satisfy).

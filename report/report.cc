@@ -332,6 +332,7 @@ std::string FormatReport(const ReportInputs& in) {
     out += PipelineTable(in);
   }
   out += ReplayTable(in);
+  out += ContextLines(in);
   out += WaitsTable(in);
   out += Verdict(in);
   out += RoutingTable(in);

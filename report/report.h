@@ -149,6 +149,10 @@ std::string SlowRankLine(const ReportInputs& in);
 // Under pipeline parallelism: per stage, busy and idle time per step, the measured bubble
 // and the theory's.
 std::string PipelineTable(const ReportInputs& in);
+// With context parallelism, two lines: each cp rank's attention work against the least's
+// (its pieces' visible pairs: zigzag evens them), each rank's compute on the modelled
+// clock, and of the ring's sends (p2p) the share its blocks hid on the busiest sender.
+std::string ContextLines(const ReportInputs& in);
 // The modelled clock (ModelledRun): per rank the predicted step, its compute, exposed
 // communication and pipeline idle, and the predicted step of the run (its slowest rank).
 std::string ReplayTable(const ReportInputs& in);

@@ -397,6 +397,7 @@ std::string FormatSummaryReport(const ReportInputs& in) {
   out += BytesByGroup(in, folded);
   out += MemoryLines(in);
   out += TimeLines(in);
+  out += ContextLines(in);
   out += RoutingLine(in);
   out += "--report=full prints every table; --traffic_json and --report=csv the exact bytes\n";
   return out;

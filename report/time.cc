@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "runtime/comm/ledger/names.h"
 
 namespace tally::report {
 
@@ -372,6 +374,50 @@ std::string PipelineTable(const ReportInputs& in) {
                            step_ms > 0 ? 1.0 - busy_ms / step_ms : 0.0);
   }
   return out;
+}
+
+// Context parallelism: each cp rank's share of attention's work (its pieces' visible
+// (query, key) pairs, ContextAttentionWork) against the least, so that zigzag's balance
+// shows; each rank's compute on the modelled clock; and of the ring's sends the share its
+// blocks hid.
+std::string ContextLines(const ReportInputs& in) {
+  const train::TrainOptions& o = in.options;
+  const int cp = o.parallel.cp;
+  if (cp <= 1) return "";
+  const int heads = o.model.n_head / o.parallel.tp;
+  std::vector<int64_t> work;
+  for (int r = 0; r < cp; ++r) {
+    work.push_back(parallel::ContextAttentionWork(o.parallel.cp_comm, o.parallel.cp_load_balance,
+                                                  cp, r, o.model.seq_len, heads));
+  }
+  const double least = double(*std::min_element(work.begin(), work.end()));
+  std::string shares;
+  for (int r = 0; r < cp && r < 8; ++r) {
+    absl::StrAppendFormat(&shares, "%s%.2f", r > 0 ? " " : "", double(work[size_t(r)]) / least);
+  }
+  if (cp > 8) absl::StrAppendFormat(&shares, " .. %.2f", double(work.back()) / least);
+  std::string out = absl::StrFormat("cp attention work by cp rank (%s, %s), x the least: %s\n",
+                                    parallel::Name(o.parallel.cp_comm),
+                                    parallel::Name(o.parallel.cp_load_balance), shares);
+  const absl::StatusOr<std::vector<ReplayedRank>>& modelled = ModelledRun(in);
+  if (!modelled.ok() || modelled->empty()) return out;
+  double lo = 1e300, hi = 0, sent = 0, exposed = 0;
+  for (const ReplayedRank& r : *modelled) {
+    lo = std::min(lo, r.compute_s);
+    hi = std::max(hi, r.compute_s);
+    const auto s = r.p2p_sent_s.find(comm::group::kCp);
+    const auto x = r.p2p_exposed_s.find(comm::group::kCp);
+    if (s != r.p2p_sent_s.end() && s->second > sent) {
+      sent = s->second;
+      exposed = x != r.p2p_exposed_s.end() ? x->second : 0;
+    }
+  }
+  absl::StrAppendFormat(&out, "  modelled: compute %.4g..%.4g ms a rank", lo * 1e3, hi * 1e3);
+  if (sent > 0) {  // the ring: its sends against the waits on them, on the busiest sender
+    absl::StrAppendFormat(&out, "; ring sends %.4g ms, %.0f%% hidden by blocks", sent * 1e3,
+                          100 * std::clamp(1 - exposed / sent, 0.0, 1.0));
+  }
+  return out + "\n";
 }
 
 }  // namespace tally::report

@@ -105,7 +105,11 @@ absl::Status ParallelOptions::ValidateContextParallel(const model::GPTConfig& mo
     return Bad("--cp=", cp, " does not run with ", what, " yet");
   };
   if (ep > 1 || model.moe()) return not_yet("experts (--n_experts, --ep)");
-  if (recompute || recompute_attention) return not_yet("recompute");
+  if (recompute_attention) {
+    return Bad("--recompute_granularity=selective makes attention's probabilities again in "
+               "backward, and --cp=", cp, "'s attention keeps none (each query's log-sum-exp "
+               "only): nothing to make again; use full recompute or none");
+  }
   return absl::OkStatus();
 }
 
@@ -253,9 +257,6 @@ absl::Status TrainOptions::Validate() const {
     const std::string cp = absl::StrCat("--cp=", parallel.cp);
     if (placement.device == DeviceType::kCUDA) {
       return Bad(cp, " runs on --device=cpu only so far (its attention is the CPU's)");
-    }
-    if (matmul_inputs() != MatmulInputs::kF32 || precision.dtype != DType::kF32) {
-      return Bad(cp, " runs in fp32 only so far (no --precision=bf16)");
     }
   }
   if (cluster.slow_rank >= 0) {

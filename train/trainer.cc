@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (t->groups_.cp != nullptr) {
     t->sequence_ = std::make_unique<parallel::ContextParallel>(
         *t->groups_.cp, t->model_alloc_, options.parallel.cp_comm,
-        options.parallel.cp_load_balance, options.model.seq_len);
+        options.parallel.cp_load_balance, options.model.seq_len, options.Precision().activations);
   }
   t->tensor_parallel_ =
       parallel::TensorParallel(t->groups_.tp.get(), options.parallel.sequence_parallel,

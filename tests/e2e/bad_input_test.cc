@@ -140,10 +140,25 @@ TEST(BadInput, ContextParallelismSaysWhatItCannotSplitOrRunWith) {
       {"--cp=2 --cp_comm=ring", "[flags] --cp_comm=ring is not one of p2p, allgather, a2a"},
       {"--cp=2 --cp_load_balance=headtail",
        "[flags] --cp_load_balance=headtail is not one of none, zigzag"},
-      {"--cp=2 --recompute", "[flags] --cp=2 does not run with recompute yet"},
-      {"--cp=2 --precision=bf16", "[flags] --cp=2 runs in fp32 only so far"},
+      {"--cp=2 --recompute_granularity=selective",
+       "[flags] --recompute_granularity=selective makes attention's probabilities again"},
       {"--cp=2 --device=cuda", "[flags] --cp=2 runs on --device=cpu only so far"},
   });
+  // tally_plan: the same splits, and what tally_train does not run.
+  ExpectOneClearLine(kPlan + " --model=toy --seq_len=64", {
+      {"--cp=0", "[flags] --cp must be >= 1, got 0"},
+      {"--cp=3", "[flags] --cp=3 with --cp_load_balance=zigzag cuts each sequence into 6 pieces: "
+                 "seq_len 64 is not divisible by 6"},
+      {"--cp=8 --cp_comm=a2a", "--cp_comm=a2a gives each of the 8 cp ranks n_head/cp heads: "
+                               "n_head 4 is not divisible by 8"},
+      {"--cp=2 --cp_comm=ring", "[flags] --cp_comm=ring is not one of p2p, allgather, a2a"},
+      {"--cp=2 --cp_load_balance=even", "[flags] --cp_load_balance=even is not one of none, zigzag"},
+      {"--cp=2 --n_experts=4", "[flags] --cp does not plan experts (--n_experts, --ep) yet"},
+      {"--cp=2 --recompute_granularity=selective",
+       "[flags] --recompute_granularity=selective has nothing to make again under --cp"},
+      {"--cp=2048 --dp=1024", "[flags] dp 1024 x cp 2048 x tp 1 x pp 1 = 2097152 GPUs; tally_plan "
+                              "plans at most 1048576"},
+  }, 5);
 }
 
 TEST(BadInput, ASearchTooLargeToAnswerSoonIsRefused) {

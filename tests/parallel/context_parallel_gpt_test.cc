@@ -155,7 +155,8 @@ TEST(ContextParallelGpt, WhatItCannotRunSaysWhy) {
         ASSIGN_OR_RETURN(auto other, model::GPT::Create(Small(), world.allocator(), 1));
         other->SetRecompute(model::Recompute::kAttention);
         EXPECT_EQ(other->SetSequenceSplit(&sequence).message(),
-                  "[GPT] context parallelism (cp=2) runs without recompute only");
+                  "[GPT] context parallelism (cp=2) keeps no probabilities to make again (no "
+                  "selective recompute)");
         return absl::OkStatus();
       });
   EXPECT_TRUE(status.ok()) << status;

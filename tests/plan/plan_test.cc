@@ -97,44 +97,6 @@ TEST(Plan, MemoryReproducesTheZeroPapersTable) {
   EXPECT_NEAR(lines[2].bytes_per_gpu / gb, 2 * 7.5 + (4 + 12) * 7.5 / 4, 1e-9);  // fp32 accum
 }
 
-// A small model of tally's shape: the planner's exact bytes per GPU and step are what
-// tally_train measures with the same flags, for every strategy it plans.
-// The small model of tally's GPT shape the planner and a run both take.
-// The ledger rows a planned strategy's bytes are (null: a strategy this run does not use).
-std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& strategy, int zero) {
-  if (strategy == "dp all-reduce" && zero == 0) {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
-    };
-  }
-  if (strategy == absl::StrCat("zero-", zero)) {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
-    };
-  }
-  if (strategy == "tp (layers of a stage)") {
-    return [](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; };
-  }
-  if (strategy == "pp (tied embedding)") {
-    return [](const comm::LedgerKey& k) { return k.group == "embedding" && k.label == "tied_embedding"; };
-  }
-  if (strategy == "tp (embedding, LM head, loss)") {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "tp" && (k.label == "embedding" || k.label == "lm_head" ||
-                                 k.label == "cross_entropy");
-    };
-  }
-  if (strategy == "pp (boundaries)") {
-    return [](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); };
-  }
-  if (strategy == "tp (pipeline gathers)") {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "tp" && parallel::ParseBoundaryScope(k.label).has_value();
-    };
-  }
-  return nullptr;
-}
-
 // A sweep of shapes and grids drawn at random (a fixed seed): for each, tally_plan's exact
 // bytes per strategy, model states and activations per GPU equal the dry run's ledgers
 // (the busiest rank's), and a dry run's ledgers are a real run's (dry_run_test.cc).
@@ -180,28 +142,7 @@ TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
                               " selective ", in.recompute_attention,
                               " gpipe ", in.gpipe,
                               " ", Name(in.precision)));
-    const train::RankLedgers run = RunSteps(o);
-    for (const PlanRow& row : Plan(in)) {
-      const auto rows = RowsOf(row.strategy, in.zero);
-      if (!rows) continue;
-      const int64_t most = BusiestSent(run.traffic, rows);
-      EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
-      if (row.exact_bytes_per_layer > 0) {  // tp: every layer's rows, layer 0's here
-        EXPECT_EQ(double(BusiestSent(run.traffic, [](const comm::LedgerKey& k) {
-                    return k.group == "tp" && k.label.rfind("layer0.", 0) == 0;
-                  })),
-                  row.exact_bytes_per_layer);
-      }
-    }
-    int64_t states = 0, activations = 0;
-    for (const MemoryLedger& m : run.memory) {
-      states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
-                                    m.peak(MemoryCategory::kOptimizer));
-      activations = std::max(activations, m.peak(MemoryCategory::kActivations));
-    }
-    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[in.precision == DType::kF32 ? 0 : 1].bytes_per_gpu,
-                     double(states));
-    EXPECT_EQ(PlanActivationsPerGpu(in).bytes_per_gpu, activations);
+    ExpectPlanIsTheDryRun(in, o);
   }
   EXPECT_EQ(planned, 24);
 }

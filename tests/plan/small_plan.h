@@ -1,11 +1,15 @@
-// The plan tests' small model (4 layers of 16 channels, 2 heads) and one step of the run a
-// plan describes, on thread ranks.
+// The plan tests' small model (4 layers of 16 channels, 2 heads), one step of the run a
+// plan describes on thread ranks, the ledger rows each planned strategy's bytes are, and
+// the check of a plan against a dry run.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "parallel/pipeline_schedule.h"
 #include "plan/plan.h"
@@ -47,6 +51,76 @@ inline int64_t BusiestSent(const std::vector<comm::TrafficLedger>& traffic,
   int64_t most = 0;
   for (const comm::TrafficLedger& ledger : traffic) most = std::max(most, ledger.Sum(rows).bytes_sent);
   return most;
+}
+
+// The ledger rows a planned strategy's bytes are (null: a strategy this run does not use).
+inline std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& strategy, int zero) {
+  if (strategy == "dp all-reduce" && zero == 0) {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
+    };
+  }
+  if (strategy == absl::StrCat("zero-", zero)) {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
+    };
+  }
+  if (strategy == "tp (layers of a stage)") {
+    return [](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; };
+  }
+  if (strategy == "pp (tied embedding)") {
+    return [](const comm::LedgerKey& k) { return k.group == "embedding" && k.label == "tied_embedding"; };
+  }
+  if (strategy == "tp (embedding, LM head, loss)") {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "tp" && (k.label == "embedding" || k.label == "lm_head" ||
+                                 k.label == "cross_entropy");
+    };
+  }
+  if (strategy == "pp (boundaries)") {
+    return [](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); };
+  }
+  if (strategy == "tp (pipeline gathers)") {
+    return [](const comm::LedgerKey& k) {
+      return k.group == "tp" && parallel::ParseBoundaryScope(k.label).has_value();
+    };
+  }
+  if (strategy == "cp (attention)") {
+    return [](const comm::LedgerKey& k) { return k.group == "cp"; };
+  }
+  return nullptr;
+}
+
+// A dry run of `o` (the options `in` describes) against the plan: every strategy's exact
+// bytes of the busiest GPU (and tp's of one layer), the model states at the precision and
+// the activations equal the run's ledgers (a dry run's ledgers are a real run's:
+// dry_run_test.cc). Returns the strategies compared.
+inline int ExpectPlanIsTheDryRun(const PlanInput& in, const train::TrainOptions& o) {
+  const train::RankLedgers run = train::RunSteps(o);
+  int compared = 0;
+  for (const PlanRow& row : Plan(in)) {
+    const auto rows = RowsOf(row.strategy, in.zero);
+    if (!rows) continue;
+    ++compared;
+    const int64_t most = BusiestSent(run.traffic, rows);
+    EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
+    if (row.exact_bytes_per_layer > 0) {  // tp: every layer's rows, layer 0's here
+      EXPECT_EQ(double(BusiestSent(run.traffic, [](const comm::LedgerKey& k) {
+                  return k.group == "tp" && k.label.rfind("layer0.", 0) == 0;
+                })),
+                row.exact_bytes_per_layer);
+    }
+  }
+  int64_t states = 0, activations = 0;
+  for (const MemoryLedger& m : run.memory) {
+    states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
+                                  m.peak(MemoryCategory::kOptimizer));
+    activations = std::max(activations, m.peak(MemoryCategory::kActivations));
+  }
+  EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[in.precision == DType::kF32 ? 0 : 1].bytes_per_gpu,
+                   double(states));
+  EXPECT_EQ(PlanActivationsPerGpu(in).bytes_per_gpu, activations);
+  return compared;
 }
 
 }  // namespace tally::plan

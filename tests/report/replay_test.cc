@@ -3,10 +3,15 @@
 // every call, so that its replay adds up.
 #include "report/replay.h"
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "report/report.h"
 #include "report/trace.h"
 #include "runtime/json_reader.h"
 #include "tests/report/flops.h"
@@ -201,6 +206,75 @@ TEST(Replay, ARealRunReplaysAsItsDryRun) {
     EXPECT_EQ(real[r].idle_s, planned[r].idle_s) << r;
     EXPECT_GT(real[r].compute_s, 0) << r;
   }
+}
+
+// Context parallelism's ring: each rank's sends are its N−1 K, V sends forward and 2N−1
+// (K, V and the dK, dV accumulators) backward per layer and micro-batch, each its α-β
+// time; the rank waits on them at least for each backward step's dK, dV send (posted once
+// the step's blocks are done) and at most for all of them. Zigzag: every rank alike.
+TEST(Replay, TheRingsSendsAreItsMessagesAndItsBlocksHideSome) {
+  for (const int n : {2, 4}) {
+    train::TrainOptions o = train::Grid{.cp = n}.On(train::TinyGrid(2));
+    o.dry_run = true;
+    o.training.steps = 1;
+    const std::vector<ReplayedRank> r = RunAndReplay(o);
+    const model::GPTConfig& c = o.model;
+    const double b = o.training.micro_batch_size, m = o.accumulation_steps();
+    const int64_t kv_bytes = int64_t(2 * b * (c.seq_len / n) * c.n_embd * 4);
+    const double send = kLinks.intra.Seconds(kv_bytes, 1);
+    const double per_layer = (n - 1) + (2 * n - 1);
+    for (int rank = 0; rank < n; ++rank) {
+      SCOPED_TRACE(::testing::Message() << "cp " << n << " rank " << rank);
+      const ReplayedRank& x = r[size_t(rank)];
+      EXPECT_NEAR(x.p2p_sent_s.at("cp"), c.n_layer * m * per_layer * send, 1e-12);
+      EXPECT_GE(x.p2p_exposed_s.at("cp"), c.n_layer * m * n * send - 1e-12);
+      EXPECT_LE(x.p2p_exposed_s.at("cp"), x.p2p_sent_s.at("cp") + 1e-12);
+      EXPECT_LE(x.p2p_exposed_s.at("cp"), x.exposed_s + 1e-12);
+      EXPECT_DOUBLE_EQ(x.compute_s, r[0].compute_s);
+    }
+  }
+}
+
+// The report's cp lines: each cp rank's attention work against the least's by the
+// closed form (without zigzag rank r sees r·L² + L(L+1)/2 pairs a head, L = s/N), the
+// replay's compute a rank, and the share of the busiest sender's ring sends its blocks hid.
+TEST(Replay, TheReportShowsEachCpRanksWorkAndTheRingsHiddenShare) {
+  train::TrainOptions o =
+      train::Grid{.cp = 4, .cp_load_balance = parallel::CpLoadBalance::kNone}.On(train::TinyGrid(2));
+  o.dry_run = true;
+  o.training.steps = 1;
+  o.data.eval_every = 0;
+  o.sampling.sample_bytes = 0;
+  o = o.Resolved();
+  const std::vector<Timeline> timelines = LastStepTimelines(o);
+  std::vector<const Timeline*> all;
+  for (const Timeline& t : timelines) all.push_back(&t);
+  const std::vector<comm::TrafficLedger> traffic(4);
+  const std::vector<MemoryLedger> memory(4);
+  ReportInputs in{o, 1, traffic, memory};
+  in.modelled = std::make_shared<const absl::StatusOr<std::vector<ReplayedRank>>>(
+      Replay(all, comm::Nodes::One(4), o.cluster.links, o.ModelledGpu()));
+  ASSERT_TRUE(in.modelled->ok());
+  const double l = o.model.seq_len / 4, least = l * (l + 1) / 2;
+  std::string shares;
+  for (int r = 0; r < 4; ++r) {
+    absl::StrAppendFormat(&shares, "%s%.2f", r > 0 ? " " : "", (r * l * l + least) / least);
+  }
+  const std::vector<std::string> lines = absl::StrSplit(ContextLines(in), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "cp attention work by cp rank (p2p, none), x the least: " + shares);
+  double lo = 1e300, hi = 0, sent = 0, exposed = 0;
+  for (const ReplayedRank& r : **in.modelled) {
+    lo = std::min(lo, r.compute_s);
+    hi = std::max(hi, r.compute_s);
+    if (r.p2p_sent_s.at("cp") > sent) sent = r.p2p_sent_s.at("cp"), exposed = r.p2p_exposed_s.at("cp");
+  }
+  EXPECT_LT(lo, hi);  // the last rank computes the most blocks
+  EXPECT_EQ(lines[1], absl::StrFormat("  modelled: compute %.4g..%.4g ms a rank; ring sends %.4g "
+                                      "ms, %.0f%% hidden by blocks",
+                                      lo * 1e3, hi * 1e3, sent * 1e3, 100 * (1 - exposed / sent)));
+  EXPECT_GT(exposed, 0);
+  EXPECT_LT(exposed, sent);
 }
 
 }  // namespace

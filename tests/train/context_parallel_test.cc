@@ -52,6 +52,18 @@ INSTANTIATE_TEST_SUITE_P(
              .virtual_stages = 2,
              .micro_batches = 2,
              .cp = 2,
+             .cp_load_balance = kNone},
+        // Full recompute: a stage's forward, or each layer's, again in backward, its
+        // attention (and the cp calls) with it.
+        Grid{.pp = 2, .recompute = true, .cp = 2},
+        Grid{.recompute = true, .cp = 2, .cp_comm = kAllGather},
+        Grid{.pp = 2, .recompute = true, .recompute_layers = true, .cp = 2, .cp_comm = kAllToAll},
+        Grid{.dp = 2,
+             .tp = 2,
+             .pp = 2,
+             .sequence_parallel = true,
+             .recompute = true,
+             .cp = 2,
              .cp_load_balance = kNone}),
     GridName);
 
@@ -144,11 +156,11 @@ TEST(ContextParallelTrain, WhatItDoesNotRunWithYetSaysSo) {
   EXPECT_EQ(message(o),
             "[flags] --cp_comm=a2a splits each tp rank's 2 heads over --cp=4: n_head/tp must be "
             "divisible by cp");
-  o = Grid{.pp = 2, .recompute = true, .cp = 2}.On(TinyGrid(2));
-  EXPECT_EQ(message(o), "[flags] --cp=2 does not run with recompute yet");
-  o = cp2;
-  o.precision.dtype = DType::kBF16;
-  EXPECT_EQ(message(o), "[flags] --cp=2 runs in fp32 only so far (no --precision=bf16)");
+  o = Grid{.recompute_attention = true, .cp = 2}.On(TinyGrid(2));
+  EXPECT_EQ(message(o),
+            "[flags] --recompute_granularity=selective makes attention's probabilities again in "
+            "backward, and --cp=2's attention keeps none (each query's log-sum-exp only): "
+            "nothing to make again; use full recompute or none");
 }
 
 }  // namespace

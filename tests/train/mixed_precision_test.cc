@@ -85,7 +85,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Grid{.dp = 2, .pp = 2, .zero = 3, .recompute = true},
                       Grid{.dp = 2, .pp = 2, .zero = 1,
                            .schedule = parallel::PipelineSchedule::kInterleaved,
-                           .virtual_stages = 2}),
+                           .virtual_stages = 2},
+                      // Context parallelism: K, V, the dK, dV accumulators and Ulysses'
+                      // tensors travel in bf16.
+                      Grid{.cp = 2}, Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllGather},
+                      Grid{.cp = 2, .cp_comm = parallel::CpComm::kAllToAll},
+                      Grid{.dp = 2, .tp = 2, .zero = 1, .sequence_parallel = true, .cp = 2},
+                      Grid{.pp = 2,
+                           .recompute = true,
+                           .cp = 2,
+                           .cp_load_balance = parallel::CpLoadBalance::kNone}),
     GridName);
 
 // The seed's Q6 model states, to the byte: with --precision=bf16 the peaks are 2Φ of
