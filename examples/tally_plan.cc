@@ -54,7 +54,9 @@ ABSL_FLAG(int, n_experts, 0,
           "experts in every layer's MLP (tally's MLP shape, 8h^2 + 5h each; 0: dense); Φ "
           "includes them");
 ABSL_FLAG(int, moe_top_k, 2, "experts each token goes to");
-ABSL_FLAG(int, ep, 1, "expert parallelism: each layer's experts split over this many dp ranks");
+ABSL_FLAG(int, ep, 1,
+          "expert parallelism: each layer's experts split over this many dp ranks (of the dp x "
+          "cp GPUs under --cp)");
 ABSL_FLAG(int, cp, 1,
           "context parallelism: each sequence cut into this many pieces, one a GPU (tally_train's "
           "--cp); the weights' replicas and ZeRO's shards span dp x cp");
@@ -135,11 +137,6 @@ absl::Status CheckGrid(const plan::PlanInput& in) {
     const absl::Status split = parallel::CheckContextParallel(
         in.cp, in.seq_len, heads / in.tp, in.cp_comm, in.cp_load_balance);
     if (!split.ok()) return absl::InvalidArgumentError(absl::StrCat("[flags] ", split.message()));
-    if (in.ep > 1 || in.n_experts > 0) {
-      return absl::InvalidArgumentError(
-          "[flags] --cp does not plan experts (--n_experts, --ep) yet, as tally_train does not "
-          "run them");
-    }
     if (in.recompute_attention) {
       return absl::InvalidArgumentError(
           "[flags] --recompute_granularity=selective has nothing to make again under --cp (its "
@@ -293,11 +290,18 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(CheckGrid(in));
   RETURN_IF_ERROR(positive("virtual_stages", in.virtual_stages));
   RETURN_IF_ERROR(positive("ep", in.ep));
-  if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || in.dp % in.ep != 0)) {
+  if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || in.dp % in.ep != 0) &&
+      in.cp == 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "[flags] --ep=%d needs --n_experts divisible by it and --dp divisible by it (got "
         "--n_experts=%d --dp=%d)",
         in.ep, in.n_experts, in.dp));
+  }
+  if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || (in.dp * in.cp) % in.ep != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[flags] --ep=%d needs --n_experts divisible by it and --dp x --cp divisible by it (got "
+        "--n_experts=%d --dp=%d --cp=%d)",
+        in.ep, in.n_experts, in.dp, in.cp));
   }
   if (int64_t(in.pp) * in.virtual_stages > in.model.layers) {
     return absl::InvalidArgumentError(absl::StrFormat(

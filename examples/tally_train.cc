@@ -52,7 +52,7 @@ ABSL_FLAG(double, moe_aux_loss_coef, kDefaults.model.aux_loss_coef,
           "weight of the Switch load-balancing loss");
 ABSL_FLAG(int, ep, kDefaults.parallel.ep,
           "expert parallelism: each layer's experts split over this many of the dp ranks "
-          "(it divides --dp and --n_experts); tokens reach them by all-to-all");
+          "(it divides --dp, or dp x cp, and --n_experts); tokens reach them by all-to-all");
 ABSL_FLAG(int, global_batch_size, kDefaults.training.global_batch_size,
           "sequences per optimizer step");
 ABSL_FLAG(int, micro_batch_size, kDefaults.training.micro_batch_size,

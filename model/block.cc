@@ -66,7 +66,8 @@ absl::Status BlockForward(Kernels& k, const GPTConfig& config, const LayerSplit&
   RETURN_IF_ERROR(
       k.LayerNormForward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, rows, c));
   if (config.moe()) {
-    RETURN_IF_ERROR(MoeForward(k, config, split, layer, n, w, a.ln2, experts, a.moe, s.moe, a.out));
+    RETURN_IF_ERROR(
+        MoeForward(k, config, split, layer, n, w, a.ln2, experts, sequence, a.moe, s.moe, a.out));
     return k.AddInPlace(a.out, a.residual2, int64_t(rows) * c);
   }
   RETURN_IF_ERROR(split.ColumnLinearForward(k, a.fch, ln2, a.ln2, w.operands(w.fc_w), w.fc_b, b,

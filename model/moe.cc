@@ -87,15 +87,26 @@ MoeRouting Route(const GPTConfig& config, const float* logits, int n) {
   r.routed.assign(size_t(e_count), 0);
   ChooseTopK(logits, r);
   KeepWithinCapacity(config.capacity_factor, r);
+  r.balance_tokens = n;
+  r.balance_routed.resize(size_t(e_count));
+  r.balance_probs.assign(size_t(e_count), 0.0);
+  for (int e = 0; e < e_count; ++e) {
+    r.balance_routed[size_t(e)] = double(r.routed[size_t(e)]);
+    for (int i = 0; i < n; ++i) r.balance_probs[size_t(e)] += r.probs[size_t(i) * e_count + e];
+  }
+  SetBalanceLoss(config, r);
+  return r;
+}
+
+void SetBalanceLoss(const GPTConfig& config, MoeRouting& r) {
   // Switch's load balancing: coef · E · Σ f_e · P_e.
+  const int e_count = config.n_experts;
+  const double n = r.balance_tokens;
   double balance = 0;
   for (int e = 0; e < e_count; ++e) {
-    double mean_p = 0;
-    for (int i = 0; i < n; ++i) mean_p += r.probs[size_t(i) * e_count + e];
-    balance += double(r.routed[size_t(e)]) / double(r.assignments()) * (mean_p / n);
+    balance += r.balance_routed[size_t(e)] / (n * r.k) * (r.balance_probs[size_t(e)] / n);
   }
   r.aux_loss = config.aux_loss_coef * e_count * balance;
-  return r;
 }
 
 namespace {
@@ -170,7 +181,8 @@ absl::Status Reorder(Kernels& k, const MoeRouting& r, int local, const void* fro
 
 absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& split, int layer,
                         int n, const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
-                        const MoeActivations& a, const MoeScratch& s, float* out) {
+                        const SequenceSplit* sequence, const MoeActivations& a,
+                        const MoeScratch& s, float* out) {
   const int c = config.n_embd, e_count = config.n_experts, hidden = 4 * c / split.size();
   const std::string scope = comm::scope::Layer(layer, comm::scope::kExperts);
   RETURN_IF_ERROR(k.LinearForward(s.logits, x, w.operands(w.router_w), nullptr, n, c, e_count));
@@ -189,6 +201,16 @@ absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& s
   }
   *a.routing = Route(config, logits.data(), n);
   MoeRouting& r = *a.routing;
+  if (sequence != nullptr) {  // the balance over the whole micro-batch: [routed | Σ p]
+    std::vector<double> sums = r.balance_routed;
+    sums.insert(sums.end(), r.balance_probs.begin(), r.balance_probs.end());
+    RETURN_IF_ERROR(sequence->SumOverSequence(sums.data(), int64_t(sums.size()),
+                                              comm::scope::Layer(layer, comm::scope::kBalance)));
+    r.balance_routed.assign(sums.begin(), sums.begin() + e_count);
+    r.balance_probs.assign(sums.begin() + e_count, sums.end());
+    r.balance_tokens = double(n) * sequence->size();
+    SetBalanceLoss(config, r);
+  }
   // The tokens' rows, as each expert takes them.
   const size_t row_bytes = size_t(c) * SizeOf(x.type);
   for (int64_t slot = 0; slot < r.kept_count(); ++slot) {
@@ -306,12 +328,14 @@ absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& 
   }
   // The router: d(p) through the renormalisation and the auxiliary loss, then the softmax.
   std::vector<float> d_logits(static_cast<size_t>(n) * e_count);
-  // d(dloss·n · aux)/d p_ie = coef·E·routed_e·dloss / (n·k).
-  const double aux_scale = config.aux_loss_coef * e_count * double(dloss) / (double(top) * n);
+  // d(dloss·n · aux)/d p_ie = coef·E·routed_e·dloss / (n·k), n and routed_e the balance's
+  // (the whole micro-batch's under a sequence split).
+  const double aux_scale =
+      config.aux_loss_coef * e_count * double(dloss) / (double(top) * r.balance_tokens);
   for (int i = 0; i < n; ++i) {
     const float* p = r.probs.data() + size_t(i) * e_count;
     std::vector<double> dp(static_cast<size_t>(e_count), 0.0);
-    for (int e = 0; e < e_count; ++e) dp[size_t(e)] = aux_scale * double(r.routed[size_t(e)]);
+    for (int e = 0; e < e_count; ++e) dp[size_t(e)] = aux_scale * r.balance_routed[size_t(e)];
     double chosen = 0, weighted = 0;
     for (int j = 0; j < top; ++j) {
       chosen += p[r.choice[size_t(i) * top + j]];

@@ -25,7 +25,12 @@
 //   aux loss   coef · E · Σ_e f_e · P_e with f_e = (choices of e before capacity) / (n·k) and
 //              P_e = Σ_i p_ie / n (Switch's load balancing; Megatron's form for top-k), added
 //              to the objective with the weight of the micro-batch's tokens in the global
-//              batch: its gradient is d aux / d p_ie = coef·E·f_e / n · (dloss·n).
+//              batch: its gradient is d aux / d p_ie = coef·E·f_e / n · (dloss·n). Under
+//              context parallelism (a sequence split over N ranks) n is the whole
+//              micro-batch's tokens: each rank sums its choices and Σ_i p_ie over the split
+//              (an all-reduce of 2E doubles a layer, as Megatron reduces its
+//              tokens-per-expert over the tp × cp group), so every rank has the serial
+//              run's aux loss, and each token's gradient is the serial one.
 //
 // Under expert parallelism (expert_split.h) a rank holds E/N of the experts: the kept rows
 // go to their experts' ranks and the outputs come back (and the gradients the same ways in
@@ -43,6 +48,7 @@
 #include "model/config.h"
 #include "model/expert_split.h"
 #include "model/layer_split.h"
+#include "model/sequence_split.h"
 #include "model/parameters.h"
 #include "runtime/kernels/kernels.h"
 
@@ -61,6 +67,11 @@ struct MoeRouting {
   std::vector<int64_t> offset;     // (E + 1)
   std::vector<int32_t> slot_token, slot_choice;
   double aux_loss = 0;             // coef · E · Σ f_e · P_e
+  // What the load-balancing loss reads: each expert's choices (routed) and Σ_i p_ie over
+  // `balance_tokens` tokens: these n, or under context parallelism the whole micro-batch's
+  // (summed over the sequence split), so that f_e and P_e are the serial run's.
+  std::vector<double> balance_routed, balance_probs;
+  double balance_tokens = 0;
   // Under expert parallelism over N ranks: the rows sent to each rank and received from
   // it, and what each rank sent each of this rank's experts (N·E/N, source by source).
   std::vector<int64_t> send_rows, recv_rows, recv_counts;
@@ -73,6 +84,9 @@ struct MoeRouting {
 // Routes n tokens from the router's logits (n, E, host): softmax, top-k, capacity,
 // groups, the auxiliary loss.
 MoeRouting Route(const GPTConfig& config, const float* logits, int n);
+// The auxiliary loss from r's balance statistics: coef·E·Σ_e routed_e/(N·k) · probs_e/N,
+// N = balance_tokens.
+void SetBalanceLoss(const GPTConfig& config, MoeRouting& r);
 
 // The MoE branch's device buffers for one block: the kept choices' rows in priority order
 // grouped by expert (n·k, C; the matmuls' operand type) and their outputs (n·k, C, fp32);
@@ -103,13 +117,16 @@ struct MoeScratch {
 };
 
 // out (n, C) = the combined expert outputs for x (n, C) = ln2 of layer `layer`, routing
-// into a.routing; `experts`: where the experts are (null: all here). Each expert's c_fc
+// into a.routing; `experts`: where the experts are (null: all here); `sequence`: the
+// sequence split the n rows are part of (null: none), over which the load-balancing
+// loss's statistics are summed (capacity must then be unlimited). Each expert's c_fc
 // and c_proj run through `split` (layer_split.h: column- and row-parallel under tensor
 // parallelism, its calls under scope layer{l}.experts, without sequence parallelism),
 // the router on every rank alike.
 absl::Status MoeForward(Kernels& k, const GPTConfig& config, const LayerSplit& split, int layer,
                         int n, const BlockTensors& w, ConstTypedPtr x, const ExpertSplit* experts,
-                        const MoeActivations& a, const MoeScratch& s, float* out);
+                        const SequenceSplit* sequence, const MoeActivations& a,
+                        const MoeScratch& s, float* out);
 // From dout (n, C): the experts' and the router's gradients into g, and dx (n, C) =
 // d(loss)/d(x) through both; `dloss` weights the auxiliary loss as each token's loss.
 absl::Status MoeBackward(Kernels& k, const GPTConfig& config, const LayerSplit& split,

@@ -7,7 +7,9 @@
 // With a split of N ranks the model's b sequences are b·(T/N) rows on each rank: its
 // tokens and targets are those rows (the caller cuts them), the position table is read at
 // the rows' positions, and each layer keeps Kept(b, ·) values for attention's backward
-// where serial attention keeps its probabilities (BlockActivations::att).
+// where serial attention keeps its probabilities (BlockActivations::att). A mixture of
+// experts routes each rank's rows, and sums the statistics of its load-balancing loss
+// over the split (SumOverSequence), so that the loss is the whole micro-batch's.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +58,11 @@ class SequenceSplit {
   virtual absl::Status AttentionBackward(float* dqkv, const float* dy, const float* qkv,
                                          const float* y, const float* kept, int b, int c, int nh,
                                          const std::string& scope) const = 0;
+  // `values` (n doubles on the host) summed over the ranks that share each sequence, in
+  // place: what a layer reads of the whole sequences, not of this rank's rows (the
+  // router's statistics for the load-balancing loss, moe.h).
+  virtual absl::Status SumOverSequence(double* values, int64_t n,
+                                       const std::string& scope) const = 0;
 };
 
 }  // namespace tally::model

@@ -1,5 +1,6 @@
 #include "parallel/context_parallel.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,19 @@ comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s) {
                        .rank = s.rank,
                        .receive = receive});
     };
+    if (s.experts > 0) {  // the router's balance statistics: E choices and E Σp, fp64
+      for (int64_t pass = 0; pass <= again; ++pass) {
+        calls.push_back({.group = comm::group::kCp,
+                         .primitive = Primitive::kAllReduce,
+                         .phase = pass == 0 ? Phase::kForward : Phase::kBackward,
+                         .scope = comm::scope::Layer(layer, comm::scope::kBalance),
+                         .count = 2 * s.experts,
+                         .element = 8,
+                         .calls = mb,
+                         .ranks = s.ranks,
+                         .rank = s.rank});
+      }
+    }
     switch (s.comm) {
       case CpComm::kP2p: {  // K, V packed: 2·b·L·h values a send
         const int64_t kv = 2 * s.batch * rows * s.channels;
@@ -219,6 +233,17 @@ absl::Status ContextParallel::AttentionBackward(float* dqkv, const float* dy, co
   ASSIGN_OR_RETURN(ContextAttention * attn, Attention(b, c, nh));
   comm::LabelScope label(cp_.ledger(), scope);
   return attn->Backward(dy, qkv, y, kept, dqkv);
+}
+
+absl::Status ContextParallel::SumOverSequence(double* values, int64_t n,
+                                              const std::string& scope) const {
+  ASSIGN_OR_RETURN(Tensor sums, Tensor::Empty({n}, DType::kF64, alloc_, MemoryCategory::kComm));
+  const bool real = alloc_.device().type != DeviceType::kMeta;  // a dry run moves no values
+  if (real) std::copy(values, values + n, sums.data<double>());
+  comm::LabelScope label(cp_.ledger(), scope);
+  RETURN_IF_ERROR(cp_.AllReduce(sums, comm::ReduceOp::kSum));
+  if (real) std::copy(sums.data<double>(), sums.data<double>() + n, values);
+  return absl::OkStatus();
 }
 
 }  // namespace tally::parallel

@@ -29,6 +29,9 @@
 // Under full recompute (a pipeline stage's forward or each layer's run again before its
 // backward) every layer's attention forward runs again in backward, with its calls: the
 // ring's N−1 sends, the all-gather, or the four all-to-alls more, in the backward phase.
+// With E experts a layer's router sums its load-balancing statistics over cp (moe.h):
+// one all-reduce of 2E fp64 values per layer and micro-batch (scope layer{l}.balance),
+// again with a recomputed forward, 2(N−1)/N·2E·8 bytes sent a rank each.
 // ContextParallelCalls declares exactly these, as the ledger books them (group cp,
 // scope layer{l}.context); the tests hold the ledger to them.
 //
@@ -114,6 +117,8 @@ struct ContextParallelShape {
   // Full recompute (a pipeline stage's forward, or each layer's, again in backward): every
   // layer's forward calls once more, booked in backward.
   bool recompute = false;
+  // E experts in every layer (0: dense): the router's balance statistics summed over cp.
+  int experts = 0;
 };
 comm::ExpectedCalls ContextParallelCalls(const ContextParallelShape& s);
 
@@ -249,6 +254,9 @@ class ContextParallel final : public model::SequenceSplit {
   absl::Status AttentionBackward(float* dqkv, const float* dy, const float* qkv, const float* y,
                                  const float* kept, int b, int c, int nh,
                                  const std::string& scope) const override;
+  // An all-reduce (sum) of the n fp64 values over the cp group (ContextParallelCalls'
+  // router row).
+  absl::Status SumOverSequence(double* values, int64_t n, const std::string& scope) const override;
 
  private:
   absl::StatusOr<ContextAttention*> Attention(int b, int c, int nh) const;

@@ -102,7 +102,7 @@ std::vector<int> Topology::PpGroup(int rank) const {
 std::vector<int> Topology::EpGroup(int rank) const {
   std::vector<int> members;
   for (int r : DpGroup(rank)) {
-    if (Of(r).dp / ep_ == Of(rank).dp / ep_) members.push_back(r);
+    if (EdpGroupRank(Of(r)) == EdpGroupRank(Of(rank))) members.push_back(r);
   }
   return members;
 }
@@ -110,7 +110,7 @@ std::vector<int> Topology::EpGroup(int rank) const {
 std::vector<int> Topology::EdpGroup(int rank) const {
   std::vector<int> members;
   for (int r : DpGroup(rank)) {
-    if (Of(r).dp % ep_ == Of(rank).dp % ep_) members.push_back(r);
+    if (ExpertRank(Of(r)) == ExpertRank(Of(rank))) members.push_back(r);
   }
   return members;
 }
@@ -137,7 +137,7 @@ std::string Topology::Describe(const comm::Nodes* nodes) const {
                            members(TpGroup(r)), members(PpGroup(r)));
     if (cp_ > 1) out += absl::StrFormat(" | cp group %s", members(CpGroup(r)));
     if (ep_ > 1) {
-      out += absl::StrFormat(" | ep %d: ep group %s | edp group %s", c.dp % ep_,
+      out += absl::StrFormat(" | ep %d: ep group %s | edp group %s", ExpertRank(c),
                              members(EpGroup(r)), members(EdpGroup(r)));
     }
     out += "\n";
@@ -170,11 +170,12 @@ absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool
     ASSIGN_OR_RETURN(groups.embedding,
                      world.Split(tied ? replica : -1, rank, comm::group::kEmbedding));
   }
-  if (ep_ > 1) {  // within the dp group (colored by it), by dp rank
-    const int replica = c.pp * tp_ + c.tp, blocks = dp_ / ep_;
-    ASSIGN_OR_RETURN(groups.ep, world.Split(replica * blocks + c.dp / ep_, rank, comm::group::kEp));
+  if (ep_ > 1) {  // within the dp group (colored by it), by dp group rank
+    const int replica = c.pp * tp_ + c.tp, blocks = EdpGroupSize();
+    ASSIGN_OR_RETURN(groups.ep,
+                     world.Split(replica * blocks + EdpGroupRank(c), rank, comm::group::kEp));
     ASSIGN_OR_RETURN(groups.edp,
-                     world.Split(blocks > 1 || sharded ? replica * ep_ + c.dp % ep_ : -1, rank,
+                     world.Split(blocks > 1 || sharded ? replica * ep_ + ExpertRank(c) : -1, rank,
                                  comm::group::kEdp));
   }
   return groups;

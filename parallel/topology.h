@@ -62,10 +62,12 @@ std::string Name(const Order& order);
 
 class Topology {
  public:
-  // `ep`: expert parallelism carved out of the data-parallel ranks (it divides dp): dp
-  // ranks d and d' of a dp group share an expert-parallel group when d/ep == d'/ep (their
-  // ep rank is d mod ep), and an expert-data-parallel group (the ranks holding the same
-  // experts) when d mod ep == d' mod ep, as Megatron-LM lays them out.
+  // `ep`: expert parallelism carved out of the data-parallel ranks (it divides dp, or with
+  // context parallelism dp·cp): the ranks q and q' of a dp group (DpGroupRank) share an
+  // expert-parallel group when q/ep == q'/ep (their ep rank is q mod ep), and an
+  // expert-data-parallel group (the ranks holding the same experts) when
+  // q mod ep == q' mod ep, as Megatron-LM lays them out (its expert grid takes ep from the
+  // dp × cp ranks).
   Topology(int dp, int tp, int pp, Order order = kMegatronOrder, int ep = 1, int cp = 1)
       : dp_(dp), tp_(tp), pp_(pp), ep_(ep), cp_(cp), order_(order) {}
 
@@ -79,6 +81,11 @@ class Topology {
   // dp_index·cp + cp_index.
   int DpGroupSize() const { return dp_ * cp_; }
   int DpGroupRank(GridCoordinates c) const { return c.dp * cp_ + c.cp; }
+  // Expert parallelism's places: a rank's ep rank (which E/ep experts it holds), and its
+  // edp group's size and its rank in it.
+  int ExpertRank(GridCoordinates c) const { return DpGroupRank(c) % ep_; }
+  int EdpGroupSize() const { return dp_ * cp_ / ep_; }
+  int EdpGroupRank(GridCoordinates c) const { return DpGroupRank(c) / ep_; }
   const Order& order() const { return order_; }
 
   GridCoordinates Of(int rank) const;

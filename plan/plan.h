@@ -195,7 +195,7 @@ double MegatronStepFlops(const PlanInput& in);
 // schedule's v chunks of equal layers (v·pp dividing the layers, m a multiple of pp), ZeRO
 // 0–3 when dp > 1, up to kSearchMicroBatches micro-batches dividing a dp rank's share of
 // `global_batch` sequences, recompute none, selective or full (on a pipeline by stage
-// or by layer), and with experts every ep dividing dp and E — whose
+// or by layer), and with experts every ep dividing dp·cp and E — whose
 // model states (at in.precision) and activations (tally's GPT; none counted otherwise) fit
 // in `gpu_bytes`, fastest predicted step first.
 constexpr int kSearchMicroBatches = 1024;

@@ -164,11 +164,11 @@ absl::StatusOr<std::vector<SearchResult>> SearchGrids(const PlanInput& base, int
     }
     return v;
   });
-  expand([&](PlanInput g) {  // ep: dividing dp and E (1: each rank holds every expert)
+  expand([&](PlanInput g) {  // ep: dividing dp·cp and E (1: each rank holds every expert)
     std::vector<PlanInput> v;
-    for (g.ep = 1; g.ep <= g.dp; ++g.ep) {
+    for (g.ep = 1; g.ep <= g.dp * g.cp; ++g.ep) {
       const bool experts_split = base.n_experts > 0 && divides(g.ep, base.n_experts);
-      if (divides(g.ep, g.dp) && (g.ep == 1 || experts_split)) v.push_back(g);
+      if (divides(g.ep, g.dp * g.cp) && (g.ep == 1 || experts_split)) v.push_back(g);
     }
     return v;
   });

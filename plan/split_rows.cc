@@ -30,6 +30,7 @@ parallel::TensorParallelShape TensorParallelShapeOf(const PlanRows& plan, bool e
                                                     bool lm_head = false) {
   const PlanInput& in = plan.in;
   return {.ranks = in.tp,
+          .experts = in.n_experts > 0,  // the experts' calls: routed rows, no closed form
           .embedding = embedding,
           .lm_head = lm_head,
           .sequence_parallel = in.sequence_parallel,
@@ -341,14 +342,16 @@ parallel::ContextParallelShape ContextParallelShapeOf(const PlanInput& in, int r
           .layers = std::move(layers),
           .micro_batches = m,
           .element = in.bytes_per_value,
-          .recompute = in.recompute};
+          .recompute = in.recompute,
+          .experts = in.n_experts};
 }
 
 // Context parallelism's attention calls over each cp group (parallel/context_parallel.h's
 // list): per layer and micro-batch the ring's K, V sends forward and K, V and dK, dV
 // sends backward, or the all-gather of K, V and the reduce-scatter of dK, dV, or
-// Ulysses' eight all-to-alls; of the GPU's b·(s/cp) positions and its h/tp channels. A
-// ring's step waits for its slowest hop; the collectives' time is their passes'.
+// Ulysses' eight all-to-alls; of the GPU's b·(s/cp) positions and its h/tp channels; and
+// with experts the router's 2E statistics all-reduced. A ring's step waits for its slowest
+// hop; the collectives' time is their passes'.
 void ContextParallelRows(PlanRows& plan) {
   const PlanInput& in = plan.in;
   if (in.cp <= 1) return;
@@ -374,10 +377,11 @@ void ContextParallelRows(PlanRows& plan) {
         gpu.Add(comm::ExactSentByLink(c.primitive, Algorithm::kRing, where, i, -1, c.count,
                                       size_t(c.element)),
                 double(c.calls));
+        const double passes = c.primitive == Primitive::kAllReduce ? 2 : 1;
         time += double(c.calls) *
                 (c.primitive == Primitive::kSendRecv
                      ? MessageSeconds(crosses ? in.cluster.inter : in.cluster.intra, bytes)
-                     : PassesTime(Algorithm::kRing, where, bytes, 1, in.cluster));
+                     : PassesTime(Algorithm::kRing, where, bytes, passes, in.cluster));
       }
       cp.Add(gpu);
       cp.time = std::max(cp.time, time);

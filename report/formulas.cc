@@ -114,8 +114,8 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
   const int ep = o.parallel.ep;
   const parallel::Topology grid = o.topology();
   const char* group = experts ? comm::group::kEdp : comm::group::kDp;
-  const int ranks = experts ? o.parallel.dp / ep : grid.DpGroupSize();
-  const int group_rank = experts ? at.dp / ep : grid.DpGroupRank(at);
+  const int ranks = experts ? grid.EdpGroupSize() : grid.DpGroupSize();
+  const int group_rank = experts ? grid.EdpGroupRank(at) : grid.DpGroupRank(at);
   if (o.parallel.zero >= 1) {
     const std::vector<comm::Chunk> units =
         parallel::UnitRanges(parallel::ZeroUnits(layout, o.parallel.zero, ep > 1), experts);
@@ -151,7 +151,7 @@ parallel::StepEndShape StepEndShapeOf(const ReportInputs& in, const model::Param
       .dp = {grid.DpGroupSize(), grid.DpGroupRank(at), GroupNodes(in, rank, false)},
       .tp = {o.parallel.tp, at.tp, {}},
       .pp = {o.parallel.pp, at.pp, {}},
-      .ep = {o.parallel.ep, at.dp % o.parallel.ep, {}},
+      .ep = {o.parallel.ep, grid.ExpertRank(at), {}},
       .shards = o.parallel.zero >= 1,
       .sequence_parallel = o.parallel.sequence_parallel,
       .per_token_elements = o.parallel.sequence_parallel ? PerTokenElements(o, layout, rank) : 0,
@@ -168,13 +168,13 @@ ValueBytes BytesOf(const train::TrainOptions& o) {
 
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,
                                 int rank) {
-  // ZeRO shards over the dp group: dp·cp ranks under context parallelism (without experts).
+  // ZeRO shards over the dp group (dp·cp ranks under context parallelism), the experts'
+  // units over the edp group.
   const parallel::Topology grid = o.topology();
   const parallel::GridCoordinates at = grid.Of(rank);
-  const int dp_rank = at.dp;
   return parallel::Sharding(parallel::ZeroUnits(layout, o.parallel.zero, o.parallel.ep > 1),
                             {grid.DpGroupSize(), grid.DpGroupRank(at)},
-                            {o.parallel.dp / o.parallel.ep, dp_rank / o.parallel.ep});
+                            {grid.EdpGroupSize(), grid.EdpGroupRank(at)});
 }
 
 comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
@@ -192,7 +192,7 @@ comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
   if (o.parallel.ep > 1) {
     comm::Append(calls, GradientCalls(in, layout, rank, /*experts=*/true));
     comm::Append(calls, parallel::RoutingCountCalls({.ranks = o.parallel.ep,
-                                                     .rank = at.dp % o.parallel.ep,
+                                                     .rank = o.topology().ExpertRank(at),
                                                      .layers = LayersOf(layout),
                                                      .n_experts = o.model.n_experts,
                                                      .micro_batches = o.accumulation_steps(),
@@ -208,7 +208,8 @@ comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
                                                         .layers = LayersOf(layout),
                                                         .micro_batches = o.accumulation_steps(),
                                                         .element = BytesOf(o).activations,
-                                                        .recompute = o.parallel.recompute}));
+                                                        .recompute = o.parallel.recompute,
+                                                        .experts = o.model.n_experts}));
   }
   comm::Append(calls, parallel::StepEndCalls(StepEndShapeOf(in, layout, rank)));
   return calls;

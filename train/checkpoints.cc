@@ -43,12 +43,13 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
     whole.optimizer = whole.gathered.get();
     whole.optimizer->set_step(local.optimizer->step());
   }
-  // Dp rank 0's parts, and under ep the other experts of dp ranks < ep, placed first: their
-  // other tensors are dp rank 0's (replicas), or (ZeRO) not gathered on them at all, and
-  // dp rank 0's part then overwrites them.
+  // Dp rank 0's parts, and under ep the other experts of dp group ranks < ep, placed first:
+  // their other tensors are dp rank 0's (replicas), or (ZeRO) not gathered on them at all,
+  // and dp rank 0's part then overwrites them.
   std::vector<int> parts;
+  const parallel::Topology grid = o.topology();
   for (int r = 0; r < o.world(); ++r) {
-    const int dp_rank = o.topology().Of(r).dp;
+    const int dp_rank = grid.DpGroupRank(grid.Of(r));
     if (dp_rank > 0 && dp_rank < o.parallel.ep) parts.push_back(r);
   }
   for (int r = 0; r < o.world(); ++r) {

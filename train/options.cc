@@ -137,7 +137,7 @@ model::Precision TrainOptions::Precision() const {
 model::ParameterLayout TrainOptions::RankLayout(int rank) const {
   const parallel::GridCoordinates at = topology().Of(rank);
   return model::ParameterLayout::ForGPT(model, parallel.tp, at.tp, StageModelChunks(at.pp), parallel.ep,
-                                        at.dp % parallel.ep);
+                                        topology().ExpertRank(at));
 }
 
 model::ModelChunks TrainOptions::StageModelChunks(int pp_rank) const {

@@ -101,10 +101,11 @@ absl::Status ParallelOptions::ValidateContextParallel(const model::GPTConfig& mo
     }
     return Bad(split.message());
   }
-  auto not_yet = [&](const char* what) {
-    return Bad("--cp=", cp, " does not run with ", what, " yet");
-  };
-  if (ep > 1 || model.moe()) return not_yet("experts (--n_experts, --ep)");
+  if (model.moe() && model.capacity_factor > 0) {
+    return Bad("--capacity_factor=", model.capacity_factor, " with --cp=", cp,
+               ": an expert's capacity ranks every token of a micro-batch, and cp splits "
+               "them over ranks; use --capacity_factor=0 (no limit)");
+  }
   if (recompute_attention) {
     return Bad("--recompute_granularity=selective makes attention's probabilities again in "
                "backward, and --cp=", cp, "'s attention keeps none (each query's log-sum-exp "
@@ -121,9 +122,13 @@ absl::Status ParallelOptions::Validate(const model::GPTConfig& model) const {
       return Bad("--n_experts=", model.n_experts, " must be divisible by --ep=", ep,
                  " (each rank takes whole experts)");
     }
-    if (dp % ep != 0) {
+    if (dp % ep != 0 && cp == 1) {
       return Bad("--ep=", ep, " must divide --dp=", dp,
                  " (expert-parallel ranks are carved out of the data-parallel ones)");
+    }
+    if ((dp * cp) % ep != 0) {
+      return Bad("--ep=", ep, " must divide --dp x --cp = ", dp * cp,
+                 " (expert-parallel ranks are carved out of the dp group's dp·cp ranks)");
     }
   }
   if (model.moe() && tp > 1 && sequence_parallel) {

@@ -257,8 +257,10 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
   const int experts = options_.model.n_experts;
   std::vector<double> sums = {m.aux_loss, double(m.dropped), double(m.assignments)};
   for (int64_t t : m.expert_tokens) sums.push_back(double(t));
-  // The ranks of a tp group route alike: tp rank 0 speaks for them.
+  // The ranks of a tp group route alike: tp rank 0 speaks for them. The ranks of a cp group
+  // route their own rows, but share the micro-batch's aux loss: cp rank 0 gives it.
   if (tensor_parallel_.rank() != 0) std::fill(sums.begin(), sums.end(), 0.0);
+  if (groups_.cp != nullptr && groups_.cp->rank() != 0) sums[0] = 0;
   if (world_ != nullptr) {
     comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
     comm::LabelScope label(world_->ledger(), "moe_stats");

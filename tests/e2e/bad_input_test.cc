@@ -142,6 +142,9 @@ TEST(BadInput, ContextParallelismSaysWhatItCannotSplitOrRunWith) {
        "[flags] --cp_load_balance=headtail is not one of none, zigzag"},
       {"--cp=2 --recompute_granularity=selective",
        "[flags] --recompute_granularity=selective makes attention's probabilities again"},
+      {"--cp=2 --n_experts=4 --capacity_factor=1.25",
+       "[flags] --capacity_factor=1.25 with --cp=2: an expert's capacity ranks every token"},
+      {"--cp=2 --n_experts=4 --ep=3", "[flags] --n_experts=4 must be divisible by --ep=3"},
       {"--cp=2 --device=cuda", "[flags] --cp=2 runs on --device=cpu only so far"},
   });
   // tally_plan: the same splits, and what tally_train does not run.
@@ -153,7 +156,8 @@ TEST(BadInput, ContextParallelismSaysWhatItCannotSplitOrRunWith) {
                                "n_head 4 is not divisible by 8"},
       {"--cp=2 --cp_comm=ring", "[flags] --cp_comm=ring is not one of p2p, allgather, a2a"},
       {"--cp=2 --cp_load_balance=even", "[flags] --cp_load_balance=even is not one of none, zigzag"},
-      {"--cp=2 --n_experts=4", "[flags] --cp does not plan experts (--n_experts, --ep) yet"},
+      {"--cp=2 --dp=2 --n_experts=6 --ep=3", "[flags] --ep=3 needs --n_experts divisible by it "
+                                              "and --dp x --cp divisible by it"},
       {"--cp=2 --recompute_granularity=selective",
        "[flags] --recompute_granularity=selective has nothing to make again under --cp"},
       {"--cp=2048 --dp=1024", "[flags] dp 1024 x cp 2048 x tp 1 x pp 1 = 2097152 GPUs; tally_plan "

@@ -185,8 +185,8 @@ TEST_P(MoeGradients, EqualCentralDifferencesOfTheDoubleDefinition) {
   std::unique_ptr<Kernels> kernels = Kernels::Create(Device::CPU()).value();
   std::vector<float> out(static_cast<size_t>(n) * c), dx(static_cast<size_t>(n) * c);
   ASSERT_TRUE(
-      MoeForward(*kernels, config, Serial::Instance(), 0, n, w, ConstTypedPtr(x.data()), nullptr, a,
-                 s, out.data())
+      MoeForward(*kernels, config, Serial::Instance(), 0, n, w, ConstTypedPtr(x.data()), nullptr,
+                 nullptr, a, s, out.data())
           .ok());
   ASSERT_TRUE(MoeBackward(*kernels, config, Serial::Instance(), 0, n, w, g, ConstTypedPtr(x.data()),
                           nullptr, a, s, dloss, dout.data(), dx.data())

@@ -23,15 +23,16 @@ using parallel::CpComm;
 using parallel::CpLoadBalance;
 
 // A sweep drawn at random (a fixed seed): cp 2 or 4 in every variant and balance, with dp,
-// tp (± sequence parallelism), pp (gpipe, 1f1b, interleaved), ZeRO 0-3, micro-batches and
-// full recompute (a stage's or each layer's).
+// tp (± sequence parallelism), pp (gpipe, 1f1b, interleaved), ZeRO 0-3, micro-batches,
+// full recompute (a stage's or each layer's) and experts over ep of the dp·cp GPUs.
 TEST(PlanContext, RandomShapesAndGridsEqualTheDryRun) {
   std::mt19937 random(20261205);
   auto pick = [&](std::initializer_list<int> values) {
     return *(values.begin() + std::uniform_int_distribution<size_t>(0, values.size() - 1)(random));
   };
   int planned = 0, cp_rows = 0;
-  for (int attempt = 0; planned < 16 && attempt < 1000; ++attempt) {
+  int with_experts = 0;
+  for (int attempt = 0; planned < 20 && attempt < 1000; ++attempt) {
     model::GPTConfig c;
     c.n_layer = pick({2, 4});
     c.n_head = pick({2, 4});
@@ -53,6 +54,11 @@ TEST(PlanContext, RandomShapesAndGridsEqualTheDryRun) {
     in.gpipe = in.pp > 1 && pick({0, 1}) == 1;
     in.recompute = pick({0, 1}) == 1;
     in.recompute_layers = in.recompute && in.pp > 1 && pick({0, 1}) == 1;
+    if (pick({0, 1, 2}) == 0) {  // experts, over ep of the dp group's dp·cp GPUs
+      in.model = WithExperts(in.model, 4, 2);
+      in.n_experts = 4;
+      in.ep = pick({1, 2, 4});
+    }
     in.virtual_stages = in.pp > 1 && !in.gpipe && c.n_layer == 4 && pick({0, 1}) == 1 ? 2 : 1;
     if (in.virtual_stages > 1) in.micro_batches = in.batch = 2;
     in.precision = DType::kF32;
@@ -69,12 +75,15 @@ TEST(PlanContext, RandomShapesAndGridsEqualTheDryRun) {
                               " dp ", in.dp, " tp ", in.tp, " pp ", in.pp, " v ",
                               in.virtual_stages, " zero ", in.zero, " m ", in.micro_batches,
                               " b ", in.batch, " sp ", in.sequence_parallel, " gpipe ", in.gpipe,
-                              " recompute ", in.recompute, " layers ", in.recompute_layers));
+                              " recompute ", in.recompute, " layers ", in.recompute_layers,
+                              " experts ", in.n_experts, " ep ", in.ep));
     EXPECT_GT(ExpectPlanIsTheDryRun(in, o), 0);
+    with_experts += in.n_experts > 0 ? 1 : 0;
     for (const PlanRow& row : Plan(in)) cp_rows += row.strategy == "cp (attention)" ? 1 : 0;
   }
-  EXPECT_EQ(planned, 16);
-  EXPECT_EQ(cp_rows, 16);
+  EXPECT_EQ(planned, 20);
+  EXPECT_EQ(cp_rows, 20);
+  EXPECT_GT(with_experts, 2);
 }
 
 // The cp row by its closed forms (context_parallel.h), per layer and micro-batch for the

@@ -60,13 +60,18 @@ inline std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& str
       return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
     };
   }
-  if (strategy == absl::StrCat("zero-", zero)) {
+  if (strategy == absl::StrCat("zero-", zero)) {  // the dense part over dp, experts over edp
     return [](const comm::LedgerKey& k) {
-      return k.group == "dp" && k.primitive != comm::Primitive::kAllReduce;
+      return (k.group == "dp" || k.group == "edp") && k.primitive != comm::Primitive::kAllReduce;
     };
   }
-  if (strategy == "tp (layers of a stage)") {
-    return [](const comm::LedgerKey& k) { return k.group == "tp" && k.label.rfind("layer", 0) == 0; };
+  if (strategy == "edp all-reduce (experts)" && zero == 0) {
+    return [](const comm::LedgerKey& k) { return k.group == "edp"; };
+  }
+  if (strategy == "tp (layers of a stage)") {  // but the experts' (routed rows: no closed form)
+    return [](const comm::LedgerKey& k) {
+      return k.group == "tp" && k.label.rfind("layer", 0) == 0 && !k.label.ends_with(".experts");
+    };
   }
   if (strategy == "pp (tied embedding)") {
     return [](const comm::LedgerKey& k) { return k.group == "embedding" && k.label == "tied_embedding"; };
@@ -106,7 +111,8 @@ inline int ExpectPlanIsTheDryRun(const PlanInput& in, const train::TrainOptions&
     EXPECT_EQ(double(most), row.exact_bytes_per_gpu) << row.strategy;
     if (row.exact_bytes_per_layer > 0) {  // tp: every layer's rows, layer 0's here
       EXPECT_EQ(double(BusiestSent(run.traffic, [](const comm::LedgerKey& k) {
-                  return k.group == "tp" && k.label.rfind("layer0.", 0) == 0;
+                  return k.group == "tp" && k.label.rfind("layer0.", 0) == 0 &&
+                         !k.label.ends_with(".experts");
                 })),
                 row.exact_bytes_per_layer);
     }

@@ -67,6 +67,30 @@ INSTANTIATE_TEST_SUITE_P(
              .cp_load_balance = kNone}),
     GridName);
 
+// Experts: each cp rank routes its own rows, and the router's balance statistics are summed
+// over cp (one all-reduce of 2E values a layer), so that the aux loss and every router
+// gradient are the serial run's; ep takes its ranks from the dp group's dp·cp (over the cp
+// ranks alone when dp = 1). Capacity unlimited: a limit ranks a micro-batch's tokens.
+TEST(ContextParallelTrain, ExpertsMatchTheSingleRankRunAndEveryFormula) {
+  struct Case {
+    Grid grid;
+    int ep = 1;
+  };
+  for (const Case& c : {Case{Grid{.cp = 2}}, Case{Grid{.cp = 2, .cp_comm = kAllGather}, 2},
+                        Case{Grid{.dp = 2, .zero = 1, .cp = 2, .cp_comm = kAllToAll}, 2},
+                        Case{Grid{.dp = 2, .zero = 3, .cp = 2, .cp_load_balance = kNone}, 4},
+                        Case{Grid{.pp = 2, .recompute = true, .cp = 2}, 2},
+                        Case{Grid{.tp = 2, .cp = 2}, 2}}) {
+    SCOPED_TRACE(c.grid.Name() + " ep " + std::to_string(c.ep));
+    TrainOptions moe = TinyGrid(2 * c.grid.dp);
+    moe.model.n_experts = 4;
+    moe.model.moe_top_k = 2;
+    TrainOptions o = c.grid.On(moe);
+    o.parallel.ep = c.ep;
+    ExpectGridMatchesSerial(o, moe);
+  }
+}
+
 // --overlap: the dp·cp group's buckets (DDP) and ZeRO-2's unit reduce-scatters posted while
 // backward goes on, with the ring's sends in flight beside them.
 TEST(ContextParallelTrain, OverlapMatchesTheSingleRankRunAndEveryFormula) {
@@ -156,6 +180,19 @@ TEST(ContextParallelTrain, WhatItDoesNotRunWithYetSaysSo) {
   EXPECT_EQ(message(o),
             "[flags] --cp_comm=a2a splits each tp rank's 2 heads over --cp=4: n_head/tp must be "
             "divisible by cp");
+  o = cp2;
+  o.model.n_experts = 4;
+  o.model.capacity_factor = 1.25;
+  EXPECT_EQ(message(o),
+            "[flags] --capacity_factor=1.25 with --cp=2: an expert's capacity ranks every token "
+            "of a micro-batch, and cp splits them over ranks; use --capacity_factor=0 (no limit)");
+  o.model.capacity_factor = 0;
+  o.parallel.dp = 2;
+  o.parallel.ep = 3;
+  o.model.n_experts = 6;
+  EXPECT_EQ(message(o),
+            "[flags] --ep=3 must divide --dp x --cp = 4 (expert-parallel ranks are carved out of "
+            "the dp group's dp·cp ranks)");
   o = Grid{.recompute_attention = true, .cp = 2}.On(TinyGrid(2));
   EXPECT_EQ(message(o),
             "[flags] --recompute_granularity=selective makes attention's probabilities again in "

@@ -41,6 +41,7 @@ inline constexpr char kCounts[] = "counts";      // the routing counts' all-to-a
 inline constexpr char kDispatch[] = "dispatch";  // the routed rows out to their experts
 inline constexpr char kCombine[] = "combine";    // and the experts' outputs back
 inline constexpr char kContext[] = "context";    // attention's K, V (or q, k, v, o) over cp
+inline constexpr char kBalance[] = "balance";    // the router's statistics summed over cp
 inline std::string Layer(int layer, const char* part) {
   return "layer" + std::to_string(layer) + "." + part;
 }
