@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace tally::cpu {
 
@@ -46,7 +47,11 @@ struct Rows {
   T* Row(int i, int r) const { return data + i * batch + int64_t(r) * ld; }
   // The view `columns` further along each row (a head, or k after q in a fused qkv).
   Rows At(int columns) const { return Rows{data + columns, batch, ld}; }
-  operator Rows<const T>() const { return Rows<const T>{data, batch, ld}; }
+  // A read-only view of the same rows (a view of const elements is one already).
+  template <typename U = T, typename = std::enable_if_t<!std::is_const_v<U>>>
+  operator Rows<const U>() const {  // NOLINT(google-explicit-constructor)
+    return Rows<const U>{data, batch, ld};
+  }
 };
 
 // Where a block's queries and keys sit in the sequence.

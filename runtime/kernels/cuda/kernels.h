@@ -1,6 +1,7 @@
 // CUDA kernels for what Kernels (runtime/kernels/kernels.h) runs, with the arguments and
 // meaning of the CPU kernels (runtime/kernels/cpu) or of Kernels, on device pointers
-// (fp32): matmul.cu (linear, attention) and kernels.cu (the rest). Each is tested against
+// (fp32): matmul.cu (linear, attention), block_attention.cu (context parallelism's blocks)
+// and kernels.cu (the rest). Each is tested against
 // the CPU (tests/runtime/kernels/cuda_kernels_test.cc, device_kernels_test.cc). They queue work on
 // the current device's default stream; a copy back to the host waits for it. Launch errors come
 // back as a Status naming the kernel; an error inside a kernel shows at the next synchronisation.
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/dtype.h"
+#include "runtime/kernels/cpu/block_attention.h"
 #include "runtime/kernels/matmul_inputs.h"
 
 namespace tally::cuda {
@@ -64,6 +66,22 @@ absl::Status AttentionForward(Blas& blas, float* y, float* att, ConstTypedPtr qk
                               int c, int nh);
 absl::Status AttentionBackward(Blas& blas, float* dqkv, float* scratch, const float* dy,
                                ConstTypedPtr qkv, const float* att, int b, int t, int c, int nh);
+
+// Block attention (block_attention.cu): the CPU block kernels' arguments and math
+// (runtime/kernels/cpu/block_attention.h) on device pointers, fp32: O = 0 and lse = −∞;
+// a block merged into (O, lse); D = the rows of dO ⊙ O by head; a block's dQ, dK, dV
+// added. Each row's sums run in one thread in a fixed order: the same bits on every run.
+absl::Status BlockAttentionStart(cpu::Rows<float> o, float* lse, int b, int tq, int c, int nh);
+absl::Status BlockAttentionForward(cpu::Rows<float> o, float* lse, cpu::Rows<const float> q,
+                                   cpu::Rows<const float> k, cpu::Rows<const float> v, int b,
+                                   int c, int nh, cpu::BlockPositions at);
+absl::Status AttentionDelta(float* delta, cpu::Rows<const float> dout, cpu::Rows<const float> o,
+                            int b, int tq, int c, int nh);
+absl::Status BlockAttentionBackward(cpu::Rows<float> dq, cpu::Rows<float> dk, cpu::Rows<float> dv,
+                                    cpu::Rows<const float> q, cpu::Rows<const float> k,
+                                    cpu::Rows<const float> v, cpu::Rows<const float> dout,
+                                    const float* lse, const float* delta, int b, int c, int nh,
+                                    cpu::BlockPositions at);
 
 // y fp32 or bf16 (rounded to nearest even), as GeluForward's.
 absl::Status LayerNormForward(TypedPtr y, float* mean, float* rstd, const float* x, const float* w,

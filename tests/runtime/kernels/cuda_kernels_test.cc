@@ -13,6 +13,7 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/kernels/cpu/attention.h"
+#include "runtime/kernels/cpu/block_attention.h"
 #include "runtime/kernels/cpu/cross_entropy.h"
 #include "runtime/kernels/cpu/embedding.h"
 #include "runtime/kernels/cpu/gelu.h"
@@ -133,6 +134,57 @@ TEST_F(CudaKernels, Attention) {
   float* d_scratch = Up(std::vector<float>(size_t(nh) * t * t));
   ASSERT_TRUE(cuda::AttentionBackward(*blas_, d_dqkv, d_scratch, Up(g), d_qkv, datt, b, t, c, nh).ok());
   ExpectClose(d_dqkv, dqkv, 1e-4f, 1e-3f, "dqkv");
+}
+
+// Context parallelism's block kernels: the queries of one piece against three key pieces
+// (before, the same, after: the last masked whole), merged in order, then backward into dQ
+// and each piece's dK, dV; O, lse, D and every gradient within atol + rtol·|cpu|.
+TEST_F(CudaKernels, BlockAttention) {
+  const int b = 2, c = 32, nh = 4, piece = 8, s = 3 * piece;
+  const int64_t batch = int64_t(s) * c;  // (b, s, c) tensors; the queries are rows 8..15
+  std::vector<float> q = Random(b * s * c, 1), k = Random(b * s * c, 2), v = Random(b * s * c, 3);
+  std::vector<float> dout = Random(b * s * c, 4);
+  std::vector<float> o(b * s * c), lse(b * nh * piece), delta(b * nh * piece);
+  std::vector<float> dq(b * s * c), dk(b * s * c), dv(b * s * c);
+  float *d_q = Up(q), *d_k = Up(k), *d_v = Up(v), *d_dout = Up(dout);
+  float *d_o = Up(o), *d_lse = Up(lse), *d_delta = Up(delta);
+  float *d_dq = Up(dq), *d_dk = Up(dk), *d_dv = Up(dv);
+  auto rows = [&](float* data, int from) { return cpu::Rows<float>{data + from * c, batch, c}; };
+  auto in = [&](const float* data, int from) {
+    return cpu::Rows<const float>{data + from * c, batch, c};
+  };
+  cpu::BlockAttentionStart(rows(o.data(), piece), lse.data(), b, piece, c, nh);
+  ASSERT_TRUE(cuda::BlockAttentionStart(rows(d_o, piece), d_lse, b, piece, c, nh).ok());
+  for (int key = 0; key < 3; ++key) {
+    const cpu::BlockPositions at{piece, piece, key * piece, piece};
+    cpu::BlockAttentionForward(rows(o.data(), piece), lse.data(), in(q.data(), piece),
+                               in(k.data(), key * piece), in(v.data(), key * piece), b, c, nh, at);
+    ASSERT_TRUE(cuda::BlockAttentionForward(rows(d_o, piece), d_lse, in(d_q, piece),
+                                            in(d_k, key * piece), in(d_v, key * piece), b, c, nh,
+                                            at)
+                    .ok());
+  }
+  ExpectClose(d_o, o, 1e-5f, 1e-4f, "o");
+  ExpectClose(d_lse, lse, 1e-5f, 1e-5f, "lse");
+  cpu::AttentionDelta(delta.data(), in(dout.data(), piece), in(o.data(), piece), b, piece, c, nh);
+  ASSERT_TRUE(
+      cuda::AttentionDelta(d_delta, in(d_dout, piece), in(d_o, piece), b, piece, c, nh).ok());
+  ExpectClose(d_delta, delta, 1e-5f, 1e-4f, "delta");
+  for (int key = 0; key < 3; ++key) {
+    const cpu::BlockPositions at{piece, piece, key * piece, piece};
+    cpu::BlockAttentionBackward(rows(dq.data(), piece), rows(dk.data(), key * piece),
+                                rows(dv.data(), key * piece), in(q.data(), piece),
+                                in(k.data(), key * piece), in(v.data(), key * piece),
+                                in(dout.data(), piece), lse.data(), delta.data(), b, c, nh, at);
+    ASSERT_TRUE(cuda::BlockAttentionBackward(rows(d_dq, piece), rows(d_dk, key * piece),
+                                             rows(d_dv, key * piece), in(d_q, piece),
+                                             in(d_k, key * piece), in(d_v, key * piece),
+                                             in(d_dout, piece), d_lse, d_delta, b, c, nh, at)
+                    .ok());
+  }
+  ExpectClose(d_dq, dq, 1e-4f, 1e-3f, "dq");
+  ExpectClose(d_dk, dk, 1e-4f, 1e-3f, "dk");
+  ExpectClose(d_dv, dv, 1e-4f, 1e-3f, "dv");
 }
 
 TEST_F(CudaKernels, Embedding) {
