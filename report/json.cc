@@ -2,10 +2,12 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "report/replay.h"
 #include "report/report.h"
 #include "report/rows.h"
+#include "runtime/comm/ledger/names.h"
 #include "runtime/json_writer.h"
 
 namespace tally::report {
@@ -149,7 +151,21 @@ void WriteTimes(const ReportInputs& in, size_t r, const std::vector<MeasuredWait
     w.Key("step_ms").Double(m.seconds * 1e3).Key("compute_ms").Double(m.compute_s * 1e3);
     w.Key("comm_exposed_ms").Double(m.exposed_s * 1e3).Key("idle_ms").Double(m.idle_s * 1e3);
     w.Key("comm_waiting_ms").Double(m.waited.seconds * 1e3);
-    w.Key("waited_for_rank").Int(m.waited.Most()).EndObject();
+    w.Key("waited_for_rank").Int(m.waited.Most());
+    const auto sent = m.p2p_sent_s.find(comm::group::kCp);
+    if (sent != m.p2p_sent_s.end()) {  // the cp ring: its sends, and of them its waits
+      const auto exposed = m.p2p_exposed_s.find(comm::group::kCp);
+      w.Key("cp_ring_sends_ms").Double(sent->second * 1e3);
+      w.Key("cp_ring_exposed_ms")
+          .Double(exposed != m.p2p_exposed_s.end() ? exposed->second * 1e3 : 0.0);
+    }
+    w.EndObject();
+  }
+  if (o.parallel.cp > 1) {  // this cp rank's share of attention (ContextAttentionWork)
+    w.Key("cp_attention_work")
+        .Int(parallel::ContextAttentionWork(o.parallel.cp_comm, o.parallel.cp_load_balance,
+                                            o.parallel.cp, o.topology().Of(int(r)).cp,
+                                            o.model.seq_len, o.model.n_head / o.parallel.tp));
   }
 }
 
