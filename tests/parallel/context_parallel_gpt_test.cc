@@ -16,6 +16,7 @@
 #include "runtime/comm/ledger/names.h"
 #include "runtime/status_macros.h"
 #include "tests/parallel/cp_variants.h"
+#include "tests/sweep.h"
 
 namespace tally::parallel {
 namespace {
@@ -138,7 +139,7 @@ TEST_P(ContextParallelGptTest, LossAndGradientsEqualTheSerialModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextParallelGptTest,
-                         ::testing::ValuesIn(EveryCpVariant()), CpVariantName);
+                         ::testing::ValuesIn(Sweep(EveryCpVariant())), CpVariantName);
 
 TEST(ContextParallelGpt, WhatItCannotRunSaysWhy) {
   comm::LaunchOptions options;

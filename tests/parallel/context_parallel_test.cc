@@ -20,6 +20,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/timeline.h"
 #include "tests/parallel/cp_variants.h"
+#include "tests/sweep.h"
 
 namespace tally::parallel {
 namespace {
@@ -328,8 +329,8 @@ TEST_P(ContextAttentionTest, EqualsSerialAttentionAndItsFormulas) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextAttentionTest, ::testing::ValuesIn(EveryCpVariant()),
-                         CpVariantName);
+INSTANTIATE_TEST_SUITE_P(EveryVariant, ContextAttentionTest,
+                         ::testing::ValuesIn(Sweep(EveryCpVariant())), CpVariantName);
 
 }  // namespace
 }  // namespace tally::parallel

@@ -15,6 +15,7 @@
 #include "runtime/comm/launch.h"
 #include "runtime/kernels/cpu/cross_entropy.h"
 #include "runtime/kernels/cpu/linear.h"
+#include "tests/sweep.h"
 
 namespace tally::parallel {
 namespace {
@@ -315,7 +316,9 @@ std::string LayersName(const ::testing::TestParamInfo<std::tuple<int, bool>>& in
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelLayers,
-                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Bool()), LayersName);
+                         ::testing::Combine(::testing::ValuesIn(Sweep<int>({1, 2, 4})),
+                                            ::testing::Bool()),
+                         LayersName);
 
 // The layout of a part: shapes, and every whole-model element in exactly one rank's part
 // (or replicated in all), with the vocabulary padded.

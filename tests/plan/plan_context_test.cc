@@ -5,7 +5,6 @@
 // blocks a run counts.
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -26,10 +25,7 @@ using parallel::CpLoadBalance;
 // tp (± sequence parallelism), pp (gpipe, 1f1b, interleaved), ZeRO 0-3, micro-batches,
 // full recompute (a stage's or each layer's) and experts over ep of the dp·cp GPUs.
 TEST(PlanContext, RandomShapesAndGridsEqualTheDryRun) {
-  std::mt19937 random(20261205);
-  auto pick = [&](std::initializer_list<int> values) {
-    return *(values.begin() + std::uniform_int_distribution<size_t>(0, values.size() - 1)(random));
-  };
+  Pick pick(20261205);
   int planned = 0, cp_rows = 0;
   int with_experts = 0;
   for (int attempt = 0; planned < 20 && attempt < 1000; ++attempt) {

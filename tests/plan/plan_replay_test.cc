@@ -14,6 +14,7 @@
 #include "parallel/topology.h"
 #include "plan/plan.h"
 #include "report/replay.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::plan {
@@ -109,35 +110,35 @@ TEST_P(PlanAgainstReplay, PredictedStepIsTheReplayedOneWithinThreePercent) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, PlanAgainstReplay,
-    ::testing::Values(
-        Case{train::Grid{.dp = 8}}, Case{train::Grid{.dp = 8, .zero = 1}},
-        Case{train::Grid{.dp = 8, .zero = 3}}, Case{train::Grid{.tp = 8}},
-        Case{train::Grid{.tp = 4, .sequence_parallel = true}}, Case{train::Grid{.pp = 4}, 8},
-        Case{train::Grid{.pp = 2, .recompute = true}, 8},
-        Case{train::Grid{.dp = 2, .tp = 2, .pp = 2}, 4},
-        Case{train::Grid{.dp = 4, .tp = 2, .zero = 2}},
-        Case{train::Grid{.dp = 2, .pp = 4, .zero = 1}, 8},
-        Case{train::Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}, 8},
-        Case{train::Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, 8},
-        Case{train::Grid{.dp = 16, .tp = 2}}, Case{train::Grid{.dp = 2, .tp = 8, .pp = 2}, 4},
-        Case{train::Grid{.dp = 2, .tp = 2, .pp = 2, .recompute = true, .recompute_layers = true},
-             4},
-        Case{train::Grid{.dp = 4, .tp = 2, .recompute_attention = true}},
-        // --overlap: DDP's buckets, ZeRO-2's and ZeRO-3's reduce-scatters and prefetches.
-        Case{train::Grid{.dp = 8}, 1, true}, Case{train::Grid{.dp = 8, .zero = 2}, 2, true},
-        Case{train::Grid{.dp = 8, .zero = 3}, 2, true},
-        Case{train::Grid{.dp = 16, .tp = 2, .zero = 3}, 1, true},
-        Case{train::Grid{.dp = 4, .tp = 2, .zero = 2, .recompute = true}, 2, true},
-        // Context parallelism (zigzag: every cp rank the same blocks): the ring's K, V
-        // sends behind its blocks, the collectives' passes whole.
-        Case{train::Grid{.cp = 4}}, Case{train::Grid{.cp = 8}},
-        Case{train::Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllGather}},
-        Case{train::Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllToAll}},
-        Case{train::Grid{.dp = 2, .tp = 2, .cp = 2}},
-        // The ring across nodes (tp fills them): its sends outlast the blocks they hide behind.
-        Case{train::Grid{.tp = 8, .sequence_parallel = true, .cp = 2}},
-        Case{train::Grid{.tp = 4, .cp = 4, .cp_load_balance = parallel::CpLoadBalance::kZigzag}},
-        Case{train::Grid{.pp = 2, .cp = 4}, 4}),
+    ::testing::ValuesIn(Sweep<Case>(
+        {Case{train::Grid{.dp = 8}}, Case{train::Grid{.dp = 8, .zero = 1}},
+         Case{train::Grid{.dp = 8, .zero = 3}}, Case{train::Grid{.tp = 8}},
+         Case{train::Grid{.tp = 4, .sequence_parallel = true}}, Case{train::Grid{.pp = 4}, 8},
+         Case{train::Grid{.pp = 2, .recompute = true}, 8},
+         Case{train::Grid{.dp = 2, .tp = 2, .pp = 2}, 4},
+         Case{train::Grid{.dp = 4, .tp = 2, .zero = 2}},
+         Case{train::Grid{.dp = 2, .pp = 4, .zero = 1}, 8},
+         Case{train::Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}, 8},
+         Case{train::Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, 8},
+         Case{train::Grid{.dp = 16, .tp = 2}}, Case{train::Grid{.dp = 2, .tp = 8, .pp = 2}, 4},
+         Case{train::Grid{.dp = 2, .tp = 2, .pp = 2, .recompute = true, .recompute_layers = true},
+              4},
+         Case{train::Grid{.dp = 4, .tp = 2, .recompute_attention = true}},
+         // --overlap: DDP's buckets, ZeRO-2's and ZeRO-3's reduce-scatters and prefetches.
+         Case{train::Grid{.dp = 8}, 1, true}, Case{train::Grid{.dp = 8, .zero = 2}, 2, true},
+         Case{train::Grid{.dp = 8, .zero = 3}, 2, true},
+         Case{train::Grid{.dp = 16, .tp = 2, .zero = 3}, 1, true},
+         Case{train::Grid{.dp = 4, .tp = 2, .zero = 2, .recompute = true}, 2, true},
+         // Context parallelism (zigzag: every cp rank the same blocks): the ring's K, V
+         // sends behind its blocks, the collectives' passes whole.
+         Case{train::Grid{.cp = 4}}, Case{train::Grid{.cp = 8}},
+         Case{train::Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllGather}},
+         Case{train::Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllToAll}},
+         Case{train::Grid{.dp = 2, .tp = 2, .cp = 2}},
+         // The ring across nodes (tp fills them): its sends outlast the blocks they hide behind.
+         Case{train::Grid{.tp = 8, .sequence_parallel = true, .cp = 2}},
+         Case{train::Grid{.tp = 4, .cp = 4, .cp_load_balance = parallel::CpLoadBalance::kZigzag}},
+         Case{train::Grid{.pp = 2, .cp = 4}, 4}})),
     [](const ::testing::TestParamInfo<Case>& param) {
       return absl::StrCat(param.param.grid.Name(), "_m", param.param.micro_batches,
                           param.param.overlap ? "_overlap" : "");

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/plan/small_plan.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::plan {
@@ -101,10 +101,7 @@ TEST(Plan, MemoryReproducesTheZeroPapersTable) {
 // bytes per strategy, model states and activations per GPU equal the dry run's ledgers
 // (the busiest rank's), and a dry run's ledgers are a real run's (dry_run_test.cc).
 TEST(PlanAgreement, RandomShapesAndGridsEqualTheDryRun) {
-  std::mt19937 random(20261130);
-  auto pick = [&](std::initializer_list<int> values) {
-    return *(values.begin() + std::uniform_int_distribution<size_t>(0, values.size() - 1)(random));
-  };
+  Pick pick(20261130);
   int planned = 0;
   for (int attempt = 0; planned < 24 && attempt < 1000; ++attempt) {
     model::GPTConfig c;
@@ -309,22 +306,22 @@ TEST(PlanPlacement, InterNodeBytesAreTheMeasuredOnes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, PlanAgainstRuns,
-    ::testing::Values(
-        train::Grid{.dp = 2}, train::Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true},
-        train::Grid{.tp = 2,
-                    .pp = 2,
-                    .schedule = parallel::PipelineSchedule::kInterleaved,
-                    .virtual_stages = 2,
-                    .pp_scatter_gather = true},
-        train::Grid{.dp = 3, .zero = 1}, train::Grid{.dp = 2, .zero = 2},
-        train::Grid{.dp = 3, .zero = 3}, train::Grid{.tp = 2},
-        train::Grid{.tp = 2, .sequence_parallel = true}, train::Grid{.pp = 4},
-        train::Grid{.pp = 4, .schedule = kGPipe},
-        train::Grid{
-            .dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true, .schedule = kGPipe},
-        train::Grid{.dp = 2, .pp = 2, .zero = 3},
-        train::Grid{
-            .pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved, .virtual_stages = 2}),
+    ::testing::ValuesIn(Sweep<train::Grid>(
+        {train::Grid{.dp = 2}, train::Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true},
+         train::Grid{.tp = 2,
+                     .pp = 2,
+                     .schedule = parallel::PipelineSchedule::kInterleaved,
+                     .virtual_stages = 2,
+                     .pp_scatter_gather = true},
+         train::Grid{.dp = 3, .zero = 1}, train::Grid{.dp = 2, .zero = 2},
+         train::Grid{.dp = 3, .zero = 3}, train::Grid{.tp = 2},
+         train::Grid{.tp = 2, .sequence_parallel = true}, train::Grid{.pp = 4},
+         train::Grid{.pp = 4, .schedule = kGPipe},
+         train::Grid{
+             .dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true, .schedule = kGPipe},
+         train::Grid{.dp = 2, .pp = 2, .zero = 3},
+         train::Grid{
+             .pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved, .virtual_stages = 2}})),
     train::GridName);
 
 }  // namespace

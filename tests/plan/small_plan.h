@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,20 @@
 #include "tests/train/run_ranks.h"
 
 namespace tally::plan {
+
+// One of a few values, drawn at random from a fixed seed (the random sweeps of shapes and
+// grids: the same seed draws the same sweep on every machine).
+class Pick {
+ public:
+  explicit Pick(uint32_t seed) : random_(seed) {}
+  int operator()(std::initializer_list<int> values) {
+    const size_t i = std::uniform_int_distribution<size_t>(0, values.size() - 1)(random_);
+    return *(values.begin() + i);
+  }
+
+ private:
+  std::mt19937 random_;
+};
 
 // A 4-layer GPT of 16 channels and 2 heads, b = 2, s = 16.
 inline PlanInput SmallPlan() {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -30,41 +31,41 @@ TEST_P(ContextParallelTrainTest, MatchesTheSingleRankRunAndEveryFormula) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, ContextParallelTrainTest,
-    ::testing::Values(
-        Grid{.cp = 2}, Grid{.cp = 4}, Grid{.cp = 2, .cp_load_balance = kNone},
-        Grid{.cp = 4, .cp_comm = kAllGather},
-        Grid{.cp = 2, .cp_comm = kAllGather, .cp_load_balance = kNone},
-        Grid{.cp = 2, .cp_comm = kAllToAll},
-        Grid{.cp = 4, .cp_comm = kAllToAll, .cp_load_balance = kNone}, Grid{.dp = 2, .cp = 2},
-        Grid{.dp = 2, .micro_batches = 2, .cp = 2, .cp_comm = kAllGather},
-        Grid{.tp = 2, .sequence_parallel = true, .cp = 2},
-        // ZeRO shards over the dp·cp ranks of the dp group.
-        Grid{.zero = 1, .cp = 2}, Grid{.dp = 2, .zero = 2, .cp = 2},
-        Grid{.zero = 3, .cp = 4, .cp_comm = kAllGather},
-        Grid{.dp = 2, .tp = 2, .zero = 3, .cp = 2, .cp_comm = kAllToAll},
-        Grid{.dp = 2, .tp = 2, .cp = 2, .cp_comm = kAllToAll},
-        // Every pipeline schedule: the boundaries carry the rank's positions.
-        Grid{.pp = 2, .schedule = kGPipe, .cp = 2},
-        Grid{.dp = 2, .pp = 2, .zero = 1, .cp = 2, .cp_comm = kAllGather},
-        Grid{.tp = 2, .pp = 2, .sequence_parallel = true, .cp = 2, .cp_comm = kAllToAll},
-        Grid{.pp = 2,
-             .schedule = kInterleaved,
-             .virtual_stages = 2,
-             .micro_batches = 2,
-             .cp = 2,
-             .cp_load_balance = kNone},
-        // Full recompute: a stage's forward, or each layer's, again in backward, its
-        // attention (and the cp calls) with it.
-        Grid{.pp = 2, .recompute = true, .cp = 2},
-        Grid{.recompute = true, .cp = 2, .cp_comm = kAllGather},
-        Grid{.pp = 2, .recompute = true, .recompute_layers = true, .cp = 2, .cp_comm = kAllToAll},
-        Grid{.dp = 2,
-             .tp = 2,
-             .pp = 2,
-             .sequence_parallel = true,
-             .recompute = true,
-             .cp = 2,
-             .cp_load_balance = kNone}),
+    ::testing::ValuesIn(Sweep<Grid>(
+        {Grid{.cp = 2}, Grid{.cp = 4}, Grid{.cp = 2, .cp_load_balance = kNone},
+         Grid{.cp = 4, .cp_comm = kAllGather},
+         Grid{.cp = 2, .cp_comm = kAllGather, .cp_load_balance = kNone},
+         Grid{.cp = 2, .cp_comm = kAllToAll},
+         Grid{.cp = 4, .cp_comm = kAllToAll, .cp_load_balance = kNone}, Grid{.dp = 2, .cp = 2},
+         Grid{.dp = 2, .micro_batches = 2, .cp = 2, .cp_comm = kAllGather},
+         Grid{.tp = 2, .sequence_parallel = true, .cp = 2},
+         // ZeRO shards over the dp·cp ranks of the dp group.
+         Grid{.zero = 1, .cp = 2}, Grid{.dp = 2, .zero = 2, .cp = 2},
+         Grid{.zero = 3, .cp = 4, .cp_comm = kAllGather},
+         Grid{.dp = 2, .tp = 2, .zero = 3, .cp = 2, .cp_comm = kAllToAll},
+         Grid{.dp = 2, .tp = 2, .cp = 2, .cp_comm = kAllToAll},
+         // Every pipeline schedule: the boundaries carry the rank's positions.
+         Grid{.pp = 2, .schedule = kGPipe, .cp = 2},
+         Grid{.dp = 2, .pp = 2, .zero = 1, .cp = 2, .cp_comm = kAllGather},
+         Grid{.tp = 2, .pp = 2, .sequence_parallel = true, .cp = 2, .cp_comm = kAllToAll},
+         Grid{.pp = 2,
+              .schedule = kInterleaved,
+              .virtual_stages = 2,
+              .micro_batches = 2,
+              .cp = 2,
+              .cp_load_balance = kNone},
+         // Full recompute: a stage's forward, or each layer's, again in backward, its
+         // attention (and the cp calls) with it.
+         Grid{.pp = 2, .recompute = true, .cp = 2},
+         Grid{.recompute = true, .cp = 2, .cp_comm = kAllGather},
+         Grid{.pp = 2, .recompute = true, .recompute_layers = true, .cp = 2, .cp_comm = kAllToAll},
+         Grid{.dp = 2,
+              .tp = 2,
+              .pp = 2,
+              .sequence_parallel = true,
+              .recompute = true,
+              .cp = 2,
+              .cp_load_balance = kNone}})),
     GridName);
 
 // Experts: each cp rank routes its own rows, and the router's balance statistics are summed
@@ -76,11 +77,11 @@ TEST(ContextParallelTrain, ExpertsMatchTheSingleRankRunAndEveryFormula) {
     Grid grid;
     int ep = 1;
   };
-  for (const Case& c : {Case{Grid{.cp = 2}}, Case{Grid{.cp = 2, .cp_comm = kAllGather}, 2},
-                        Case{Grid{.dp = 2, .zero = 1, .cp = 2, .cp_comm = kAllToAll}, 2},
-                        Case{Grid{.dp = 2, .zero = 3, .cp = 2, .cp_load_balance = kNone}, 4},
-                        Case{Grid{.pp = 2, .recompute = true, .cp = 2}, 2},
-                        Case{Grid{.tp = 2, .cp = 2}, 2}}) {
+  for (const Case& c : Sweep<Case>(
+           {Case{Grid{.cp = 2}}, Case{Grid{.cp = 2, .cp_comm = kAllGather}, 2},
+            Case{Grid{.dp = 2, .zero = 1, .cp = 2, .cp_comm = kAllToAll}, 2},
+            Case{Grid{.dp = 2, .zero = 3, .cp = 2, .cp_load_balance = kNone}, 4},
+            Case{Grid{.pp = 2, .recompute = true, .cp = 2}, 2}, Case{Grid{.tp = 2, .cp = 2}, 2}})) {
     SCOPED_TRACE(c.grid.Name() + " ep " + std::to_string(c.ep));
     TrainOptions moe = TinyGrid(2 * c.grid.dp);
     moe.model.n_experts = 4;

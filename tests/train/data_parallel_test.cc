@@ -14,6 +14,7 @@
 #include "report/report.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 #include "train/trainer.h"
 
@@ -87,7 +88,7 @@ std::vector<Grid> DataParallelGrids(const std::vector<int>& zero_stages) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DpAndAlgorithm, DataParallelTest,
-                         ::testing::ValuesIn(DataParallelGrids({0})), GridName);
+                         ::testing::ValuesIn(Sweep(DataParallelGrids({0}))), GridName);
 
 // The serial reference every parallel run is held to.
 const RunResult& Serial() {
@@ -155,7 +156,7 @@ TEST_P(ZeroTest, MatchesTheSingleRankRunWithExactBytesAndShardedMemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StageDpAndAlgorithm, ZeroTest,
-                         ::testing::ValuesIn(DataParallelGrids({1, 2, 3})), GridName);
+                         ::testing::ValuesIn(Sweep(DataParallelGrids({1, 2, 3}))), GridName);
 
 // With 4 layers the embeddings are no longer most of the model (they are in Tiny), and
 // each stage's savings show: on 4 ranks ZeRO-1 cuts the optimizer state to a quarter,
@@ -199,10 +200,11 @@ TEST(ZeroCheckpoints, LoadUnderAnyOtherDataParallelLayout) {
   struct Layout {
     int dp, zero;
   };
-  const std::pair<Layout, Layout> moves[] = {
-      {{3, 1}, {1, 0}}, {{1, 0}, {4, 1}}, {{3, 3}, {2, 2}}, {{2, 2}, {4, 3}}, {{4, 3}, {1, 0}}};
+  const std::vector<std::pair<Layout, Layout>> moves = Sweep<std::pair<Layout, Layout>>(
+      {{{3, 1}, {1, 0}}, {{1, 0}, {4, 1}}, {{3, 3}, {2, 2}}, {{2, 2}, {4, 3}}, {{4, 3}, {1, 0}}});
   for (auto [from, to] : moves) {
-    SCOPED_TRACE(absl::StrCat("dp", from.dp, " zero", from.zero, " -> dp", to.dp, " zero", to.zero));
+    SCOPED_TRACE(
+        absl::StrCat("dp", from.dp, " zero", from.zero, " -> dp", to.dp, " zero", to.zero));
     TrainOptions first = Tiny(from.dp);
     first.parallel.zero = from.zero;
     first.training.steps = 6;  // the schedule of the whole run
@@ -284,19 +286,23 @@ TEST_P(OverlapTest, BucketsReducedDuringBackwardGiveTheSameBitsAndBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, OverlapTest,
-    ::testing::Values(Grid{.dp = 2}, Grid{.dp = 4}, Grid{.dp = 2, .tp = 2, .pp = 2},
-                      Grid{.dp = 2, .zero = 1}, Grid{.dp = 2, .zero = 2},
-                      Grid{.dp = 2, .zero = 3}, Grid{.dp = 4, .tp = 2, .zero = 3},
-                      Grid{.dp = 2, .pp = 2, .zero = 2, .micro_batches = 2},
-                      Grid{.dp = 2, .pp = 2, .zero = 3, .micro_batches = 2},
-                      Grid{.pp = 4, .schedule = parallel::PipelineSchedule::kGPipe,
-                           .micro_batches = 4},
-                      Grid{.dp = 2, .pp = 2, .micro_batches = 2},
-                      Grid{.dp = 2, .pp = 2, .zero = 2,
-                           .schedule = parallel::PipelineSchedule::kInterleaved,
-                           .virtual_stages = 2, .micro_batches = 2},
-                      Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
-                           .virtual_stages = 2, .micro_batches = 4}),
+    ::testing::ValuesIn(Sweep<Grid>(
+        {Grid{.dp = 2}, Grid{.dp = 4}, Grid{.dp = 2, .tp = 2, .pp = 2}, Grid{.dp = 2, .zero = 1},
+         Grid{.dp = 2, .zero = 2}, Grid{.dp = 2, .zero = 3}, Grid{.dp = 4, .tp = 2, .zero = 3},
+         Grid{.dp = 2, .pp = 2, .zero = 2, .micro_batches = 2},
+         Grid{.dp = 2, .pp = 2, .zero = 3, .micro_batches = 2},
+         Grid{.pp = 4, .schedule = parallel::PipelineSchedule::kGPipe, .micro_batches = 4},
+         Grid{.dp = 2, .pp = 2, .micro_batches = 2},
+         Grid{.dp = 2,
+              .pp = 2,
+              .zero = 2,
+              .schedule = parallel::PipelineSchedule::kInterleaved,
+              .virtual_stages = 2,
+              .micro_batches = 2},
+         Grid{.pp = 2,
+              .schedule = parallel::PipelineSchedule::kInterleaved,
+              .virtual_stages = 2,
+              .micro_batches = 4}})),
     GridName);
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -70,24 +71,23 @@ std::string DryGridName(const ::testing::TestParamInfo<DryGrid>& p) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, DryRunTest,
-    ::testing::Values(DryGrid{Grid{.dp = 2}}, DryGrid{Grid{.dp = 2, .zero = 1}},
-                      DryGrid{Grid{.dp = 2, .zero = 2}}, DryGrid{Grid{.dp = 3, .zero = 3}},
-                      DryGrid{Grid{.dp = 2, .allreduce = comm::Algorithm::kNaive}},
-                      DryGrid{Grid{.tp = 2, .sequence_parallel = true}},
-                      DryGrid{Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kGPipe}},
-                      DryGrid{Grid{.pp = 2, .recompute = true}},
-                      DryGrid{Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
-                                   .virtual_stages = 2}},
-                      DryGrid{Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}},
-                      DryGrid{Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}},
-                      DryGrid{Grid{.dp = 2, .pp = 2, .zero = 3}, true},
-                      DryGrid{Grid{.dp = 2, .zero = 2}, false, true},
-                      // Context parallelism: every variant's calls without its kernels.
-                      DryGrid{Grid{.cp = 2}},
-                      DryGrid{Grid{.dp = 2, .zero = 3, .cp = 2,
-                                   .cp_comm = parallel::CpComm::kAllGather}},
-                      DryGrid{Grid{.tp = 2, .pp = 2, .cp = 2,
-                                   .cp_comm = parallel::CpComm::kAllToAll}}),
+    ::testing::ValuesIn(Sweep<DryGrid>(
+        {DryGrid{Grid{.dp = 2}}, DryGrid{Grid{.dp = 2, .zero = 1}},
+         DryGrid{Grid{.dp = 2, .zero = 2}}, DryGrid{Grid{.dp = 3, .zero = 3}},
+         DryGrid{Grid{.dp = 2, .allreduce = comm::Algorithm::kNaive}},
+         DryGrid{Grid{.tp = 2, .sequence_parallel = true}},
+         DryGrid{Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kGPipe}},
+         DryGrid{Grid{.pp = 2, .recompute = true}},
+         DryGrid{Grid{
+             .pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved, .virtual_stages = 2}},
+         DryGrid{Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}},
+         DryGrid{Grid{.tp = 2, .pp = 2, .pp_scatter_gather = true}},
+         DryGrid{Grid{.dp = 2, .pp = 2, .zero = 3}, true},
+         DryGrid{Grid{.dp = 2, .zero = 2}, false, true},
+         // Context parallelism: every variant's calls without its kernels.
+         DryGrid{Grid{.cp = 2}},
+         DryGrid{Grid{.dp = 2, .zero = 3, .cp = 2, .cp_comm = parallel::CpComm::kAllGather}},
+         DryGrid{Grid{.tp = 2, .pp = 2, .cp = 2, .cp_comm = parallel::CpComm::kAllToAll}}})),
     DryGridName);
 
 // Experts in a dry run route token i to experts i·k, ..., i·k + k − 1 (mod E), the

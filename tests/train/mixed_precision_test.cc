@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "report/report.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -76,26 +77,29 @@ TEST_P(MixedPrecisionTest, MatchesTheBf16SerialRunAndEveryFormulaAtTwoBytes) {
   ExpectMemoryFormulaExact(o, run);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Grids, MixedPrecisionTest,
-    ::testing::Values(Grid{.dp = 2}, Grid{.dp = 2, .zero = 1}, Grid{.dp = 3, .zero = 2},
-                      Grid{.dp = 2, .zero = 3}, Grid{.tp = 2}, Grid{.tp = 2, .sequence_parallel = true},
-                      Grid{.pp = 2, .schedule = kGPipe}, Grid{.pp = 2},
-                      Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true},
-                      Grid{.dp = 2, .pp = 2, .zero = 3, .recompute = true},
-                      Grid{.dp = 2, .pp = 2, .zero = 1,
-                           .schedule = parallel::PipelineSchedule::kInterleaved,
-                           .virtual_stages = 2},
-                      // Context parallelism: K, V, the dK, dV accumulators and Ulysses'
-                      // tensors travel in bf16.
-                      Grid{.cp = 2}, Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllGather},
-                      Grid{.cp = 2, .cp_comm = parallel::CpComm::kAllToAll},
-                      Grid{.dp = 2, .tp = 2, .zero = 1, .sequence_parallel = true, .cp = 2},
-                      Grid{.pp = 2,
-                           .recompute = true,
-                           .cp = 2,
-                           .cp_load_balance = parallel::CpLoadBalance::kNone}),
-    GridName);
+INSTANTIATE_TEST_SUITE_P(Grids, MixedPrecisionTest,
+                         ::testing::ValuesIn(Sweep<Grid>(
+                             {Grid{.dp = 2}, Grid{.dp = 2, .zero = 1}, Grid{.dp = 3, .zero = 2},
+                              Grid{.dp = 2, .zero = 3}, Grid{.tp = 2},
+                              Grid{.tp = 2, .sequence_parallel = true},
+                              Grid{.pp = 2, .schedule = kGPipe}, Grid{.pp = 2},
+                              Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true},
+                              Grid{.dp = 2, .pp = 2, .zero = 3, .recompute = true},
+                              Grid{.dp = 2,
+                                   .pp = 2,
+                                   .zero = 1,
+                                   .schedule = parallel::PipelineSchedule::kInterleaved,
+                                   .virtual_stages = 2},
+                              // Context parallelism: K, V, the dK, dV accumulators and Ulysses'
+                              // tensors travel in bf16.
+                              Grid{.cp = 2}, Grid{.cp = 4, .cp_comm = parallel::CpComm::kAllGather},
+                              Grid{.cp = 2, .cp_comm = parallel::CpComm::kAllToAll},
+                              Grid{.dp = 2, .tp = 2, .zero = 1, .sequence_parallel = true, .cp = 2},
+                              Grid{.pp = 2,
+                                   .recompute = true,
+                                   .cp = 2,
+                                   .cp_load_balance = parallel::CpLoadBalance::kNone}})),
+                         GridName);
 
 // The seed's Q6 model states, to the byte: with --precision=bf16 the peaks are 2Φ of
 // parameters, 2Φ of gradients and 12Φ of optimizer state (fp32 master weights and

@@ -15,6 +15,7 @@
 #include "parallel/expert_parallel.h"
 #include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/safetensors.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -51,14 +52,16 @@ TEST_P(MoeGridTest, MatchesTheSerialMoeRunAndEveryFormula) {
   ExpectGridMatchesSerial(o, Moe(global_batch));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Grids, MoeGridTest,
-    ::testing::Values(Grid{.dp = 2}, Grid{.dp = 2, .zero = 1}, Grid{.dp = 2, .zero = 3},
-                      Grid{.pp = 2}, Grid{.dp = 2, .pp = 2, .zero = 2}, Grid{.tp = 2},
-                      Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1},
-                      Grid{.pp = 2, .schedule = parallel::PipelineSchedule::kInterleaved,
-                           .virtual_stages = 2, .recompute = true}),
-    GridName);
+INSTANTIATE_TEST_SUITE_P(Grids, MoeGridTest,
+                         ::testing::ValuesIn(Sweep<Grid>(
+                             {Grid{.dp = 2}, Grid{.dp = 2, .zero = 1}, Grid{.dp = 2, .zero = 3},
+                              Grid{.pp = 2}, Grid{.dp = 2, .pp = 2, .zero = 2}, Grid{.tp = 2},
+                              Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1},
+                              Grid{.pp = 2,
+                                   .schedule = parallel::PipelineSchedule::kInterleaved,
+                                   .virtual_stages = 2,
+                                   .recompute = true}})),
+                         GridName);
 
 // Expert parallelism: ep of the dp ranks share each layer's experts; ZeRO shards the
 // experts over the edp group and the rest over the dp group.
@@ -147,22 +150,19 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
   EXPECT_EQ(sent_all, recv_all);
 }
 
-INSTANTIATE_TEST_SUITE_P(Grids, ExpertParallelTest,
-                         ::testing::Values(EpGrid{2, 2, 1}, EpGrid{4, 2, 1}, EpGrid{4, 4, 1},
-                                           EpGrid{2, 2, 2}, EpGrid{2, 2, 2, true},
-                                           EpGrid{2, 2, 1, false, 2},
-                                           EpGrid{4, 2, 1, false, 1, 1}, EpGrid{2, 2, 1, false, 1, 1},
-                                           EpGrid{4, 2, 1, false, 1, 2}, EpGrid{4, 2, 1, false, 1, 3},
-                                           EpGrid{2, 2, 2, false, 1, 2},
-                                           EpGrid{4, 2, 1, false, 2, 3}),
-                         [](const ::testing::TestParamInfo<EpGrid>& grid) {
-                           return "dp" + std::to_string(grid.param.dp) + "_ep" +
-                                  std::to_string(grid.param.ep) + "_pp" +
-                                  std::to_string(grid.param.pp) + "_tp" +
-                                  std::to_string(grid.param.tp) +
-                                  (grid.param.zero > 0 ? "_zero" + std::to_string(grid.param.zero) : "") +
-                                  (grid.param.recompute ? "_recompute" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Grids, ExpertParallelTest,
+    ::testing::ValuesIn(Sweep<EpGrid>(
+        {EpGrid{2, 2, 1}, EpGrid{4, 2, 1}, EpGrid{4, 4, 1}, EpGrid{2, 2, 2}, EpGrid{2, 2, 2, true},
+         EpGrid{2, 2, 1, false, 2}, EpGrid{4, 2, 1, false, 1, 1}, EpGrid{2, 2, 1, false, 1, 1},
+         EpGrid{4, 2, 1, false, 1, 2}, EpGrid{4, 2, 1, false, 1, 3}, EpGrid{2, 2, 2, false, 1, 2},
+         EpGrid{4, 2, 1, false, 2, 3}})),
+    [](const ::testing::TestParamInfo<EpGrid>& grid) {
+      return "dp" + std::to_string(grid.param.dp) + "_ep" + std::to_string(grid.param.ep) + "_pp" +
+             std::to_string(grid.param.pp) + "_tp" + std::to_string(grid.param.tp) +
+             (grid.param.zero > 0 ? "_zero" + std::to_string(grid.param.zero) : "") +
+             (grid.param.recompute ? "_recompute" : "");
+    });
 
 // Steps 4..6 resumed from a step-3 checkpoint: the uninterrupted run's.
 void ExpectResumedSteps(const std::vector<float>& resumed, const std::vector<float>& reference) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -89,7 +90,7 @@ std::vector<Grid> PipelineGrids() {
   return grids;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, PipelineTest, ::testing::ValuesIn(PipelineGrids()), GridName);
+INSTANTIATE_TEST_SUITE_P(All, PipelineTest, ::testing::ValuesIn(Sweep(PipelineGrids())), GridName);
 
 // 8 layers, so that pp = 4 with v = 2 puts one on each chunk.
 TrainOptions Layers8(int micro_batches) {
@@ -162,7 +163,8 @@ std::vector<Grid> InterleavedGrids() {
   return grids;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, InterleavedTest, ::testing::ValuesIn(InterleavedGrids()), GridName);
+INSTANTIATE_TEST_SUITE_P(All, InterleavedTest, ::testing::ValuesIn(Sweep(InterleavedGrids())),
+                         GridName);
 
 // With more micro-batches than stages, 1f1b keeps at most pp of them in flight on stage
 // 0 where gpipe keeps all m; recompute keeps only inputs.
@@ -185,33 +187,38 @@ TEST(PipelineMemory, OneFOneBAndRecomputeHoldFewerActivations) {
 // not; each tp rank sends 1/tp of each boundary, and the receiving tp group all-gathers
 // the rest under the boundary's scope, every row at its formula.
 TEST(PipelineScatterGather, SameBitsOneTpthOfTheBoundaryBytes) {
-  for (const DType precision : {DType::kF32, DType::kBF16}) {
-    for (const bool overlap : {false, true}) {
-      TrainOptions o = Layers4(2, 4);
-      o.parallel.tp = 2;
-      o.precision.dtype = precision;
-      o.parallel.overlap = overlap;
-      const RunResult whole = RunRanks(o);
-      o.parallel.pp_scatter_gather = true;
-      const RunResult scattered = RunRanks(o);
-      const std::string what = absl::StrCat(PrecisionName(precision), overlap ? " overlap" : "");
-      EXPECT_EQ(scattered.losses, whole.losses) << what;
-      EXPECT_EQ(scattered.params, whole.params) << what;
-      ExpectReportRowsExact(o, scattered);
-      for (int rank = 0; rank < o.world(); ++rank) {
-        auto bytes = [&](const RunResult& run, const std::string& group) {
-          return run.traffic[size_t(rank)]
-              .Sum([&](const comm::LedgerKey& k) {
-                return k.group == group && parallel::ParseBoundaryScope(k.label).has_value();
-              })
-              .bytes_sent;
-        };
-        EXPECT_EQ(bytes(scattered, "pp") * o.parallel.tp, bytes(whole, "pp"))
-            << what << " rank " << rank;
-        // Each rank gathers (tp-1)/tp of what it receives: the chunk it did not.
-        EXPECT_EQ(bytes(scattered, "tp"), bytes(scattered, "pp")) << what << " rank " << rank;
-        EXPECT_EQ(bytes(whole, "tp"), 0) << what;
-      }
+  struct Case {
+    DType precision;
+    bool overlap;
+  };
+  for (const auto [precision, overlap] : Sweep<Case>({{DType::kF32, false},
+                                                      {DType::kF32, true},
+                                                      {DType::kBF16, false},
+                                                      {DType::kBF16, true}})) {
+    TrainOptions o = Layers4(2, 4);
+    o.parallel.tp = 2;
+    o.precision.dtype = precision;
+    o.parallel.overlap = overlap;
+    const RunResult whole = RunRanks(o);
+    o.parallel.pp_scatter_gather = true;
+    const RunResult scattered = RunRanks(o);
+    const std::string what = absl::StrCat(PrecisionName(precision), overlap ? " overlap" : "");
+    EXPECT_EQ(scattered.losses, whole.losses) << what;
+    EXPECT_EQ(scattered.params, whole.params) << what;
+    ExpectReportRowsExact(o, scattered);
+    for (int rank = 0; rank < o.world(); ++rank) {
+      auto bytes = [&](const RunResult& run, const std::string& group) {
+        return run.traffic[size_t(rank)]
+            .Sum([&](const comm::LedgerKey& k) {
+              return k.group == group && parallel::ParseBoundaryScope(k.label).has_value();
+            })
+            .bytes_sent;
+      };
+      EXPECT_EQ(bytes(scattered, "pp") * o.parallel.tp, bytes(whole, "pp"))
+          << what << " rank " << rank;
+      // Each rank gathers (tp-1)/tp of what it receives: the chunk it did not.
+      EXPECT_EQ(bytes(scattered, "tp"), bytes(scattered, "pp")) << what << " rank " << rank;
+      EXPECT_EQ(bytes(whole, "tp"), 0) << what;
     }
   }
   // Without a tp group to gather over, or under sequence parallelism, it does nothing

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "plan/plan.h"
 #include "report/report.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -116,29 +117,30 @@ Grid With(Grid g, bool layers) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, RecomputeTest,
-    ::testing::Values(
-        // Selective.
-        Case{With(Grid{}, false)}, Case{With(Grid{.zero = 1}, false)},
-        Case{With(Grid{.dp = 2, .zero = 3}, false)},
-        Case{With(Grid{.tp = 2, .sequence_parallel = true}, false)},
-        Case{With(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}, false)},
-        Case{With(Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, false)},
-        Case{With(Grid{.dp = 2, .tp = 2}, false), DType::kBF16},
-        Case{With(Grid{.dp = 2}, false), DType::kF32, 4},
-        // Full, layer by layer (pp = 1).
-        Case{With(Grid{}, true)}, Case{With(Grid{.zero = 1}, true)},
-        Case{With(Grid{.dp = 2, .zero = 3}, true)}, Case{With(Grid{.dp = 2, .zero = 2}, true)},
-        Case{With(Grid{.tp = 2}, true)}, Case{With(Grid{.tp = 2, .sequence_parallel = true}, true)},
-        Case{With(Grid{.dp = 2, .tp = 2, .zero = 1}, true), DType::kBF16},
-        Case{With(Grid{.dp = 2}, true), DType::kF32, 4, 2},
-        // Full, layer by layer, on a pipeline (--recompute_method=layer).
-        Case{With(Grid{.pp = 2, .recompute_layers = true}, true)},
-        Case{With(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .recompute_layers = true}, true)},
-        Case{With(Grid{.dp = 2, .pp = 2, .zero = 3, .recompute_layers = true}, true)},
-        Case{With(Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2,
-                       .recompute_layers = true},
-                  true)},
-        Case{With(Grid{.dp = 2, .pp = 2, .recompute_layers = true}, true), DType::kF32, 4, 2}),
+    ::testing::ValuesIn(Sweep<Case>(
+        {// Selective.
+         Case{With(Grid{}, false)}, Case{With(Grid{.zero = 1}, false)},
+         Case{With(Grid{.dp = 2, .zero = 3}, false)},
+         Case{With(Grid{.tp = 2, .sequence_parallel = true}, false)},
+         Case{With(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1}, false)},
+         Case{With(Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2}, false)},
+         Case{With(Grid{.dp = 2, .tp = 2}, false), DType::kBF16},
+         Case{With(Grid{.dp = 2}, false), DType::kF32, 4},
+         // Full, layer by layer (pp = 1).
+         Case{With(Grid{}, true)}, Case{With(Grid{.zero = 1}, true)},
+         Case{With(Grid{.dp = 2, .zero = 3}, true)}, Case{With(Grid{.dp = 2, .zero = 2}, true)},
+         Case{With(Grid{.tp = 2}, true)},
+         Case{With(Grid{.tp = 2, .sequence_parallel = true}, true)},
+         Case{With(Grid{.dp = 2, .tp = 2, .zero = 1}, true), DType::kBF16},
+         Case{With(Grid{.dp = 2}, true), DType::kF32, 4, 2},
+         // Full, layer by layer, on a pipeline (--recompute_method=layer).
+         Case{With(Grid{.pp = 2, .recompute_layers = true}, true)},
+         Case{With(Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .recompute_layers = true}, true)},
+         Case{With(Grid{.dp = 2, .pp = 2, .zero = 3, .recompute_layers = true}, true)},
+         Case{With(
+             Grid{.pp = 2, .schedule = kInterleaved, .virtual_stages = 2, .recompute_layers = true},
+             true)},
+         Case{With(Grid{.dp = 2, .pp = 2, .recompute_layers = true}, true), DType::kF32, 4, 2}})),
     [](const ::testing::TestParamInfo<Case>& param) {
       std::string name = param.param.grid.Name();
       if (param.param.precision == DType::kBF16) name += "_bf16";

@@ -13,6 +13,7 @@
 #include "parallel/zero/sharding.h"
 #include "report/report.h"
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -121,7 +122,8 @@ TEST_P(TensorParallelTest, MatchesTheSingleRankRunWithTheMegatronBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+                         ::testing::Combine(::testing::ValuesIn(Sweep<int>({1, 2, 3, 4})),
+                                            ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<int, bool>>& p) {
                            return absl::StrCat("tp", std::get<0>(p.param),
                                                std::get<1>(p.param) ? "_sp" : "");
@@ -196,8 +198,11 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Zero, TensorAndDataParallelTest, ::testing::Values(0, 1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& p) { return absl::StrCat("zero", p.param); });
+INSTANTIATE_TEST_SUITE_P(Zero, TensorAndDataParallelTest,
+                         ::testing::ValuesIn(Sweep<int>({0, 1, 2, 3})),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return absl::StrCat("zero", p.param);
+                         });
 
 // Checkpoints hold the whole model: saved by tp = 2 ranks (under dp = 2, ZeRO-3), resumed
 // on tp = 3, and on one rank.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "report/report.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -36,27 +37,39 @@ TEST_P(ThreeDTest, MatchesTheSingleRankRunAndEveryFormula) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, ThreeDTest,
-    ::testing::Values(
-        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true},  // the 8-rank example
-        Grid{.dp = 2, .tp = 2, .pp = 2, .schedule = kGPipe, .recompute = true},
-        Grid{.dp = 3, .pp = 2, .schedule = kGPipe, .pp_layers = {1, 3}},  // dp = 3, uneven stages
-        Grid{.tp = 2, .pp = 2, .sequence_parallel = true, .pp_layers = {3, 1}},
-        Grid{.dp = 3, .zero = 3},
-        Grid{.tp = 4, .sequence_parallel = true},
-        Grid{.dp = 2, .pp = 2, .zero = 2},  // ZeRO-2/3 with stages
-        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 3, .sequence_parallel = true, .schedule = kGPipe},
-        Grid{.dp = 2, .pp = 3, .zero = 3, .recompute = true},
-        // Megatron's scatter/gather: 1/tp of each boundary, gathered over tp.
-        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .pp_scatter_gather = true},
-        Grid{.tp = 4, .pp = 2, .schedule = kGPipe, .recompute = true, .pp_scatter_gather = true},
-        // Interleaved: two chunks of one layer a stage, with every other strategy.
-        Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true,
-             .schedule = kInterleaved, .virtual_stages = 2},
-        Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kInterleaved, .virtual_stages = 2},
-        Grid{.dp = 2, .pp = 2, .zero = 3, .schedule = kInterleaved, .virtual_stages = 2,
-             .recompute = true},
-        Grid{.tp = 2, .pp = 2, .schedule = kInterleaved, .virtual_stages = 2,
-             .pp_scatter_gather = true}),
+    ::testing::ValuesIn(Sweep<Grid>(
+        {Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true},  // the 8-rank
+                                                                                 // example
+         Grid{.dp = 2, .tp = 2, .pp = 2, .schedule = kGPipe, .recompute = true},
+         Grid{.dp = 3, .pp = 2, .schedule = kGPipe, .pp_layers = {1, 3}},  // dp = 3, uneven stages
+         Grid{.tp = 2, .pp = 2, .sequence_parallel = true, .pp_layers = {3, 1}},
+         Grid{.dp = 3, .zero = 3}, Grid{.tp = 4, .sequence_parallel = true},
+         Grid{.dp = 2, .pp = 2, .zero = 2},  // ZeRO-2/3 with stages
+         Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 3, .sequence_parallel = true, .schedule = kGPipe},
+         Grid{.dp = 2, .pp = 3, .zero = 3, .recompute = true},
+         // Megatron's scatter/gather: 1/tp of each boundary, gathered over tp.
+         Grid{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .pp_scatter_gather = true},
+         Grid{.tp = 4, .pp = 2, .schedule = kGPipe, .recompute = true, .pp_scatter_gather = true},
+         // Interleaved: two chunks of one layer a stage, with every other strategy.
+         Grid{.dp = 2,
+              .tp = 2,
+              .pp = 2,
+              .zero = 1,
+              .sequence_parallel = true,
+              .schedule = kInterleaved,
+              .virtual_stages = 2},
+         Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kInterleaved, .virtual_stages = 2},
+         Grid{.dp = 2,
+              .pp = 2,
+              .zero = 3,
+              .schedule = kInterleaved,
+              .virtual_stages = 2,
+              .recompute = true},
+         Grid{.tp = 2,
+              .pp = 2,
+              .schedule = kInterleaved,
+              .virtual_stages = 2,
+              .pp_scatter_gather = true}})),
     GridName);
 
 // Evaluation and sampling between and after the steps leave every rank's training peaks
@@ -124,10 +137,10 @@ TEST(ThreeDCheckpoints, ResumeAcrossGrids) {
   TrainOptions one = Model(8);
   one.training.steps = 6;
   TrainAndSave(one, 3, serial_path);
-  for (const Grid& g : {Grid{.tp = 2, .pp = 2, .schedule = kGPipe},
-                        Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kGPipe},
-                        Grid{.dp = 2, .pp = 2, .zero = 1, .schedule = kInterleaved,
-                             .virtual_stages = 2}}) {
+  for (const Grid& g : Sweep<Grid>({Grid{.tp = 2, .pp = 2, .schedule = kGPipe},
+                                    Grid{.dp = 2, .pp = 2, .zero = 2, .schedule = kGPipe},
+                                    Grid{.dp = 2, .pp = 2, .zero = 1, .schedule = kInterleaved,
+                                         .virtual_stages = 2}})) {
     TrainOptions grid = On(g, 8);
     grid.training.steps = 6;
     grid.checkpoint.load = serial_path;
