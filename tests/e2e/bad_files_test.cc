@@ -24,8 +24,6 @@ const std::string kCompare = TALLY_COMPARE_BINARY;
 const std::string kTiny =
     " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1 --eval_every=0 --sample_bytes=0";
 
-std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
-
 std::string Read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -20,8 +20,6 @@ namespace {
 const std::string kTrain = TALLY_TRAIN_BINARY;
 const std::string kQuiet = " --eval_every=0 --sample_bytes=0";
 
-std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
-
 // The report's verdict: its line that starts "compute-bound" or "communication-bound".
 std::string VerdictLine(const std::string& output) {
   for (const absl::string_view line : absl::StrSplit(output, '\n')) {

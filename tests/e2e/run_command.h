@@ -41,4 +41,7 @@ inline JsonValue ReadJson(const std::string& path) {
   return doc.ok() ? *doc : JsonValue();
 }
 
+// A path in the test's scratch folder.
+inline std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
 }  // namespace tally

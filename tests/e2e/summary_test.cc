@@ -21,8 +21,6 @@ const std::string kGrid =
     "--sequence_parallel --global_batch_size=8 --micro_batch_size=2 --steps=2 --eval_every=2 "
     "--sample_bytes=0";
 
-std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
-
 // The lines of `output` from the first that starts with `first` on.
 std::vector<std::string> LinesFrom(const std::string& output, const std::string& first) {
   std::vector<std::string> lines;
