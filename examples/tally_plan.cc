@@ -49,6 +49,11 @@ ABSL_FLAG(int, dp, 1, "data-parallel GPUs");
 ABSL_FLAG(int, tp, 1, "tensor-parallel GPUs");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
 ABSL_FLAG(int, zero, 0, "ZeRO stage, for the memory per GPU");
+ABSL_FLAG(std::string, zero_shard, "dp",
+          "dp, or node: HSDP, ZeRO over each node's share of the dp group (the memory, and "
+          "the rows hsdp zero-1/2/3; with --gpus_per_node or --cluster)");
+ABSL_FLAG(bool, zero3_reshard_after_forward, true,
+          "false adds the row zero-3, no reshard (a unit kept from forward to backward)");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
 ABSL_FLAG(int, n_experts, 0,
           "experts in every layer's MLP (tally's MLP shape, 8h^2 + 5h each; 0: dense); Φ "
@@ -225,6 +230,8 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   in.tp = absl::GetFlag(FLAGS_tp);
   in.pp = absl::GetFlag(FLAGS_pp);
   in.zero = absl::GetFlag(FLAGS_zero);
+  ASSIGN_OR_RETURN(in.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
+  in.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
   in.cp = absl::GetFlag(FLAGS_cp);
   ASSIGN_OR_RETURN(in.cp_comm, parallel::ParseCpComm(absl::GetFlag(FLAGS_cp_comm)));
   ASSIGN_OR_RETURN(in.cp_load_balance,
@@ -315,6 +322,7 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
         in.micro_batches, in.pp));
   }
   if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("[flags] --zero must be 0, 1, 2 or 3");
+  RETURN_IF_ERROR(plan::CheckZeroShard(in));
   if (in.batch % in.micro_batches != 0) {
     return absl::InvalidArgumentError("[flags] --batch_size must be a multiple of --micro_batches");
   }
@@ -429,7 +437,9 @@ int main(int argc, char** argv) {
                  "seq_len", "n_experts", "moe_top_k"}},
       {"batch and precision",
        {"batch_size", "micro_batches", "precision", "grad_accum", "bytes_per_value"}},
-      {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
+      {"data parallelism and ZeRO",
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "allreduce", "overlap",
+        "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

@@ -152,6 +152,13 @@ ABSL_FLAG(std::string, trace, "",
 ABSL_FLAG(int, zero, 0,
           "ZeRO stage over the dp group: 0 (none), 1 (optimizer state sharded), 2 (and "
           "gradients), 3 (and parameters)");
+ABSL_FLAG(std::string, zero_shard, "dp",
+          "what ZeRO shards over: dp (the whole dp group) or node (HSDP: the dp group's ranks "
+          "on each node, a replica a node, the gradient shard all-reduced across nodes; "
+          "with --gpus_per_node)");
+ABSL_FLAG(bool, zero3_reshard_after_forward, true,
+          "--zero=3: free a unit's gathered parameters after its forward (false: keep them "
+          "for its backward, FSDP's SHARD_GRAD_OP: one all-gather less a micro-batch)");
 ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring; naive (through rank 0: reduce, then broadcast); "
           "or hierarchical (rings inside each node, then across nodes; with --gpus_per_node)");
@@ -238,6 +245,8 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
   train::ParallelOptions p;
   p.dp = absl::GetFlag(FLAGS_dp);
   p.zero = absl::GetFlag(FLAGS_zero);
+  ASSIGN_OR_RETURN(p.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
+  p.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
   ASSIGN_OR_RETURN(p.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   p.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   const std::string overlap = absl::GetFlag(FLAGS_overlap);
@@ -373,7 +382,9 @@ int main(int argc, char** argv) {
       {"data and evaluation", {"data", "eval_every", "eval_batches"}},
       {"sampling", {"sample_bytes", "temperature", "top_k", "prompt", "sample_only"}},
       {"checkpoints", {"save", "save_every", "load"}},
-      {"data parallelism and ZeRO", {"dp", "zero", "allreduce", "overlap", "bucket_mb"}},
+      {"data parallelism and ZeRO",
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "allreduce", "overlap",
+        "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

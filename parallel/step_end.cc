@@ -86,7 +86,11 @@ comm::ExpectedCalls StepEndCalls(const StepEndShape& s) {
   };
   one(comm::group::kDp, s.dp, Phase::kOther, comm::scope::kLoss, 4);  // a float
   one(comm::group::kPp, s.pp, Phase::kOther, comm::scope::kLoss, 4);
-  if (s.shards) one(comm::group::kDp, s.dp, Phase::kOptimizer, comm::scope::kGradNorm, 8);
+  if (s.shards && s.shard) {
+    one(comm::group::kDpShard, *s.shard, Phase::kOptimizer, comm::scope::kGradNorm, 8);
+  } else if (s.shards) {
+    one(comm::group::kDp, s.dp, Phase::kOptimizer, comm::scope::kGradNorm, 8);
+  }
   for (auto [name, group] : {std::pair{comm::group::kTp, &s.tp}, std::pair{comm::group::kPp, &s.pp},
                              std::pair{comm::group::kEp, &s.ep}}) {
     one(name, *group, Phase::kOptimizer, comm::scope::kGradNorm, 8);  // a double

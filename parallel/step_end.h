@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,8 +74,8 @@ absl::StatusOr<double> ClipAndStep(Kernels& k, optim::Optimizer& optimizer, floa
 // Steps 1 and 2 as data (runtime/comm/ledger/expected_calls.h), with the trainer's sum of
 // the step's loss (one float over the dp group and over the pipeline's stages, label
 // loss, phase other): the calls of a rank's step end over each group (a group of one
-// rank sends nothing). Under ZeRO (`shards`) the norm's squares are summed over the dp
-// group too.
+// rank sends nothing). Under ZeRO (`shards`) the norm's squares are summed over the group
+// that cuts the shards too: the dp group, or under HSDP the dp_shard group (`shard`).
 struct StepEndShape {
   struct Group {
     int ranks = 1, rank = 0;
@@ -83,6 +84,7 @@ struct StepEndShape {
   };
   Group dp, tp, pp, ep;
   bool shards = false;
+  std::optional<Group> shard = std::nullopt;  // HSDP's dp_shard group (zero/zero.h)
   bool sequence_parallel = false;
   int64_t per_token_elements = 0;  // the per-token replicas' values this rank's optimizer sees
   int64_t grad_bytes = 4;          // a gradient's bytes (bf16: 2)

@@ -1,5 +1,7 @@
 #include "parallel/topology.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -42,6 +44,16 @@ absl::StatusOr<Order> ParseOrder(const std::string& name) {
 
 std::string Name(const Order& order) {
   return absl::StrCat(AxisName(order[0]), "-", AxisName(order[1]), "-", AxisName(order[2]));
+}
+
+const char* Name(ZeroShard shard) { return shard == ZeroShard::kNode ? "node" : "dp"; }
+
+absl::StatusOr<ZeroShard> ParseZeroShard(std::string_view name) {
+  for (ZeroShard s : {ZeroShard::kDp, ZeroShard::kNode}) {
+    if (name == Name(s)) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("[flags] --zero_shard must be dp or node, got '", std::string(name), "'"));
 }
 
 GridCoordinates Topology::Of(int rank) const {
@@ -115,6 +127,34 @@ std::vector<int> Topology::EdpGroup(int rank) const {
   return members;
 }
 
+absl::StatusOr<Topology::NodeShards> Topology::ShardByNode(int rank,
+                                                           const comm::Nodes& nodes) const {
+  const std::vector<int> dp = DpGroup(rank);
+  // The dp group's ranks node by node, in world order (so are the nodes).
+  std::vector<std::vector<int>> by_node;
+  for (int r : dp) {
+    if (by_node.empty() || nodes.node(r) != nodes.node(by_node.back().front())) {
+      by_node.emplace_back();
+    }
+    by_node.back().push_back(r);
+  }
+  NodeShards groups;
+  for (const std::vector<int>& on_node : by_node) {
+    if (on_node.size() != by_node.front().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[flags] --zero_shard=node shards over the dp group's ranks on a node, and dp group [",
+          absl::StrJoin(dp, " "), "] has ", by_node.front().size(), " on node ",
+          nodes.node(by_node.front().front()), " but ", on_node.size(), " on node ",
+          nodes.node(on_node.front()), " (--gpus_per_node, --order)"));
+    }
+    if (nodes.node(on_node.front()) == nodes.node(rank)) groups.shard = on_node;
+  }
+  const size_t place = size_t(std::find(groups.shard.begin(), groups.shard.end(), rank) -
+                              groups.shard.begin());
+  for (const std::vector<int>& on_node : by_node) groups.replicate.push_back(on_node[place]);
+  return groups;
+}
+
 std::string Topology::Describe(const comm::Nodes* nodes) const {
   const std::string cp = cp_ > 1 ? absl::StrFormat(" x cp %d", cp_) : "";
   std::string out = absl::StrFormat("topology: world %d = dp %d%s x pp %d x tp %d (order %s: %s)\n",
@@ -145,7 +185,8 @@ std::string Topology::Describe(const comm::Nodes* nodes) const {
   return out;
 }
 
-absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool sharded) const {
+absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool sharded,
+                                                 const comm::Nodes* shard_nodes) const {
   // A group's color is its index among the groups of its kind; the world rank orders
   // the members.
   const int rank = world.rank();
@@ -177,6 +218,14 @@ absl::StatusOr<Topology::Groups> Topology::Split(comm::Communicator& world, bool
     ASSIGN_OR_RETURN(groups.edp,
                      world.Split(blocks > 1 || sharded ? replica * ep_ + ExpertRank(c) : -1, rank,
                                  comm::group::kEdp));
+  }
+  if (shard_nodes != nullptr) {  // each group colored by its first member
+    ASSIGN_OR_RETURN(const NodeShards hsdp, ShardByNode(rank, *shard_nodes));
+    ASSIGN_OR_RETURN(groups.dp_shard,
+                     world.Split(hsdp.shard.front(), rank, comm::group::kDpShard));
+    ASSIGN_OR_RETURN(groups.dp_replicate,
+                     world.Split(hsdp.replicate.size() > 1 ? hsdp.replicate.front() : -1, rank,
+                                 comm::group::kDpReplicate));
   }
   return groups;
 }

@@ -60,6 +60,12 @@ inline constexpr Order kMegatronOrder = {Axis::kTp, Axis::kDp, Axis::kPp};
 absl::StatusOr<Order> ParseOrder(const std::string& name);
 std::string Name(const Order& order);
 
+// What ZeRO shards over (--zero_shard): the whole dp group, or the dp group's ranks on a
+// node, replicated across the nodes (HSDP; Topology::ShardByNode).
+enum class ZeroShard : uint8_t { kDp, kNode };
+const char* Name(ZeroShard shard);  // "dp", "node"
+absl::StatusOr<ZeroShard> ParseZeroShard(std::string_view name);
+
 class Topology {
  public:
   // `ep`: expert parallelism carved out of the data-parallel ranks (it divides dp, or with
@@ -102,6 +108,16 @@ class Topology {
   // With cp > 1: the ranks of `rank`'s context-parallel group, in cp order.
   std::vector<int> CpGroup(int rank) const;
 
+  // HSDP (--zero_shard=node; zero/zero.h): `rank`'s dp group cut by the nodes. The shard
+  // group is its dp group's ranks on its node; the replicate group, the ranks at its place
+  // among their node's, one a node. Both in world order. An error when the nodes the dp
+  // group spans do not each hold as many of its ranks.
+  //   dp 8 on 2 nodes of 4: shard groups [0 1 2 3] [4 5 6 7], replicate [0 4] [1 5] ...
+  struct NodeShards {
+    std::vector<int> shard, replicate;
+  };
+  absl::StatusOr<NodeShards> ShardByNode(int rank, const comm::Nodes& nodes) const;
+
   // Every rank's coordinates and the members of its groups (--print_topology), and its
   // node when `nodes` is given.
   std::string Describe(const comm::Nodes* nodes = nullptr) const;
@@ -111,12 +127,16 @@ class Topology {
   // group when tp > 1, the pp and embedding groups when pp > 1 (embedding: null on the
   // middle stages); null otherwise; with ep > 1 the "ep" and "edp" groups (edp: null when
   // dp == ep, each rank holding experts of its own, unless `sharded`); with cp > 1 the
-  // "cp" group (and the dp group over dp·cp ranks). The groups are named "dp", "tp", "pp",
-  // "embedding", "ep", "edp" and "cp" in the ledger.
+  // "cp" group (and the dp group over dp·cp ranks); with `shard_nodes` (HSDP) the
+  // "dp_shard" group and, when the dp group spans more than one node, "dp_repl"
+  // (ShardByNode). The groups are named "dp", "tp", "pp", "embedding", "ep", "edp", "cp",
+  // "dp_shard" and "dp_repl" in the ledger.
   struct Groups {
     std::unique_ptr<comm::Communicator> dp, tp, pp, embedding, ep, edp, cp;
+    std::unique_ptr<comm::Communicator> dp_shard, dp_replicate;
   };
-  absl::StatusOr<Groups> Split(comm::Communicator& world, bool sharded) const;
+  absl::StatusOr<Groups> Split(comm::Communicator& world, bool sharded,
+                               const comm::Nodes* shard_nodes = nullptr) const;
 
  private:
   // The dp axis holds cp·dp positions, cp_index + cp·dp_index.

@@ -108,6 +108,8 @@ train::TrainOptions PlanAsTrainOptions(const PlanInput& in) {
     o.parallel.schedule = parallel::PipelineSchedule::kGPipe;
   }
   o.parallel.zero = in.zero;
+  o.parallel.zero_shard = in.zero_shard;
+  o.parallel.zero3_reshard_after_forward = in.zero3_reshard_after_forward;
   o.parallel.ep = in.ep;
   o.parallel.cp = in.cp;
   o.parallel.cp_comm = in.cp_comm;
@@ -167,7 +169,10 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
   const double stage = double(in.tp) * in.pp;
   const double experts = in.model.layers * ExpertValues(in) / in.ep / stage;
   const double dense = (double(in.model.params) - in.model.layers * ExpertValues(in)) / stage;
-  const double replicas = double(in.dp) * in.cp;  // the dp group: dp·cp GPUs
+  // The dp group: dp·cp GPUs; under HSDP its share on a node.
+  const double replicas = in.zero_shard == parallel::ZeroShard::kNode && in.zero >= 1
+                              ? double(plan::ShardGpus(in))
+                              : double(in.dp) * in.cp;
   auto sharded = [&](bool sharding) {
     return sharding ? dense / replicas + experts / (replicas / in.ep) : dense + experts;
   };

@@ -204,6 +204,86 @@ void ReplicaRows(PlanRows& plan) {
   plan.Add("zero-3", 3.0 * sharded * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
 }
 
+// A step of ZeRO stage `stage` for world rank `gpu` of a tally GPT part (one unit
+// otherwise), summed by link (parallel/zero/sharding.h's ZeroCalls): over the ranks of
+// `shard` and, under HSDP, the gradient shard's all-reduce over those of `replicate`.
+Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
+               const std::vector<int>& shard, const std::vector<int>& replicate, int gpu) {
+  auto place = [gpu](const std::vector<int>& g) {
+    return int(std::find(g.begin(), g.end(), gpu) - g.begin());
+  };
+  const std::vector<comm::Chunk> whole = {{0, r.part}};
+  const std::vector<comm::Chunk> units =
+      plan.in.model.gpt ? parallel::UnitRanges(parallel::ZeroUnits(r.layout, stage), false) : whole;
+  const std::vector<int> shard_nodes = plan.NodesOf(shard), replica_nodes = plan.NodesOf(replicate);
+  Split bytes;
+  for (const comm::ExpectedCall& c :
+       parallel::ZeroCalls(units, {.ranks = int(shard.size()),
+                                   .rank = place(shard),
+                                   .zero_stage = stage,
+                                   .micro_batches = plan.m,
+                                   .recompute = plan.in.StageRecompute(),
+                                   .reshard = reshard,
+                                   .grad_element = plan.e,
+                                   .param_element = plan.e,
+                                   .replicas = int(replicate.size()),
+                                   .replica = place(replicate)})) {
+    const bool across = c.group == comm::group::kDpReplicate;
+    bytes.Add(comm::ExactSentByLink(c.primitive, plan.in.allreduce,
+                                    across ? replica_nodes : shard_nodes, c.rank, -1, c.count,
+                                    size_t(c.element)),
+              double(c.calls));
+  }
+  return bytes;
+}
+
+// What cuts the bytes across nodes (parallel/zero/zero.h), each asked for: ZeRO-3
+// keeping a unit from its forward to its backward (--zero3_reshard_after_forward=false),
+// and HSDP's stages (--zero_shard=node), each ZeRO over a node's share of the dp group with
+// the gradient shard all-reduced across the nodes.
+void NodeShardRows(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const Replicas r = ReplicasOf(in);
+  const double part = double(r.part) * plan.e;
+  const double gathers = in.StageRecompute() ? 3.0 : 2.0;
+  const int m = plan.m;
+  if (!in.zero3_reshard_after_forward) {
+    Traffic kept;
+    for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
+      for (int gpu : group) kept.Add(ZeroStep(plan, r, 3, false, group, {gpu}, gpu));
+      kept.time = std::max(kept.time, PassesTime(in.allreduce, plan.NodesOf(group), part,
+                                                 2.0 * m, in.cluster));
+    }
+    plan.Add("zero-3, no reshard", 3.0 * part, kept,
+             "3Φ per GPU less a gather a micro-batch (--zero3_reshard_after_forward=false)");
+  }
+  if (in.zero_shard != parallel::ZeroShard::kNode || in.world() > kLookedAt) return;
+  const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
+  std::vector<Traffic> hsdp(3);
+  for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
+    for (int gpu : group) {
+      const absl::StatusOr<parallel::Topology::NodeShards> cut = plan.grid.ShardByNode(gpu, nodes);
+      if (!cut.ok()) return;  // CheckZeroShard refused it
+      for (int stage = 1; stage <= 3; ++stage) {
+        Traffic& t = hsdp[size_t(stage - 1)];
+        t.Add(ZeroStep(plan, r, stage, true, cut->shard, cut->replicate, gpu));
+        const double passes = stage == 1 ? 2 : stage == 2 ? m + 1 : (1 + gathers) * m;
+        t.time = std::max(t.time, PassesTime(in.allreduce, plan.NodesOf(cut->shard), part,
+                                             passes, in.cluster) +
+                                      PassesTime(in.allreduce, plan.NodesOf(cut->replicate),
+                                                 part / double(cut->shard.size()), 2, in.cluster));
+      }
+    }
+  }
+  const char* forms[] = {"2Φ per GPU in a node + 2(r-1)/r·Φ/s across (s GPUs a node, r nodes)",
+                         "the same (the reduce-scatter per micro-batch)",
+                         "3Φ per GPU in a node + 2(r-1)/r·Φ/s across"};
+  for (int stage = 1; stage <= 3; ++stage) {
+    plan.Add(absl::StrCat("hsdp zero-", stage), (stage == 3 ? 3.0 : 2.0) * part,
+             hsdp[size_t(stage - 1)], forms[stage - 1]);
+  }
+}
+
 // The experts' gradients over the ranks holding the same experts.
 void ExpertReplicaRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
@@ -224,11 +304,43 @@ void ExpertReplicaRow(PlanRows& plan) {
 
 }  // namespace
 
+absl::Status CheckZeroShard(const PlanInput& in) {
+  if (!in.zero3_reshard_after_forward && in.StageRecompute()) {
+    return absl::InvalidArgumentError(
+        "[flags] --zero3_reshard_after_forward=false with a pipeline's --recompute: the "
+        "recomputed forward gathers again");
+  }
+  if (in.zero_shard != parallel::ZeroShard::kNode) return absl::OkStatus();
+  if (in.gpus_per_node <= 0) {
+    return absl::InvalidArgumentError(
+        "[flags] --zero_shard=node needs --gpus_per_node (or a --cluster): which GPUs share a node");
+  }
+  if (in.ep > 1) {
+    return absl::InvalidArgumentError("[flags] --zero_shard=node with --ep is not supported yet");
+  }
+  if (in.world() > kLookedAt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --zero_shard=node looks at every GPU's node: at most ", kLookedAt, " GPUs"));
+  }
+  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
+  const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
+  return grid.ShardByNode(0, nodes).status();
+}
+
+int ShardGpus(const PlanInput& in) {
+  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
+  if (in.gpus_per_node <= 0) return grid.DpGroupSize();
+  const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
+  const absl::StatusOr<parallel::Topology::NodeShards> cut = grid.ShardByNode(0, nodes);
+  return cut.ok() ? int(cut->shard.size()) : grid.DpGroupSize();
+}
+
 // One row per strategy, its seed form, exact form and time side by side, so that the
 // table reads as the article's list.
 std::vector<PlanRow> Plan(const PlanInput& in) {
   PlanRows plan(in);
   if (in.dp * in.cp > 1) ReplicaRows(plan);
+  if (in.dp * in.cp > 1) NodeShardRows(plan);
   if (in.ep > 1 && in.dp * in.cp > in.ep) ExpertReplicaRow(plan);
   TensorParallelRows(plan);
   ContextParallelRows(plan);

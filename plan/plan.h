@@ -63,6 +63,12 @@ struct PlanInput {
   DType precision = DType::kBF16;  // of the memory line tally_plan marks
   bool fp32_grad_accum = false;
   int dp = 1, tp = 1, pp = 1, zero = 0;
+  // HSDP (tally_train --zero_shard=node; parallel/zero/zero.h): ZeRO over each node's
+  // share of the dp group, a replica a node; the rows "hsdp zero-1/2/3" and the memory
+  // sharded over that share. With reshard false ZeRO-3 keeps a unit from forward to
+  // backward: the row "zero-3, no reshard".
+  parallel::ZeroShard zero_shard = parallel::ZeroShard::kDp;
+  bool zero3_reshard_after_forward = true;
   // Context parallelism (tally_train --cp, parallel/context_parallel.h): each of a dp
   // rank's sequences cut into cp pieces, one a GPU, so that a GPU holds b·s/cp positions;
   // attention's calls by cp_comm over the cp group (the row "cp (attention)"); the
@@ -249,6 +255,13 @@ double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double byte
 // all-reduce times its node rings and its cross-node ring apart. The busiest GPU is
 // looked for among the groups of the first 4096 GPUs.
 std::vector<PlanRow> Plan(const PlanInput& in);
+
+// Whether --zero_shard and --zero3_reshard_after_forward fit the rest of `in`: HSDP needs
+// the nodes, no experts, and dp groups that put as many GPUs on each of their nodes.
+absl::Status CheckZeroShard(const PlanInput& in);
+// The GPUs ZeRO shards over under HSDP: a dp group's on one node (its whole dp group
+// without nodes).
+int ShardGpus(const PlanInput& in);
 
 // The model states a GPU holds with AdamW, bytes a parameter by precision (the ZeRO
 // paper's 2 + 2 + K): fp32 4 + 4 + 8; bf16 2 + 2 + 12 (K = 12: fp32 master weights and

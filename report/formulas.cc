@@ -31,6 +31,15 @@ std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
   return in.nodes != nullptr ? in.nodes->Of(group) : std::vector<int>(group.size(), 0);
 }
 
+// World rank `rank` as a member of the group of world ranks `members`: the group's size,
+// the rank's place and the node of each member.
+parallel::StepEndShape::Group MemberOf(const ReportInputs& in, const std::vector<int>& members,
+                                       int rank) {
+  return {int(members.size()),
+          int(std::find(members.begin(), members.end(), rank) - members.begin()),
+          in.nodes != nullptr ? in.nodes->Of(members) : std::vector<int>(members.size(), 0)};
+}
+
 // The per-token replicas' elements in the gradients the optimizer of world rank `rank`
 // sees: its part of the model, or its ZeRO shard of that.
 int64_t PerTokenElements(const train::TrainOptions& o, const model::ParameterLayout& layout,
@@ -88,6 +97,10 @@ parallel::PipelineShape PipelineShapeOf(const train::TrainOptions& o,
   const int64_t whole =
       int64_t(o.training.micro_batch_size) * o.model.seq_len / o.parallel.cp * o.model.n_embd;
   const bool scattered = o.parallel.ScatterGather();
+  // ZeRO-2/3 sum the rank's chunk of wte, cut over the group that cuts the shards.
+  const int rank = o.topology().RankAt(at);
+  const std::vector<int> shard = NodeShardsOf(o, rank).shard;
+  const int place = int(std::find(shard.begin(), shard.end(), rank) - shard.begin());
   return {.stages = o.parallel.pp,
           .stage = at.pp,
           .virtual_stages = int(layout.model_chunks().size()),
@@ -99,8 +112,7 @@ parallel::PipelineShape PipelineShapeOf(const train::TrainOptions& o,
           .tp_rank = at.tp,
           .gathered = scattered ? whole : 0,
           .tied = parallel::TiedEmbeddingValues(o.model, o.parallel.tp, at.tp, o.parallel.zero,
-                                                o.topology().DpGroupSize(),
-                                                o.topology().DpGroupRank(at)),
+                                                int(shard.size()), place),
           .grad_element = BytesOf(o).grads};
 }
 
@@ -119,15 +131,29 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
   if (o.parallel.zero >= 1) {
     const std::vector<comm::Chunk> units =
         parallel::UnitRanges(parallel::ZeroUnits(layout, o.parallel.zero, ep > 1), experts);
-    return parallel::ZeroCalls(units, {.group = group,
-                                       .ranks = ranks,
-                                       .rank = group_rank,
-                                       .nodes = GroupNodes(in, rank, experts),
-                                       .zero_stage = o.parallel.zero,
-                                       .micro_batches = o.accumulation_steps(),
-                                       .recompute = o.parallel.StageRecompute(),
-                                       .grad_element = BytesOf(o).grad_comm,
-                                       .param_element = BytesOf(o).params});
+    parallel::ZeroShape shape{.group = group,
+                              .ranks = ranks,
+                              .rank = group_rank,
+                              .nodes = GroupNodes(in, rank, experts),
+                              .zero_stage = o.parallel.zero,
+                              .micro_batches = o.accumulation_steps(),
+                              .recompute = o.parallel.StageRecompute(),
+                              .reshard = o.parallel.zero3_reshard_after_forward,
+                              .grad_element = BytesOf(o).grad_comm,
+                              .param_element = BytesOf(o).params};
+    if (o.parallel.ShardsByNode()) {  // HSDP (no experts): the node's shard, and its replicas
+      const parallel::Topology::NodeShards groups = NodeShardsOf(o, rank);
+      const parallel::StepEndShape::Group shard = MemberOf(in, groups.shard, rank);
+      const parallel::StepEndShape::Group replicas = MemberOf(in, groups.replicate, rank);
+      shape.group = comm::group::kDpShard;
+      shape.ranks = shard.ranks;
+      shape.rank = shard.rank;
+      shape.nodes = shard.nodes;
+      shape.replicas = replicas.ranks;
+      shape.replica = replicas.rank;
+      shape.replica_nodes = replicas.nodes;
+    }
+    return parallel::ZeroCalls(units, shape);
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
                                                  : std::vector<comm::Chunk>{{0, layout.total()}};
@@ -147,7 +173,7 @@ parallel::StepEndShape StepEndShapeOf(const ReportInputs& in, const model::Param
   const train::TrainOptions& o = in.options;
   const parallel::Topology grid = o.topology();
   const parallel::GridCoordinates at = grid.Of(rank);
-  return {
+  parallel::StepEndShape shape{
       .dp = {grid.DpGroupSize(), grid.DpGroupRank(at), GroupNodes(in, rank, false)},
       .tp = {o.parallel.tp, at.tp, {}},
       .pp = {o.parallel.pp, at.pp, {}},
@@ -156,6 +182,8 @@ parallel::StepEndShape StepEndShapeOf(const ReportInputs& in, const model::Param
       .sequence_parallel = o.parallel.sequence_parallel,
       .per_token_elements = o.parallel.sequence_parallel ? PerTokenElements(o, layout, rank) : 0,
       .grad_bytes = BytesOf(o).grads};
+  if (o.parallel.ShardsByNode()) shape.shard = MemberOf(in, NodeShardsOf(o, rank).shard, rank);
+  return shape;
 }
 
 }  // namespace
@@ -166,14 +194,22 @@ ValueBytes BytesOf(const train::TrainOptions& o) {
           int64_t(SizeOf(p.activations))};
 }
 
+parallel::Topology::NodeShards NodeShardsOf(const train::TrainOptions& o, int rank) {
+  const parallel::Topology grid = o.topology();
+  if (!o.parallel.ShardsByNode()) return {grid.DpGroup(rank), {rank}};
+  return grid.ShardByNode(rank, *o.PlacedNodes()).value();  // validated with the options
+}
+
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,
                                 int rank) {
-  // ZeRO shards over the dp group (dp·cp ranks under context parallelism), the experts'
-  // units over the edp group.
+  // ZeRO shards over the dp group (dp·cp ranks under context parallelism; under HSDP its
+  // ranks on the node), the experts' units over the edp group.
   const parallel::Topology grid = o.topology();
   const parallel::GridCoordinates at = grid.Of(rank);
+  const std::vector<int> shard = NodeShardsOf(o, rank).shard;
+  const int place = int(std::find(shard.begin(), shard.end(), rank) - shard.begin());
   return parallel::Sharding(parallel::ZeroUnits(layout, o.parallel.zero, o.parallel.ep > 1),
-                            {grid.DpGroupSize(), grid.DpGroupRank(at)},
+                            {int(shard.size()), place},
                             {grid.EdpGroupSize(), grid.EdpGroupRank(at)});
 }
 

@@ -16,6 +16,10 @@ struct ValueBytes {
 };
 ValueBytes BytesOf(const train::TrainOptions& o);
 
+// World rank `rank`'s HSDP groups (parallel/topology.h's ShardByNode); without
+// --zero_shard=node its whole dp group, and a replicate group of itself.
+parallel::Topology::NodeShards NodeShardsOf(const train::TrainOptions& o, int rank);
+
 // World rank `rank`'s ZeRO shard of `layout`: the dense units cut over its dp group, the
 // experts' over its edp group (whose rank is the dp rank / ep; topology.h).
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,

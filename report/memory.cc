@@ -180,6 +180,8 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
     }
     params_open = embeddings + pair;
   }
+  // Without resharding after forward every unit is gathered when forward ends.
+  if (!o.parallel.zero3_reshard_after_forward) params_open = phi;
   f.params = bytes.params * (o.parallel.zero == 3 ? shard + params_open : phi);
   // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,

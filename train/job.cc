@@ -46,6 +46,8 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   serial.parallel.dp = serial.parallel.tp = serial.parallel.pp = serial.parallel.ep = 1;
   serial.parallel.cp = 1;
   serial.parallel.zero = 0;
+  serial.parallel.zero_shard = parallel::ZeroShard::kDp;
+  serial.parallel.zero3_reshard_after_forward = true;
   serial.parallel.sequence_parallel = false;
   serial.parallel.recompute = false;
   serial.parallel.recompute_attention = false;

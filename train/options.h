@@ -115,6 +115,13 @@ struct ParallelOptions {
   // threads backend's communication thread, runtime/comm/progress.h).
   bool overlap = false;
   int zero = 0;                      // ZeRO stage over the dp group (parallel/zero/zero.h): 0-3
+  // HSDP (parallel/zero/zero.h): ZeRO shards over the dp group's ranks on each node and
+  // keeps a replica a node (node, with --gpus_per_node), or over the whole dp group (dp).
+  parallel::ZeroShard zero_shard = parallel::ZeroShard::kDp;
+  // ZeRO-3: false keeps a unit's parameters gathered in forward until its backward
+  // (FSDP's SHARD_GRAD_OP): one all-gather a unit and micro-batch instead of two.
+  bool zero3_reshard_after_forward = true;
+  bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
   // with sequence_parallel, the activations between the split layers split by sequence.
@@ -301,6 +308,7 @@ struct TrainOptions {
   // section's own checks, then those across sections (train/options_validate.cc).
   absl::Status Validate() const;
   absl::Status ValidateBatch() const;  // the batch against the grid
+  absl::Status ValidateZeroShard() const;  // HSDP's nodes, ZeRO-3's resharding
   absl::Status ValidateJobs() const;   // what a sampling job and --repeat cannot do
   // One line for each flag that has no effect in this configuration (e.g.
   // --sequence_parallel with tp = 1), naming it. Ask the options as given, before

@@ -279,6 +279,7 @@ absl::Status TrainOptions::Validate() const {
                  " ms), the longest a peer waits");
     }
   }
+  RETURN_IF_ERROR(ValidateZeroShard());
   if (precision.tf32 && placement.device != DeviceType::kCUDA) {
     return Bad("--tf32 needs --device=cuda (it is cuBLAS's)");
   }
@@ -310,6 +311,36 @@ absl::Status TrainOptions::ValidateBatch() const {
     return Bad("--schedule=interleaved runs micro-batches in groups of --pp: ",
                accumulation_steps(), " micro-batches a step (--global_batch_size / (--dp x ",
                "--micro_batch_size)) is not a multiple of --pp=", pp);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainOptions::ValidateZeroShard() const {
+  const ParallelOptions& p = parallel;
+  if (!p.zero3_reshard_after_forward) {
+    if (p.zero != 3) {
+      return Bad("--zero3_reshard_after_forward=false keeps ZeRO-3's gathered parameters: it "
+                 "needs --zero=3, got --zero=", p.zero);
+    }
+    if (p.pp > 1) {
+      return Bad("--zero3_reshard_after_forward=false runs with --pp=1 only so far (a pipeline "
+                 "interleaves micro-batches' forwards and backwards)");
+    }
+  }
+  if (p.zero_shard != parallel::ZeroShard::kNode) return absl::OkStatus();
+  if (p.zero == 0) return Bad("--zero_shard=node shards ZeRO's state: give --zero=1, 2 or 3");
+  if (placement.gpus_per_node == 0) {
+    return Bad("--zero_shard=node needs --gpus_per_node (which ranks share a node)");
+  }
+  if (p.ep > 1) {
+    return Bad("--zero_shard=node with --ep=", p.ep,
+               " is not supported yet (the experts' edp group is sharded on its own)");
+  }
+  // Every dp group (the one of each rank with dp and cp index 0) tiles its nodes alike.
+  const parallel::Topology grid = topology();
+  const std::shared_ptr<const comm::Nodes> nodes = PlacedNodes();
+  for (int r = 0; r < world(); ++r) {
+    if (grid.DpGroupRank(grid.Of(r)) == 0) RETURN_IF_ERROR(grid.ShardByNode(r, *nodes).status());
   }
   return absl::OkStatus();
 }

@@ -77,7 +77,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
-    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0));
+    const std::shared_ptr<const comm::Nodes> shard_nodes =
+        options.parallel.ShardsByNode() ? options.PlacedNodes() : nullptr;
+    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0,
+                                            shard_nodes.get()));
   }
   if (t->groups_.cp != nullptr) {
     t->sequence_ = std::make_unique<parallel::ContextParallel>(
@@ -101,9 +104,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     return MakeOptimizer(options, n, alloc);
   };
   if (t->groups_.dp != nullptr && options.parallel.zero >= 1) {
+    const bool hsdp = t->groups_.dp_shard != nullptr;
     const parallel::ZeroConfig zero{
         .stage = options.parallel.zero,
-        .dp = t->groups_.dp.get(),
+        .dp = hsdp ? t->groups_.dp_shard.get() : t->groups_.dp.get(),
         .experts = t->groups_.edp.get(),
         .tp = tp,
         .stages = t->groups_.pp.get(),
@@ -111,7 +115,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .device = t->model_alloc_.device(),
         .precision = options.Precision(),
         .overlap = options.parallel.overlap,
-        .prefetch = options.parallel.overlap && options.parallel.pp == 1};
+        .prefetch = options.parallel.overlap && options.parallel.pp == 1,
+        .replicas = t->groups_.dp_replicate.get(),
+        .reshard_after_forward = options.parallel.zero3_reshard_after_forward};
     ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
                                                                 make_optimizer));
   } else {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/comm/ledger/exact_traffic.h"
+#include "runtime/comm/ledger/names.h"
 
 namespace tally::parallel {
 
@@ -78,7 +79,7 @@ std::vector<comm::Chunk> UnitRanges(const std::vector<ZeroUnit>& units, bool exp
 }
 
 int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
-                     bool recompute) {
+                     bool recompute, bool reshard) {
   using comm::Phase;
   if (zero_stage < 1) return 0;
   if (primitive == comm::Primitive::kReduceScatter && phase == Phase::kBackward) {
@@ -88,7 +89,9 @@ int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitiv
     if (phase == Phase::kOptimizer && zero_stage <= 2) return 1;
     if (phase == Phase::kForward && zero_stage == 3) return micro_batches;
     // Backward gathers each unit once more for the recomputed forward.
-    if (phase == Phase::kBackward && zero_stage == 3) return micro_batches * (recompute ? 2 : 1);
+    if (phase == Phase::kBackward && zero_stage == 3) {
+      return reshard ? micro_batches * (recompute ? 2 : 1) : 0;
+    }
   }
   return 0;
 }
@@ -121,7 +124,7 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
                                   std::pair{Primitive::kAllGather, Phase::kForward},
                                   std::pair{Primitive::kAllGather, Phase::kBackward}}) {
     const int per_unit =
-        ZeroCallsPerStep(s.zero_stage, s.micro_batches, primitive, phase, s.recompute);
+        ZeroCallsPerStep(s.zero_stage, s.micro_batches, primitive, phase, s.recompute, s.reshard);
     if (per_unit == 0) continue;
     for (const comm::Chunk& unit : units) {
       calls.push_back(
@@ -135,6 +138,19 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
            .rank = s.rank,
            .nodes = s.nodes});
     }
+  }
+  if (s.replicas > 1) {  // the shard: the rank's chunk of every unit
+    int64_t shard = 0;
+    for (const comm::Chunk& unit : units) shard += comm::ChunkOf(unit.count, s.ranks, s.rank).count;
+    calls.push_back({.group = comm::group::kDpReplicate,
+                     .primitive = Primitive::kAllReduce,
+                     .phase = Phase::kBackward,
+                     .count = shard,
+                     .element = s.grad_element,
+                     .calls = 1,
+                     .ranks = s.replicas,
+                     .rank = s.replica,
+                     .nodes = s.replica_nodes});
   }
   return calls;
 }

@@ -78,8 +78,10 @@ std::vector<std::pair<size_t, size_t>> PiecesOfUnits(const model::ParameterLayou
 // How many times one step of ZeRO stage `zero_stage` calls `primitive` on each unit under
 // `phase`, with `micro_batches` micro-batches per rank (0: never); `recompute`: a pipeline
 // stage recomputes its forward in backward (ZeRO-3 gathers for it too).
+// `reshard`: ZeRO-3 frees a unit after its forward (false: it stays for the backward, which
+// gathers nothing).
 int ZeroCallsPerStep(int zero_stage, int micro_batches, comm::Primitive primitive, comm::Phase phase,
-                     bool recompute = false);
+                     bool recompute = false, bool reshard = true);
 // The exact bytes rank `rank` of `ranks` sends in those calls in one step over `units`
 // (UnitRanges(ZeroUnits(...)) of the group's kind): exact_traffic.h summed over the units,
 // times the calls.
@@ -96,14 +98,19 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
 // reduce-scatters (phase backward) and all-gathers (optimizer, forward, backward), as
 // many as ZeroCallsPerStep, booked in group `group` (dp, or edp for the experts') with no
 // scope. `grad_element`: bytes a value of the reduce-scatter (the gradients' wire type);
-// `param_element`: of the all-gather (the parameters' type).
+// `param_element`: of the all-gather (the parameters' type). Under HSDP (`replicas` > 1;
+// zero.h) also the all-reduce of the rank's gradient shard over the replicate group
+// (group dp_repl, phase backward), once a step.
 struct ZeroShape {
   const char* group = "";
   int ranks = 1, rank = 0;
   std::vector<int> nodes = {};  // the node of each rank (the hierarchical algorithm)
   int zero_stage = 0, micro_batches = 1;
   bool recompute = false;
+  bool reshard = true;  // ZeRO-3's reshard after forward
   int64_t grad_element = 4, param_element = 4;
+  int replicas = 1, replica = 0;          // HSDP's replicate group, and this rank's place
+  std::vector<int> replica_nodes = {};    // the node of each of its ranks
 };
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& shape);
 

@@ -120,6 +120,7 @@ Tensor ZeroWeights::TakeGrads(int unit, Tensor open_grads) {
 
 absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   RETURN_IF_ERROR(CompleteGrads());
+  RETURN_IF_ERROR(SumOverReplicas());
   // Every piece's squares over the dp group: an experts' piece is cut over the edp group,
   // whose ranks together with their ep groups' are the dp group.
   ASSIGN_OR_RETURN(double norm,
@@ -130,6 +131,13 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   RETURN_IF_ERROR(PublishShard());
   RETURN_IF_ERROR(ShareUpdate());
   return norm;
+}
+
+absl::Status ZeroWeights::SumOverReplicas() {
+  if (config_.replicas == nullptr) return absl::OkStatus();
+  comm::PhaseScope phase(config_.replicas->ledger(), comm::Phase::kBackward);
+  return grads_sent_as_.AllReduce(*config_.replicas, grad_shard_, comm::ReduceOp::kSum,
+                                  config_.algorithm);
 }
 
 absl::Status ZeroWeights::AllGatherUpdated() {
@@ -203,6 +211,8 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
 
 absl::StatusOr<TrainableWeights::Part> ZeroWeights::GatherPart(bool with_optimizer) {
   Part part;
+  // HSDP: the first node's shard group gathers; the others hold the same replica.
+  if (config_.replicas != nullptr && config_.replicas->rank() != 0) return part;
   ASSIGN_OR_RETURN(part.params, GatherParams(/*root=*/0));
   if (!with_optimizer) return part;
   ASSIGN_OR_RETURN(part.gathered, GatherOptimizer(/*root=*/0));

@@ -27,6 +27,26 @@
 //   the all-gather of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one
 //   micro-batch: 2(p-1)/p·4Φ for ZeRO-1 and 2, as data parallelism; 3(p-1)/p·4Φ for ZeRO-3.
 //
+// HSDP (--zero_shard=node; FSDP's hybrid shard, torchtitan's dp_replicate × dp_shard):
+// the units are cut over the shard group, the dp group's s ranks on one node, and each of
+// the r = p/s nodes keeps a whole replica of the sharded state. Everything above runs
+// over the shard group; the one step across nodes is after the last backward, when every
+// rank all-reduces its reduced gradient shard (Φ/s values) over its replicate group, the
+// r ranks at its place on every node (label none, phase backward):
+//
+//   bytes a step, ring | s every unit:  the table's with p = s, inside the node
+//                                     + 2(r-1)/r · Φ/s · g   across nodes
+//
+// so that of a rank's bytes only the all-reduce crosses nodes, where ZeRO over the whole
+// dp group reduce-scatters across them every micro-batch (ZeRO-2/3) and ZeRO-3 gathers
+// across them twice. The memory is ZeRO's over s ranks. The gradient norm sums the shard
+// group's squares only (a replica's are the same).
+//
+// ZeRO-3 with reshard_after_forward false (--zero3_reshard_after_forward=false; FSDP's
+// SHARD_GRAD_OP, ZeRO++'s "no reshard"): a unit the model releases in forward stays
+// gathered until its backward releases it, so the backward gathers nothing: (p-1)/p·4Φ a
+// micro-batch less, at the cost of every unit's whole parameters at the end of forward.
+//
 // Under expert parallelism (--ep; parallel/expert_parallel.h) the experts' tensors are
 // data-parallel over the expert-data-parallel group only, so ZeRO cuts them over that
 // group (as DeepSpeed-MoE and Megatron-LM's distributed optimizer do) and the rest over the
@@ -92,6 +112,11 @@ struct ZeroConfig {
   model::Precision precision;
   bool overlap = false;   // ZeRO-2/3: a closed unit's reduce-scatter in flight
   bool prefetch = false;  // ZeRO-3: the next unit's gather in flight
+  // HSDP: `dp` is the shard group (the dp group's ranks on a node) and this the replicate
+  // group, over which the shard's gradients are all-reduced once a step (null: none).
+  comm::Communicator* replicas = nullptr;
+  // ZeRO-3: false keeps a unit gathered in forward until its backward (FSDP's SHARD_GRAD_OP).
+  bool reshard_after_forward = true;
 };
 
 // The model's weights, sharded: the part every stage shares (the shard's optimizer and
@@ -166,6 +191,8 @@ class ZeroWeights : public TrainableWeights {
   Tensor TakeGrads(int unit, Tensor open_grads);
   // Every rank's updated chunks into every rank's whole buffer (ZeRO-1/2; phase optimizer).
   absl::Status AllGatherUpdated();
+  // HSDP: the reduced gradient shard summed over the replicate group (phase backward).
+  absl::Status SumOverReplicas();
 
   const ZeroConfig config_;
   const model::ParameterLayout layout_;

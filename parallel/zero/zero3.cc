@@ -8,6 +8,9 @@
 //                                      + m·(p-1)/p·Φ·w·k    all-gather, backward
 //   (k = 1, or 2 when a pipeline stage recomputes its forward; ZeroBytesPerStep is exact.)
 //
+// With reshard_after_forward false (--zero3_reshard_after_forward=false) a unit released
+// in phase forward stays gathered, and its backward gathers nothing (m·(p-1)/p·Φ·w less).
+//
 // With --overlap on one pipeline stage (ZeroConfig::prefetch) asking for a unit posts the gather of
 // the next one in the model's direction (up in forward, down in backward), which the next
 // Params call takes: one unit prefetched, held in params memory.
@@ -76,13 +79,17 @@ absl::StatusOr<ConstTypedPtr> Zero3Weights::Stored(int unit) {
 }
 
 absl::Status Zero3Weights::ReleaseParams(int unit) {
-  gathered_[unit] = Tensor();
+  // Without resharding, what forward releases stays gathered for the unit's backward.
+  const bool keep =
+      !config_.reshard_after_forward && config_.dp->ledger().phase() == comm::Phase::kForward;
+  if (!keep) gathered_[unit] = Tensor();
   return ZeroWeights::ReleaseParams(unit);
 }
 
 absl::Status Zero3Weights::CompleteGrads() {
   RETURN_IF_ERROR(Zero2Weights::CompleteGrads());
   if (!prefetched_.empty()) RETURN_IF_ERROR(prefetched_.Finish().status());
+  for (Tensor& kept : gathered_) kept = Tensor();  // nothing gathered outlives the update
   last_unit_ = -1;
   return absl::OkStatus();
 }

@@ -21,17 +21,10 @@
 namespace tally::train {
 namespace {
 
-// Φ = C·(V + T + 12C + 15) = 10·(256 + 16 + 120 + 15) = 4070: divisible by neither 3 nor 4.
+// TinyDataParallel's model and batch, in 375-element buckets: uneven, and several of them.
 TrainOptions Tiny(int dp) {
-  TrainOptions o = ShortRun();
-  o.model.n_layer = 1;
-  o.model.n_head = 2;
-  o.model.n_embd = 10;
-  o.model.seq_len = 16;
-  o.training.global_batch_size = 12;
-  o.training.micro_batch_size = 1;  // 12 / dp micro-batches per rank: accumulation everywhere
-  o.parallel.dp = dp;
-  o.parallel.bucket_mb = 1500.0 / (1 << 20);  // 375-element buckets: uneven, and several of them
+  TrainOptions o = TinyDataParallel(dp);
+  o.parallel.bucket_mb = 1500.0 / (1 << 20);
   return o;
 }
 

@@ -45,6 +45,21 @@ inline TrainOptions TinyGrid(int global_batch) {
   return o;
 }
 
+// The data-parallel suites' model: Φ = C·(V + T + 12C + 15) = 10·(256 + 16 + 120 + 15) =
+// 4070, divisible by neither 3 nor 4; 12 sequences a step in micro-batches of one, so
+// 12 / dp micro-batches a rank: accumulation everywhere.
+inline TrainOptions TinyDataParallel(int dp) {
+  TrainOptions o = ShortRun();
+  o.model.n_layer = 1;
+  o.model.n_head = 2;
+  o.model.n_embd = 10;
+  o.model.seq_len = 16;
+  o.training.global_batch_size = 12;
+  o.training.micro_batch_size = 1;
+  o.parallel.dp = dp;
+  return o;
+}
+
 // A test's grid of ranks, with named fields (Grid{.dp = 2, .pp = 2, .zero = 1}) and a
 // printable name: the strategies' flags a test sets on its options.
 struct Grid {

@@ -21,6 +21,11 @@ inline constexpr char kEmbedding[] = "embedding";  // the first and last stage's
 inline constexpr char kEp[] = "ep";                // the experts' all-to-all
 inline constexpr char kEdp[] = "edp";              // the replicas of the same experts
 inline constexpr char kCp[] = "cp";                // context parallel: the sequence split
+// HSDP (--zero_shard=node): the dp group's ranks on one node, which shard ZeRO's state,
+// and the ranks at the same place on every node, whose shards are replicas (torchtitan's
+// dp_shard and dp_replicate mesh dimensions).
+inline constexpr char kDpShard[] = "dp_shard";
+inline constexpr char kDpReplicate[] = "dp_repl";
 }  // namespace group
 
 namespace scope {

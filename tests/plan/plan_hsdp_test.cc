@@ -1,0 +1,109 @@
+// tally_plan's rows for what cuts the bytes across nodes: HSDP's zero-1/2/3 and ZeRO-3
+// without resharding are the bytes a run of the same grid measures, in all and across
+// nodes, and the memory line its model states.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "plan/plan.h"
+#include "runtime/comm/ledger/names.h"
+#include "tests/plan/small_plan.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::plan {
+namespace {
+
+// ZeRO's rows of a run: its shard group's (or dp group's) passes and the replicas' all-reduce.
+bool ZeroRow(const comm::LedgerKey& k) {
+  return (k.group == comm::group::kDpShard && k.primitive != comm::Primitive::kAllReduce) ||
+         k.group == comm::group::kDpReplicate ||
+         (k.group == comm::group::kDp && k.primitive != comm::Primitive::kAllReduce);
+}
+
+// The busiest rank's ZeRO bytes in `run`, and of them across nodes.
+comm::LinkBytes Busiest(const train::RunResult& run, const PlanInput& in) {
+  const comm::Nodes nodes = *PlanAsTrainOptions(in).PlacedNodes();
+  comm::LinkBytes most;
+  for (const comm::TrafficLedger& ledger : run.traffic) {
+    const comm::LinkBytes b = ledger.SentByLink(nodes, ZeroRow);
+    if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
+  }
+  return most;
+}
+
+TEST(PlanHsdp, RowsAreTheMeasuredBytesInAllAndAcrossNodes) {
+  struct Case {
+    int nodes, per_node, zero, tp;
+  };
+  for (const Case& c : {Case{2, 2, 1, 1}, Case{2, 2, 2, 1}, Case{2, 2, 3, 1}, Case{3, 2, 3, 1},
+                        Case{2, 3, 2, 1}, Case{2, 2, 3, 2}}) {
+    SCOPED_TRACE(absl::StrCat(c.nodes, " nodes of ", c.per_node, ", zero ", c.zero, " tp ", c.tp));
+    PlanInput in = SmallPlan();
+    in.precision = DType::kF32;
+    in.bytes_per_value = 4;
+    in.dp = c.nodes * c.per_node;
+    in.tp = c.tp;
+    in.zero = c.zero;
+    in.zero_shard = parallel::ZeroShard::kNode;
+    in.gpus_per_node = c.per_node * c.tp;
+    ASSERT_TRUE(CheckZeroShard(in).ok()) << CheckZeroShard(in);
+    EXPECT_EQ(ShardGpus(in), c.per_node);
+    const train::RunResult run = RunPlan(in);
+    const comm::LinkBytes most = Busiest(run, in);
+    EXPECT_GT(most.inter, 0);
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      if (row.strategy != absl::StrCat("hsdp zero-", c.zero)) continue;
+      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
+      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
+      ++compared;
+    }
+    EXPECT_EQ(compared, 1);
+    int64_t states = 0;
+    for (const MemoryLedger& m : run.memory) {
+      states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
+                                    m.peak(MemoryCategory::kOptimizer));
+    }
+    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(states));
+  }
+}
+
+TEST(PlanHsdp, ZeroThreeWithoutReshardIsTheMeasuredRun) {
+  PlanInput in = SmallPlan();
+  in.precision = DType::kF32;
+  in.bytes_per_value = 4;
+  in.dp = 4;
+  in.zero = 3;
+  in.micro_batches = 2;
+  in.zero3_reshard_after_forward = false;
+  in.gpus_per_node = 2;
+  const train::RunResult run = RunPlan(in);
+  int compared = 0;
+  for (const PlanRow& row : Plan(in)) {
+    if (row.strategy != "zero-3, no reshard") continue;
+    EXPECT_EQ(double(Busiest(run, in).total()), row.exact_bytes_per_gpu);
+    EXPECT_EQ(double(Busiest(run, in).inter), row.inter_bytes_per_gpu);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 1);
+}
+
+TEST(PlanHsdp, BadShapesAreOneLineEach) {
+  PlanInput in = SmallPlan();
+  in.dp = 4;
+  in.zero = 3;
+  in.zero_shard = parallel::ZeroShard::kNode;
+  EXPECT_TRUE(absl::StrContains(CheckZeroShard(in).message(), "needs --gpus_per_node"));
+  in.gpus_per_node = 3;  // 3 of the dp group's 4 GPUs on node 0, 1 on node 1
+  EXPECT_TRUE(absl::StrContains(CheckZeroShard(in).message(), "has 3 on node 0 but 1 on node 1"))
+      << CheckZeroShard(in);
+  in.gpus_per_node = 2;
+  in.ep = 2;
+  EXPECT_TRUE(absl::StrContains(CheckZeroShard(in).message(), "with --ep is not supported"));
+}
+
+}  // namespace
+}  // namespace tally::plan
