@@ -54,6 +54,10 @@ ABSL_FLAG(std::string, zero_shard, "dp",
           "the rows hsdp zero-1/2/3; with --gpus_per_node or --cluster)");
 ABSL_FLAG(bool, zero3_reshard_after_forward, true,
           "false adds the row zero-3, no reshard (a unit kept from forward to backward)");
+ABSL_FLAG(std::string, grad_compression, "none",
+          "none, or powersgd: the row dp powersgd (r=...), PowerSGD's step after its warm-up "
+          "(tally's GPT shapes, --zero=0)");
+ABSL_FLAG(int, powersgd_rank, 1, "PowerSGD's rank r");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
 ABSL_FLAG(int, n_experts, 0,
           "experts in every layer's MLP (tally's MLP shape, 8h^2 + 5h each; 0: dense); Φ "
@@ -123,42 +127,6 @@ namespace {
 
 using plan::PlanInput;
 using plan::PlanRow;
-
-// The most GPUs a plan may have (dp x cp x tp x pp).
-constexpr int64_t kMaxGpus = int64_t(1) << 20;
-
-// A grid of at most kMaxGpus GPUs whose tensor-parallel ranks split the hidden size, and
-// whose cp ranks split the sequence as tally_train would (CheckContextParallel).
-absl::Status CheckGrid(const plan::PlanInput& in) {
-  const int64_t gpus = in.world();
-  if (gpus > kMaxGpus) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "[flags] dp %d x cp %d x tp %d x pp %d = %d GPUs; tally_plan plans at most %d", in.dp,
-        in.cp, in.tp, in.pp, gpus, kMaxGpus));
-  }
-  if (in.cp > 1) {
-    // A preset of another shape has heads of 128 channels.
-    const int heads = (in.model.gpt ? in.model.config.n_head : std::max(1, in.model.hidden / 128));
-    const absl::Status split = parallel::CheckContextParallel(
-        in.cp, in.seq_len, heads / in.tp, in.cp_comm, in.cp_load_balance);
-    if (!split.ok()) return absl::InvalidArgumentError(absl::StrCat("[flags] ", split.message()));
-    if (in.recompute_attention) {
-      return absl::InvalidArgumentError(
-          "[flags] --recompute_granularity=selective has nothing to make again under --cp (its "
-          "attention keeps only each query's log-sum-exp): use full recompute or none");
-    }
-  }
-  if (in.model.hidden % in.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "[flags] the hidden size %d is not divisible by --tp=%d", in.model.hidden, in.tp));
-  }
-  if (in.model.gpt && in.model.config.n_head % in.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "[flags] the %d heads of %s are not divisible by --tp=%d", in.model.config.n_head,
-        in.model.name, in.tp));
-  }
-  return absl::OkStatus();
-}
 
 // Long, and kept whole: one flag after another, each checked where it is read.
 absl::StatusOr<plan::PlanInput> InputFromFlags() {
@@ -232,6 +200,9 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   in.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(in.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
   in.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
+  ASSIGN_OR_RETURN(in.grad_compression,
+                   parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
+  in.powersgd_rank = absl::GetFlag(FLAGS_powersgd_rank);
   in.cp = absl::GetFlag(FLAGS_cp);
   ASSIGN_OR_RETURN(in.cp_comm, parallel::ParseCpComm(absl::GetFlag(FLAGS_cp_comm)));
   ASSIGN_OR_RETURN(in.cp_load_balance,
@@ -294,7 +265,7 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   RETURN_IF_ERROR(positive("pp", in.pp));
   RETURN_IF_ERROR(positive("cp", in.cp));
   RETURN_IF_ERROR(positive("micro_batches", in.micro_batches));
-  RETURN_IF_ERROR(CheckGrid(in));
+  RETURN_IF_ERROR(plan::CheckGrid(in));
   RETURN_IF_ERROR(positive("virtual_stages", in.virtual_stages));
   RETURN_IF_ERROR(positive("ep", in.ep));
   if (in.ep > 1 && (in.n_experts == 0 || in.n_experts % in.ep != 0 || in.dp % in.ep != 0) &&
@@ -323,6 +294,7 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   }
   if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("[flags] --zero must be 0, 1, 2 or 3");
   RETURN_IF_ERROR(plan::CheckZeroShard(in));
+  RETURN_IF_ERROR(plan::CheckGradCompression(in));
   if (in.batch % in.micro_batches != 0) {
     return absl::InvalidArgumentError("[flags] --batch_size must be a multiple of --micro_batches");
   }
@@ -343,7 +315,7 @@ absl::Status Sweep(plan::PlanInput in, const std::string& spec) {
     if (!absl::SimpleAtoi(value, dim) || *dim < 1) {
       return absl::InvalidArgumentError(absl::StrCat("[flags] --sweep: bad value '", value, "'"));
     }
-    RETURN_IF_ERROR(CheckGrid(in));
+    RETURN_IF_ERROR(plan::CheckGrid(in));
     if (in.pp > in.model.layers) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "[flags] --sweep: pp %d is more stages than the %d layers", in.pp, in.model.layers));
@@ -438,8 +410,8 @@ int main(int argc, char** argv) {
       {"batch and precision",
        {"batch_size", "micro_batches", "precision", "grad_accum", "bytes_per_value"}},
       {"data parallelism and ZeRO",
-       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "allreduce", "overlap",
-        "bucket_mb"}},
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "grad_compression",
+        "powersgd_rank", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

@@ -159,6 +159,12 @@ ABSL_FLAG(std::string, zero_shard, "dp",
 ABSL_FLAG(bool, zero3_reshard_after_forward, true,
           "--zero=3: free a unit's gathered parameters after its forward (false: keep them "
           "for its backward, FSDP's SHARD_GRAD_OP: one all-gather less a micro-batch)");
+ABSL_FLAG(std::string, grad_compression, "none",
+          "none, or powersgd: --zero=0's gradient sum as PowerSGD's low-rank P and Q (each 2-D "
+          "gradient M ~ P Q^T, error feedback kept on each rank) after the warm-up steps");
+ABSL_FLAG(int, powersgd_rank, 1, "PowerSGD's rank r: P is m x r and Q n x r for an m x n gradient");
+ABSL_FLAG(int64_t, powersgd_warmup_steps, 10,
+          "steps of the plain all-reduce before PowerSGD starts (PyTorch's start_powerSGD_iter)");
 ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring; naive (through rank 0: reduce, then broadcast); "
           "or hierarchical (rings inside each node, then across nodes; with --gpus_per_node)");
@@ -247,6 +253,10 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
   p.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(p.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
   p.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
+  ASSIGN_OR_RETURN(p.grad_compression,
+                   parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
+  p.powersgd_rank = absl::GetFlag(FLAGS_powersgd_rank);
+  p.powersgd_warmup_steps = absl::GetFlag(FLAGS_powersgd_warmup_steps);
   ASSIGN_OR_RETURN(p.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   p.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   const std::string overlap = absl::GetFlag(FLAGS_overlap);
@@ -383,8 +393,8 @@ int main(int argc, char** argv) {
       {"sampling", {"sample_bytes", "temperature", "top_k", "prompt", "sample_only"}},
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO",
-       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "allreduce", "overlap",
-        "bucket_mb"}},
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "grad_compression",
+        "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

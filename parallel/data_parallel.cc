@@ -133,6 +133,10 @@ absl::StatusOr<std::unique_ptr<ReplicaWeights>> ReplicaWeights::Create(
   };
   if (config.ep == nullptr) {
     w->sync_ = sync(config.dp, {{0, layout.total()}});
+    if (config.powersgd_rank > 0) {
+      ASSIGN_OR_RETURN(w->powersgd_, PowerSgd::Create(config.dp, layout, config.powersgd_rank,
+                                                      config.seed, config.algorithm, alloc));
+    }
     return w;
   }
   w->sync_ = sync(config.dp, ExpertRanges(layout, /*experts=*/false));
@@ -158,7 +162,7 @@ absl::Status ReplicaWeights::ReleaseParams(int unit) {
   RETURN_IF_ERROR(replica_->ReleaseParams(unit));
   if (unit != closed_) return absl::OkStatus();  // a forward's, or a backward's before its end
   closed_ = -1;
-  if (!last_backward_) return absl::OkStatus();
+  if (!last_backward_ || Compressing()) return absl::OkStatus();
   // Backward finishes units from the end of the buffer down, so everything from the
   // unit's first element to the end is final now.
   const model::ParamUnit& u = layout_.units()[size_t(unit)];
@@ -169,6 +173,10 @@ absl::Status ReplicaWeights::ReleaseParams(int unit) {
 }
 
 absl::Status ReplicaWeights::EndBackward() {
+  if (Compressing()) {
+    comm::PhaseScope phase(config_.dp->ledger(), comm::Phase::kBackward);
+    return powersgd_->Reduce(grads());
+  }
   for (GradientSync* sync : {sync_.get(), expert_sync_.get()}) {
     if (sync != nullptr) RETURN_IF_ERROR(sync->Finish(grads()));
   }

@@ -38,6 +38,7 @@
 #include "model/precision.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "parallel/powersgd.h"
 #include "parallel/sent_as.h"
 #include "parallel/step_end.h"
 #include "runtime/comm/algorithms/partition.h"
@@ -138,6 +139,11 @@ struct ReplicaConfig {
   // Whether a checkpoint takes this rank's part: dp rank 0's, and under expert
   // parallelism the other experts of dp ranks < ep.
   bool checkpointed = true;
+  // PowerSGD (powersgd.h) of rank `powersgd_rank` (0: none) from step `powersgd_warmup`
+  // on (the optimizer's step count, so a resumed run goes on where it was); Q from `seed`.
+  int powersgd_rank = 0;
+  int64_t powersgd_warmup = 0;
+  uint64_t seed = 0;
 };
 
 class ReplicaWeights final : public TrainableWeights {
@@ -188,6 +194,11 @@ class ReplicaWeights final : public TrainableWeights {
   // The sums over dp (under expert parallelism of the other tensors only) and over edp
   // (the experts'); null where there is no such group.
   std::unique_ptr<GradientSync> sync_, expert_sync_;
+  std::unique_ptr<PowerSgd> powersgd_;  // null: none
+  // Whether this step's sum is PowerSGD's (past the warm-up), not the buckets'.
+  bool Compressing() const {
+    return powersgd_ != nullptr && optimizer_->step() >= config_.powersgd_warmup;
+  }
   bool last_backward_ = false;  // the step's last backward is running
   int closed_ = -1;             // the unit whose gradients it closed last, until released
 };

@@ -110,6 +110,9 @@ train::TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.parallel.zero = in.zero;
   o.parallel.zero_shard = in.zero_shard;
   o.parallel.zero3_reshard_after_forward = in.zero3_reshard_after_forward;
+  o.parallel.grad_compression = in.grad_compression;
+  o.parallel.powersgd_rank = in.powersgd_rank;
+  o.parallel.powersgd_warmup_steps = 0;  // the plan prices a compressed step
   o.parallel.ep = in.ep;
   o.parallel.cp = in.cp;
   o.parallel.cp_comm = in.cp_comm;

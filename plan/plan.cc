@@ -12,6 +12,7 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/powersgd.h"
 #include "parallel/zero/sharding.h"
 #include "plan/rows.h"
 #include "report/report.h"
@@ -284,6 +285,32 @@ void NodeShardRows(PlanRows& plan) {
   }
 }
 
+// PowerSGD's step after its warm-up (parallel/powersgd.h's PowerSgdCalls) over each dp
+// group, in fp32.
+void PowerSgdRow(PlanRows& plan) {
+  const PlanInput& in = plan.in;
+  const Replicas r = ReplicasOf(in);
+  const parallel::PowerSgdSplit split = parallel::SplitForPowerSgd(r.layout, in.powersgd_rank);
+  Traffic t;
+  for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
+    const std::vector<int> where = plan.NodesOf(group);
+    const int n = int(group.size());
+    double seconds = 0;
+    for (int i = 0; i < n; ++i) {
+      Split bytes;
+      for (const comm::ExpectedCall& c : parallel::PowerSgdCalls(split, "dp", n, i)) {
+        bytes.Add(comm::ExactSentByLink(c.primitive, in.allreduce, where, i, -1, c.count,
+                                        size_t(c.element)));
+        if (i == 0) seconds += PassesTime(in.allreduce, where, double(c.count * c.element), 2, in.cluster);
+      }
+      t.Add(bytes);
+    }
+    t.time = std::max(t.time, seconds);
+  }
+  plan.Add(absl::StrCat("dp powersgd (r=", in.powersgd_rank, ")"), 2.0 * r.part * plan.e, t,
+           "2(W + Σ(m+n)·r)·4 per GPU: whole tensors, P and Q, fp32");
+}
+
 // The experts' gradients over the ranks holding the same experts.
 void ExpertReplicaRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
@@ -304,29 +331,6 @@ void ExpertReplicaRow(PlanRows& plan) {
 
 }  // namespace
 
-absl::Status CheckZeroShard(const PlanInput& in) {
-  if (!in.zero3_reshard_after_forward && in.StageRecompute()) {
-    return absl::InvalidArgumentError(
-        "[flags] --zero3_reshard_after_forward=false with a pipeline's --recompute: the "
-        "recomputed forward gathers again");
-  }
-  if (in.zero_shard != parallel::ZeroShard::kNode) return absl::OkStatus();
-  if (in.gpus_per_node <= 0) {
-    return absl::InvalidArgumentError(
-        "[flags] --zero_shard=node needs --gpus_per_node (or a --cluster): which GPUs share a node");
-  }
-  if (in.ep > 1) {
-    return absl::InvalidArgumentError("[flags] --zero_shard=node with --ep is not supported yet");
-  }
-  if (in.world() > kLookedAt) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --zero_shard=node looks at every GPU's node: at most ", kLookedAt, " GPUs"));
-  }
-  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
-  const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
-  return grid.ShardByNode(0, nodes).status();
-}
-
 int ShardGpus(const PlanInput& in) {
   const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
   if (in.gpus_per_node <= 0) return grid.DpGroupSize();
@@ -341,6 +345,9 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   PlanRows plan(in);
   if (in.dp * in.cp > 1) ReplicaRows(plan);
   if (in.dp * in.cp > 1) NodeShardRows(plan);
+  if (in.dp * in.cp > 1 && in.grad_compression == parallel::GradCompression::kPowerSgd) {
+    PowerSgdRow(plan);
+  }
   if (in.ep > 1 && in.dp * in.cp > in.ep) ExpertReplicaRow(plan);
   TensorParallelRows(plan);
   ContextParallelRows(plan);

@@ -69,6 +69,11 @@ struct PlanInput {
   // backward: the row "zero-3, no reshard".
   parallel::ZeroShard zero_shard = parallel::ZeroShard::kDp;
   bool zero3_reshard_after_forward = true;
+  // PowerSGD of rank powersgd_rank (tally_train --grad_compression=powersgd;
+  // parallel/powersgd.h), of tally's GPT shapes: the row "dp powersgd (r=...)", a step
+  // after its warm-up, in fp32 as tally_train sends it.
+  parallel::GradCompression grad_compression = parallel::GradCompression::kNone;
+  int powersgd_rank = 1;
   // Context parallelism (tally_train --cp, parallel/context_parallel.h): each of a dp
   // rank's sequences cut into cp pieces, one a GPU, so that a GPU holds b·s/cp positions;
   // attention's calls by cp_comm over the cp group (the row "cp (attention)"); the
@@ -256,9 +261,15 @@ double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double byte
 // looked for among the groups of the first 4096 GPUs.
 std::vector<PlanRow> Plan(const PlanInput& in);
 
+// What tally_plan refuses (plan/checks.cc), one clear line each. A grid of at most 2^20
+// GPUs whose tp ranks split the hidden size and the heads, and whose cp ranks split the
+// sequence as tally_train would (parallel::CheckContextParallel).
+absl::Status CheckGrid(const PlanInput& in);
 // Whether --zero_shard and --zero3_reshard_after_forward fit the rest of `in`: HSDP needs
-// the nodes, no experts, and dp groups that put as many GPUs on each of their nodes.
+// the nodes, no experts, and dp groups that put as many GPUs on each of their nodes; and
+// whether --grad_compression does (PowerSGD: a tally GPT shape, --zero=0, no experts).
 absl::Status CheckZeroShard(const PlanInput& in);
+absl::Status CheckGradCompression(const PlanInput& in);
 // The GPUs ZeRO shards over under HSDP: a dp group's on one node (its whole dp group
 // without nodes).
 int ShardGpus(const PlanInput& in);

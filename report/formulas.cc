@@ -31,6 +31,13 @@ std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
   return in.nodes != nullptr ? in.nodes->Of(group) : std::vector<int>(group.size(), 0);
 }
 
+// Of the run's steps, those PowerSGD's warm-up sums plainly (its steps are counted from
+// the optimizer's, so a resumed run's first is first_step - 1).
+int64_t WarmUpSteps(const ReportInputs& in) {
+  return std::clamp<int64_t>(in.options.parallel.powersgd_warmup_steps - (in.first_step - 1), 0,
+                             in.steps);
+}
+
 // World rank `rank` as a member of the group of world ranks `members`: the group's size,
 // the rank's place and the node of each member.
 parallel::StepEndShape::Group MemberOf(const ReportInputs& in, const std::vector<int>& members,
@@ -157,6 +164,23 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
                                                  : std::vector<comm::Chunk>{{0, layout.total()}};
+  if (o.parallel.PowerSgd()) {  // the buckets over the warm-up's steps, PowerSGD's after
+    const int64_t warm = WarmUpSteps(in);
+    comm::ExpectedCalls calls = parallel::GradientSyncCalls(
+        ranges, {.group = group,
+                 .ranks = ranks,
+                 .rank = group_rank,
+                 .nodes = GroupNodes(in, rank, experts),
+                 .bucket_bytes = int64_t(o.parallel.bucket_mb * (1 << 20)),
+                 .element = BytesOf(o).grad_comm});
+    for (comm::ExpectedCall& c : calls) c.of_steps = warm;
+    comm::ExpectedCalls compressed = parallel::PowerSgdCalls(
+        parallel::SplitForPowerSgd(layout, o.parallel.powersgd_rank), group, ranks, group_rank,
+        GroupNodes(in, rank, experts));
+    for (comm::ExpectedCall& c : compressed) c.of_steps = in.steps - warm;
+    comm::Append(calls, std::move(compressed));
+    return calls;
+  }
   return parallel::GradientSyncCalls(ranges,
                                      {.group = group,
                                       .ranks = ranks,
@@ -258,8 +282,7 @@ int64_t ExactSent(const ReportInputs& in, std::span<const comm::ExpectedCall> ca
     const auto it = expected.find(key);
     return it != expected.end() ? it->second : -1;
   }
-  const int64_t per_step = comm::ExpectedSent(calls, key);
-  return per_step >= 0 ? in.steps * per_step : -1;
+  return comm::ExpectedRunSent(calls, key, in.steps);
 }
 
 // The seed article's figure for the row, with the run's bytes a value (e: 4 in fp32, 2
@@ -316,7 +339,10 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   }
   if (key.group != comm::group::kDp && key.group != comm::group::kEdp) return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
-    return 2 * part_bytes;
+    if (!o.parallel.PowerSgd()) return 2 * part_bytes;
+    // The seed knows no compression: its 2Φ on the warm-up's steps only.
+    if (!key.label.empty()) return -1;
+    return in.steps > 0 ? 2 * part_bytes / in.steps * WarmUpSteps(in) : 0;
   }
   // The seed's passes (it knows no recompute).
   int calls =

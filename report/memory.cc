@@ -151,7 +151,15 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   MemoryFormula f;
   f.activations = PredictedActivations(o, rank);
   if (o.parallel.zero == 0) {
-    return {bytes.params * phi, bytes.grads * phi, state_per_element * phi, f.activations};
+    // PowerSGD keeps its error (m·n) and Q (n·r) of every matrix it compresses, in fp32.
+    int64_t powersgd = 0;
+    if (o.parallel.PowerSgd() && o.topology().DpGroupSize() > 1) {
+      const parallel::PowerSgdSplit split = parallel::SplitForPowerSgd(layout, o.parallel.powersgd_rank);
+      for (const parallel::PowerSgdMatrix& m : split.matrices) powersgd += m.rows * m.cols;
+      powersgd = 4 * (powersgd + split.q_values);
+    }
+    return {bytes.params * phi, bytes.grads * phi, state_per_element * phi + powersgd,
+            f.activations};
   }
   const parallel::Sharding sharding = RankSharding(o, layout, rank);
   int64_t largest_chunk = 0;

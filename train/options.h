@@ -14,6 +14,7 @@
 #include "model/precision.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/powersgd.h"
 #include "parallel/topology.h"
 #include "runtime/comm/nodes.h"
 #include "runtime/comm/types.h"
@@ -122,6 +123,12 @@ struct ParallelOptions {
   // (FSDP's SHARD_GRAD_OP): one all-gather a unit and micro-batch instead of two.
   bool zero3_reshard_after_forward = true;
   bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
+  // Gradient compression for data parallelism (parallel/powersgd.h): PowerSGD of rank
+  // powersgd_rank after powersgd_warmup_steps steps of the plain sum.
+  parallel::GradCompression grad_compression = parallel::GradCompression::kNone;
+  int powersgd_rank = 1;
+  int64_t powersgd_warmup_steps = 10;
+  bool PowerSgd() const { return grad_compression == parallel::GradCompression::kPowerSgd; }
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
   // with sequence_parallel, the activations between the split layers split by sequence.
@@ -309,6 +316,7 @@ struct TrainOptions {
   absl::Status Validate() const;
   absl::Status ValidateBatch() const;  // the batch against the grid
   absl::Status ValidateZeroShard() const;  // HSDP's nodes, ZeRO-3's resharding
+  absl::Status ValidateGradCompression() const;  // PowerSGD
   absl::Status ValidateJobs() const;   // what a sampling job and --repeat cannot do
   // One line for each flag that has no effect in this configuration (e.g.
   // --sequence_parallel with tp = 1), naming it. Ask the options as given, before

@@ -280,6 +280,7 @@ absl::Status TrainOptions::Validate() const {
     }
   }
   RETURN_IF_ERROR(ValidateZeroShard());
+  RETURN_IF_ERROR(ValidateGradCompression());
   if (precision.tf32 && placement.device != DeviceType::kCUDA) {
     return Bad("--tf32 needs --device=cuda (it is cuBLAS's)");
   }
@@ -341,6 +342,37 @@ absl::Status TrainOptions::ValidateZeroShard() const {
   const std::shared_ptr<const comm::Nodes> nodes = PlacedNodes();
   for (int r = 0; r < world(); ++r) {
     if (grid.DpGroupRank(grid.Of(r)) == 0) RETURN_IF_ERROR(grid.ShardByNode(r, *nodes).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainOptions::ValidateGradCompression() const {
+  const ParallelOptions& p = parallel;
+  if (!p.PowerSgd()) return absl::OkStatus();
+  if (p.powersgd_rank < 1) return Bad("--powersgd_rank must be at least 1, got ", p.powersgd_rank);
+  if (p.powersgd_warmup_steps < 0) {
+    return Bad("--powersgd_warmup_steps must be 0 or more, got ", p.powersgd_warmup_steps);
+  }
+  if (p.zero > 0) {
+    return Bad("--grad_compression=powersgd compresses data parallelism's all-reduce: it needs "
+               "--zero=0 (ZeRO's reduce-scatter is not compressed)");
+  }
+  if (topology().DpGroupSize() < 2) {
+    return Bad("--grad_compression=powersgd needs more than one dp rank (there is no sum to compress)");
+  }
+  for (auto [unsupported, what] :
+       {std::pair{p.ep > 1, "--ep"},
+        {precision.dtype == DType::kBF16 || precision.grad_comm_dtype == DType::kBF16,
+         "bf16 (--precision, --grad_comm_dtype)"},
+        {placement.device != DeviceType::kCPU, "--device=cuda"},
+        {!checkpoint.save.empty() || !checkpoint.load.empty(),
+         "--save or --load (its error buffers and Q are not in a checkpoint yet)"}}) {
+    if (unsupported) return Bad("--grad_compression=powersgd with ", what, " is not supported yet");
+  }
+  if (parallel::SplitForPowerSgd(RankLayout(0), p.powersgd_rank).matrices.empty()) {
+    return Bad("--powersgd_rank=", p.powersgd_rank,
+               " compresses no tensor of this model: an m x n gradient is compressed only when "
+               "(m + n) x r < m x n");
   }
   return absl::OkStatus();
 }

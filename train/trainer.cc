@@ -133,7 +133,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .grad_comm = options.Precision().grad_comm,
         .overlap = options.parallel.overlap,
         .precision = options.Precision(),
-        .checkpointed = dp_rank < options.parallel.ep};
+        .checkpointed = dp_rank < options.parallel.ep,
+        .powersgd_rank = options.parallel.PowerSgd() ? options.parallel.powersgd_rank : 0,
+        .powersgd_warmup = options.parallel.powersgd_warmup_steps,
+        .seed = options.training.seed};
     ASSIGN_OR_RETURN(t->weights_,
                      parallel::ReplicaWeights::Create(replica, layout, options.training.seed,
                                                       t->model_alloc_, make_optimizer));

@@ -1,5 +1,6 @@
 #include "runtime/comm/ledger/expected_calls.h"
 
+#include <algorithm>
 #include <iterator>
 
 #include "runtime/comm/ledger/exact_traffic.h"
@@ -31,6 +32,19 @@ int64_t ExpectedSent(std::span<const ExpectedCall> calls, const LedgerKey& key) 
     }
   }
   return matching.empty() ? -1 : TotalSent(matching, key.algorithm);
+}
+
+int64_t ExpectedRunSent(std::span<const ExpectedCall> calls, const LedgerKey& key, int64_t steps) {
+  int64_t sent = -1;
+  for (const ExpectedCall& c : calls) {
+    if (c.group != key.group || c.primitive != key.primitive || c.phase != key.phase ||
+        c.scope != key.label) {
+      continue;
+    }
+    sent = std::max<int64_t>(sent, 0) +
+           (c.of_steps >= 0 ? c.of_steps : steps) * TotalSent({&c, 1}, key.algorithm);
+  }
+  return sent;
 }
 
 }  // namespace tally::comm

@@ -39,6 +39,9 @@ struct ExpectedCall {
   // ring's bytes, as the communicator runs it without them).
   std::vector<int> nodes = {};
   bool receive = false;  // a point-to-point receive: booked, nothing sent
+  // How many of the run's steps make these calls (-1: every step); PowerSGD's warm-up
+  // makes the plain sum's calls on its steps only, and its own on the others.
+  int64_t of_steps = -1;
 };
 using ExpectedCalls = std::vector<ExpectedCall>;
 
@@ -51,5 +54,7 @@ int64_t TotalSent(std::span<const ExpectedCall> calls, Algorithm algorithm);
 // Bytes the calls matching `key` send in one step with the key's algorithm; -1 when no
 // call matches it.
 int64_t ExpectedSent(std::span<const ExpectedCall> calls, const LedgerKey& key);
+// The same over a run of `steps` steps (each call on its of_steps, or on every step).
+int64_t ExpectedRunSent(std::span<const ExpectedCall> calls, const LedgerKey& key, int64_t steps);
 
 }  // namespace tally::comm

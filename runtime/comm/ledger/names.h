@@ -36,6 +36,10 @@ inline constexpr char kSequenceParallel[] = "sequence_parallel";  // LayerNorms'
 inline constexpr char kEmbedding[] = "embedding";                 // the token embedding's calls
 inline constexpr char kLmHead[] = "lm_head";                      // the LM head's calls
 inline constexpr char kCrossEntropy[] = "cross_entropy";          // vocab-parallel cross-entropy
+// PowerSGD's three all-reduces (parallel/powersgd.h): the tensors sent whole, P and Q.
+inline constexpr char kPowerSgdWhole[] = "powersgd_whole";
+inline constexpr char kPowerSgdP[] = "powersgd_p";
+inline constexpr char kPowerSgdQ[] = "powersgd_q";
 
 // A layer's calls are scoped "layer{l}.{part}" (Layer(3, kAttn) is "layer3.attn"), the
 // part one of these.

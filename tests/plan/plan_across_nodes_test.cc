@@ -1,6 +1,6 @@
-// tally_plan's rows for what cuts the bytes across nodes: HSDP's zero-1/2/3 and ZeRO-3
-// without resharding are the bytes a run of the same grid measures, in all and across
-// nodes, and the memory line its model states.
+// tally_plan's rows for what cuts the bytes across nodes: HSDP's zero-1/2/3, ZeRO-3
+// without resharding and PowerSGD's step are the bytes a run of the same grid measures,
+// in all and across nodes, and HSDP's memory line its model states.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -89,6 +89,46 @@ TEST(PlanHsdp, ZeroThreeWithoutReshardIsTheMeasuredRun) {
     ++compared;
   }
   EXPECT_EQ(compared, 1);
+}
+
+TEST(PlanPowerSgd, RowIsTheMeasuredCompressedStep) {
+  for (int r : {1, 4}) {
+    PlanInput in = SmallPlan();
+    in.precision = DType::kF32;
+    in.bytes_per_value = 4;
+    in.dp = 4;
+    in.gpus_per_node = 2;
+    in.grad_compression = parallel::GradCompression::kPowerSgd;
+    in.powersgd_rank = r;
+    ASSERT_TRUE(CheckGradCompression(in).ok()) << CheckGradCompression(in);
+    const train::RunResult run = RunPlan(in);  // warm-up 0: the step is compressed
+    const comm::Nodes nodes = *PlanAsTrainOptions(in).PlacedNodes();
+    comm::LinkBytes most;
+    for (const comm::TrafficLedger& ledger : run.traffic) {
+      const comm::LinkBytes b = ledger.SentByLink(nodes, [](const comm::LedgerKey& k) {
+        return k.group == comm::group::kDp && k.phase == comm::Phase::kBackward;
+      });
+      if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
+    }
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      if (row.strategy != absl::StrCat("dp powersgd (r=", r, ")")) continue;
+      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu) << r;
+      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu) << r;
+      ++compared;
+    }
+    EXPECT_EQ(compared, 1) << r;
+  }
+  PlanInput in = SmallPlan();
+  in.dp = 2;
+  in.grad_compression = parallel::GradCompression::kPowerSgd;
+  in.powersgd_rank = 0;
+  EXPECT_TRUE(absl::StrContains(CheckGradCompression(in).message(), "needs --powersgd_rank >= 1"));
+  in.powersgd_rank = 64;
+  EXPECT_TRUE(absl::StrContains(CheckGradCompression(in).message(), "compresses no tensor"));
+  in.powersgd_rank = 1;
+  in.zero = 1;
+  EXPECT_TRUE(absl::StrContains(CheckGradCompression(in).message(), "it needs --zero=0"));
 }
 
 TEST(PlanHsdp, BadShapesAreOneLineEach) {
