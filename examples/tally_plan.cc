@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, zero_shard, "dp",
           "the rows hsdp zero-1/2/3; with --gpus_per_node or --cluster)");
 ABSL_FLAG(bool, zero3_reshard_after_forward, true,
           "false adds the row zero-3, no reshard (a unit kept from forward to backward)");
+ABSL_FLAG(bool, zero_hpz, false,
+          "adds the row zero-3 + hpz (ZeRO++'s secondary copy inside the node) and, with "
+          "--zero=3, its memory; with --gpus_per_node or --cluster");
 ABSL_FLAG(std::string, grad_compression, "none",
           "none, or powersgd: the row dp powersgd (r=...), PowerSGD's step after its warm-up "
           "(tally's GPT shapes, --zero=0)");
@@ -200,6 +203,7 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   in.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(in.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
   in.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
+  in.zero_hpz = absl::GetFlag(FLAGS_zero_hpz);
   ASSIGN_OR_RETURN(in.grad_compression,
                    parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
   in.powersgd_rank = absl::GetFlag(FLAGS_powersgd_rank);
@@ -410,7 +414,7 @@ int main(int argc, char** argv) {
       {"batch and precision",
        {"batch_size", "micro_batches", "precision", "grad_accum", "bytes_per_value"}},
       {"data parallelism and ZeRO",
-       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "grad_compression",
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz", "grad_compression",
         "powersgd_rank", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},

@@ -159,6 +159,9 @@ ABSL_FLAG(std::string, zero_shard, "dp",
 ABSL_FLAG(bool, zero3_reshard_after_forward, true,
           "--zero=3: free a unit's gathered parameters after its forward (false: keep them "
           "for its backward, FSDP's SHARD_GRAD_OP: one all-gather less a micro-batch)");
+ABSL_FLAG(bool, zero_hpz, false,
+          "--zero=3: ZeRO++'s hpZ, a secondary copy of the parameters cut over each node's dp "
+          "ranks, so that backward's all-gathers stay inside the node (with --gpus_per_node)");
 ABSL_FLAG(std::string, grad_compression, "none",
           "none, or powersgd: --zero=0's gradient sum as PowerSGD's low-rank P and Q (each 2-D "
           "gradient M ~ P Q^T, error feedback kept on each rank) after the warm-up steps");
@@ -253,6 +256,7 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
   p.zero = absl::GetFlag(FLAGS_zero);
   ASSIGN_OR_RETURN(p.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
   p.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
+  p.zero_hpz = absl::GetFlag(FLAGS_zero_hpz);
   ASSIGN_OR_RETURN(p.grad_compression,
                    parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
   p.powersgd_rank = absl::GetFlag(FLAGS_powersgd_rank);
@@ -393,7 +397,7 @@ int main(int argc, char** argv) {
       {"sampling", {"sample_bytes", "temperature", "top_k", "prompt", "sample_only"}},
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO",
-       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "grad_compression",
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz", "grad_compression",
         "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},

@@ -59,17 +59,22 @@ absl::Status CheckZeroShard(const PlanInput& in) {
         "[flags] --zero3_reshard_after_forward=false with a pipeline's --recompute: the "
         "recomputed forward gathers again");
   }
-  if (in.zero_shard != parallel::ZeroShard::kNode) return absl::OkStatus();
+  if (in.zero_hpz && in.zero_shard == parallel::ZeroShard::kNode) {
+    return absl::InvalidArgumentError(
+        "[flags] --zero_hpz with --zero_shard=node: HSDP's gathers are inside the node already");
+  }
+  if (in.zero_shard != parallel::ZeroShard::kNode && !in.zero_hpz) return absl::OkStatus();
+  const std::string flag = in.zero_hpz ? "--zero_hpz" : "--zero_shard=node";
   if (in.gpus_per_node <= 0) {
     return absl::InvalidArgumentError(
-        "[flags] --zero_shard=node needs --gpus_per_node (or a --cluster): which GPUs share a node");
+        "[flags] " + flag + " needs --gpus_per_node (or a --cluster): which GPUs share a node");
   }
   if (in.ep > 1) {
-    return absl::InvalidArgumentError("[flags] --zero_shard=node with --ep is not supported yet");
+    return absl::InvalidArgumentError("[flags] " + flag + " with --ep is not supported yet");
   }
   if (in.world() > kLookedAt) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --zero_shard=node looks at every GPU's node: at most ", kLookedAt, " GPUs"));
+        "[flags] ", flag, " looks at every GPU's node: at most ", kLookedAt, " GPUs"));
   }
   const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
   const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();

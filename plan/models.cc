@@ -110,6 +110,7 @@ train::TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.parallel.zero = in.zero;
   o.parallel.zero_shard = in.zero_shard;
   o.parallel.zero3_reshard_after_forward = in.zero3_reshard_after_forward;
+  o.parallel.zero_hpz = in.zero_hpz;
   o.parallel.grad_compression = in.grad_compression;
   o.parallel.powersgd_rank = in.powersgd_rank;
   o.parallel.powersgd_warmup_steps = 0;  // the plan prices a compressed step
@@ -185,6 +186,8 @@ std::vector<PlanMemory> PlanMemoryPerGpu(const PlanInput& in) {
   for (PlanMemory& m : lines) {
     m.bytes_per_gpu = m.params * sharded(in.zero >= 3) + m.grads * sharded(in.zero >= 2) +
                       m.optimizer * sharded(in.zero >= 1);
+    // hpZ's secondary copy of the parameters, over a node's share of the dp group.
+    if (in.zero_hpz && in.zero == 3) m.bytes_per_gpu += m.params * (dense + experts) / ShardGpus(in);
   }
   if (!in.model.gpt) return lines;
   for (size_t i = 0; i < lines.size(); ++i) lines[i].bytes_per_gpu = PlanMemoryLine(in, i);

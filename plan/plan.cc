@@ -207,16 +207,19 @@ void ReplicaRows(PlanRows& plan) {
 
 // A step of ZeRO stage `stage` for world rank `gpu` of a tally GPT part (one unit
 // otherwise), summed by link (parallel/zero/sharding.h's ZeroCalls): over the ranks of
-// `shard` and, under HSDP, the gradient shard's all-reduce over those of `replicate`.
+// `shard`; under HSDP the gradient shard's all-reduce over those of `replicate`; with hpZ
+// the backward's gathers over those of `node`.
 Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
-               const std::vector<int>& shard, const std::vector<int>& replicate, int gpu) {
+               const std::vector<int>& shard, const std::vector<int>& replicate, int gpu,
+               const std::vector<int>& node = {}) {
   auto place = [gpu](const std::vector<int>& g) {
     return int(std::find(g.begin(), g.end(), gpu) - g.begin());
   };
   const std::vector<comm::Chunk> whole = {{0, r.part}};
   const std::vector<comm::Chunk> units =
       plan.in.model.gpt ? parallel::UnitRanges(parallel::ZeroUnits(r.layout, stage), false) : whole;
-  const std::vector<int> shard_nodes = plan.NodesOf(shard), replica_nodes = plan.NodesOf(replicate);
+  const std::vector<int> shard_nodes = plan.NodesOf(shard), replica_nodes = plan.NodesOf(replicate),
+                         node_nodes = plan.NodesOf(node);
   Split bytes;
   for (const comm::ExpectedCall& c :
        parallel::ZeroCalls(units, {.ranks = int(shard.size()),
@@ -228,10 +231,13 @@ Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
                                    .grad_element = plan.e,
                                    .param_element = plan.e,
                                    .replicas = int(replicate.size()),
-                                   .replica = place(replicate)})) {
-    const bool across = c.group == comm::group::kDpReplicate;
-    bytes.Add(comm::ExactSentByLink(c.primitive, plan.in.allreduce,
-                                    across ? replica_nodes : shard_nodes, c.rank, -1, c.count,
+                                   .replica = place(replicate),
+                                   .hpz_ranks = int(node.size()),
+                                   .hpz_rank = place(node)})) {
+    const std::vector<int>& where = c.group == comm::group::kDpReplicate ? replica_nodes
+                                    : c.group == comm::group::kDpShard   ? node_nodes
+                                                                         : shard_nodes;
+    bytes.Add(comm::ExactSentByLink(c.primitive, plan.in.allreduce, where, c.rank, -1, c.count,
                                     size_t(c.element)),
               double(c.calls));
   }
@@ -258,8 +264,27 @@ void NodeShardRows(PlanRows& plan) {
     plan.Add("zero-3, no reshard", 3.0 * part, kept,
              "3Φ per GPU less a gather a micro-batch (--zero3_reshard_after_forward=false)");
   }
-  if (in.zero_shard != parallel::ZeroShard::kNode || in.world() > kLookedAt) return;
+  if ((in.zero_shard != parallel::ZeroShard::kNode && !in.zero_hpz) || in.world() > kLookedAt) {
+    return;
+  }
   const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
+  if (in.zero_hpz) {
+    Traffic hpz;
+    for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
+      for (int gpu : group) {
+        const absl::StatusOr<parallel::Topology::NodeShards> cut = plan.grid.ShardByNode(gpu, nodes);
+        if (!cut.ok()) return;  // CheckZeroShard refused it
+        hpz.Add(ZeroStep(plan, r, 3, true, group, {gpu}, gpu, cut->shard));
+        hpz.time = std::max(hpz.time, PassesTime(in.allreduce, plan.NodesOf(group), part,
+                                                 2.0 * m, in.cluster) +
+                                          PassesTime(in.allreduce, plan.NodesOf(cut->shard), part,
+                                                     (gathers - 1) * m, in.cluster));
+      }
+    }
+    plan.Add("zero-3 + hpz", 3.0 * part, hpz,
+             "3Φ per GPU, the backward's gathers inside the node (--zero_hpz)");
+  }
+  if (in.zero_shard != parallel::ZeroShard::kNode) return;
   std::vector<Traffic> hsdp(3);
   for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
     for (int gpu : group) {

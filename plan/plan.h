@@ -69,6 +69,7 @@ struct PlanInput {
   // backward: the row "zero-3, no reshard".
   parallel::ZeroShard zero_shard = parallel::ZeroShard::kDp;
   bool zero3_reshard_after_forward = true;
+  bool zero_hpz = false;  // ZeRO++'s hpZ: the row "zero-3 + hpz"
   // PowerSGD of rank powersgd_rank (tally_train --grad_compression=powersgd;
   // parallel/powersgd.h), of tally's GPT shapes: the row "dp powersgd (r=...)", a step
   // after its warm-up, in fp32 as tally_train sends it.

@@ -160,6 +160,12 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
       shape.replica = replicas.rank;
       shape.replica_nodes = replicas.nodes;
     }
+    if (o.parallel.Hpz()) {  // the node's share of the dp group gathers backward's units
+      const parallel::StepEndShape::Group node = MemberOf(in, HpzGroupOf(o, rank), rank);
+      shape.hpz_ranks = node.ranks;
+      shape.hpz_rank = node.rank;
+      shape.hpz_nodes = node.nodes;
+    }
     return parallel::ZeroCalls(units, shape);
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
@@ -222,6 +228,10 @@ parallel::Topology::NodeShards NodeShardsOf(const train::TrainOptions& o, int ra
   const parallel::Topology grid = o.topology();
   if (!o.parallel.ShardsByNode()) return {grid.DpGroup(rank), {rank}};
   return grid.ShardByNode(rank, *o.PlacedNodes()).value();  // validated with the options
+}
+
+std::vector<int> HpzGroupOf(const train::TrainOptions& o, int rank) {
+  return o.topology().ShardByNode(rank, *o.PlacedNodes()).value().shard;  // validated
 }
 
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,

@@ -20,6 +20,10 @@ ValueBytes BytesOf(const train::TrainOptions& o);
 // --zero_shard=node its whole dp group, and a replicate group of itself.
 parallel::Topology::NodeShards NodeShardsOf(const train::TrainOptions& o, int rank);
 
+// With --zero_hpz: the dp group's ranks on world rank `rank`'s node, which hold the
+// secondary copy.
+std::vector<int> HpzGroupOf(const train::TrainOptions& o, int rank);
+
 // World rank `rank`'s ZeRO shard of `layout`: the dense units cut over its dp group, the
 // experts' over its edp group (whose rank is the dp rank / ep; topology.h).
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,

@@ -190,6 +190,12 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   }
   // Without resharding after forward every unit is gathered when forward ends.
   if (!o.parallel.zero3_reshard_after_forward) params_open = phi;
+  // hpZ's secondary copy: the units cut over the dp ranks of the node.
+  if (o.parallel.Hpz()) {
+    const std::vector<int> node = HpzGroupOf(o, rank);
+    const int place = int(std::find(node.begin(), node.end(), rank) - node.begin());
+    params_open += parallel::Sharding(parallel::ZeroUnits(layout, 3), int(node.size()), place).size();
+  }
   f.params = bytes.params * (o.parallel.zero == 3 ? shard + params_open : phi);
   // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,

@@ -48,6 +48,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   serial.parallel.zero = 0;
   serial.parallel.zero_shard = parallel::ZeroShard::kDp;
   serial.parallel.zero3_reshard_after_forward = true;
+  serial.parallel.zero_hpz = false;
   serial.parallel.grad_compression = parallel::GradCompression::kNone;
   serial.parallel.sequence_parallel = false;
   serial.parallel.recompute = false;

@@ -122,7 +122,11 @@ struct ParallelOptions {
   // ZeRO-3: false keeps a unit's parameters gathered in forward until its backward
   // (FSDP's SHARD_GRAD_OP): one all-gather a unit and micro-batch instead of two.
   bool zero3_reshard_after_forward = true;
+  // ZeRO++'s hpZ (parallel/zero/zero.h): ZeRO-3 keeps a secondary copy of each unit's
+  // parameters cut over the dp ranks of its node, so that backward gathers inside it.
+  bool zero_hpz = false;
   bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
+  bool Hpz() const { return zero == 3 && zero_hpz; }
   // Gradient compression for data parallelism (parallel/powersgd.h): PowerSGD of rank
   // powersgd_rank after powersgd_warmup_steps steps of the plain sum.
   parallel::GradCompression grad_compression = parallel::GradCompression::kNone;

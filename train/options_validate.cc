@@ -328,13 +328,24 @@ absl::Status TrainOptions::ValidateZeroShard() const {
                  "interleaves micro-batches' forwards and backwards)");
     }
   }
-  if (p.zero_shard != parallel::ZeroShard::kNode) return absl::OkStatus();
+  if (p.zero_hpz) {
+    if (p.zero != 3) return Bad("--zero_hpz keeps ZeRO-3's secondary copy: it needs --zero=3");
+    if (p.zero_shard == parallel::ZeroShard::kNode) {
+      return Bad("--zero_hpz with --zero_shard=node: HSDP's gathers are inside the node already");
+    }
+    if (!p.zero3_reshard_after_forward) {
+      return Bad("--zero_hpz with --zero3_reshard_after_forward=false: the backward gathers "
+                 "nothing to keep inside the node");
+    }
+  }
+  if (p.zero_shard != parallel::ZeroShard::kNode && !p.Hpz()) return absl::OkStatus();
+  const char* flag = p.Hpz() ? "--zero_hpz" : "--zero_shard=node";
   if (p.zero == 0) return Bad("--zero_shard=node shards ZeRO's state: give --zero=1, 2 or 3");
   if (placement.gpus_per_node == 0) {
-    return Bad("--zero_shard=node needs --gpus_per_node (which ranks share a node)");
+    return Bad(flag, " needs --gpus_per_node (which ranks share a node)");
   }
   if (p.ep > 1) {
-    return Bad("--zero_shard=node with --ep=", p.ep,
+    return Bad(flag, " with --ep=", p.ep,
                " is not supported yet (the experts' edp group is sharded on its own)");
   }
   // Every dp group (the one of each rank with dp and cp index 0) tiles its nodes alike.

@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
     const std::shared_ptr<const comm::Nodes> shard_nodes =
-        options.parallel.ShardsByNode() ? options.PlacedNodes() : nullptr;
+        options.parallel.ShardsByNode() || options.parallel.Hpz() ? options.PlacedNodes() : nullptr;
     ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0,
                                             shard_nodes.get()));
   }
@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     return MakeOptimizer(options, n, alloc);
   };
   if (t->groups_.dp != nullptr && options.parallel.zero >= 1) {
-    const bool hsdp = t->groups_.dp_shard != nullptr;
+    const bool hsdp = options.parallel.ShardsByNode();
     const parallel::ZeroConfig zero{
         .stage = options.parallel.zero,
         .dp = hsdp ? t->groups_.dp_shard.get() : t->groups_.dp.get(),
@@ -116,8 +116,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .precision = options.Precision(),
         .overlap = options.parallel.overlap,
         .prefetch = options.parallel.overlap && options.parallel.pp == 1,
-        .replicas = t->groups_.dp_replicate.get(),
-        .reshard_after_forward = options.parallel.zero3_reshard_after_forward};
+        .replicas = hsdp ? t->groups_.dp_replicate.get() : nullptr,
+        .reshard_after_forward = options.parallel.zero3_reshard_after_forward,
+        .hpz = options.parallel.Hpz() ? t->groups_.dp_shard.get() : nullptr};
     ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
                                                                 make_optimizer));
   } else {

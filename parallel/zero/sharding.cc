@@ -126,7 +126,20 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
     const int per_unit =
         ZeroCallsPerStep(s.zero_stage, s.micro_batches, primitive, phase, s.recompute, s.reshard);
     if (per_unit == 0) continue;
+    const bool in_node = s.hpz_ranks > 0 && primitive == Primitive::kAllGather && phase == Phase::kBackward;
     for (const comm::Chunk& unit : units) {
+      if (in_node) {
+        calls.push_back({.group = comm::group::kDpShard,
+                         .primitive = primitive,
+                         .phase = phase,
+                         .count = unit.count,
+                         .element = s.param_element,
+                         .calls = per_unit,
+                         .ranks = s.hpz_ranks,
+                         .rank = s.hpz_rank,
+                         .nodes = s.hpz_nodes});
+        continue;
+      }
       calls.push_back(
           {.group = s.group,
            .primitive = primitive,

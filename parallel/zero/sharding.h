@@ -111,6 +111,9 @@ struct ZeroShape {
   int64_t grad_element = 4, param_element = 4;
   int replicas = 1, replica = 0;          // HSDP's replicate group, and this rank's place
   std::vector<int> replica_nodes = {};    // the node of each of its ranks
+  // hpZ (hpz_ranks > 0): the backward's gathers over the node's group (dp_shard).
+  int hpz_ranks = 0, hpz_rank = 0;
+  std::vector<int> hpz_nodes = {};
 };
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& shape);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -86,7 +87,16 @@ class Zero3Weights : public Zero2Weights {
                           std::vector<std::unique_ptr<comm::CollectiveWork>>* works);
   // Posts the gather of the unit after `unit` in the model's direction (config_.prefetch).
   absl::Status PrefetchAfter(int unit);
+  // hpZ: this rank's secondary chunks of `unit`, from its gathered parameters `whole`.
+  absl::Status KeepSecondary(int unit, const Tensor& whole);
+  // hpZ: piece `i`'s chunk of the secondary copy.
+  Tensor SecondaryOwn(size_t i) const {
+    const Sharding::Piece& p = secondary_->pieces()[i];
+    return secondary_params_.Flat(p.packed, p.packed + p.own.count);
+  }
 
+  std::optional<Sharding> secondary_;  // hpZ: the units cut over config_.hpz
+  Tensor secondary_params_;            // hpZ: the rank's chunks of them, once a forward ran
   std::vector<Tensor> gathered_;  // by model unit, while in use
   int last_unit_ = -1;            // the unit asked for last
   InFlight prefetched_;           // held: the next unit's gathered parameters

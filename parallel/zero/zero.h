@@ -47,6 +47,17 @@
 // gathered until its backward releases it, so the backward gathers nothing: (p-1)/p·4Φ a
 // micro-batch less, at the cost of every unit's whole parameters at the end of forward.
 //
+// ZeRO-3 with hpZ (--zero_hpz; ZeRO++'s hierarchical partitioning, DeepSpeed's
+// zero_hpz_partition_size = the ranks of a node): each forward gather over the dp group
+// also keeps the rank's chunk of the unit cut over the dp group's s ranks on its node, a
+// secondary copy (Φ/s a rank, params memory, held for the run); the backward gathers the
+// unit from those over the node's group (dp_shard) instead of across the nodes:
+//
+//   bytes a micro-batch, ring:  (p-1)/p·Φ·w forward (dp) + (s-1)/s·Φ·w backward (dp_shard)
+//                             + (p-1)/p·Φ·g reduce-scatter (dp)
+//
+// the reduce-scatter still crossing the nodes, as in ZeRO++ without qgZ.
+//
 // Under expert parallelism (--ep; parallel/expert_parallel.h) the experts' tensors are
 // data-parallel over the expert-data-parallel group only, so ZeRO cuts them over that
 // group (as DeepSpeed-MoE and Megatron-LM's distributed optimizer do) and the rest over the
@@ -117,6 +128,9 @@ struct ZeroConfig {
   comm::Communicator* replicas = nullptr;
   // ZeRO-3: false keeps a unit gathered in forward until its backward (FSDP's SHARD_GRAD_OP).
   bool reshard_after_forward = true;
+  // ZeRO-3, ZeRO++'s hpZ: the dp group's ranks on this rank's node, over which a
+  // secondary copy of the parameters is cut for the backward's gathers (null: none).
+  comm::Communicator* hpz = nullptr;
 };
 
 // The model's weights, sharded: the part every stage shares (the shard's optimizer and

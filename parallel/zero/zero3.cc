@@ -11,6 +11,9 @@
 // With reshard_after_forward false (--zero3_reshard_after_forward=false) a unit released
 // in phase forward stays gathered, and its backward gathers nothing (m·(p-1)/p·Φ·w less).
 //
+// With hpZ (ZeroConfig::hpz) a forward's gather also keeps the rank's secondary chunks,
+// and a backward's gathers them over the node's group (zero.h).
+//
 // With --overlap on one pipeline stage (ZeroConfig::prefetch) asking for a unit posts the gather of
 // the next one in the model's direction (up in forward, down in backward), which the next
 // Params call takes: one unit prefetched, held in params memory.
@@ -23,18 +26,40 @@ namespace tally::parallel {
 
 Zero3Weights::Zero3Weights(const ZeroConfig& config, const model::ParameterLayout& layout,
                            MakeOptimizer make_optimizer)
-    : Zero2Weights(config, layout, std::move(make_optimizer)), gathered_(layout.units().size()) {}
+    : Zero2Weights(config, layout, std::move(make_optimizer)), gathered_(layout.units().size()) {
+  if (config.hpz != nullptr) {
+    secondary_.emplace(ZeroUnits(layout, 3), config.hpz->size(), config.hpz->rank());
+  }
+}
+
+absl::Status Zero3Weights::KeepSecondary(int unit, const Tensor& whole) {
+  if (!secondary_params_.defined()) {
+    ASSIGN_OR_RETURN(secondary_params_, Tensor::Empty({secondary_->size()}, params_.dtype(), alloc_,
+                                                      MemoryCategory::kParams));
+  }
+  const model::ParamUnit& u = layout_.units()[unit];
+  for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
+    const comm::Chunk& own = secondary_->pieces()[i].own;
+    RETURN_IF_ERROR(SecondaryOwn(i).CopyFrom(whole.Flat(own.offset - u.begin, own.end() - u.begin)));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Zero3Weights::GatherUnit(int unit, const Tensor& into,
                                       std::vector<std::unique_ptr<comm::CollectiveWork>>* works) {
   const model::ParamUnit& u = layout_.units()[unit];
+  // hpZ: backward gathers the secondary copy inside the node.
+  const bool in_node =
+      secondary_.has_value() && config_.dp->ledger().phase() == comm::Phase::kBackward;
   for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
     const comm::Chunk& part = piece(i).unit;
     Tensor whole = into.Flat(part.offset - u.begin, part.end() - u.begin);
+    comm::Communicator& group = in_node ? *config_.hpz : GroupOf(i);
+    const Tensor mine = in_node ? SecondaryOwn(i) : Own(params_, i);
     if (works == nullptr) {
-      RETURN_IF_ERROR(GroupOf(i).AllGather(Own(params_, i), whole, config_.algorithm));
+      RETURN_IF_ERROR(group.AllGather(mine, whole, config_.algorithm));
     } else {
-      ASSIGN_OR_RETURN(auto work, GroupOf(i).IAllGather(Own(params_, i), whole, config_.algorithm));
+      ASSIGN_OR_RETURN(auto work, group.IAllGather(mine, whole, config_.algorithm));
       works->push_back(std::move(work));
     }
   }
@@ -57,12 +82,16 @@ absl::Status Zero3Weights::PrefetchAfter(int unit) {
 
 absl::StatusOr<float*> Zero3Weights::Params(int unit) {
   Tensor& gathered = gathered_[unit];
+  const bool fresh = !gathered.defined();
   if (!gathered.defined() && prefetched_.unit == unit) {
     ASSIGN_OR_RETURN(gathered, prefetched_.Finish());
   } else if (!gathered.defined()) {
     ASSIGN_OR_RETURN(gathered, Tensor::Empty({layout_.units()[unit].count()}, params_.dtype(),
                                              alloc_, MemoryCategory::kParams));
     RETURN_IF_ERROR(GatherUnit(unit, gathered, nullptr));
+  }
+  if (fresh && secondary_.has_value() && config_.dp->ledger().phase() == comm::Phase::kForward) {
+    RETURN_IF_ERROR(KeepSecondary(unit, gathered));
   }
   const Tensor whole = gathered;
   if (config_.prefetch) RETURN_IF_ERROR(PrefetchAfter(unit));

@@ -1,5 +1,5 @@
 // tally_plan's rows for what cuts the bytes across nodes: HSDP's zero-1/2/3, ZeRO-3
-// without resharding and PowerSGD's step are the bytes a run of the same grid measures,
+// without resharding or with hpZ, and PowerSGD's step are the bytes a run of the same grid measures,
 // in all and across nodes, and HSDP's memory line its model states.
 #include <algorithm>
 #include <cstdint>
@@ -89,6 +89,36 @@ TEST(PlanHsdp, ZeroThreeWithoutReshardIsTheMeasuredRun) {
     ++compared;
   }
   EXPECT_EQ(compared, 1);
+}
+
+TEST(PlanHpz, RowIsTheMeasuredZeroThreeWithItsGathersInsideTheNode) {
+  for (auto [nodes, per_node] : {std::pair{2, 2}, {3, 2}, {2, 3}}) {
+    SCOPED_TRACE(absl::StrCat(nodes, " nodes of ", per_node));
+    PlanInput in = SmallPlan();
+    in.precision = DType::kF32;
+    in.bytes_per_value = 4;
+    in.dp = nodes * per_node;
+    in.zero = 3;
+    in.zero_hpz = true;
+    in.gpus_per_node = per_node;
+    ASSERT_TRUE(CheckZeroShard(in).ok()) << CheckZeroShard(in);
+    const train::RunResult run = RunPlan(in);
+    const comm::LinkBytes most = Busiest(run, in);
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      if (row.strategy != "zero-3 + hpz") continue;
+      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
+      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
+      ++compared;
+    }
+    EXPECT_EQ(compared, 1);
+    int64_t states = 0;
+    for (const MemoryLedger& m : run.memory) {
+      states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
+                                    m.peak(MemoryCategory::kOptimizer));
+    }
+    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(states));
+  }
 }
 
 TEST(PlanPowerSgd, RowIsTheMeasuredCompressedStep) {

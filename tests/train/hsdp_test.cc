@@ -1,6 +1,6 @@
-// HSDP (--zero_shard=node) and ZeRO-3 without resharding after forward: the same training
-// as the serial run, every row's bytes and every model-state peak as their formulas say,
-// and only the replicas' all-reduce across nodes.
+// HSDP (--zero_shard=node), ZeRO++'s hpZ (--zero_hpz) and ZeRO-3 without resharding after
+// forward: the same training as the serial run, every row's bytes and every model-state
+// peak as their formulas say, and only what each keeps across nodes crossing them.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -24,6 +24,7 @@ struct HsdpGrid {
   int nodes = 1, per_node = 2, zero = 1;
   int tp = 1, pp = 1;  // tp divides the 2 heads; pp: a layer a stage
   bool bf16 = false, overlap = false, reshard = true;
+  bool hpz = false;  // ZeRO-3 over the whole dp group with hpZ, instead of HSDP
   comm::Algorithm allreduce = comm::Algorithm::kRing;
 
   TrainOptions On(TrainOptions o) const {
@@ -31,7 +32,8 @@ struct HsdpGrid {
     o.parallel.tp = tp;
     o.parallel.pp = pp;
     o.parallel.zero = zero;
-    o.parallel.zero_shard = parallel::ZeroShard::kNode;
+    o.parallel.zero_shard = hpz ? parallel::ZeroShard::kDp : parallel::ZeroShard::kNode;
+    o.parallel.zero_hpz = hpz;
     o.parallel.zero3_reshard_after_forward = reshard;
     o.parallel.overlap = overlap;
     o.parallel.allreduce = allreduce;
@@ -47,7 +49,7 @@ std::string Name(const ::testing::TestParamInfo<HsdpGrid>& info) {
   const HsdpGrid& g = info.param;
   return absl::StrCat("zero", g.zero, "_nodes", g.nodes, "x", g.per_node, g.tp > 1 ? "_tp2" : "",
                       g.pp > 1 ? "_pp2" : "", g.bf16 ? "_bf16" : "", g.overlap ? "_overlap" : "",
-                      g.reshard ? "" : "_keep",
+                      g.reshard ? "" : "_keep", g.hpz ? "_hpz" : "",
                       g.allreduce == comm::Algorithm::kHierarchical ? "_hier" : "");
 }
 
@@ -86,6 +88,13 @@ TEST_P(HsdpTest, MatchesTheSerialRunAndOnlyTheReplicasCrossNodes) {
     });
     EXPECT_EQ(shard.inter, 0) << "rank " << r;
     EXPECT_GT(shard.intra, 0) << "rank " << r;
+    if (g.hpz) {  // backward's gathers are the node's; nothing is gathered across in backward
+      EXPECT_EQ(run.traffic[r].Sum([](const comm::LedgerKey& k) {
+        return k.group == comm::group::kDp && k.primitive == comm::Primitive::kAllGather &&
+               k.phase == comm::Phase::kBackward;
+      }).bytes_sent, 0) << "rank " << r;
+      continue;
+    }
     const comm::LinkBytes replicas = run.traffic[r].SentByLink(
         nodes, [](const comm::LedgerKey& k) { return k.group == comm::group::kDpReplicate; });
     EXPECT_EQ(replicas.intra, 0) << "rank " << r;
@@ -120,6 +129,12 @@ std::vector<HsdpGrid> HsdpGrids() {
       {.nodes = 2, .per_node = 2, .zero = 2, .allreduce = comm::Algorithm::kHierarchical});
   grids.push_back({.nodes = 2, .per_node = 2, .zero = 1, .tp = 2});
   grids.push_back({.nodes = 2, .per_node = 2, .zero = 3, .pp = 2});
+  for (auto [nodes, per_node] : {std::pair{2, 2}, {3, 2}, {2, 3}, {4, 3}}) {
+    grids.push_back({.nodes = nodes, .per_node = per_node, .zero = 3, .hpz = true});
+  }
+  grids.push_back({.nodes = 2, .per_node = 2, .zero = 3, .overlap = true, .hpz = true});
+  grids.push_back({.nodes = 2, .per_node = 2, .zero = 3, .pp = 2, .hpz = true});
+  grids.push_back({.nodes = 2, .per_node = 2, .zero = 3, .bf16 = true, .hpz = true});
   grids.push_back({.nodes = 2, .per_node = 3, .zero = 3, .bf16 = true, .overlap = true,
                    .reshard = false});
   return grids;
@@ -205,6 +220,16 @@ TEST(HsdpOptions, BadValuesAreClearErrors) {
   bad.parallel.pp = 2;
   bad.model.n_layer = 2;
   EXPECT_TRUE(absl::StrContains(message(bad), "runs with --pp=1 only")) << message(bad);
+  bad = HsdpGrid{.nodes = 2, .per_node = 2, .zero = 3, .hpz = true}.On(Tiny());
+  ASSERT_TRUE(bad.Validate().ok()) << bad.Validate();
+  bad.parallel.zero = 2;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_hpz keeps ZeRO-3's secondary copy")) << message(bad);
+  bad.parallel.zero = 3;
+  bad.placement.gpus_per_node = 0;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_hpz needs --gpus_per_node")) << message(bad);
+  bad.placement.gpus_per_node = 2;
+  bad.parallel.zero_shard = parallel::ZeroShard::kNode;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_hpz with --zero_shard=node")) << message(bad);
   EXPECT_TRUE(absl::StrContains(parallel::ParseZeroShard("rack").status().message(),
                                 "--zero_shard must be dp or node, got 'rack'"));
 }
