@@ -34,6 +34,16 @@ comm::LinkBytes Busiest(const train::RunResult& run, const PlanInput& in) {
   return most;
 }
 
+// The most model-state bytes (parameters, gradients, optimizer state) a rank of `run` held.
+int64_t BusiestStates(const train::RunResult& run) {
+  int64_t states = 0;
+  for (const MemoryLedger& m : run.memory) {
+    states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
+                                  m.peak(MemoryCategory::kOptimizer));
+  }
+  return states;
+}
+
 TEST(PlanHsdp, RowsAreTheMeasuredBytesInAllAndAcrossNodes) {
   struct Case {
     int nodes, per_node, zero, tp;
@@ -62,12 +72,7 @@ TEST(PlanHsdp, RowsAreTheMeasuredBytesInAllAndAcrossNodes) {
       ++compared;
     }
     EXPECT_EQ(compared, 1);
-    int64_t states = 0;
-    for (const MemoryLedger& m : run.memory) {
-      states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
-                                    m.peak(MemoryCategory::kOptimizer));
-    }
-    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(states));
+    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(BusiestStates(run)));
   }
 }
 
@@ -112,12 +117,7 @@ TEST(PlanHpz, RowIsTheMeasuredZeroThreeWithItsGathersInsideTheNode) {
       ++compared;
     }
     EXPECT_EQ(compared, 1);
-    int64_t states = 0;
-    for (const MemoryLedger& m : run.memory) {
-      states = std::max(states, m.peak(MemoryCategory::kParams) + m.peak(MemoryCategory::kGrads) +
-                                    m.peak(MemoryCategory::kOptimizer));
-    }
-    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(states));
+    EXPECT_DOUBLE_EQ(PlanMemoryPerGpu(in)[0].bytes_per_gpu, double(BusiestStates(run)));
   }
 }
 
