@@ -32,7 +32,7 @@
 // the r = p/s nodes keeps a whole replica of the sharded state. Everything above runs
 // over the shard group; the one step across nodes is after the last backward, when every
 // rank all-reduces its reduced gradient shard (Φ/s values) over its replicate group, the
-// r ranks at its place on every node (label none, phase backward):
+// r ranks at its place on every node (group dp_repl, no label, phase backward):
 //
 //   bytes a step, ring | s every unit:  the table's with p = s, inside the node
 //                                     + 2(r-1)/r · Φ/s · g   across nodes
@@ -43,7 +43,7 @@
 // group's squares only (a replica's are the same).
 //
 // ZeRO-3 with reshard_after_forward false (--zero3_reshard_after_forward=false; FSDP's
-// SHARD_GRAD_OP, ZeRO++'s "no reshard"): a unit the model releases in forward stays
+// SHARD_GRAD_OP): a unit the model releases in forward stays
 // gathered until its backward releases it, so the backward gathers nothing: (p-1)/p·4Φ a
 // micro-batch less, at the cost of every unit's whole parameters at the end of forward.
 //
