@@ -15,6 +15,7 @@
 #include "parallel/powersgd.h"
 #include "parallel/zero/sharding.h"
 #include "plan/rows.h"
+#include "report/formulas.h"
 #include "report/report.h"
 #include "runtime/comm/algorithms/hierarchical.h"
 #include "runtime/comm/ledger/exact_traffic.h"
@@ -127,7 +128,7 @@ Split ZeroPasses(const PlanRows& plan, const Replicas& r, int stage, Primitive p
   Split bytes = ZeroPass(plan, r, stage, p, phase, where, i, false);
   if (plan.in.ep > 1) {
     const std::vector<int> edp = plan.grid.EdpGroup(gpu);
-    const int j = int(std::find(edp.begin(), edp.end(), gpu) - edp.begin());
+    const int j = report::PlaceOf(edp, gpu);
     const Split experts = ZeroPass(plan, r, stage, p, phase, plan.NodesOf(edp), j, true);
     bytes.intra += experts.intra;
     bytes.inter += experts.inter;
@@ -212,9 +213,7 @@ void ReplicaRows(PlanRows& plan) {
 Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
                const std::vector<int>& shard, const std::vector<int>& replicate, int gpu,
                const std::vector<int>& node = {}) {
-  auto place = [gpu](const std::vector<int>& g) {
-    return int(std::find(g.begin(), g.end(), gpu) - g.begin());
-  };
+  auto place = [gpu](const std::vector<int>& g) { return report::PlaceOf(g, gpu); };
   const std::vector<comm::Chunk> whole = {{0, r.part}};
   const std::vector<comm::Chunk> units =
       plan.in.model.gpt ? parallel::UnitRanges(parallel::ZeroUnits(r.layout, stage), false) : whole;

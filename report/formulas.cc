@@ -43,7 +43,7 @@ int64_t WarmUpSteps(const ReportInputs& in) {
 parallel::StepEndShape::Group MemberOf(const ReportInputs& in, const std::vector<int>& members,
                                        int rank) {
   return {int(members.size()),
-          int(std::find(members.begin(), members.end(), rank) - members.begin()),
+          PlaceOf(members, rank),
           in.nodes != nullptr ? in.nodes->Of(members) : std::vector<int>(members.size(), 0)};
 }
 
@@ -107,7 +107,7 @@ parallel::PipelineShape PipelineShapeOf(const train::TrainOptions& o,
   // ZeRO-2/3 sum the rank's chunk of wte, cut over the group that cuts the shards.
   const int rank = o.topology().RankAt(at);
   const std::vector<int> shard = NodeShardsOf(o, rank).shard;
-  const int place = int(std::find(shard.begin(), shard.end(), rank) - shard.begin());
+  const int place = PlaceOf(shard, rank);
   return {.stages = o.parallel.pp,
           .stage = at.pp,
           .virtual_stages = int(layout.model_chunks().size()),
@@ -241,7 +241,7 @@ parallel::Sharding RankSharding(const train::TrainOptions& o, const model::Param
   const parallel::Topology grid = o.topology();
   const parallel::GridCoordinates at = grid.Of(rank);
   const std::vector<int> shard = NodeShardsOf(o, rank).shard;
-  const int place = int(std::find(shard.begin(), shard.end(), rank) - shard.begin());
+  const int place = PlaceOf(shard, rank);
   return parallel::Sharding(parallel::ZeroUnits(layout, o.parallel.zero, o.parallel.ep > 1),
                             {int(shard.size()), place},
                             {grid.EdpGroupSize(), grid.EdpGroupRank(at)});

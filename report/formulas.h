@@ -2,7 +2,9 @@
 // (report/memory.cc) share.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "model/parameters.h"
 #include "parallel/zero/sharding.h"
@@ -19,6 +21,11 @@ ValueBytes BytesOf(const train::TrainOptions& o);
 // World rank `rank`'s HSDP groups (parallel/topology.h's ShardByNode); without
 // --zero_shard=node its whole dp group, and a replicate group of itself.
 parallel::Topology::NodeShards NodeShardsOf(const train::TrainOptions& o, int rank);
+
+// World rank `rank`'s place among a group's `members` (world ranks, in group order).
+inline int PlaceOf(const std::vector<int>& members, int rank) {
+  return int(std::find(members.begin(), members.end(), rank) - members.begin());
+}
 
 // With --zero_hpz: the dp group's ranks on world rank `rank`'s node, which hold the
 // secondary copy.

@@ -193,8 +193,8 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   // hpZ's secondary copy: the units cut over the dp ranks of the node.
   if (o.parallel.Hpz()) {
     const std::vector<int> node = HpzGroupOf(o, rank);
-    const int place = int(std::find(node.begin(), node.end(), rank) - node.begin());
-    params_open += parallel::Sharding(parallel::ZeroUnits(layout, 3), int(node.size()), place).size();
+    params_open +=
+        parallel::Sharding(parallel::ZeroUnits(layout, 3), int(node.size()), PlaceOf(node, rank)).size();
   }
   f.params = bytes.params * (o.parallel.zero == 3 ? shard + params_open : phi);
   // ZeRO-2/3: the shard, one reduced chunk (in the wire type), and the open units'

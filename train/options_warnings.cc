@@ -62,6 +62,26 @@ void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const
                                ? "with --dp=1 --pp=1"
                                : "with --zero=1 (its reduce-scatter follows backward)");
   }
+  if (!o.parallel.PowerSgd()) {
+    if (o.parallel.powersgd_rank != defaults.parallel.powersgd_rank) {
+      unused("--powersgd_rank", "without --grad_compression=powersgd");
+    }
+    if (o.parallel.powersgd_warmup_steps != defaults.parallel.powersgd_warmup_steps) {
+      unused("--powersgd_warmup_steps", "without --grad_compression=powersgd");
+    }
+  } else if (o.parallel.powersgd_warmup_steps >= o.training.steps) {
+    unused("--grad_compression=powersgd",
+           "when its warm-up outlasts the run (--powersgd_warmup_steps >= --steps)");
+  }
+  // HSDP and hpZ on a dp group that one node holds: ZeRO's own groups, nothing kept inside.
+  if ((o.parallel.ShardsByNode() || o.parallel.Hpz()) && o.placement.gpus_per_node > 0) {
+    const absl::StatusOr<parallel::Topology::NodeShards> cut =
+        o.topology().ShardByNode(0, *o.PlacedNodes());
+    if (cut.ok() && cut->replicate.size() == 1) {
+      unused(o.parallel.Hpz() ? "--zero_hpz" : "--zero_shard=node",
+             "when the dp group is on one node (it is plain ZeRO over it)");
+    }
+  }
   if (o.parallel.allreduce == comm::Algorithm::kHierarchical && o.placement.gpus_per_node == 0 &&
       o.placement.backend == Backend::kThreads) {
     unused("--allreduce=hierarchical", "on one node (give --gpus_per_node): the ring runs");

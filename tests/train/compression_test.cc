@@ -84,6 +84,21 @@ TEST(PowerSgdOptions, BadValuesAreClearErrors) {
     change(o);
     EXPECT_TRUE(absl::StrContains(message(o), words)) << words << " | " << message(o);
   }
+  // Flags that do nothing say so (a warning; the run goes on).
+  auto warned = [](const TrainOptions& o, const std::string& words) {
+    for (const std::string& w : o.Warnings()) {
+      if (absl::StrContains(w, words)) return true;
+    }
+    return false;
+  };
+  TrainOptions plain = good;
+  plain.parallel.grad_compression = parallel::GradCompression::kNone;
+  plain.parallel.powersgd_rank = 4;
+  EXPECT_TRUE(warned(plain, "--powersgd_rank has no effect without --grad_compression=powersgd"));
+  TrainOptions late = good;
+  late.parallel.powersgd_warmup_steps = late.training.steps;
+  EXPECT_TRUE(warned(late, "--powersgd_warmup_steps >= --steps"));
+  EXPECT_FALSE(warned(good, "powersgd"));
 }
 
 }  // namespace

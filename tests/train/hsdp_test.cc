@@ -230,6 +230,11 @@ TEST(HsdpOptions, BadValuesAreClearErrors) {
   bad.placement.gpus_per_node = 2;
   bad.parallel.zero_shard = parallel::ZeroShard::kNode;
   EXPECT_TRUE(absl::StrContains(message(bad), "--zero_hpz with --zero_shard=node")) << message(bad);
+  const TrainOptions one_node = HsdpGrid{.nodes = 1, .per_node = 4}.On(Tiny());  // plain ZeRO
+  ASSERT_FALSE(one_node.Warnings().empty());
+  EXPECT_TRUE(absl::StrContains(one_node.Warnings().back(), "--zero_shard=node has no effect"));
+  const TrainOptions two_nodes = HsdpGrid{.nodes = 2, .per_node = 2}.On(Tiny());
+  EXPECT_TRUE(two_nodes.Warnings().empty());
   EXPECT_TRUE(absl::StrContains(parallel::ParseZeroShard("rack").status().message(),
                                 "--zero_shard must be dp or node, got 'rack'"));
 }
