@@ -162,6 +162,11 @@ ABSL_FLAG(bool, zero3_reshard_after_forward, true,
 ABSL_FLAG(bool, zero_hpz, false,
           "--zero=3: ZeRO++'s hpZ, a secondary copy of the parameters cut over each node's dp "
           "ranks, so that backward's all-gathers stay inside the node (with --gpus_per_node)");
+ABSL_FLAG(bool, zero_quantized_weights, false,
+          "--zero=3: ZeRO++'s qwZ, the parameters all-gathered over the dp group as int8 with "
+          "an fp32 scale a block (--zero_quant_block)");
+ABSL_FLAG(int64_t, zero_quant_block, 256,
+          "values a quantised block holds (each block: one fp32 scale, max|x|/127)");
 ABSL_FLAG(std::string, grad_compression, "none",
           "none, or powersgd: --zero=0's gradient sum as PowerSGD's low-rank P and Q (each 2-D "
           "gradient M ~ P Q^T, error feedback kept on each rank) after the warm-up steps");
@@ -257,6 +262,8 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
   ASSIGN_OR_RETURN(p.zero_shard, parallel::ParseZeroShard(absl::GetFlag(FLAGS_zero_shard)));
   p.zero3_reshard_after_forward = absl::GetFlag(FLAGS_zero3_reshard_after_forward);
   p.zero_hpz = absl::GetFlag(FLAGS_zero_hpz);
+  p.zero_quantized_weights = absl::GetFlag(FLAGS_zero_quantized_weights);
+  p.zero_quant_block = absl::GetFlag(FLAGS_zero_quant_block);
   ASSIGN_OR_RETURN(p.grad_compression,
                    parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
   p.powersgd_rank = absl::GetFlag(FLAGS_powersgd_rank);
@@ -397,8 +404,8 @@ int main(int argc, char** argv) {
       {"sampling", {"sample_bytes", "temperature", "top_k", "prompt", "sample_only"}},
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO",
-       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz", "grad_compression",
-        "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
+       {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz", "zero_quantized_weights",
+        "zero_quant_block", "grad_compression", "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

@@ -173,9 +173,12 @@ absl::Status ReplicaWeights::ReleaseParams(int unit) {
 }
 
 absl::Status ReplicaWeights::EndBackward() {
+  error_sums_ = ErrorSums();
   if (Compressing()) {
     comm::PhaseScope phase(config_.dp->ledger(), comm::Phase::kBackward);
-    return powersgd_->Reduce(grads());
+    RETURN_IF_ERROR(powersgd_->Reduce(grads()));
+    error_sums_ = powersgd_->error_sums();
+    return absl::OkStatus();
   }
   for (GradientSync* sync : {sync_.get(), expert_sync_.get()}) {
     if (sync != nullptr) RETURN_IF_ERROR(sync->Finish(grads()));

@@ -171,6 +171,7 @@ class ReplicaWeights final : public TrainableWeights {
   // weights, and their rounding into the parameters (mixed precision).
   absl::StatusOr<double> Step(float lr, float clip) override;
   optim::Optimizer& optimizer() override { return *optimizer_; }
+  ErrorSums CompressionError() const override { return error_sums_; }
   absl::StatusOr<Part> GatherPart(bool with_optimizer) override;
   absl::Status Load(const float* params, optim::Optimizer* optimizer) override;
 
@@ -195,6 +196,7 @@ class ReplicaWeights final : public TrainableWeights {
   // (the experts'); null where there is no such group.
   std::unique_ptr<GradientSync> sync_, expert_sync_;
   std::unique_ptr<PowerSgd> powersgd_;  // null: none
+  ErrorSums error_sums_;                // PowerSGD's, of the step's sum
   // Whether this step's sum is PowerSGD's (past the warm-up), not the buckets'.
   bool Compressing() const {
     return powersgd_ != nullptr && optimizer_->step() >= config_.powersgd_warmup;

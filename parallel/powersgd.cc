@@ -137,9 +137,11 @@ absl::Status PowerSgd::Reduce(const Tensor& grads) {
   const bool values = grads.device().type != DeviceType::kMeta;
   const int r = rank_;
   float* g = values ? grads.data<float>() : nullptr;
+  error_sums_ = ErrorSums();
   int64_t at = 0;
   for (const comm::Chunk& c : split_.whole) {  // packed in buffer order
     if (values) std::copy(g + c.offset, g + c.end(), whole.data<float>() + at);
+    for (int64_t k = c.offset; values && k < c.end(); ++k) error_sums_.value += double(g[k]) * g[k];
     at += c.count;
   }
   if (split_.whole_values > 0) {
@@ -178,7 +180,10 @@ absl::Status PowerSgd::Reduce(const Tensor& grads) {
       for (int64_t b = 0; b < m.cols; ++b) {
         double sent = 0;
         for (int k = 0; k < r; ++k) sent += double(pi[a * r + k]) * qi[b * r + k];
-        delta[a * m.cols + b] = float(delta[a * m.cols + b] - sent);
+        const float had = delta[a * m.cols + b];
+        delta[a * m.cols + b] = float(had - sent);
+        error_sums_.value += double(had) * had;
+        error_sums_.residual += double(delta[a * m.cols + b]) * delta[a * m.cols + b];
       }
     }
   }

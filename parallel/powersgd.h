@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
+#include "parallel/compression_error.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
@@ -77,6 +78,9 @@ class PowerSgd {
   absl::Status Reduce(const Tensor& grads);
 
   const PowerSgdSplit& split() const { return split_; }
+  // The last Reduce's error (compression_error.h): Σ E² and Σ Δ² over the matrices, the
+  // values sent whole adding their squares to `value` only.
+  const ErrorSums& error_sums() const { return error_sums_; }
   // The error kept for a matrix (tests): m·n values at E's offset of matrix i.
   Tensor error(size_t i) const;
   Tensor q(size_t i) const;
@@ -91,6 +95,7 @@ class PowerSgd {
   const comm::Algorithm algorithm_;
   Tensor error_, q_;                          // every matrix's, packed in order
   std::vector<int64_t> error_at_, q_at_, p_at_;  // each matrix's offset into them (and P's)
+  ErrorSums error_sums_;
 };
 
 }  // namespace tally::parallel

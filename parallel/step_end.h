@@ -34,6 +34,7 @@
 #include "model/parameters.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "parallel/compression_error.h"
 #include "parallel/tensor_parallel.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
@@ -111,6 +112,9 @@ class TrainableWeights : public model::WeightStore {
   // norm before clipping.
   virtual absl::StatusOr<double> Step(float lr, float clip) = 0;
   virtual optim::Optimizer& optimizer() = 0;
+  // With compression (ZeRO++'s qwZ, PowerSGD): this rank's error sums of the step just
+  // stepped (compression_error.h; zeros on a step that sent everything as it was).
+  virtual ErrorSums CompressionError() const { return {}; }
 
   // For checkpoints, collective over the store's group: this rank's part of the whole
   // parameters (and optimizer state), in host memory no ledger counts, on the ranks whose

@@ -81,6 +81,14 @@ absl::Status CheckZeroShard(const PlanInput& in) {
   return grid.ShardByNode(0, nodes).status();
 }
 
+absl::Status CheckQuantizedWeights(const PlanInput& in) {
+  if (in.zero_quant_block < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --zero_quant_block must be at least 1 value a block, got ", in.zero_quant_block));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckGradCompression(const PlanInput& in) {
   if (in.grad_compression != parallel::GradCompression::kPowerSgd) return absl::OkStatus();
   auto bad = [](const std::string& why) {

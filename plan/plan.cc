@@ -212,7 +212,7 @@ void ReplicaRows(PlanRows& plan) {
 // the backward's gathers over those of `node`.
 Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
                const std::vector<int>& shard, const std::vector<int>& replicate, int gpu,
-               const std::vector<int>& node = {}) {
+               const std::vector<int>& node = {}, int64_t quant_block = 0) {
   auto place = [gpu](const std::vector<int>& g) { return report::PlaceOf(g, gpu); };
   const std::vector<comm::Chunk> whole = {{0, r.part}};
   const std::vector<comm::Chunk> units =
@@ -232,7 +232,8 @@ Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
                                    .replicas = int(replicate.size()),
                                    .replica = place(replicate),
                                    .hpz_ranks = int(node.size()),
-                                   .hpz_rank = place(node)})) {
+                                   .hpz_rank = place(node),
+                                   .quant_block = quant_block})) {
     const std::vector<int>& where = c.group == comm::group::kDpReplicate ? replica_nodes
                                     : c.group == comm::group::kDpShard   ? node_nodes
                                                                          : shard_nodes;
@@ -262,6 +263,20 @@ void NodeShardRows(PlanRows& plan) {
     }
     plan.Add("zero-3, no reshard", 3.0 * part, kept,
              "3Φ per GPU less a gather a micro-batch (--zero3_reshard_after_forward=false)");
+  }
+  if (in.zero_quantized_weights) {  // qwZ: each gather 1 byte a value and 4 a block
+    const int64_t block = in.zero_quant_block;
+    const double quantized = double(r.part) * (1.0 + 4.0 / double(block));
+    Traffic q;
+    for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
+      for (int gpu : group) q.Add(ZeroStep(plan, r, 3, true, group, {gpu}, gpu, {}, block));
+      q.time = std::max(q.time, PassesTime(in.allreduce, plan.NodesOf(group), part, m, in.cluster) +
+                                    PassesTime(in.allreduce, plan.NodesOf(group), quantized,
+                                               gathers * m, in.cluster));
+    }
+    plan.Add("zero-3 + qwz", 3.0 * part, q,
+             absl::StrCat("Φ·e + 2Φ(1 + 4/", block,
+                          ") per GPU: the gathers as int8, a scale a block (--zero_quantized_weights)"));
   }
   if ((in.zero_shard != parallel::ZeroShard::kNode && !in.zero_hpz) || in.world() > kLookedAt) {
     return;

@@ -70,6 +70,10 @@ struct PlanInput {
   parallel::ZeroShard zero_shard = parallel::ZeroShard::kDp;
   bool zero3_reshard_after_forward = true;
   bool zero_hpz = false;  // ZeRO++'s hpZ: the row "zero-3 + hpz"
+  // ZeRO++'s qwZ (parallel/zero/quantize.h): the row "zero-3 + qwz", the gathers as int8
+  // with an fp32 scale each zero_quant_block values.
+  bool zero_quantized_weights = false;
+  int64_t zero_quant_block = 256;
   // PowerSGD of rank powersgd_rank (tally_train --grad_compression=powersgd;
   // parallel/powersgd.h), of tally's GPT shapes: the row "dp powersgd (r=...)", a step
   // after its warm-up, in fp32 as tally_train sends it.
@@ -271,6 +275,8 @@ absl::Status CheckGrid(const PlanInput& in);
 // whether --grad_compression does (PowerSGD: a tally GPT shape, --zero=0, no experts).
 absl::Status CheckZeroShard(const PlanInput& in);
 absl::Status CheckGradCompression(const PlanInput& in);
+// --zero_quant_block below 1.
+absl::Status CheckQuantizedWeights(const PlanInput& in);
 // The GPUs ZeRO shards over under HSDP: a dp group's on one node (its whole dp group
 // without nodes).
 int ShardGpus(const PlanInput& in);

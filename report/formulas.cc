@@ -166,6 +166,7 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
       shape.hpz_rank = node.rank;
       shape.hpz_nodes = node.nodes;
     }
+    if (o.parallel.Qwz()) shape.quant_block = o.parallel.zero_quant_block;
     return parallel::ZeroCalls(units, shape);
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
@@ -282,6 +283,20 @@ comm::ExpectedCalls RankExpectedCalls(const ReportInputs& in, int rank) {
                                                         .experts = o.model.n_experts}));
   }
   comm::Append(calls, parallel::StepEndCalls(StepEndShapeOf(in, layout, rank)));
+  if (o.parallel.Compresses()) {  // the step's two error sums (train/trainer.h), fp64
+    std::vector<int> everyone(size_t(o.world()));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    const parallel::StepEndShape::Group world = MemberOf(in, everyone, rank);
+    calls.push_back({.group = comm::group::kWorld,
+                     .primitive = comm::Primitive::kAllReduce,
+                     .phase = comm::Phase::kOther,
+                     .scope = comm::scope::kCompressionError,
+                     .count = 2,
+                     .element = 8,
+                     .ranks = world.ranks,
+                     .rank = world.rank,
+                     .nodes = world.nodes});
+  }
   return calls;
 }
 
@@ -354,7 +369,8 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
     if (!key.label.empty()) return -1;
     return in.steps > 0 ? 2 * part_bytes / in.steps * WarmUpSteps(in) : 0;
   }
-  // The seed's passes (it knows no recompute).
+  // The seed's passes (it knows no recompute, and no quantised gathers: qwZ's rows get none).
+  if (!key.label.empty()) return -1;
   int calls =
       parallel::ZeroCallsPerStep(o.parallel.zero, o.accumulation_steps(), key.primitive, key.phase);
   return calls > 0 ? calls * part_bytes : -1;

@@ -23,6 +23,10 @@ void WriteLosses(const ReportInputs& in, JsonWriter& w) {
     w.BeginObject().Key("step").Int(step).Key("loss").Double(loss).EndObject();
   }
   w.EndArray();
+  if (in.compression_errors.empty()) return;
+  w.Key("compression_errors").BeginArray();
+  for (const double e : in.compression_errors) w.Double(e);
+  w.EndArray();
 }
 
 // The run's configuration: "config" (the model, the grid, the links, the precision).

@@ -48,6 +48,9 @@ struct ReportInputs {
   int64_t first_step = 1;
   std::vector<float> losses = {};
   std::vector<std::pair<int64_t, float>> val_losses = {};
+  // With compression (qwZ, PowerSGD): rank 0's compression_error of each step
+  // (train::StepStats), from first_step.
+  std::vector<double> compression_errors = {};
   // ModelledRun's replay, made once.
   mutable std::shared_ptr<const absl::StatusOr<std::vector<ReplayedRank>>> modelled = nullptr;
 };
@@ -167,7 +170,8 @@ std::string RoutingTable(const ReportInputs& in);
 //  "dry_run", ..., "world", "dp", "tp", "pp", "zero", "order", "nodes", "gpus_per_node",
 //  "link_intra_gbps", "link_intra_latency_us", "link_inter_gbps", "link_inter_latency_us",
 //  "params"}, "steps": S, "first_step", "losses": [rank 0's loss of each step from
-//  first_step], "val_losses": [{"step", "loss"}] (these three not in a dry run), with
+//  first_step], "val_losses": [{"step", "loss"}] (these three not in a dry run; with
+//  compression also "compression_errors": [rank 0's error of each step]), with
 //  experts "routing": [{"layer", "expert_tokens_per_step": [E]}],
 //  "ranks": [{"rank", "dp", "tp", "pp", "node", "traffic": [{"group", "op", "algorithm",
 //  "phase", "scope", "calls", "bytes_sent", "bytes_recv", "bytes_sent_intra",

@@ -380,6 +380,23 @@ std::string RoutingLine(const ReportInputs& in) {
 
 }  // namespace
 
+namespace {
+
+// With compression: how far it moved what the steps sent (train::StepStats's
+// compression_error), its first, last and mean over the run's steps.
+std::string CompressionLine(const ReportInputs& in) {
+  const std::vector<double>& e = in.compression_errors;
+  if (e.empty()) return "";
+  double sum = 0;
+  for (double x : e) sum += x;
+  return absl::StrFormat(
+      "compression error (sent against had, relative; each step's in --metrics_json): "
+      "step %d %.3e, last %.3e, mean %.3e\n",
+      in.first_step, e.front(), e.back(), sum / double(e.size()));
+}
+
+}  // namespace
+
 std::string FormatSummaryReport(const ReportInputs& in) {
   const train::TrainOptions& o = in.options;
   const std::map<FoldedKey, Folded> folded = Fold(in);
@@ -395,6 +412,7 @@ std::string FormatSummaryReport(const ReportInputs& in) {
                       : params >= 1e6 ? absl::StrFormat("%.4g M", params / 1e6)
                                       : absl::StrCat(o.model.NumParams()));
   out += BytesByGroup(in, folded);
+  out += CompressionLine(in);
   out += MemoryLines(in);
   out += TimeLines(in);
   out += ContextLines(in);

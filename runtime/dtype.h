@@ -1,7 +1,8 @@
 // Element types of tensors and collective buffers.
 //
 // fp32 is the type every model computes in; bf16 has its storage type here so that buffers
-// and collectives can carry it; f64 and the integers serve tests and bookkeeping.
+// and collectives can carry it; i8 carries ZeRO++'s quantised blocks (parallel/zero/
+// quantize.h); f64 and the other integers serve tests and bookkeeping.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +16,7 @@
 
 namespace tally {
 
-enum class DType : uint8_t { kF32, kBF16, kF64, kI32, kI64 };
+enum class DType : uint8_t { kF32, kBF16, kF64, kI32, kI64, kI8 };
 
 // Bytes per element.
 constexpr size_t SizeOf(DType dtype) {
@@ -25,6 +26,7 @@ constexpr size_t SizeOf(DType dtype) {
     case DType::kF64: return 8;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    case DType::kI8: return 1;
   }
   return 0;
 }
@@ -73,6 +75,7 @@ template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBF16; }
 template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
 template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
 template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+template <> constexpr DType DTypeOf<int8_t>() { return DType::kI8; }
 
 // An address and the type of the values there: a buffer that is fp32 or bf16 by the
 // precision (under mixed precision the activations a matmul reads are kept in bf16). A

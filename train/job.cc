@@ -49,6 +49,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   serial.parallel.zero_shard = parallel::ZeroShard::kDp;
   serial.parallel.zero3_reshard_after_forward = true;
   serial.parallel.zero_hpz = false;
+  serial.parallel.zero_quantized_weights = false;
   serial.parallel.grad_compression = parallel::GradCompression::kNone;
   serial.parallel.sequence_parallel = false;
   serial.parallel.recompute = false;
@@ -165,6 +166,7 @@ struct JobRecords {
   int64_t start_step = 0;
   std::vector<float> losses;
   std::vector<std::pair<int64_t, float>> val_losses;
+  std::vector<double> compression_errors;
   std::vector<double> expert_tokens;  // Trainer::expert_tokens
   std::vector<report::RankRecord> ranks;     // every rank's, on the process that holds rank 0
   std::shared_ptr<const comm::Nodes> nodes;  // where the ranks ran
@@ -213,6 +215,7 @@ absl::StatusOr<JobRecords> RunRanks(const TrainOptions& options, bool mpi, StopA
       job.start_step = trainer->start_step();
       job.losses = trainer->losses();
       job.val_losses = trainer->val_losses();
+      job.compression_errors = trainer->compression_errors();
       job.expert_tokens = trainer->expert_tokens();
       job.nodes = nodes;
     }
@@ -249,6 +252,7 @@ absl::Status WithReportInputs(const TrainOptions& options, JobRecords& job, int 
   report.first_step = job.start_step + 1;
   report.losses = job.losses;
   report.val_losses = job.val_losses;
+  report.compression_errors = job.compression_errors;
   report.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   return use(report);
 }

@@ -125,6 +125,11 @@ struct ParallelOptions {
   // ZeRO++'s hpZ (parallel/zero/zero.h): ZeRO-3 keeps a secondary copy of each unit's
   // parameters cut over the dp ranks of its node, so that backward gathers inside it.
   bool zero_hpz = false;
+  // ZeRO++'s qwZ (parallel/zero/quantize.h): ZeRO-3's all-gathers over the dp group carry
+  // the parameters as int8, with an fp32 scale each zero_quant_block values.
+  bool zero_quantized_weights = false;
+  int64_t zero_quant_block = 256;
+  bool Qwz() const { return zero == 3 && zero_quantized_weights; }
   bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
   bool Hpz() const { return zero == 3 && zero_hpz; }
   // Gradient compression for data parallelism (parallel/powersgd.h): PowerSGD of rank
@@ -133,6 +138,9 @@ struct ParallelOptions {
   int powersgd_rank = 1;
   int64_t powersgd_warmup_steps = 10;
   bool PowerSgd() const { return grad_compression == parallel::GradCompression::kPowerSgd; }
+  // Whether what a step sends is compressed (qwZ, PowerSGD): the step's error is then
+  // measured and reported (train/trainer.h).
+  bool Compresses() const { return Qwz() || PowerSgd(); }
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
   // with sequence_parallel, the activations between the split layers split by sequence.

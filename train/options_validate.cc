@@ -338,6 +338,18 @@ absl::Status TrainOptions::ValidateZeroShard() const {
                  "nothing to keep inside the node");
     }
   }
+  if (p.zero_quant_block < 1) {
+    return Bad("--zero_quant_block must be at least 1 value a block, got ", p.zero_quant_block);
+  }
+  if (p.zero_quantized_weights) {
+    if (p.zero != 3) {
+      return Bad("--zero_quantized_weights quantises ZeRO-3's parameter gathers: it needs --zero=3");
+    }
+    if (placement.device != DeviceType::kCPU) {
+      return Bad("--zero_quantized_weights with --device=cuda is not built yet (its quantiser "
+                 "runs on the host)");
+    }
+  }
   if (p.zero_shard != parallel::ZeroShard::kNode && !p.Hpz()) return absl::OkStatus();
   const char* flag = p.Hpz() ? "--zero_hpz" : "--zero_shard=node";
   if (p.zero == 0) return Bad("--zero_shard=node shards ZeRO's state: give --zero=1, 2 or 3");

@@ -62,6 +62,9 @@ void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const
                                ? "with --dp=1 --pp=1"
                                : "with --zero=1 (its reduce-scatter follows backward)");
   }
+  if (!o.parallel.Qwz() && o.parallel.zero_quant_block != defaults.parallel.zero_quant_block) {
+    unused("--zero_quant_block", "without --zero=3 --zero_quantized_weights");
+  }
   if (!o.parallel.PowerSgd()) {
     if (o.parallel.powersgd_rank != defaults.parallel.powersgd_rank) {
       unused("--powersgd_rank", "without --grad_compression=powersgd");

@@ -118,7 +118,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .prefetch = options.parallel.overlap && options.parallel.pp == 1,
         .replicas = hsdp ? t->groups_.dp_replicate.get() : nullptr,
         .reshard_after_forward = options.parallel.zero3_reshard_after_forward,
-        .hpz = options.parallel.Hpz() ? t->groups_.dp_shard.get() : nullptr};
+        .hpz = options.parallel.Hpz() ? t->groups_.dp_shard.get() : nullptr,
+        .quantized_weights_block =
+            options.parallel.Qwz() ? options.parallel.zero_quant_block : int64_t{0}};
     ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
                                                                 make_optimizer));
   } else {
@@ -253,12 +255,28 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
                              options_.training.lr, options_.training.min_lr);
   ASSIGN_OR_RETURN(s.grad_norm, weights_->Step(s.lr, options_.training.grad_clip));
   if (options_.model.moe()) RETURN_IF_ERROR(MoeFigures(s));
+  if (options_.parallel.Compresses()) RETURN_IF_ERROR(CompressionError(s));
   double seconds = SecondsSince(start);
   train_nanos_ += int64_t(seconds * 1e9);
   s.ms = seconds * 1e3;
   s.tokens_per_s = double(tokens) / seconds;
   s.gflops = options_.model.FlopsPerToken() * double(tokens) / seconds / 1e9;
   return s;
+}
+
+absl::Status Trainer::CompressionError(StepStats& s) {
+  const parallel::ErrorSums mine = weights_->CompressionError();
+  std::vector<double> sums = {mine.residual, mine.value};
+  if (world_ != nullptr) {
+    comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
+    comm::LabelScope label(world_->ledger(), comm::scope::kCompressionError);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({2}, DType::kF64, alloc_, MemoryCategory::kComm));
+    std::copy(sums.begin(), sums.end(), t.data<double>());
+    RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum));
+    std::copy(t.data<double>(), t.data<double>() + 2, sums.begin());
+  }
+  s.compression_error = sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : 0;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::MoeFigures(StepStats& s) {

@@ -52,6 +52,10 @@ struct StepStats {
   // (summed over the layers).
   double aux_loss = 0, dropped = 0;
   double expert_tokens_min = 0, expert_tokens_mean = 0, expert_tokens_max = 0;
+  // With compression (--zero_quantized_weights, --grad_compression): how far it moved what
+  // the step sent, sqrt(Σ residual² / Σ value²) over every rank (parallel/
+  // compression_error.h); 0 on a step that sent everything as it was.
+  double compression_error = 0;
 };
 
 class Trainer {
@@ -93,6 +97,8 @@ class Trainer {
   // rank that evaluates) with its step.
   const std::vector<float>& losses() const { return losses_; }
   const std::vector<std::pair<int64_t, float>>& val_losses() const { return val_losses_; }
+  // Each step's StepStats::compression_error (empty without compression).
+  const std::vector<double>& compression_errors() const { return compression_errors_; }
   // With experts: the choices each expert of each layer received over the steps so far,
   // summed over the world's ranks, [l·E + e] (the report's routing table).
   const std::vector<double>& expert_tokens() const { return expert_tokens_; }
@@ -164,6 +170,7 @@ class Trainer {
   StopAgreement* stop_ = nullptr;
   std::vector<float> losses_;
   std::vector<std::pair<int64_t, float>> val_losses_;
+  std::vector<double> compression_errors_;
   std::vector<double> expert_tokens_;
   std::vector<Span> spans_;
   // Records a span from `start` to now (with --trace).
@@ -175,6 +182,9 @@ class Trainer {
   absl::StatusOr<StepStats> Update(int64_t step, float local_loss, int64_t start);
   // The step's MoE figures into `s`, summed over the world's ranks.
   absl::Status MoeFigures(StepStats& s);
+  // The step's compression error, its two sums all-reduced over the world (phase other,
+  // label compression_error).
+  absl::Status CompressionError(StepStats& s);
   std::unique_ptr<parallel::PipelineParallel> pipeline_;  // when pp > 1
   int64_t train_nanos_ = 0;  // whole steps, over the run
   int64_t cpu_nanos_ = 0;    // the rank's thread's CPU time in those steps

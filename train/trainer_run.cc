@@ -19,12 +19,13 @@ namespace tally::train {
 
 namespace {
 
-std::string StepJson(const StepStats& s, bool moe) {
+std::string StepJson(const StepStats& s, bool moe, bool compresses) {
   JsonWriter w;
   w.BeginObject();
   w.Key("step").Int(s.step).Key("loss").Double(s.loss).Key("lr").Double(s.lr);
   w.Key("grad_norm").Double(s.grad_norm).Key("ms").Double(s.ms);
   w.Key("tokens_per_s").Double(s.tokens_per_s).Key("gflops").Double(s.gflops);
+  if (compresses) w.Key("compression_error").Double(s.compression_error);
   if (moe) {
     w.Key("aux_loss").Double(s.aux_loss).Key("dropped_fraction").Double(s.dropped);
     w.Key("expert_tokens_min").Double(s.expert_tokens_min);
@@ -175,6 +176,7 @@ absl::Status Trainer::Run(std::ostream& out) {
     RETURN_IF_ERROR(Finite(s, world_ != nullptr ? world_->rank() : 0));
     done = s.step;
     losses_.push_back(s.loss);
+    if (options_.parallel.Compresses()) compression_errors_.push_back(s.compression_error);
     if (options_.dry_run) {  // no values, and no measured time: its code computes nothing
       log << absl::StrFormat("step %5d/%d | dry run (meta tensors: no values, no payload)\n",
                              s.step, options_.training.steps)
@@ -189,8 +191,10 @@ absl::Status Trainer::Run(std::ostream& out) {
       log << absl::StrFormat(" | aux %.4f | dropped %.1f%% | tokens/expert %.0f..%.0f", s.aux_loss,
                              100 * s.dropped, s.expert_tokens_min, s.expert_tokens_max);
     }
+    if (options_.parallel.Compresses()) log << absl::StrFormat(" | error %.2e", s.compression_error);
     log << "\n" << std::flush;
-    RETURN_IF_ERROR(write_metrics(StepJson(s, options_.model.moe())));
+    RETURN_IF_ERROR(
+        write_metrics(StepJson(s, options_.model.moe(), options_.parallel.Compresses())));
     bool evaluate = options_.data.eval_every > 0 &&
                     (s.step % options_.data.eval_every == 0 || s.step == options_.training.steps);
     if (Evaluates() && evaluate) {

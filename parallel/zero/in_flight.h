@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/sent_as.h"
+#include "parallel/zero/quantize.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/tensor.h"
 
@@ -26,6 +27,7 @@ struct InFlight {
   Tensor held;    // what they read or write, kept alive until they are done
   std::vector<SentAs::Work> reduces;
   std::vector<std::unique_ptr<comm::CollectiveWork>> gathers;
+  std::vector<QuantizedGather> quantized;  // qwZ's gathers, dequantised as they finish
 
   bool empty() const { return unit < 0; }
   void Start(int u, Tensor t) {
@@ -38,6 +40,7 @@ struct InFlight {
     absl::Status status;
     for (SentAs::Work& pending : reduces) status.Update(pending.Wait());
     for (auto& work : gathers) status.Update(work->Wait());
+    for (QuantizedGather& gather : quantized) status.Update(gather.Finish());
     Tensor t = std::move(held);
     *this = InFlight();
     if (!status.ok()) return status;

@@ -1,7 +1,9 @@
 #include "parallel/zero/sharding.h"
 
 #include <algorithm>
+#include <tuple>
 
+#include "parallel/zero/quantize.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/ledger/names.h"
 
@@ -138,6 +140,24 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
                          .ranks = s.hpz_ranks,
                          .rank = s.hpz_rank,
                          .nodes = s.hpz_nodes});
+        continue;
+      }
+      if (s.quant_block > 0 && primitive == Primitive::kAllGather) {  // qwZ
+        for (auto [scope, count, element] :
+             {std::tuple{comm::scope::kQwz, unit.count, int64_t{1}},
+              std::tuple{comm::scope::kQwzScales,
+                         s.ranks * ScalesPerRank(unit.count, s.ranks, s.quant_block), int64_t{4}}}) {
+          calls.push_back({.group = s.group,
+                           .primitive = primitive,
+                           .phase = phase,
+                           .scope = scope,
+                           .count = count,
+                           .element = element,
+                           .calls = per_unit,
+                           .ranks = s.ranks,
+                           .rank = s.rank,
+                           .nodes = s.nodes});
+        }
         continue;
       }
       calls.push_back(

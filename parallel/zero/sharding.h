@@ -114,6 +114,10 @@ struct ZeroShape {
   // hpZ (hpz_ranks > 0): the backward's gathers over the node's group (dp_shard).
   int hpz_ranks = 0, hpz_rank = 0;
   std::vector<int> hpz_nodes = {};
+  // qwZ (quant_block > 0): each all-gather over `group` is two (quantize.h), a unit's
+  // bytes (scope qwz, 1 byte a value) and its scales (scope qwz_scales, ranks times the
+  // largest chunk's blocks, 4 bytes each).
+  int64_t quant_block = 0;
 };
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& shape);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "parallel/zero/in_flight.h"
+#include "parallel/zero/quantize.h"
 #include "parallel/zero/zero.h"
 
 namespace tally::parallel {
@@ -73,6 +74,8 @@ class Zero3Weights : public Zero2Weights {
   absl::StatusOr<float*> Params(int unit) override;
   absl::StatusOr<ConstTypedPtr> Stored(int unit) override;
   absl::Status ReleaseParams(int unit) override;
+  // qwZ: the quantisation error of the shard the step's gathers carried.
+  ErrorSums CompressionError() const override { return error_sums_; }
 
  protected:
   // Also waits for a prefetch nobody asked for, which would hold the shard from before
@@ -82,9 +85,8 @@ class Zero3Weights : public Zero2Weights {
 
  private:
   // Every rank's pieces of `unit` into `into` (its whole size), blocking, or posted into
-  // `works` when that is not null.
-  absl::Status GatherUnit(int unit, const Tensor& into,
-                          std::vector<std::unique_ptr<comm::CollectiveWork>>* works);
+  // `in_flight` when that is not null.
+  absl::Status GatherUnit(int unit, const Tensor& into, InFlight* in_flight);
   // Posts the gather of the unit after `unit` in the model's direction (config_.prefetch).
   absl::Status PrefetchAfter(int unit);
   // hpZ: this rank's secondary chunks of `unit`, from its gathered parameters `whole`.
@@ -100,6 +102,7 @@ class Zero3Weights : public Zero2Weights {
   std::vector<Tensor> gathered_;  // by model unit, while in use
   int last_unit_ = -1;            // the unit asked for last
   InFlight prefetched_;           // held: the next unit's gathered parameters
+  ErrorSums error_sums_;          // qwZ: of the step's shard
 };
 
 }  // namespace tally::parallel

@@ -131,6 +131,9 @@ struct ZeroConfig {
   // ZeRO-3, ZeRO++'s hpZ: the dp group's ranks on this rank's node, over which a
   // secondary copy of the parameters is cut for the backward's gathers (null: none).
   comm::Communicator* hpz = nullptr;
+  // ZeRO-3, ZeRO++'s qwZ: the gathers over `dp` (and `experts`) carry the parameters as
+  // int8 in blocks of this many values, each with an fp32 scale (quantize.h; 0: as they are).
+  int64_t quantized_weights_block = 0;
 };
 
 // The model's weights, sharded: the part every stage shares (the shard's optimizer and

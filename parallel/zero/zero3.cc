@@ -14,6 +14,10 @@
 // With hpZ (ZeroConfig::hpz) a forward's gather also keeps the rank's secondary chunks,
 // and a backward's gathers them over the node's group (zero.h).
 //
+// With qwZ (ZeroConfig::quantized_weights_block) every gather over the dp group carries
+// int8 values and their blocks' scales (quantize.h), the own chunk dequantised like the
+// others; hpZ's gathers inside the node carry the secondary copy as it is.
+//
 // With --overlap on one pipeline stage (ZeroConfig::prefetch) asking for a unit posts the gather of
 // the next one in the model's direction (up in forward, down in backward), which the next
 // Params call takes: one unit prefetched, held in params memory.
@@ -45,8 +49,7 @@ absl::Status Zero3Weights::KeepSecondary(int unit, const Tensor& whole) {
   return absl::OkStatus();
 }
 
-absl::Status Zero3Weights::GatherUnit(int unit, const Tensor& into,
-                                      std::vector<std::unique_ptr<comm::CollectiveWork>>* works) {
+absl::Status Zero3Weights::GatherUnit(int unit, const Tensor& into, InFlight* in_flight) {
   const model::ParamUnit& u = layout_.units()[unit];
   // hpZ: backward gathers the secondary copy inside the node.
   const bool in_node =
@@ -56,11 +59,15 @@ absl::Status Zero3Weights::GatherUnit(int unit, const Tensor& into,
     Tensor whole = into.Flat(part.offset - u.begin, part.end() - u.begin);
     comm::Communicator& group = in_node ? *config_.hpz : GroupOf(i);
     const Tensor mine = in_node ? SecondaryOwn(i) : Own(params_, i);
-    if (works == nullptr) {
+    if (config_.quantized_weights_block > 0 && !in_node) {  // qwZ
+      QuantizedGather gather(group, config_.quantized_weights_block, config_.algorithm);
+      RETURN_IF_ERROR(gather.Post(mine, whole, /*blocking=*/in_flight == nullptr));
+      if (in_flight != nullptr) in_flight->quantized.push_back(std::move(gather));
+    } else if (in_flight == nullptr) {
       RETURN_IF_ERROR(group.AllGather(mine, whole, config_.algorithm));
     } else {
       ASSIGN_OR_RETURN(auto work, group.IAllGather(mine, whole, config_.algorithm));
-      works->push_back(std::move(work));
+      in_flight->gathers.push_back(std::move(work));
     }
   }
   return absl::OkStatus();
@@ -77,7 +84,7 @@ absl::Status Zero3Weights::PrefetchAfter(int unit) {
   ASSIGN_OR_RETURN(Tensor into, Tensor::Empty({layout_.units()[size_t(next)].count()},
                                               params_.dtype(), alloc_, MemoryCategory::kParams));
   prefetched_.Start(next, into);
-  return GatherUnit(next, into, &prefetched_.gathers);
+  return GatherUnit(next, into, &prefetched_);
 }
 
 absl::StatusOr<float*> Zero3Weights::Params(int unit) {
@@ -120,6 +127,15 @@ absl::Status Zero3Weights::CompleteGrads() {
   if (!prefetched_.empty()) RETURN_IF_ERROR(prefetched_.Finish().status());
   for (Tensor& kept : gathered_) kept = Tensor();  // nothing gathered outlives the update
   last_unit_ = -1;
+  // qwZ: what quantising the shard moved, as this step's forward gathers carried it.
+  error_sums_ = ErrorSums();
+  const int64_t block = config_.quantized_weights_block;
+  if (block > 0 && params_.device().type == DeviceType::kCPU) {
+    for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
+      const Tensor own = Own(params_, i);
+      error_sums_.Add(QuantizationError(ConstTypedPtr(own.raw_data(), own.dtype()), own.numel(), block));
+    }
+  }
   return absl::OkStatus();
 }
 

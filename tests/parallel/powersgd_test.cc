@@ -159,12 +159,26 @@ TEST_P(PowerSgdTest, EqualsTheUnrolledAlgorithmWithErrorFeedbackAndExactBytes) {
   Reference reference(layout, ranks, r);
   std::vector<std::vector<float>> expected(kSteps);
   std::vector<std::vector<std::vector<std::vector<float>>>> errors;  // after each step
+  // Each rank's error sums (compression_error.h): Σ E² and Σ Δ² + Σ (the whole values)².
+  std::vector<std::vector<ErrorSums>> error_sums(kSteps, std::vector<ErrorSums>(size_t(ranks)));
   for (int k = 0; k < kSteps; ++k) {
     std::vector<std::vector<float>> grads;
     for (int w = 0; w < ranks; ++w) grads.push_back(Gradient(total, w, k));
     std::vector<std::vector<float>> deltas, sent_plus_kept;
     expected[size_t(k)] = reference.Step(grads, &deltas, &sent_plus_kept);
     errors.push_back(reference.error);
+    for (int w = 0; w < ranks; ++w) {
+      ErrorSums& sums = error_sums[size_t(k)][size_t(w)];
+      for (float d : deltas[size_t(w)]) sums.value += double(d) * d;
+      for (const comm::Chunk& c : reference.split.whole) {
+        for (int64_t j = c.offset; j < c.end(); ++j) {
+          sums.value += double(grads[size_t(w)][size_t(j)]) * grads[size_t(w)][size_t(j)];
+        }
+      }
+      for (const auto& e : reference.error[size_t(w)]) {
+        for (float x : e) sums.residual += double(x) * x;
+      }
+    }
     for (int w = 0; w < ranks; ++w) {  // transmitted + residual = gradient (+ the old error)
       for (size_t j = 0; j < deltas[size_t(w)].size(); ++j) {
         ASSERT_NEAR(sent_plus_kept[size_t(w)][j], deltas[size_t(w)][j], 1e-5 * (1 + std::abs(deltas[size_t(w)][j])));
@@ -188,6 +202,14 @@ TEST_P(PowerSgdTest, EqualsTheUnrolledAlgorithmWithErrorFeedbackAndExactBytes) {
           return absl::InternalError(absl::StrCat("rank ", world.rank(), " step ", k, " value ", j,
                                                   ": ", got[j], " != ", want));
         }
+      }
+      const ErrorSums& want_sums = error_sums[size_t(k)][size_t(world.rank())];
+      const ErrorSums& got_sums = powersgd->error_sums();
+      if (std::abs(got_sums.value - want_sums.value) > 1e-5 * want_sums.value ||
+          std::abs(got_sums.residual - want_sums.residual) > 1e-4 * want_sums.residual + 1e-12) {
+        return absl::InternalError(absl::StrCat("rank ", world.rank(), " step ", k, " error sums ",
+                                                got_sums.residual, " / ", got_sums.value, " != ",
+                                                want_sums.residual, " / ", want_sums.value));
       }
       for (size_t i = 0; i < powersgd->split().matrices.size(); ++i) {  // E as the reference's
         const Tensor e = powersgd->error(i);

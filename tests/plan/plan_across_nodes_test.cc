@@ -121,6 +121,37 @@ TEST(PlanHpz, RowIsTheMeasuredZeroThreeWithItsGathersInsideTheNode) {
   }
 }
 
+TEST(PlanQwz, RowIsTheMeasuredBytesInAllAndAcrossNodes) {
+  for (int64_t block : {int64_t{4}, int64_t{256}}) {
+    for (auto [nodes, per_node] : {std::pair{1, 3}, {2, 2}, {2, 3}}) {
+      SCOPED_TRACE(absl::StrCat(nodes, " nodes of ", per_node, ", block ", block));
+      PlanInput in = SmallPlan();
+      in.precision = DType::kF32;
+      in.bytes_per_value = 4;
+      in.dp = nodes * per_node;
+      in.zero = 3;
+      in.zero_quantized_weights = true;
+      in.zero_quant_block = block;
+      in.gpus_per_node = per_node;
+      ASSERT_TRUE(CheckQuantizedWeights(in).ok());
+      const train::RunResult run = RunPlan(in);
+      const comm::LinkBytes most = Busiest(run, in);
+      int compared = 0;
+      for (const PlanRow& row : Plan(in)) {
+        if (row.strategy != "zero-3 + qwz") continue;
+        EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
+        EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
+        ++compared;
+      }
+      EXPECT_EQ(compared, 1);
+    }
+  }
+  PlanInput in = SmallPlan();
+  in.zero_quant_block = 0;
+  EXPECT_TRUE(absl::StrContains(CheckQuantizedWeights(in).message(),
+                                "--zero_quant_block must be at least 1 value a block, got 0"));
+}
+
 TEST(PlanPowerSgd, RowIsTheMeasuredCompressedStep) {
   for (int r : {1, 4}) {
     PlanInput in = SmallPlan();

@@ -38,7 +38,11 @@ TEST_P(PowerSgdRun, WarmUpIsThePlainRunAndEveryRowIsExact) {
     for (size_t k = 0; k < run.losses.size(); ++k) {
       if (k < 2) {
         EXPECT_EQ(run.losses[k], plain.losses[k]) << "step " << k;  // the warm-up: the same bits
+        EXPECT_EQ(run.compression_errors[k], 0) << "step " << k;
       } else {
+        // E = Δ − P·Pᵀ·Δ, P orthonormal: a projection's residual, no larger than Δ.
+        EXPECT_GT(run.compression_errors[k], 0) << "step " << k;
+        EXPECT_LE(run.compression_errors[k], 1) << "step " << k;
         EXPECT_TRUE(std::isfinite(run.losses[k])) << "step " << k;
         EXPECT_NEAR(run.losses[k], plain.losses[k], 0.1 * plain.losses[k]) << "step " << k;
       }

@@ -135,6 +135,7 @@ inline void PrintTo(const Grid& g, std::ostream* os) { *os << g.Name(); }
 
 struct RunResult {
   std::vector<float> losses;
+  std::vector<double> compression_errors;  // each step's (with compression)
   std::vector<float> params;
   std::vector<comm::TrafficLedger> traffic;
   std::vector<MemoryLedger> memory;
@@ -159,7 +160,10 @@ inline RunResult RunRanks(const TrainOptions& o) {
     world.ledger().Clear();  // count the steps only
     for (int64_t k = 0; k < o.training.steps; ++k) {
       ASSIGN_OR_RETURN(StepStats s, trainer->TrainStep(k));
-      if (world.rank() == 0) result.losses.push_back(s.loss);
+      if (world.rank() == 0) {
+        result.losses.push_back(s.loss);
+        result.compression_errors.push_back(s.compression_error);
+      }
     }
     result.traffic[world.rank()] = world.ledger();
     result.memory[world.rank()] = world.memory();

@@ -66,6 +66,8 @@ void ReduceInto(void* dst, const void* src, int64_t count, DType dtype, ReduceOp
       return ReduceTyped(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, op);
     case DType::kI64:
       return ReduceTyped(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, op);
+    case DType::kI8:
+      return ReduceTyped(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, op);
     case DType::kBF16:
       return ReduceBF16(static_cast<BFloat16*>(dst), static_cast<const BFloat16*>(src), count, op);
   }
@@ -77,6 +79,7 @@ void FinishAverage(void* data, int64_t count, DType dtype, int divisor) {
     case DType::kF64: return DivideTyped(static_cast<double*>(data), count, divisor);
     case DType::kI32: return DivideTyped(static_cast<int32_t*>(data), count, divisor);
     case DType::kI64: return DivideTyped(static_cast<int64_t*>(data), count, divisor);
+    case DType::kI8: return DivideTyped(static_cast<int8_t*>(data), count, divisor);
     case DType::kBF16: {
       auto* p = static_cast<BFloat16*>(data);
       for (int64_t i = 0; i < count; ++i) p[i] = BFloat16::FromFloat(p[i].ToFloat() / divisor);

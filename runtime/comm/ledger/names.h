@@ -40,6 +40,11 @@ inline constexpr char kCrossEntropy[] = "cross_entropy";          // vocab-paral
 inline constexpr char kPowerSgdWhole[] = "powersgd_whole";
 inline constexpr char kPowerSgdP[] = "powersgd_p";
 inline constexpr char kPowerSgdQ[] = "powersgd_q";
+// ZeRO++'s qwZ (parallel/zero/quantize.h): the quantised bytes, and their blocks' scales.
+inline constexpr char kQwz[] = "qwz";
+inline constexpr char kQwzScales[] = "qwz_scales";
+// How far compression moved what it sent this step (train/trainer.h), summed over the world.
+inline constexpr char kCompressionError[] = "compression_error";
 
 // A layer's calls are scoped "layer{l}.{part}" (Layer(3, kAttn) is "layer3.attn"), the
 // part one of these.

@@ -34,6 +34,7 @@ absl::StatusOr<MPI_Datatype> DatatypeOf(DType dtype) {
     case DType::kF64: return MPI_DOUBLE;
     case DType::kI32: return MPI_INT32_T;
     case DType::kI64: return MPI_INT64_T;
+    case DType::kI8: return MPI_INT8_T;
     case DType::kBF16: break;
   }
   return absl::UnimplementedError("[mpi] MPI has no bfloat16 reductions; use ring or naive");

@@ -19,6 +19,7 @@ absl::StatusOr<ncclDataType_t> TypeOf(DType dtype) {
     case DType::kF64: return ncclFloat64;
     case DType::kI32: return ncclInt32;
     case DType::kI64: return ncclInt64;
+    case DType::kI8: return ncclInt8;
     case DType::kBF16: return ncclBfloat16;
   }
   return absl::InvalidArgumentError("[nccl] unknown dtype");

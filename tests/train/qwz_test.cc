@@ -1,0 +1,201 @@
+// ZeRO++'s qwZ (--zero_quantized_weights) in training: ZeRO-3's gathers over the dp group
+// carry one byte a value and a scale a block (every report row exact, the scales' rows
+// among them), the forward's bytes are the plain gather's over the parameters' size, the
+// measured error of step 1 is the one a reference quantiser here computes from the
+// initial weights, and training stays beside the unquantised run.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "parallel/zero/sharding.h"
+#include "runtime/comm/algorithms/partition.h"
+#include "runtime/comm/ledger/names.h"
+#include "tests/train/run_ranks.h"
+
+namespace tally::train {
+namespace {
+
+struct QwzGrid {
+  int dp = 2;
+  int per_node = 0;  // --gpus_per_node (0: one node)
+  int tp = 1, pp = 1;
+  bool bf16 = false, overlap = false, hpz = false, hsdp = false;
+  int64_t block = 16;
+  comm::Algorithm allreduce = comm::Algorithm::kRing;
+
+  TrainOptions On(TrainOptions o) const {
+    o.parallel.dp = dp;
+    o.parallel.tp = tp;
+    o.parallel.pp = pp;
+    o.parallel.zero = 3;
+    o.parallel.zero_quantized_weights = true;
+    o.parallel.zero_quant_block = block;
+    o.parallel.zero_hpz = hpz;
+    if (hsdp) o.parallel.zero_shard = parallel::ZeroShard::kNode;
+    o.parallel.overlap = overlap;
+    o.parallel.allreduce = allreduce;
+    if (pp > 1) o.model.n_layer = pp;
+    if (bf16) o.precision.dtype = DType::kBF16;
+    o.placement.gpus_per_node = per_node * tp;
+    return o;
+  }
+};
+
+std::string Name(const ::testing::TestParamInfo<QwzGrid>& info) {
+  const QwzGrid& g = info.param;
+  return absl::StrCat("dp", g.dp, g.per_node > 0 ? absl::StrCat("_node", g.per_node) : "",
+                      g.tp > 1 ? "_tp2" : "", g.pp > 1 ? "_pp2" : "", g.bf16 ? "_bf16" : "",
+                      g.overlap ? "_overlap" : "", g.hpz ? "_hpz" : "", g.hsdp ? "_hsdp" : "",
+                      "_block", g.block,
+                      g.allreduce == comm::Algorithm::kHierarchical ? "_hier" : "");
+}
+
+// Bytes of `run`'s rank `r` in the dp groups' all-gathers of `phase` labelled `label`.
+int64_t Gathered(const RunResult& run, int r, comm::Phase phase, const std::string& label) {
+  return run.traffic[size_t(r)].Sum([&](const comm::LedgerKey& k) {
+    return (k.group == comm::group::kDp || k.group == comm::group::kDpShard) &&
+           k.primitive == comm::Primitive::kAllGather && k.phase == phase && k.label == label;
+  }).bytes_sent;
+}
+
+class QwzTest : public ::testing::TestWithParam<QwzGrid> {};
+
+TEST_P(QwzTest, QuantisedGathersExactAndTrainingBesideThePlainRun) {
+  const QwzGrid& g = GetParam();
+  const TrainOptions o = g.On(TinyDataParallel(1));
+  TrainOptions plain_options = o;
+  plain_options.parallel.zero_quantized_weights = false;
+  const RunResult run = RunRanks(o);
+  const RunResult plain = RunRanks(plain_options);
+  ExpectReportRowsExact(o, run);
+  ExpectMemoryFormulaExact(o, run);
+
+  // Each value's error is at most half its block's scale, max|x|/127, so a block's
+  // relative error is at most sqrt(block)/254, and so is the whole's.
+  ASSERT_EQ(run.compression_errors.size(), size_t(o.training.steps));
+  for (double e : run.compression_errors) {
+    EXPECT_GT(e, 0);
+    EXPECT_LE(e, std::sqrt(double(g.block)) / 254);
+  }
+  // The loss within 1% of the unquantised run's over these few steps (the weights move by
+  // the error above, about 1e-3 here).
+  ASSERT_EQ(run.losses.size(), plain.losses.size());
+  for (size_t k = 0; k < run.losses.size(); ++k) {
+    EXPECT_NEAR(run.losses[k], plain.losses[k], 0.01 * plain.losses[k]) << "step " << k;
+  }
+
+  const int64_t param_bytes = g.bf16 ? 2 : 4;
+  for (int r = 0; r < o.world(); ++r) {
+    // Nothing gathered as it is over the dp group; the forward's values at one byte each.
+    EXPECT_EQ(Gathered(run, r, comm::Phase::kForward, ""), 0) << "rank " << r;
+    EXPECT_EQ(param_bytes * Gathered(run, r, comm::Phase::kForward, comm::scope::kQwz),
+              Gathered(plain, r, comm::Phase::kForward, ""))
+        << "rank " << r;
+    EXPECT_GT(Gathered(run, r, comm::Phase::kForward, comm::scope::kQwzScales), 0) << "rank " << r;
+    // hpZ's backward gathers the secondary copy inside the node as it is.
+    EXPECT_EQ(Gathered(run, r, comm::Phase::kBackward, comm::scope::kQwz) == 0, g.hpz)
+        << "rank " << r;
+  }
+}
+
+std::vector<QwzGrid> QwzGrids() {
+  std::vector<QwzGrid> grids;
+  for (int dp : {2, 3, 4}) {
+    for (int64_t block : {1, 16, 256}) grids.push_back({.dp = dp, .block = block});
+  }
+  grids.push_back({.dp = 2, .bf16 = true});
+  grids.push_back({.dp = 3, .overlap = true});
+  grids.push_back({.dp = 2, .tp = 2});
+  grids.push_back({.dp = 2, .pp = 2});
+  grids.push_back({.dp = 4, .per_node = 2, .hpz = true});
+  grids.push_back({.dp = 4, .per_node = 2, .overlap = true, .hpz = true});
+  grids.push_back({.dp = 4, .per_node = 2, .hsdp = true});
+  grids.push_back({.dp = 6, .per_node = 3, .allreduce = comm::Algorithm::kHierarchical});
+  return grids;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, QwzTest, ::testing::ValuesIn(QwzGrids()), Name);
+
+// Step 1's measured error is the quantisation of the initial weights, chunk by chunk as
+// ZeRO-3 cuts them, written out here from quantize.h's rule.
+TEST(Qwz, FirstStepErrorIsTheInitialWeightsQuantised) {
+  for (int dp : {2, 3}) {
+    const TrainOptions o = QwzGrid{.dp = dp, .block = 8}.On(TinyDataParallel(1));
+    TrainOptions initial = o;
+    initial.training.steps = 0;
+    const std::vector<float> w = RunRanks(initial).params;
+    ASSERT_FALSE(w.empty());
+    double residual = 0, value = 0;
+    for (const parallel::ZeroUnit& unit : parallel::ZeroUnits(o.RankLayout(0), 3)) {
+      for (int r = 0; r < dp; ++r) {
+        const comm::Chunk c = comm::ChunkOf(unit.range.count, dp, r);
+        const float* x = w.data() + unit.range.offset + c.offset;
+        for (int64_t begin = 0; begin < c.count; begin += 8) {
+          const int64_t end = std::min(c.count, begin + 8);
+          float most = 0;
+          for (int64_t i = begin; i < end; ++i) most = std::max(most, std::abs(x[i]));
+          const float scale = most / 127;
+          for (int64_t i = begin; i < end; ++i) {
+            const float back = scale > 0 ? std::nearbyint(x[i] / scale) * scale : 0;
+            residual += double(back - x[i]) * double(back - x[i]);
+            value += double(x[i]) * double(x[i]);
+          }
+        }
+      }
+    }
+    const RunResult run = RunRanks(o);
+    ASSERT_FALSE(run.compression_errors.empty());
+    EXPECT_NEAR(run.compression_errors[0], std::sqrt(residual / value), 1e-12) << "dp " << dp;
+  }
+}
+
+// A dry run (meta tensors: no values to quantise) books the real run's calls and bytes.
+TEST(Qwz, DryRunBooksTheRealRunsBytes) {
+  const TrainOptions o = QwzGrid{.dp = 3, .overlap = true}.On(TinyDataParallel(1));
+  TrainOptions dry = o;
+  dry.dry_run = true;
+  const RankLedgers want = RunSteps(o.Resolved());
+  const RankLedgers got = RunSteps(dry.Resolved());
+  for (size_t r = 0; r < want.traffic.size(); ++r) {
+    ASSERT_EQ(got.traffic[r].calls().size(), want.traffic[r].calls().size()) << "rank " << r;
+    for (const auto& [key, calls] : want.traffic[r].calls()) {
+      const auto it = got.traffic[r].calls().find(key);
+      ASSERT_NE(it, got.traffic[r].calls().end()) << key.group << " " << key.label;
+      EXPECT_EQ(it->second.payload_bytes, calls.payload_bytes) << key.group << " " << key.label;
+      EXPECT_EQ(it->second.calls, calls.calls) << key.group << " " << key.label;
+    }
+  }
+}
+
+TEST(Qwz, BadValuesAreClearErrors) {
+  auto message = [](const TrainOptions& o) { return std::string(o.Validate().message()); };
+  const TrainOptions o = QwzGrid{}.On(TinyDataParallel(1));
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  TrainOptions bad = o;
+  bad.parallel.zero = 2;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_weights quantises ZeRO-3's"))
+      << message(bad);
+  for (int64_t block : {0, -4}) {
+    bad = o;
+    bad.parallel.zero_quant_block = block;
+    EXPECT_TRUE(absl::StrContains(message(bad), absl::StrCat("--zero_quant_block must be at least 1 value a block, got ", block)))
+        << message(bad);
+  }
+  bad = o;
+  bad.placement.device = DeviceType::kCUDA;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_weights with --device=cuda"))
+      << message(bad);
+  TrainOptions unused = o;
+  unused.parallel.zero_quantized_weights = false;
+  unused.parallel.zero_quant_block = 64;
+  ASSERT_FALSE(unused.Warnings().empty());
+  EXPECT_TRUE(absl::StrContains(unused.Warnings().back(), "--zero_quant_block has no effect"))
+      << unused.Warnings().back();
+  EXPECT_TRUE(o.Warnings().empty());
+}
+
+}  // namespace
+}  // namespace tally::train
