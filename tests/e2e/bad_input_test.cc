@@ -155,6 +155,32 @@ TEST(BadInput, ContextParallelismSaysWhatItCannotSplitOrRunWith) {
   }, 5);
 }
 
+// HSDP, ZeRO++ and compressed gradients: what each needs, and values that mean nothing.
+TEST(BadInput, ShardingAndCompressionFlagsSayWhatTheyNeed) {
+  ExpectOneClearLine(kTrain + kTiny + " --dp=4", {
+      {"--zero=3 --zero_shard=rack", "[flags] --zero_shard must be dp or node, got 'rack'"},
+      {"--zero=2 --zero_shard=node", "[flags] --zero_shard=node needs --gpus_per_node"},
+      {"--zero=2 --zero_hpz", "[flags] --zero_hpz keeps ZeRO-3's secondary copy: it needs --zero=3"},
+      {"--zero=2 --zero_quantized_weights",
+       "[flags] --zero_quantized_weights quantises ZeRO-3's parameter gathers: it needs --zero=3"},
+      {"--zero=3 --zero_quantized_weights --zero_quant_block=0",
+       "[flags] --zero_quant_block must be at least 1 value a block, got 0"},
+      {"--zero=3 --zero_quant_block=-8",
+       "[flags] --zero_quant_block must be at least 1 value a block, got -8"},
+      {"--grad_compression=powersgd --powersgd_rank=0", "[flags] --powersgd_rank must be at least 1"},
+      {"--grad_compression=powersgd --zero=1", "it needs --zero=0"},
+      {"--grad_compression=topk", "[flags] --grad_compression must be none or powersgd, got 'topk'"},
+  });
+  ExpectOneClearLine(kPlan + " --model=toy --dp=4", {
+      {"--zero=3 --zero_quantized_weights --zero_quant_block=0",
+       "[flags] --zero_quant_block must be at least 1 value a block, got 0"},
+  }, 5);
+  Result warned = RunCommand(kTrain + kTiny + " --steps=1 --zero_quant_block=64");
+  EXPECT_EQ(warned.exit_code, 0) << warned.output;
+  EXPECT_TRUE(absl::StrContains(warned.output, "[flags] warning: --zero_quant_block has no effect"))
+      << warned.output;
+}
+
 TEST(BadInput, ASearchTooLargeToAnswerSoonIsRefused) {
   ExpectOneClearLine(kPlan + " --model=llama-70b --cluster=a100 --search", {
       {"--world=65536 --global_batch_size=65536", "grid-GPUs to cost (about"},
