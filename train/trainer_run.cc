@@ -176,7 +176,9 @@ absl::Status Trainer::Run(std::ostream& out) {
     RETURN_IF_ERROR(Finite(s, world_ != nullptr ? world_->rank() : 0));
     done = s.step;
     losses_.push_back(s.loss);
-    if (options_.parallel.Compresses()) compression_errors_.push_back(s.compression_error);
+    if (options_.parallel.Compresses() && !options_.dry_run) {
+      compression_errors_.push_back(s.compression_error);  // a dry run computes none
+    }
     if (options_.dry_run) {  // no values, and no measured time: its code computes nothing
       log << absl::StrFormat("step %5d/%d | dry run (meta tensors: no values, no payload)\n",
                              s.step, options_.training.steps)

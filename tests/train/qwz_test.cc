@@ -152,6 +152,21 @@ TEST(Qwz, FirstStepErrorIsTheInitialWeightsQuantised) {
   }
 }
 
+// qwZ keeps no state of its own: a run saved after 3 steps and resumed goes on as the
+// uninterrupted one, bit for bit.
+TEST(Qwz, ResumesBitForBit) {
+  TrainOptions o = QwzGrid{.dp = 3}.On(TinyDataParallel(1));
+  o.training.steps = 6;
+  const RunResult straight = RunRanks(o);
+  const std::string path = ::testing::TempDir() + "/qwz_resume.safetensors";
+  TrainAndSave(o, 3, path);
+  TrainOptions resumed = o;
+  resumed.checkpoint.load = path;
+  const std::vector<float> losses = Resume(resumed);
+  ASSERT_EQ(losses.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(losses[k], straight.losses[3 + k]) << k;
+}
+
 // A dry run (meta tensors: no values to quantise) books the real run's calls and bytes.
 TEST(Qwz, DryRunBooksTheRealRunsBytes) {
   const TrainOptions o = QwzGrid{.dp = 3, .overlap = true}.On(TinyDataParallel(1));
