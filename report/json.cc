@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/powersgd.h"
 #include "report/replay.h"
 #include "report/report.h"
 #include "report/rows.h"
@@ -79,6 +80,16 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
       .Bool(o.parallel.recompute_attention);
   w.Key("pp_scatter_gather").Bool(o.parallel.ScatterGather());
   w.Key("zero").Int(o.parallel.zero);
+  // The sharding and compression variants (data_parallel.md), only where one is on.
+  const train::ParallelOptions& p = o.parallel;
+  if (p.ShardsByNode()) w.Key("zero_shard").String("node");
+  if (p.zero == 3 && !p.zero3_reshard_after_forward) w.Key("zero3_reshard_after_forward").Bool(false);
+  if (p.Hpz()) w.Key("zero_hpz").Bool(true);
+  if (p.Qwz()) w.Key("zero_quantized_weights").Bool(true).Key("zero_quant_block").Int(p.zero_quant_block);
+  if (p.PowerSgd()) {
+    w.Key("grad_compression").String(parallel::Name(p.grad_compression));
+    w.Key("powersgd_rank").Int(p.powersgd_rank).Key("powersgd_warmup_steps").Int(p.powersgd_warmup_steps);
+  }
   w.Key("order").String(parallel::Name(o.placement.order)).Key("nodes").Int(nodes.count());
   w.Key("gpus_per_node").Int(nodes.gpus_per_node());
   w.Key("link_intra_gbps").Double(o.cluster.links.intra.gbps);

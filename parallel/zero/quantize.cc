@@ -30,9 +30,14 @@ void QuantizeTyped(const T* x, int64_t n, int64_t block, int8_t* q, float* scale
   }
 }
 
+// Block by block, so that the inner loops vectorise.
 template <typename T>
 void DequantizeTyped(const int8_t* q, const float* scales, int64_t n, int64_t block, T* x) {
-  for (int64_t i = 0; i < n; ++i) x[i] = StoredAs<T>(float(q[i]) * scales[i / block]);
+  for (int64_t b = 0; b * block < n; ++b) {
+    const int64_t begin = b * block, end = std::min(n, begin + block);
+    const float scale = scales[b];
+    for (int64_t i = begin; i < end; ++i) x[i] = StoredAs<T>(float(q[i]) * scale);
+  }
 }
 
 template <typename T>
