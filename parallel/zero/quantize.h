@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "parallel/compression_error.h"
@@ -50,14 +51,13 @@ int64_t ScalesPerRank(int64_t count, int ranks, int64_t block);
 // comm::ChunkOf part of `all`) in blocks of `block`: the bytes and the scales
 // all-gathered over `group` (labels qwz and qwz_scales; buffers in the group's comm
 // memory), then every chunk dequantised into its place in `all`, the own chunk too.
-// Post() starts it; Finish() waits and dequantises. Run() is both.
+// Post() starts it (and, blocking, finishes it too); Finish() waits and dequantises.
 class QuantizedGather {
  public:
   QuantizedGather(comm::Communicator& group, int64_t block, comm::Algorithm algorithm)
       : group_(&group), block_(block), algorithm_(algorithm) {}
   absl::Status Post(const Tensor& mine, const Tensor& all, bool blocking);
   absl::Status Finish();
-  absl::Status Run(const Tensor& mine, const Tensor& all) { return Post(mine, all, true); }
 
  private:
   comm::Communicator* group_;

@@ -58,6 +58,14 @@
 //
 // the reduce-scatter still crossing the nodes, as in ZeRO++ without qgZ.
 //
+// ZeRO-3 with qwZ (--zero_quantized_weights; ZeRO++'s quantised weights): every gather
+// over the dp group (forward, and backward unless hpZ gathers inside the node) carries
+// the chunks as int8 with an fp32 scale every `block` values (quantize.h), and every rank
+// computes on the dequantised unit; the shard, gradients and update are unchanged:
+//
+//   bytes a gather, ring:  (p-1)/p·n + (p-1)·B·4   instead of (p-1)/p·n·w
+//                          (B = ⌈⌈n/p⌉/block⌉: the largest chunk's scales)
+//
 // Under expert parallelism (--ep; parallel/expert_parallel.h) the experts' tensors are
 // data-parallel over the expert-data-parallel group only, so ZeRO cuts them over that
 // group (as DeepSpeed-MoE and Megatron-LM's distributed optimizer do) and the rest over the
