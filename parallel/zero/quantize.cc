@@ -19,8 +19,8 @@ float ScaleOf(const T* x, int64_t n) {
 
 template <typename T>
 void QuantizeTyped(const T* x, int64_t n, int64_t block, int8_t* q, float* scales) {
-  for (int64_t b = 0; b * block < n; ++b) {
-    const int64_t begin = b * block, end = std::min(n, begin + block);
+  for (int64_t b = 0, begin = 0; begin < n; ++b, begin = BlockEnd(begin, n, block)) {
+    const int64_t end = BlockEnd(begin, n, block);
     const float scale = ScaleOf(x + begin, end - begin);
     scales[b] = scale;
     for (int64_t i = begin; i < end; ++i) {
@@ -33,8 +33,8 @@ void QuantizeTyped(const T* x, int64_t n, int64_t block, int8_t* q, float* scale
 // Block by block, so that the inner loops vectorise.
 template <typename T>
 void DequantizeTyped(const int8_t* q, const float* scales, int64_t n, int64_t block, T* x) {
-  for (int64_t b = 0; b * block < n; ++b) {
-    const int64_t begin = b * block, end = std::min(n, begin + block);
+  for (int64_t b = 0, begin = 0; begin < n; ++b, begin = BlockEnd(begin, n, block)) {
+    const int64_t end = BlockEnd(begin, n, block);
     const float scale = scales[b];
     for (int64_t i = begin; i < end; ++i) x[i] = StoredAs<T>(float(q[i]) * scale);
   }
@@ -43,8 +43,8 @@ void DequantizeTyped(const int8_t* q, const float* scales, int64_t n, int64_t bl
 template <typename T>
 ErrorSums ErrorTyped(const T* x, int64_t n, int64_t block) {
   ErrorSums sums;
-  for (int64_t b = 0; b * block < n; ++b) {
-    const int64_t begin = b * block, end = std::min(n, begin + block);
+  for (int64_t begin = 0; begin < n; begin = BlockEnd(begin, n, block)) {
+    const int64_t end = BlockEnd(begin, n, block);
     const float scale = ScaleOf(x + begin, end - begin);
     for (int64_t i = begin; i < end; ++i) {
       const float v = AsFloat(x[i]);

@@ -20,6 +20,7 @@
 //   Dequantize(q, scales, 1000, 256, params);  // params now hold what the wire carried
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -32,7 +33,12 @@
 namespace tally::parallel {
 
 // Blocks of `block` values in a run of n.
-inline int64_t BlocksOf(int64_t n, int64_t block) { return (n + block - 1) / block; }
+// (Written without n + block - 1, which overflows for a block near 2^63.)
+inline int64_t BlocksOf(int64_t n, int64_t block) { return n / block + (n % block != 0 ? 1 : 0); }
+// Where the block that starts at `begin` of a run of n ends.
+inline int64_t BlockEnd(int64_t begin, int64_t n, int64_t block) {
+  return begin + std::min(block, n - begin);
+}
 
 // The n values at `x` (fp32 or bf16) as BlocksOf(n, block) scales and n int8 values.
 void Quantize(ConstTypedPtr x, int64_t n, int64_t block, int8_t* q, float* scales);

@@ -4,6 +4,7 @@
 #include "parallel/zero/quantize.h"
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +73,24 @@ TEST(Quantize, EveryValueAsTheRuleSaysAndItsErrorSums) {
         EXPECT_LT(got.residual, 1e-12 * got.value);
       }
     }
+  }
+}
+
+// A block larger than the run (up to 2^63 - 1) is one block: the same as a block of n.
+TEST(Quantize, AHugeBlockIsOneBlock) {
+  const int64_t n = 300;
+  const std::vector<float> x = Values(n, 4);
+  EXPECT_EQ(BlocksOf(n, INT64_MAX), 1);
+  EXPECT_EQ(ScalesPerRank(n, 3, INT64_MAX), 1);
+  for (int64_t block : {INT64_MAX, INT64_MAX / 2 + 1, n}) {
+    std::vector<int8_t> q(static_cast<size_t>(n));
+    float scale = 0;
+    Quantize(x.data(), n, block, q.data(), &scale);
+    std::vector<float> back(static_cast<size_t>(n));
+    Dequantize(q.data(), &scale, n, block, back.data());
+    EXPECT_EQ(back, Reference(x, n)) << block;
+    EXPECT_EQ(QuantizationError(x.data(), n, block).residual,
+              QuantizationError(x.data(), n, n).residual);
   }
 }
 
