@@ -264,17 +264,22 @@ absl::StatusOr<StepStats> Trainer::Update(int64_t step, float local_loss, int64_
   return s;
 }
 
+absl::Status Trainer::SumOverWorld(const char* label, std::vector<double>& sums) {
+  if (world_ == nullptr) return absl::OkStatus();
+  comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
+  comm::LabelScope scope(world_->ledger(), label);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({int64_t(sums.size())}, DType::kF64, alloc_,
+                                           MemoryCategory::kComm));
+  std::copy(sums.begin(), sums.end(), t.data<double>());
+  RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum));
+  std::copy(t.data<double>(), t.data<double>() + sums.size(), sums.begin());
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::CompressionError(StepStats& s) {
   const parallel::ErrorSums mine = weights_->CompressionError();
   std::vector<double> sums = {mine.residual, mine.value};
-  if (world_ != nullptr) {
-    comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
-    comm::LabelScope label(world_->ledger(), comm::scope::kCompressionError);
-    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({2}, DType::kF64, alloc_, MemoryCategory::kComm));
-    std::copy(sums.begin(), sums.end(), t.data<double>());
-    RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum));
-    std::copy(t.data<double>(), t.data<double>() + 2, sums.begin());
-  }
+  RETURN_IF_ERROR(SumOverWorld(comm::scope::kCompressionError, sums));
   s.compression_error = sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : 0;
   return absl::OkStatus();
 }
@@ -289,15 +294,7 @@ absl::Status Trainer::MoeFigures(StepStats& s) {
   // route their own rows, but share the micro-batch's aux loss: cp rank 0 gives it.
   if (tensor_parallel_.rank() != 0) std::fill(sums.begin(), sums.end(), 0.0);
   if (groups_.cp != nullptr && groups_.cp->rank() != 0) sums[0] = 0;
-  if (world_ != nullptr) {
-    comm::PhaseScope phase(world_->ledger(), comm::Phase::kOther);
-    comm::LabelScope label(world_->ledger(), "moe_stats");
-    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({int64_t(sums.size())}, DType::kF64, alloc_,
-                                             MemoryCategory::kComm));
-    std::copy(sums.begin(), sums.end(), t.data<double>());
-    RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum));
-    std::copy(t.data<double>(), t.data<double>() + sums.size(), sums.begin());
-  }
+  RETURN_IF_ERROR(SumOverWorld("moe_stats", sums));
   s.aux_loss = sums[0] / (double(options_.parallel.dp) * options_.accumulation_steps());
   s.dropped = sums[2] > 0 ? sums[1] / sums[2] : 0;
   const auto tokens = sums.begin() + 3;

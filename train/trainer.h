@@ -185,6 +185,9 @@ class Trainer {
   // The step's compression error, its two sums all-reduced over the world (phase other,
   // label compression_error).
   absl::Status CompressionError(StepStats& s);
+  // `sums` (fp64) all-reduced over the world's ranks in place, phase other, under `label`
+  // (nothing for a run of one rank).
+  absl::Status SumOverWorld(const char* label, std::vector<double>& sums);
   std::unique_ptr<parallel::PipelineParallel> pipeline_;  // when pp > 1
   int64_t train_nanos_ = 0;  // whole steps, over the run
   int64_t cpu_nanos_ = 0;    // the rank's thread's CPU time in those steps
