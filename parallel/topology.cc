@@ -127,8 +127,8 @@ std::vector<int> Topology::EdpGroup(int rank) const {
   return members;
 }
 
-absl::StatusOr<Topology::NodeShards> Topology::ShardByNode(int rank,
-                                                           const comm::Nodes& nodes) const {
+absl::StatusOr<Topology::NodeShards> Topology::ShardByNode(int rank, const comm::Nodes& nodes,
+                                                           const char* flag) const {
   const std::vector<int> dp = DpGroup(rank);
   // The dp group's ranks node by node, in world order (so are the nodes).
   std::vector<std::vector<int>> by_node;
@@ -142,7 +142,7 @@ absl::StatusOr<Topology::NodeShards> Topology::ShardByNode(int rank,
   for (const std::vector<int>& on_node : by_node) {
     if (on_node.size() != by_node.front().size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "[flags] --zero_shard=node shards over the dp group's ranks on a node, and dp group [",
+          "[flags] ", flag, " cuts the dp group by its nodes, and dp group [",
           absl::StrJoin(dp, " "), "] has ", by_node.front().size(), " on node ",
           nodes.node(by_node.front().front()), " but ", on_node.size(), " on node ",
           nodes.node(on_node.front()), " (--gpus_per_node, --order)"));

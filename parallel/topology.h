@@ -110,13 +110,15 @@ class Topology {
 
   // HSDP (--zero_shard=node; zero/zero.h): `rank`'s dp group cut by the nodes. The shard
   // group is its dp group's ranks on its node; the replicate group, the ranks at its place
-  // among their node's, one a node. Both in world order. An error when the nodes the dp
-  // group spans do not each hold as many of its ranks.
+  // among their node's, one a node. Both in world order. An error (naming `flag`, which
+  // asked for the cut) when the nodes the dp group spans do not each hold as many of its
+  // ranks. hpZ and qgZ's two hops cut the dp group alike.
   //   dp 8 on 2 nodes of 4: shard groups [0 1 2 3] [4 5 6 7], replicate [0 4] [1 5] ...
   struct NodeShards {
     std::vector<int> shard, replicate;
   };
-  absl::StatusOr<NodeShards> ShardByNode(int rank, const comm::Nodes& nodes) const;
+  absl::StatusOr<NodeShards> ShardByNode(int rank, const comm::Nodes& nodes,
+                                         const char* flag = "--zero_shard=node") const;
 
   // Every rank's coordinates and the members of its groups (--print_topology), and its
   // node when `nodes` is given.

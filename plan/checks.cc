@@ -78,13 +78,24 @@ absl::Status CheckZeroShard(const PlanInput& in) {
   }
   const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
   const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
-  return grid.ShardByNode(0, nodes).status();
+  return grid.ShardByNode(0, nodes, flag.c_str()).status();
 }
 
-absl::Status CheckQuantizedWeights(const PlanInput& in) {
+absl::Status CheckQuantization(const PlanInput& in) {
   if (in.zero_quant_block < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "[flags] --zero_quant_block must be at least 1 value a block, got ", in.zero_quant_block));
+  }
+  if (!in.zero_quantized_gradients) return absl::OkStatus();
+  if (in.ep > 1) {
+    return absl::InvalidArgumentError(
+        "[flags] --zero_quantized_gradients with --ep is not supported yet");
+  }
+  if (in.gpus_per_node <= 0 || in.world() > kLookedAt) return absl::OkStatus();  // one hop
+  const parallel::Topology grid(in.dp, in.tp, in.pp, in.order, in.ep, in.cp);
+  const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
+  for (int gpu = 0; gpu < int(in.world()); ++gpu) {
+    RETURN_IF_ERROR(grid.ShardByNode(gpu, nodes, "--zero_quantized_gradients").status());
   }
   return absl::OkStatus();
 }

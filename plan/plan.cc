@@ -1,6 +1,6 @@
 // The planner's rows (plan.h): per strategy the seed's bytes, the exact bytes of the
 // busiest GPU and of all, what crosses nodes, and the α-β time. The replicas' rows are
-// here, the rest in split_rows.cc (plan/rows.h).
+// here, ZeRO's variants in zero_rows.cc, the rest in split_rows.cc (plan/rows.h).
 #include "plan/plan.h"
 
 #include <algorithm>
@@ -28,12 +28,6 @@ namespace {
 using comm::Algorithm;
 using comm::Primitive;
 
-// The values one GPU holds: its tensor-parallel part of its stage (the largest), and of
-// them its share of the experts (E/ep of each layer's).
-struct Part {
-  int64_t values = 0, experts = 0;
-  int64_t dense() const { return values - experts; }
-};
 Part PartParams(const PlanInput& in) {
   if (!in.model.gpt) {
     const double stage = double(in.tp) * in.pp;
@@ -76,16 +70,6 @@ double PassesTime(comm::Algorithm asked, std::span<const int> nodes, double byte
   return passes * (n - 1) * MessageSeconds(link, a == Algorithm::kNaive ? bytes : bytes / n);
 }
 
-namespace {
-
-// What the replicas' rows read: the part a GPU holds, the dp group's share of it (the
-// dense values under expert parallelism), and for tally's GPT the layout ZeRO cuts into
-// units.
-struct Replicas {
-  Part parts;
-  int64_t part = 0;
-  model::ParameterLayout layout;
-};
 Replicas ReplicasOf(const PlanInput& in) {
   Replicas r;
   r.parts = PartParams(in);
@@ -97,6 +81,8 @@ Replicas ReplicasOf(const PlanInput& in) {
   }
   return r;
 }
+
+namespace {
 
 // ZeRO stage `stage`'s calls of `p` in `phase` of one micro-batch for rank i of the group
 // at `where`: one pass over the part (`experts`: the experts'), a tally GPT part unit by
@@ -204,124 +190,6 @@ void ReplicaRows(PlanRows& plan) {
   plan.Add("zero-1", 2.0 * sharded * e, zero1, "2Φ per GPU: reduce-scatter + all-gather");
   plan.Add("zero-2", 2.0 * sharded * e, zero2, "2Φ per GPU (the reduce-scatter per micro-batch)");
   plan.Add("zero-3", 3.0 * sharded * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
-}
-
-// A step of ZeRO stage `stage` for world rank `gpu` of a tally GPT part (one unit
-// otherwise), summed by link (parallel/zero/sharding.h's ZeroCalls): over the ranks of
-// `shard`; under HSDP the gradient shard's all-reduce over those of `replicate`; with hpZ
-// the backward's gathers over those of `node`.
-Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, bool reshard,
-               const std::vector<int>& shard, const std::vector<int>& replicate, int gpu,
-               const std::vector<int>& node = {}, int64_t quant_block = 0) {
-  auto place = [gpu](const std::vector<int>& g) { return report::PlaceOf(g, gpu); };
-  const std::vector<comm::Chunk> whole = {{0, r.part}};
-  const std::vector<comm::Chunk> units =
-      plan.in.model.gpt ? parallel::UnitRanges(parallel::ZeroUnits(r.layout, stage), false) : whole;
-  const std::vector<int> shard_nodes = plan.NodesOf(shard), replica_nodes = plan.NodesOf(replicate),
-                         node_nodes = plan.NodesOf(node);
-  Split bytes;
-  for (const comm::ExpectedCall& c :
-       parallel::ZeroCalls(units, {.ranks = int(shard.size()),
-                                   .rank = place(shard),
-                                   .zero_stage = stage,
-                                   .micro_batches = plan.m,
-                                   .recompute = plan.in.StageRecompute(),
-                                   .reshard = reshard,
-                                   .grad_element = plan.e,
-                                   .param_element = plan.e,
-                                   .replicas = int(replicate.size()),
-                                   .replica = place(replicate),
-                                   .hpz_ranks = int(node.size()),
-                                   .hpz_rank = place(node),
-                                   .quant_block = quant_block})) {
-    const std::vector<int>& where = c.group == comm::group::kDpReplicate ? replica_nodes
-                                    : c.group == comm::group::kDpShard   ? node_nodes
-                                                                         : shard_nodes;
-    bytes.Add(comm::ExactSentByLink(c.primitive, plan.in.allreduce, where, c.rank, -1, c.count,
-                                    size_t(c.element)),
-              double(c.calls));
-  }
-  return bytes;
-}
-
-// What cuts the bytes across nodes (parallel/zero/zero.h), each asked for: ZeRO-3
-// keeping a unit from its forward to its backward (--zero3_reshard_after_forward=false),
-// and HSDP's stages (--zero_shard=node), each ZeRO over a node's share of the dp group with
-// the gradient shard all-reduced across the nodes.
-void NodeShardRows(PlanRows& plan) {
-  const PlanInput& in = plan.in;
-  const Replicas r = ReplicasOf(in);
-  const double part = double(r.part) * plan.e;
-  const double gathers = in.StageRecompute() ? 3.0 : 2.0;
-  const int m = plan.m;
-  if (!in.zero3_reshard_after_forward) {
-    Traffic kept;
-    for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
-      for (int gpu : group) kept.Add(ZeroStep(plan, r, 3, false, group, {gpu}, gpu));
-      kept.time = std::max(kept.time, PassesTime(in.allreduce, plan.NodesOf(group), part,
-                                                 2.0 * m, in.cluster));
-    }
-    plan.Add("zero-3, no reshard", 3.0 * part, kept,
-             "3Φ per GPU less a gather a micro-batch (--zero3_reshard_after_forward=false)");
-  }
-  if (in.zero_quantized_weights) {  // qwZ: each gather 1 byte a value and 4 a block
-    const int64_t block = in.zero_quant_block;
-    const double quantized = double(r.part) * (1.0 + 4.0 / double(block));
-    Traffic q;
-    for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
-      for (int gpu : group) q.Add(ZeroStep(plan, r, 3, true, group, {gpu}, gpu, {}, block));
-      q.time = std::max(q.time, PassesTime(in.allreduce, plan.NodesOf(group), part, m, in.cluster) +
-                                    PassesTime(in.allreduce, plan.NodesOf(group), quantized,
-                                               gathers * m, in.cluster));
-    }
-    plan.Add("zero-3 + qwz", 3.0 * part, q,
-             absl::StrCat("Φ·e + 2Φ(1 + 4/", block,
-                          ") per GPU: the gathers as int8, a scale a block (--zero_quantized_weights)"));
-  }
-  if ((in.zero_shard != parallel::ZeroShard::kNode && !in.zero_hpz) || in.world() > kLookedAt) {
-    return;
-  }
-  const comm::Nodes nodes = comm::Nodes::Blocks(int(in.world()), in.gpus_per_node).value();
-  if (in.zero_hpz) {
-    Traffic hpz;
-    for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
-      for (int gpu : group) {
-        const absl::StatusOr<parallel::Topology::NodeShards> cut = plan.grid.ShardByNode(gpu, nodes);
-        if (!cut.ok()) return;  // CheckZeroShard refused it
-        hpz.Add(ZeroStep(plan, r, 3, true, group, {gpu}, gpu, cut->shard));
-        hpz.time = std::max(hpz.time, PassesTime(in.allreduce, plan.NodesOf(group), part,
-                                                 2.0 * m, in.cluster) +
-                                          PassesTime(in.allreduce, plan.NodesOf(cut->shard), part,
-                                                     (gathers - 1) * m, in.cluster));
-      }
-    }
-    plan.Add("zero-3 + hpz", 3.0 * part, hpz,
-             "3Φ per GPU, the backward's gathers inside the node (--zero_hpz)");
-  }
-  if (in.zero_shard != parallel::ZeroShard::kNode) return;
-  std::vector<Traffic> hsdp(3);
-  for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
-    for (int gpu : group) {
-      const absl::StatusOr<parallel::Topology::NodeShards> cut = plan.grid.ShardByNode(gpu, nodes);
-      if (!cut.ok()) return;  // CheckZeroShard refused it
-      for (int stage = 1; stage <= 3; ++stage) {
-        Traffic& t = hsdp[size_t(stage - 1)];
-        t.Add(ZeroStep(plan, r, stage, true, cut->shard, cut->replicate, gpu));
-        const double passes = stage == 1 ? 2 : stage == 2 ? m + 1 : (1 + gathers) * m;
-        t.time = std::max(t.time, PassesTime(in.allreduce, plan.NodesOf(cut->shard), part,
-                                             passes, in.cluster) +
-                                      PassesTime(in.allreduce, plan.NodesOf(cut->replicate),
-                                                 part / double(cut->shard.size()), 2, in.cluster));
-      }
-    }
-  }
-  const char* forms[] = {"2Φ per GPU in a node + 2(r-1)/r·Φ/s across (s GPUs a node, r nodes)",
-                         "the same (the reduce-scatter per micro-batch)",
-                         "3Φ per GPU in a node + 2(r-1)/r·Φ/s across"};
-  for (int stage = 1; stage <= 3; ++stage) {
-    plan.Add(absl::StrCat("hsdp zero-", stage), (stage == 3 ? 3.0 : 2.0) * part,
-             hsdp[size_t(stage - 1)], forms[stage - 1]);
-  }
 }
 
 // PowerSGD's step after its warm-up (parallel/powersgd.h's PowerSgdCalls) over each dp

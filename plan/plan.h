@@ -73,6 +73,9 @@ struct PlanInput {
   // ZeRO++'s qwZ (parallel/zero/quantize.h): the row "zero-3 + qwz", the gathers as int8
   // with an fp32 scale each zero_quant_block values.
   bool zero_quantized_weights = false;
+  // ZeRO++'s qgZ (parallel/zero/qgz.h): the row "zero-3 + qgz", the reduce-scatter as
+  // int8 all-to-alls, in two hops where a dp group spans nodes (with --gpus_per_node).
+  bool zero_quantized_gradients = false;
   int64_t zero_quant_block = 256;
   // PowerSGD of rank powersgd_rank (tally_train --grad_compression=powersgd;
   // parallel/powersgd.h), of tally's GPT shapes: the row "dp powersgd (r=...)", a step
@@ -275,8 +278,9 @@ absl::Status CheckGrid(const PlanInput& in);
 // whether --grad_compression does (PowerSGD: a tally GPT shape, --zero=0, no experts).
 absl::Status CheckZeroShard(const PlanInput& in);
 absl::Status CheckGradCompression(const PlanInput& in);
-// --zero_quant_block below 1.
-absl::Status CheckQuantizedWeights(const PlanInput& in);
+// --zero_quant_block below 1; qgZ with experts, or (with --gpus_per_node) on dp groups
+// that do not put as many GPUs on each of their nodes.
+absl::Status CheckQuantization(const PlanInput& in);
 // The GPUs ZeRO shards over under HSDP: a dp group's on one node (its whole dp group
 // without nodes).
 int ShardGpus(const PlanInput& in);

@@ -1,9 +1,10 @@
 // What the planner's rows share (plan.h): bytes by link class, a strategy's traffic over
 // the GPUs looked at, the groups looked at, a message's α-β time, and PlanRows, the plan
-// being made. plan.cc makes the replicas' rows (data parallelism, ZeRO) and runs them all;
-// split_rows.cc the rows of the strategies that split the model (tensor, expert and
-// pipeline parallelism), each a join over the strategy's calls of a step where the
-// strategy declares them (runtime/comm/ledger/expected_calls.h).
+// being made. plan.cc makes the replicas' rows (data parallelism, ZeRO) and runs them all,
+// zero_rows.cc ZeRO's variants across nodes, and split_rows.cc the rows of the strategies
+// that split the model (tensor, expert and pipeline parallelism), each a join over the
+// strategy's calls of a step where the strategy declares them
+// (runtime/comm/ledger/expected_calls.h).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/parameters.h"
 #include "parallel/topology.h"
 #include "plan/plan.h"
 #include "runtime/comm/nodes.h"
@@ -118,6 +120,27 @@ struct PlanRows {
     rows.push_back(r);
   }
 };
+
+// The values one GPU holds: its tensor-parallel part of its stage (the largest), and of
+// them its share of the experts (E/ep of each layer's).
+struct Part {
+  int64_t values = 0, experts = 0;
+  int64_t dense() const { return values - experts; }
+};
+
+// What the replicas' rows read (plan.cc): the part a GPU holds, the dp group's share of it
+// (the dense values under expert parallelism), and for tally's GPT the layout ZeRO cuts
+// into units.
+struct Replicas {
+  Part parts;
+  int64_t part = 0;
+  model::ParameterLayout layout;
+};
+Replicas ReplicasOf(const PlanInput& in);
+
+// zero_rows.cc's rows: ZeRO's variants that cut the bytes across nodes (HSDP, no reshard,
+// ZeRO++'s hpZ, qwZ and qgZ), each where its flag is on.
+void NodeShardRows(PlanRows& plan);
 
 // split_rows.cc's rows, each where its strategy is on.
 void TensorParallelRows(PlanRows& plan);

@@ -161,12 +161,25 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
       shape.replica_nodes = replicas.nodes;
     }
     if (o.parallel.Hpz()) {  // the node's share of the dp group gathers backward's units
-      const parallel::StepEndShape::Group node = MemberOf(in, HpzGroupOf(o, rank), rank);
+      const parallel::StepEndShape::Group node = MemberOf(in, NodeCutOf(o, rank).shard, rank);
       shape.hpz_ranks = node.ranks;
       shape.hpz_rank = node.rank;
       shape.hpz_nodes = node.nodes;
     }
     if (o.parallel.Qwz()) shape.quant_block = o.parallel.zero_quant_block;
+    if (o.parallel.Qgz()) {  // in two hops when the dp group spans nodes (not HSDP's)
+      shape.grad_quant_block = o.parallel.zero_quant_block;
+      if (!o.parallel.ShardsByNode() && o.placement.gpus_per_node > 0) {
+        const parallel::Topology::NodeShards cut = NodeCutOf(o, rank);
+        if (cut.replicate.size() > 1) {
+          for (auto [members, into] : {std::pair{&cut.shard, &shape.qgz_node},
+                                       std::pair{&cut.replicate, &shape.qgz_across}}) {
+            const parallel::StepEndShape::Group g = MemberOf(in, *members, rank);
+            *into = {.ranks = g.ranks, .rank = g.rank, .nodes = g.nodes};
+          }
+        }
+      }
+    }
     return parallel::ZeroCalls(units, shape);
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
@@ -231,8 +244,8 @@ parallel::Topology::NodeShards NodeShardsOf(const train::TrainOptions& o, int ra
   return grid.ShardByNode(rank, *o.PlacedNodes()).value();  // validated with the options
 }
 
-std::vector<int> HpzGroupOf(const train::TrainOptions& o, int rank) {
-  return o.topology().ShardByNode(rank, *o.PlacedNodes()).value().shard;  // validated
+parallel::Topology::NodeShards NodeCutOf(const train::TrainOptions& o, int rank) {
+  return o.topology().ShardByNode(rank, *o.PlacedNodes()).value();  // validated
 }
 
 parallel::Sharding RankSharding(const train::TrainOptions& o, const model::ParameterLayout& layout,

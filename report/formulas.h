@@ -27,9 +27,10 @@ inline int PlaceOf(const std::vector<int>& members, int rank) {
   return int(std::find(members.begin(), members.end(), rank) - members.begin());
 }
 
-// With --zero_hpz: the dp group's ranks on world rank `rank`'s node, which hold the
-// secondary copy.
-std::vector<int> HpzGroupOf(const train::TrainOptions& o, int rank);
+// World rank `rank`'s dp group cut by its nodes (ShardByNode): with --zero_hpz the ranks on
+// its node hold the secondary copy; with --zero_quantized_gradients (and --gpus_per_node)
+// qgZ's two hops run over the ranks on its node and then those at its place on every node.
+parallel::Topology::NodeShards NodeCutOf(const train::TrainOptions& o, int rank);
 
 // World rank `rank`'s ZeRO shard of `layout`: the dense units cut over its dp group, the
 // experts' over its edp group (whose rank is the dp rank / ep; topology.h).

@@ -85,7 +85,9 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
   if (p.ShardsByNode()) w.Key("zero_shard").String("node");
   if (p.zero == 3 && !p.zero3_reshard_after_forward) w.Key("zero3_reshard_after_forward").Bool(false);
   if (p.Hpz()) w.Key("zero_hpz").Bool(true);
-  if (p.Qwz()) w.Key("zero_quantized_weights").Bool(true).Key("zero_quant_block").Int(p.zero_quant_block);
+  if (p.Qwz()) w.Key("zero_quantized_weights").Bool(true);
+  if (p.Qgz()) w.Key("zero_quantized_gradients").Bool(true);
+  if (p.Qwz() || p.Qgz()) w.Key("zero_quant_block").Int(p.zero_quant_block);
   if (p.PowerSgd()) {
     w.Key("grad_compression").String(parallel::Name(p.grad_compression));
     w.Key("powersgd_rank").Int(p.powersgd_rank).Key("powersgd_warmup_steps").Int(p.powersgd_warmup_steps);

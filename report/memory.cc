@@ -192,7 +192,7 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   if (!o.parallel.zero3_reshard_after_forward) params_open = phi;
   // hpZ's secondary copy: the units cut over the dp ranks of the node.
   if (o.parallel.Hpz()) {
-    const std::vector<int> node = HpzGroupOf(o, rank);
+    const std::vector<int> node = NodeCutOf(o, rank).shard;
     params_open +=
         parallel::Sharding(parallel::ZeroUnits(layout, 3), int(node.size()), PlaceOf(node, rank)).size();
   }
@@ -201,10 +201,11 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   // gradients where they are fp32 (bf16 ones are accumulated from fp32 working copies,
   // which count as activations; model/weights.h). With --overlap a closed unit's
   // gradients stay until the next unit closes, and its reduced chunks have room of their
-  // own (parallel/zero/zero.h).
+  // own (parallel/zero/zero.h). qgZ's reduce-scatters are blocking, into an fp32 chunk.
   int64_t open_grads = bytes.grads == 4 ? 4 * open(first && last) : 0;
   int64_t in_flight_reduced = 0;
-  if (o.parallel.overlap && o.parallel.zero >= 2) {
+  const int64_t reduced_bytes = o.parallel.Qgz() ? 4 : bytes.grad_comm;
+  if (o.parallel.overlap && o.parallel.zero >= 2 && !o.parallel.Qgz()) {
     if (bytes.grads == 4) {
       // The chunk of each backward, in the order the stage runs them.
       std::vector<int> backwards;
@@ -225,7 +226,7 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   }
   f.grads = o.parallel.zero == 1
                 ? bytes.grads * phi
-                : bytes.grads * shard + bytes.grad_comm * (largest_chunk + in_flight_reduced) +
+                : bytes.grads * shard + reduced_bytes * (largest_chunk + in_flight_reduced) +
                       open_grads;
   f.optimizer = state_per_element * shard;
   return f;

@@ -50,6 +50,7 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
   serial.parallel.zero3_reshard_after_forward = true;
   serial.parallel.zero_hpz = false;
   serial.parallel.zero_quantized_weights = false;
+  serial.parallel.zero_quantized_gradients = false;
   serial.parallel.grad_compression = parallel::GradCompression::kNone;
   serial.parallel.sequence_parallel = false;
   serial.parallel.recompute = false;

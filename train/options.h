@@ -130,6 +130,11 @@ struct ParallelOptions {
   bool zero_quantized_weights = false;
   int64_t zero_quant_block = 256;
   bool Qwz() const { return zero == 3 && zero_quantized_weights; }
+  // ZeRO++'s qgZ (parallel/zero/qgz.h): ZeRO-3's gradient reduce-scatters as all-to-alls
+  // of int8 with an fp32 scale each zero_quant_block values, in two hops (inside the node,
+  // then across) when the dp group spans the nodes of --gpus_per_node.
+  bool zero_quantized_gradients = false;
+  bool Qgz() const { return zero == 3 && zero_quantized_gradients; }
   bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
   bool Hpz() const { return zero == 3 && zero_hpz; }
   // Gradient compression for data parallelism (parallel/powersgd.h): PowerSGD of rank
@@ -138,9 +143,9 @@ struct ParallelOptions {
   int powersgd_rank = 1;
   int64_t powersgd_warmup_steps = 10;
   bool PowerSgd() const { return grad_compression == parallel::GradCompression::kPowerSgd; }
-  // Whether what a step sends is compressed (qwZ, PowerSGD): the step's error is then
-  // measured and reported (train/trainer.h).
-  bool Compresses() const { return Qwz() || PowerSgd(); }
+  // Whether what a step sends is compressed (qwZ, qgZ, PowerSGD): the step's error is
+  // then measured and reported (train/trainer.h).
+  bool Compresses() const { return Qwz() || Qgz() || PowerSgd(); }
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
   // with sequence_parallel, the activations between the split layers split by sequence.

@@ -350,8 +350,27 @@ absl::Status TrainOptions::ValidateZeroShard() const {
                  "runs on the host)");
     }
   }
-  if (p.zero_shard != parallel::ZeroShard::kNode && !p.Hpz()) return absl::OkStatus();
-  const char* flag = p.Hpz() ? "--zero_hpz" : "--zero_shard=node";
+  if (p.zero_quantized_gradients) {
+    if (p.zero != 3) {
+      return Bad("--zero_quantized_gradients quantises ZeRO-3's gradient reduce-scatters: it "
+                 "needs --zero=3");
+    }
+    if (placement.device != DeviceType::kCPU) {
+      return Bad("--zero_quantized_gradients with --device=cuda is not built yet (its "
+                 "quantiser runs on the host)");
+    }
+    if (p.ep > 1) {
+      return Bad("--zero_quantized_gradients with --ep=", p.ep, " is not supported yet");
+    }
+  }
+  // qgZ's two hops need the dp group cut by nodes as HSDP's is.
+  const bool qgz_hops = p.Qgz() && placement.gpus_per_node > 0;
+  if (p.zero_shard != parallel::ZeroShard::kNode && !p.Hpz() && !qgz_hops) {
+    return absl::OkStatus();
+  }
+  const char* flag = p.ShardsByNode() ? "--zero_shard=node"
+                     : p.Hpz()        ? "--zero_hpz"
+                                      : "--zero_quantized_gradients";
   if (p.zero == 0) return Bad("--zero_shard=node shards ZeRO's state: give --zero=1, 2 or 3");
   if (placement.gpus_per_node == 0) {
     return Bad(flag, " needs --gpus_per_node (which ranks share a node)");
@@ -364,7 +383,9 @@ absl::Status TrainOptions::ValidateZeroShard() const {
   const parallel::Topology grid = topology();
   const std::shared_ptr<const comm::Nodes> nodes = PlacedNodes();
   for (int r = 0; r < world(); ++r) {
-    if (grid.DpGroupRank(grid.Of(r)) == 0) RETURN_IF_ERROR(grid.ShardByNode(r, *nodes).status());
+    if (grid.DpGroupRank(grid.Of(r)) == 0) {
+      RETURN_IF_ERROR(grid.ShardByNode(r, *nodes, flag).status());
+    }
   }
   return absl::OkStatus();
 }

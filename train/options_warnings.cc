@@ -62,8 +62,12 @@ void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const
                                ? "with --dp=1 --pp=1"
                                : "with --zero=1 (its reduce-scatter follows backward)");
   }
-  if (!o.parallel.Qwz() && o.parallel.zero_quant_block != defaults.parallel.zero_quant_block) {
-    unused("--zero_quant_block", "without --zero=3 --zero_quantized_weights");
+  if (!o.parallel.Qwz() && !o.parallel.Qgz() &&
+      o.parallel.zero_quant_block != defaults.parallel.zero_quant_block) {
+    unused("--zero_quant_block", "without --zero=3 --zero_quantized_weights or _gradients");
+  }
+  if (o.parallel.Qgz() && o.precision.grad_comm_dtype) {
+    unused("--grad_comm_dtype", "with --zero_quantized_gradients (the gradients travel as int8)");
   }
   if (!o.parallel.PowerSgd()) {
     if (o.parallel.powersgd_rank != defaults.parallel.powersgd_rank) {

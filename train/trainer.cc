@@ -78,7 +78,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
     const std::shared_ptr<const comm::Nodes> shard_nodes =
-        options.parallel.ShardsByNode() || options.parallel.Hpz() ? options.PlacedNodes() : nullptr;
+        options.parallel.ShardsByNode() || options.parallel.Hpz() ||
+                (options.parallel.Qgz() && options.placement.gpus_per_node > 0)
+            ? options.PlacedNodes()
+            : nullptr;
     ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0,
                                             shard_nodes.get()));
   }
@@ -120,7 +123,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .reshard_after_forward = options.parallel.zero3_reshard_after_forward,
         .hpz = options.parallel.Hpz() ? t->groups_.dp_shard.get() : nullptr,
         .quantized_weights_block =
-            options.parallel.Qwz() ? options.parallel.zero_quant_block : int64_t{0}};
+            options.parallel.Qwz() ? options.parallel.zero_quant_block : int64_t{0},
+        .quantized_grads_block =
+            options.parallel.Qgz() ? options.parallel.zero_quant_block : int64_t{0},
+        // qgZ in two hops when the dp group spans nodes (HSDP's shard group is on one).
+        .qgz_node = t->groups_.dp_shard.get(),
+        .qgz_across = hsdp ? nullptr : t->groups_.dp_replicate.get()};
     ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
                                                                 make_optimizer));
   } else {

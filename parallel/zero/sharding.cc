@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "parallel/zero/qgz.h"
 #include "parallel/zero/quantize.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/ledger/names.h"
@@ -117,6 +118,48 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
   return comm::TotalSent(calls, algorithm);
 }
 
+namespace {
+
+// qgZ's all-to-alls for one reduce-scatter of `count` values (qgz.h), `calls` times: the
+// bytes and the scales, in one hop over the shape's group or in two.
+void AddQgzCalls(int64_t count, int calls, const ZeroShape& s, comm::ExpectedCalls& out) {
+  const QgzPart part = QgzPartOf(count, s.ranks, s.grad_quant_block);
+  const bool two_hops = s.qgz_across.ranks > 1;
+  struct Hop {
+    const char* group;
+    int ranks, rank;
+    const std::vector<int>& nodes;
+    int64_t parts;  // quantised parts a rank sends in all
+  };
+  std::vector<Hop> hops;
+  if (two_hops) {
+    hops.push_back({comm::group::kDpShard, s.qgz_node.ranks, s.qgz_node.rank, s.qgz_node.nodes,
+                    int64_t(s.ranks)});
+    hops.push_back({comm::group::kDpReplicate, s.qgz_across.ranks, s.qgz_across.rank,
+                    s.qgz_across.nodes, int64_t(s.qgz_across.ranks)});
+  } else {
+    hops.push_back({s.group, s.ranks, s.rank, s.nodes, int64_t(s.ranks)});
+  }
+  for (const Hop& hop : hops) {
+    for (auto [scope, per_part, element] :
+         {std::tuple{comm::scope::kQgz, part.values, int64_t{1}},
+          std::tuple{comm::scope::kQgzScales, part.scales, int64_t{4}}}) {
+      out.push_back({.group = hop.group,
+                     .primitive = comm::Primitive::kAllToAll,
+                     .phase = comm::Phase::kBackward,
+                     .scope = scope,
+                     .count = hop.parts * per_part,
+                     .element = element,
+                     .calls = calls,
+                     .ranks = hop.ranks,
+                     .rank = hop.rank,
+                     .nodes = hop.nodes});
+    }
+  }
+}
+
+}  // namespace
+
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& s) {
   using comm::Phase;
   using comm::Primitive;
@@ -158,6 +201,10 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
                            .rank = s.rank,
                            .nodes = s.nodes});
         }
+        continue;
+      }
+      if (s.grad_quant_block > 0 && primitive == Primitive::kReduceScatter) {  // qgZ
+        AddQgzCalls(unit.count, per_unit, s, calls);
         continue;
       }
       calls.push_back(

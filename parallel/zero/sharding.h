@@ -118,6 +118,16 @@ struct ZeroShape {
   // bytes (scope qwz, 1 byte a value) and its scales (scope qwz_scales, ranks times the
   // largest chunk's blocks, 4 bytes each).
   int64_t quant_block = 0;
+  // qgZ (grad_quant_block > 0): each reduce-scatter over `group` is all-to-alls (qgz.h),
+  // the bytes (scope qgz, 1 byte a value) and the scales (qgz_scales, 4 bytes each), over
+  // `group`, or in two hops when qgz_across.ranks > 1: over qgz_node (group dp_shard) and
+  // then over qgz_across (group dp_repl).
+  int64_t grad_quant_block = 0;
+  struct Group {
+    int ranks = 1, rank = 0;
+    std::vector<int> nodes = {};
+  };
+  Group qgz_node = {}, qgz_across = {};
 };
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& shape);
 

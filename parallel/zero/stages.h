@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "parallel/zero/in_flight.h"
+#include "parallel/zero/qgz.h"
 #include "parallel/zero/quantize.h"
 #include "parallel/zero/zero.h"
 
@@ -52,6 +53,8 @@ class Zero2Weights : public ZeroWeights {
   absl::Status CompleteGrads() override { return FinishReduce(); }
   absl::Status ShareUpdate() override { return AllGatherUpdated(); }
 
+  ErrorSums grads_error_;  // qgZ: of the step's reduce-scatters so far
+
  private:
   // Reduce-scatters `grads` (the unit's fp32 gradients), blocking, into the shard.
   absl::Status Reduce(int unit, const Tensor& grads);
@@ -74,7 +77,8 @@ class Zero3Weights : public Zero2Weights {
   absl::StatusOr<float*> Params(int unit) override;
   absl::StatusOr<ConstTypedPtr> Stored(int unit) override;
   absl::Status ReleaseParams(int unit) override;
-  // qwZ: the quantisation error of the shard the step's gathers carried.
+  // qwZ, qgZ: the quantisation error of the shard the step's gathers carried and of the
+  // gradients its reduce-scatters carried (both summed when both are on).
   ErrorSums CompressionError() const override { return error_sums_; }
 
  protected:

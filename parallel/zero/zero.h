@@ -66,6 +66,19 @@
 //   bytes a gather, ring:  (p-1)/p·n + (p-1)·B·4   instead of (p-1)/p·n·w
 //                          (B = ⌈⌈n/p⌉/block⌉: the largest chunk's scales)
 //
+// ZeRO-3 with qgZ (--zero_quantized_gradients; ZeRO++'s quantised gradients): each unit's
+// reduce-scatter is all-to-alls of int8 gradients with an fp32 scale a block (qgz.h): over
+// the dp group when it is on one node, or in two hops when it spans N nodes of L ranks,
+// inside the node first (dp_shard) and then across (dp_repl), where each rank sends the
+// node's sums of the chunks it gathered, so that a rank's bytes across nodes fall from
+// (p-1)/p·Φ·g to (N-1)/p·Φ·(1 + 4/block) a micro-batch:
+//
+//   bytes a reduce-scatter, one hop:   (p-1)·(c + 4B)         c = ⌈n/p⌉, B = ⌈c/block⌉
+//                           two hops:  (L-1)·N·(c + 4B) + (N-1)·(c + 4B)
+//
+// The calls are blocking (--overlap still prefetches the gathers); the shard, the norm
+// and the update are ZeRO-3's, on the gradients as the all-to-alls summed them.
+//
 // Under expert parallelism (--ep; parallel/expert_parallel.h) the experts' tensors are
 // data-parallel over the expert-data-parallel group only, so ZeRO cuts them over that
 // group (as DeepSpeed-MoE and Megatron-LM's distributed optimizer do) and the rest over the
@@ -142,6 +155,13 @@ struct ZeroConfig {
   // ZeRO-3, ZeRO++'s qwZ: the gathers over `dp` (and `experts`) carry the parameters as
   // int8 in blocks of this many values, each with an fp32 scale (quantize.h; 0: as they are).
   int64_t quantized_weights_block = 0;
+  // ZeRO-3, ZeRO++'s qgZ: the gradients' reduce-scatters over `dp` as all-to-alls of int8
+  // in blocks of this many values (qgz.h; 0: as they are), in two hops when `qgz_across`
+  // is set: over `qgz_node` (the dp group's ranks on this node), then over `qgz_across`
+  // (the dp group's ranks at this rank's place on every node).
+  int64_t quantized_grads_block = 0;
+  comm::Communicator* qgz_node = nullptr;
+  comm::Communicator* qgz_across = nullptr;
 };
 
 // The model's weights, sharded: the part every stage shares (the shard's optimizer and

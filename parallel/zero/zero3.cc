@@ -18,10 +18,15 @@
 // int8 values and their blocks' scales (quantize.h), the own chunk dequantised like the
 // others; hpZ's gathers inside the node carry the secondary copy as it is.
 //
+// With qgZ (ZeroConfig::quantized_grads_block) the reduce-scatters are quantised
+// all-to-alls (qgz.h), inside the node and then across it when the dp group spans nodes.
+//
 // With --overlap on one pipeline stage (ZeroConfig::prefetch) asking for a unit posts the gather of
 // the next one in the model's direction (up in forward, down in backward), which the next
 // Params call takes: one unit prefetched, held in params memory.
 #include "parallel/zero/stages.h"
+
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -127,8 +132,9 @@ absl::Status Zero3Weights::CompleteGrads() {
   if (!prefetched_.empty()) RETURN_IF_ERROR(prefetched_.Finish().status());
   for (Tensor& kept : gathered_) kept = Tensor();  // nothing gathered outlives the update
   last_unit_ = -1;
-  // qwZ: what quantising the shard moved, as this step's forward gathers carried it.
-  error_sums_ = ErrorSums();
+  // qgZ: what the step's reduce-scatters moved; qwZ: what quantising the shard moved, as
+  // this step's forward gathers carried it.
+  error_sums_ = std::exchange(grads_error_, ErrorSums());
   const int64_t block = config_.quantized_weights_block;
   if (block > 0 && params_.device().type == DeviceType::kCPU) {
     for (size_t i = 0; i < sharding_.pieces().size(); ++i) {

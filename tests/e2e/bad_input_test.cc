@@ -165,6 +165,11 @@ TEST(BadInput, ShardingAndCompressionFlagsSayWhatTheyNeed) {
        "[flags] --zero_quantized_weights quantises ZeRO-3's parameter gathers: it needs --zero=3"},
       {"--zero=3 --zero_quantized_weights --zero_quant_block=0",
        "[flags] --zero_quant_block must be at least 1 value a block, got 0"},
+      {"--zero=1 --zero_quantized_gradients",
+       "[flags] --zero_quantized_gradients quantises ZeRO-3's gradient reduce-scatters: it needs --zero=3"},
+      {"--zero=3 --zero_quantized_gradients --gpus_per_node=3",
+       "[flags] --zero_quantized_gradients cuts the dp group by its nodes, and dp group [0 1 2 3] "
+       "has 3 on node 0 but 1 on node 1"},
       {"--zero=3 --zero_quant_block=-8",
        "[flags] --zero_quant_block must be at least 1 value a block, got -8"},
       {"--grad_compression=powersgd --powersgd_rank=0", "[flags] --powersgd_rank must be at least 1"},
@@ -174,6 +179,8 @@ TEST(BadInput, ShardingAndCompressionFlagsSayWhatTheyNeed) {
   ExpectOneClearLine(kPlan + " --model=toy --dp=4", {
       {"--zero=3 --zero_quantized_weights --zero_quant_block=0",
        "[flags] --zero_quant_block must be at least 1 value a block, got 0"},
+      {"--zero=3 --zero_quantized_gradients --gpus_per_node=3",
+       "[flags] --zero_quantized_gradients cuts the dp group by its nodes"},
   }, 5);
   Result warned = RunCommand(kTrain + kTiny + " --steps=1 --zero_quant_block=64");
   EXPECT_EQ(warned.exit_code, 0) << warned.output;

@@ -1,7 +1,11 @@
 // ZeRO++'s qwZ quantiser (parallel/zero/quantize.h) against a reference written here from
 // the header's rule, and its all-gather over thread ranks: every chunk dequantised as the
-// reference says, and the two calls' bytes as the formula says.
+// reference says, and the two calls' bytes as the formula says. The same for qgZ's
+// reduce-scatter (parallel/zero/qgz.h), in one hop and in two, against its algorithm
+// unrolled here.
 #include "parallel/zero/quantize.h"
+
+#include "parallel/zero/qgz.h"
 
 #include <cmath>
 #include <cstdint>
@@ -173,6 +177,146 @@ TEST_P(QuantizedGatherTest, EveryChunkDequantisedAndTheBytesOfTheFormula) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, QuantizedGatherTest, ::testing::Values(2, 3, 4));
+
+// qgZ's dp group: `nodes` nodes of `local` ranks (nodes 1: one hop).
+struct QgzGrid {
+  int nodes = 1, local = 2;
+  int64_t n = 1001, block = 16;
+};
+
+// qgz.h's algorithm unrolled over every rank's gradients `g`: each rank's reduced chunk,
+// and the error sums of the quantisations each rank makes.
+struct QgzReference {
+  std::vector<std::vector<float>> reduced;
+  std::vector<ErrorSums> error;
+
+  QgzReference(const QgzGrid& grid, const std::vector<std::vector<float>>& g)
+      : reduced(g.size()), error(g.size()) {
+    const int p = grid.nodes * grid.local;
+    auto chunk = [&](const std::vector<float>& x, int j) {
+      const comm::Chunk c = comm::ChunkOf(grid.n, p, j);
+      return std::vector<float>(x.begin() + c.offset, x.begin() + c.end());
+    };
+    // What rank `by` sends for x, and its error.
+    auto quantised = [&](const std::vector<float>& x, int by) {
+      std::vector<float> back = Reference(x, grid.block);
+      for (size_t i = 0; i < x.size(); ++i) {
+        error[size_t(by)].residual += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
+        error[size_t(by)].value += double(x[i]) * x[i];
+      }
+      return back;
+    };
+    auto add = [](std::vector<float>& sum, const std::vector<float>& x) {
+      if (sum.empty()) sum.assign(x.size(), 0.0f);
+      for (size_t i = 0; i < x.size(); ++i) sum[i] += x[i];
+    };
+    // Every rank quantises every chunk first, in dp rank order.
+    std::vector<std::vector<std::vector<float>>> sent(static_cast<size_t>(p));  // [rank][chunk]
+    for (int r = 0; r < p; ++r) {
+      for (int j = 0; j < p; ++j) sent[size_t(r)].push_back(quantised(chunk(g[size_t(r)], j), r));
+    }
+    if (grid.nodes == 1) {
+      for (int d = 0; d < p; ++d) {
+        for (int r = 0; r < p; ++r) add(reduced[size_t(d)], sent[size_t(r)][size_t(d)]);
+      }
+      return;
+    }
+    // Rank (node, l) sums chunk n'·L + l over its node's ranks, for every node n'; then
+    // quantises it for node n'; rank (n', l) sums what the nodes sent, in node order.
+    const int L = grid.local;
+    std::vector<std::vector<std::vector<float>>> node_sum(static_cast<size_t>(p));  // [rank][n']
+    for (int node = 0; node < grid.nodes; ++node) {
+      for (int l = 0; l < L; ++l) {
+        const int r = node * L + l;
+        for (int to = 0; to < grid.nodes; ++to) {
+          std::vector<float> sum;
+          for (int j = 0; j < L; ++j) add(sum, sent[size_t(node * L + j)][size_t(to * L + l)]);
+          node_sum[size_t(r)].push_back(quantised(sum, r));
+        }
+      }
+    }
+    for (int d = 0; d < p; ++d) {
+      for (int node = 0; node < grid.nodes; ++node) {
+        add(reduced[size_t(d)], node_sum[size_t(node * L + d % L)][size_t(d / L)]);
+      }
+    }
+  }
+};
+
+class QgzTest : public ::testing::TestWithParam<QgzGrid> {};
+
+TEST_P(QgzTest, ReducedAsTheAlgorithmUnrolledAndTheBytesOfTheFormula) {
+  const QgzGrid grid = GetParam();
+  const int p = grid.nodes * grid.local;
+  std::vector<std::vector<float>> g;
+  for (int r = 0; r < p; ++r) g.push_back(Values(grid.n, 10 + r));
+  const QgzReference want(grid, g);
+  std::vector<comm::TrafficLedger> ledgers(static_cast<size_t>(p));
+  comm::LaunchOptions launch;
+  launch.world_size = p;
+  const absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& dp) -> absl::Status {
+    const int r = dp.rank();
+    QgzGroups how{.block = grid.block};
+    std::unique_ptr<comm::Communicator> node, across;
+    if (grid.nodes > 1) {  // placed in blocks: node r / L
+      ASSIGN_OR_RETURN(node, dp.Split(r / grid.local, r, comm::group::kDpShard));
+      ASSIGN_OR_RETURN(across, dp.Split(r % grid.local, r, comm::group::kDpReplicate));
+      how.node = node.get();
+      how.across = across.get();
+    }
+    ASSIGN_OR_RETURN(Tensor grads, Tensor::Empty({grid.n}, DType::kF32, dp.allocator()));
+    RETURN_IF_ERROR(grads.CopyFromHost(g[size_t(r)].data()));
+    const comm::Chunk own = comm::ChunkOf(grid.n, p, r);
+    ASSIGN_OR_RETURN(Tensor reduced, Tensor::Empty({own.count}, DType::kF32, dp.allocator()));
+    ErrorSums error;
+    RETURN_IF_ERROR(QuantizedReduceScatter(dp, how, grads, reduced, &error));
+    for (int64_t i = 0; i < own.count; ++i) {
+      if (reduced.data<float>()[i] != want.reduced[size_t(r)][size_t(i)]) {
+        return absl::InternalError(absl::StrCat("rank ", r, " value ", i, ": ",
+                                                reduced.data<float>()[i],
+                                                " != ", want.reduced[size_t(r)][size_t(i)]));
+      }
+    }
+    if (error.residual != want.error[size_t(r)].residual ||
+        error.value != want.error[size_t(r)].value || !(error.residual > 0)) {
+      return absl::InternalError(absl::StrCat("rank ", r, " error ", error.residual, "/",
+                                              error.value));
+    }
+    ledgers[size_t(r)] = dp.ledger();  // every group's rows (one ledger a rank)
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  // qgz.h's closed form: (p-1)·(c + 4B) in one hop; (L-1)·N·(c + 4B) inside the node and
+  // (N-1)·(c + 4B) across in two.
+  const QgzPart part = QgzPartOf(grid.n, p, grid.block);
+  EXPECT_EQ(part.values, comm::ChunkOf(grid.n, p, 0).count);
+  auto sent = [&](int r, const std::string& group) {
+    return ledgers[size_t(r)].Sum([&](const comm::LedgerKey& k) {
+      return k.group == group && k.primitive == comm::Primitive::kAllToAll &&
+             (k.label == comm::scope::kQgz || k.label == comm::scope::kQgzScales);
+    }).bytes_sent;
+  };
+  const int64_t one = part.values + 4 * part.scales;
+  for (int r = 0; r < p; ++r) {
+    if (grid.nodes == 1) {
+      EXPECT_EQ(sent(r, "world"), (p - 1) * one) << r;
+    } else {
+      EXPECT_EQ(sent(r, comm::group::kDpShard), (grid.local - 1) * grid.nodes * one) << r;
+      EXPECT_EQ(sent(r, comm::group::kDpReplicate), (grid.nodes - 1) * one) << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, QgzTest,
+                         ::testing::Values(QgzGrid{.nodes = 1, .local = 2},
+                                           QgzGrid{.nodes = 1, .local = 3, .block = 1},
+                                           QgzGrid{.nodes = 2, .local = 2},
+                                           QgzGrid{.nodes = 2, .local = 3, .block = 256},
+                                           QgzGrid{.nodes = 3, .local = 2, .n = 37, .block = 5}),
+                         [](const ::testing::TestParamInfo<QgzGrid>& grid_info) {
+                           const QgzGrid& g = grid_info.param;
+                           return absl::StrCat(g.nodes, "x", g.local, "_n", g.n, "_block", g.block);
+                         });
 
 }  // namespace
 }  // namespace tally::parallel

@@ -121,35 +121,69 @@ TEST(PlanHpz, RowIsTheMeasuredZeroThreeWithItsGathersInsideTheNode) {
   }
 }
 
-TEST(PlanQwz, RowIsTheMeasuredBytesInAllAndAcrossNodes) {
-  for (int64_t block : {int64_t{4}, int64_t{256}}) {
-    for (auto [nodes, per_node] : {std::pair{1, 3}, {2, 2}, {2, 3}}) {
-      SCOPED_TRACE(absl::StrCat(nodes, " nodes of ", per_node, ", block ", block));
-      PlanInput in = SmallPlan();
-      in.precision = DType::kF32;
-      in.bytes_per_value = 4;
-      in.dp = nodes * per_node;
-      in.zero = 3;
-      in.zero_quantized_weights = true;
-      in.zero_quant_block = block;
-      in.gpus_per_node = per_node;
-      ASSERT_TRUE(CheckQuantizedWeights(in).ok());
-      const train::RunResult run = RunPlan(in);
-      const comm::LinkBytes most = Busiest(run, in);
-      int compared = 0;
-      for (const PlanRow& row : Plan(in)) {
-        if (row.strategy != "zero-3 + qwz") continue;
-        EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
-        EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
-        ++compared;
+// qwZ's row and qgZ's (in one hop on one node, in two across nodes), each on its own, and
+// ZeRO++'s with hpZ, qwZ and qgZ together.
+TEST(PlanQuantized, QwzAndQgzRowsAreTheMeasuredBytesInAllAndAcrossNodes) {
+  for (bool grads : {false, true}) {
+    for (int64_t block : {int64_t{4}, int64_t{256}}) {
+      for (auto [nodes, per_node] : {std::pair{1, 3}, {2, 2}, {2, 3}, {3, 2}}) {
+        SCOPED_TRACE(absl::StrCat(grads ? "qgz, " : "qwz, ", nodes, " nodes of ", per_node,
+                                  ", block ", block));
+        PlanInput in = SmallPlan();
+        in.precision = DType::kF32;
+        in.bytes_per_value = 4;
+        in.dp = nodes * per_node;
+        in.zero = 3;
+        in.zero_quantized_weights = !grads;
+        in.zero_quantized_gradients = grads;
+        in.zero_quant_block = block;
+        in.gpus_per_node = per_node;
+        ASSERT_TRUE(CheckQuantization(in).ok());
+        const train::RunResult run = RunPlan(in);
+        const comm::LinkBytes most = Busiest(run, in);
+        int compared = 0;
+        for (const PlanRow& row : Plan(in)) {
+          if (row.strategy != (grads ? "zero-3 + qgz" : "zero-3 + qwz")) continue;
+          EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
+          EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
+          ++compared;
+        }
+        EXPECT_EQ(compared, 1);
       }
-      EXPECT_EQ(compared, 1);
     }
+  }
+  // ZeRO++ whole: hpZ, qwZ and qgZ together.
+  for (auto [nodes, per_node] : {std::pair{2, 2}, {2, 3}, {3, 2}}) {
+    SCOPED_TRACE(absl::StrCat("zero++, ", nodes, " nodes of ", per_node));
+    PlanInput in = SmallPlan();
+    in.precision = DType::kF32;
+    in.bytes_per_value = 4;
+    in.dp = nodes * per_node;
+    in.zero = 3;
+    in.zero_hpz = in.zero_quantized_weights = in.zero_quantized_gradients = true;
+    in.zero_quant_block = 16;
+    in.gpus_per_node = per_node;
+    ASSERT_TRUE(CheckZeroShard(in).ok() && CheckQuantization(in).ok());
+    const train::RunResult run = RunPlan(in);
+    const comm::LinkBytes most = Busiest(run, in);
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      if (row.strategy != "zero++ (hpz + qwz + qgz)") continue;
+      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
+      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
+      ++compared;
+    }
+    EXPECT_EQ(compared, 1);
   }
   PlanInput in = SmallPlan();
   in.zero_quant_block = 0;
-  EXPECT_TRUE(absl::StrContains(CheckQuantizedWeights(in).message(),
+  EXPECT_TRUE(absl::StrContains(CheckQuantization(in).message(),
                                 "--zero_quant_block must be at least 1 value a block, got 0"));
+  in = SmallPlan();
+  in.zero_quantized_gradients = true;
+  in.ep = 2;
+  EXPECT_TRUE(absl::StrContains(CheckQuantization(in).message(),
+                                "--zero_quantized_gradients with --ep is not supported yet"));
 }
 
 TEST(PlanPowerSgd, RowIsTheMeasuredCompressedStep) {

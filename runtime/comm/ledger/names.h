@@ -43,6 +43,9 @@ inline constexpr char kPowerSgdQ[] = "powersgd_q";
 // ZeRO++'s qwZ (parallel/zero/quantize.h): the quantised bytes, and their blocks' scales.
 inline constexpr char kQwz[] = "qwz";
 inline constexpr char kQwzScales[] = "qwz_scales";
+// ZeRO++'s qgZ (parallel/zero/qgz.h): the quantised gradients' all-to-alls, and their scales.
+inline constexpr char kQgz[] = "qgz";
+inline constexpr char kQgzScales[] = "qgz_scales";
 // How far compression moved what it sent this step (train/trainer.h), summed over the world.
 inline constexpr char kCompressionError[] = "compression_error";
 

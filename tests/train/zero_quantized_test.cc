@@ -1,8 +1,14 @@
-// ZeRO++'s qwZ (--zero_quantized_weights) in training: ZeRO-3's gathers over the dp group
-// carry one byte a value and a scale a block (every report row exact, the scales' rows
-// among them), the forward's bytes are the plain gather's over the parameters' size, the
-// measured error of step 1 is the one a reference quantiser here computes from the
-// initial weights, and training stays beside the unquantised run.
+// ZeRO++'s quantised communication in training.
+// qwZ (--zero_quantized_weights): ZeRO-3's gathers over the dp group carry one byte a value
+// and a scale a block (every report row exact, the scales' rows among them), the forward's
+// bytes are the plain gather's over the parameters' size, the measured error of step 1 is
+// the one a reference quantiser here computes from the initial weights, and training stays
+// beside the unquantised run.
+// qgZ (--zero_quantized_gradients): ZeRO-3's reduce-scatters become quantised all-to-alls,
+// inside the node and then across it when the dp group spans nodes (every report row
+// exact), and training stays beside the unquantised run. (The all-to-alls themselves are
+// held to their algorithm unrolled in tests/parallel/quantize_test.cc.)
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -23,6 +29,7 @@ struct QwzGrid {
   int per_node = 0;  // --gpus_per_node (0: one node)
   int tp = 1, pp = 1;
   bool bf16 = false, overlap = false, hpz = false, hsdp = false;
+  bool weights = true, grads = false;  // qwZ, qgZ
   int64_t block = 16;
   comm::Algorithm allreduce = comm::Algorithm::kRing;
 
@@ -31,7 +38,8 @@ struct QwzGrid {
     o.parallel.tp = tp;
     o.parallel.pp = pp;
     o.parallel.zero = 3;
-    o.parallel.zero_quantized_weights = true;
+    o.parallel.zero_quantized_weights = weights;
+    o.parallel.zero_quantized_gradients = grads;
     o.parallel.zero_quant_block = block;
     o.parallel.zero_hpz = hpz;
     if (hsdp) o.parallel.zero_shard = parallel::ZeroShard::kNode;
@@ -49,6 +57,7 @@ std::string Name(const ::testing::TestParamInfo<QwzGrid>& info) {
   return absl::StrCat("dp", g.dp, g.per_node > 0 ? absl::StrCat("_node", g.per_node) : "",
                       g.tp > 1 ? "_tp2" : "", g.pp > 1 ? "_pp2" : "", g.bf16 ? "_bf16" : "",
                       g.overlap ? "_overlap" : "", g.hpz ? "_hpz" : "", g.hsdp ? "_hsdp" : "",
+                      g.weights ? "" : "_noqwz", g.grads ? "_qgz" : "",
                       "_block", g.block,
                       g.allreduce == comm::Algorithm::kHierarchical ? "_hier" : "");
 }
@@ -61,31 +70,46 @@ int64_t Gathered(const RunResult& run, int r, comm::Phase phase, const std::stri
   }).bytes_sent;
 }
 
+// The grid's run and the same without quantisation. Every report row and model-state
+// formula of the run exact, its error within the quantiser's bound, its loss beside the
+// plain run's.
+struct AgainstPlain {
+  TrainOptions options;
+  RunResult run, plain;
+};
+AgainstPlain RunAgainstPlain(const QwzGrid& g) {
+  AgainstPlain out;
+  out.options = g.On(TinyDataParallel(1));
+  const TrainOptions& o = out.options;
+  TrainOptions plain_options = o;
+  plain_options.parallel.zero_quantized_weights = false;
+  plain_options.parallel.zero_quantized_gradients = false;
+  out.run = RunRanks(o);
+  out.plain = RunRanks(plain_options);
+  ExpectReportRowsExact(o, out.run);
+  ExpectMemoryFormulaExact(o, out.run);
+  // Each value's error is at most half its block's scale, max|x|/127, so a block's
+  // relative error is at most sqrt(block)/254, and so is the whole's (every quantisation
+  // a rank makes, weights or gradients, summed).
+  EXPECT_EQ(out.run.compression_errors.size(), size_t(o.training.steps));
+  for (double e : out.run.compression_errors) {
+    EXPECT_GT(e, 0);
+    EXPECT_LE(e, std::sqrt(double(g.block)) / 254);
+  }
+  // The loss within 1% of the unquantised run's over these few steps (what the model
+  // reads moves by the error above, about 1e-3 here).
+  EXPECT_EQ(out.run.losses.size(), out.plain.losses.size());
+  for (size_t k = 0; k < std::min(out.run.losses.size(), out.plain.losses.size()); ++k) {
+    EXPECT_NEAR(out.run.losses[k], out.plain.losses[k], 0.01 * out.plain.losses[k]) << "step " << k;
+  }
+  return out;
+}
+
 class QwzTest : public ::testing::TestWithParam<QwzGrid> {};
 
 TEST_P(QwzTest, QuantisedGathersExactAndTrainingBesideThePlainRun) {
   const QwzGrid& g = GetParam();
-  const TrainOptions o = g.On(TinyDataParallel(1));
-  TrainOptions plain_options = o;
-  plain_options.parallel.zero_quantized_weights = false;
-  const RunResult run = RunRanks(o);
-  const RunResult plain = RunRanks(plain_options);
-  ExpectReportRowsExact(o, run);
-  ExpectMemoryFormulaExact(o, run);
-
-  // Each value's error is at most half its block's scale, max|x|/127, so a block's
-  // relative error is at most sqrt(block)/254, and so is the whole's.
-  ASSERT_EQ(run.compression_errors.size(), size_t(o.training.steps));
-  for (double e : run.compression_errors) {
-    EXPECT_GT(e, 0);
-    EXPECT_LE(e, std::sqrt(double(g.block)) / 254);
-  }
-  // The loss within 1% of the unquantised run's over these few steps (the weights move by
-  // the error above, about 1e-3 here).
-  ASSERT_EQ(run.losses.size(), plain.losses.size());
-  for (size_t k = 0; k < run.losses.size(); ++k) {
-    EXPECT_NEAR(run.losses[k], plain.losses[k], 0.01 * plain.losses[k]) << "step " << k;
-  }
+  const auto [o, run, plain] = RunAgainstPlain(g);
 
   const int64_t param_bytes = g.bf16 ? 2 : 4;
   for (int r = 0; r < o.world(); ++r) {
@@ -118,6 +142,61 @@ std::vector<QwzGrid> QwzGrids() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, QwzTest, ::testing::ValuesIn(QwzGrids()), Name);
+
+// Bytes of `run`'s rank `r` in `group` (any, when empty) with `primitive` and `label`.
+int64_t Sent(const RunResult& run, int r, const std::string& group, comm::Primitive primitive,
+             const std::string& label) {
+  return run.traffic[size_t(r)].Sum([&](const comm::LedgerKey& k) {
+    return (group.empty() || k.group == group) && k.primitive == primitive && k.label == label;
+  }).bytes_sent;
+}
+
+class QgzTest : public ::testing::TestWithParam<QwzGrid> {};
+
+TEST_P(QgzTest, QuantisedAllToAllsExactAndTrainingBesideThePlainRun) {
+  const QwzGrid& g = GetParam();
+  const auto [o, run, plain] = RunAgainstPlain(g);
+  // Two hops where the dp group spans nodes (HSDP's shard group is on one).
+  const bool two_hops = g.per_node > 0 && g.dp > g.per_node && !g.hsdp;
+  using comm::Primitive;
+  for (int r = 0; r < o.world(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    for (const char* group : {comm::group::kDp, comm::group::kDpShard}) {
+      EXPECT_EQ(Sent(run, r, group, Primitive::kReduceScatter, ""), 0) << group;
+    }
+    EXPECT_GT(Sent(run, r, "", Primitive::kAllToAll, comm::scope::kQgz), 0);
+    EXPECT_GT(Sent(run, r, "", Primitive::kAllToAll, comm::scope::kQgzScales), 0);
+    EXPECT_EQ(Sent(run, r, comm::group::kDpReplicate, Primitive::kAllToAll, comm::scope::kQgz) > 0,
+              two_hops);
+    if (two_hops) {  // across the nodes: the node's sums, each value a byte
+      EXPECT_LT(Sent(run, r, comm::group::kDpReplicate, Primitive::kAllToAll, comm::scope::kQgz),
+                Sent(plain, r, comm::group::kDp, Primitive::kReduceScatter, "") / 4);
+    }
+  }
+}
+
+std::vector<QwzGrid> QgzGrids() {
+  std::vector<QwzGrid> grids;
+  for (auto [dp, block] : {std::pair{2, int64_t{16}}, std::pair{3, int64_t{256}},
+                           std::pair{4, int64_t{1}}}) {
+    grids.push_back({.dp = dp, .weights = false, .grads = true, .block = block});
+  }
+  grids.push_back({.dp = 2, .bf16 = true, .weights = false, .grads = true});
+  grids.push_back({.dp = 3, .overlap = true, .weights = false, .grads = true});
+  grids.push_back({.dp = 2, .tp = 2, .weights = false, .grads = true});
+  grids.push_back({.dp = 2, .pp = 2, .weights = false, .grads = true});
+  grids.push_back({.dp = 4, .per_node = 2, .weights = false, .grads = true});
+  grids.push_back({.dp = 6, .per_node = 2, .weights = false, .grads = true, .block = 8});
+  grids.push_back({.dp = 6, .per_node = 3, .weights = false, .grads = true,
+                   .allreduce = comm::Algorithm::kHierarchical});
+  grids.push_back({.dp = 4, .per_node = 2, .hsdp = true, .weights = false, .grads = true});
+  grids.push_back({.dp = 4, .per_node = 4, .weights = false, .grads = true});  // one node
+  // ZeRO++ whole: hpZ, qwZ and qgZ.
+  grids.push_back({.dp = 4, .per_node = 2, .overlap = true, .hpz = true, .grads = true});
+  return grids;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, QgzTest, ::testing::ValuesIn(QgzGrids()), Name);
 
 // Step 1's measured error is the quantisation of the initial weights, chunk by chunk as
 // ZeRO-3 cuts them, written out here from quantize.h's rule.
@@ -152,10 +231,12 @@ TEST(Qwz, FirstStepErrorIsTheInitialWeightsQuantised) {
   }
 }
 
-// qwZ keeps no state of its own: a run saved after 3 steps and resumed goes on as the
-// uninterrupted one, bit for bit.
-TEST(Qwz, ResumesBitForBit) {
-  TrainOptions o = QwzGrid{.dp = 3}.On(TinyDataParallel(1));
+// qwZ and qgZ keep no state of their own: a run saved after 3 steps and resumed goes on
+// as the uninterrupted one, bit for bit.
+class QuantizedResumeTest : public ::testing::TestWithParam<QwzGrid> {};
+
+TEST_P(QuantizedResumeTest, ResumesBitForBit) {
+  TrainOptions o = GetParam().On(TinyDataParallel(1));
   o.training.steps = 6;
   const RunResult straight = RunRanks(o);
   const std::string path = ::testing::TempDir() + "/qwz_resume.safetensors";
@@ -168,8 +249,8 @@ TEST(Qwz, ResumesBitForBit) {
 }
 
 // A dry run (meta tensors: no values to quantise) books the real run's calls and bytes.
-TEST(Qwz, DryRunBooksTheRealRunsBytes) {
-  const TrainOptions o = QwzGrid{.dp = 3, .overlap = true}.On(TinyDataParallel(1));
+TEST_P(QuantizedResumeTest, DryRunBooksTheRealRunsBytes) {
+  const TrainOptions o = GetParam().On(TinyDataParallel(1));
   TrainOptions dry = o;
   dry.dry_run = true;
   const RankLedgers want = RunSteps(o.Resolved());
@@ -183,6 +264,42 @@ TEST(Qwz, DryRunBooksTheRealRunsBytes) {
       EXPECT_EQ(it->second.calls, calls.calls) << key.group << " " << key.label;
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, QuantizedResumeTest,
+    ::testing::Values(QwzGrid{.dp = 3, .overlap = true},
+                      QwzGrid{.dp = 4, .per_node = 2, .weights = false, .grads = true},
+                      QwzGrid{.dp = 4, .per_node = 2, .overlap = true, .hpz = true, .grads = true}),
+    Name);
+
+TEST(Qgz, BadValuesAreClearErrors) {
+  auto message = [](const TrainOptions& o) { return std::string(o.Validate().message()); };
+  const TrainOptions o = QwzGrid{.dp = 4, .weights = false, .grads = true}.On(TinyDataParallel(1));
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  TrainOptions bad = o;
+  bad.parallel.zero = 2;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_gradients quantises ZeRO-3's"))
+      << message(bad);
+  bad = o;
+  bad.placement.device = DeviceType::kCUDA;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_gradients with --device=cuda"))
+      << message(bad);
+  bad = o;
+  bad.parallel.ep = 2;
+  bad.model.n_experts = 2;
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_gradients with --ep=2"))
+      << message(bad);
+  bad = o;  // dp 4 on nodes of 3: the dp group's nodes hold 3 and 1
+  bad.placement.gpus_per_node = 3;
+  EXPECT_FALSE(bad.Validate().ok());
+  EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_gradients")) << message(bad);
+  TrainOptions unused = o;
+  unused.precision.grad_comm_dtype = DType::kBF16;
+  ASSERT_FALSE(unused.Warnings().empty());
+  EXPECT_TRUE(absl::StrContains(unused.Warnings().back(), "--grad_comm_dtype has no effect"))
+      << unused.Warnings().back();
+  EXPECT_TRUE(o.Warnings().empty());
 }
 
 TEST(Qwz, BadValuesAreClearErrors) {
