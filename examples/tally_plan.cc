@@ -62,6 +62,7 @@ ABSL_FLAG(bool, zero_quantized_weights, false,
 ABSL_FLAG(bool, zero_quantized_gradients, false,
           "adds the row zero-3 + qgz (ZeRO++'s reduce-scatter as int8 all-to-alls, inside the "
           "node then across with --gpus_per_node)");
+ABSL_FLAG(int32_t, zero_quant_grad_bits, 8, "bits a gradient takes in the row zero-3 + qgz: 8 or 4");
 ABSL_FLAG(int64_t, zero_quant_block, 256, "values a quantised block holds (one fp32 scale each)");
 ABSL_FLAG(std::string, grad_compression, "none",
           "none, or powersgd: the row dp powersgd (r=...), PowerSGD's step after its warm-up "
@@ -212,6 +213,7 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   in.zero_hpz = absl::GetFlag(FLAGS_zero_hpz);
   in.zero_quantized_weights = absl::GetFlag(FLAGS_zero_quantized_weights);
   in.zero_quantized_gradients = absl::GetFlag(FLAGS_zero_quantized_gradients);
+  in.zero_quant_grad_bits = absl::GetFlag(FLAGS_zero_quant_grad_bits);
   in.zero_quant_block = absl::GetFlag(FLAGS_zero_quant_block);
   ASSIGN_OR_RETURN(in.grad_compression,
                    parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
@@ -425,7 +427,7 @@ int main(int argc, char** argv) {
        {"batch_size", "micro_batches", "precision", "grad_accum", "bytes_per_value"}},
       {"data parallelism and ZeRO",
        {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz",
-        "zero_quantized_weights", "zero_quantized_gradients", "zero_quant_block", "grad_compression",
+        "zero_quantized_weights", "zero_quantized_gradients", "zero_quant_grad_bits", "zero_quant_block", "grad_compression",
         "powersgd_rank", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},

@@ -168,6 +168,9 @@ ABSL_FLAG(bool, zero_quantized_weights, false,
 ABSL_FLAG(bool, zero_quantized_gradients, false,
           "--zero=3: ZeRO++'s qgZ, the gradients reduce-scattered as int8 all-to-alls with an fp32 "
           "scale a block, inside the node and then across it (with --gpus_per_node)");
+ABSL_FLAG(int32_t, zero_quant_grad_bits, 8,
+          "bits a gradient takes under --zero_quantized_gradients: 8 (int8, scale max|x|/127) or 4 "
+          "(int4, max|x|/7, two values a byte; ZeRO++'s)");
 ABSL_FLAG(int64_t, zero_quant_block, 256,
           "values a quantised block holds (each block: one fp32 scale, max|x|/127)");
 ABSL_FLAG(std::string, grad_compression, "none",
@@ -267,6 +270,7 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
   p.zero_hpz = absl::GetFlag(FLAGS_zero_hpz);
   p.zero_quantized_weights = absl::GetFlag(FLAGS_zero_quantized_weights);
   p.zero_quantized_gradients = absl::GetFlag(FLAGS_zero_quantized_gradients);
+  p.zero_quant_grad_bits = absl::GetFlag(FLAGS_zero_quant_grad_bits);
   p.zero_quant_block = absl::GetFlag(FLAGS_zero_quant_block);
   ASSIGN_OR_RETURN(p.grad_compression,
                    parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
@@ -409,7 +413,7 @@ int main(int argc, char** argv) {
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO",
        {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz", "zero_quantized_weights",
-        "zero_quantized_gradients", "zero_quant_block", "grad_compression", "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
+        "zero_quantized_gradients", "zero_quant_grad_bits", "zero_quant_block", "grad_compression", "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

@@ -86,6 +86,10 @@ absl::Status CheckQuantization(const PlanInput& in) {
     return absl::InvalidArgumentError(absl::StrCat(
         "[flags] --zero_quant_block must be at least 1 value a block, got ", in.zero_quant_block));
   }
+  if (in.zero_quant_grad_bits != 8 && in.zero_quant_grad_bits != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --zero_quant_grad_bits must be 8 or 4, got ", in.zero_quant_grad_bits));
+  }
   if (!in.zero_quantized_gradients) return absl::OkStatus();
   if (in.ep > 1) {
     return absl::InvalidArgumentError(

@@ -113,6 +113,7 @@ train::TrainOptions PlanAsTrainOptions(const PlanInput& in) {
   o.parallel.zero_hpz = in.zero_hpz;
   o.parallel.zero_quantized_weights = in.zero_quantized_weights;
   o.parallel.zero_quantized_gradients = in.zero_quantized_gradients;
+  o.parallel.zero_quant_grad_bits = in.zero_quant_grad_bits;
   o.parallel.zero_quant_block = in.zero_quant_block;
   o.parallel.grad_compression = in.grad_compression;
   o.parallel.powersgd_rank = in.powersgd_rank;

@@ -76,6 +76,7 @@ struct PlanInput {
   // ZeRO++'s qgZ (parallel/zero/qgz.h): the row "zero-3 + qgz", the reduce-scatter as
   // int8 all-to-alls, in two hops where a dp group spans nodes (with --gpus_per_node).
   bool zero_quantized_gradients = false;
+  int zero_quant_grad_bits = 8;  // 8 or 4
   int64_t zero_quant_block = 256;
   // PowerSGD of rank powersgd_rank (tally_train --grad_compression=powersgd;
   // parallel/powersgd.h), of tally's GPT shapes: the row "dp powersgd (r=...)", a step

@@ -23,6 +23,7 @@ struct ZeroVariant {
   int64_t quant_block = 0;          // qwZ
   // qgZ: the reduce-scatter's all-to-alls, in two hops when `across` has several ranks.
   int64_t grad_quant_block = 0;
+  int grad_quant_bits = 8;
   std::vector<int> qgz_node = {}, qgz_across = {};
 };
 
@@ -60,6 +61,7 @@ Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, const std::ve
                                    .hpz_rank = place(v.node),
                                    .quant_block = v.quant_block,
                                    .grad_quant_block = v.grad_quant_block,
+                                   .grad_quant_bits = v.grad_quant_bits,
                                    .qgz_node = two_hops ? member(v.qgz_node) : parallel::ZeroShape::Group{},
                                    .qgz_across = two_hops ? member(v.qgz_across)
                                                           : parallel::ZeroShape::Group{}})) {
@@ -73,14 +75,21 @@ Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, const std::ve
   return bytes;
 }
 
-// qgZ's reduce-scatter (parallel/zero/qgz.h) of `quantized` bytes a micro-batch over dp
-// group `group`: in `v`, its block and, where `cut` (the group cut by nodes, or null)
-// spans nodes, its two hops; returns the α-β time of its all-to-alls, each priced as one
-// pass over its bytes.
-double QgzReduce(const PlanRows& plan, const std::vector<int>& group,
-                 const parallel::Topology::NodeShards* cut, double quantized, ZeroVariant& v) {
+// The bytes of `values` quantised at `bits` a value with an fp32 scale each `block`.
+double QuantizedBytes(int64_t values, int bits, int64_t block) {
+  return double(values) * (bits / 8.0 + 4.0 / double(block));
+}
+
+// qgZ's reduce-scatter (parallel/zero/qgz.h) of the part of `r` a micro-batch over dp
+// group `group`: in `v`, its block and bits and, where `cut` (the group cut by nodes, or
+// null) spans nodes, its two hops; returns the α-β time of its all-to-alls, each priced
+// as one pass over its bytes.
+double QgzReduce(const PlanRows& plan, const Replicas& r, const std::vector<int>& group,
+                 const parallel::Topology::NodeShards* cut, ZeroVariant& v) {
   const PlanInput& in = plan.in;
   v.grad_quant_block = in.zero_quant_block;
+  v.grad_quant_bits = in.zero_quant_grad_bits;
+  const double quantized = QuantizedBytes(r.part, in.zero_quant_grad_bits, in.zero_quant_block);
   if (cut == nullptr || cut->replicate.size() <= 1) {
     return PassesTime(in.allreduce, plan.NodesOf(group), quantized, plan.m, in.cluster);
   }
@@ -91,12 +100,12 @@ double QgzReduce(const PlanRows& plan, const std::vector<int>& group,
                     quantized / double(cut->shard.size()), plan.m, in.cluster);
 }
 
-// ZeRO-3 with qgZ: the reduce-scatter as int8 all-to-alls with a scale a block, in two
-// hops (inside the node, then across) where a dp group spans the nodes of --gpus_per_node.
+// ZeRO-3 with qgZ: the reduce-scatter as int8 or int4 all-to-alls with a scale a block,
+// in two hops (inside the node, then across) where a dp group spans the nodes of
+// --gpus_per_node.
 void QgzRow(PlanRows& plan, const Replicas& r) {
   const PlanInput& in = plan.in;
-  const int64_t block = in.zero_quant_block;
-  const double part = double(r.part) * plan.e, quantized = double(r.part) * (1.0 + 4.0 / double(block));
+  const double part = double(r.part) * plan.e;
   const double gathers = in.StageRecompute() ? 3.0 : 2.0;
   const int m = plan.m;
   const bool by_node = in.gpus_per_node > 0 && in.world() <= kLookedAt;
@@ -109,16 +118,17 @@ void QgzRow(PlanRows& plan, const Replicas& r) {
         if (!cut.ok()) return;  // CheckQuantization refused it
       }
       ZeroVariant v;
-      const double reduce = QgzReduce(plan, group, by_node ? &*cut : nullptr, quantized, v);
+      const double reduce = QgzReduce(plan, r, group, by_node ? &*cut : nullptr, v);
       q.Add(ZeroStep(plan, r, 3, group, gpu, v));
       q.time = std::max(q.time, PassesTime(in.allreduce, plan.NodesOf(group), part, gathers * m,
                                            in.cluster) + reduce);
     }
   }
   plan.Add("zero-3 + qgz", 3.0 * part, q,
-           absl::StrCat("2Φ·e + Φ(1 + 4/", block,
-                        ") per GPU: the reduce-scatter as int8 all-to-alls, inside the node "
-                        "then across (--zero_quantized_gradients)"));
+           absl::StrCat("2Φ·e + Φ(", in.zero_quant_grad_bits == 4 ? "1/2" : "1", " + 4/",
+                        in.zero_quant_block, ") per GPU: the reduce-scatter as int",
+                        in.zero_quant_grad_bits, " all-to-alls, inside the node then across "
+                        "(--zero_quantized_gradients)"));
 }
 
 }  // namespace
@@ -145,7 +155,7 @@ void NodeShardRows(PlanRows& plan) {
   }
   if (in.zero_quantized_weights) {  // qwZ: each gather 1 byte a value and 4 a block
     const int64_t block = in.zero_quant_block;
-    const double quantized = double(r.part) * (1.0 + 4.0 / double(block));
+    const double quantized = QuantizedBytes(r.part, 8, block);
     Traffic q;
     for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
       for (int gpu : group) q.Add(ZeroStep(plan, r, 3, group, gpu, {.quant_block = block}));
@@ -166,7 +176,7 @@ void NodeShardRows(PlanRows& plan) {
     // With qwZ and qgZ on too, ZeRO++ whole: the forward's gathers quantised over the dp
     // group, the backward's inside the node, the reduce-scatter as qgZ's all-to-alls.
     const bool whole = in.zero_quantized_weights && in.zero_quantized_gradients;
-    const double quantized = double(r.part) * (1.0 + 4.0 / double(in.zero_quant_block));
+    const double quantized = QuantizedBytes(r.part, 8, in.zero_quant_block);  // qwZ's gathers
     Traffic hpz, zeropp;
     for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
       for (int gpu : group) {
@@ -179,7 +189,7 @@ void NodeShardRows(PlanRows& plan) {
                                                  2.0 * m, in.cluster) + backward);
         if (!whole) continue;
         ZeroVariant v{.node = cut->shard, .quant_block = in.zero_quant_block};
-        const double reduce = QgzReduce(plan, group, &*cut, quantized, v);
+        const double reduce = QgzReduce(plan, r, group, &*cut, v);
         zeropp.Add(ZeroStep(plan, r, 3, group, gpu, v));
         zeropp.time = std::max(zeropp.time, PassesTime(in.allreduce, plan.NodesOf(group),
                                                        quantized, m, in.cluster) +
@@ -190,9 +200,10 @@ void NodeShardRows(PlanRows& plan) {
              "3Φ per GPU, the backward's gathers inside the node (--zero_hpz)");
     if (whole) {
       plan.Add("zero++ (hpz + qwz + qgz)", 3.0 * part, zeropp,
-               absl::StrCat("2Φ(1 + 4/", in.zero_quant_block,
-                            ") + Φ·e in the node per GPU: ZeRO++ whole (--zero_hpz "
-                            "--zero_quantized_weights --zero_quantized_gradients)"));
+               absl::StrCat("Φ(1 + 4/B) + Φ(", in.zero_quant_grad_bits == 4 ? "1/2" : "1",
+                            " + 4/B) + Φ·e in the node per GPU, B = ", in.zero_quant_block,
+                            ": ZeRO++ whole (--zero_hpz --zero_quantized_weights "
+                            "--zero_quantized_gradients)"));
     }
   }
   if (in.zero_shard != parallel::ZeroShard::kNode) return;

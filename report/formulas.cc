@@ -169,6 +169,7 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
     if (o.parallel.Qwz()) shape.quant_block = o.parallel.zero_quant_block;
     if (o.parallel.Qgz()) {  // in two hops when the dp group spans nodes (not HSDP's)
       shape.grad_quant_block = o.parallel.zero_quant_block;
+      shape.grad_quant_bits = o.parallel.zero_quant_grad_bits;
       if (!o.parallel.ShardsByNode() && o.placement.gpus_per_node > 0) {
         const parallel::Topology::NodeShards cut = NodeCutOf(o, rank);
         if (cut.replicate.size() > 1) {

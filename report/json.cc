@@ -86,7 +86,9 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
   if (p.zero == 3 && !p.zero3_reshard_after_forward) w.Key("zero3_reshard_after_forward").Bool(false);
   if (p.Hpz()) w.Key("zero_hpz").Bool(true);
   if (p.Qwz()) w.Key("zero_quantized_weights").Bool(true);
-  if (p.Qgz()) w.Key("zero_quantized_gradients").Bool(true);
+  if (p.Qgz()) {
+    w.Key("zero_quantized_gradients").Bool(true).Key("zero_quant_grad_bits").Int(p.zero_quant_grad_bits);
+  }
   if (p.Qwz() || p.Qgz()) w.Key("zero_quant_block").Int(p.zero_quant_block);
   if (p.PowerSgd()) {
     w.Key("grad_compression").String(parallel::Name(p.grad_compression));

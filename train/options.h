@@ -134,6 +134,7 @@ struct ParallelOptions {
   // of int8 with an fp32 scale each zero_quant_block values, in two hops (inside the node,
   // then across) when the dp group spans the nodes of --gpus_per_node.
   bool zero_quantized_gradients = false;
+  int zero_quant_grad_bits = 8;  // qgZ's: 8 (int8) or 4 (int4, two a byte)
   bool Qgz() const { return zero == 3 && zero_quantized_gradients; }
   bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
   bool Hpz() const { return zero == 3 && zero_hpz; }

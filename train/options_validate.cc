@@ -350,6 +350,9 @@ absl::Status TrainOptions::ValidateZeroShard() const {
                  "runs on the host)");
     }
   }
+  if (p.zero_quant_grad_bits != 8 && p.zero_quant_grad_bits != 4) {
+    return Bad("--zero_quant_grad_bits must be 8 or 4, got ", p.zero_quant_grad_bits);
+  }
   if (p.zero_quantized_gradients) {
     if (p.zero != 3) {
       return Bad("--zero_quantized_gradients quantises ZeRO-3's gradient reduce-scatters: it "

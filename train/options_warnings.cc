@@ -66,6 +66,10 @@ void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const
       o.parallel.zero_quant_block != defaults.parallel.zero_quant_block) {
     unused("--zero_quant_block", "without --zero=3 --zero_quantized_weights or _gradients");
   }
+  if (!o.parallel.Qgz() &&
+      o.parallel.zero_quant_grad_bits != defaults.parallel.zero_quant_grad_bits) {
+    unused("--zero_quant_grad_bits", "without --zero=3 --zero_quantized_gradients");
+  }
   if (o.parallel.Qgz() && o.precision.grad_comm_dtype) {
     unused("--grad_comm_dtype", "with --zero_quantized_gradients (the gradients travel as int8)");
   }

@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
             options.parallel.Qwz() ? options.parallel.zero_quant_block : int64_t{0},
         .quantized_grads_block =
             options.parallel.Qgz() ? options.parallel.zero_quant_block : int64_t{0},
+        .quantized_grads_bits = options.parallel.zero_quant_grad_bits,
         // qgZ in two hops when the dp group spans nodes (HSDP's shard group is on one).
         .qgz_node = t->groups_.dp_shard.get(),
         .qgz_across = hsdp ? nullptr : t->groups_.dp_replicate.get()};

@@ -1,5 +1,7 @@
 #include "parallel/zero/qgz.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "parallel/zero/quantize.h"
 #include "runtime/comm/algorithms/partition.h"
@@ -9,29 +11,50 @@
 namespace tally::parallel {
 namespace {
 
-// The n values at `x` quantised into `q` and `scales`; what they come back as, against
-// what they were, added to `error`.
-void QuantizePart(const float* x, int64_t n, int64_t block, int8_t* q, float* scales,
-                  ErrorSums* error) {
-  Quantize(ConstTypedPtr(x, DType::kF32), n, block, q, scales);
+int QMax(int bits) { return bits == 4 ? 7 : 127; }
+
+// Value i of a part at `bits` (the header's layout).
+int QAt(const uint8_t* part, int64_t i, int bits) {
+  if (bits == 8) return int8_t(part[i]);
+  const int nibble = (part[i / 2] >> (i % 2 == 0 ? 0 : 4)) & 0xF;
+  return (nibble ^ 8) - 8;  // sign-extended
+}
+
+// The n values at `x` quantised into `part` (zero-filled) and `scales`; what they come
+// back as, against what they were, added to `error`.
+void QuantizePart(const float* x, int64_t n, int64_t block, int bits, uint8_t* part,
+                  float* scales, ErrorSums* error) {
   for (int64_t b = 0, begin = 0; begin < n; ++b, begin = BlockEnd(begin, n, block)) {
-    for (int64_t i = begin; i < BlockEnd(begin, n, block); ++i) {
-      const double back = float(q[i]) * scales[b], had = x[i];
+    const int64_t end = BlockEnd(begin, n, block);
+    const float scale = BlockScale(x + begin, end - begin, QMax(bits));
+    scales[b] = scale;
+    for (int64_t i = begin; i < end; ++i) {
+      // |x| <= qmax·scale, so the quotient rounds into [-qmax, qmax].
+      const int q = scale > 0 ? int(std::nearbyint(x[i] / scale)) : 0;
+      if (bits == 8) {
+        part[i] = uint8_t(int8_t(q));
+      } else {
+        part[i / 2] |= uint8_t((q & 0xF) << (i % 2 == 0 ? 0 : 4));
+      }
+      const double back = float(q) * scale, had = x[i];
       error->residual += (back - had) * (back - had);
       error->value += had * had;
     }
   }
 }
 
-// The n values `q` and `scales` stand for, added to `sum`.
-void AddDequantized(const int8_t* q, const float* scales, int64_t n, int64_t block, float* sum) {
+// The n values `part` and `scales` stand for, added to `sum`.
+void AddDequantized(const uint8_t* part, const float* scales, int64_t n, int64_t block, int bits,
+                    float* sum) {
   for (int64_t b = 0, begin = 0; begin < n; ++b, begin = BlockEnd(begin, n, block)) {
     const float scale = scales[b];
-    for (int64_t i = begin; i < BlockEnd(begin, n, block); ++i) sum[i] += float(q[i]) * scale;
+    for (int64_t i = begin; i < BlockEnd(begin, n, block); ++i) {
+      sum[i] += float(QAt(part, i, bits)) * scale;
+    }
   }
 }
 
-// `parts` quantised parts, each `part.values` bytes and `part.scales` scales, sent in
+// `parts` quantised parts, each `part.bytes` bytes and `part.scales` scales, sent in
 // slots (part j of the buffers goes to rank j / (parts / ranks)) and received likewise.
 struct Exchange {
   Tensor send_q, send_s, recv_q, recv_s;
@@ -43,15 +66,17 @@ struct Exchange {
     auto buffer = [&](int64_t n, DType type) {
       return Tensor::Empty({n}, type, memory, MemoryCategory::kComm);  // zero-filled
     };
-    ASSIGN_OR_RETURN(e.send_q, buffer(parts * part.values, DType::kI8));
+    ASSIGN_OR_RETURN(e.send_q, buffer(parts * part.bytes, DType::kI8));
     ASSIGN_OR_RETURN(e.send_s, buffer(parts * part.scales, DType::kF32));
-    ASSIGN_OR_RETURN(e.recv_q, buffer(parts * part.values, DType::kI8));
+    ASSIGN_OR_RETURN(e.recv_q, buffer(parts * part.bytes, DType::kI8));
     ASSIGN_OR_RETURN(e.recv_s, buffer(parts * part.scales, DType::kF32));
     return e;
   }
-  int8_t* sent_q(int slot) { return send_q.data<int8_t>() + slot * part.values; }
+  uint8_t* sent_q(int slot) { return static_cast<uint8_t*>(send_q.raw_data()) + slot * part.bytes; }
   float* sent_s(int slot) { return send_s.data<float>() + slot * part.scales; }
-  const int8_t* got_q(int slot) { return recv_q.data<int8_t>() + slot * part.values; }
+  const uint8_t* got_q(int slot) {
+    return static_cast<const uint8_t*>(recv_q.raw_data()) + slot * part.bytes;
+  }
   const float* got_s(int slot) { return recv_s.data<float>() + slot * part.scales; }
 
   absl::Status Run(comm::Communicator& group, comm::Algorithm algorithm) {
@@ -66,15 +91,18 @@ struct Exchange {
 
 }  // namespace
 
-QgzPart QgzPartOf(int64_t count, int ranks, int64_t block) {
+QgzPart QgzPartOf(int64_t count, int ranks, int64_t block, int bits) {
   const int64_t largest = comm::ChunkOf(count, ranks, 0).count;
-  return {largest, BlocksOf(largest, block)};
+  return {.values = largest,
+          .bytes = bits == 4 ? largest / 2 + largest % 2 : largest,
+          .scales = BlocksOf(largest, block)};
 }
 
 absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& how,
                                     const Tensor& grads, const Tensor& reduced, ErrorSums* error) {
   const int p = group.size();
   const int64_t n = grads.numel(), block = how.block;
+  const int bits = how.bits;
   const bool two_hops = how.across != nullptr;
   const int nodes = two_hops ? how.across->size() : 1;
   const int local = p / nodes;
@@ -92,7 +120,8 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& 
   }
   const bool real = grads.device().type != DeviceType::kMeta;
   Allocator memory(group.allocator().ledger(), grads.device());
-  const QgzPart part = QgzPartOf(n, p, block);
+  if (bits != 8 && bits != 4) return absl::InternalError(absl::StrCat("[qgz] ", bits, " bits"));
+  const QgzPart part = QgzPartOf(n, p, block, bits);
 
   // Hop 1 (or the one hop): every dp rank's chunk, in the slot of the rank that sums it
   // first (two hops: local rank j mod L, then node j / L).
@@ -101,8 +130,8 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& 
     for (int j = 0; j < p; ++j) {
       const comm::Chunk chunk = comm::ChunkOf(n, p, j);
       const int slot = two_hops ? (j % local) * nodes + j / local : j;
-      QuantizePart(grads.data<float>() + chunk.offset, chunk.count, block, first.sent_q(slot),
-                   first.sent_s(slot), error);
+      QuantizePart(grads.data<float>() + chunk.offset, chunk.count, block, bits,
+                   first.sent_q(slot), first.sent_s(slot), error);
     }
   }
   RETURN_IF_ERROR(first.Run(two_hops ? *how.node : group, how.algorithm));
@@ -110,7 +139,8 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& 
     if (!real) return absl::OkStatus();
     RETURN_IF_ERROR(reduced.SetZero());
     for (int j = 0; j < p; ++j) {
-      AddDequantized(first.got_q(j), first.got_s(j), own.count, block, reduced.data<float>());
+      AddDequantized(first.got_q(j), first.got_s(j), own.count, block, bits,
+                     reduced.data<float>());
     }
     return absl::OkStatus();
   }
@@ -126,10 +156,10 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& 
       RETURN_IF_ERROR(sum.SetZero());
       for (int j = 0; j < local; ++j) {
         AddDequantized(first.got_q(j * nodes + node), first.got_s(j * nodes + node), count, block,
-                       sum.data<float>());
+                       bits, sum.data<float>());
       }
-      QuantizePart(sum.data<float>(), count, block, second.sent_q(node), second.sent_s(node),
-                   error);
+      QuantizePart(sum.data<float>(), count, block, bits, second.sent_q(node),
+                   second.sent_s(node), error);
     }
   }
   first = Exchange();  // its buffers freed before the second hop's arrive
@@ -137,7 +167,8 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& 
   if (!real) return absl::OkStatus();
   RETURN_IF_ERROR(reduced.SetZero());
   for (int node = 0; node < nodes; ++node) {
-    AddDequantized(second.got_q(node), second.got_s(node), own.count, block, reduced.data<float>());
+    AddDequantized(second.got_q(node), second.got_s(node), own.count, block, bits,
+                   reduced.data<float>());
   }
   return absl::OkStatus();
 }

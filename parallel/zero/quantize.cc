@@ -11,10 +11,10 @@ namespace tally::parallel {
 namespace {
 
 template <typename T>
-float ScaleOf(const T* x, int64_t n) {
+float ScaleOf(const T* x, int64_t n, int qmax = 127) {
   float most = 0;
   for (int64_t i = 0; i < n; ++i) most = std::max(most, std::fabs(AsFloat(x[i])));
-  return most / 127.0f;
+  return most / float(qmax);
 }
 
 template <typename T>
@@ -57,6 +57,8 @@ ErrorSums ErrorTyped(const T* x, int64_t n, int64_t block) {
 }
 
 }  // namespace
+
+float BlockScale(const float* x, int64_t n, int qmax) { return ScaleOf(x, n, qmax); }
 
 void Quantize(ConstTypedPtr x, int64_t n, int64_t block, int8_t* q, float* scales) {
   if (x.type == DType::kBF16) return QuantizeTyped(x.as<BFloat16>(), n, block, q, scales);

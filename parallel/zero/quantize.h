@@ -40,6 +40,10 @@ inline int64_t BlockEnd(int64_t begin, int64_t n, int64_t block) {
   return begin + std::min(block, n - begin);
 }
 
+// A block of n fp32 values' scale for q in [-qmax, qmax]: max |x| / qmax (0 for zeros).
+// qwZ's int8 is qmax 127; qgZ's int4 (qgz.h) qmax 7.
+float BlockScale(const float* x, int64_t n, int qmax);
+
 // The n values at `x` (fp32 or bf16) as BlocksOf(n, block) scales and n int8 values.
 void Quantize(ConstTypedPtr x, int64_t n, int64_t block, int8_t* q, float* scales);
 // The values `q` and `scales` stand for, into the n values at `x` (fp32 or bf16).

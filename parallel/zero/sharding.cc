@@ -123,7 +123,7 @@ namespace {
 // qgZ's all-to-alls for one reduce-scatter of `count` values (qgz.h), `calls` times: the
 // bytes and the scales, in one hop over the shape's group or in two.
 void AddQgzCalls(int64_t count, int calls, const ZeroShape& s, comm::ExpectedCalls& out) {
-  const QgzPart part = QgzPartOf(count, s.ranks, s.grad_quant_block);
+  const QgzPart part = QgzPartOf(count, s.ranks, s.grad_quant_block, s.grad_quant_bits);
   const bool two_hops = s.qgz_across.ranks > 1;
   struct Hop {
     const char* group;
@@ -142,7 +142,7 @@ void AddQgzCalls(int64_t count, int calls, const ZeroShape& s, comm::ExpectedCal
   }
   for (const Hop& hop : hops) {
     for (auto [scope, per_part, element] :
-         {std::tuple{comm::scope::kQgz, part.values, int64_t{1}},
+         {std::tuple{comm::scope::kQgz, part.bytes, int64_t{1}},
           std::tuple{comm::scope::kQgzScales, part.scales, int64_t{4}}}) {
       out.push_back({.group = hop.group,
                      .primitive = comm::Primitive::kAllToAll,

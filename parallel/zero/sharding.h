@@ -119,10 +119,11 @@ struct ZeroShape {
   // largest chunk's blocks, 4 bytes each).
   int64_t quant_block = 0;
   // qgZ (grad_quant_block > 0): each reduce-scatter over `group` is all-to-alls (qgz.h),
-  // the bytes (scope qgz, 1 byte a value) and the scales (qgz_scales, 4 bytes each), over
+  // the bytes (scope qgz, grad_quant_bits a value) and the scales (qgz_scales, 4 bytes each), over
   // `group`, or in two hops when qgz_across.ranks > 1: over qgz_node (group dp_shard) and
   // then over qgz_across (group dp_repl).
   int64_t grad_quant_block = 0;
+  int grad_quant_bits = 8;  // 8 or 4 (two values a byte)
   struct Group {
     int ranks = 1, rank = 0;
     std::vector<int> nodes = {};

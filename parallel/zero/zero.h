@@ -67,14 +67,16 @@
 //                          (B = ⌈⌈n/p⌉/block⌉: the largest chunk's scales)
 //
 // ZeRO-3 with qgZ (--zero_quantized_gradients; ZeRO++'s quantised gradients): each unit's
-// reduce-scatter is all-to-alls of int8 gradients with an fp32 scale a block (qgz.h): over
+// reduce-scatter is all-to-alls of int8 (or int4, --zero_quant_grad_bits=4) gradients with
+// an fp32 scale a block (qgz.h): over
 // the dp group when it is on one node, or in two hops when it spans N nodes of L ranks,
 // inside the node first (dp_shard) and then across (dp_repl), where each rank sends the
 // node's sums of the chunks it gathered, so that a rank's bytes across nodes fall from
-// (p-1)/p·Φ·g to (N-1)/p·Φ·(1 + 4/block) a micro-batch:
+// (p-1)/p·Φ·g to (N-1)/p·Φ·(bits/8 + 4/block) a micro-batch:
 //
-//   bytes a reduce-scatter, one hop:   (p-1)·(c + 4B)         c = ⌈n/p⌉, B = ⌈c/block⌉
-//                           two hops:  (L-1)·N·(c + 4B) + (N-1)·(c + 4B)
+//   bytes a reduce-scatter, one hop:   (p-1)·(b + 4B)    c = ⌈n/p⌉, b = c·bits/8 rounded
+//                           two hops:  (L-1)·N·(b + 4B)  up, B = ⌈c/block⌉
+//                                    + (N-1)·(b + 4B)
 //
 // The calls are blocking (--overlap still prefetches the gathers); the shard, the norm
 // and the update are ZeRO-3's, on the gradients as the all-to-alls summed them.
@@ -160,6 +162,7 @@ struct ZeroConfig {
   // is set: over `qgz_node` (the dp group's ranks on this node), then over `qgz_across`
   // (the dp group's ranks at this rank's place on every node).
   int64_t quantized_grads_block = 0;
+  int quantized_grads_bits = 8;  // 8 or 4
   comm::Communicator* qgz_node = nullptr;
   comm::Communicator* qgz_across = nullptr;
 };

@@ -170,6 +170,8 @@ TEST(BadInput, ShardingAndCompressionFlagsSayWhatTheyNeed) {
       {"--zero=3 --zero_quantized_gradients --gpus_per_node=3",
        "[flags] --zero_quantized_gradients cuts the dp group by its nodes, and dp group [0 1 2 3] "
        "has 3 on node 0 but 1 on node 1"},
+      {"--zero=3 --zero_quantized_gradients --zero_quant_grad_bits=2",
+       "[flags] --zero_quant_grad_bits must be 8 or 4, got 2"},
       {"--zero=3 --zero_quant_block=-8",
        "[flags] --zero_quant_block must be at least 1 value a block, got -8"},
       {"--grad_compression=powersgd --powersgd_rank=0", "[flags] --powersgd_rank must be at least 1"},

@@ -32,17 +32,17 @@ std::vector<float> Values(int64_t n, int seed) {
   return x;
 }
 
-// The header's rule, value by value: what the wire carries for x.
-std::vector<float> Reference(const std::vector<float>& x, int64_t block) {
+// The header's rule, value by value: what the wire carries for x (qgZ's int4: qmax 7).
+std::vector<float> Reference(const std::vector<float>& x, int64_t block, int qmax = 127) {
   std::vector<float> out(x.size());
   for (size_t begin = 0; begin < x.size(); begin += size_t(block)) {
     const size_t end = std::min(x.size(), begin + size_t(block));
     float most = 0;
     for (size_t i = begin; i < end; ++i) most = std::max(most, std::abs(x[i]));
-    const float scale = most / 127;
+    const float scale = most / float(qmax);
     for (size_t i = begin; i < end; ++i) {
       const float q = scale > 0 ? std::nearbyint(x[i] / scale) : 0;
-      EXPECT_LE(std::abs(q), 127);
+      EXPECT_LE(std::abs(q), qmax);
       out[i] = q * scale;
       EXPECT_LE(std::abs(out[i] - x[i]), scale / 2 * (1 + 1e-6f)) << i;
     }
@@ -182,6 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, QuantizedGatherTest, ::testing::Values(2, 3, 4))
 struct QgzGrid {
   int nodes = 1, local = 2;
   int64_t n = 1001, block = 16;
+  int bits = 8;
 };
 
 // qgz.h's algorithm unrolled over every rank's gradients `g`: each rank's reduced chunk,
@@ -199,7 +200,7 @@ struct QgzReference {
     };
     // What rank `by` sends for x, and its error.
     auto quantised = [&](const std::vector<float>& x, int by) {
-      std::vector<float> back = Reference(x, grid.block);
+      std::vector<float> back = Reference(x, grid.block, grid.bits == 4 ? 7 : 127);
       for (size_t i = 0; i < x.size(); ++i) {
         error[size_t(by)].residual += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
         error[size_t(by)].value += double(x[i]) * x[i];
@@ -256,7 +257,7 @@ TEST_P(QgzTest, ReducedAsTheAlgorithmUnrolledAndTheBytesOfTheFormula) {
   launch.world_size = p;
   const absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& dp) -> absl::Status {
     const int r = dp.rank();
-    QgzGroups how{.block = grid.block};
+    QgzGroups how{.block = grid.block, .bits = grid.bits};
     std::unique_ptr<comm::Communicator> node, across;
     if (grid.nodes > 1) {  // placed in blocks: node r / L
       ASSIGN_OR_RETURN(node, dp.Split(r / grid.local, r, comm::group::kDpShard));
@@ -286,17 +287,19 @@ TEST_P(QgzTest, ReducedAsTheAlgorithmUnrolledAndTheBytesOfTheFormula) {
     return absl::OkStatus();
   });
   ASSERT_TRUE(status.ok()) << status;
-  // qgz.h's closed form: (p-1)·(c + 4B) in one hop; (L-1)·N·(c + 4B) inside the node and
-  // (N-1)·(c + 4B) across in two.
-  const QgzPart part = QgzPartOf(grid.n, p, grid.block);
-  EXPECT_EQ(part.values, comm::ChunkOf(grid.n, p, 0).count);
+  // qgz.h's closed form: (p-1)·(b + 4B) in one hop; (L-1)·N·(b + 4B) inside the node and
+  // (N-1)·(b + 4B) across in two, b = c values at 8 bits, ⌈c/2⌉ bytes at 4.
+  const QgzPart part = QgzPartOf(grid.n, p, grid.block, grid.bits);
+  const int64_t c = comm::ChunkOf(grid.n, p, 0).count;
+  EXPECT_EQ(part.values, c);
+  EXPECT_EQ(part.bytes, grid.bits == 8 ? c : (c + 1) / 2);
   auto sent = [&](int r, const std::string& group) {
     return ledgers[size_t(r)].Sum([&](const comm::LedgerKey& k) {
       return k.group == group && k.primitive == comm::Primitive::kAllToAll &&
              (k.label == comm::scope::kQgz || k.label == comm::scope::kQgzScales);
     }).bytes_sent;
   };
-  const int64_t one = part.values + 4 * part.scales;
+  const int64_t one = part.bytes + 4 * part.scales;
   for (int r = 0; r < p; ++r) {
     if (grid.nodes == 1) {
       EXPECT_EQ(sent(r, "world"), (p - 1) * one) << r;
@@ -312,10 +315,14 @@ INSTANTIATE_TEST_SUITE_P(Grids, QgzTest,
                                            QgzGrid{.nodes = 1, .local = 3, .block = 1},
                                            QgzGrid{.nodes = 2, .local = 2},
                                            QgzGrid{.nodes = 2, .local = 3, .block = 256},
-                                           QgzGrid{.nodes = 3, .local = 2, .n = 37, .block = 5}),
+                                           QgzGrid{.nodes = 3, .local = 2, .n = 37, .block = 5},
+                                           QgzGrid{.nodes = 1, .local = 3, .bits = 4},
+                                           QgzGrid{.nodes = 2, .local = 2, .n = 37, .block = 3, .bits = 4},
+                                           QgzGrid{.nodes = 3, .local = 2, .block = 64, .bits = 4}),
                          [](const ::testing::TestParamInfo<QgzGrid>& grid_info) {
                            const QgzGrid& g = grid_info.param;
-                           return absl::StrCat(g.nodes, "x", g.local, "_n", g.n, "_block", g.block);
+                           return absl::StrCat(g.nodes, "x", g.local, "_n", g.n, "_block", g.block,
+                                               "_int", g.bits);
                          });
 
 }  // namespace

@@ -124,11 +124,13 @@ TEST(PlanHpz, RowIsTheMeasuredZeroThreeWithItsGathersInsideTheNode) {
 // qwZ's row and qgZ's (in one hop on one node, in two across nodes), each on its own, and
 // ZeRO++'s with hpZ, qwZ and qgZ together.
 TEST(PlanQuantized, QwzAndQgzRowsAreTheMeasuredBytesInAllAndAcrossNodes) {
-  for (bool grads : {false, true}) {
+  // qwZ (bits 0 here), qgZ at 8 and at 4 bits.
+  for (int bits : {0, 8, 4}) {
+    const bool grads = bits > 0;
     for (int64_t block : {int64_t{4}, int64_t{256}}) {
       for (auto [nodes, per_node] : {std::pair{1, 3}, {2, 2}, {2, 3}, {3, 2}}) {
         SCOPED_TRACE(absl::StrCat(grads ? "qgz, " : "qwz, ", nodes, " nodes of ", per_node,
-                                  ", block ", block));
+                                  ", block ", block, ", bits ", bits));
         PlanInput in = SmallPlan();
         in.precision = DType::kF32;
         in.bytes_per_value = 4;
@@ -136,6 +138,7 @@ TEST(PlanQuantized, QwzAndQgzRowsAreTheMeasuredBytesInAllAndAcrossNodes) {
         in.zero = 3;
         in.zero_quantized_weights = !grads;
         in.zero_quantized_gradients = grads;
+        if (grads) in.zero_quant_grad_bits = bits;
         in.zero_quant_block = block;
         in.gpus_per_node = per_node;
         ASSERT_TRUE(CheckQuantization(in).ok());
@@ -162,6 +165,7 @@ TEST(PlanQuantized, QwzAndQgzRowsAreTheMeasuredBytesInAllAndAcrossNodes) {
     in.zero = 3;
     in.zero_hpz = in.zero_quantized_weights = in.zero_quantized_gradients = true;
     in.zero_quant_block = 16;
+    in.zero_quant_grad_bits = nodes == 3 ? 4 : 8;
     in.gpus_per_node = per_node;
     ASSERT_TRUE(CheckZeroShard(in).ok() && CheckQuantization(in).ok());
     const train::RunResult run = RunPlan(in);
@@ -179,6 +183,10 @@ TEST(PlanQuantized, QwzAndQgzRowsAreTheMeasuredBytesInAllAndAcrossNodes) {
   in.zero_quant_block = 0;
   EXPECT_TRUE(absl::StrContains(CheckQuantization(in).message(),
                                 "--zero_quant_block must be at least 1 value a block, got 0"));
+  in = SmallPlan();
+  in.zero_quant_grad_bits = 2;
+  EXPECT_TRUE(absl::StrContains(CheckQuantization(in).message(),
+                                "--zero_quant_grad_bits must be 8 or 4, got 2"));
   in = SmallPlan();
   in.zero_quantized_gradients = true;
   in.ep = 2;

@@ -30,6 +30,7 @@ struct QwzGrid {
   int tp = 1, pp = 1;
   bool bf16 = false, overlap = false, hpz = false, hsdp = false;
   bool weights = true, grads = false;  // qwZ, qgZ
+  int grad_bits = 8;                   // qgZ's
   int64_t block = 16;
   comm::Algorithm allreduce = comm::Algorithm::kRing;
 
@@ -40,6 +41,7 @@ struct QwzGrid {
     o.parallel.zero = 3;
     o.parallel.zero_quantized_weights = weights;
     o.parallel.zero_quantized_gradients = grads;
+    o.parallel.zero_quant_grad_bits = grad_bits;
     o.parallel.zero_quant_block = block;
     o.parallel.zero_hpz = hpz;
     if (hsdp) o.parallel.zero_shard = parallel::ZeroShard::kNode;
@@ -58,6 +60,7 @@ std::string Name(const ::testing::TestParamInfo<QwzGrid>& info) {
                       g.tp > 1 ? "_tp2" : "", g.pp > 1 ? "_pp2" : "", g.bf16 ? "_bf16" : "",
                       g.overlap ? "_overlap" : "", g.hpz ? "_hpz" : "", g.hsdp ? "_hsdp" : "",
                       g.weights ? "" : "_noqwz", g.grads ? "_qgz" : "",
+                      g.grad_bits == 4 ? "_int4" : "",
                       "_block", g.block,
                       g.allreduce == comm::Algorithm::kHierarchical ? "_hier" : "");
 }
@@ -88,13 +91,14 @@ AgainstPlain RunAgainstPlain(const QwzGrid& g) {
   out.plain = RunRanks(plain_options);
   ExpectReportRowsExact(o, out.run);
   ExpectMemoryFormulaExact(o, out.run);
-  // Each value's error is at most half its block's scale, max|x|/127, so a block's
-  // relative error is at most sqrt(block)/254, and so is the whole's (every quantisation
-  // a rank makes, weights or gradients, summed).
+  // Each value's error is at most half its block's scale, max|x|/qmax, so a block's
+  // relative error is at most sqrt(block)/(2·qmax), and so is the whole's (every
+  // quantisation a rank makes, weights or gradients, summed; qmax 127, or 7 for int4).
+  const int qmax = g.grads && g.grad_bits == 4 ? 7 : 127;
   EXPECT_EQ(out.run.compression_errors.size(), size_t(o.training.steps));
   for (double e : out.run.compression_errors) {
     EXPECT_GT(e, 0);
-    EXPECT_LE(e, std::sqrt(double(g.block)) / 254);
+    EXPECT_LE(e, std::sqrt(double(g.block)) / (2 * qmax));
   }
   // The loss within 1% of the unquantised run's over these few steps (what the model
   // reads moves by the error above, about 1e-3 here).
@@ -191,8 +195,12 @@ std::vector<QwzGrid> QgzGrids() {
                    .allreduce = comm::Algorithm::kHierarchical});
   grids.push_back({.dp = 4, .per_node = 2, .hsdp = true, .weights = false, .grads = true});
   grids.push_back({.dp = 4, .per_node = 4, .weights = false, .grads = true});  // one node
+  grids.push_back({.dp = 3, .weights = false, .grads = true, .grad_bits = 4});
+  grids.push_back({.dp = 6, .per_node = 3, .bf16 = true, .weights = false, .grads = true,
+                   .grad_bits = 4});
   // ZeRO++ whole: hpZ, qwZ and qgZ.
   grids.push_back({.dp = 4, .per_node = 2, .overlap = true, .hpz = true, .grads = true});
+  grids.push_back({.dp = 4, .per_node = 2, .hpz = true, .grads = true, .grad_bits = 4});
   return grids;
 }
 
@@ -294,6 +302,12 @@ TEST(Qgz, BadValuesAreClearErrors) {
   bad.placement.gpus_per_node = 3;
   EXPECT_FALSE(bad.Validate().ok());
   EXPECT_TRUE(absl::StrContains(message(bad), "--zero_quantized_gradients")) << message(bad);
+  for (int bits : {0, 2, 16}) {
+    bad = o;
+    bad.parallel.zero_quant_grad_bits = bits;
+    EXPECT_TRUE(absl::StrContains(message(bad), absl::StrCat("--zero_quant_grad_bits must be 8 or 4, got ", bits)))
+        << message(bad);
+  }
   TrainOptions unused = o;
   unused.precision.grad_comm_dtype = DType::kBF16;
   ASSERT_FALSE(unused.Warnings().empty());
