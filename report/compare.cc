@@ -95,7 +95,9 @@ std::vector<Comparison::Repeats> RepeatsOf(const std::vector<RunReport>& runs) {
 }
 
 // Each run's label: the config keys whose values differ between the runs, in the config's
-// (alphabetical) order, as key=value; one run alone, its grid; else "run N".
+// (alphabetical) order, as key=value, leaving out the keys the run's config lacks (the
+// flags written only where they are on: report/json.cc), or "without k1 k2" when it has
+// none of them; one run alone, its grid; else "run N".
 std::vector<std::string> LabelsOf(const std::vector<RunReport>& runs) {
   std::vector<std::string> labels;
   std::set<std::string> keys;
@@ -115,11 +117,16 @@ std::vector<std::string> LabelsOf(const std::vector<RunReport>& runs) {
     if (values.size() > 1 && !derived) differing.push_back(key);
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    std::vector<std::string> parts;
+    std::vector<std::string> parts, lacked;
     for (const std::string& key : differing) {
       auto it = runs[i].config.find(key);
-      parts.push_back(absl::StrCat(key, "=", it == runs[i].config.end() ? "(none)" : it->second));
+      if (it == runs[i].config.end()) {
+        lacked.push_back(key);
+      } else {
+        parts.push_back(absl::StrCat(key, "=", it->second));
+      }
     }
+    if (parts.empty() && !lacked.empty()) parts.push_back("without " + absl::StrJoin(lacked, " "));
     if (runs.size() == 1) {  // nothing differs: the run's grid names it
       for (const char* key : {"dp", "tp", "pp", "zero"}) {
         auto it = runs[i].config.find(key);

@@ -99,6 +99,27 @@ TEST(TallyCompare, ZeroOneAgainstZeroThree) {
   EXPECT_EQ(Cells(r.output, "dp all_gather backward"), (Row{"-", piece, "-"})) << r.output;
 }
 
+// Runs told apart by flags written only where they are on (zero_quantized_weights, ...):
+// each label names what its run has, and a run that has none of them says so.
+TEST(TallyCompare, OptionalFlagsLabelTheRunsThatHaveThem) {
+  const std::string plain = TrainRun("plain_z3.json", "--dp=2 --zero=3");
+  const std::string qwz = TrainRun("qwz_z3.json", "--dp=2 --zero=3 --zero_quantized_weights");
+  const std::string qgz =
+      TrainRun("qgz_z3.json", "--dp=2 --zero=3 --zero_quantized_gradients --zero_quant_grad_bits=4");
+  Result r = RunCommand(kCompare + " " + plain + " " + qwz + " " + qgz);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, "run 1: without zero_quant_block zero_quant_grad_bits zero_quantized_gradients "
+                "zero_quantized_weights  ("))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "run 2: zero_quant_block=256 zero_quantized_weights=true  ("))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "run 3: zero_quant_block=256 zero_quant_grad_bits=4 "
+                                          "zero_quantized_gradients=true  ("))
+      << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "(none)")) << r.output;
+}
+
 // The serial run beside a parallel one, and a model twice as deep beside it: compared,
 // with the difference of the models said; the deeper model's dp bytes are twice the
 // shallower's (every layer's gradients cross once more).
