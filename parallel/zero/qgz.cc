@@ -98,7 +98,7 @@ QgzPart QgzPartOf(int64_t count, int ranks, int64_t block, int bits) {
           .scales = BlocksOf(largest, block)};
 }
 
-absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& how,
+absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzConfig& how,
                                     const Tensor& grads, const Tensor& reduced, ErrorSums* error) {
   const int p = group.size();
   const int64_t n = grads.numel(), block = how.block;
@@ -162,7 +162,7 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& 
                    second.sent_s(node), error);
     }
   }
-  first = Exchange();  // its buffers freed before the second hop's arrive
+  first = Exchange();  // the first hop's buffers freed before the second hop runs
   RETURN_IF_ERROR(second.Run(*how.across, how.algorithm));
   if (!real) return absl::OkStatus();
   RETURN_IF_ERROR(reduced.SetZero());

@@ -45,7 +45,8 @@
 
 namespace tally::parallel {
 
-struct QgzGroups {
+// How qgZ quantises and which groups carry its hops.
+struct QgzConfig {
   int64_t block = 256;
   int bits = 8;  // 8 or 4
   comm::Communicator* node = nullptr;    // two hops: the dp group's ranks on this node
@@ -56,7 +57,7 @@ struct QgzGroups {
 // `grads` (fp32, a unit's n values on every rank of `group`) summed into `reduced` (fp32,
 // this rank's chunk ChunkOf(n, p, rank)), through the quantised all-to-alls above; their
 // buffers in `group`'s comm memory. On the meta device only the calls are made.
-absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzGroups& how,
+absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzConfig& how,
                                     const Tensor& grads, const Tensor& reduced, ErrorSums* error);
 
 // The sizes of one quantised part of a unit of `count` values cut over `ranks` ranks:

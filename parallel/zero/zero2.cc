@@ -58,7 +58,7 @@ absl::Status Zero2Weights::Reduce(int unit, const Tensor& grads) {
     Tensor part = grads.Flat(p.unit.offset - u.begin, p.unit.end() - u.begin);
     Tensor reduced = reduced_.Flat(0, p.own.count);
     if (config_.quantized_grads_block > 0) {  // qgZ: in two hops for the dp group's pieces
-      const QgzGroups qgz{.block = config_.quantized_grads_block,
+      const QgzConfig qgz{.block = config_.quantized_grads_block,
                           .bits = config_.quantized_grads_bits,
                           .node = config_.qgz_node,
                           .across = p.experts ? nullptr : config_.qgz_across,

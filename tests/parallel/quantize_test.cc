@@ -257,7 +257,7 @@ TEST_P(QgzTest, ReducedAsTheAlgorithmUnrolledAndTheBytesOfTheFormula) {
   launch.world_size = p;
   const absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& dp) -> absl::Status {
     const int r = dp.rank();
-    QgzGroups how{.block = grid.block, .bits = grid.bits};
+    QgzConfig how{.block = grid.block, .bits = grid.bits};
     std::unique_ptr<comm::Communicator> node, across;
     if (grid.nodes > 1) {  // placed in blocks: node r / L
       ASSIGN_OR_RETURN(node, dp.Split(r / grid.local, r, comm::group::kDpShard));
