@@ -247,7 +247,9 @@ TEST_P(QuantizedResumeTest, ResumesBitForBit) {
   TrainOptions o = GetParam().On(TinyDataParallel(1));
   o.training.steps = 6;
   const RunResult straight = RunRanks(o);
-  const std::string path = ::testing::TempDir() + "/qwz_resume.safetensors";
+  // A file of its own: ctest runs each grid as a process of its own, side by side.
+  const std::string path = absl::StrCat(
+      ::testing::TempDir(), "/quantized_resume_", Name({GetParam(), 0}), ".safetensors");
   TrainAndSave(o, 3, path);
   TrainOptions resumed = o;
   resumed.checkpoint.load = path;
