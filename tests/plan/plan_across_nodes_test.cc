@@ -121,64 +121,69 @@ TEST(PlanHpz, RowIsTheMeasuredZeroThreeWithItsGathersInsideTheNode) {
   }
 }
 
-// qwZ's row and qgZ's (in one hop on one node, in two across nodes), each on its own, and
-// ZeRO++'s with hpZ, qwZ and qgZ together.
-TEST(PlanQuantized, QwzAndQgzRowsAreTheMeasuredBytesInAllAndAcrossNodes) {
-  // qwZ (bits 0 here), qgZ at 8 and at 4 bits.
-  for (int bits : {0, 8, 4}) {
-    const bool grads = bits > 0;
-    for (int64_t block : {int64_t{4}, int64_t{256}}) {
-      for (auto [nodes, per_node] : {std::pair{1, 3}, {2, 2}, {2, 3}, {3, 2}}) {
-        SCOPED_TRACE(absl::StrCat(grads ? "qgz, " : "qwz, ", nodes, " nodes of ", per_node,
-                                  ", block ", block, ", bits ", bits));
-        PlanInput in = SmallPlan();
-        in.precision = DType::kF32;
-        in.bytes_per_value = 4;
-        in.dp = nodes * per_node;
-        in.zero = 3;
-        in.zero_quantized_weights = !grads;
-        in.zero_quantized_gradients = grads;
-        if (grads) in.zero_quant_grad_bits = bits;
-        in.zero_quant_block = block;
-        in.gpus_per_node = per_node;
-        ASSERT_TRUE(CheckQuantization(in).ok());
-        const train::RunResult run = RunPlan(in);
-        const comm::LinkBytes most = Busiest(run, in);
-        int compared = 0;
-        for (const PlanRow& row : Plan(in)) {
-          if (row.strategy != (grads ? "zero-3 + qgz" : "zero-3 + qwz")) continue;
-          EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
-          EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
-          ++compared;
-        }
-        EXPECT_EQ(compared, 1);
-      }
+// One quantised case of the planner: its row against tally_train's busiest rank, in all
+// and across nodes. bits 0: qwZ; 8 or 4: qgZ; zero++: hpZ, qwZ and qgZ together.
+struct QuantizedCase {
+  int nodes = 1, per_node = 2;
+  int bits = 0;
+  int64_t block = 4;
+  bool zeropp = false;
+};
+
+void ExpectQuantizedRowMeasured(const QuantizedCase& c) {
+  SCOPED_TRACE(absl::StrCat(c.zeropp ? "zero++, " : c.bits > 0 ? "qgz, " : "qwz, ", c.nodes,
+                            " nodes of ", c.per_node, ", block ", c.block, ", bits ", c.bits));
+  PlanInput in = SmallPlan();
+  in.precision = DType::kF32;
+  in.bytes_per_value = 4;
+  in.dp = c.nodes * c.per_node;
+  in.zero = 3;
+  in.zero_quantized_weights = c.bits == 0 || c.zeropp;
+  in.zero_quantized_gradients = c.bits > 0;
+  if (c.bits > 0) in.zero_quant_grad_bits = c.bits;
+  in.zero_hpz = c.zeropp;
+  in.zero_quant_block = c.block;
+  in.gpus_per_node = c.per_node;
+  ASSERT_TRUE(CheckZeroShard(in).ok() && CheckQuantization(in).ok());
+  const train::RunResult run = RunPlan(in);
+  const comm::LinkBytes most = Busiest(run, in);
+  const std::string name = c.zeropp ? "zero++ (hpz + qwz + qgz)" : c.bits > 0 ? "zero-3 + qgz" : "zero-3 + qwz";
+  int compared = 0;
+  for (const PlanRow& row : Plan(in)) {
+    if (row.strategy != name) continue;
+    EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
+    EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 1);
+}
+
+// Each a test of its own: every case is a tally_train run, slow under ThreadSanitizer.
+TEST(PlanQuantized, QwzRowIsTheMeasuredBytesInAllAndAcrossNodes) {
+  for (int64_t block : {int64_t{4}, int64_t{256}}) {
+    for (auto [nodes, per_node] : {std::pair{1, 3}, {2, 2}, {2, 3}}) {
+      ExpectQuantizedRowMeasured({.nodes = nodes, .per_node = per_node, .block = block});
     }
   }
-  // ZeRO++ whole: hpZ, qwZ and qgZ together.
-  for (auto [nodes, per_node] : {std::pair{2, 2}, {2, 3}, {3, 2}}) {
-    SCOPED_TRACE(absl::StrCat("zero++, ", nodes, " nodes of ", per_node));
-    PlanInput in = SmallPlan();
-    in.precision = DType::kF32;
-    in.bytes_per_value = 4;
-    in.dp = nodes * per_node;
-    in.zero = 3;
-    in.zero_hpz = in.zero_quantized_weights = in.zero_quantized_gradients = true;
-    in.zero_quant_block = 16;
-    in.zero_quant_grad_bits = nodes == 3 ? 4 : 8;
-    in.gpus_per_node = per_node;
-    ASSERT_TRUE(CheckZeroShard(in).ok() && CheckQuantization(in).ok());
-    const train::RunResult run = RunPlan(in);
-    const comm::LinkBytes most = Busiest(run, in);
-    int compared = 0;
-    for (const PlanRow& row : Plan(in)) {
-      if (row.strategy != "zero++ (hpz + qwz + qgz)") continue;
-      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu);
-      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu);
-      ++compared;
-    }
-    EXPECT_EQ(compared, 1);
+}
+
+// In one hop on one node, in two across nodes; at 8 and at 4 bits.
+TEST(PlanQuantized, QgzRowIsTheMeasuredBytesInAllAndAcrossNodes) {
+  for (const QuantizedCase& c : {QuantizedCase{.nodes = 1, .per_node = 3, .bits = 8},
+                                 QuantizedCase{.nodes = 2, .per_node = 3, .bits = 8, .block = 256},
+                                 QuantizedCase{.nodes = 3, .per_node = 2, .bits = 8},
+                                 QuantizedCase{.nodes = 2, .per_node = 2, .bits = 4},
+                                 QuantizedCase{.nodes = 3, .per_node = 2, .bits = 4, .block = 256}}) {
+    ExpectQuantizedRowMeasured(c);
   }
+}
+
+TEST(PlanQuantized, ZeroPlusPlusRowIsTheMeasuredBytesInAllAndAcrossNodes) {
+  ExpectQuantizedRowMeasured({.nodes = 2, .per_node = 2, .bits = 8, .block = 16, .zeropp = true});
+  ExpectQuantizedRowMeasured({.nodes = 3, .per_node = 2, .bits = 4, .block = 16, .zeropp = true});
+}
+
+TEST(PlanQuantized, BadValuesAreClearErrors) {
   PlanInput in = SmallPlan();
   in.zero_quant_block = 0;
   EXPECT_TRUE(absl::StrContains(CheckQuantization(in).message(),
