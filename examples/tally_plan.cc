@@ -65,8 +65,9 @@ ABSL_FLAG(bool, zero_quantized_gradients, false,
 ABSL_FLAG(int32_t, zero_quant_grad_bits, 8, "bits a gradient takes in the row zero-3 + qgz: 8 or 4");
 ABSL_FLAG(int64_t, zero_quant_block, 256, "values a quantised block holds (one fp32 scale each)");
 ABSL_FLAG(std::string, grad_compression, "none",
-          "none, or powersgd: the row dp powersgd (r=...), PowerSGD's step after its warm-up "
-          "(tally's GPT shapes, --zero=0)");
+          "none; powersgd: the row dp powersgd (r=...), PowerSGD's step after its warm-up "
+          "(tally's GPT shapes, --zero=0); or onebit_adam: the row dp 1-bit adam, 1-bit Adam's "
+          "step after its warm-up (--zero=0)");
 ABSL_FLAG(int, powersgd_rank, 1, "PowerSGD's rank r");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per data-parallel rank and step");
 ABSL_FLAG(int, n_experts, 0,

@@ -174,11 +174,16 @@ ABSL_FLAG(int32_t, zero_quant_grad_bits, 8,
 ABSL_FLAG(int64_t, zero_quant_block, 256,
           "values a quantised block holds (each block: one fp32 scale, max|x|/127)");
 ABSL_FLAG(std::string, grad_compression, "none",
-          "none, or powersgd: --zero=0's gradient sum as PowerSGD's low-rank P and Q (each 2-D "
-          "gradient M ~ P Q^T, error feedback kept on each rank) after the warm-up steps");
+          "none; powersgd: --zero=0's gradient sum as PowerSGD's low-rank P and Q (each 2-D "
+          "gradient M ~ P Q^T, error feedback kept on each rank) after the warm-up steps; or "
+          "onebit_adam: 1-bit Adam (AdamW's momentum averaged as one sign bit a value and one "
+          "scale a rank, with worker and server error feedback; the variance frozen) after them");
 ABSL_FLAG(int, powersgd_rank, 1, "PowerSGD's rank r: P is m x r and Q n x r for an m x n gradient");
 ABSL_FLAG(int64_t, powersgd_warmup_steps, 10,
           "steps of the plain all-reduce before PowerSGD starts (PyTorch's start_powerSGD_iter)");
+ABSL_FLAG(int64_t, onebit_warmup_steps, 10,
+          "steps of AdamW on the plain all-reduce before 1-bit Adam freezes the variance and "
+          "compresses the momentum (DeepSpeed's freeze_step); at least 1");
 ABSL_FLAG(std::string, allreduce, "ring",
           "algorithm of the dp collectives: ring; naive (through rank 0: reduce, then broadcast); "
           "or hierarchical (rings inside each node, then across nodes; with --gpus_per_node)");
@@ -276,6 +281,7 @@ absl::StatusOr<train::ParallelOptions> ParallelFromFlags() {
                    parallel::ParseGradCompression(absl::GetFlag(FLAGS_grad_compression)));
   p.powersgd_rank = absl::GetFlag(FLAGS_powersgd_rank);
   p.powersgd_warmup_steps = absl::GetFlag(FLAGS_powersgd_warmup_steps);
+  p.onebit_warmup_steps = absl::GetFlag(FLAGS_onebit_warmup_steps);
   ASSIGN_OR_RETURN(p.allreduce, train::ParseAllReduce(absl::GetFlag(FLAGS_allreduce)));
   p.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   const std::string overlap = absl::GetFlag(FLAGS_overlap);
@@ -413,7 +419,8 @@ int main(int argc, char** argv) {
       {"checkpoints", {"save", "save_every", "load"}},
       {"data parallelism and ZeRO",
        {"dp", "zero", "zero_shard", "zero3_reshard_after_forward", "zero_hpz", "zero_quantized_weights",
-        "zero_quantized_gradients", "zero_quant_grad_bits", "zero_quant_block", "grad_compression", "powersgd_rank", "powersgd_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
+        "zero_quantized_gradients", "zero_quant_grad_bits", "zero_quant_block", "grad_compression", "powersgd_rank", "powersgd_warmup_steps",
+        "onebit_warmup_steps", "allreduce", "overlap", "bucket_mb"}},
       {"tensor and expert parallelism", {"tp", "sequence_parallel", "ep"}},
       {"context parallelism", {"cp", "cp_comm", "cp_load_balance"}},
       {"pipeline parallelism and recompute",

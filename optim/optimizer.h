@@ -83,6 +83,7 @@ class AdamW : public Optimizer {
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
   }
   const char* name() const override { return "adamw"; }
+  const AdamWOptions& options() const { return options_; }
 
  private:
   AdamW(const AdamWOptions& options, Tensor m, Tensor v, std::unique_ptr<Kernels> kernels)

@@ -124,6 +124,13 @@ absl::StatusOr<std::unique_ptr<ReplicaWeights>> ReplicaWeights::Create(
   ASSIGN_OR_RETURN(w->replica_, model::Replica::Create(layout, seed, alloc, config.precision));
   ASSIGN_OR_RETURN(w->kernels_, Kernels::Create(alloc.device()));
   ASSIGN_OR_RETURN(w->optimizer_, w->make_optimizer_(layout.total(), alloc));
+  if (config.onebit_adam && config.dp != nullptr) {
+    ASSIGN_OR_RETURN(std::unique_ptr<OneBitAdam> onebit,
+                     OneBitAdam::Create(std::move(w->optimizer_), config.dp, config.onebit_warmup,
+                                        config.algorithm, alloc));
+    w->onebit_ = onebit.get();
+    w->optimizer_ = std::move(onebit);
+  }
   w->ranges_ = model::TensorRanges(w->layout_);  // pointing into the kept layout
   w->segments_ = model::OptimizerSegments(w->ranges_);
   if (config.dp == nullptr) return w;
@@ -174,6 +181,15 @@ absl::Status ReplicaWeights::ReleaseParams(int unit) {
 
 absl::Status ReplicaWeights::EndBackward() {
   error_sums_ = ErrorSums();
+  if (Compressing() && onebit_ != nullptr) {
+    // Each rank's own estimate of the step's gradient (its momentum is summed in Step).
+    if (grads().device().type == DeviceType::kCPU) {
+      const float p = float(config_.dp->size());
+      float* g = grads().data<float>();
+      for (int64_t i = 0; i < grads().numel(); ++i) g[i] *= p;
+    }
+    return absl::OkStatus();
+  }
   if (Compressing()) {
     comm::PhaseScope phase(config_.dp->ledger(), comm::Phase::kBackward);
     RETURN_IF_ERROR(powersgd_->Reduce(grads()));
@@ -191,6 +207,7 @@ absl::StatusOr<double> ReplicaWeights::Step(float lr, float clip) {
   ASSIGN_OR_RETURN(double norm, ClipAndStep(*kernels_, *optimizer_, params().data<float>(),
                                             grads(), ranges_, segments_, lr, clip, groups));
   RETURN_IF_ERROR(replica_->Publish());  // the bf16 copy of the updated master weights
+  if (onebit_ != nullptr) error_sums_ = onebit_->error_sums();
   return norm;
 }
 

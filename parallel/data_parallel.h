@@ -38,6 +38,7 @@
 #include "model/precision.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "parallel/onebit_adam.h"
 #include "parallel/powersgd.h"
 #include "parallel/sent_as.h"
 #include "parallel/step_end.h"
@@ -144,6 +145,11 @@ struct ReplicaConfig {
   int powersgd_rank = 0;
   int64_t powersgd_warmup = 0;
   uint64_t seed = 0;
+  // 1-bit Adam (onebit_adam.h) from step `onebit_warmup` on (the optimizer's step count):
+  // the optimizer, which must be AdamW, sums the momentum itself, and the gradients go
+  // unsummed, each rank's scaled by dp to its own estimate of the step's.
+  bool onebit_adam = false;
+  int64_t onebit_warmup = 0;
 };
 
 class ReplicaWeights final : public TrainableWeights {
@@ -196,9 +202,12 @@ class ReplicaWeights final : public TrainableWeights {
   // (the experts'); null where there is no such group.
   std::unique_ptr<GradientSync> sync_, expert_sync_;
   std::unique_ptr<PowerSgd> powersgd_;  // null: none
-  ErrorSums error_sums_;                // PowerSGD's, of the step's sum
-  // Whether this step's sum is PowerSGD's (past the warm-up), not the buckets'.
+  OneBitAdam* onebit_ = nullptr;        // optimizer_, under 1-bit Adam (null: none)
+  ErrorSums error_sums_;                // the compression's, of the step
+  // Whether this step's sum is PowerSGD's or 1-bit Adam's (past the warm-up), not the
+  // buckets'.
   bool Compressing() const {
+    if (onebit_ != nullptr) return onebit_->Compressing();
     return powersgd_ != nullptr && optimizer_->step() >= config_.powersgd_warmup;
   }
   bool last_backward_ = false;  // the step's last backward is running

@@ -4,23 +4,11 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-
 #include "runtime/comm/ledger/names.h"
 #include "runtime/rng.h"
 #include "runtime/status_macros.h"
 
 namespace tally::parallel {
-
-const char* Name(GradCompression c) { return c == GradCompression::kPowerSgd ? "powersgd" : "none"; }
-
-absl::StatusOr<GradCompression> ParseGradCompression(std::string_view name) {
-  for (GradCompression c : {GradCompression::kNone, GradCompression::kPowerSgd}) {
-    if (name == Name(c)) return c;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "[flags] --grad_compression must be none or powersgd, got '", std::string(name), "'"));
-}
 
 PowerSgdSplit SplitForPowerSgd(const model::ParameterLayout& layout, int rank) {
   PowerSgdSplit split;

@@ -30,23 +30,18 @@
 
 #include <cstdint>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
 #include "parallel/compression_error.h"
+#include "parallel/grad_compression.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/tensor.h"
 
 namespace tally::parallel {
-
-// --grad_compression: none, or powersgd.
-enum class GradCompression : uint8_t { kNone, kPowerSgd };
-const char* Name(GradCompression c);
-absl::StatusOr<GradCompression> ParseGradCompression(std::string_view name);
 
 // A tensor PowerSGD compresses: its place in the buffer and its m × n.
 struct PowerSgdMatrix {

@@ -105,6 +105,14 @@ absl::Status CheckQuantization(const PlanInput& in) {
 }
 
 absl::Status CheckGradCompression(const PlanInput& in) {
+  if (in.grad_compression == parallel::GradCompression::kOneBitAdam) {
+    auto bad = [](const std::string& why) {
+      return absl::InvalidArgumentError("[flags] --grad_compression=onebit_adam " + why);
+    };
+    if (in.zero > 0) return bad("compresses data parallelism's all-reduce: it needs --zero=0");
+    if (in.ep > 1) return bad("with --ep is not supported yet");
+    return absl::OkStatus();
+  }
   if (in.grad_compression != parallel::GradCompression::kPowerSgd) return absl::OkStatus();
   auto bad = [](const std::string& why) {
     return absl::InvalidArgumentError("[flags] --grad_compression=powersgd " + why);

@@ -12,6 +12,7 @@
 #include "model/parameters.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/onebit_adam.h"
 #include "parallel/powersgd.h"
 #include "parallel/zero/sharding.h"
 #include "plan/rows.h"
@@ -192,12 +193,20 @@ void ReplicaRows(PlanRows& plan) {
   plan.Add("zero-3", 3.0 * sharded * e, zero3, "3Φ per GPU: two all-gathers and a reduce-scatter");
 }
 
-// PowerSGD's step after its warm-up (parallel/powersgd.h's PowerSgdCalls) over each dp
-// group, in fp32.
-void PowerSgdRow(PlanRows& plan) {
+// The compressed step after its warm-up over each dp group, in fp32: PowerSGD's
+// (parallel/powersgd.h's PowerSgdCalls) or 1-bit Adam's (parallel/onebit_adam.h's
+// OneBitAdamCalls). Its time prices each call as passes over its bytes: two for an
+// all-reduce, one for an all-gather or an all-to-all.
+void CompressionRow(PlanRows& plan) {
   const PlanInput& in = plan.in;
   const Replicas r = ReplicasOf(in);
-  const parallel::PowerSgdSplit split = parallel::SplitForPowerSgd(r.layout, in.powersgd_rank);
+  const bool powersgd = in.grad_compression == parallel::GradCompression::kPowerSgd;
+  const parallel::PowerSgdSplit split =
+      powersgd ? parallel::SplitForPowerSgd(r.layout, in.powersgd_rank) : parallel::PowerSgdSplit();
+  auto calls = [&](int n, int i) {
+    return powersgd ? parallel::PowerSgdCalls(split, "dp", n, i)
+                    : parallel::OneBitAdamCalls(r.part, "dp", n, i);
+  };
   Traffic t;
   for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
     const std::vector<int> where = plan.NodesOf(group);
@@ -205,17 +214,26 @@ void PowerSgdRow(PlanRows& plan) {
     double seconds = 0;
     for (int i = 0; i < n; ++i) {
       Split bytes;
-      for (const comm::ExpectedCall& c : parallel::PowerSgdCalls(split, "dp", n, i)) {
+      for (const comm::ExpectedCall& c : calls(n, i)) {
         bytes.Add(comm::ExactSentByLink(c.primitive, in.allreduce, where, i, -1, c.count,
                                         size_t(c.element)));
-        if (i == 0) seconds += PassesTime(in.allreduce, where, double(c.count * c.element), 2, in.cluster);
+        const double passes = c.primitive == comm::Primitive::kAllReduce ? 2 : 1;
+        if (i == 0) {
+          seconds += PassesTime(in.allreduce, where, double(c.count * c.element), passes, in.cluster);
+        }
       }
       t.Add(bytes);
     }
     t.time = std::max(t.time, seconds);
   }
-  plan.Add(absl::StrCat("dp powersgd (r=", in.powersgd_rank, ")"), 2.0 * r.part * plan.e, t,
-           "2(W + Σ(m+n)·r)·4 per GPU: whole tensors, P and Q, fp32");
+  if (powersgd) {
+    plan.Add(absl::StrCat("dp powersgd (r=", in.powersgd_rank, ")"), 2.0 * r.part * plan.e, t,
+             "2(W + Σ(m+n)·r)·4 per GPU: whole tensors, P and Q, fp32");
+  } else {
+    plan.Add("dp 1-bit adam", 2.0 * r.part * plan.e, t,
+             "2(dp−1)/dp·N/8 + 8(dp−1) per GPU: the momentum's signs to and from their chunk's "
+             "rank, and the scales (N: Φ padded to a multiple of 8·dp)");
+  }
 }
 
 // The experts' gradients over the ranks holding the same experts.
@@ -252,8 +270,8 @@ std::vector<PlanRow> Plan(const PlanInput& in) {
   PlanRows plan(in);
   if (in.dp * in.cp > 1) ReplicaRows(plan);
   if (in.dp * in.cp > 1) NodeShardRows(plan);
-  if (in.dp * in.cp > 1 && in.grad_compression == parallel::GradCompression::kPowerSgd) {
-    PowerSgdRow(plan);
+  if (in.dp * in.cp > 1 && in.grad_compression != parallel::GradCompression::kNone) {
+    CompressionRow(plan);
   }
   if (in.ep > 1 && in.dp * in.cp > in.ep) ExpertReplicaRow(plan);
   TensorParallelRows(plan);

@@ -80,7 +80,8 @@ struct PlanInput {
   int64_t zero_quant_block = 256;
   // PowerSGD of rank powersgd_rank (tally_train --grad_compression=powersgd;
   // parallel/powersgd.h), of tally's GPT shapes: the row "dp powersgd (r=...)", a step
-  // after its warm-up, in fp32 as tally_train sends it.
+  // after its warm-up, in fp32 as tally_train sends it. Or 1-bit Adam (onebit_adam;
+  // parallel/onebit_adam.h): the row "dp 1-bit adam", a step after its warm-up.
   parallel::GradCompression grad_compression = parallel::GradCompression::kNone;
   int powersgd_rank = 1;
   // Context parallelism (tally_train --cp, parallel/context_parallel.h): each of a dp
@@ -276,7 +277,8 @@ std::vector<PlanRow> Plan(const PlanInput& in);
 absl::Status CheckGrid(const PlanInput& in);
 // Whether --zero_shard and --zero3_reshard_after_forward fit the rest of `in`: HSDP needs
 // the nodes, no experts, and dp groups that put as many GPUs on each of their nodes; and
-// whether --grad_compression does (PowerSGD: a tally GPT shape, --zero=0, no experts).
+// whether --grad_compression does (PowerSGD: a tally GPT shape, --zero=0, no experts;
+// 1-bit Adam: --zero=0, no experts).
 absl::Status CheckZeroShard(const PlanInput& in);
 absl::Status CheckGradCompression(const PlanInput& in);
 // --zero_quant_block below 1; qgZ with experts, or (with --gpus_per_node) on dp groups

@@ -31,10 +31,11 @@ std::vector<int> GroupNodes(const ReportInputs& in, int rank, bool experts) {
   return in.nodes != nullptr ? in.nodes->Of(group) : std::vector<int>(group.size(), 0);
 }
 
-// Of the run's steps, those PowerSGD's warm-up sums plainly (its steps are counted from
-// the optimizer's, so a resumed run's first is first_step - 1).
+// Of the run's steps, those the compression's warm-up (PowerSGD's, 1-bit Adam's) sums
+// plainly (its steps are counted from the optimizer's, so a resumed run's first is
+// first_step - 1).
 int64_t WarmUpSteps(const ReportInputs& in) {
-  return std::clamp<int64_t>(in.options.parallel.powersgd_warmup_steps - (in.first_step - 1), 0,
+  return std::clamp<int64_t>(in.options.parallel.CompressionWarmup() - (in.first_step - 1), 0,
                              in.steps);
 }
 
@@ -185,7 +186,8 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
                                                  : std::vector<comm::Chunk>{{0, layout.total()}};
-  if (o.parallel.PowerSgd()) {  // the buckets over the warm-up's steps, PowerSGD's after
+  if (o.parallel.PowerSgd() || o.parallel.OneBitAdam()) {
+    // The buckets over the warm-up's steps, the compressed calls after.
     const int64_t warm = WarmUpSteps(in);
     comm::ExpectedCalls calls = parallel::GradientSyncCalls(
         ranges, {.group = group,
@@ -195,9 +197,12 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
                  .bucket_bytes = int64_t(o.parallel.bucket_mb * (1 << 20)),
                  .element = BytesOf(o).grad_comm});
     for (comm::ExpectedCall& c : calls) c.of_steps = warm;
-    comm::ExpectedCalls compressed = parallel::PowerSgdCalls(
-        parallel::SplitForPowerSgd(layout, o.parallel.powersgd_rank), group, ranks, group_rank,
-        GroupNodes(in, rank, experts));
+    comm::ExpectedCalls compressed =
+        o.parallel.PowerSgd()
+            ? parallel::PowerSgdCalls(parallel::SplitForPowerSgd(layout, o.parallel.powersgd_rank),
+                                      group, ranks, group_rank, GroupNodes(in, rank, experts))
+            : parallel::OneBitAdamCalls(layout.total(), group, ranks, group_rank,
+                                        GroupNodes(in, rank, experts));
     for (comm::ExpectedCall& c : compressed) c.of_steps = in.steps - warm;
     comm::Append(calls, std::move(compressed));
     return calls;
@@ -378,7 +383,7 @@ int64_t SeedSent(const ReportInputs& in, const comm::LedgerKey& key) {
   }
   if (key.group != comm::group::kDp && key.group != comm::group::kEdp) return -1;
   if (key.primitive == comm::Primitive::kAllReduce && key.phase == comm::Phase::kBackward) {
-    if (!o.parallel.PowerSgd()) return 2 * part_bytes;
+    if (!o.parallel.PowerSgd() && !o.parallel.OneBitAdam()) return 2 * part_bytes;
     // The seed knows no compression: its 2Φ on the warm-up's steps only.
     if (!key.label.empty()) return -1;
     return in.steps > 0 ? 2 * part_bytes / in.steps * WarmUpSteps(in) : 0;

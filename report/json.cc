@@ -94,6 +94,10 @@ void WriteConfig(const ReportInputs& in, const comm::Nodes& nodes, JsonWriter& w
     w.Key("grad_compression").String(parallel::Name(p.grad_compression));
     w.Key("powersgd_rank").Int(p.powersgd_rank).Key("powersgd_warmup_steps").Int(p.powersgd_warmup_steps);
   }
+  if (p.OneBitAdam()) {
+    w.Key("grad_compression").String(parallel::Name(p.grad_compression));
+    w.Key("onebit_warmup_steps").Int(p.onebit_warmup_steps);
+  }
   w.Key("order").String(parallel::Name(o.placement.order)).Key("nodes").Int(nodes.count());
   w.Key("gpus_per_node").Int(nodes.gpus_per_node());
   w.Key("link_intra_gbps").Double(o.cluster.links.intra.gbps);

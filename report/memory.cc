@@ -6,6 +6,7 @@
 #include "model/activations.h"
 #include "model/parameters.h"
 #include "parallel/context_parallel.h"
+#include "parallel/onebit_adam.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/zero/sharding.h"
 #include "report/formulas.h"
@@ -152,13 +153,19 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
   f.activations = PredictedActivations(o, rank);
   if (o.parallel.zero == 0) {
     // PowerSGD keeps its error (m·n) and Q (n·r) of every matrix it compresses, in fp32.
-    int64_t powersgd = 0;
+    int64_t compression = 0;
     if (o.parallel.PowerSgd() && o.topology().DpGroupSize() > 1) {
       const parallel::PowerSgdSplit split = parallel::SplitForPowerSgd(layout, o.parallel.powersgd_rank);
-      for (const parallel::PowerSgdMatrix& m : split.matrices) powersgd += m.rows * m.cols;
-      powersgd = 4 * (powersgd + split.q_values);
+      for (const parallel::PowerSgdMatrix& m : split.matrices) compression += m.rows * m.cols;
+      compression = 4 * (compression + split.q_values);
     }
-    return {bytes.params * phi, bytes.grads * phi, state_per_element * phi + powersgd,
+    // 1-bit Adam keeps its worker error (N values) and server error (N/p), in fp32.
+    if (o.parallel.OneBitAdam() && o.topology().DpGroupSize() > 1) {
+      const parallel::OneBitShape shape =
+          parallel::OneBitShapeOf(phi, o.topology().DpGroupSize());
+      compression = 4 * (shape.padded + shape.chunk);
+    }
+    return {bytes.params * phi, bytes.grads * phi, state_per_element * phi + compression,
             f.activations};
   }
   const parallel::Sharding sharding = RankSharding(o, layout, rank);

@@ -168,7 +168,7 @@ std::string RoutingTable(const ReportInputs& in);
 // {"config": {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", with experts
 //  "n_experts", "moe_top_k", "capacity_factor" and "ep", "sequence_parallel", "overlap",
 //  "dry_run", ..., "world", "dp", "tp", "pp", "zero" (and the sharding and compression
-//  flags where one is on: "zero_shard", ..., "powersgd_warmup_steps"), "order", "nodes", "gpus_per_node",
+//  flags where one is on: "zero_shard", ..., "powersgd_warmup_steps", "onebit_warmup_steps"), "order", "nodes", "gpus_per_node",
 //  "link_intra_gbps", "link_intra_latency_us", "link_inter_gbps", "link_inter_latency_us",
 //  "params"}, "steps": S, "first_step", "losses": [rank 0's loss of each step from
 //  first_step], "val_losses": [{"step", "loss"}] (these three not in a dry run; with

@@ -88,6 +88,10 @@ absl::Status CheckAgainstSerial(const TrainOptions& options, int64_t start_step,
     log << "(PowerSGD's sum is a low-rank approximation after its warm-up: no tolerance "
            "holds it to the single-rank run)\n";
   }
+  if (options.parallel.OneBitAdam()) {
+    log << "(1-bit Adam's momentum is one bit a value after its warm-up: no tolerance "
+           "holds it to the single-rank run)\n";
+  }
   return absl::OkStatus();
 }
 

@@ -144,9 +144,17 @@ struct ParallelOptions {
   int powersgd_rank = 1;
   int64_t powersgd_warmup_steps = 10;
   bool PowerSgd() const { return grad_compression == parallel::GradCompression::kPowerSgd; }
-  // Whether what a step sends is compressed (qwZ, qgZ, PowerSGD): the step's error is
-  // then measured and reported (train/trainer.h).
-  bool Compresses() const { return Qwz() || Qgz() || PowerSgd(); }
+  // 1-bit Adam (parallel/onebit_adam.h) after onebit_warmup_steps steps of AdamW on the
+  // plain sum.
+  int64_t onebit_warmup_steps = 10;
+  bool OneBitAdam() const { return grad_compression == parallel::GradCompression::kOneBitAdam; }
+  // The compressed steps' warm-up: PowerSGD's or 1-bit Adam's (0: no compression).
+  int64_t CompressionWarmup() const {
+    return PowerSgd() ? powersgd_warmup_steps : OneBitAdam() ? onebit_warmup_steps : 0;
+  }
+  // Whether what a step sends is compressed (qwZ, qgZ, PowerSGD, 1-bit Adam): the step's
+  // error is then measured and reported (train/trainer.h).
+  bool Compresses() const { return Qwz() || Qgz() || PowerSgd() || OneBitAdam(); }
 
   // Tensor parallelism (parallel/tensor_parallel.h): every layer split over tp ranks;
   // with sequence_parallel, the activations between the split layers split by sequence.
@@ -334,7 +342,7 @@ struct TrainOptions {
   absl::Status Validate() const;
   absl::Status ValidateBatch() const;  // the batch against the grid
   absl::Status ValidateZeroShard() const;  // HSDP's nodes, ZeRO-3's resharding
-  absl::Status ValidateGradCompression() const;  // PowerSGD
+  absl::Status ValidateGradCompression() const;  // PowerSGD, 1-bit Adam
   absl::Status ValidateJobs() const;   // what a sampling job and --repeat cannot do
   // One line for each flag that has no effect in this configuration (e.g.
   // --sequence_parallel with tp = 1), naming it. Ask the options as given, before

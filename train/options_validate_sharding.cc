@@ -96,28 +96,39 @@ absl::Status TrainOptions::ValidateZeroShard() const {
 
 absl::Status TrainOptions::ValidateGradCompression() const {
   const ParallelOptions& p = parallel;
-  if (!p.PowerSgd()) return absl::OkStatus();
-  if (p.powersgd_rank < 1) return Bad("--powersgd_rank must be at least 1, got ", p.powersgd_rank);
-  if (p.powersgd_warmup_steps < 0) {
-    return Bad("--powersgd_warmup_steps must be 0 or more, got ", p.powersgd_warmup_steps);
+  if (p.grad_compression == parallel::GradCompression::kNone) return absl::OkStatus();
+  const std::string flag = absl::StrCat("--grad_compression=", parallel::Name(p.grad_compression));
+  if (p.PowerSgd()) {
+    if (p.powersgd_rank < 1) return Bad("--powersgd_rank must be at least 1, got ", p.powersgd_rank);
+    if (p.powersgd_warmup_steps < 0) {
+      return Bad("--powersgd_warmup_steps must be 0 or more, got ", p.powersgd_warmup_steps);
+    }
+  } else if (p.onebit_warmup_steps < 1) {
+    return Bad("--onebit_warmup_steps must be at least 1 (the warm-up estimates the variance "
+               "1-bit Adam then freezes), got ", p.onebit_warmup_steps);
   }
   if (p.zero > 0) {
-    return Bad("--grad_compression=powersgd compresses data parallelism's all-reduce: it needs "
-               "--zero=0 (ZeRO's reduce-scatter is not compressed)");
+    return Bad(flag, " compresses data parallelism's all-reduce: it needs --zero=0 (ZeRO's "
+               "reduce-scatter is not compressed)");
+  }
+  if (p.OneBitAdam() && training.optimizer != OptimizerKind::kAdamW) {
+    return Bad(flag, " needs --optimizer=adamw, got --optimizer=", Name(training.optimizer));
   }
   if (topology().DpGroupSize() < 2) {
-    return Bad("--grad_compression=powersgd needs more than one dp rank (there is no sum to compress)");
+    return Bad(flag, " needs more than one dp rank (there is no sum to compress)");
   }
+  const char* checkpointed = p.PowerSgd()
+      ? "--save or --load (its error buffers and Q are not in a checkpoint yet)"
+      : "--save or --load (its error buffers are not in a checkpoint yet)";
   for (auto [unsupported, what] :
        {std::pair{p.ep > 1, "--ep"},
         {precision.dtype == DType::kBF16 || precision.grad_comm_dtype == DType::kBF16,
          "bf16 (--precision, --grad_comm_dtype)"},
         {placement.device != DeviceType::kCPU, "--device=cuda"},
-        {!checkpoint.save.empty() || !checkpoint.load.empty(),
-         "--save or --load (its error buffers and Q are not in a checkpoint yet)"}}) {
-    if (unsupported) return Bad("--grad_compression=powersgd with ", what, " is not supported yet");
+        {!checkpoint.save.empty() || !checkpoint.load.empty(), checkpointed}}) {
+    if (unsupported) return Bad(flag, " with ", what, " is not supported yet");
   }
-  if (parallel::SplitForPowerSgd(RankLayout(0), p.powersgd_rank).matrices.empty()) {
+  if (p.PowerSgd() && parallel::SplitForPowerSgd(RankLayout(0), p.powersgd_rank).matrices.empty()) {
     return Bad("--powersgd_rank=", p.powersgd_rank,
                " compresses no tensor of this model: an m x n gradient is compressed only when "
                "(m + n) x r < m x n");

@@ -84,6 +84,14 @@ void ParallelWarnings(const TrainOptions& o, const TrainOptions& defaults, const
     unused("--grad_compression=powersgd",
            "when its warm-up outlasts the run (--powersgd_warmup_steps >= --steps)");
   }
+  if (!o.parallel.OneBitAdam()) {
+    if (o.parallel.onebit_warmup_steps != defaults.parallel.onebit_warmup_steps) {
+      unused("--onebit_warmup_steps", "without --grad_compression=onebit_adam");
+    }
+  } else if (o.parallel.onebit_warmup_steps >= o.training.steps) {
+    unused("--grad_compression=onebit_adam",
+           "when its warm-up outlasts the run (--onebit_warmup_steps >= --steps)");
+  }
   // HSDP and hpZ on a dp group that one node holds: ZeRO's own groups, nothing kept inside.
   if ((o.parallel.ShardsByNode() || o.parallel.Hpz()) && o.placement.gpus_per_node > 0) {
     const absl::StatusOr<parallel::Topology::NodeShards> cut =

@@ -148,7 +148,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .checkpointed = dp_rank < options.parallel.ep,
         .powersgd_rank = options.parallel.PowerSgd() ? options.parallel.powersgd_rank : 0,
         .powersgd_warmup = options.parallel.powersgd_warmup_steps,
-        .seed = options.training.seed};
+        .seed = options.training.seed,
+        .onebit_adam = options.parallel.OneBitAdam(),
+        .onebit_warmup = options.parallel.onebit_warmup_steps};
     ASSIGN_OR_RETURN(t->weights_,
                      parallel::ReplicaWeights::Create(replica, layout, options.training.seed,
                                                       t->model_alloc_, make_optimizer));

@@ -176,13 +176,22 @@ TEST(BadInput, ShardingAndCompressionFlagsSayWhatTheyNeed) {
        "[flags] --zero_quant_block must be at least 1 value a block, got -8"},
       {"--grad_compression=powersgd --powersgd_rank=0", "[flags] --powersgd_rank must be at least 1"},
       {"--grad_compression=powersgd --zero=1", "it needs --zero=0"},
-      {"--grad_compression=topk", "[flags] --grad_compression must be none or powersgd, got 'topk'"},
+      {"--grad_compression=topk",
+       "[flags] --grad_compression must be none, powersgd or onebit_adam, got 'topk'"},
+      {"--grad_compression=onebit_adam --onebit_warmup_steps=0",
+       "[flags] --onebit_warmup_steps must be at least 1"},
+      {"--grad_compression=onebit_adam --optimizer=sgd",
+       "[flags] --grad_compression=onebit_adam needs --optimizer=adamw, got --optimizer=sgd"},
+      {"--grad_compression=onebit_adam --save=x.safetensors",
+       "[flags] --grad_compression=onebit_adam with --save or --load"},
   });
   ExpectOneClearLine(kPlan + " --model=toy --dp=4", {
       {"--zero=3 --zero_quantized_weights --zero_quant_block=0",
        "[flags] --zero_quant_block must be at least 1 value a block, got 0"},
       {"--zero=3 --zero_quantized_gradients --gpus_per_node=3",
        "[flags] --zero_quantized_gradients cuts the dp group by its nodes"},
+      {"--zero=1 --grad_compression=onebit_adam",
+       "[flags] --grad_compression=onebit_adam compresses data parallelism's all-reduce: it needs --zero=0"},
   }, 5);
   Result warned = RunCommand(kTrain + kTiny + " --steps=1 --zero_quant_block=64");
   EXPECT_EQ(warned.exit_code, 0) << warned.output;

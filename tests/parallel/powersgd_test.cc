@@ -246,9 +246,10 @@ INSTANTIATE_TEST_SUITE_P(RanksAndRank, PowerSgdTest,
 
 TEST(GradCompression, Names) {
   EXPECT_EQ(ParseGradCompression("powersgd").value(), GradCompression::kPowerSgd);
+  EXPECT_EQ(ParseGradCompression("onebit_adam").value(), GradCompression::kOneBitAdam);
   EXPECT_EQ(ParseGradCompression("none").value(), GradCompression::kNone);
   EXPECT_EQ(ParseGradCompression("topk").status().message(),
-            "[flags] --grad_compression must be none or powersgd, got 'topk'");
+            "[flags] --grad_compression must be none, powersgd or onebit_adam, got 'topk'");
 }
 
 }  // namespace

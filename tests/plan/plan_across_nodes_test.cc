@@ -239,6 +239,54 @@ TEST(PlanPowerSgd, RowIsTheMeasuredCompressedStep) {
   EXPECT_TRUE(absl::StrContains(CheckGradCompression(in).message(), "it needs --zero=0"));
 }
 
+TEST(PlanOneBitAdam, RowIsTheMeasuredCompressedStep) {
+  for (comm::Algorithm algorithm : {comm::Algorithm::kRing, comm::Algorithm::kHierarchical}) {
+    PlanInput in = SmallPlan();
+    in.precision = DType::kF32;
+    in.bytes_per_value = 4;
+    in.dp = 4;
+    in.gpus_per_node = 2;
+    in.allreduce = algorithm;
+    in.grad_compression = parallel::GradCompression::kOneBitAdam;
+    ASSERT_TRUE(CheckGradCompression(in).ok()) << CheckGradCompression(in);
+    train::TrainOptions o = PlanAsTrainOptions(in);
+    o.training.steps = 2;  // the warm-up's step, then the compressed one
+    o.parallel.onebit_warmup_steps = 1;
+    o.data.eval_every = 0;
+    o.sampling.sample_bytes = 0;
+    o.training.threads = 1;
+    ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+    const train::RunResult run = train::RunRanks(o);
+    const comm::Nodes nodes = *o.PlacedNodes();
+    comm::LinkBytes most;
+    for (const comm::TrafficLedger& ledger : run.traffic) {
+      const comm::LinkBytes b = ledger.SentByLink(nodes, [](const comm::LedgerKey& k) {
+        return k.group == comm::group::kDp && absl::StartsWith(k.label, "onebit_");
+      });
+      if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
+    }
+    ASSERT_GT(most.total(), 0);
+    int compared = 0;
+    for (const PlanRow& row : Plan(in)) {
+      if (row.strategy != "dp 1-bit adam") continue;
+      EXPECT_EQ(double(most.total()), row.exact_bytes_per_gpu) << comm::Name(algorithm);
+      EXPECT_EQ(double(most.inter), row.inter_bytes_per_gpu) << comm::Name(algorithm);
+      ++compared;
+    }
+    EXPECT_EQ(compared, 1);
+  }
+  PlanInput in = SmallPlan();
+  in.dp = 2;
+  in.grad_compression = parallel::GradCompression::kOneBitAdam;
+  in.zero = 2;
+  EXPECT_EQ(CheckGradCompression(in).message(),
+            "[flags] --grad_compression=onebit_adam compresses data parallelism's all-reduce: it "
+            "needs --zero=0");
+  in.zero = 0;
+  in.ep = 2;
+  EXPECT_TRUE(absl::StrContains(CheckGradCompression(in).message(), "with --ep is not supported"));
+}
+
 TEST(PlanHsdp, BadShapesAreOneLineEach) {
   PlanInput in = SmallPlan();
   in.dp = 4;

@@ -1,6 +1,7 @@
-// PowerSGD in training: the warm-up's steps are the plain run's bit for bit, the
-// compressed steps send what PowerSgdCalls says (every report row exact, the error and Q
-// in the memory formula), on any grid data parallelism composes with.
+// PowerSGD and 1-bit Adam in training: the warm-up's steps are the plain run's bit for
+// bit, the compressed steps send what PowerSgdCalls and OneBitAdamCalls say (every report
+// row exact, the errors and Q in the memory formula), on any grid data parallelism
+// composes with.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -71,38 +72,131 @@ INSTANTIATE_TEST_SUITE_P(
          Grid{.dp = 2, .tp = 2, .pp = 2, .sequence_parallel = true}})),
     GridName);
 
-TEST(PowerSgdOptions, BadValuesAreClearErrors) {
-  auto message = [](const TrainOptions& o) { return std::string(o.Validate().message()); };
-  const TrainOptions good = Compressed(Grid{.dp = 2}, 1);
+// TinyGrid's model with AdamW on `g` (`gpus_per_node` a node: with the hierarchical
+// algorithm), 1-bit Adam after 2 steps.
+TrainOptions OneBit(const Grid& g, int gpus_per_node = 0) {
+  TrainOptions o = g.On(TinyGrid(4 * g.dp));
+  o.training.optimizer = OptimizerKind::kAdamW;
+  o.training.lr = 1e-3f;
+  o.parallel.grad_compression = parallel::GradCompression::kOneBitAdam;
+  o.parallel.onebit_warmup_steps = 2;
+  o.placement.gpus_per_node = gpus_per_node;
+  return o;
+}
+
+class OneBitAdamRun : public ::testing::TestWithParam<std::pair<Grid, int>> {};
+
+TEST_P(OneBitAdamRun, WarmUpIsThePlainRunAndEveryRowIsExact) {
+  const auto& [g, gpus_per_node] = GetParam();
+  const TrainOptions o = OneBit(g, gpus_per_node);
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  TrainOptions plain_options = o;
+  plain_options.parallel.grad_compression = parallel::GradCompression::kNone;
+  const RunResult run = RunRanks(o);
+  const RunResult plain = RunRanks(plain_options);
+  ASSERT_EQ(run.losses.size(), plain.losses.size());
+  for (size_t k = 0; k < run.losses.size(); ++k) {
+    if (k < 2) {
+      EXPECT_EQ(run.losses[k], plain.losses[k]) << "step " << k;  // the warm-up: the same bits
+      EXPECT_EQ(run.compression_errors[k], 0) << "step " << k;
+    } else {
+      // One sign and the RMS scale: Σ(y − s·sign y)² = 2Σy² − 2s·Σ|y|, under 2Σy².
+      EXPECT_GT(run.compression_errors[k], 0) << "step " << k;
+      EXPECT_LT(run.compression_errors[k], std::sqrt(2.0)) << "step " << k;
+      EXPECT_TRUE(std::isfinite(run.losses[k])) << "step " << k;
+      EXPECT_NEAR(run.losses[k], plain.losses[k], 0.05 * plain.losses[k]) << "step " << k;
+    }
+  }
+  ExpectReportRowsExact(o, run);
+  ExpectMemoryFormulaExact(o, run);
+  for (int w = 0; w < o.world(); ++w) {
+    auto dp_bytes = [](const RunResult& x, int rank) {
+      return x.traffic[size_t(rank)].Sum([](const comm::LedgerKey& k) {
+        return k.group == "dp" && k.label != "loss";
+      }).bytes_sent;
+    };
+    // 3 compressed steps of 5: well under 3/5 of the plain sum's bytes.
+    EXPECT_LT(5 * dp_bytes(run, w), 3 * dp_bytes(plain, w)) << "rank " << w;
+    EXPECT_GT(run.traffic[size_t(w)].Sum([](const comm::LedgerKey& k) {
+      return k.label == "onebit_signs" && k.phase == comm::Phase::kOptimizer;
+    }).bytes_sent, 0) << "rank " << w;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, OneBitAdamRun,
+    ::testing::Values(std::pair{Grid{.dp = 2}, 0}, std::pair{Grid{.dp = 3}, 0},
+                      std::pair{Grid{.dp = 4, .allreduce = comm::Algorithm::kNaive}, 0},
+                      std::pair{Grid{.dp = 4, .allreduce = comm::Algorithm::kHierarchical}, 2},
+                      std::pair{Grid{.dp = 2, .tp = 2, .sequence_parallel = true}, 0},
+                      std::pair{Grid{.dp = 2, .pp = 2}, 0}, std::pair{Grid{.dp = 2, .cp = 2}, 0}),
+    [](const auto& param_info) {
+      const int per_node = param_info.param.second;
+      return param_info.param.first.Name() + (per_node > 0 ? absl::StrCat("_node", per_node) : "");
+    });
+
+// Each change to `good` makes Validate's one line hold its words (and `flag`).
+using Change = std::function<void(TrainOptions&)>;
+void ExpectClearErrors(const TrainOptions& good, const std::string& flag,
+                       const std::vector<std::pair<Change, std::string>>& cases) {
   ASSERT_TRUE(good.Validate().ok()) << good.Validate();
-  for (auto [change, words] :
-       std::vector<std::pair<std::function<void(TrainOptions&)>, std::string>>{
-           {[](TrainOptions& o) { o.parallel.powersgd_rank = 0; }, "--powersgd_rank must be at least 1, got 0"},
-           {[](TrainOptions& o) { o.parallel.powersgd_rank = 64; }, "--powersgd_rank=64 compresses no tensor"},
-           {[](TrainOptions& o) { o.parallel.powersgd_warmup_steps = -1; }, "--powersgd_warmup_steps must be 0 or more"},
-           {[](TrainOptions& o) { o.parallel.zero = 1; }, "it needs --zero=0"},
-           {[](TrainOptions& o) { o.parallel.dp = 1; }, "needs more than one dp rank"},
-           {[](TrainOptions& o) { o.precision.dtype = DType::kBF16; }, "with bf16"},
-           {[](TrainOptions& o) { o.checkpoint.save = "x.safetensors"; }, "with --save or --load"}}) {
+  for (const auto& [change, words] : cases) {
     TrainOptions o = good;
     change(o);
-    EXPECT_TRUE(absl::StrContains(message(o), words)) << words << " | " << message(o);
+    const std::string message(o.Validate().message());
+    EXPECT_TRUE(absl::StrContains(message, words)) << words << " | " << message;
+    EXPECT_TRUE(absl::StrContains(message, flag)) << message;
   }
-  // Flags that do nothing say so (a warning; the run goes on).
-  auto warned = [](const TrainOptions& o, const std::string& words) {
-    for (const std::string& w : o.Warnings()) {
-      if (absl::StrContains(w, words)) return true;
-    }
-    return false;
-  };
+}
+
+// Whether a warning (a flag that does nothing; the run goes on) holds `words`.
+bool Warned(const TrainOptions& o, const std::string& words) {
+  for (const std::string& w : o.Warnings()) {
+    if (absl::StrContains(w, words)) return true;
+  }
+  return false;
+}
+
+TEST(OneBitAdamOptions, BadValuesAreClearErrors) {
+  const TrainOptions good = OneBit(Grid{.dp = 2});
+  ExpectClearErrors(good, "onebit", {
+      {[](TrainOptions& o) { o.parallel.onebit_warmup_steps = 0; },
+       "--onebit_warmup_steps must be at least 1"},
+      {[](TrainOptions& o) { o.parallel.onebit_warmup_steps = -3; }, "got -3"},
+      {[](TrainOptions& o) { o.parallel.zero = 2; }, "it needs --zero=0"},
+      {[](TrainOptions& o) { o.training.optimizer = OptimizerKind::kSgd; },
+       "needs --optimizer=adamw, got --optimizer=sgd"},
+      {[](TrainOptions& o) { o.parallel.dp = 1; }, "needs more than one dp rank"},
+      {[](TrainOptions& o) { o.precision.dtype = DType::kBF16; }, "with bf16"},
+      {[](TrainOptions& o) { o.checkpoint.load = "x.safetensors"; }, "with --save or --load"}});
+  TrainOptions plain = good;
+  plain.parallel.grad_compression = parallel::GradCompression::kNone;
+  plain.parallel.onebit_warmup_steps = 4;
+  EXPECT_TRUE(Warned(plain, "--onebit_warmup_steps has no effect without --grad_compression=onebit_adam"));
+  TrainOptions late = good;
+  late.parallel.onebit_warmup_steps = late.training.steps;
+  EXPECT_TRUE(Warned(late, "--onebit_warmup_steps >= --steps"));
+  EXPECT_FALSE(Warned(good, "onebit"));
+}
+
+TEST(PowerSgdOptions, BadValuesAreClearErrors) {
+  const TrainOptions good = Compressed(Grid{.dp = 2}, 1);
+  ExpectClearErrors(good, "powersgd", {
+      {[](TrainOptions& o) { o.parallel.powersgd_rank = 0; }, "--powersgd_rank must be at least 1, got 0"},
+      {[](TrainOptions& o) { o.parallel.powersgd_rank = 64; }, "--powersgd_rank=64 compresses no tensor"},
+      {[](TrainOptions& o) { o.parallel.powersgd_warmup_steps = -1; }, "--powersgd_warmup_steps must be 0 or more"},
+      {[](TrainOptions& o) { o.parallel.zero = 1; }, "it needs --zero=0"},
+      {[](TrainOptions& o) { o.parallel.dp = 1; }, "needs more than one dp rank"},
+      {[](TrainOptions& o) { o.precision.dtype = DType::kBF16; }, "with bf16"},
+      {[](TrainOptions& o) { o.checkpoint.save = "x.safetensors"; }, "with --save or --load"}});
   TrainOptions plain = good;
   plain.parallel.grad_compression = parallel::GradCompression::kNone;
   plain.parallel.powersgd_rank = 4;
-  EXPECT_TRUE(warned(plain, "--powersgd_rank has no effect without --grad_compression=powersgd"));
+  EXPECT_TRUE(Warned(plain, "--powersgd_rank has no effect without --grad_compression=powersgd"));
   TrainOptions late = good;
   late.parallel.powersgd_warmup_steps = late.training.steps;
-  EXPECT_TRUE(warned(late, "--powersgd_warmup_steps >= --steps"));
-  EXPECT_FALSE(warned(good, "powersgd"));
+  EXPECT_TRUE(Warned(late, "--powersgd_warmup_steps >= --steps"));
+  EXPECT_FALSE(Warned(good, "powersgd"));
 }
 
 }  // namespace

@@ -46,6 +46,10 @@ inline constexpr char kQwzScales[] = "qwz_scales";
 // ZeRO++'s qgZ (parallel/zero/qgz.h): the quantised gradients' all-to-alls, and their scales.
 inline constexpr char kQgz[] = "qgz";
 inline constexpr char kQgzScales[] = "qgz_scales";
+// 1-bit Adam's compressed average of the momentum (parallel/onebit_adam.h): the sign bits'
+// all-to-all and all-gather, and the scales' all-gathers.
+inline constexpr char kOneBitSigns[] = "onebit_signs";
+inline constexpr char kOneBitScales[] = "onebit_scales";
 // How far compression moved what it sent this step (train/trainer.h), summed over the world.
 inline constexpr char kCompressionError[] = "compression_error";
 

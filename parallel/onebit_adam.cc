@@ -1,0 +1,215 @@
+#include "parallel/onebit_adam.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/comm/ledger/names.h"
+#include "runtime/status_macros.h"
+
+namespace tally::parallel {
+
+OneBitShape OneBitShapeOf(int64_t count, int ranks) {
+  const int64_t unit = 8 * int64_t(ranks);
+  const int64_t padded = (count + unit - 1) / unit * unit;
+  return {.padded = padded, .chunk = padded / ranks, .chunk_bytes = padded / ranks / 8};
+}
+
+comm::ExpectedCalls OneBitAdamCalls(int64_t count, const char* group, int ranks, int rank,
+                                    std::vector<int> nodes) {
+  const OneBitShape shape = OneBitShapeOf(count, ranks);
+  comm::ExpectedCalls calls;
+  auto add = [&](comm::Primitive primitive, const char* scope, int64_t n, int64_t element) {
+    calls.push_back({.group = group,
+                     .primitive = primitive,
+                     .phase = comm::Phase::kOptimizer,
+                     .scope = scope,
+                     .count = n,
+                     .element = element,
+                     .ranks = ranks,
+                     .rank = rank,
+                     .nodes = nodes});
+  };
+  add(comm::Primitive::kAllToAll, comm::scope::kOneBitSigns, shape.padded / 8, 1);
+  add(comm::Primitive::kAllGather, comm::scope::kOneBitScales, ranks, 4);
+  add(comm::Primitive::kAllGather, comm::scope::kOneBitSigns, shape.padded / 8, 1);
+  add(comm::Primitive::kAllGather, comm::scope::kOneBitScales, ranks, 4);
+  return calls;
+}
+
+namespace {
+
+bool Positive(const uint8_t* bits, int64_t i) { return (bits[i / 8] >> (i % 8)) & 1; }
+
+// x's scale √(Σx²/n), its sign bits into `bits` (zero-filled) and x − scale·sign(x) into
+// `error`; the sums of x² and of the error's squares added to `sums`.
+float Compress(const float* x, int64_t n, uint8_t* bits, float* error, ErrorSums* sums) {
+  double squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += double(x[i]) * x[i];
+  const float scale = float(std::sqrt(squares / double(n)));
+  for (int64_t i = 0; i < n; ++i) {
+    const bool positive = x[i] >= 0;  // sign(0) = +1
+    if (positive) bits[i / 8] |= uint8_t(1u << (i % 8));
+    error[i] = x[i] - (positive ? scale : -scale);
+    sums->residual += double(error[i]) * error[i];
+  }
+  sums->value += squares;
+  return scale;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OneBitAverage>> OneBitAverage::Create(comm::Communicator* group,
+                                                                     int64_t count,
+                                                                     comm::Algorithm algorithm,
+                                                                     Allocator& alloc) {
+  std::unique_ptr<OneBitAverage> a(new OneBitAverage(group, count, algorithm));
+  auto zeros = [&](int64_t n) -> absl::StatusOr<Tensor> {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({n}, DType::kF32, alloc, MemoryCategory::kOptimizer));
+    if (alloc.device().type != DeviceType::kMeta) RETURN_IF_ERROR(t.SetZero());
+    return t;
+  };
+  ASSIGN_OR_RETURN(a->worker_error_, zeros(a->shape_.padded));
+  ASSIGN_OR_RETURN(a->server_error_, zeros(a->shape_.chunk));
+  return a;
+}
+
+absl::Status OneBitAverage::Run(const Tensor& m) {
+  if (m.dtype() != DType::kF32 || m.numel() != count_) {
+    return absl::InternalError(absl::StrCat("[onebit_adam] wants ", count_, " fp32 values, got ",
+                                            m.numel()));
+  }
+  const int p = group_->size();
+  const int64_t N = shape_.padded, c = shape_.chunk;
+  const bool real = m.device().type != DeviceType::kMeta;
+  Allocator memory(group_->allocator().ledger(), m.device());
+  auto empty = [&](int64_t n, DType type) {
+    return Tensor::Empty({n}, type, memory, MemoryCategory::kComm);
+  };
+  ASSIGN_OR_RETURN(Tensor signs, empty(N / 8, DType::kI8));
+  ASSIGN_OR_RETURN(Tensor received, empty(N / 8, DType::kI8));
+  ASSIGN_OR_RETURN(Tensor scale, empty(1, DType::kF32));
+  ASSIGN_OR_RETURN(Tensor scales, empty(p, DType::kF32));
+  auto bytes = [](Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); };
+  error_sums_ = ErrorSums();
+  comm::PhaseScope phase(group_->ledger(), comm::Phase::kOptimizer);
+
+  // 1. The worker's compression of y = m + e_w.
+  if (real) {
+    float* e_w = worker_error_.data<float>();
+    ASSIGN_OR_RETURN(Tensor y, empty(N, DType::kF32));
+    float* yv = y.data<float>();
+    for (int64_t i = 0; i < N; ++i) yv[i] = (i < count_ ? m.data<float>()[i] : 0.0f) + e_w[i];
+    std::memset(bytes(signs), 0, size_t(N / 8));
+    scale.data<float>()[0] = Compress(yv, N, bytes(signs), e_w, &error_sums_);
+  }
+  // 2, 3. The signs to the chunks' servers, every rank's scale to every rank.
+  {
+    comm::LabelScope label(group_->ledger(), comm::scope::kOneBitSigns);
+    RETURN_IF_ERROR(group_->AllToAll(signs, received, algorithm_));
+  }
+  {
+    comm::LabelScope label(group_->ledger(), comm::scope::kOneBitScales);
+    RETURN_IF_ERROR(group_->AllGather(scale, scales, algorithm_));
+  }
+  // 4. The server's average of its chunk, compressed again.
+  ASSIGN_OR_RETURN(Tensor server_signs, empty(c / 8, DType::kI8));
+  if (real) {
+    ASSIGN_OR_RETURN(Tensor z, empty(c, DType::kF32));
+    float* zv = z.data<float>();
+    const float* e_s = server_error_.data<float>();
+    for (int64_t i = 0; i < c; ++i) {
+      float sum = 0;
+      for (int r = 0; r < p; ++r) {
+        const float s = scales.data<float>()[r];
+        sum += Positive(bytes(received) + r * shape_.chunk_bytes, i) ? s : -s;
+      }
+      zv[i] = sum / float(p) + e_s[i];
+    }
+    std::memset(bytes(server_signs), 0, size_t(c / 8));
+    scale.data<float>()[0] =
+        Compress(zv, c, bytes(server_signs), server_error_.data<float>(), &error_sums_);
+  }
+  // 5. Every server's chunk to every rank.
+  {
+    comm::LabelScope label(group_->ledger(), comm::scope::kOneBitSigns);
+    RETURN_IF_ERROR(group_->AllGather(server_signs, received, algorithm_));
+  }
+  {
+    comm::LabelScope label(group_->ledger(), comm::scope::kOneBitScales);
+    RETURN_IF_ERROR(group_->AllGather(scale, scales, algorithm_));
+  }
+  if (!real) return absl::OkStatus();
+  // 6. The average, chunk by chunk.
+  float* mv = m.data<float>();
+  for (int64_t i = 0; i < count_; ++i) {
+    const float t = scales.data<float>()[i / c];
+    mv[i] = Positive(bytes(received), i) ? t : -t;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<OneBitAdam>> OneBitAdam::Create(
+    std::unique_ptr<optim::Optimizer> adam, comm::Communicator* dp, int64_t warmup,
+    comm::Algorithm algorithm, Allocator& alloc) {
+  auto* adamw = dynamic_cast<optim::AdamW*>(adam.get());
+  if (adamw == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --grad_compression=onebit_adam needs --optimizer=adamw, got ", adam->name()));
+  }
+  adam.release();
+  std::unique_ptr<OneBitAdam> o(new OneBitAdam(std::unique_ptr<optim::AdamW>(adamw), warmup));
+  const int64_t count = o->adam_->State()[0].second->numel();
+  ASSIGN_OR_RETURN(o->average_, OneBitAverage::Create(dp, count, algorithm, alloc));
+  return o;
+}
+
+absl::Status OneBitAdam::Step(float* params, const void* grads, DType grad_type, float lr,
+                              const std::vector<optim::Segment>& segments, float grad_scale) {
+  error_sums_ = ErrorSums();
+  adam_->set_step(step_);
+  if (!Compressing()) {
+    RETURN_IF_ERROR(adam_->Step(params, grads, grad_type, lr, segments, grad_scale));
+    step_ = adam_->step();
+    return absl::OkStatus();
+  }
+  if (grad_type != DType::kF32) {
+    return absl::InternalError("[onebit_adam] wants fp32 gradients");
+  }
+  ++step_;
+  adam_->set_step(step_);
+  const optim::AdamWOptions& o = adam_->options();
+  Tensor& m = *adam_->State()[0].second;
+  const Tensor& v = *adam_->State()[1].second;
+  const bool real = m.device().type != DeviceType::kMeta;
+  const float* g = static_cast<const float*>(grads);
+  float* mv = real ? m.data<float>() : nullptr;
+  for (const optim::Segment& seg : segments) {  // the rank's own momentum
+    for (int64_t i = seg.begin; real && i < seg.end; ++i) {
+      const float clipped = g[i] * grad_scale;  // rounded to fp32, as AdamW reads it
+      mv[i] = mv[i] + (1.0f - o.beta1) * (clipped - mv[i]);
+    }
+  }
+  RETURN_IF_ERROR(average_->Run(m));
+  error_sums_ = average_->error_sums();
+  if (!real) return absl::OkStatus();
+  // AdamW's update with the averaged m and the frozen v (its correction at K = warmup).
+  const double bias1 = 1.0 - std::pow(double(o.beta1), double(step_));
+  const double bias2 = 1.0 - std::pow(double(o.beta2), double(warmup_));
+  const float step_size = float(lr / bias1), bias2_sqrt = float(std::sqrt(bias2));
+  const float* vv = v.data<float>();
+  for (const optim::Segment& seg : segments) {
+    const float keep = seg.decay ? float(1.0 - double(lr) * o.weight_decay) : 1.0f;
+    float* p = params + seg.param_shift;
+    for (int64_t i = seg.begin; i < seg.end; ++i) {
+      const float kept = p[i] * keep;
+      const float denom = std::sqrt(vv[i]) / bias2_sqrt + o.eps;
+      p[i] = kept - step_size * (mv[i] / denom);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tally::parallel
