@@ -138,8 +138,8 @@ struct ParallelOptions {
   bool Qgz() const { return zero == 3 && zero_quantized_gradients; }
   bool ShardsByNode() const { return zero >= 1 && zero_shard == parallel::ZeroShard::kNode; }
   bool Hpz() const { return zero == 3 && zero_hpz; }
-  // Gradient compression for data parallelism (parallel/powersgd.h): PowerSGD of rank
-  // powersgd_rank after powersgd_warmup_steps steps of the plain sum.
+  // Gradient compression for data parallelism (parallel/grad_compression.h): PowerSGD of
+  // rank powersgd_rank after powersgd_warmup_steps steps of the plain sum.
   parallel::GradCompression grad_compression = parallel::GradCompression::kNone;
   int powersgd_rank = 1;
   int64_t powersgd_warmup_steps = 10;

@@ -1,6 +1,7 @@
 // The data-parallel sharding and compression flags checked against the rest of the
 // options (TrainOptions::Validate calls these): HSDP's nodes, ZeRO-3's resharding, ZeRO++'s
-// hpZ, qwZ and qgZ, and PowerSGD. Messages as options_validate.cc's: one line naming the flag.
+// hpZ, qwZ and qgZ, PowerSGD and 1-bit Adam. Messages as options_validate.cc's: one line
+// naming the flag.
 #include "absl/strings/str_cat.h"
 #include "parallel/powersgd.h"
 #include "parallel/topology.h"
