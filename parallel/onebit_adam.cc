@@ -44,7 +44,8 @@ namespace {
 bool Positive(const uint8_t* bits, int64_t i) { return (bits[i / 8] >> (i % 8)) & 1; }
 
 // x's scale √(Σx²/n), its sign bits into `bits` (zero-filled) and x − scale·sign(x) into
-// `error`; the sums of x² and of the error's squares added to `sums`.
+// `error` (which may be x itself); the sums of x² and of the error's squares added to
+// `sums`.
 float Compress(const float* x, int64_t n, uint8_t* bits, float* error, ErrorSums* sums) {
   double squares = 0;
   for (int64_t i = 0; i < n; ++i) squares += double(x[i]) * x[i];
@@ -96,14 +97,13 @@ absl::Status OneBitAverage::Run(const Tensor& m) {
   error_sums_ = ErrorSums();
   comm::PhaseScope phase(group_->ledger(), comm::Phase::kOptimizer);
 
-  // 1. The worker's compression of y = m + e_w.
+  // 1. The worker's compression of y = m + e_w, formed in e_w's buffer and left there as
+  // its new error.
   if (real) {
-    float* e_w = worker_error_.data<float>();
-    ASSIGN_OR_RETURN(Tensor y, empty(N, DType::kF32));
-    float* yv = y.data<float>();
-    for (int64_t i = 0; i < N; ++i) yv[i] = (i < count_ ? m.data<float>()[i] : 0.0f) + e_w[i];
+    float* y = worker_error_.data<float>();
+    for (int64_t i = 0; i < count_; ++i) y[i] = m.data<float>()[i] + y[i];
     std::memset(bytes(signs), 0, size_t(N / 8));
-    scale.data<float>()[0] = Compress(yv, N, bytes(signs), e_w, &error_sums_);
+    scale.data<float>()[0] = Compress(y, N, bytes(signs), y, &error_sums_);
   }
   // 2, 3. The signs to the chunks' servers, every rank's scale to every rank.
   {
@@ -115,22 +115,20 @@ absl::Status OneBitAverage::Run(const Tensor& m) {
     RETURN_IF_ERROR(group_->AllGather(scale, scales, algorithm_));
   }
   // 4. The server's average of its chunk, compressed again.
+  // (z = the average + e_s likewise in e_s's buffer.)
   ASSIGN_OR_RETURN(Tensor server_signs, empty(c / 8, DType::kI8));
   if (real) {
-    ASSIGN_OR_RETURN(Tensor z, empty(c, DType::kF32));
-    float* zv = z.data<float>();
-    const float* e_s = server_error_.data<float>();
+    float* z = server_error_.data<float>();
     for (int64_t i = 0; i < c; ++i) {
       float sum = 0;
       for (int r = 0; r < p; ++r) {
         const float s = scales.data<float>()[r];
         sum += Positive(bytes(received) + r * shape_.chunk_bytes, i) ? s : -s;
       }
-      zv[i] = sum / float(p) + e_s[i];
+      z[i] = sum / float(p) + z[i];
     }
     std::memset(bytes(server_signs), 0, size_t(c / 8));
-    scale.data<float>()[0] =
-        Compress(zv, c, bytes(server_signs), server_error_.data<float>(), &error_sums_);
+    scale.data<float>()[0] = Compress(z, c, bytes(server_signs), z, &error_sums_);
   }
   // 5. Every server's chunk to every rank.
   {

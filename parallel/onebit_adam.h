@@ -36,7 +36,9 @@
 //
 // Bytes a rank sends a step after the warm-up, ring: 2(p−1)·N/(8p) + 2(p−1)·4, against
 // 2(p−1)/p·4n for the fp32 all-reduce: about 32× fewer. The calls are OneBitAdamCalls.
-// Memory (the optimizer's category): e_w, N values, and e_s, N/p.
+// Memory (the optimizer's category): e_w, N values, and e_s, N/p; y and z are formed in
+// them. The call's (comm): the sent and received sign bits, N/8 bytes each, the server's
+// N/(8p), and p + 1 scales.
 #pragma once
 
 #include <cstdint>

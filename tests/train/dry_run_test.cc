@@ -90,6 +90,25 @@ INSTANTIATE_TEST_SUITE_P(
          DryGrid{Grid{.tp = 2, .pp = 2, .cp = 2, .cp_comm = parallel::CpComm::kAllToAll}}})),
     DryGridName);
 
+// The compressed sums (PowerSGD's, 1-bit Adam's) after their warm-up: the same calls,
+// bytes and memory peaks without their arithmetic.
+TEST(DryRun, CompressedStepsAreTheRealRunsToTheByte) {
+  for (parallel::GradCompression c :
+       {parallel::GradCompression::kPowerSgd, parallel::GradCompression::kOneBitAdam}) {
+    SCOPED_TRACE(parallel::Name(c));
+    TrainOptions o = Grid{.dp = 2}.On(TinyGrid(8));
+    o.training.optimizer = OptimizerKind::kAdamW;
+    o.training.steps = 3;
+    o.parallel.grad_compression = c;
+    o.parallel.powersgd_warmup_steps = 1;
+    o.parallel.onebit_warmup_steps = 1;
+    ASSERT_TRUE(o.Resolved().Validate().ok()) << o.Resolved().Validate();
+    TrainOptions dry = o;
+    dry.dry_run = true;
+    ExpectSameLedgers(RunSteps(dry.Resolved()), RunSteps(o.Resolved()));
+  }
+}
+
 // Experts in a dry run route token i to experts i·k, ..., i·k + k − 1 (mod E), the
 // balanced routing: each rank's dispatch of a layer sends (N−1)/N of its b·s·k rows,
 // the seed's estimate to the byte, and the run's report rows are exact.
