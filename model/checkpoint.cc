@@ -17,9 +17,13 @@ namespace tally::model {
 namespace {
 
 constexpr char kOptimizerPrefix[] = "optimizer.";
+constexpr char kCompressionPrefix[] = "compression.";
+
+bool StartsWith(const std::string& name, const char* prefix) { return name.rfind(prefix, 0) == 0; }
 
 std::map<std::string, std::string> Metadata(const GPTConfig& c, const optim::Optimizer* opt,
-                                            int64_t step, const TrainedOn& run) {
+                                            int64_t step, const TrainedOn& run,
+                                            const CompressionState& compression) {
   std::map<std::string, std::string> metadata = {
       {"format", "tally"},
       {"step", absl::StrCat(step)},
@@ -37,6 +41,7 @@ std::map<std::string, std::string> Metadata(const GPTConfig& c, const optim::Opt
     metadata["data_bytes"] = absl::StrCat(run.data_bytes);
     metadata["data_fnv1a64"] = absl::StrFormat("%016x", run.data_fnv1a64);
   }
+  if (!compression.key.empty()) metadata["compression"] = compression.key;
   return metadata;
 }
 
@@ -55,6 +60,18 @@ TrainedOn TrainedOnOf(std::map<std::string, std::string>& metadata) {
   return run;
 }
 
+absl::Status CheckFinite(const std::string& path, const std::string& name,
+                         const std::vector<float>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "': tensor '", name,
+                                              "' holds a non-finite value (", values[i],
+                                              ") at element ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Copies tensor `name` of `file` into `into` after checking its shape.
 absl::Status Restore(const std::string& path, const SafetensorsFile& file, const std::string& name,
                      const ParamSpec& spec, const GPTConfig& config, float* into) {
@@ -70,18 +87,43 @@ absl::Status Restore(const std::string& path, const SafetensorsFile& file, const
         " there, but ", ShapeToString(spec.shape), " for the flags (", config.ToString(), ")"));
   }
   const std::vector<float>& values = it->second.data;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "': tensor '", name,
-                                              "' holds a non-finite value (", values[i],
-                                              ") at element ", i));
-    }
-  }
+  RETURN_IF_ERROR(CheckFinite(path, name, values));
   std::memcpy(into, values.data(), sizeof(float) * size_t(spec.numel));
   return absl::OkStatus();
 }
 
+// Moves the compression tensors of `file` into `into` (their names begin with
+// kCompressionPrefix): each of one dimension and finite, and only under a key.
+absl::Status TakeCompressionState(const std::string& path, SafetensorsFile& file,
+                                  CompressionState& into) {
+  into.key = file.metadata["compression"];
+  for (auto it = file.tensors.begin(); it != file.tensors.end();) {
+    if (!StartsWith(it->first, kCompressionPrefix)) {
+      ++it;
+      continue;
+    }
+    const std::string& name = it->first;
+    if (into.key.empty()) {
+      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' has a tensor '", name,
+                                              "' but no 'compression' key in its __metadata__"));
+    }
+    if (it->second.shape.size() != 1) {
+      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "': compression state '",
+                                              name, "' is ", ShapeToString(it->second.shape),
+                                              ", not of one dimension"));
+    }
+    RETURN_IF_ERROR(CheckFinite(path, name, it->second.data));
+    into.tensors[name] = std::move(it->second.data);
+    it = file.tensors.erase(it);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string CompressionTensorName(int rank, const std::string& buffer) {
+  return absl::StrCat(kCompressionPrefix, "rank", rank, ".", buffer);
+}
 
 std::string TrainedOn::DataName() const {
   return data.empty() ? "unknown data" : absl::StrCat(data, " (", data_bytes, " bytes)");
@@ -89,7 +131,8 @@ std::string TrainedOn::DataName() const {
 
 absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
                             const float* params, optim::Optimizer* optimizer, int64_t step,
-                            const TrainedOn& trained_on) {
+                            const TrainedOn& trained_on,
+                            const CompressionState& compression) {
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
   std::vector<SafetensorsEntry> entries;
   for (const ParamSpec& spec : layout.specs()) {
@@ -103,18 +146,26 @@ absl::Status SaveCheckpoint(const std::string& path, const GPTConfig& config,
       }
     }
   }
-  return WriteSafetensors(path, entries, Metadata(config, optimizer, step, trained_on));
+  for (const auto& [name, values] : compression.tensors) {
+    entries.push_back({name, {int64_t(values.size())}, values.data()});
+  }
+  return WriteSafetensors(path, entries,
+                          Metadata(config, optimizer, step, trained_on, compression));
 }
 
 // Long, and kept whole: the checks run in the order a reader would make them (format,
-// positions, shapes, metadata, names, optimizer), each with its own message.
+// positions, shapes, metadata, compression state, names, optimizer), each with its own
+// message.
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const GPTConfig& config,
                                                 float* params, optim::Optimizer* optimizer) {
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
-  // The largest file a checkpoint of this model can be: the parameters and two optimizer
-  // states, and a header of at most 512 bytes per tensor. Nothing larger is read.
-  const int64_t tensors = 3 * int64_t(layout.specs().size());
-  const int64_t max_bytes = 8 + 4096 + 512 * tensors + 3 * 4 * layout.total();
+  // The largest file a checkpoint of this model can be: the parameters, two optimizer
+  // states, two compression buffers of at most Φ + 512 values for each of
+  // kMostCompressedRanks ranks, and a header of at most 512 bytes per tensor. Nothing
+  // larger is read.
+  const int64_t tensors = 3 * int64_t(layout.specs().size()) + 2 * kMostCompressedRanks;
+  const int64_t max_bytes = 8 + 4096 + 512 * tensors + 3 * 4 * layout.total() +
+                            kMostCompressedRanks * 2 * 4 * (layout.total() + 512);
   ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path, max_bytes));
   auto mismatch = [&](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("[checkpoint] '", path, "' ", parts...));
@@ -148,15 +199,16 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const G
   }
   LoadedCheckpoint loaded;
   loaded.trained_on = TrainedOnOf(file.metadata);
+  RETURN_IF_ERROR(TakeCompressionState(path, file, loaded.compression));
   if (!absl::SimpleAtoi(file.metadata["step"], &loaded.saved_step) || loaded.saved_step < 0) {
     loaded.saved_step = 0;  // a file of parameters only may name none
   }
   bool has_state = std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
-    return t.first.rfind(kOptimizerPrefix, 0) == 0;
+    return StartsWith(t.first, kOptimizerPrefix);
   });
-  // Every tensor of the file is one the model (or, in this file, its optimizer) has.
+  // Every other tensor of the file is one the model (or, in this file, its optimizer) has.
   for (const auto& [name, tensor] : file.tensors) {
-    const std::string base = name.rfind(kOptimizerPrefix, 0) == 0
+    const std::string base = StartsWith(name, kOptimizerPrefix)
                                  ? name.substr(name.find('.', sizeof(kOptimizerPrefix) - 1) + 1)
                                  : name;
     if (layout.Find(base) == nullptr) {

@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<ReplicaWeights>> ReplicaWeights::Create(
   if (config.onebit_adam && config.dp != nullptr) {
     ASSIGN_OR_RETURN(std::unique_ptr<OneBitAdam> onebit,
                      OneBitAdam::Create(std::move(w->optimizer_), config.dp, config.onebit_warmup,
-                                        config.algorithm, alloc));
+                                        config.algorithm, alloc, OneBitParts(layout)));
     w->onebit_ = onebit.get();
     w->optimizer_ = std::move(onebit);
   }

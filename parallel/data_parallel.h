@@ -178,6 +178,10 @@ class ReplicaWeights final : public TrainableWeights {
   absl::StatusOr<double> Step(float lr, float clip) override;
   optim::Optimizer& optimizer() override { return *optimizer_; }
   ErrorSums CompressionError() const override { return error_sums_; }
+  std::vector<std::pair<std::string, Tensor*>> CompressionState() override {
+    if (onebit_ != nullptr) return onebit_->CompressionState();
+    return powersgd_ != nullptr ? powersgd_->State() : std::vector<std::pair<std::string, Tensor*>>{};
+  }
   absl::StatusOr<Part> GatherPart(bool with_optimizer) override;
   absl::Status Load(const float* params, optim::Optimizer* optimizer) override;
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/ledger/names.h"
@@ -37,6 +38,44 @@ comm::ExpectedCalls OneBitAdamCalls(int64_t count, const char* group, int ranks,
   add(comm::Primitive::kAllGather, comm::scope::kOneBitSigns, shape.padded / 8, 1);
   add(comm::Primitive::kAllGather, comm::scope::kOneBitScales, ranks, 4);
   return calls;
+}
+
+std::vector<OneBitPart> OneBitParts(const model::ParameterLayout& layout) {
+  std::vector<OneBitPart> parts = {
+      {.name = "own", .ranges = {}}, {.name = "replicated", .ranges = {}}, {.name = "tied", .ranges = {}}};
+  if (layout.specs().empty()) return {};
+  const bool pipelined = !(layout.first_stage() && layout.last_stage());
+  for (const model::ParamSpec& spec : layout.specs()) {
+    OneBitPart& part = pipelined && spec.name == "wte.weight" ? parts[2]
+                       : layout.tp() > 1 && spec.replicated() ? parts[1]
+                                                              : parts[0];
+    if (!part.ranges.empty() && part.ranges.back().end() == spec.offset) {
+      part.ranges.back().count += spec.numel;  // after the last: one range
+    } else {
+      part.ranges.push_back({spec.offset, spec.numel});
+    }
+    part.count += spec.numel;
+  }
+  std::erase_if(parts, [](const OneBitPart& p) { return p.count == 0; });
+  return parts;
+}
+
+comm::ExpectedCalls OneBitAdamCalls(const std::vector<OneBitPart>& parts, const char* group,
+                                    int ranks, int rank, std::vector<int> nodes) {
+  comm::ExpectedCalls calls;
+  for (const OneBitPart& part : parts) {
+    comm::Append(calls, OneBitAdamCalls(part.count, group, ranks, rank, nodes));
+  }
+  return calls;
+}
+
+int64_t OneBitErrorBytes(const std::vector<OneBitPart>& parts, int ranks) {
+  int64_t values = 0;
+  for (const OneBitPart& part : parts) {
+    const OneBitShape shape = OneBitShapeOf(part.count, ranks);
+    values += shape.padded + shape.chunk;
+  }
+  return 4 * values;
 }
 
 namespace {
@@ -77,10 +116,15 @@ absl::StatusOr<std::unique_ptr<OneBitAverage>> OneBitAverage::Create(comm::Commu
   return a;
 }
 
-absl::Status OneBitAverage::Run(const Tensor& m) {
-  if (m.dtype() != DType::kF32 || m.numel() != count_) {
+absl::Status OneBitAverage::Run(const Tensor& m, const std::vector<comm::Chunk>& ranges) {
+  int64_t values = 0;
+  for (const comm::Chunk& r : ranges) {
+    if (r.offset < 0 || r.end() > m.numel()) return absl::InternalError("[onebit_adam] a range past m");
+    values += r.count;
+  }
+  if (m.dtype() != DType::kF32 || values != count_) {
     return absl::InternalError(absl::StrCat("[onebit_adam] wants ", count_, " fp32 values, got ",
-                                            m.numel()));
+                                            values));
   }
   const int p = group_->size();
   const int64_t N = shape_.padded, c = shape_.chunk;
@@ -101,7 +145,11 @@ absl::Status OneBitAverage::Run(const Tensor& m) {
   // its new error.
   if (real) {
     float* y = worker_error_.data<float>();
-    for (int64_t i = 0; i < count_; ++i) y[i] = m.data<float>()[i] + y[i];
+    for (const comm::Chunk& r : ranges) {
+      const float* from = m.data<float>() + r.offset;
+      for (int64_t i = 0; i < r.count; ++i, ++y) *y = from[i] + *y;
+    }
+    y = worker_error_.data<float>();
     std::memset(bytes(signs), 0, size_t(N / 8));
     scale.data<float>()[0] = Compress(y, N, bytes(signs), y, &error_sums_);
   }
@@ -140,18 +188,21 @@ absl::Status OneBitAverage::Run(const Tensor& m) {
     RETURN_IF_ERROR(group_->AllGather(scale, scales, algorithm_));
   }
   if (!real) return absl::OkStatus();
-  // 6. The average, chunk by chunk.
-  float* mv = m.data<float>();
-  for (int64_t i = 0; i < count_; ++i) {
-    const float t = scales.data<float>()[i / c];
-    mv[i] = Positive(bytes(received), i) ? t : -t;
+  // 6. The average, chunk by chunk, back into the ranges.
+  int64_t k = 0;  // the value's place in the average
+  for (const comm::Chunk& r : ranges) {
+    float* into = m.data<float>() + r.offset;
+    for (int64_t i = 0; i < r.count; ++i, ++k) {
+      const float t = scales.data<float>()[k / c];
+      into[i] = Positive(bytes(received), k) ? t : -t;
+    }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<OneBitAdam>> OneBitAdam::Create(
     std::unique_ptr<optim::Optimizer> adam, comm::Communicator* dp, int64_t warmup,
-    comm::Algorithm algorithm, Allocator& alloc) {
+    comm::Algorithm algorithm, Allocator& alloc, std::vector<OneBitPart> parts) {
   auto* adamw = dynamic_cast<optim::AdamW*>(adam.get());
   if (adamw == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -160,8 +211,24 @@ absl::StatusOr<std::unique_ptr<OneBitAdam>> OneBitAdam::Create(
   adam.release();
   std::unique_ptr<OneBitAdam> o(new OneBitAdam(std::unique_ptr<optim::AdamW>(adamw), warmup));
   const int64_t count = o->adam_->State()[0].second->numel();
-  ASSIGN_OR_RETURN(o->average_, OneBitAverage::Create(dp, count, algorithm, alloc));
+  if (parts.empty()) parts.push_back({.name = "own", .ranges = {{0, count}}, .count = count});
+  o->parts_ = std::move(parts);
+  for (const OneBitPart& part : o->parts_) {
+    ASSIGN_OR_RETURN(std::unique_ptr<OneBitAverage> average,
+                     OneBitAverage::Create(dp, part.count, algorithm, alloc));
+    o->averages_.push_back(std::move(average));
+  }
   return o;
+}
+
+std::vector<std::pair<std::string, Tensor*>> OneBitAdam::CompressionState() {
+  std::vector<std::pair<std::string, Tensor*>> state;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const std::string part = absl::StrCat("onebit_adam.", parts_[i].name);
+    state.push_back({part + ".worker_error", &averages_[i]->worker_error()});
+    state.push_back({part + ".server_error", &averages_[i]->server_error()});
+  }
+  return state;
 }
 
 absl::Status OneBitAdam::Step(float* params, const void* grads, DType grad_type, float lr,
@@ -190,8 +257,10 @@ absl::Status OneBitAdam::Step(float* params, const void* grads, DType grad_type,
       mv[i] = mv[i] + (1.0f - o.beta1) * (clipped - mv[i]);
     }
   }
-  RETURN_IF_ERROR(average_->Run(m));
-  error_sums_ = average_->error_sums();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    RETURN_IF_ERROR(averages_[i]->Run(m, parts_[i].ranges));
+    error_sums_.Add(averages_[i]->error_sums());
+  }
   if (!real) return absl::OkStatus();
   // AdamW's update with the averaged m and the frozen v (its correction at K = warmup).
   const double bias1 = 1.0 - std::pow(double(o.beta1), double(step_));

@@ -34,20 +34,29 @@
 // A sign bit: value i of a chunk is bit i mod 8 (least significant first) of its byte
 // i / 8, set for +1. The calls run in phase optimizer, with the run's algorithm.
 //
-// Bytes a rank sends a step after the warm-up, ring: 2(p−1)·N/(8p) + 2(p−1)·4, against
-// 2(p−1)/p·4n for the fp32 all-reduce: about 32× fewer. The calls are OneBitAdamCalls.
-// Memory (the optimizer's category): e_w, N values, and e_s, N/p; y and z are formed in
-// them. The call's (comm): the sent and received sign bits, N/8 bytes each, the server's
-// N/(8p), and p + 1 scales.
+// A rank's buffer is averaged in parts (OneBitParts), each as above with its own scales
+// and errors: a tensor held outside the dp group too (by every tp rank, or by a pipeline's
+// first and last stage) must be compressed alike in all its copies, or they drift apart.
+// Without tp and pp the one part is the whole buffer.
+//
+// Bytes a rank sends a step after the warm-up, ring, a part of N values (padded):
+// 2(p−1)·N/(8p) + 2(p−1)·4, against 2(p−1)/p·4n for the fp32 all-reduce: about 32× fewer.
+// The calls are OneBitAdamCalls. Memory (the optimizer's category), a part: e_w, N values,
+// and e_s, N/p; y and z are formed in them. The call's (comm): the sent and received sign
+// bits, N/8 bytes each, the server's N/(8p), and p + 1 scales.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/parameters.h"
 #include "optim/optimizer.h"
 #include "parallel/compression_error.h"
+#include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
 #include "runtime/tensor.h"
@@ -66,6 +75,21 @@ OneBitShape OneBitShapeOf(int64_t count, int ranks);
 comm::ExpectedCalls OneBitAdamCalls(int64_t count, const char* group, int ranks, int rank,
                                     std::vector<int> nodes = {});
 
+// A part of a rank's buffer that 1-bit Adam averages on its own: its ranges, in order.
+struct OneBitPart {
+  const char* name;  // "own", "replicated" or "tied"
+  std::vector<comm::Chunk> ranges;
+  int64_t count = 0;  // their values
+};
+// The parts of `layout`'s buffer, the empty ones left out: the tensors every tp rank holds
+// whole (under tp: the LayerNorms, wpe, c_proj's biases), the tied embedding (under a
+// pipeline: the first stage's wte and the last stage's copy), and the rest, the rank's own.
+std::vector<OneBitPart> OneBitParts(const model::ParameterLayout& layout);
+// The calls of every part, in order; the memory of their errors in bytes.
+comm::ExpectedCalls OneBitAdamCalls(const std::vector<OneBitPart>& parts, const char* group,
+                                    int ranks, int rank, std::vector<int> nodes = {});
+int64_t OneBitErrorBytes(const std::vector<OneBitPart>& parts, int ranks);
+
 // OneBitAverage above, with its two errors.
 class OneBitAverage {
  public:
@@ -75,13 +99,18 @@ class OneBitAverage {
                                                                comm::Algorithm algorithm,
                                                                Allocator& alloc);
   // Replaces `m` (fp32, `count` values) with the compressed average over the group.
-  absl::Status Run(const Tensor& m);
+  absl::Status Run(const Tensor& m) { return Run(m, {{0, m.numel()}}); }
+  // The same over `ranges` of `m`, `count` values in all, as if they were one buffer.
+  absl::Status Run(const Tensor& m, const std::vector<comm::Chunk>& ranges);
 
   // The last Run's error (compression_error.h): the worker's Σ(e_w)² and Σy² plus the
   // server's Σ(e_s)² and Σz².
   const ErrorSums& error_sums() const { return error_sums_; }
   const Tensor& worker_error() const { return worker_error_; }
   const Tensor& server_error() const { return server_error_; }
+  // What a checkpoint keeps (train/checkpoints.cc): e_w and e_s.
+  Tensor& worker_error() { return worker_error_; }
+  Tensor& server_error() { return server_error_; }
 
  private:
   OneBitAverage(comm::Communicator* group, int64_t count, comm::Algorithm algorithm)
@@ -100,12 +129,14 @@ class OneBitAverage {
 // `warmup`, 1-bit Adam after it.
 class OneBitAdam final : public optim::Optimizer {
  public:
-  // `adam` must be an AdamW over the whole replica.
+  // `adam` must be an AdamW over the whole replica, cut in `parts` (OneBitParts; empty:
+  // one part, the whole buffer).
   static absl::StatusOr<std::unique_ptr<OneBitAdam>> Create(std::unique_ptr<optim::Optimizer> adam,
                                                             comm::Communicator* dp,
                                                             int64_t warmup,
                                                             comm::Algorithm algorithm,
-                                                            Allocator& alloc);
+                                                            Allocator& alloc,
+                                                            std::vector<OneBitPart> parts = {});
 
   using Optimizer::Step;
   // Past the warm-up, `grads` are the rank's own p·g_r (fp32).
@@ -116,9 +147,12 @@ class OneBitAdam final : public optim::Optimizer {
 
   // Whether the next step is compressed (its gradients then go unsummed).
   bool Compressing() const { return step() >= warmup_; }
-  // The last step's error: OneBitAverage's, or zeros in the warm-up.
+  // The last step's error: its parts' OneBitAverage's summed, or zeros in the warm-up.
   const ErrorSums& error_sums() const { return error_sums_; }
-  const OneBitAverage& average() const { return *average_; }
+  const OneBitAverage& average(size_t part = 0) const { return *averages_[part]; }
+  // What a checkpoint keeps (train/checkpoints.cc): each part's two errors, by name
+  // ("onebit_adam.<part>.worker_error", ".server_error").
+  std::vector<std::pair<std::string, Tensor*>> CompressionState();
 
  private:
   OneBitAdam(std::unique_ptr<optim::AdamW> adam, int64_t warmup)
@@ -126,7 +160,8 @@ class OneBitAdam final : public optim::Optimizer {
 
   std::unique_ptr<optim::AdamW> adam_;  // its step is this one's, set before each of its own
   const int64_t warmup_;
-  std::unique_ptr<OneBitAverage> average_;
+  std::vector<OneBitPart> parts_;
+  std::vector<std::unique_ptr<OneBitAverage>> averages_;  // one a part
   ErrorSums error_sums_;
 };
 

@@ -30,6 +30,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -79,6 +81,10 @@ class PowerSgd {
   // The error kept for a matrix (tests): m·n values at E's offset of matrix i.
   Tensor error(size_t i) const;
   Tensor q(size_t i) const;
+  // What a checkpoint keeps (train/checkpoints.cc): E and Q, every matrix's, by name.
+  std::vector<std::pair<std::string, Tensor*>> State() {
+    return {{"powersgd.error", &error_}, {"powersgd.q", &q_}};
+  }
 
  private:
   PowerSgd(comm::Communicator* dp, PowerSgdSplit split, int rank, comm::Algorithm algorithm)

@@ -28,6 +28,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -115,6 +117,9 @@ class TrainableWeights : public model::WeightStore {
   // With compression (ZeRO++'s qwZ, PowerSGD): this rank's error sums of the step just
   // stepped (compression_error.h; zeros on a step that sent everything as it was).
   virtual ErrorSums CompressionError() const { return {}; }
+  // The state the compression keeps on this rank across steps (PowerSGD's E and Q,
+  // 1-bit Adam's errors), by name, for checkpoints; empty without one.
+  virtual std::vector<std::pair<std::string, Tensor*>> CompressionState() { return {}; }
 
   // For checkpoints, collective over the store's group: this rank's part of the whole
   // parameters (and optimizer state), in host memory no ledger counts, on the ranks whose

@@ -203,9 +203,13 @@ void CompressionRow(PlanRows& plan) {
   const bool powersgd = in.grad_compression == parallel::GradCompression::kPowerSgd;
   const parallel::PowerSgdSplit split =
       powersgd ? parallel::SplitForPowerSgd(r.layout, in.powersgd_rank) : parallel::PowerSgdSplit();
+  // A model tally does not build (no layout): one part, the replica's values.
+  const std::vector<parallel::OneBitPart> parts =
+      in.model.gpt ? parallel::OneBitParts(r.layout)
+                   : std::vector<parallel::OneBitPart>{{"own", {{0, r.part}}, r.part}};
   auto calls = [&](int n, int i) {
     return powersgd ? parallel::PowerSgdCalls(split, "dp", n, i)
-                    : parallel::OneBitAdamCalls(r.part, "dp", n, i);
+                    : parallel::OneBitAdamCalls(parts, "dp", n, i);
   };
   Traffic t;
   for (const std::vector<int>& group : GroupsOf(plan.grid, &parallel::Topology::DpGroup)) {
@@ -232,7 +236,8 @@ void CompressionRow(PlanRows& plan) {
   } else {
     plan.Add("dp 1-bit adam", 2.0 * r.part * plan.e, t,
              "2(dp−1)/dp·N/8 + 8(dp−1) per GPU: the momentum's signs to and from their chunk's "
-             "rank, and the scales (N: Φ padded to a multiple of 8·dp)");
+             "rank, and the scales (N: Φ padded to a multiple of 8·dp; under tp or pp, a sum "
+             "over Φ's parts: the replicated tensors and the tied embedding apart)");
   }
 }
 

@@ -201,7 +201,7 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
         o.parallel.PowerSgd()
             ? parallel::PowerSgdCalls(parallel::SplitForPowerSgd(layout, o.parallel.powersgd_rank),
                                       group, ranks, group_rank, GroupNodes(in, rank, experts))
-            : parallel::OneBitAdamCalls(layout.total(), group, ranks, group_rank,
+            : parallel::OneBitAdamCalls(parallel::OneBitParts(layout), group, ranks, group_rank,
                                         GroupNodes(in, rank, experts));
     for (comm::ExpectedCall& c : compressed) c.of_steps = in.steps - warm;
     comm::Append(calls, std::move(compressed));

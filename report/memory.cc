@@ -159,11 +159,10 @@ MemoryFormula PredictedMemory(const train::TrainOptions& o, int rank) {
       for (const parallel::PowerSgdMatrix& m : split.matrices) compression += m.rows * m.cols;
       compression = 4 * (compression + split.q_values);
     }
-    // 1-bit Adam keeps its worker error (N values) and server error (N/p), in fp32.
+    // 1-bit Adam keeps its worker error (N values) and server error (N/p) a part, in fp32.
     if (o.parallel.OneBitAdam() && o.topology().DpGroupSize() > 1) {
-      const parallel::OneBitShape shape =
-          parallel::OneBitShapeOf(phi, o.topology().DpGroupSize());
-      compression = 4 * (shape.padded + shape.chunk);
+      compression = parallel::OneBitErrorBytes(parallel::OneBitParts(layout),
+                                               o.topology().DpGroupSize());
     }
     return {bytes.params * phi, bytes.grads * phi, state_per_element * phi + compression,
             f.activations};

@@ -1,13 +1,36 @@
 // Whole checkpoints from any grid, and into any (trainer.h): the parts of the model are
-// gathered to rank 0 on save, and every rank keeps its part on load.
+// gathered to rank 0 on save, and every rank keeps its part on load. A compressed run's
+// per-rank state goes with them, and comes back into a run of the same grid.
+#include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/checkpoint.h"
 #include "runtime/status_macros.h"
 #include "train/trainer.h"
 
 namespace tally::train {
+namespace {
+
+// What a run's compression state is (model::CompressionState's key): the method with the
+// flag that shapes its buffers, and the grid that cut the model into the ranks' parts;
+// empty without compression. For example
+//   "powersgd rank 4 on dp 2, cp 1, tp 2, pp 2 (layers balanced, 1 chunk a stage), order tp-dp-pp"
+std::string CompressionKey(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  if (!p.PowerSgd() && !p.OneBitAdam()) return "";
+  return absl::StrCat(
+      p.PowerSgd() ? absl::StrCat("powersgd rank ", p.powersgd_rank) : "onebit_adam", " on dp ",
+      p.dp, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp, " (layers ",
+      p.pp_layers.empty() ? "balanced" : absl::StrJoin(p.pp_layers, ","), ", ",
+      p.virtual_stages, p.virtual_stages == 1 ? " chunk" : " chunks", " a stage), order ",
+      parallel::Name(o.placement.order));
+}
+
+}  // namespace
 
 absl::StatusOr<Tensor> Trainer::Parameters() {
   ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/false));
@@ -79,13 +102,80 @@ absl::StatusOr<Trainer::Whole> Trainer::GatherWhole(bool with_optimizer) {
 absl::Status Trainer::Save(const std::string& path, int64_t step) {
   comm::PhaseScope phase(traffic(), comm::Phase::kCheckpoint);
   ASSIGN_OR_RETURN(Whole whole, GatherWhole(/*with_optimizer=*/true));
+  ASSIGN_OR_RETURN(model::CompressionState compression, GatherCompressionState());
   if (!logs()) return absl::OkStatus();
   const model::TrainedOn run{.precision = PrecisionName(options_.precision.dtype),
                              .data = data_.source,
                              .data_bytes = data_.bytes,
                              .data_fnv1a64 = data_.fingerprint};
   return model::SaveCheckpoint(path, options_.model, whole.params.data<float>(), whole.optimizer,
-                               step, run);
+                               step, run, compression);
+}
+
+// Each rank sends rank 0 its buffers' sizes, then the buffers, in their order.
+absl::StatusOr<model::CompressionState> Trainer::GatherCompressionState() {
+  const auto mine = weights_->CompressionState();
+  model::CompressionState state;
+  if (mine.empty()) return state;
+  Allocator unaccounted(nullptr);
+  ASSIGN_OR_RETURN(Tensor sizes, Tensor::Empty({int64_t(mine.size())}, DType::kI64, unaccounted));
+  for (size_t i = 0; i < mine.size(); ++i) sizes.data<int64_t>()[i] = mine[i].second->numel();
+  if (!logs()) {
+    RETURN_IF_ERROR(world_->Send(sizes, 0));
+    for (const auto& [name, buffer] : mine) RETURN_IF_ERROR(world_->Send(*buffer, 0));
+    return state;
+  }
+  state.key = CompressionKey(options_);
+  const int ranks = world_ == nullptr ? 1 : world_->size();
+  for (int r = 0; r < ranks; ++r) {
+    if (r > 0) RETURN_IF_ERROR(world_->Recv(sizes, r));
+    for (size_t i = 0; i < mine.size(); ++i) {
+      Tensor buffer = *mine[i].second;
+      if (r > 0) {
+        ASSIGN_OR_RETURN(buffer, Tensor::Empty({sizes.data<int64_t>()[i]}, DType::kF32, unaccounted));
+        RETURN_IF_ERROR(world_->Recv(buffer, r));
+      }
+      const float* values = buffer.data<float>();
+      state.tensors[model::CompressionTensorName(r, mine[i].first)].assign(
+          values, values + buffer.numel());
+    }
+  }
+  return state;
+}
+
+absl::Status Trainer::RestoreCompressionState(const model::LoadedCheckpoint& loaded) {
+  const auto mine = weights_->CompressionState();
+  if (mine.empty() || !loaded.has_optimizer) return absl::OkStatus();  // a start from weights
+  const std::string& path = options_.checkpoint.load;
+  const std::string key = CompressionKey(options_);
+  if (loaded.compression.key != key) {
+    // Until the first compressed step the state is where it starts: only later is it lost.
+    if (logs() && loaded.step > options_.parallel.CompressionWarmup()) {
+      std::cerr << "[train] warning: '" << path << "' holds "
+                << (loaded.compression.key.empty() ? std::string("no compression state")
+                                                   : "the compression state of " + loaded.compression.key)
+                << ", not of " << key << ": from step " << loaded.step
+                << " the error feedback starts at zero"
+                << (options_.parallel.PowerSgd() ? " and Q from the seed" : "") << "\n";
+    }
+    return absl::OkStatus();
+  }
+  const int rank = world_ == nullptr ? 0 : world_->rank();
+  for (const auto& [buffer, tensor] : mine) {
+    const std::string name = model::CompressionTensorName(rank, buffer);
+    auto it = loaded.compression.tensors.find(name);
+    if (it == loaded.compression.tensors.end()) {
+      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "' has no tensor '", name,
+                                              "' (its compression is ", key, ")"));
+    }
+    if (int64_t(it->second.size()) != tensor->numel()) {
+      return absl::DataLossError(absl::StrCat("[checkpoint] '", path, "': ", name, " holds ",
+                                              it->second.size(), " values; this run's has ",
+                                              tensor->numel()));
+    }
+    RETURN_IF_ERROR(tensor->CopyFromHost(it->second.data()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Load(const std::string& path) {
@@ -103,6 +193,7 @@ absl::Status Trainer::Load(const std::string& path) {
                    model::LoadCheckpoint(path, options_.model, params.data<float>(), optimizer.get()));
   start_step_ = options_.sampling.sample_only ? loaded.saved_step : loaded.step;
   loaded_from_ = loaded.trained_on;
+  RETURN_IF_ERROR(RestoreCompressionState(loaded));
   const model::ParameterLayout& layout = gpt_->layout();
   ASSIGN_OR_RETURN(Tensor local_params, Tensor::Empty({layout.total()}, DType::kF32, unaccounted));
   layout.FromGlobal(params.data<float>(), local_params.data<float>());

@@ -3,6 +3,7 @@
 // hpZ, qwZ and qgZ, PowerSGD and 1-bit Adam. Messages as options_validate.cc's: one line
 // naming the flag.
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
 #include "parallel/powersgd.h"
 #include "parallel/topology.h"
 #include "runtime/status_macros.h"
@@ -118,16 +119,16 @@ absl::Status TrainOptions::ValidateGradCompression() const {
   if (topology().DpGroupSize() < 2) {
     return Bad(flag, " needs more than one dp rank (there is no sum to compress)");
   }
-  const char* checkpointed = p.PowerSgd()
-      ? "--save or --load (its error buffers and Q are not in a checkpoint yet)"
-      : "--save or --load (its error buffers are not in a checkpoint yet)";
   for (auto [unsupported, what] :
        {std::pair{p.ep > 1, "--ep"},
         {precision.dtype == DType::kBF16 || precision.grad_comm_dtype == DType::kBF16,
          "bf16 (--precision, --grad_comm_dtype)"},
-        {placement.device != DeviceType::kCPU, "--device=cuda"},
-        {!checkpoint.save.empty() || !checkpoint.load.empty(), checkpointed}}) {
+        {placement.device != DeviceType::kCPU, "--device=cuda"}}) {
     if (unsupported) return Bad(flag, " with ", what, " is not supported yet");
+  }
+  if (!checkpoint.save.empty() && world() > model::kMostCompressedRanks) {
+    return Bad(flag, " with --save: a checkpoint holds the error buffers of at most ",
+               model::kMostCompressedRanks, " ranks, and this grid has ", world());
   }
   if (p.PowerSgd() && parallel::SplitForPowerSgd(RankLayout(0), p.powersgd_rank).matrices.empty()) {
     return Bad("--powersgd_rank=", p.powersgd_rank,

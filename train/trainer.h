@@ -124,6 +124,13 @@ class Trainer {
   // ledger counts; empty elsewhere. Every rank must call it.
   using Whole = parallel::TrainableWeights::Part;
   absl::StatusOr<Whole> GatherWhole(bool with_optimizer);
+  // Every rank's compression state (its error feedback) on rank 0, empty elsewhere. Every
+  // rank must call it.
+  absl::StatusOr<model::CompressionState> GatherCompressionState();
+  // This rank's compression state from `loaded` when the checkpoint's is this run's (the
+  // same method, flags and grid); otherwise it starts afresh, with a warning past the
+  // warm-up.
+  absl::Status RestoreCompressionState(const model::LoadedCheckpoint& loaded);
   // The first sequence of this rank's share of global batch `step` (0-based).
   int64_t FirstSequence(int64_t step) const;
   // The mean of the ranks' losses (every rank's share of the batch is the same size).

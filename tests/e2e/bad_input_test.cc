@@ -182,8 +182,10 @@ TEST(BadInput, ShardingAndCompressionFlagsSayWhatTheyNeed) {
        "[flags] --onebit_warmup_steps must be at least 1"},
       {"--grad_compression=onebit_adam --optimizer=sgd",
        "[flags] --grad_compression=onebit_adam needs --optimizer=adamw, got --optimizer=sgd"},
-      {"--grad_compression=onebit_adam --save=x.safetensors",
-       "[flags] --grad_compression=onebit_adam with --save or --load"},
+      {"--grad_compression=onebit_adam --dp=72 --global_batch_size=72 --micro_batch_size=1 "
+       "--save=x.safetensors",
+       "[flags] --grad_compression=onebit_adam with --save: a checkpoint holds the error buffers "
+       "of at most 64 ranks, and this grid has 72"},
   });
   ExpectOneClearLine(kPlan + " --model=toy --dp=4", {
       {"--zero=3 --zero_quantized_weights --zero_quant_block=0",

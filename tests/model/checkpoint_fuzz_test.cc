@@ -3,6 +3,7 @@
 // (scripts/test.sh runs this under AddressSanitizer and UBSan), and whatever it accepts
 // must have every tensor in the shape the model gives it.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -18,19 +19,10 @@
 #include "runtime/allocator.h"
 #include "runtime/rng.h"
 #include "runtime/safetensors.h"
+#include "tests/model/tiny_model.h"
 
 namespace tally::model {
 namespace {
-
-GPTConfig Tiny() {
-  GPTConfig c;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 8;
-  c.seq_len = 4;
-  c.vocab_size = 16;
-  return c;
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -79,14 +71,18 @@ std::string Mutate(std::string bytes, size_t header_end, std::mt19937_64& rng) {
 }
 
 TEST(CheckpointFuzz, MutatedFilesNeverCrashNorLoadWrongShapes) {
-  const GPTConfig config = Tiny();
+  const GPTConfig config = TinyCheckpointModel();
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
   Allocator alloc(nullptr);
   std::vector<float> params(size_t(layout.total()));
   FillNormal(params.data(), layout.total(), 7, StreamOf("params"), 0, 0.0f, 0.02f);
   auto adam = optim::AdamW::Create({}, layout.total(), alloc).value();
   const std::string good = ::testing::TempDir() + "/fuzz_good.safetensors";
-  ASSERT_TRUE(SaveCheckpoint(good, config, params.data(), adam.get(), 3).ok());
+  // With a compressed run's state too: two ranks' buffers under a key.
+  CompressionState compression{.key = "powersgd rank 1 on dp 2", .tensors = {}};
+  compression.tensors[CompressionTensorName(0, "powersgd.error")] = {0.5f, -1, 2};
+  compression.tensors[CompressionTensorName(1, "powersgd.error")] = {0.25f, 3, -4};
+  ASSERT_TRUE(SaveCheckpoint(good, config, params.data(), adam.get(), 3, {}, compression).ok());
   const std::string original = ReadAll(good);
   uint64_t header_length = 0;
   for (int i = 0; i < 8; ++i) header_length |= uint64_t(uint8_t(original[i])) << (8 * i);
@@ -116,6 +112,10 @@ TEST(CheckpointFuzz, MutatedFilesNeverCrashNorLoadWrongShapes) {
       auto it = file->tensors.find(spec.name);
       ASSERT_NE(it, file->tensors.end()) << trial << ": " << spec.name;
       EXPECT_EQ(it->second.shape, spec.shape) << trial << ": " << spec.name;
+    }
+    for (const auto& [name, values] : result->compression.tensors) {  // finite, under a key
+      EXPECT_FALSE(result->compression.key.empty()) << trial << ": " << name;
+      for (float v : values) EXPECT_TRUE(std::isfinite(v)) << trial << ": " << name;
     }
   }
   // Most mutations are refused; the ones that load changed only values (or nothing).

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <vector>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/parameters.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/ledger/exact_traffic.h"
 #include "runtime/comm/ledger/names.h"
@@ -35,6 +37,53 @@ TEST(OneBitShape, PadsToWholeBytesOfEveryChunk) {
   EXPECT_EQ(s.padded, 1024);
   EXPECT_EQ(s.chunk, 256);
   EXPECT_EQ(s.chunk_bytes, 32);
+}
+
+// The parts a rank's buffer is averaged in: the whole buffer without tp and pp; under tp
+// the tensors every tp rank holds whole apart; under a pipeline the tied embedding apart
+// on the first stage and on the last (both its copies).
+TEST(OneBitParts, KeepTheCopiesHeldOutsideTheDpGroupApart) {
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.seq_len = 8;
+  c.vocab_size = 32;
+  auto names = [](const std::vector<OneBitPart>& parts) {
+    std::string s;
+    for (const OneBitPart& p : parts) s += absl::StrCat(p.name, " ");
+    return s;
+  };
+  const model::ParameterLayout whole = model::ParameterLayout::ForGPT(c);
+  std::vector<OneBitPart> parts = OneBitParts(whole);
+  ASSERT_EQ(names(parts), "own ");
+  EXPECT_EQ(parts[0].ranges.size(), 1u);  // one range: the buffer, in place
+  EXPECT_EQ(parts[0].count, whole.total());
+
+  const model::ParameterLayout split = model::ParameterLayout::ForGPT(c, /*tp=*/2, 1);
+  parts = OneBitParts(split);
+  ASSERT_EQ(names(parts), "own replicated ");
+  int64_t replicated = 0;
+  for (const model::ParamSpec& s : split.specs()) replicated += s.replicated() ? s.numel : 0;
+  EXPECT_EQ(parts[1].count, replicated);
+  EXPECT_EQ(parts[0].count + parts[1].count, split.total());
+
+  for (const model::LayerRange stage : {model::LayerRange{0, 1}, model::LayerRange{1, 2}}) {
+    const model::ParameterLayout layout = model::ParameterLayout::ForGPT(c, 1, 0, {stage});
+    parts = OneBitParts(layout);
+    ASSERT_EQ(names(parts), "own tied ") << stage.begin;
+    const model::ParamSpec* wte = layout.Find("wte.weight");
+    ASSERT_NE(wte, nullptr);
+    ASSERT_EQ(parts[1].ranges.size(), 1u);
+    EXPECT_EQ(parts[1].ranges[0].offset, wte->offset);
+    EXPECT_EQ(parts[1].count, wte->numel);
+    EXPECT_EQ(parts[0].count + parts[1].count, layout.total());
+  }
+  // Every part's calls and errors: the sum of what one part of its count would be.
+  const int64_t bytes = OneBitErrorBytes(parts, 3);
+  EXPECT_EQ(bytes, 4 * (OneBitShapeOf(parts[0].count, 3).padded + OneBitShapeOf(parts[0].count, 3).chunk +
+                        OneBitShapeOf(parts[1].count, 3).padded + OneBitShapeOf(parts[1].count, 3).chunk));
+  EXPECT_EQ(OneBitAdamCalls(parts, "dp", 3, 0).size(), 8u);
 }
 
 // The reference: every rank's worker error and server error, in onebit_adam.h's order.

@@ -3,6 +3,7 @@
 // row exact, the errors and Q in the memory formula), on any grid data parallelism
 // composes with.
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,60 @@ INSTANTIATE_TEST_SUITE_P(
       return param_info.param.first.Name() + (per_node > 0 ? absl::StrCat("_node", per_node) : "");
     });
 
+// A compressed run saved and resumed goes on as the run that did not stop, bit for bit:
+// saved inside the warm-up (nothing compressed yet) and past it (the error buffers, and
+// PowerSGD's Q, from the checkpoint), on grids whose ranks hold parts of different sizes.
+struct Resumed {
+  std::string name;
+  TrainOptions options;
+};
+
+void PrintTo(const Resumed& r, std::ostream* os) { *os << r.name; }
+
+class CompressedCheckpoint : public ::testing::TestWithParam<Resumed> {};
+
+TEST_P(CompressedCheckpoint, ResumesBitForBit) {
+  TrainOptions o = GetParam().options;
+  o.training.steps = 6;
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  const RunResult straight = RunRanks(o);
+  ASSERT_EQ(straight.losses.size(), 6u);
+  for (int64_t saved : {1, 4}) {  // the warm-up is 2 steps
+    SCOPED_TRACE(absl::StrCat("saved after step ", saved));
+    const std::string path = ::testing::TempDir() +
+                             absl::StrCat("/compressed_", GetParam().name, "_", saved, ".safetensors");
+    TrainAndSave(o, saved, path);
+    TrainOptions resumed = o;
+    resumed.checkpoint.load = path;
+    const std::vector<float> losses = Resume(resumed);
+    ASSERT_EQ(losses.size(), size_t(6 - saved));
+    for (size_t k = 0; k < losses.size(); ++k) {
+      EXPECT_EQ(losses[k], straight.losses[size_t(saved) + k]) << "step " << saved + int64_t(k);
+    }
+  }
+  // Until the first compressed step the state is where it starts, so the uncompressed
+  // run's checkpoint at the end of the warm-up (no compression state) resumes it too.
+  TrainOptions plain = o;
+  plain.parallel.grad_compression = parallel::GradCompression::kNone;
+  const std::string path =
+      ::testing::TempDir() + absl::StrCat("/plain_", GetParam().name, ".safetensors");
+  TrainAndSave(plain, 2, path);
+  TrainOptions from_plain = o;
+  from_plain.checkpoint.load = path;
+  EXPECT_EQ(Resume(from_plain), std::vector<float>(straight.losses.begin() + 2, straight.losses.end()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, CompressedCheckpoint,
+    ::testing::Values(Resumed{"powersgd_dp2", Compressed(Grid{.dp = 2}, 2)},
+                      Resumed{"powersgd_dp2_pp2", Compressed(Grid{.dp = 2, .pp = 2}, 1)},
+                      Resumed{"onebit_dp3", OneBit(Grid{.dp = 3})},
+                      Resumed{"onebit_dp2_tp2", OneBit(Grid{.dp = 2, .tp = 2})},
+                      Resumed{"onebit_dp2_pp2", OneBit(Grid{.dp = 2, .pp = 2})},
+                      Resumed{"onebit_dp2_cp2", OneBit(Grid{.dp = 2, .cp = 2})},
+                      Resumed{"powersgd_dp2_tp2_pp2", Compressed(Grid{.dp = 2, .tp = 2, .pp = 2}, 1)}),
+    [](const auto& param_info) { return param_info.param.name; });
+
 // Each change to `good` makes Validate's one line hold its words (and `flag`).
 using Change = std::function<void(TrainOptions&)>;
 void ExpectClearErrors(const TrainOptions& good, const std::string& flag,
@@ -165,7 +220,12 @@ TEST(OneBitAdamOptions, BadValuesAreClearErrors) {
        "needs --optimizer=adamw, got --optimizer=sgd"},
       {[](TrainOptions& o) { o.parallel.dp = 1; }, "needs more than one dp rank"},
       {[](TrainOptions& o) { o.precision.dtype = DType::kBF16; }, "with bf16"},
-      {[](TrainOptions& o) { o.checkpoint.load = "x.safetensors"; }, "with --save or --load"}});
+      {[](TrainOptions& o) {
+         o.parallel.dp = 72;
+         o.training.global_batch_size = 72;
+         o.training.micro_batch_size = 1;
+         o.checkpoint.save = "x.safetensors";
+       }, "holds the error buffers of at most 64 ranks, and this grid has 72"}});
   TrainOptions plain = good;
   plain.parallel.grad_compression = parallel::GradCompression::kNone;
   plain.parallel.onebit_warmup_steps = 4;
@@ -185,7 +245,12 @@ TEST(PowerSgdOptions, BadValuesAreClearErrors) {
       {[](TrainOptions& o) { o.parallel.zero = 1; }, "it needs --zero=0"},
       {[](TrainOptions& o) { o.parallel.dp = 1; }, "needs more than one dp rank"},
       {[](TrainOptions& o) { o.precision.dtype = DType::kBF16; }, "with bf16"},
-      {[](TrainOptions& o) { o.checkpoint.save = "x.safetensors"; }, "with --save or --load"}});
+      {[](TrainOptions& o) {
+         o.parallel.dp = 80;
+         o.training.global_batch_size = 80;
+         o.training.micro_batch_size = 1;
+         o.checkpoint.save = "x.safetensors";
+       }, "holds the error buffers of at most 64 ranks, and this grid has 80"}});
   TrainOptions plain = good;
   plain.parallel.grad_compression = parallel::GradCompression::kNone;
   plain.parallel.powersgd_rank = 4;
