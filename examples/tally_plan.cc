@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
+#include "examples/tally_plan_modes.h"
 #include "plan/plan.h"
 #include "runtime/json_writer.h"
 #include "runtime/status_macros.h"
@@ -129,9 +130,17 @@ ABSL_FLAG(bool, search, false,
           "every grid of --world GPUs (dp x cp x tp x pp with cp up to --cp, ZeRO, "
           "micro-batches) whose memory fits "
           "--gpu_memory_gb, fastest predicted step first (--cluster)");
-ABSL_FLAG(int, world, 0, "--search: the GPUs (0: dp x cp x tp x pp)");
-ABSL_FLAG(int, global_batch_size, 0, "--search: sequences per step (0: --batch_size x --dp)");
-ABSL_FLAG(double, gpu_memory_gb, 80, "--search: memory per GPU, GB (1e9 bytes)");
+ABSL_FLAG(bool, explain, false,
+          "the seed's selection flow (its 6.2) for --model on --world GPUs, each test with its "
+          "numbers, beside --search's fastest grid, and the dry run that checks it (--cluster: "
+          "a100 unless given)");
+ABSL_FLAG(int, world, 0, "--search, --explain: the GPUs (0: dp x cp x tp x pp)");
+ABSL_FLAG(int, global_batch_size, 0,
+          "--search, --explain: sequences per step (0: --batch_size x --dp, or x --world for "
+          "--explain)");
+ABSL_FLAG(double, gpu_memory_gb, 80,
+          "--search, --explain: memory per GPU, GB (1e9 bytes; --explain: the cluster's unless "
+          "given)");
 
 namespace tally {
 namespace {
@@ -318,63 +327,6 @@ absl::StatusOr<plan::PlanInput> InputFromFlags() {
   return in;
 }
 
-absl::Status Sweep(plan::PlanInput in, const std::string& spec) {
-  std::vector<std::string> parts = absl::StrSplit(spec, ':');
-  if (parts.size() != 2) return absl::InvalidArgumentError("[flags] --sweep wants dim:v1,v2,...");
-  int* dim = parts[0] == "dp" ? &in.dp : parts[0] == "tp" ? &in.tp : parts[0] == "pp" ? &in.pp
-             : parts[0] == "cp" ? &in.cp : parts[0] == "batch_size" ? &in.batch : nullptr;
-  if (dim == nullptr) {
-    return absl::InvalidArgumentError("[flags] --sweep: dim must be dp, tp, pp, cp or batch_size");
-  }
-  // Every value is checked before the first row is printed.
-  std::vector<int> values;
-  for (absl::string_view value : absl::StrSplit(parts[1], ',')) {
-    if (!absl::SimpleAtoi(value, dim) || *dim < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("[flags] --sweep: bad value '", value, "'"));
-    }
-    RETURN_IF_ERROR(plan::CheckGrid(in));
-    if (in.pp > in.model.layers) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "[flags] --sweep: pp %d is more stages than the %d layers", in.pp, in.model.layers));
-    }
-    if (in.batch % in.micro_batches != 0) {
-      return absl::InvalidArgumentError("[flags] --sweep: batch_size must be a multiple of --micro_batches");
-    }
-    values.push_back(*dim);
-  }
-  std::cout << parts[0]
-            << ",strategy,seed_bytes_per_gpu,exact_bytes_per_gpu,total_bytes,time_s,"
-               "inter_bytes_per_gpu\n";
-  for (int value : values) {
-    *dim = value;
-    for (const plan::PlanRow& r : plan::Plan(in)) {
-      std::cout << absl::StrFormat("%d,%s,%.0f,%.0f,%.0f,%.6g,%.0f\n", value, r.strategy,
-                                   r.seed_bytes_per_gpu, r.exact_bytes_per_gpu, r.total_bytes,
-                                   r.time_s, r.inter_bytes_per_gpu);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// --search: the grids that fit, fastest first (the first 20).
-absl::Status Search(const plan::PlanInput& base) {
-  const int64_t world = absl::GetFlag(FLAGS_world) != 0 ? absl::GetFlag(FLAGS_world) : base.world();
-  const int global = absl::GetFlag(FLAGS_global_batch_size) != 0
-                         ? absl::GetFlag(FLAGS_global_batch_size)
-                         : base.batch * base.dp;
-  const double memory = absl::GetFlag(FLAGS_gpu_memory_gb);
-  if (world < 1 || world > (1 << 16) || global < 1 || !(memory > 0) || !std::isfinite(memory)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --search wants --world in [1, 65536] (0: dp x cp x tp x pp), --global_batch_size "
-        ">= 1 (0: batch_size x dp) and --gpu_memory_gb > 0, got ",
-        world, ", ", global, " and ", memory));
-  }
-  ASSIGN_OR_RETURN(const std::vector<plan::SearchResult> found,
-                   plan::SearchGrids(base, int(world), global, memory * 1e9, &std::cerr));
-  plan::PrintSearch(base, int(world), global, memory, found, absl::GetFlag(FLAGS_json), std::cout);
-  return absl::OkStatus();
-}
-
 // Flags that would be ignored are refused: --seed_examples takes none but --json, --sweep
 // prints CSV of one grid at a time, and --search's own flags need --search.
 absl::Status CheckModes() {
@@ -389,7 +341,19 @@ absl::Status CheckModes() {
   if (!absl::GetFlag(FLAGS_sweep).empty() && (absl::GetFlag(FLAGS_search) || absl::GetFlag(FLAGS_json))) {
     return refuse("--sweep prints CSV rows of the plan; it takes neither --search nor --json");
   }
-  if (!absl::GetFlag(FLAGS_search)) {
+  if (absl::GetFlag(FLAGS_explain)) {
+    if (absl::GetFlag(FLAGS_search) || absl::GetFlag(FLAGS_seed_examples) ||
+        !absl::GetFlag(FLAGS_sweep).empty()) {
+      return refuse("--explain puts the search's fastest grid beside the flow's; it takes none of "
+                    "--search, --seed_examples and --sweep");
+    }
+    bool model = false;
+    for (const char* flag : {"model", "params", "n_layer", "n_embd", "n_head"}) model |= FlagGiven(flag);
+    if (!model) {
+      return refuse("--explain walks the seed's flow for a model: give --model (toy, gpt2-124m, "
+                    "llama-7b, llama-13b, llama-70b) or a GPT shape (--n_layer ...)");
+    }
+  } else if (!absl::GetFlag(FLAGS_search)) {
     for (const char* flag : {"world", "global_batch_size", "gpu_memory_gb"}) {
       if (FlagGiven(flag)) return refuse("--", flag, " is --search's: give --search too");
     }
@@ -409,6 +373,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(plan::PlanInput in, InputFromFlags());
   if (!absl::GetFlag(FLAGS_sweep).empty()) return Sweep(in, absl::GetFlag(FLAGS_sweep));
   if (absl::GetFlag(FLAGS_search)) return Search(in);
+  if (absl::GetFlag(FLAGS_explain)) return Explain(in);
   if (absl::GetFlag(FLAGS_json)) {
     plan::PrintPlanJson(in, std::cout);
   } else {
@@ -437,7 +402,8 @@ int main(int argc, char** argv) {
         "recompute_granularity", "recompute_method"}},
       {"the cluster", {"cluster", "gpus_per_node", "order", "link_intra", "link_inter"}},
       {"what to print", {"json", "sweep", "seed_examples"}},
-      {"--search: the fastest grids that fit", {"search", "world", "global_batch_size", "gpu_memory_gb"}},
+      {"--search and --explain: the fastest grids that fit, the seed's flow",
+       {"search", "explain", "world", "global_batch_size", "gpu_memory_gb"}},
   });
   return tally::RunExample(argc, argv, "bytes per GPU per step by strategy: tally_plan --model=llama-7b --dp=4",
                            tally::Main);

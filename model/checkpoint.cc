@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/parameters.h"
+#include "runtime/files.h"
 #include "runtime/safetensors.h"
 #include "runtime/status_macros.h"
 
@@ -92,6 +95,28 @@ absl::Status Restore(const std::string& path, const SafetensorsFile& file, const
   return absl::OkStatus();
 }
 
+// Up to 6 buffers a rank (1-bit Adam's two errors of up to three parts).
+constexpr int64_t kMostCompressionTensors = 6 * kMostCompressedRanks;
+
+// How many compression tensors the header of `path` names (read before the file, whose
+// size they bound): none for anything but a regular file (opening a FIFO would block)
+// whose header is at most `max_header` bytes; ReadSafetensors says what is wrong with it.
+int64_t CompressionTensorsNamed(const std::string& path, int64_t max_header) {
+  if (!CheckInputFile(path, "[checkpoint]", std::numeric_limits<int64_t>::max()).ok()) return 0;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char length[8];
+  if (!in.read(reinterpret_cast<char*>(length), 8)) return 0;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(length[i]) << (8 * i);
+  if (n > uint64_t(max_header)) return 0;
+  std::string text(size_t(n), '\0');
+  if (!in.read(text.data(), std::streamsize(n))) return 0;
+  const std::string quoted = absl::StrCat("\"", kCompressionPrefix, "rank");
+  int64_t count = 0;
+  for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1)) ++count;
+  return std::min(count, kMostCompressionTensors);
+}
+
 // Moves the compression tensors of `file` into `into` (their names begin with
 // kCompressionPrefix): each of one dimension and finite, and only under a key.
 absl::Status TakeCompressionState(const std::string& path, SafetensorsFile& file,
@@ -160,12 +185,13 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const G
                                                 float* params, optim::Optimizer* optimizer) {
   const ParameterLayout layout = ParameterLayout::ForGPT(config);
   // The largest file a checkpoint of this model can be: the parameters, two optimizer
-  // states, two compression buffers of at most Φ + 512 values for each of
-  // kMostCompressedRanks ranks, and a header of at most 512 bytes per tensor. Nothing
-  // larger is read.
-  const int64_t tensors = 3 * int64_t(layout.specs().size()) + 2 * kMostCompressedRanks;
-  const int64_t max_bytes = 8 + 4096 + 512 * tensors + 3 * 4 * layout.total() +
-                            kMostCompressedRanks * 2 * 4 * (layout.total() + 512);
+  // states, the compression tensors its header names (at most 2·(Φ + 1536) values a rank
+  // for kMostCompressedRanks ranks), and a header of at most 512 bytes per tensor.
+  // Nothing larger is read.
+  const int64_t header = 4096 + 512 * (3 * int64_t(layout.specs().size()) + kMostCompressionTensors);
+  const int64_t compressed = std::min(CompressionTensorsNamed(path, header) * (layout.total() + 512),
+                                      kMostCompressedRanks * 2 * (layout.total() + 1536));
+  const int64_t max_bytes = 8 + header + 4 * (3 * layout.total() + compressed);
   ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path, max_bytes));
   auto mismatch = [&](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("[checkpoint] '", path, "' ", parts...));

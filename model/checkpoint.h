@@ -54,7 +54,7 @@ struct CompressionState {
 };
 std::string CompressionTensorName(int rank, const std::string& buffer);
 // The most ranks whose compression state a checkpoint holds (it bounds the file the
-// loader reads: at most 2·(Φ + 512) floats a rank).
+// loader reads: at most 2·(Φ + 1536) floats a rank, in up to 6 tensors).
 inline constexpr int kMostCompressedRanks = 64;
 
 // `params`: the whole flat buffer of a model of `config` (ParameterLayout::ForGPT).

@@ -9,7 +9,8 @@
 //
 // plan.cc: the strategies' rows; plan/models.cc: the models, the options a plan
 // describes, and memory; plan/seed.cc: the seed's examples; plan/search.cc: clusters, a
-// step's predicted time and the search over grids.
+// step's predicted time and the search over grids; plan/explain.cc: the seed's selection
+// flow (--explain).
 //
 //   ASSIGN_OR_RETURN(PlanModel model, ModelPreset("llama-7b"));
 //   PlanInput in{model};
@@ -18,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -339,6 +341,38 @@ std::vector<int> CandidateStages(int pp);
 
 // Units made explicit: "21.00 GB (19.56 GiB)".
 std::string Bytes(double bytes);
+
+// --explain (plan/explain.cc): the seed's selection flow (its section 6.2) on `world` GPUs
+// of `gpu_bytes` each, `global_batch` sequences a step, each micro-batch one sequence,
+// every test with its numbers (what a GPU holds, at the plan's precision, against its
+// memory):
+//   1. does the model fit one GPU?                 yes: data parallelism over all
+//   2. is it the optimizer's state that does not?  yes: ZeRO-1, else ZeRO-2, if one fits
+//   3. does the largest layer fit one GPU?         yes: the fewest pipeline stages that
+//                                                  fit; no: the fewest tp ranks of a node
+//                                                  (each with ZeRO-1 if it needs it)
+//   4. very large (model states past a node's GPUs, or nothing above fits)?  3D: the
+//      largest tp of a node, the fewest stages, ZeRO up to 2, dp the rest
+// then (with `search`) SearchGrids' fastest beside it, and the dry run that checks it.
+struct FlowStep {
+  int number = 0;  // the test's, 1-4 above
+  std::string question, numbers, answer;
+};
+struct Explanation {
+  std::vector<FlowStep> steps;
+  bool flow_fits = false;  // the flow reached a layout that fits
+  PlanInput flow;          // that layout
+  double flow_memory = 0;
+  StepTime flow_time;
+  std::optional<SearchResult> fastest;  // the search's (none fits, or no search: empty)
+  std::string verdict;  // the two side by side in one line: the same grid, or why not
+  std::string check;    // the tally_train --dry_run of the flow's layout (tally's GPT)
+};
+absl::StatusOr<Explanation> Explain(const PlanInput& base, int world, int global_batch,
+                                    double gpu_bytes, const std::string& cluster,
+                                    bool search = true);
+void PrintExplanation(const PlanInput& base, int world, const Explanation& e, bool json,
+                      std::ostream& out);
 
 // tally_plan's table for one grid (plan/print.cc): the strategies' rows, memory per GPU,
 // activations, the bubble and, on a cluster, the predicted step.

@@ -94,6 +94,11 @@ TEST(BadInput, NoFlagIsIgnoredInSilence) {
       {"--sweep=dp:1,2 --search", "--sweep prints CSV rows of the plan; it takes neither --search nor --json"},
       {"--sweep=dp:1,2 --json", "it takes neither --search nor --json"},
       {"--world=64", "--world is --search's: give --search too"},
+      {"--explain --world=8", "[flags] --explain walks the seed's flow for a model: give --model"},
+      {"--explain --model=toy --search", "[flags] --explain puts the search's fastest grid beside "
+                                         "the flow's; it takes none of --search"},
+      {"--explain --model=toy --world=-3", "[flags] --explain wants --world in [1, 65536]"},
+      {"--explain --model=toy --global_batch_size=-1", "--global_batch_size in [1, 2^30]"},
       {"--cluster=a100 --link_inter=50,2", "--cluster names its links"},
       {"--link_inter=1e-320,0", "GB/s one way (in [0.001, 1e+06])"},
   }, 5);

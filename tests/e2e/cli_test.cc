@@ -126,7 +126,7 @@ TEST(TallyPlan, HelpListsTheFlagsBySection) {
   for (const char* section : {"\nmodel:\n", "\nbatch and precision:\n", "\ndata parallelism and ZeRO:\n",
                               "\ntensor and expert parallelism:\n",
                               "\npipeline parallelism and recompute:\n", "\nthe cluster:\n",
-                              "\nwhat to print:\n", "\n--search: the fastest grids that fit:\n"}) {
+                              "\nwhat to print:\n", "\n--search and --explain: the fastest grids that fit, the seed's flow:\n"}) {
     const size_t at = r.output.find(section);
     ASSERT_NE(at, std::string::npos) << section << r.output;
     EXPECT_GT(at, last) << section;
