@@ -91,18 +91,20 @@ absl::Status Explain(plan::PlanInput base) {
     base.gpu = preset.gpu;
   }
   const int64_t world = absl::GetFlag(FLAGS_world) != 0 ? absl::GetFlag(FLAGS_world) : base.world();
+  if (world < 1 || world > (1 << 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[flags] --explain wants --world in [1, 65536] (0: dp x cp x tp x pp), got ", world));
+  }
   const int64_t global = absl::GetFlag(FLAGS_global_batch_size) != 0
                              ? absl::GetFlag(FLAGS_global_batch_size)
                              : int64_t(base.batch) * world;
   const double memory = FlagGiven("gpu_memory_gb") || base.gpu.memory_gb <= 0
                             ? absl::GetFlag(FLAGS_gpu_memory_gb)
                             : base.gpu.memory_gb;
-  if (world < 1 || world > (1 << 16) || global < 1 || global > (1 << 30) || !(memory > 0) ||
-      !std::isfinite(memory)) {
+  if (global < 1 || global > (1 << 30) || !(memory > 0) || !std::isfinite(memory)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[flags] --explain wants --world in [1, 65536] (0: dp x cp x tp x pp), "
-        "--global_batch_size in [1, 2^30] and --gpu_memory_gb > 0, got ",
-        world, ", ", global, " and ", memory));
+        "[flags] --explain wants --global_batch_size in [1, 2^30] (0: batch_size x world) and a "
+        "finite --gpu_memory_gb > 0, got ", global, " and ", memory));
   }
   ASSIGN_OR_RETURN(const plan::Explanation e,
                    plan::Explain(base, int(world), int(global), memory * 1e9, cluster));

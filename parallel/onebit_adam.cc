@@ -60,6 +60,10 @@ std::vector<OneBitPart> OneBitParts(const model::ParameterLayout& layout) {
   return parts;
 }
 
+OneBitPart OneBitWhole(int64_t count) {
+  return {.name = "own", .ranges = {{0, count}}, .count = count};
+}
+
 comm::ExpectedCalls OneBitAdamCalls(const std::vector<OneBitPart>& parts, const char* group,
                                     int ranks, int rank, std::vector<int> nodes) {
   comm::ExpectedCalls calls;
@@ -211,7 +215,7 @@ absl::StatusOr<std::unique_ptr<OneBitAdam>> OneBitAdam::Create(
   adam.release();
   std::unique_ptr<OneBitAdam> o(new OneBitAdam(std::unique_ptr<optim::AdamW>(adamw), warmup));
   const int64_t count = o->adam_->State()[0].second->numel();
-  if (parts.empty()) parts.push_back({.name = "own", .ranges = {{0, count}}, .count = count});
+  if (parts.empty()) parts.push_back(OneBitWhole(count));
   o->parts_ = std::move(parts);
   for (const OneBitPart& part : o->parts_) {
     ASSIGN_OR_RETURN(std::unique_ptr<OneBitAverage> average,

@@ -85,6 +85,8 @@ struct OneBitPart {
 // whole (under tp: the LayerNorms, wpe, c_proj's biases), the tied embedding (under a
 // pipeline: the first stage's wte and the last stage's copy), and the rest, the rank's own.
 std::vector<OneBitPart> OneBitParts(const model::ParameterLayout& layout);
+// One part of `count` values, the whole buffer (a model without a layout, or no tp and pp).
+OneBitPart OneBitWhole(int64_t count);
 // The calls of every part, in order; the memory of their errors in bytes.
 comm::ExpectedCalls OneBitAdamCalls(const std::vector<OneBitPart>& parts, const char* group,
                                     int ranks, int rank, std::vector<int> nodes = {});
@@ -149,7 +151,6 @@ class OneBitAdam final : public optim::Optimizer {
   bool Compressing() const { return step() >= warmup_; }
   // The last step's error: its parts' OneBitAverage's summed, or zeros in the warm-up.
   const ErrorSums& error_sums() const { return error_sums_; }
-  const OneBitAverage& average(size_t part = 0) const { return *averages_[part]; }
   // What a checkpoint keeps (train/checkpoints.cc): each part's two errors, by name
   // ("onebit_adam.<part>.worker_error", ".server_error").
   std::vector<std::pair<std::string, Tensor*>> CompressionState();

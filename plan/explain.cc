@@ -95,11 +95,12 @@ class Flow {
         for (int zero = 0; zero <= most_zero; ++zero) {
           const std::optional<Grid> g = Layout(tp, pp, zero);
           if (!g) continue;
-          if (Fits(g->in) && g->splits) {
+          const double bytes = HeldBy(g->in).total();
+          if (bytes <= gpu_bytes_ && g->splits) {
             found.layout = g->in;
             return found;
           }
-          held = absl::StrFormat("%.2f GB with ZeRO-%d", HeldBy(g->in).total() / 1e9, zero);
+          held = absl::StrFormat("%.2f GB with ZeRO-%d", bytes / 1e9, zero);
           if (!g->splits) held = absl::StrCat(held, ", but ", Unsplit(g->in.dp));
         }
         if (!held.empty()) found.tried.push_back(absl::StrCat("tp ", tp, ", pp ", pp, ": ", held));
@@ -327,10 +328,10 @@ absl::StatusOr<Explanation> Explain(const PlanInput& base, int world, int global
     const bool same = f.dp == e.flow.dp && f.tp == e.flow.tp && f.pp == e.flow.pp &&
                       f.cp == e.flow.cp && f.zero == e.flow.zero;
     e.verdict = same ? absl::StrFormat("the search's fastest has the flow's grid, %s: %.4f s a "
-                                       "step against the flow's %.4f s",
+                                       "step (modelled cluster) against the flow's %.4f s",
                                        LayoutName(f), e.fastest->time.step_s, e.flow_time.step_s)
-                     : absl::StrFormat("the search finds %s faster: %.4f s a step against the "
-                                       "flow's %.4f s; %s",
+                     : absl::StrFormat("the search finds %s faster: %.4f s a step (modelled "
+                                       "cluster) against the flow's %.4f s; %s",
                                        LayoutName(f), e.fastest->time.step_s, e.flow_time.step_s,
                                        WhyTheyDiffer(e.flow_time, e.fastest->time));
   } else if (search) {
@@ -385,7 +386,8 @@ void PrintExplanation(const PlanInput& base, int world, const Explanation& e, bo
                            e.steps[i].numbers, e.steps[i].answer);
   }
   if (e.flow_fits) {
-    out << absl::StrFormat("the flow's layout: %s, %.2f GB a GPU, %.4f s a step predicted\n",
+    out << absl::StrFormat("the flow's layout: %s, %.2f GB a GPU, %.4f s a step on the "
+                           "modelled cluster\n",
                            LayoutName(e.flow), e.flow_memory / 1e9, e.flow_time.step_s);
   }
   if (!e.verdict.empty()) out << "beside --search: " << e.verdict << "\n";

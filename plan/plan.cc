@@ -206,7 +206,7 @@ void CompressionRow(PlanRows& plan) {
   // A model tally does not build (no layout): one part, the replica's values.
   const std::vector<parallel::OneBitPart> parts =
       in.model.gpt ? parallel::OneBitParts(r.layout)
-                   : std::vector<parallel::OneBitPart>{{"own", {{0, r.part}}, r.part}};
+                   : std::vector<parallel::OneBitPart>{parallel::OneBitWhole(r.part)};
   auto calls = [&](int n, int i) {
     return powersgd ? parallel::PowerSgdCalls(split, "dp", n, i)
                     : parallel::OneBitAdamCalls(parts, "dp", n, i);

@@ -99,6 +99,7 @@ TEST(BadInput, NoFlagIsIgnoredInSilence) {
                                          "the flow's; it takes none of --search"},
       {"--explain --model=toy --world=-3", "[flags] --explain wants --world in [1, 65536]"},
       {"--explain --model=toy --global_batch_size=-1", "--global_batch_size in [1, 2^30]"},
+      {"--explain --model=toy --gpu_memory_gb=nan", "a finite --gpu_memory_gb > 0, got 4 and nan"},
       {"--cluster=a100 --link_inter=50,2", "--cluster names its links"},
       {"--link_inter=1e-320,0", "GB/s one way (in [0.001, 1e+06])"},
   }, 5);
