@@ -25,6 +25,7 @@ const std::string kTrain = TALLY_TRAIN_BINARY;
 const std::string kBench = TALLY_BENCH_BINARY;
 const std::string kPlan = TALLY_PLAN_BINARY;
 const std::string kModelBench = TALLY_MODEL_BENCH_BINARY;
+const std::string kClaims = TALLY_CLAIMS_BINARY;
 const std::string kTiny =
     " --n_layer=1 --n_head=2 --n_embd=32 --seq_len=32 --threads=1 --eval_every=0 --sample_bytes=0";
 
@@ -307,6 +308,29 @@ TEST(BadInput, PrecisionsAreFp32OrBf16) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(absl::StrContains(r.output, "[flags] warning: ")) << flags << ": " << r.output;
   }
+}
+
+// tally_claims: a name not in the catalogue, before any claim runs; a stray argument; an
+// unknown flag.
+TEST(BadInput, TallyClaimsNamesItsClaims) {
+  ExpectOneClearLine(kClaims, {
+      {"--only=zero4", "[claims] no claim is named 'zero4': the claims are ring, zero3, zero-memory, "
+                       "optimizer-share, zero++, powersgd, onebit-adam, tp, pp, ulysses, bubble, seed"},
+      {"--only=bubble,ZERO3", "[claims] no claim is named 'ZERO3'"},
+      {"--onl=ring", "Unknown command line flag 'onl'"},
+  }, 5);
+  Result stray = RunCommand(kClaims + " ring");
+  EXPECT_EQ(stray.exit_code, 2) << stray.output;
+  EXPECT_TRUE(absl::StrContains(stray.output, "unexpected argument 'ring'")) << stray.output;
+  // What it runs, it holds: the bubble's two results, exit 0.
+  Result bubble = RunCommand(kClaims + " --only=bubble");
+  EXPECT_EQ(bubble.exit_code, 0) << bubble.output;
+  EXPECT_TRUE(absl::StrContains(bubble.output, "bubble/interleaved               0.1579             0.1579     1.0000  holds (1 check)"))
+      << bubble.output;
+  Result list = RunCommand(kClaims + " --list");
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_TRUE(absl::StrContains(list.output, "onebit-adam  1-bit Adam: up to 5× less communication"))
+      << list.output;
 }
 
 TEST(BadInput, TallyPlanRefusesWhatItCannotPlan) {

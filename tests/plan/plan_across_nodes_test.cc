@@ -25,13 +25,7 @@ bool ZeroRow(const comm::LedgerKey& k) {
 
 // The busiest rank's ZeRO bytes in `run`, and of them across nodes.
 comm::LinkBytes Busiest(const train::RunResult& run, const PlanInput& in) {
-  const comm::Nodes nodes = *PlanAsTrainOptions(in).PlacedNodes();
-  comm::LinkBytes most;
-  for (const comm::TrafficLedger& ledger : run.traffic) {
-    const comm::LinkBytes b = ledger.SentByLink(nodes, ZeroRow);
-    if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
-  }
-  return most;
+  return BusiestSent(run.traffic, *PlanAsTrainOptions(in).PlacedNodes(), ZeroRow);
 }
 
 // The most model-state bytes (parameters, gradients, optimizer state) a rank of `run` held.
@@ -210,14 +204,8 @@ TEST(PlanPowerSgd, RowIsTheMeasuredCompressedStep) {
     in.powersgd_rank = r;
     ASSERT_TRUE(CheckGradCompression(in).ok()) << CheckGradCompression(in);
     const train::RunResult run = RunPlan(in);  // warm-up 0: the step is compressed
-    const comm::Nodes nodes = *PlanAsTrainOptions(in).PlacedNodes();
-    comm::LinkBytes most;
-    for (const comm::TrafficLedger& ledger : run.traffic) {
-      const comm::LinkBytes b = ledger.SentByLink(nodes, [](const comm::LedgerKey& k) {
-        return k.group == comm::group::kDp && k.phase == comm::Phase::kBackward;
-      });
-      if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
-    }
+    const comm::LinkBytes most = BusiestSent(run.traffic, *PlanAsTrainOptions(in).PlacedNodes(),
+                                             PlanLedgerRows(absl::StrCat("dp powersgd (r=", r, ")"), 0));
     int compared = 0;
     for (const PlanRow& row : Plan(in)) {
       if (row.strategy != absl::StrCat("dp powersgd (r=", r, ")")) continue;
@@ -257,14 +245,8 @@ TEST(PlanOneBitAdam, RowIsTheMeasuredCompressedStep) {
     o.training.threads = 1;
     ASSERT_TRUE(o.Validate().ok()) << o.Validate();
     const train::RunResult run = train::RunRanks(o);
-    const comm::Nodes nodes = *o.PlacedNodes();
-    comm::LinkBytes most;
-    for (const comm::TrafficLedger& ledger : run.traffic) {
-      const comm::LinkBytes b = ledger.SentByLink(nodes, [](const comm::LedgerKey& k) {
-        return k.group == comm::group::kDp && absl::StartsWith(k.label, "onebit_");
-      });
-      if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
-    }
+    const comm::LinkBytes most =
+        BusiestSent(run.traffic, *o.PlacedNodes(), PlanLedgerRows("dp 1-bit adam", 0));
     ASSERT_GT(most.total(), 0);
     int compared = 0;
     for (const PlanRow& row : Plan(in)) {

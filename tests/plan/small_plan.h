@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "parallel/pipeline_schedule.h"
+#include "plan/measured.h"
 #include "plan/plan.h"
 #include "runtime/comm/ledger/ledger.h"
 #include "tests/train/run_ranks.h"
@@ -62,54 +63,13 @@ inline train::RunResult RunPlan(const PlanInput& in, parallel::PipelineSchedule 
 }
 
 // The most bytes any rank sent in `rows`.
-inline int64_t BusiestSent(const std::vector<comm::TrafficLedger>& traffic,
-                    const std::function<bool(const comm::LedgerKey&)>& rows) {
-  int64_t most = 0;
-  for (const comm::TrafficLedger& ledger : traffic) most = std::max(most, ledger.Sum(rows).bytes_sent);
-  return most;
+inline int64_t BusiestSent(const std::vector<comm::TrafficLedger>& traffic, const LedgerRows& rows) {
+  return BusiestSent(traffic, comm::Nodes::One(int(traffic.size())), rows).total();
 }
 
-// The ledger rows a planned strategy's bytes are (null: a strategy this run does not use).
-inline std::function<bool(const comm::LedgerKey&)> RowsOf(const std::string& strategy, int zero) {
-  if (strategy == "dp all-reduce" && zero == 0) {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "dp" && k.primitive == comm::Primitive::kAllReduce && k.label.empty();
-    };
-  }
-  if (strategy == absl::StrCat("zero-", zero)) {  // the dense part over dp, experts over edp
-    return [](const comm::LedgerKey& k) {
-      return (k.group == "dp" || k.group == "edp") && k.primitive != comm::Primitive::kAllReduce;
-    };
-  }
-  if (strategy == "edp all-reduce (experts)" && zero == 0) {
-    return [](const comm::LedgerKey& k) { return k.group == "edp"; };
-  }
-  if (strategy == "tp (layers of a stage)") {  // but the experts' (routed rows: no closed form)
-    return [](const comm::LedgerKey& k) {
-      return k.group == "tp" && k.label.rfind("layer", 0) == 0 && !k.label.ends_with(".experts");
-    };
-  }
-  if (strategy == "pp (tied embedding)") {
-    return [](const comm::LedgerKey& k) { return k.group == "embedding" && k.label == "tied_embedding"; };
-  }
-  if (strategy == "tp (embedding, LM head, loss)") {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "tp" && (k.label == "embedding" || k.label == "lm_head" ||
-                                 k.label == "cross_entropy");
-    };
-  }
-  if (strategy == "pp (boundaries)") {
-    return [](const comm::LedgerKey& k) { return parallel::IsPipelineBoundary(k); };
-  }
-  if (strategy == "tp (pipeline gathers)") {
-    return [](const comm::LedgerKey& k) {
-      return k.group == "tp" && parallel::ParseBoundaryScope(k.label).has_value();
-    };
-  }
-  if (strategy == "cp (attention)") {
-    return [](const comm::LedgerKey& k) { return k.group == "cp"; };
-  }
-  return nullptr;
+// The ledger rows a planned strategy's bytes are (plan/measured.h).
+inline LedgerRows RowsOf(const std::string& strategy, int zero) {
+  return PlanLedgerRows(strategy, zero);
 }
 
 // A dry run of `o` (the options `in` describes) against the plan: every strategy's exact

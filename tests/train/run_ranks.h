@@ -14,6 +14,7 @@
 #include "report/report.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/transport/nccl/nccl_transport.h"
+#include "train/measure.h"
 #include "train/trainer.h"
 
 namespace tally::train {
@@ -180,30 +181,14 @@ inline RunResult RunRanks(const TrainOptions& o) {
   return result;
 }
 
-// Every rank's ledgers over `o`'s steps on thread ranks: the traffic of the steps (the
-// set-up's cleared), the memory of the whole run. `after`, if given, sees each rank's
-// trainer once its steps are done (on that rank's thread).
-struct RankLedgers {
-  std::vector<comm::TrafficLedger> traffic;
-  std::vector<MemoryLedger> memory;
-};
+// Every rank's ledgers over `o`'s steps on thread ranks (train/measure.h).
 inline RankLedgers RunSteps(const TrainOptions& o,
                             const std::function<void(int rank, Trainer&)>& after = {}) {
-  RankLedgers out{std::vector<comm::TrafficLedger>(size_t(o.world())),
-                  std::vector<MemoryLedger>(size_t(o.world()))};
-  comm::LaunchOptions launch;
-  launch.world_size = o.world();
-  absl::Status status = comm::RunThreadRanks(launch, [&](comm::Communicator& world) -> absl::Status {
-    ASSIGN_OR_RETURN(auto trainer, Trainer::Create(o, &world));
-    world.ledger().Clear();
-    for (int64_t k = 0; k < o.training.steps; ++k) RETURN_IF_ERROR(trainer->TrainStep(k).status());
-    out.traffic[size_t(world.rank())] = world.ledger();
-    out.memory[size_t(world.rank())] = world.memory();
-    if (after) after(world.rank(), *trainer);
-    return absl::OkStatus();
-  });
-  EXPECT_TRUE(status.ok()) << status;
-  return out;
+  absl::StatusOr<RankLedgers> run = MeasureSteps(o, after);
+  EXPECT_TRUE(run.ok()) << run.status();
+  if (run.ok()) return *std::move(run);
+  return RankLedgers{std::vector<comm::TrafficLedger>(size_t(o.world())),
+                     std::vector<MemoryLedger>(size_t(o.world()))};
 }
 
 inline void ExpectSameLosses(const RunResult& a, const RunResult& b) {
