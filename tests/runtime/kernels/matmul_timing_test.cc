@@ -55,7 +55,12 @@ TEST(MatmulTiming, CountsEachCallOnceAndNoMoreThanItsWallTime) {
 }
 
 // Each of the two threads times its own calls: the counted time is their sum over the
-// team's size, not their sum (the host may stall either thread: only the calls count).
+// team's size, not their sum. The host may stall either thread between its calls, where
+// `around` sees the stall and no call counts it (the 5 loops take about 4 ms; one stalled
+// millisecond on a loaded 2-core host fails the bound): the lower bound must hold on the
+// best of three tries.
+// A timer that missed the second thread's calls (half the share) or counted them twice
+// (over the share) fails every try.
 TEST(MatmulTiming, CallsOnTheIntraOpThreadsAddTheirTeamsShare) {
   SetBlasThreads(2);
   std::vector<std::vector<float>> c(2, std::vector<float>(kN * kN));
@@ -66,17 +71,21 @@ TEST(MatmulTiming, CallsOnTheIntraOpThreadsAddTheirTeamsShare) {
     });
   };
   both();  // builds each thread's kernels
-  std::fill(around.begin(), around.end(), 0);
-  TimeMatmuls(true);
-  const double before = MatmulSeconds();
-  for (int i = 0; i < 5; ++i) both();
-  const double counted = MatmulSeconds() - before;
-  TimeMatmuls(false);
   const int team = IntraOpThreads();  // 1 under ThreadSanitizer: ParallelFor runs inline
+  double best = 0;  // counted / share, the closest to 1 of the tries
+  for (int attempt = 0; attempt < 3 && best <= 0.8; ++attempt) {
+    std::fill(around.begin(), around.end(), 0);
+    TimeMatmuls(true);
+    const double before = MatmulSeconds();
+    for (int i = 0; i < 5; ++i) both();
+    const double counted = MatmulSeconds() - before;
+    TimeMatmuls(false);
+    const double share = 1e-9 * double(around[0] + around[1]) / team;
+    EXPECT_LE(counted, share) << "try " << attempt;
+    best = std::max(best, counted / share);
+  }
   SetBlasThreads(1);
-  const double share = 1e-9 * double(around[0] + around[1]) / team;
-  EXPECT_GT(counted, 0.8 * share);
-  EXPECT_LE(counted, share);
+  EXPECT_GT(best, 0.8);
   EXPECT_EQ(c[1][0], 0.25f * kN);
 }
 
