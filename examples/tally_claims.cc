@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "examples/example_main.h"
 #include "plan/claims.h"
 #include "runtime/status_macros.h"
@@ -37,7 +38,7 @@ absl::Status Main() {
   }
   std::vector<std::string> only;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_only), ',', absl::SkipWhitespace())) {
-    only.emplace_back(name);
+    only.emplace_back(absl::StripAsciiWhitespace(name));
   }
   ASSIGN_OR_RETURN(const std::vector<plan::ClaimResult> results, plan::CheckClaims(only));
   plan::PrintClaims(results, absl::GetFlag(FLAGS_json), std::cout);

@@ -33,8 +33,6 @@ absl::StatusOr<PlanRow> RowNamed(const PlanInput& in, const std::string& strateg
 absl::StatusOr<ClaimCheck> CheckRow(const train::RankLedgers& run, const PlanInput& in,
                                     const std::string& strategy, const std::string& what,
                                     bool inter = false);
-// The most any rank sent under `rows`.
-double MostSent(const train::RankLedgers& run, const LedgerRows& rows);
 // A ratio's excess as a percentage: 1.0311 → "3.11%".
 std::string Percent(double ratio);
 

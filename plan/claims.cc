@@ -83,13 +83,6 @@ absl::StatusOr<ClaimCheck> CheckRow(const train::RankLedgers& run, const PlanInp
                     inter ? row.inter_bytes_per_gpu : row.exact_bytes_per_gpu};
 }
 
-// The most any rank sent under `rows`.
-double MostSent(const train::RankLedgers& run, const LedgerRows& rows) {
-  int64_t most = 0;
-  for (const comm::TrafficLedger& ledger : run.traffic) most = std::max(most, ledger.Sum(rows).bytes_sent);
-  return double(most);
-}
-
 std::string Percent(double ratio) { return absl::StrFormat("%.2f%%", 100 * (ratio - 1)); }
 
 }  // namespace internal_claims

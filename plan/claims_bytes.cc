@@ -184,7 +184,7 @@ Results OneBitAdam() {
   plain.grad_compression = parallel::GradCompression::kNone;
   ASSIGN_OR_RETURN(const PlanRow plain_row, RowNamed(plain, "dp all-reduce"));
   const ClaimCheck c_plain{"the warm-up step's plain all-reduce, the busiest GPU",
-                           MostSent(run, PlanLedgerRows("dp all-reduce", 0)),
+                           double(MostSent(run.traffic, PlanLedgerRows("dp all-reduce", 0))),
                            plain_row.exact_bytes_per_gpu};
   ASSIGN_OR_RETURN(ClaimCheck c_one, CheckRow(run, in, "dp 1-bit adam",
                                               "the compressed step, the busiest GPU"));
@@ -222,9 +222,9 @@ Results TensorParallel() {
                                             "the layers' calls, the busiest GPU"));
   ASSIGN_OR_RETURN(const PlanRow row, RowNamed(in, "tp (layers of a stage)"));
   const ClaimCheck layer{"layer 0's calls, the busiest GPU",
-                         MostSent(run, [](const comm::LedgerKey& k) {
+                         double(MostSent(run.traffic, [](const comm::LedgerKey& k) {
                            return k.group == comm::group::kTp && absl::StartsWith(k.label, "layer0.");
-                         }),
+                         })),
                          row.exact_bytes_per_layer};
   const double b = in.batch, s = in.seq_len, h = in.model.hidden, n = in.tp;
   ClaimResult r;
@@ -281,9 +281,9 @@ Results Ulysses() {
   ASSIGN_OR_RETURN(const train::RankLedgers run, MeasurePlan(in));
   ASSIGN_OR_RETURN(ClaimCheck all, CheckRow(run, in, "cp (attention)",
                                             "attention's all-to-alls, the busiest GPU"));
-  const double forward = MostSent(run, [](const comm::LedgerKey& k) {
+  const double forward = double(MostSent(run.traffic, [](const comm::LedgerKey& k) {
     return k.group == comm::group::kCp && k.phase == comm::Phase::kForward;
-  });
+  }));
   const double b = in.batch, s = in.seq_len, h = in.model.hidden, p = in.cp;
   const double layers = in.model.layers;
   ClaimResult r;

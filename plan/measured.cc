@@ -1,6 +1,8 @@
 // A plan beside the run it describes (measured.h).
 #include "plan/measured.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline_parallel.h"
@@ -94,6 +96,12 @@ comm::LinkBytes BusiestSent(const std::vector<comm::TrafficLedger>& traffic,
     const comm::LinkBytes b = ledger.SentByLink(nodes, rows);
     if (b.total() > most.total() || (b.total() == most.total() && b.inter > most.inter)) most = b;
   }
+  return most;
+}
+
+int64_t MostSent(const std::vector<comm::TrafficLedger>& traffic, const LedgerRows& rows) {
+  int64_t most = 0;
+  for (const comm::TrafficLedger& ledger : traffic) most = std::max(most, ledger.Sum(rows).bytes_sent);
   return most;
 }
 

@@ -42,6 +42,9 @@ LedgerRows PlanLedgerRows(const std::string& strategy, int zero);
 comm::LinkBytes BusiestSent(const std::vector<comm::TrafficLedger>& traffic,
                             const comm::Nodes& nodes, const LedgerRows& rows);
 
+// The most bytes any rank of `traffic` sent under `rows`, wherever the ranks are.
+int64_t MostSent(const std::vector<comm::TrafficLedger>& traffic, const LedgerRows& rows);
+
 // `steps` steps of the run `in` describes (PlanAsTrainOptions), one BLAS thread a rank, no
 // evaluation or sample; a dry run (meta tensors, the same ledgers) unless `dry_run` is
 // false; `adjust`, if given, sets what a plan does not describe (a warm-up's length).

@@ -64,7 +64,7 @@ inline train::RunResult RunPlan(const PlanInput& in, parallel::PipelineSchedule 
 
 // The most bytes any rank sent in `rows`.
 inline int64_t BusiestSent(const std::vector<comm::TrafficLedger>& traffic, const LedgerRows& rows) {
-  return BusiestSent(traffic, comm::Nodes::One(int(traffic.size())), rows).total();
+  return MostSent(traffic, rows);
 }
 
 // The ledger rows a planned strategy's bytes are (plan/measured.h).
