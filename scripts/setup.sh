@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# chromium: the report page's test loads the page in it, headless.
-packages=(cmake ninja-build g++ pkg-config libabsl-dev libgtest-dev libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev chromium)
+# chromium: the report page's test loads the page in it, headless. ccache: the compiler
+# cache the build uses when it is there (CMakeLists.txt).
+packages=(cmake ninja-build g++ pkg-config ccache libabsl-dev libgtest-dev libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,14 +11,10 @@
 #include "parallel/pipeline_schedule.h"
 #include "runtime/status_macros.h"
 #include "train/options.h"
+#include "train/options_validate.h"
 
 namespace tally::train {
 namespace {
-
-template <typename... Parts>
-absl::Status Bad(const Parts&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...));
-}
 
 // The first of `values` (a flag's value and its name) that is not a finite number (a
 // float flag of 1e39 is inf as a float).

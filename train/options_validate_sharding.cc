@@ -8,16 +8,9 @@
 #include "parallel/topology.h"
 #include "runtime/status_macros.h"
 #include "train/options.h"
+#include "train/options_validate.h"
 
 namespace tally::train {
-namespace {
-
-template <typename... Parts>
-absl::Status Bad(const Parts&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat("[flags] ", parts...));
-}
-
-}  // namespace
 
 absl::Status TrainOptions::ValidateZeroShard() const {
   const ParallelOptions& p = parallel;

@@ -3,8 +3,10 @@
 // row exact, the errors and Q in the memory formula), on any grid data parallelism
 // composes with.
 #include <cmath>
+#include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -123,11 +125,12 @@ TEST_P(OneBitAdamRun, WarmUpIsThePlainRunAndEveryRowIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, OneBitAdamRun,
-    ::testing::Values(std::pair{Grid{.dp = 2}, 0}, std::pair{Grid{.dp = 3}, 0},
-                      std::pair{Grid{.dp = 4, .allreduce = comm::Algorithm::kNaive}, 0},
-                      std::pair{Grid{.dp = 4, .allreduce = comm::Algorithm::kHierarchical}, 2},
-                      std::pair{Grid{.dp = 2, .tp = 2, .sequence_parallel = true}, 0},
-                      std::pair{Grid{.dp = 2, .pp = 2}, 0}, std::pair{Grid{.dp = 2, .cp = 2}, 0}),
+    ::testing::ValuesIn(Sweep<std::pair<Grid, int>>(
+        {{Grid{.dp = 2}, 0}, {Grid{.dp = 3}, 0},
+         {Grid{.dp = 4, .allreduce = comm::Algorithm::kNaive}, 0},
+         {Grid{.dp = 4, .allreduce = comm::Algorithm::kHierarchical}, 2},
+         {Grid{.dp = 2, .tp = 2, .sequence_parallel = true}, 0}, {Grid{.dp = 2, .pp = 2}, 0},
+         {Grid{.dp = 2, .cp = 2}, 0}})),
     [](const auto& param_info) {
       const int per_node = param_info.param.second;
       return param_info.param.first.Name() + (per_node > 0 ? absl::StrCat("_node", per_node) : "");
@@ -149,13 +152,15 @@ TEST_P(CompressedCheckpoint, ResumesBitForBit) {
   TrainOptions o = GetParam().options;
   o.training.steps = 6;
   ASSERT_TRUE(o.Validate().ok()) << o.Validate();
-  const RunResult straight = RunRanks(o);
+  std::map<int64_t, std::string> saves;  // the warm-up is 2 steps
+  for (int64_t saved : {1, 4}) {
+    saves[saved] = ::testing::TempDir() +
+                   absl::StrCat("/compressed_", GetParam().name, "_", saved, ".safetensors");
+  }
+  const RunResult straight = RunRanks(o, saves);  // saving on the way
   ASSERT_EQ(straight.losses.size(), 6u);
-  for (int64_t saved : {1, 4}) {  // the warm-up is 2 steps
+  for (const auto& [saved, path] : saves) {
     SCOPED_TRACE(absl::StrCat("saved after step ", saved));
-    const std::string path = ::testing::TempDir() +
-                             absl::StrCat("/compressed_", GetParam().name, "_", saved, ".safetensors");
-    TrainAndSave(o, saved, path);
     TrainOptions resumed = o;
     resumed.checkpoint.load = path;
     const std::vector<float> losses = Resume(resumed);
@@ -178,13 +183,14 @@ TEST_P(CompressedCheckpoint, ResumesBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, CompressedCheckpoint,
-    ::testing::Values(Resumed{"powersgd_dp2", Compressed(Grid{.dp = 2}, 2)},
-                      Resumed{"powersgd_dp2_pp2", Compressed(Grid{.dp = 2, .pp = 2}, 1)},
-                      Resumed{"onebit_dp3", OneBit(Grid{.dp = 3})},
-                      Resumed{"onebit_dp2_tp2", OneBit(Grid{.dp = 2, .tp = 2})},
-                      Resumed{"onebit_dp2_pp2", OneBit(Grid{.dp = 2, .pp = 2})},
-                      Resumed{"onebit_dp2_cp2", OneBit(Grid{.dp = 2, .cp = 2})},
-                      Resumed{"powersgd_dp2_tp2_pp2", Compressed(Grid{.dp = 2, .tp = 2, .pp = 2}, 1)}),
+    ::testing::ValuesIn(Sweep<Resumed>(
+        {Resumed{"powersgd_dp2", Compressed(Grid{.dp = 2}, 2)},
+         Resumed{"powersgd_dp2_pp2", Compressed(Grid{.dp = 2, .pp = 2}, 1)},
+         Resumed{"onebit_dp3", OneBit(Grid{.dp = 3})},
+         Resumed{"onebit_dp2_tp2", OneBit(Grid{.dp = 2, .tp = 2})},
+         Resumed{"onebit_dp2_pp2", OneBit(Grid{.dp = 2, .pp = 2})},
+         Resumed{"onebit_dp2_cp2", OneBit(Grid{.dp = 2, .cp = 2})},
+         Resumed{"powersgd_dp2_tp2_pp2", Compressed(Grid{.dp = 2, .tp = 2, .pp = 2}, 1)}})),
     [](const auto& param_info) { return param_info.param.name; });
 
 // Each change to `good` makes Validate's one line hold its words (and `flag`).

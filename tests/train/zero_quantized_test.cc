@@ -19,6 +19,7 @@
 #include "parallel/zero/sharding.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/ledger/names.h"
+#include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::train {
@@ -145,7 +146,7 @@ std::vector<QwzGrid> QwzGrids() {
   return grids;
 }
 
-INSTANTIATE_TEST_SUITE_P(Grids, QwzTest, ::testing::ValuesIn(QwzGrids()), Name);
+INSTANTIATE_TEST_SUITE_P(Grids, QwzTest, ::testing::ValuesIn(Sweep(QwzGrids())), Name);
 
 // Bytes of `run`'s rank `r` in `group` (any, when empty) with `primitive` and `label`.
 int64_t Sent(const RunResult& run, int r, const std::string& group, comm::Primitive primitive,
@@ -204,7 +205,7 @@ std::vector<QwzGrid> QgzGrids() {
   return grids;
 }
 
-INSTANTIATE_TEST_SUITE_P(Grids, QgzTest, ::testing::ValuesIn(QgzGrids()), Name);
+INSTANTIATE_TEST_SUITE_P(Grids, QgzTest, ::testing::ValuesIn(Sweep(QgzGrids())), Name);
 
 // Step 1's measured error is the quantisation of the initial weights, chunk by chunk as
 // ZeRO-3 cuts them, written out here from quantize.h's rule.
@@ -246,11 +247,10 @@ class QuantizedResumeTest : public ::testing::TestWithParam<QwzGrid> {};
 TEST_P(QuantizedResumeTest, ResumesBitForBit) {
   TrainOptions o = GetParam().On(TinyDataParallel(1));
   o.training.steps = 6;
-  const RunResult straight = RunRanks(o);
   // A file of its own: ctest runs each grid as a process of its own, side by side.
   const std::string path = absl::StrCat(
       ::testing::TempDir(), "/quantized_resume_", Name({GetParam(), 0}), ".safetensors");
-  TrainAndSave(o, 3, path);
+  const RunResult straight = RunRanks(o, {{3, path}});  // saved after step 3 on the way
   TrainOptions resumed = o;
   resumed.checkpoint.load = path;
   const std::vector<float> losses = Resume(resumed);
@@ -278,9 +278,10 @@ TEST_P(QuantizedResumeTest, DryRunBooksTheRealRunsBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, QuantizedResumeTest,
-    ::testing::Values(QwzGrid{.dp = 3, .overlap = true},
-                      QwzGrid{.dp = 4, .per_node = 2, .weights = false, .grads = true},
-                      QwzGrid{.dp = 4, .per_node = 2, .overlap = true, .hpz = true, .grads = true}),
+    ::testing::ValuesIn(Sweep<QwzGrid>(
+        {QwzGrid{.dp = 3, .overlap = true},
+         QwzGrid{.dp = 4, .per_node = 2, .weights = false, .grads = true},
+         QwzGrid{.dp = 4, .per_node = 2, .overlap = true, .hpz = true, .grads = true}})),
     Name);
 
 TEST(Qgz, BadValuesAreClearErrors) {
