@@ -3,8 +3,9 @@
 // (TALLY_TEST_FORM=small, its default): each sweep keeps its first grid, its last, and
 // one in eight between, so that every mechanism a sweep covers (the simplest grid is
 // first, the busiest last) still runs under the sanitizer, at about a fifth of the time.
-// A test that runs one rank on one thread only may skip itself in the small form: the
-// sanitizer has nothing to watch there, and the full form runs it.
+// One rank on one thread gives the sanitizer nothing to watch: the small form leaves out
+// the single-rank runs the grids are held to (kCompareWithSerial, tests/train/run_ranks.h)
+// and the tests that run only one rank; the full form runs them.
 //
 //   INSTANTIATE_TEST_SUITE_P(Grids, ThreeDTest, ::testing::ValuesIn(Sweep<Grid>({...})));
 //   for (const Grid& g : Sweep<Grid>({...})) { ... }

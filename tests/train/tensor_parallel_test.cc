@@ -96,8 +96,10 @@ TEST_P(TensorParallelTest, MatchesTheSingleRankRunWithTheMegatronBytes) {
   TrainOptions o = Small(1, tp);
   o.parallel.sequence_parallel = sequence_parallel;
   RunResult run = RunRanks(o);
-  ExpectSameRun(run, Serial());
-  ExpectSameLosses(RunRanks(WithAdamW(o)), SerialAdamW());
+  if (kCompareWithSerial) {
+    ExpectSameRun(run, Serial());
+    ExpectSameLosses(RunRanks(WithAdamW(o)), SerialAdamW());
+  }
   for (int r = 0; r < tp; ++r) {
     for (comm::Phase phase : {comm::Phase::kForward, comm::Phase::kBackward}) {
       int64_t sent = run.traffic[r].Sum([&](const comm::LedgerKey& k) {
@@ -161,7 +163,7 @@ TEST_P(TensorAndDataParallelTest, MatchesTheSingleRankRunUnderEveryZeroStage) {
   o.training.global_batch_size = 4;  // the serial run's global batch, split over the 2 dp ranks
   o.parallel.bucket_mb = 4000.0 / (1 << 20);  // several buckets
   RunResult run = RunRanks(o);
-  ExpectSameRun(run, Serial());
+  if (kCompareWithSerial) ExpectSameRun(run, Serial());
   for (int rank = 0; rank < o.world(); ++rank) {
     const int dp_rank = o.topology().Of(rank).dp, tp_rank = o.topology().Of(rank).tp;
     const model::ParameterLayout part =
