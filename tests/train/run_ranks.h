@@ -143,9 +143,7 @@ struct RunResult {
   std::vector<MemoryLedger> memory;
 };
 
-// `o` on its ranks. After step k (counted from 1) of each entry of `save_after`, the run
-// saves a checkpoint at its path and goes on (the saves' gathers are in its traffic).
-inline RunResult RunRanks(const TrainOptions& o, const std::map<int64_t, std::string>& save_after = {}) {
+inline RunResult RunRanks(const TrainOptions& o) {
   RunResult result;
   result.traffic.resize(o.world());
   result.memory.resize(o.world());
@@ -167,9 +165,6 @@ inline RunResult RunRanks(const TrainOptions& o, const std::map<int64_t, std::st
       if (world.rank() == 0) {
         result.losses.push_back(s.loss);
         result.compression_errors.push_back(s.compression_error);
-      }
-      if (const auto save = save_after.find(k + 1); save != save_after.end()) {
-        RETURN_IF_ERROR(trainer->Save(save->second, k + 1));
       }
     }
     result.traffic[world.rank()] = world.ledger();

@@ -247,10 +247,11 @@ class QuantizedResumeTest : public ::testing::TestWithParam<QwzGrid> {};
 TEST_P(QuantizedResumeTest, ResumesBitForBit) {
   TrainOptions o = GetParam().On(TinyDataParallel(1));
   o.training.steps = 6;
+  const RunResult straight = RunRanks(o);
   // A file of its own: ctest runs each grid as a process of its own, side by side.
   const std::string path = absl::StrCat(
       ::testing::TempDir(), "/quantized_resume_", Name({GetParam(), 0}), ".safetensors");
-  const RunResult straight = RunRanks(o, {{3, path}});  // saved after step 3 on the way
+  TrainAndSave(o, 3, path);
   TrainOptions resumed = o;
   resumed.checkpoint.load = path;
   const std::vector<float> losses = Resume(resumed);
