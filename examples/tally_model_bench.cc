@@ -42,7 +42,7 @@
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/status_macros.h"
-#include "train/job.h"
+#include "train/before_training.h"
 #include "train/trainer.h"
 
 ABSL_FLAG(std::string, threads, "1,2", "comma-separated intra-op thread counts to measure");

@@ -13,9 +13,9 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "examples/example_main.h"
+#include "examples/job.h"
 #include "plan/plan.h"
 #include "runtime/status_macros.h"
-#include "train/job.h"
 #include "train/trainer.h"
 
 namespace {

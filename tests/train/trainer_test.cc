@@ -1,6 +1,6 @@
 // The training loop: the loss falls on the embedded corpus, checkpoints round-trip and
 // resume bit-identically, and every bad option or file is a clear error.
-#include "train/job.h"
+#include "train/before_training.h"
 #include "train/trainer.h"
 
 #include <cstring>
