@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/ledger/names.h"
@@ -209,6 +211,29 @@ std::vector<model::PositionRun> ContextParallel::positions() const {
     runs.push_back({p.start, p.length});
   }
   return runs;
+}
+
+std::pair<const int32_t*, const int32_t*> ContextParallel::Cut(const int32_t* tokens,
+                                                              const int32_t* targets, int b) const {
+  const std::vector<model::PositionRun> runs = positions();
+  const size_t rows = size_t(b) * (seq_len_ / cp_.size());
+  my_tokens_.resize(rows);
+  model::TakePositions(runs, tokens, b, seq_len_, my_tokens_.data());
+  if (targets == nullptr) return {my_tokens_.data(), nullptr};
+  my_targets_.resize(rows);
+  model::TakePositions(runs, targets, b, seq_len_, my_targets_.data());
+  return {my_tokens_.data(), my_targets_.data()};
+}
+
+int ContextParallel::RowOf(int position) const {
+  int row = 0;
+  for (const model::PositionRun& run : positions()) {
+    if (position >= run.start && position < run.start + run.length) {
+      return row + position - run.start;
+    }
+    row += run.length;
+  }
+  return -1;
 }
 
 absl::StatusOr<ContextAttention*> ContextParallel::Attention(int b, int c, int nh) const {

@@ -65,6 +65,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -246,6 +247,12 @@ class ContextParallel final : public model::SequenceSplit {
 
   int size() const override { return cp_.size(); }
   std::vector<model::PositionRun> positions() const override;
+  // The cut: this rank's rows of b whole sequences (b, T) of tokens and of targets (null:
+  // none) -> (b, T/N) each, what the model takes. They are held here until the next Cut.
+  std::pair<const int32_t*, const int32_t*> Cut(const int32_t* tokens, const int32_t* targets,
+                                                int b) const;
+  // This rank's row of position `position` of a sequence; -1 where another rank holds it.
+  int RowOf(int position) const;
   int64_t Kept(int b, int c, int nh) const override {
     return ContextAttentionKept(comm_, cp_.size(), b, seq_len_, c, nh);
   }
@@ -268,6 +275,7 @@ class ContextParallel final : public model::SequenceSplit {
   int seq_len_;
   DType wire_;
   mutable std::map<std::tuple<int, int, int>, std::unique_ptr<ContextAttention>> attention_;
+  mutable std::vector<int32_t> my_tokens_, my_targets_;  // Cut's
 };
 
 }  // namespace tally::parallel

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,16 +32,13 @@ absl::StatusOr<float> ValidationLoss(const EvalModel& m, const data::Split& val,
   const int batches = int(std::min<int64_t>(eval_batches, std::max<int64_t>(1, val.sequences() / b)));
   const int t = m.gpt->config().seq_len;
   const size_t ids = size_t(b) * t;
-  std::vector<int32_t> inputs(ids), targets(ids), my_inputs(ids), my_targets(ids);
+  std::vector<int32_t> inputs(ids), targets(ids);
   double sum = 0;
   for (int j = 0; j < batches; ++j) {
     val.Fill(int64_t(j) * b, b, inputs.data(), targets.data());
     const int32_t *tokens = inputs.data(), *wanted = targets.data();
     if (m.sequence != nullptr) {  // this rank's positions
-      model::TakePositions(m.sequence->positions(), inputs.data(), b, t, my_inputs.data());
-      model::TakePositions(m.sequence->positions(), targets.data(), b, t, my_targets.data());
-      tokens = my_inputs.data();
-      wanted = my_targets.data();
+      std::tie(tokens, wanted) = m.sequence->Cut(inputs.data(), targets.data(), b);
     }
     ASSIGN_OR_RETURN(float loss, Forward(m, tokens, wanted, b));
     sum += loss;
@@ -72,7 +70,6 @@ absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& o,
   ASSIGN_OR_RETURN(Tensor last, Tensor::Empty({int64_t(vl) * slices}, DType::kF32, host,
                                               MemoryCategory::kActivations));
   const bool last_stage = m.pipeline == nullptr || m.pipeline->last_stage();
-  std::vector<int32_t> my_window(window.size());
   for (int i = 0; i < bytes; ++i) {
     const int len = std::min<int>(int(context.size()), t);
     std::copy(context.end() - len, context.end(), window.begin());
@@ -80,16 +77,8 @@ absl::StatusOr<std::string> Sample(const EvalModel& m, const SamplingOptions& o,
     int row = len - 1;
     const int32_t* tokens = window.data();
     if (m.sequence != nullptr) {
-      row = -1;
-      int at = 0;
-      for (const model::PositionRun& run : m.sequence->positions()) {
-        if (len - 1 >= run.start && len - 1 < run.start + run.length) {
-          row = at + len - 1 - run.start;
-        }
-        at += run.length;
-      }
-      model::TakePositions(m.sequence->positions(), window.data(), 1, t, my_window.data());
-      tokens = my_window.data();
+      row = m.sequence->RowOf(len - 1);
+      tokens = m.sequence->Cut(window.data(), nullptr, 1).first;
     }
     RETURN_IF_ERROR(Forward(m, tokens, nullptr, 1).status());
     int chosen = 0;

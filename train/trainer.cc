@@ -178,8 +178,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   size_t tokens = size_t(options.training.micro_batch_size) * options.model.seq_len;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
-  t->my_inputs_.resize(tokens / options.parallel.cp);
-  t->my_targets_.resize(tokens / options.parallel.cp);
   return t;
 }
 
@@ -207,11 +205,7 @@ int64_t Trainer::FirstSequence(int64_t step) const {
 std::pair<const int32_t*, const int32_t*> Trainer::FillMicroBatch(int64_t first, int j, int b) {
   data_.train.Fill(first + int64_t(j) * b, b, inputs_.data(), targets_.data());
   if (sequence_ == nullptr) return {inputs_.data(), targets_.data()};
-  const std::vector<model::PositionRun> runs = sequence_->positions();
-  const int t = options_.model.seq_len;
-  model::TakePositions(runs, inputs_.data(), b, t, my_inputs_.data());
-  model::TakePositions(runs, targets_.data(), b, t, my_targets_.data());
-  return {my_inputs_.data(), my_targets_.data()};
+  return sequence_->Cut(inputs_.data(), targets_.data(), b);
 }
 
 void Trainer::SlowDown() {

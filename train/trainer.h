@@ -167,10 +167,9 @@ class Trainer {
   std::unique_ptr<parallel::TrainableWeights> weights_;
   std::unique_ptr<model::GPT> gpt_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
-  // Under context parallelism this rank's positions of it (what the model takes).
-  std::vector<int32_t> my_inputs_, my_targets_;
   // Micro-batch `j` of this rank's share of the batch from sequence `first`: b sequences,
-  // or this rank's positions of them; returns the tokens and targets the model takes.
+  // or under context parallelism this rank's positions of them (ContextParallel::Cut);
+  // returns the tokens and targets the model takes.
   std::pair<const int32_t*, const int32_t*> FillMicroBatch(int64_t first, int j, int b);
   int64_t start_step_ = 0;
   model::TrainedOn loaded_from_;  // what the --load checkpoint says its run was
