@@ -32,14 +32,14 @@ Session::Session(int world_size, absl::Duration timeout)
 }
 
 void Session::Abort(absl::Status reason) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (aborted_.load(std::memory_order_relaxed)) return;
   abort_status_ = std::move(reason);
   aborted_.store(true, std::memory_order_release);
 }
 
 absl::Status Session::abort_status() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return abort_status_;
 }
 
