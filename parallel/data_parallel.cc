@@ -124,12 +124,8 @@ absl::StatusOr<std::unique_ptr<ReplicaWeights>> ReplicaWeights::Create(
   ASSIGN_OR_RETURN(w->replica_, model::Replica::Create(layout, seed, alloc, config.precision));
   ASSIGN_OR_RETURN(w->kernels_, Kernels::Create(alloc.device()));
   ASSIGN_OR_RETURN(w->optimizer_, w->make_optimizer_(layout.total(), alloc));
-  if (config.onebit_adam && config.dp != nullptr) {
-    ASSIGN_OR_RETURN(std::unique_ptr<OneBitAdam> onebit,
-                     OneBitAdam::Create(std::move(w->optimizer_), config.dp, config.onebit_warmup,
-                                        config.algorithm, alloc, OneBitParts(layout)));
-    w->onebit_ = onebit.get();
-    w->optimizer_ = std::move(onebit);
+  if (config.hook != nullptr && config.dp != nullptr) {
+    ASSIGN_OR_RETURN(w->hook_, config.hook(w->layout_, w->optimizer_, alloc));
   }
   w->ranges_ = model::TensorRanges(w->layout_);  // pointing into the kept layout
   w->segments_ = model::OptimizerSegments(w->ranges_);
@@ -140,10 +136,6 @@ absl::StatusOr<std::unique_ptr<ReplicaWeights>> ReplicaWeights::Create(
   };
   if (config.ep == nullptr) {
     w->sync_ = sync(config.dp, {{0, layout.total()}});
-    if (config.powersgd_rank > 0) {
-      ASSIGN_OR_RETURN(w->powersgd_, PowerSgd::Create(config.dp, layout, config.powersgd_rank,
-                                                      config.seed, config.algorithm, alloc));
-    }
     return w;
   }
   w->sync_ = sync(config.dp, ExpertRanges(layout, /*experts=*/false));
@@ -169,7 +161,7 @@ absl::Status ReplicaWeights::ReleaseParams(int unit) {
   RETURN_IF_ERROR(replica_->ReleaseParams(unit));
   if (unit != closed_) return absl::OkStatus();  // a forward's, or a backward's before its end
   closed_ = -1;
-  if (!last_backward_ || Compressing()) return absl::OkStatus();
+  if (!last_backward_ || Hooked()) return absl::OkStatus();
   // Backward finishes units from the end of the buffer down, so everything from the
   // unit's first element to the end is final now.
   const model::ParamUnit& u = layout_.units()[size_t(unit)];
@@ -181,21 +173,7 @@ absl::Status ReplicaWeights::ReleaseParams(int unit) {
 
 absl::Status ReplicaWeights::EndBackward() {
   error_sums_ = ErrorSums();
-  if (Compressing() && onebit_ != nullptr) {
-    // Each rank's own estimate of the step's gradient (its momentum is summed in Step).
-    if (grads().device().type == DeviceType::kCPU) {
-      const float p = float(config_.dp->size());
-      float* g = grads().data<float>();
-      for (int64_t i = 0; i < grads().numel(); ++i) g[i] *= p;
-    }
-    return absl::OkStatus();
-  }
-  if (Compressing()) {
-    comm::PhaseScope phase(config_.dp->ledger(), comm::Phase::kBackward);
-    RETURN_IF_ERROR(powersgd_->Reduce(grads()));
-    error_sums_ = powersgd_->error_sums();
-    return absl::OkStatus();
-  }
+  if (Hooked()) return hook_->Reduce(grads());
   for (GradientSync* sync : {sync_.get(), expert_sync_.get()}) {
     if (sync != nullptr) RETURN_IF_ERROR(sync->Finish(grads()));
   }
@@ -207,7 +185,7 @@ absl::StatusOr<double> ReplicaWeights::Step(float lr, float clip) {
   ASSIGN_OR_RETURN(double norm, ClipAndStep(*kernels_, *optimizer_, params().data<float>(),
                                             grads(), ranges_, segments_, lr, clip, groups));
   RETURN_IF_ERROR(replica_->Publish());  // the bf16 copy of the updated master weights
-  if (onebit_ != nullptr) error_sums_ = onebit_->error_sums();
+  if (hook_ != nullptr) error_sums_ = hook_->error_sums();
   return norm;
 }
 

@@ -38,8 +38,7 @@
 #include "model/precision.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
-#include "parallel/onebit_adam.h"
-#include "parallel/powersgd.h"
+#include "parallel/gradient_hook.h"
 #include "parallel/sent_as.h"
 #include "parallel/step_end.h"
 #include "runtime/comm/algorithms/partition.h"
@@ -140,16 +139,9 @@ struct ReplicaConfig {
   // Whether a checkpoint takes this rank's part: dp rank 0's, and under expert
   // parallelism the other experts of dp ranks < ep.
   bool checkpointed = true;
-  // PowerSGD (powersgd.h) of rank `powersgd_rank` (0: none) from step `powersgd_warmup`
-  // on (the optimizer's step count, so a resumed run goes on where it was); Q from `seed`.
-  int powersgd_rank = 0;
-  int64_t powersgd_warmup = 0;
-  uint64_t seed = 0;
-  // 1-bit Adam (onebit_adam.h) from step `onebit_warmup` on (the optimizer's step count):
-  // the optimizer, which must be AdamW, sums the momentum itself, and the gradients go
-  // unsummed, each rank's scaled by dp to its own estimate of the step's.
-  bool onebit_adam = false;
-  int64_t onebit_warmup = 0;
+  // What takes the sum's place once past its warm-up (gradient_hook.h; null: nothing,
+  // the buckets always): a compressed sum. Made once the optimizer is.
+  MakeGradientHook hook;
 };
 
 class ReplicaWeights final : public TrainableWeights {
@@ -179,8 +171,7 @@ class ReplicaWeights final : public TrainableWeights {
   optim::Optimizer& optimizer() override { return *optimizer_; }
   ErrorSums CompressionError() const override { return error_sums_; }
   std::vector<std::pair<std::string, Tensor*>> CompressionState() override {
-    if (onebit_ != nullptr) return onebit_->CompressionState();
-    return powersgd_ != nullptr ? powersgd_->State() : std::vector<std::pair<std::string, Tensor*>>{};
+    return hook_ != nullptr ? hook_->State() : std::vector<std::pair<std::string, Tensor*>>{};
   }
   absl::StatusOr<Part> GatherPart(bool with_optimizer) override;
   absl::Status Load(const float* params, optim::Optimizer* optimizer) override;
@@ -205,15 +196,10 @@ class ReplicaWeights final : public TrainableWeights {
   // The sums over dp (under expert parallelism of the other tensors only) and over edp
   // (the experts'); null where there is no such group.
   std::unique_ptr<GradientSync> sync_, expert_sync_;
-  std::unique_ptr<PowerSgd> powersgd_;  // null: none
-  OneBitAdam* onebit_ = nullptr;        // optimizer_, under 1-bit Adam (null: none)
-  ErrorSums error_sums_;                // the compression's, of the step
-  // Whether this step's sum is PowerSGD's or 1-bit Adam's (past the warm-up), not the
-  // buckets'.
-  bool Compressing() const {
-    if (onebit_ != nullptr) return onebit_->Compressing();
-    return powersgd_ != nullptr && optimizer_->step() >= config_.powersgd_warmup;
-  }
+  std::unique_ptr<GradientHook> hook_;  // null: none
+  ErrorSums error_sums_;                // the hook's, of the step
+  // Whether this step's sum is the hook's (past its warm-up), not the buckets'.
+  bool Hooked() const { return hook_ != nullptr && hook_->Takes(optimizer_->step()); }
   bool last_backward_ = false;  // the step's last backward is running
   int closed_ = -1;             // the unit whose gradients it closed last, until released
 };

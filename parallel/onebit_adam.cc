@@ -283,4 +283,13 @@ absl::Status OneBitAdam::Step(float* params, const void* grads, DType grad_type,
   return absl::OkStatus();
 }
 
+absl::Status OneBitAdamHook::Reduce(Tensor& grads) {
+  if (grads.device().type == DeviceType::kCPU) {
+    const float p = float(ranks_);
+    float* g = grads.data<float>();
+    for (int64_t i = 0; i < grads.numel(); ++i) g[i] *= p;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tally::parallel

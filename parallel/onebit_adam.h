@@ -56,6 +56,7 @@
 #include "model/parameters.h"
 #include "optim/optimizer.h"
 #include "parallel/compression_error.h"
+#include "parallel/gradient_hook.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
@@ -149,6 +150,7 @@ class OneBitAdam final : public optim::Optimizer {
 
   // Whether the next step is compressed (its gradients then go unsummed).
   bool Compressing() const { return step() >= warmup_; }
+  int64_t warmup() const { return warmup_; }
   // The last step's error: its parts' OneBitAverage's summed, or zeros in the warm-up.
   const ErrorSums& error_sums() const { return error_sums_; }
   // What a checkpoint keeps (train/checkpoints.cc): each part's two errors, by name
@@ -164,6 +166,23 @@ class OneBitAdam final : public optim::Optimizer {
   std::vector<OneBitPart> parts_;
   std::vector<std::unique_ptr<OneBitAverage>> averages_;  // one a part
   ErrorSums error_sums_;
+};
+
+// 1-bit Adam's side of a replica's gradient hook (gradient_hook.h): past the warm-up the
+// gradients go unsummed, each rank's own scaled by the p ranks of `dp` to its estimate of
+// the step's (on the CPU), and `adam`, the replica's optimizer, averages the momentum.
+class OneBitAdamHook final : public GradientHook {
+ public:
+  OneBitAdamHook(OneBitAdam& adam, int ranks) : adam_(adam), ranks_(ranks) {}
+
+  bool Takes(int64_t steps) const override { return steps >= adam_.warmup(); }
+  absl::Status Reduce(Tensor& grads) override;
+  ErrorSums error_sums() const override { return adam_.error_sums(); }
+  std::vector<std::pair<std::string, Tensor*>> State() override { return adam_.CompressionState(); }
+
+ private:
+  OneBitAdam& adam_;
+  const int ranks_;
 };
 
 }  // namespace tally::parallel

@@ -197,4 +197,9 @@ absl::Status PowerSgd::Reduce(const Tensor& grads) {
   return absl::OkStatus();
 }
 
+absl::Status PowerSgdHook::Reduce(Tensor& grads) {
+  comm::PhaseScope phase(dp_.ledger(), comm::Phase::kBackward);
+  return powersgd_->Reduce(grads);
+}
+
 }  // namespace tally::parallel

@@ -38,6 +38,7 @@
 #include "model/parameters.h"
 #include "parallel/compression_error.h"
 #include "parallel/grad_compression.h"
+#include "parallel/gradient_hook.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
@@ -97,6 +98,24 @@ class PowerSgd {
   Tensor error_, q_;                          // every matrix's, packed in order
   std::vector<int64_t> error_at_, q_at_, p_at_;  // each matrix's offset into them (and P's)
   ErrorSums error_sums_;
+};
+
+// PowerSGD as a replica's gradient hook (gradient_hook.h), from optimizer step `warmup`
+// on: the low-rank sum over `dp` in place of the buckets', in phase backward.
+class PowerSgdHook final : public GradientHook {
+ public:
+  PowerSgdHook(std::unique_ptr<PowerSgd> powersgd, comm::Communicator& dp, int64_t warmup)
+      : powersgd_(std::move(powersgd)), dp_(dp), warmup_(warmup) {}
+
+  bool Takes(int64_t steps) const override { return steps >= warmup_; }
+  absl::Status Reduce(Tensor& grads) override;
+  ErrorSums error_sums() const override { return powersgd_->error_sums(); }
+  std::vector<std::pair<std::string, Tensor*>> State() override { return powersgd_->State(); }
+
+ private:
+  std::unique_ptr<PowerSgd> powersgd_;
+  comm::Communicator& dp_;
+  const int64_t warmup_;
 };
 
 }  // namespace tally::parallel

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/parameters.h"
+#include "parallel/onebit_adam.h"
 #include "parallel/powersgd.h"
 #include "plan/claim_runs.h"
 #include "runtime/comm/ledger/names.h"

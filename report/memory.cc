@@ -8,6 +8,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/onebit_adam.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/powersgd.h"
 #include "parallel/zero/sharding.h"
 #include "report/formulas.h"
 #include "report/report.h"

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "optim/schedule.h"
+#include "parallel/onebit_adam.h"
+#include "parallel/powersgd.h"
 #include "runtime/clock.h"
 #include "runtime/comm/ledger/names.h"
 #include "runtime/json_writer.h"
@@ -38,6 +40,43 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptio
   ASSIGN_OR_RETURN(auto opt, optim::SGD::Create(sgd, size, alloc));
   return std::unique_ptr<optim::Optimizer>(std::move(opt));
 }
+
+namespace {
+
+// --grad_compression's hook on a replica's gradients over `dp` (parallel/gradient_hook.h;
+// null: none): PowerSGD's low-rank sum, or 1-bit Adam, an optimizer that wraps the AdamW
+// the replica made and averages the momentum in place of the gradients.
+parallel::MakeGradientHook MakeCompressionHook(const TrainOptions& options, comm::Communicator* dp,
+                                               comm::Algorithm algorithm) {
+  using HookOr = absl::StatusOr<std::unique_ptr<parallel::GradientHook>>;
+  const ParallelOptions& p = options.parallel;
+  if (p.PowerSgd()) {
+    const int rank = p.powersgd_rank;
+    const int64_t warmup = p.powersgd_warmup_steps;
+    const uint64_t seed = options.training.seed;
+    return [=](const model::ParameterLayout& layout, std::unique_ptr<optim::Optimizer>&,
+               Allocator& alloc) -> HookOr {
+      ASSIGN_OR_RETURN(std::unique_ptr<parallel::PowerSgd> powersgd,
+                       parallel::PowerSgd::Create(dp, layout, rank, seed, algorithm, alloc));
+      return std::make_unique<parallel::PowerSgdHook>(std::move(powersgd), *dp, warmup);
+    };
+  }
+  if (p.OneBitAdam()) {
+    const int64_t warmup = p.onebit_warmup_steps;
+    return [=](const model::ParameterLayout& layout, std::unique_ptr<optim::Optimizer>& optimizer,
+               Allocator& alloc) -> HookOr {
+      ASSIGN_OR_RETURN(std::unique_ptr<parallel::OneBitAdam> onebit,
+                       parallel::OneBitAdam::Create(std::move(optimizer), dp, warmup, algorithm,
+                                                    alloc, parallel::OneBitParts(layout)));
+      auto hook = std::make_unique<parallel::OneBitAdamHook>(*onebit, dp->size());
+      optimizer = std::move(onebit);
+      return std::unique_ptr<parallel::GradientHook>(std::move(hook));
+    };
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world)
     : options_(options),
@@ -146,11 +185,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .overlap = options.parallel.overlap,
         .precision = options.Precision(),
         .checkpointed = dp_rank < options.parallel.ep,
-        .powersgd_rank = options.parallel.PowerSgd() ? options.parallel.powersgd_rank : 0,
-        .powersgd_warmup = options.parallel.powersgd_warmup_steps,
-        .seed = options.training.seed,
-        .onebit_adam = options.parallel.OneBitAdam(),
-        .onebit_warmup = options.parallel.onebit_warmup_steps};
+        .hook = MakeCompressionHook(options, t->groups_.dp.get(), algorithm)};
     ASSIGN_OR_RETURN(t->weights_,
                      parallel::ReplicaWeights::Create(replica, layout, options.training.seed,
                                                       t->model_alloc_, make_optimizer));
