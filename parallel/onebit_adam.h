@@ -169,8 +169,8 @@ class OneBitAdam final : public optim::Optimizer {
 };
 
 // 1-bit Adam's side of a replica's gradient hook (gradient_hook.h): past the warm-up the
-// gradients go unsummed, each rank's own scaled by the p ranks of `dp` to its estimate of
-// the step's (on the CPU), and `adam`, the replica's optimizer, averages the momentum.
+// gradients go unsummed, each rank's own scaled by p = `ranks` (the dp group's) to its
+// estimate of the step's (on the CPU); `adam`, the replica's optimizer, averages momentum.
 class OneBitAdamHook final : public GradientHook {
  public:
   OneBitAdamHook(OneBitAdam& adam, int ranks) : adam_(adam), ranks_(ranks) {}
