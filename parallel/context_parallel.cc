@@ -216,7 +216,8 @@ std::vector<model::PositionRun> ContextParallel::positions() const {
 std::pair<const int32_t*, const int32_t*> ContextParallel::Cut(const int32_t* tokens,
                                                               const int32_t* targets, int b) const {
   const std::vector<model::PositionRun> runs = positions();
-  const size_t rows = size_t(b) * (seq_len_ / cp_.size());
+  size_t rows = 0;  // what TakePositions writes: b times this rank's positions
+  for (const model::PositionRun& run : runs) rows += size_t(b) * size_t(run.length);
   my_tokens_.resize(rows);
   model::TakePositions(runs, tokens, b, seq_len_, my_tokens_.data());
   if (targets == nullptr) return {my_tokens_.data(), nullptr};
