@@ -38,7 +38,7 @@
 #include "model/precision.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
-#include "parallel/gradient_hook.h"
+#include "parallel/seams.h"
 #include "parallel/sent_as.h"
 #include "parallel/step_end.h"
 #include "runtime/comm/algorithms/partition.h"
@@ -139,7 +139,7 @@ struct ReplicaConfig {
   // Whether a checkpoint takes this rank's part: dp rank 0's, and under expert
   // parallelism the other experts of dp ranks < ep.
   bool checkpointed = true;
-  // What takes the sum's place once past its warm-up (gradient_hook.h; null: nothing,
+  // What takes the sum's place once past its warm-up (seams.h; null: nothing,
   // the buckets always): a compressed sum. Made once the optimizer is.
   MakeGradientHook hook;
 };

@@ -56,7 +56,7 @@
 #include "model/parameters.h"
 #include "optim/optimizer.h"
 #include "parallel/compression_error.h"
-#include "parallel/gradient_hook.h"
+#include "parallel/seams.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
@@ -168,7 +168,7 @@ class OneBitAdam final : public optim::Optimizer {
   ErrorSums error_sums_;
 };
 
-// 1-bit Adam's side of a replica's gradient hook (gradient_hook.h): past the warm-up the
+// 1-bit Adam's side of a replica's gradient hook (seams.h): past the warm-up the
 // gradients go unsummed, each rank's own scaled by p = `ranks` (the dp group's) to its
 // estimate of the step's (on the CPU); `adam`, the replica's optimizer, averages momentum.
 class OneBitAdamHook final : public GradientHook {

@@ -38,7 +38,7 @@
 #include "model/parameters.h"
 #include "parallel/compression_error.h"
 #include "parallel/grad_compression.h"
-#include "parallel/gradient_hook.h"
+#include "parallel/seams.h"
 #include "runtime/comm/algorithms/partition.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/ledger/expected_calls.h"
@@ -100,7 +100,7 @@ class PowerSgd {
   ErrorSums error_sums_;
 };
 
-// PowerSGD as a replica's gradient hook (gradient_hook.h), from optimizer step `warmup`
+// PowerSGD as a replica's gradient hook (seams.h), from optimizer step `warmup`
 // on: the low-rank sum over `dp` in place of the buckets', in phase backward.
 class PowerSgdHook final : public GradientHook {
  public:

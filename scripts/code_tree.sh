@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-folders=(runtime optim data model parallel train report plan examples)
-printf '%-10s %5s %7s  %s\n' folder files lines "includes from"
+folders=(runtime optim data model parallel train extensions report plan examples)
+printf '%-12s %5s %7s  %s\n' folder files lines "includes from"
 all_files=0 all_lines=0
 for folder in "${folders[@]}"; do
   mapfile -t sources < <(find -H "$folder" -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | sort)
@@ -18,7 +18,7 @@ for folder in "${folders[@]}"; do
   for other in "${folders[@]}"; do
     if [ "$other" != "$folder" ] && grep -qx "$other" <<<"$included"; then from+=("$other"); fi
   done
-  printf '%-10s %5d %7d  %s\n' "$folder/" "${#sources[@]}" "$lines" "${from[*]:-(none)}"
+  printf '%-12s %5d %7d  %s\n' "$folder/" "${#sources[@]}" "$lines" "${from[*]:-(none)}"
   all_files=$((all_files + ${#sources[@]})) all_lines=$((all_lines + lines))
 done
-printf '%-10s %5d %7d\n' "in all" "$all_files" "$all_lines"
+printf '%-12s %5d %7d\n' "in all" "$all_files" "$all_lines"

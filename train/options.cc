@@ -148,6 +148,12 @@ model::ModelChunks TrainOptions::StageModelChunks(int pp_rank) const {
       .value();
 }
 
+std::shared_ptr<const comm::Nodes> TrainOptions::DpSplitNodes() const {
+  const bool split = parallel.ShardsByNode() || parallel.Hpz() ||
+                     (parallel.Qgz() && placement.gpus_per_node > 0);
+  return split ? PlacedNodes() : nullptr;
+}
+
 std::shared_ptr<const comm::Nodes> TrainOptions::PlacedNodes() const {
   if (placement.gpus_per_node <= 0) return nullptr;
   return std::make_shared<const comm::Nodes>(

@@ -334,6 +334,10 @@ struct TrainOptions {
   model::ModelChunks StageModelChunks(int pp_rank) const;
   // The nodes --gpus_per_node places the world on; null without it.
   std::shared_ptr<const comm::Nodes> PlacedNodes() const;
+  // The nodes the dp group is also split by (its groups dp_shard and dp_repl,
+  // parallel/topology.h): HSDP's shard and replicate groups, hpZ's node group, qgZ's two
+  // hops on placed nodes; null when nothing needs them.
+  std::shared_ptr<const comm::Nodes> DpSplitNodes() const;
 
   // A copy with the defaults that depend on other fields filled in (micro_batch_size).
   TrainOptions Resolved() const;

@@ -8,14 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "optim/schedule.h"
-#include "parallel/onebit_adam.h"
-#include "parallel/powersgd.h"
 #include "runtime/clock.h"
 #include "runtime/comm/ledger/names.h"
 #include "runtime/json_writer.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/signals.h"
 #include "runtime/status_macros.h"
+#include "train/extensions.h"
 
 namespace tally::train {
 
@@ -40,43 +39,6 @@ absl::StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const TrainOptio
   ASSIGN_OR_RETURN(auto opt, optim::SGD::Create(sgd, size, alloc));
   return std::unique_ptr<optim::Optimizer>(std::move(opt));
 }
-
-namespace {
-
-// --grad_compression's hook on a replica's gradients over `dp` (parallel/gradient_hook.h;
-// null: none): PowerSGD's low-rank sum, or 1-bit Adam, an optimizer that wraps the AdamW
-// the replica made and averages the momentum in place of the gradients.
-parallel::MakeGradientHook MakeCompressionHook(const TrainOptions& options, comm::Communicator* dp,
-                                               comm::Algorithm algorithm) {
-  using HookOr = absl::StatusOr<std::unique_ptr<parallel::GradientHook>>;
-  const ParallelOptions& p = options.parallel;
-  if (p.PowerSgd()) {
-    const int rank = p.powersgd_rank;
-    const int64_t warmup = p.powersgd_warmup_steps;
-    const uint64_t seed = options.training.seed;
-    return [=](const model::ParameterLayout& layout, std::unique_ptr<optim::Optimizer>&,
-               Allocator& alloc) -> HookOr {
-      ASSIGN_OR_RETURN(std::unique_ptr<parallel::PowerSgd> powersgd,
-                       parallel::PowerSgd::Create(dp, layout, rank, seed, algorithm, alloc));
-      return std::make_unique<parallel::PowerSgdHook>(std::move(powersgd), *dp, warmup);
-    };
-  }
-  if (p.OneBitAdam()) {
-    const int64_t warmup = p.onebit_warmup_steps;
-    return [=](const model::ParameterLayout& layout, std::unique_ptr<optim::Optimizer>& optimizer,
-               Allocator& alloc) -> HookOr {
-      ASSIGN_OR_RETURN(std::unique_ptr<parallel::OneBitAdam> onebit,
-                       parallel::OneBitAdam::Create(std::move(optimizer), dp, warmup, algorithm,
-                                                    alloc, parallel::OneBitParts(layout)));
-      auto hook = std::make_unique<parallel::OneBitAdamHook>(*onebit, dp->size());
-      optimizer = std::move(onebit);
-      return std::unique_ptr<parallel::GradientHook>(std::move(hook));
-    };
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communicator* world)
     : options_(options),
@@ -116,11 +78,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
     const parallel::Topology grid = options.topology();
     pp_rank = grid.Of(world->rank()).pp;
-    const std::shared_ptr<const comm::Nodes> shard_nodes =
-        options.parallel.ShardsByNode() || options.parallel.Hpz() ||
-                (options.parallel.Qgz() && options.placement.gpus_per_node > 0)
-            ? options.PlacedNodes()
-            : nullptr;
+    const std::shared_ptr<const comm::Nodes> shard_nodes = options.DpSplitNodes();
     ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0,
                                             shard_nodes.get()));
   }
@@ -145,11 +103,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   auto make_optimizer = [options](int64_t n, Allocator& alloc) {
     return MakeOptimizer(options, n, alloc);
   };
+  ASSIGN_OR_RETURN(const Seams seams, FillSeams(options, t->groups_));
   if (t->groups_.dp != nullptr && options.parallel.zero >= 1) {
-    const bool hsdp = options.parallel.ShardsByNode();
+    // HSDP cuts the units over the node's ranks; an extension sums the replicas.
+    const bool by_node = options.parallel.ShardsByNode();
     const parallel::ZeroConfig zero{
         .stage = options.parallel.zero,
-        .dp = hsdp ? t->groups_.dp_shard.get() : t->groups_.dp.get(),
+        .dp = by_node ? t->groups_.dp_shard.get() : t->groups_.dp.get(),
         .experts = t->groups_.edp.get(),
         .tp = tp,
         .stages = t->groups_.pp.get(),
@@ -158,17 +118,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .precision = options.Precision(),
         .overlap = options.parallel.overlap,
         .prefetch = options.parallel.overlap && options.parallel.pp == 1,
-        .replicas = hsdp ? t->groups_.dp_replicate.get() : nullptr,
         .reshard_after_forward = options.parallel.zero3_reshard_after_forward,
-        .hpz = options.parallel.Hpz() ? t->groups_.dp_shard.get() : nullptr,
-        .quantized_weights_block =
-            options.parallel.Qwz() ? options.parallel.zero_quant_block : int64_t{0},
-        .quantized_grads_block =
-            options.parallel.Qgz() ? options.parallel.zero_quant_block : int64_t{0},
-        .quantized_grads_bits = options.parallel.zero_quant_grad_bits,
-        // qgZ in two hops when the dp group spans nodes (HSDP's shard group is on one).
-        .qgz_node = t->groups_.dp_shard.get(),
-        .qgz_across = hsdp ? nullptr : t->groups_.dp_replicate.get()};
+        .gathers_checkpoint = seams.zero_gathers_checkpoint,
+        .reducer = seams.zero_reducer,
+        .make_gatherer = seams.zero_gatherer};
     ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
                                                                 make_optimizer));
   } else {
@@ -185,7 +138,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
         .overlap = options.parallel.overlap,
         .precision = options.Precision(),
         .checkpointed = dp_rank < options.parallel.ep,
-        .hook = MakeCompressionHook(options, t->groups_.dp.get(), algorithm)};
+        .hook = seams.replica_hook};
     ASSIGN_OR_RETURN(t->weights_,
                      parallel::ReplicaWeights::Create(replica, layout, options.training.seed,
                                                       t->model_alloc_, make_optimizer));

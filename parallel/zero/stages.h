@@ -3,13 +3,11 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
+#include "parallel/seams.h"
 #include "parallel/zero/in_flight.h"
-#include "parallel/zero/qgz.h"
-#include "parallel/zero/quantize.h"
 #include "parallel/zero/zero.h"
 
 namespace tally::parallel {
@@ -53,8 +51,6 @@ class Zero2Weights : public ZeroWeights {
   absl::Status CompleteGrads() override { return FinishReduce(); }
   absl::Status ShareUpdate() override { return AllGatherUpdated(); }
 
-  ErrorSums grads_error_;  // qgZ: of the step's reduce-scatters so far
-
  private:
   // Reduce-scatters `grads` (the unit's fp32 gradients), blocking, into the shard.
   absl::Status Reduce(int unit, const Tensor& grads);
@@ -77,11 +73,13 @@ class Zero3Weights : public Zero2Weights {
   absl::StatusOr<float*> Params(int unit) override;
   absl::StatusOr<ConstTypedPtr> Stored(int unit) override;
   absl::Status ReleaseParams(int unit) override;
-  // qwZ, qgZ: the quantisation error of the shard the step's gathers carried and of the
-  // gradients its reduce-scatters carried (both summed when both are on).
+  // The error of the gradients the step's reduce-scatters carried and of the shard its
+  // gathers carried (the seams'; zeros for the plain calls).
   ErrorSums CompressionError() const override { return error_sums_; }
 
  protected:
+  // Also makes the gatherer (the config's, or PlainGatherer).
+  absl::Status AllocateGrads(int64_t largest_piece) override;
   // Also waits for a prefetch nobody asked for, which would hold the shard from before
   // the update.
   absl::Status CompleteGrads() override;
@@ -93,20 +91,12 @@ class Zero3Weights : public Zero2Weights {
   absl::Status GatherUnit(int unit, const Tensor& into, InFlight* in_flight);
   // Posts the gather of the unit after `unit` in the model's direction (config_.prefetch).
   absl::Status PrefetchAfter(int unit);
-  // hpZ: this rank's secondary chunks of `unit`, from its gathered parameters `whole`.
-  absl::Status KeepSecondary(int unit, const Tensor& whole);
-  // hpZ: piece `i`'s chunk of the secondary copy.
-  Tensor SecondaryOwn(size_t i) const {
-    const Sharding::Piece& p = secondary_->pieces()[i];
-    return secondary_params_.Flat(p.packed, p.packed + p.own.count);
-  }
 
-  std::optional<Sharding> secondary_;  // hpZ: the units cut over config_.hpz
-  Tensor secondary_params_;            // hpZ: the rank's chunks of them, once a forward ran
+  std::unique_ptr<ParameterGatherer> gatherer_;  // the config's, or PlainGatherer
   std::vector<Tensor> gathered_;  // by model unit, while in use
   int last_unit_ = -1;            // the unit asked for last
   InFlight prefetched_;           // held: the next unit's gathered parameters
-  ErrorSums error_sums_;          // qwZ: of the step's shard
+  ErrorSums error_sums_;          // the seams', of the step
 };
 
 }  // namespace tally::parallel

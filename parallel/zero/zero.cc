@@ -9,6 +9,27 @@
 
 namespace tally::parallel {
 
+absl::Status PlainReducer::ReduceScatter(comm::Communicator& group, const Tensor& grads,
+                                         const Tensor& reduced) {
+  return sent_as_.ReduceScatter(group, grads, reduced, comm::ReduceOp::kSum, algorithm_);
+}
+
+absl::StatusOr<Posted> PlainReducer::IReduceScatter(comm::Communicator& group,
+                                                    const Tensor& grads, const Tensor& reduced) {
+  ASSIGN_OR_RETURN(SentAs::Work work,
+                   sent_as_.IReduceScatter(group, grads, reduced, comm::ReduceOp::kSum, algorithm_));
+  return Posted([work = std::move(work)]() mutable { return work.Wait(); });
+}
+
+absl::Status PlainGatherer::Gather(const PieceToGather& piece, std::vector<Posted>* posted) {
+  Tensor whole = piece.whole;  // the same values
+  if (posted == nullptr) return piece.group->AllGather(piece.mine, whole, algorithm_);
+  ASSIGN_OR_RETURN(std::unique_ptr<comm::CollectiveWork> work,
+                   piece.group->IAllGather(piece.mine, whole, algorithm_));
+  posted->push_back([work = std::move(work)]() { return work->Wait(); });
+  return absl::OkStatus();
+}
+
 ZeroWeights::ZeroWeights(const ZeroConfig& config, const model::ParameterLayout& layout,
                          MakeOptimizer make_optimizer)
     : config_(config),
@@ -19,7 +40,9 @@ ZeroWeights::ZeroWeights(const ZeroConfig& config, const model::ParameterLayout&
                                           : Sharding::Cut{config.dp->size(), config.dp->rank()}),
       pieces_of_unit_(PiecesOfUnits(layout, config.stage, config.experts != nullptr)),
       alloc_(config.dp->allocator().ledger(), config.device),
-      grads_sent_as_(config.precision.grad_comm),
+      reducer_(config.reducer != nullptr
+                   ? config.reducer
+                   : std::make_shared<PlainReducer>(config.precision.grad_comm, config.algorithm)),
       make_optimizer_(std::move(make_optimizer)) {}
 
 absl::StatusOr<std::unique_ptr<ZeroWeights>> ZeroWeights::Create(
@@ -120,7 +143,7 @@ Tensor ZeroWeights::TakeGrads(int unit, Tensor open_grads) {
 
 absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   RETURN_IF_ERROR(CompleteGrads());
-  RETURN_IF_ERROR(SumOverReplicas());
+  RETURN_IF_ERROR(reducer_->Complete(grad_shard_));
   // Every piece's squares over the dp group: an experts' piece is cut over the edp group,
   // whose ranks together with their ep groups' are the dp group.
   ASSIGN_OR_RETURN(double norm,
@@ -131,13 +154,6 @@ absl::StatusOr<double> ZeroWeights::Step(float lr, float clip) {
   RETURN_IF_ERROR(PublishShard());
   RETURN_IF_ERROR(ShareUpdate());
   return norm;
-}
-
-absl::Status ZeroWeights::SumOverReplicas() {
-  if (config_.replicas == nullptr) return absl::OkStatus();
-  comm::PhaseScope phase(config_.replicas->ledger(), comm::Phase::kBackward);
-  return grads_sent_as_.AllReduce(*config_.replicas, grad_shard_, comm::ReduceOp::kSum,
-                                  config_.algorithm);
 }
 
 absl::Status ZeroWeights::AllGatherUpdated() {
@@ -211,8 +227,7 @@ absl::StatusOr<Tensor> ZeroWeights::GatherParams(int root) {
 
 absl::StatusOr<TrainableWeights::Part> ZeroWeights::GatherPart(bool with_optimizer) {
   Part part;
-  // HSDP: the first node's shard group gathers; the others hold the same replica.
-  if (config_.replicas != nullptr && config_.replicas->rank() != 0) return part;
+  if (!config_.gathers_checkpoint) return part;  // another rank holds the same state
   ASSIGN_OR_RETURN(part.params, GatherParams(/*root=*/0));
   if (!with_optimizer) return part;
   ASSIGN_OR_RETURN(part.gathered, GatherOptimizer(/*root=*/0));

@@ -27,59 +27,15 @@
 //   the all-gather of the parameters (phase optimizer), (p-1)/p·4Φ. Per step with one
 //   micro-batch: 2(p-1)/p·4Φ for ZeRO-1 and 2, as data parallelism; 3(p-1)/p·4Φ for ZeRO-3.
 //
-// HSDP (--zero_shard=node; FSDP's hybrid shard, torchtitan's dp_replicate × dp_shard):
-// the units are cut over the shard group, the dp group's s ranks on one node, and each of
-// the r = p/s nodes keeps a whole replica of the sharded state. Everything above runs
-// over the shard group; the one step across nodes is after the last backward, when every
-// rank all-reduces its reduced gradient shard (Φ/s values) over its replicate group, the
-// r ranks at its place on every node (group dp_repl, no label, phase backward):
-//
-//   bytes a step, ring | s every unit:  the table's with p = s, inside the node
-//                                     + 2(r-1)/r · Φ/s · g   across nodes
-//
-// so that of a rank's bytes only the all-reduce crosses nodes, where ZeRO over the whole
-// dp group reduce-scatters across them every micro-batch (ZeRO-2/3) and ZeRO-3 gathers
-// across them twice. The memory is ZeRO's over s ranks. The gradient norm sums the shard
-// group's squares only (a replica's are the same).
-//
 // ZeRO-3 with reshard_after_forward false (--zero3_reshard_after_forward=false; FSDP's
-// SHARD_GRAD_OP): a unit the model releases in forward stays
-// gathered until its backward releases it, so the backward gathers nothing: (p-1)/p·4Φ a
-// micro-batch less, at the cost of every unit's whole parameters at the end of forward.
+// SHARD_GRAD_OP): a unit the model releases in forward stays gathered until its backward
+// releases it, so the backward gathers nothing: (p-1)/p·4Φ a micro-batch less, at the
+// cost of every unit's whole parameters at the end of forward.
 //
-// ZeRO-3 with hpZ (--zero_hpz; ZeRO++'s hierarchical partitioning, DeepSpeed's
-// zero_hpz_partition_size = the ranks of a node): each forward gather over the dp group
-// also keeps the rank's chunk of the unit cut over the dp group's s ranks on its node, a
-// secondary copy (Φ/s a rank, params memory, held for the run); the backward gathers the
-// unit from those over the node's group (dp_shard) instead of across the nodes:
-//
-//   bytes a micro-batch, ring:  (p-1)/p·Φ·w forward (dp) + (s-1)/s·Φ·w backward (dp_shard)
-//                             + (p-1)/p·Φ·g reduce-scatter (dp)
-//
-// the reduce-scatter still crossing the nodes, as in ZeRO++ without qgZ.
-//
-// ZeRO-3 with qwZ (--zero_quantized_weights; ZeRO++'s quantised weights): every gather
-// over the dp group (forward, and backward unless hpZ gathers inside the node) carries
-// the chunks as int8 with an fp32 scale every `block` values (quantize.h), and every rank
-// computes on the dequantised unit; the shard, gradients and update are unchanged:
-//
-//   bytes a gather, ring:  (p-1)/p·n + (p-1)·B·4   instead of (p-1)/p·n·w
-//                          (B = ⌈⌈n/p⌉/block⌉: the largest chunk's scales)
-//
-// ZeRO-3 with qgZ (--zero_quantized_gradients; ZeRO++'s quantised gradients): each unit's
-// reduce-scatter is all-to-alls of int8 (or int4, --zero_quant_grad_bits=4) gradients with
-// an fp32 scale a block (qgz.h): over
-// the dp group when it is on one node, or in two hops when it spans N nodes of L ranks,
-// inside the node first (dp_shard) and then across (dp_repl), where each rank sends the
-// node's sums of the chunks it gathered, so that a rank's bytes across nodes fall from
-// (p-1)/p·Φ·g to (N-1)/p·Φ·(bits/8 + 4/block) a micro-batch:
-//
-//   bytes a reduce-scatter, one hop:   (p-1)·(b + 4B)    c = ⌈n/p⌉, b = c·bits/8 rounded
-//                           two hops:  (L-1)·N·(b + 4B)  up, B = ⌈c/block⌉
-//                                    + (N-1)·(b + 4B)
-//
-// The calls are blocking (--overlap still prefetches the gathers); the shard, the norm
-// and the update are ZeRO-3's, on the gradients as the all-to-alls summed them.
+// The reduce-scatters and the gathers go through two seams (parallel/seams.h): a
+// GradientReducer and a ParameterGatherer, the config's or, when it has none, the plain
+// calls above (PlainReducer, PlainGatherer). The variants of ZeRO plug in there
+// (extensions/): what they send, and their bytes, are theirs.
 //
 // Under expert parallelism (--ep; parallel/expert_parallel.h) the experts' tensors are
 // data-parallel over the expert-data-parallel group only, so ZeRO cuts them over that
@@ -125,6 +81,7 @@
 #include "model/precision.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "parallel/seams.h"
 #include "parallel/sent_as.h"
 #include "parallel/step_end.h"
 #include "parallel/tensor_parallel.h"
@@ -132,6 +89,29 @@
 #include "runtime/comm/communicator.h"
 
 namespace tally::parallel {
+
+// The core's seams: a piece's gradients reduce-scattered as `wire` (SentAs), and a
+// unit's parameters all-gathered as they are, with `algorithm`.
+class PlainReducer : public GradientReducer {
+ public:
+  PlainReducer(DType wire, comm::Algorithm algorithm) : sent_as_(wire), algorithm_(algorithm) {}
+  absl::Status ReduceScatter(comm::Communicator& group, const Tensor& grads,
+                             const Tensor& reduced) override;
+  absl::StatusOr<Posted> IReduceScatter(comm::Communicator& group, const Tensor& grads,
+                                        const Tensor& reduced) override;
+
+ private:
+  SentAs sent_as_;
+  comm::Algorithm algorithm_;
+};
+class PlainGatherer : public ParameterGatherer {
+ public:
+  explicit PlainGatherer(comm::Algorithm algorithm) : algorithm_(algorithm) {}
+  absl::Status Gather(const PieceToGather& piece, std::vector<Posted>* posted) override;
+
+ private:
+  comm::Algorithm algorithm_;
+};
 
 // Who ZeRO works with, and how.
 struct ZeroConfig {
@@ -146,25 +126,14 @@ struct ZeroConfig {
   model::Precision precision;
   bool overlap = false;   // ZeRO-2/3: a closed unit's reduce-scatter in flight
   bool prefetch = false;  // ZeRO-3: the next unit's gather in flight
-  // HSDP: `dp` is the shard group (the dp group's ranks on a node) and this the replicate
-  // group, over which the shard's gradients are all-reduced once a step (null: none).
-  comm::Communicator* replicas = nullptr;
   // ZeRO-3: false keeps a unit gathered in forward until its backward (FSDP's SHARD_GRAD_OP).
   bool reshard_after_forward = true;
-  // ZeRO-3, ZeRO++'s hpZ: the dp group's ranks on this rank's node, over which a
-  // secondary copy of the parameters is cut for the backward's gathers (null: none).
-  comm::Communicator* hpz = nullptr;
-  // ZeRO-3, ZeRO++'s qwZ: the gathers over `dp` (and `experts`) carry the parameters as
-  // int8 in blocks of this many values, each with an fp32 scale (quantize.h; 0: as they are).
-  int64_t quantized_weights_block = 0;
-  // ZeRO-3, ZeRO++'s qgZ: the gradients' reduce-scatters over `dp` as all-to-alls of int8
-  // in blocks of this many values (qgz.h; 0: as they are), in two hops when `qgz_across`
-  // is set: over `qgz_node` (the dp group's ranks on this node), then over `qgz_across`
-  // (the dp group's ranks at this rank's place on every node).
-  int64_t quantized_grads_block = 0;
-  int quantized_grads_bits = 8;  // 8 or 4
-  comm::Communicator* qgz_node = nullptr;
-  comm::Communicator* qgz_across = nullptr;
+  // Whether this rank's GatherPart gathers a checkpoint (false: another rank holds the
+  // same state and gathers it).
+  bool gathers_checkpoint = true;
+  // The seams (parallel/seams.h); null: PlainReducer, PlainGatherer.
+  std::shared_ptr<GradientReducer> reducer;
+  MakeParameterGatherer make_gatherer;
 };
 
 // The model's weights, sharded: the part every stage shares (the shard's optimizer and
@@ -239,8 +208,6 @@ class ZeroWeights : public TrainableWeights {
   Tensor TakeGrads(int unit, Tensor open_grads);
   // Every rank's updated chunks into every rank's whole buffer (ZeRO-1/2; phase optimizer).
   absl::Status AllGatherUpdated();
-  // HSDP: the reduced gradient shard summed over the replicate group (phase backward).
-  absl::Status SumOverReplicas();
 
   const ZeroConfig config_;
   const model::ParameterLayout layout_;
@@ -248,7 +215,7 @@ class ZeroWeights : public TrainableWeights {
   // The pieces [first, second) of each model unit (ZeRO-1: all units in piece 0).
   const std::vector<std::pair<size_t, size_t>> pieces_of_unit_;
   Allocator alloc_;              // on the model's device, charged to dp's ledger
-  const SentAs grads_sent_as_;   // the type the gradients are reduced as
+  std::shared_ptr<GradientReducer> reducer_;  // the config's, or PlainReducer
   std::unique_ptr<Kernels> kernels_;  // the device's: gradient sums, norm, clipping
 
   Tensor params_;      // ZeRO-1/2: the whole buffer; ZeRO-3: the packed shard

@@ -48,8 +48,7 @@ absl::Status Zero1Weights::CompleteGrads() {
   for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
     Tensor unit = grads_.Flat(piece(i).unit.offset, piece(i).unit.end());
     Tensor staged = staged_.Flat(0, piece(i).own.count);
-    RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(GroupOf(i), unit, staged, comm::ReduceOp::kSum,
-                                                 config_.algorithm));
+    RETURN_IF_ERROR(reducer_->ReduceScatter(GroupOf(i), unit, staged));
     RETURN_IF_ERROR(Own(grad_shard_, i).CopyFrom(staged));
   }
   return absl::OkStatus();

@@ -7,7 +7,8 @@
 //                                      +   (p-1)/p·Φ·w  all-gather, phase optimizer
 //   (m micro-batches a step; g, w as in zero1.cc; ZeroBytesPerStep is exact.)
 //
-// With qgZ (ZeRO-3; qgz.h) each reduce-scatter is quantised all-to-alls, always blocking.
+// Each reduce-scatter is the store's GradientReducer's (parallel/seams.h; the plain one
+// by default), which may reduce blocking only (Posts).
 //
 // With --overlap a unit's reduce-scatters are posted (PostReduce) and finished when the
 // next unit closes, or before the shard is read (FinishReduce): one unit in flight.
@@ -27,9 +28,8 @@ absl::Status Zero2Weights::AllocateGrads(int64_t largest_piece) {
   const model::Precision& precision = config_.precision;
   ASSIGN_OR_RETURN(grad_shard_, Tensor::Empty({sharding_.size()}, precision.grads, alloc_,
                                               MemoryCategory::kGrads));
-  // qgZ sums the dequantised chunks in fp32.
-  const DType wire = config_.quantized_grads_block > 0 ? DType::kF32 : precision.grad_comm;
-  ASSIGN_OR_RETURN(reduced_, Tensor::Empty({largest_piece}, wire, alloc_, MemoryCategory::kGrads));
+  ASSIGN_OR_RETURN(reduced_, Tensor::Empty({largest_piece}, reducer_->ReducedType(precision.grad_comm),
+                                          alloc_, MemoryCategory::kGrads));
   return absl::OkStatus();
 }
 
@@ -46,8 +46,7 @@ absl::Status Zero2Weights::CloseGrads(int unit) {
   RETURN_IF_ERROR(FinishReduce());  // the unit closed before this one
   Tensor grads = TakeGrads(unit, std::move(open_grads_[unit]));
   open_grads_[unit] = Tensor();
-  // qgZ's all-to-alls are blocking.
-  const bool post = config_.overlap && config_.quantized_grads_block == 0;
+  const bool post = config_.overlap && reducer_->Posts();
   return post ? PostReduce(unit, grads) : Reduce(unit, grads);
 }
 
@@ -57,17 +56,7 @@ absl::Status Zero2Weights::Reduce(int unit, const Tensor& grads) {
     const Sharding::Piece& p = piece(i);
     Tensor part = grads.Flat(p.unit.offset - u.begin, p.unit.end() - u.begin);
     Tensor reduced = reduced_.Flat(0, p.own.count);
-    if (config_.quantized_grads_block > 0) {  // qgZ: in two hops for the dp group's pieces
-      const QgzConfig qgz{.block = config_.quantized_grads_block,
-                          .bits = config_.quantized_grads_bits,
-                          .node = config_.qgz_node,
-                          .across = p.experts ? nullptr : config_.qgz_across,
-                          .algorithm = config_.algorithm};
-      RETURN_IF_ERROR(QuantizedReduceScatter(GroupOf(i), qgz, part, reduced, &grads_error_));
-    } else {
-      RETURN_IF_ERROR(grads_sent_as_.ReduceScatter(GroupOf(i), part, reduced,
-                                                   comm::ReduceOp::kSum, config_.algorithm));
-    }
+    RETURN_IF_ERROR(reducer_->ReduceScatter(GroupOf(i), part, reduced));
     Tensor into = Own(grad_shard_, i);
     RETURN_IF_ERROR(kernels_->Accumulate(into.raw_data(), into.dtype(), reduced.raw_data(),
                                          reduced.dtype(), p.own.count));
@@ -92,11 +81,9 @@ absl::Status Zero2Weights::PostReduce(int unit, const Tensor& grads) {
   for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
     const Sharding::Piece& p = piece(i);
     Tensor part = grads.Flat(p.unit.offset - u.begin, p.unit.end() - u.begin);
-    ASSIGN_OR_RETURN(SentAs::Work pending,
-                     grads_sent_as_.IReduceScatter(GroupOf(i), part,
-                                                   in_flight_reduced_.Flat(at, at + p.own.count),
-                                                   comm::ReduceOp::kSum, config_.algorithm));
-    reducing_.reduces.push_back(std::move(pending));
+    ASSIGN_OR_RETURN(Posted call, reducer_->IReduceScatter(
+                                      GroupOf(i), part, in_flight_reduced_.Flat(at, at + p.own.count)));
+    reducing_.calls.push_back(std::move(call));
     at += p.own.count;
   }
   return absl::OkStatus();

@@ -11,15 +11,9 @@
 // With reshard_after_forward false (--zero3_reshard_after_forward=false) a unit released
 // in phase forward stays gathered, and its backward gathers nothing (m·(p-1)/p·Φ·w less).
 //
-// With hpZ (ZeroConfig::hpz) a forward's gather also keeps the rank's secondary chunks,
-// and a backward's gathers them over the node's group (zero.h).
-//
-// With qwZ (ZeroConfig::quantized_weights_block) every gather over the dp group carries
-// int8 values and their blocks' scales (quantize.h), the own chunk dequantised like the
-// others; hpZ's gathers inside the node carry the secondary copy as it is.
-//
-// With qgZ (ZeroConfig::quantized_grads_block) the reduce-scatters are quantised
-// all-to-alls (qgz.h), inside the node and then across it when the dp group spans nodes.
+// Each gather is the store's ParameterGatherer's (parallel/seams.h; the plain all-gather
+// by default), told of every unit it gathered fresh in forward and asked for the error
+// of what it carried of the shard once a step.
 //
 // With --overlap on one pipeline stage (ZeroConfig::prefetch) asking for a unit posts the gather of
 // the next one in the model's direction (up in forward, down in backward), which the next
@@ -35,45 +29,28 @@ namespace tally::parallel {
 
 Zero3Weights::Zero3Weights(const ZeroConfig& config, const model::ParameterLayout& layout,
                            MakeOptimizer make_optimizer)
-    : Zero2Weights(config, layout, std::move(make_optimizer)), gathered_(layout.units().size()) {
-  if (config.hpz != nullptr) {
-    secondary_.emplace(ZeroUnits(layout, 3), config.hpz->size(), config.hpz->rank());
-  }
-}
+    : Zero2Weights(config, layout, std::move(make_optimizer)), gathered_(layout.units().size()) {}
 
-absl::Status Zero3Weights::KeepSecondary(int unit, const Tensor& whole) {
-  if (!secondary_params_.defined()) {
-    ASSIGN_OR_RETURN(secondary_params_, Tensor::Empty({secondary_->size()}, params_.dtype(), alloc_,
-                                                      MemoryCategory::kParams));
+absl::Status Zero3Weights::AllocateGrads(int64_t largest_piece) {
+  // The gatherer first: its buffers are the parameters' memory.
+  if (config_.make_gatherer) {
+    ASSIGN_OR_RETURN(gatherer_, config_.make_gatherer(layout_, alloc_, config_.precision.params));
+  } else {
+    gatherer_ = std::make_unique<PlainGatherer>(config_.algorithm);
   }
-  const model::ParamUnit& u = layout_.units()[unit];
-  for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
-    const comm::Chunk& own = secondary_->pieces()[i].own;
-    RETURN_IF_ERROR(SecondaryOwn(i).CopyFrom(whole.Flat(own.offset - u.begin, own.end() - u.begin)));
-  }
-  return absl::OkStatus();
+  return Zero2Weights::AllocateGrads(largest_piece);
 }
 
 absl::Status Zero3Weights::GatherUnit(int unit, const Tensor& into, InFlight* in_flight) {
   const model::ParamUnit& u = layout_.units()[unit];
-  // hpZ: backward gathers the secondary copy inside the node.
-  const bool in_node =
-      secondary_.has_value() && config_.dp->ledger().phase() == comm::Phase::kBackward;
   for (size_t i = pieces_of_unit_[unit].first; i < pieces_of_unit_[unit].second; ++i) {
     const comm::Chunk& part = piece(i).unit;
-    Tensor whole = into.Flat(part.offset - u.begin, part.end() - u.begin);
-    comm::Communicator& group = in_node ? *config_.hpz : GroupOf(i);
-    const Tensor mine = in_node ? SecondaryOwn(i) : Own(params_, i);
-    if (config_.quantized_weights_block > 0 && !in_node) {  // qwZ
-      QuantizedGather gather(group, config_.quantized_weights_block, config_.algorithm);
-      RETURN_IF_ERROR(gather.Post(mine, whole, /*blocking=*/in_flight == nullptr));
-      if (in_flight != nullptr) in_flight->quantized.push_back(std::move(gather));
-    } else if (in_flight == nullptr) {
-      RETURN_IF_ERROR(group.AllGather(mine, whole, config_.algorithm));
-    } else {
-      ASSIGN_OR_RETURN(auto work, group.IAllGather(mine, whole, config_.algorithm));
-      in_flight->gathers.push_back(std::move(work));
-    }
+    const PieceToGather gather{.unit = unit,
+                             .index = i,
+                             .group = &GroupOf(i),
+                             .mine = Own(params_, i),
+                             .whole = into.Flat(part.offset - u.begin, part.end() - u.begin)};
+    RETURN_IF_ERROR(gatherer_->Gather(gather, in_flight != nullptr ? &in_flight->calls : nullptr));
   }
   return absl::OkStatus();
 }
@@ -102,8 +79,9 @@ absl::StatusOr<float*> Zero3Weights::Params(int unit) {
                                              alloc_, MemoryCategory::kParams));
     RETURN_IF_ERROR(GatherUnit(unit, gathered, nullptr));
   }
-  if (fresh && secondary_.has_value() && config_.dp->ledger().phase() == comm::Phase::kForward) {
-    RETURN_IF_ERROR(KeepSecondary(unit, gathered));
+  if (fresh && config_.dp->ledger().phase() == comm::Phase::kForward) {
+    RETURN_IF_ERROR(gatherer_->Gathered(unit, gathered, pieces_of_unit_[unit].first,
+                                        pieces_of_unit_[unit].second));
   }
   const Tensor whole = gathered;
   if (config_.prefetch) RETURN_IF_ERROR(PrefetchAfter(unit));
@@ -132,15 +110,10 @@ absl::Status Zero3Weights::CompleteGrads() {
   if (!prefetched_.empty()) RETURN_IF_ERROR(prefetched_.Finish().status());
   for (Tensor& kept : gathered_) kept = Tensor();  // nothing gathered outlives the update
   last_unit_ = -1;
-  // qgZ: what the step's reduce-scatters moved; qwZ: what quantising the shard moved, as
-  // this step's forward gathers carried it.
-  error_sums_ = std::exchange(grads_error_, ErrorSums());
-  const int64_t block = config_.quantized_weights_block;
-  if (block > 0 && params_.device().type == DeviceType::kCPU) {
-    for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
-      const Tensor own = Own(params_, i);
-      error_sums_.Add(QuantizationError(ConstTypedPtr(own.raw_data(), own.dtype()), own.numel(), block));
-    }
+  // What the step's reduce-scatters moved, then what its gathers carried of the shard.
+  error_sums_ = reducer_->TakeError();
+  for (size_t i = 0; i < sharding_.pieces().size(); ++i) {
+    error_sums_.Add(gatherer_->ErrorOf(Own(params_, i)));
   }
   return absl::OkStatus();
 }

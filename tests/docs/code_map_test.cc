@@ -86,23 +86,23 @@ TEST(CodeMap, AStrategyIsAtMostThreeFilesToReadFirst) {
 // The folders that each folder's sources may not include from, lowest first: the runtime
 // knows nothing above it, the optimizers and the data nothing of the model, the model
 // nothing of parallelism or training, parallelism nothing of training, the training loop
-// nothing of the analysis, the report nothing of the planner, and no library anything of
-// the programs in examples/ (the job, which runs the loop and then the report, is one).
+// nothing of the variants plugged into it (extensions/, which register from above) or of
+// the analysis, the report nothing of the planner, and no library anything of the programs
+// in examples/ (the job, which runs the loop and then the report, is one).
 TEST(CodeMap, TheLayersAreOneWay) {
-  const std::vector<std::pair<std::string, std::vector<std::string>>> layers = {
-      {"runtime",
-       {"optim/", "data/", "model/", "parallel/", "train/", "report/", "plan/", "examples/"}},
-      {"optim", {"data/", "model/", "parallel/", "train/", "report/", "plan/", "examples/"}},
-      {"data", {"optim/", "model/", "parallel/", "train/", "report/", "plan/", "examples/"}},
-      {"model", {"parallel/", "train/", "report/", "plan/", "examples/"}},
-      {"parallel", {"train/", "report/", "plan/", "examples/"}},
-      {"train", {"report/", "plan/", "examples/"}},
-      {"report", {"plan/", "examples/"}},
-      {"plan", {"examples/"}},
-  };
+  const std::vector<std::string> order = {"runtime", "optim",  "data",   "model",   "parallel",
+                                          "train",   "extensions", "report", "plan", "examples"};
+  // optim and data are side by side: neither includes the other.
+  const std::vector<std::pair<std::string, std::string>> siblings = {{"data", "optim"}};
   const std::regex include("^#include \"([^\"]+)\"");
   int files = 0;
-  for (const auto& [folder, above] : layers) {
+  for (size_t level = 0; level + 1 < order.size(); ++level) {
+    const std::string& folder = order[level];
+    std::vector<std::string> above;
+    for (size_t k = level + 1; k < order.size(); ++k) above.push_back(order[k] + "/");
+    for (const auto& [low, high] : siblings) {
+      if (folder == low) above.push_back(high + "/");
+    }
     const std::filesystem::path root = std::filesystem::path(TALLY_SOURCE_DIR) / folder;
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
       const std::string name = entry.path().lexically_relative(root).string();
@@ -121,6 +121,30 @@ TEST(CodeMap, TheLayersAreOneWay) {
     }
   }
   EXPECT_GE(files, 200);
+}
+
+// The stores a reader studies (data parallelism's replica and ZeRO's stages) and the
+// trainer that makes them name no variant in a line of code: the variants plug in at
+// the seams (parallel/seams.h) from extensions/. Comments may point to them.
+TEST(CodeMap, TheStoresNameNoVariant) {
+  const std::vector<std::string> core = {
+      "parallel/data_parallel.h", "parallel/data_parallel.cc", "parallel/zero/zero.h",
+      "parallel/zero/zero.cc",    "parallel/zero/zero1.cc",    "parallel/zero/zero2.cc",
+      "parallel/zero/zero3.cc",   "parallel/zero/stages.h",    "parallel/zero/in_flight.h",
+      "parallel/seams.h",         "train/trainer.cc",          "train/extensions.h",
+      "train/extensions.cc"};
+  const std::regex variant("qwz|qgz|hpz|hsdp|powersgd|power_sgd|onebit|one_bit|quantiz|replicas",
+                           std::regex::icase);
+  for (const std::string& path : core) {
+    std::ifstream in(std::filesystem::path(TALLY_SOURCE_DIR) / path);
+    ASSERT_TRUE(in.good()) << path;
+    int number = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++number;
+      const std::string code = line.substr(0, line.find("//"));
+      EXPECT_FALSE(std::regex_search(code, variant)) << path << ":" << number << ": " << line;
+    }
+  }
 }
 
 TEST(CodeMap, PathsExpandBraces) {
