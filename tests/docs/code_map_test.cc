@@ -1,6 +1,8 @@
 // The README's code map is true: every file its "Where each strategy lives" table names
-// exists (`a/b.{h,cc}` names two), and the layers it calls one-way include nothing of the
-// layers above them.
+// exists (`a/b.{h,cc}` names two), each row's lines are its files' lines, and the layers
+// it calls one-way include nothing of the layers above them.
+#include <cctype>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -56,19 +58,35 @@ TEST(CodeMap, EveryPathInWhereEachStrategyLivesExists) {
   }
 }
 
+// The code map's rows, each cut into its cells: #, strategy, read first, lines, also.
+std::vector<std::vector<std::string>> StrategyRows() {
+  std::vector<std::vector<std::string>> rows;
+  std::stringstream table(StrategyMap());
+  for (std::string line; std::getline(table, line);) {
+    if (line.rfind("| ", 0) != 0 || line.rfind("| # |", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream split(line.substr(1));
+    for (std::string cell; std::getline(split, cell, '|');) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// Lines in `path`, from the top of the tree.
+int64_t LinesOf(const std::string& path) {
+  std::ifstream in(std::filesystem::path(TALLY_SOURCE_DIR) / path);
+  int64_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  return lines;
+}
+
 // A strategy's "read first" cell names at most three files: each code span that names a
 // path counts once (`a.{h,cc}` is one module, `zero{1,2,3}.cc` one stage's file).
 TEST(CodeMap, AStrategyIsAtMostThreeFilesToReadFirst) {
-  const std::string map = StrategyMap();
-  ASSERT_FALSE(map.empty()) << "no README.md, or no code map in it";
-  std::stringstream table(map);
-  int rows = 0;
-  for (std::string line; std::getline(table, line);) {
-    if (line.rfind("| ", 0) != 0 || line.rfind("| strategy |", 0) == 0) continue;
-    std::vector<std::string> cells;
-    std::stringstream split(line);
-    for (std::string cell; std::getline(split, cell, '|');) cells.push_back(cell);
-    ASSERT_GE(cells.size(), 4u) << "a row without its three columns: " << line;
+  const std::vector<std::vector<std::string>> rows = StrategyRows();
+  ASSERT_FALSE(rows.empty()) << "no README.md, or no code map in it";
+  for (const std::vector<std::string>& cells : rows) {
+    ASSERT_EQ(cells.size(), 5u) << "a row without its five columns: " << cells[0];
     const std::string& read_first = cells[2];
     int files = 0;
     const std::regex span("`([A-Za-z0-9_./{},-]+)`");
@@ -78,9 +96,29 @@ TEST(CodeMap, AStrategyIsAtMostThreeFilesToReadFirst) {
     }
     EXPECT_GE(files, 1) << cells[1];
     EXPECT_LE(files, 3) << cells[1] << " names " << files << " files to read first";
-    ++rows;
   }
-  EXPECT_GE(rows, 15);
+  EXPECT_GE(rows.size(), 20u);
+}
+
+// The reading order's rows are numbered 1, 2, ..., and each row's "lines" are the lines of
+// the files it names to read first, counted now (a thousands comma allowed).
+TEST(CodeMap, TheReadingOrderCountsItsLines) {
+  const std::vector<std::vector<std::string>> rows = StrategyRows();
+  ASSERT_FALSE(rows.empty()) << "no README.md, or no code map in it";
+  int number = 0;
+  for (const std::vector<std::string>& cells : rows) {
+    ASSERT_EQ(cells.size(), 5u) << "a row without its five columns: " << cells[0];
+    EXPECT_EQ(std::stoi(cells[0]), ++number) << cells[1];
+    int64_t lines = 0;
+    for (const std::string& path : PathsIn(cells[2])) lines += LinesOf(path);
+    std::string stated;
+    for (char c : cells[3]) {
+      if (std::isdigit(static_cast<unsigned char>(c))) stated += c;
+    }
+    EXPECT_EQ(std::to_string(lines), stated)
+        << cells[1] << ": its files to read first have " << lines << " lines, the README says "
+        << cells[3];
+  }
 }
 
 // The folders that each folder's sources may not include from, lowest first: the runtime
