@@ -14,7 +14,7 @@
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/signals.h"
 #include "runtime/status_macros.h"
-#include "train/extensions.h"
+#include "train/parallelize.h"
 
 namespace tally::train {
 
@@ -50,9 +50,9 @@ Trainer::Trainer(const TrainOptions& options, data::Dataset data, comm::Communic
       model_alloc_(alloc_.ledger(),
                    options.ModelDevice(world != nullptr ? std::max(0, world->gpu()) : 0)) {}
 
-// Long, and kept whole: a rank's set-up in the order its parts depend on each other (the
-// grid's groups, the layer split, the weights and the model, the optimizer, the
-// pipeline, the checkpoint).
+// A rank's set-up in the order its parts depend on each other: its parallelism
+// (parallelize.h: the grid's groups, the layer split, the weights' store and its
+// optimizer), the model on them, the pipeline, the checkpoint.
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& requested,
                                                          comm::Communicator* world) {
   const TrainOptions options = requested.Resolved();
@@ -74,75 +74,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& req
   // starts the ranks of a multi-rank run.
   if (world == nullptr) SetIntraOpThreads(options, 1);
 
-  int pp_rank = 0;
-  if (world != nullptr) {  // the rank's groups of the grid (parallel/topology.h)
-    const parallel::Topology grid = options.topology();
-    pp_rank = grid.Of(world->rank()).pp;
-    const std::shared_ptr<const comm::Nodes> shard_nodes = options.DpSplitNodes();
-    ASSIGN_OR_RETURN(t->groups_, grid.Split(*world, /*sharded=*/options.parallel.zero > 0,
-                                            shard_nodes.get()));
-  }
-  if (t->groups_.cp != nullptr) {
-    t->sequence_ = std::make_unique<parallel::ContextParallel>(
-        *t->groups_.cp, t->model_alloc_, options.parallel.cp_comm,
-        options.parallel.cp_load_balance, options.model.seq_len, options.Precision().activations);
-  }
-  t->tensor_parallel_ =
-      parallel::TensorParallel(t->groups_.tp.get(), options.parallel.sequence_parallel,
-                               t->model_alloc_.device(), options.Precision().activations);
+  ASSIGN_OR_RETURN(Parallelized parallel, Parallelize(options, world, t->model_alloc_));
+  t->groups_ = std::move(parallel.groups);
+  t->tensor_parallel_ = parallel.tensor_parallel;
+  t->experts_ = std::move(parallel.experts);
+  t->sequence_ = std::move(parallel.sequence);
+  t->weights_ = std::move(parallel.weights);
   const parallel::TensorParallel& tp = t->tensor_parallel_;
-  const comm::Algorithm algorithm = options.parallel.allreduce;
-  const model::ModelChunks stage = options.StageModelChunks(pp_rank);
-  if (t->groups_.ep != nullptr) {
-    t->experts_ = std::make_unique<parallel::ExpertParallel>(t->groups_.ep.get(),
-                                                             t->model_alloc_.device());
-  }
-  const model::ParameterLayout layout = model::ParameterLayout::ForGPT(
-      options.model, tp.size(), tp.rank(), stage, options.parallel.ep,
-      t->groups_.ep != nullptr ? t->groups_.ep->rank() : 0);
-  auto make_optimizer = [options](int64_t n, Allocator& alloc) {
-    return MakeOptimizer(options, n, alloc);
-  };
-  ASSIGN_OR_RETURN(const Seams seams, FillSeams(options, t->groups_));
-  if (t->groups_.dp != nullptr && options.parallel.zero >= 1) {
-    // HSDP cuts the units over the node's ranks; an extension sums the replicas.
-    const bool by_node = options.parallel.ShardsByNode();
-    const parallel::ZeroConfig zero{
-        .stage = options.parallel.zero,
-        .dp = by_node ? t->groups_.dp_shard.get() : t->groups_.dp.get(),
-        .experts = t->groups_.edp.get(),
-        .tp = tp,
-        .stages = t->groups_.pp.get(),
-        .algorithm = algorithm,
-        .device = t->model_alloc_.device(),
-        .precision = options.Precision(),
-        .overlap = options.parallel.overlap,
-        .prefetch = options.parallel.overlap && options.parallel.pp == 1,
-        .reshard_after_forward = options.parallel.zero3_reshard_after_forward,
-        .gathers_checkpoint = seams.zero_gathers_checkpoint,
-        .reducer = seams.zero_reducer,
-        .make_gatherer = seams.zero_gatherer};
-    ASSIGN_OR_RETURN(t->weights_, parallel::ZeroWeights::Create(zero, layout, options.training.seed,
-                                                                make_optimizer));
-  } else {
-    const int dp_rank = t->groups_.dp != nullptr ? t->groups_.dp->rank() : 0;
-    const parallel::ReplicaConfig replica{
-        .dp = t->groups_.dp.get(),
-        .ep = t->groups_.ep.get(),
-        .edp = t->groups_.edp.get(),
-        .tp = tp,
-        .stages = t->groups_.pp.get(),
-        .bucket_bytes = int64_t(options.parallel.bucket_mb * (1 << 20)),
-        .algorithm = algorithm,
-        .grad_comm = options.Precision().grad_comm,
-        .overlap = options.parallel.overlap,
-        .precision = options.Precision(),
-        .checkpointed = dp_rank < options.parallel.ep,
-        .hook = seams.replica_hook};
-    ASSIGN_OR_RETURN(t->weights_,
-                     parallel::ReplicaWeights::Create(replica, layout, options.training.seed,
-                                                      t->model_alloc_, make_optimizer));
-  }
+  const model::ModelChunks& stage = parallel.stage;
   ASSIGN_OR_RETURN(t->gpt_, model::GPT::Create(options.model, t->model_alloc_, t->weights_.get(),
                                                &tp, stage, t->experts_.get()));
   if (options.matmul_inputs() != MatmulInputs::kF32) {
