@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/comm/types.h"
+#include "core/runtime/comm/types.h"
 
 namespace tally {
 
@@ -28,7 +28,7 @@ struct BenchConfig {
   bool mpi = false;   // one MPI process per rank (under mpirun) instead of threads
   bool nccl = false;  // the bytes over NCCL, a GPU per rank (threads, or under mpirun)
   bool gpu = false;   // the buffers in GPU memory (the rank's transport's GPU, or GPU 0)
-  // Ranks per node (runtime/comm/nodes.h): 0 is one node for thread ranks and the real
+  // Ranks per node (core/runtime/comm/nodes.h): 0 is one node for thread ranks and the real
   // nodes under mpirun. With more than one node the table adds the inter-node bytes.
   int gpus_per_node = 0;
   std::vector<comm::Primitive> ops;

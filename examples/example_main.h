@@ -1,7 +1,7 @@
 // The main() of every example program: parse the flags, run, and turn a Status into one
 // line on stderr and a non-zero exit code: 1 for an error, and an exception that escapes
 // `run` (std::bad_alloc, ...) is one too; 128 + N for a run stopped by signal N
-// (kCancelled, runtime/signals.h); 2 for a stray argument. -h and --help print the flags
+// (kCancelled, core/runtime/signals.h); 2 for a stray argument. -h and --help print the flags
 // with their defaults and exit 0; an unknown flag is one line naming the nearest ones.
 //
 //   int main(int argc, char** argv) { return tally::RunExample(argc, argv, "usage", Main); }
@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/signals.h"
+#include "core/runtime/signals.h"
 
 namespace tally {
 

@@ -1,14 +1,14 @@
 // A training job (job.cc): the checks made before anything is allocated
-// (train/before_training.h), then one rank, or every rank on threads or MPI processes;
+// (core/train/before_training.h), then one rank, or every rank on threads or MPI processes;
 // then, on rank 0, the report, the files it writes, and the check against a single rank.
-// The training loop (train/trainer.h) knows nothing of it; the report (report/report.h)
+// The training loop (core/train/trainer.h) knows nothing of it; the report (lab/report/report.h)
 // is what the job calls after the loop.
 #pragma once
 
 #include <ostream>
 
 #include "absl/status/status.h"
-#include "train/options.h"
+#include "core/train/options.h"
 
 namespace tally::train {
 

@@ -20,13 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "examples/bench_report.h"
-#include "runtime/comm/check/collective_check.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/transport/mpi/mpi_launch.h"
-#include "runtime/cuda/cuda.h"
-#include "runtime/files.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/check/collective_check.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/transport/mpi/mpi_launch.h"
+#include "core/runtime/cuda/cuda.h"
+#include "core/runtime/files.h"
+#include "core/runtime/status_macros.h"
 
 ABSL_FLAG(std::string, b, "8", "minimum size in bytes (K, M, G suffixes allowed)");
 ABSL_FLAG(std::string, e, "64M", "maximum size in bytes");

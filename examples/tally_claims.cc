@@ -1,5 +1,5 @@
 // tally_claims: published communication and memory claims, each reproduced with the
-// ledger (plan/claims.h): the claim and its source, where tally measured it, the exact
+// ledger (lab/plan/claims.h): the claim and its source, where tally measured it, the exact
 // formula the measurement must equal, the claim's own figure beside it and what the claim
 // leaves out. Exit 1 when a measurement drifts from its exact formula.
 //
@@ -18,8 +18,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "examples/example_main.h"
-#include "plan/claims.h"
-#include "runtime/status_macros.h"
+#include "lab/plan/claims.h"
+#include "core/runtime/status_macros.h"
 
 ABSL_FLAG(std::string, only, "",
           "comma-separated claims to check (--list names them; empty: every claim)");

@@ -1,11 +1,11 @@
-// tally_compare: runs side by side, from the JSON tally_train writes (report/compare.h).
+// tally_compare: runs side by side, from the JSON tally_train writes (lab/report/compare.h).
 //
 //   tally_train --dp=4 --zero=1 --steps=10 --traffic_json=zero1.json
 //   tally_train --dp=4 --zero=3 --steps=10 --traffic_json=zero3.json
 //   tally_compare zero1.json zero3.json            traffic, memory and time, with ratios
 //   tally_compare --csv zero1.json zero3.json      the same rows for machines
 //   tally_compare --json zero1.json zero3.json
-//   tally_compare --html=zero.html zero1.json zero3.json   also the page (report/page.h)
+//   tally_compare --html=zero.html zero1.json zero3.json   also the page (lab/report/page.h)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,11 +13,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "examples/example_main.h"
-#include "report/compare.h"
-#include "report/page.h"
-#include "runtime/files.h"
-#include "runtime/json_writer.h"
-#include "runtime/status_macros.h"
+#include "lab/report/compare.h"
+#include "lab/report/page.h"
+#include "core/runtime/files.h"
+#include "core/runtime/json_writer.h"
+#include "core/runtime/status_macros.h"
 
 ABSL_FLAG(bool, csv, false, "print the rows as CSV (section,key,run,label,min,max,ratio)");
 ABSL_FLAG(bool, json, false, "print the comparison as JSON");

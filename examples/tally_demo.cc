@@ -16,10 +16,10 @@
 #include "absl/flags/flag.h"
 #include "examples/example_main.h"
 #include "absl/strings/str_format.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/algorithms/partition.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/algorithms/partition.h"
+#include "core/runtime/status_macros.h"
 
 ABSL_FLAG(int, ranks, 8, "thread ranks (world size)");
 ABSL_FLAG(int64_t, elements, 262144, "f32 elements per buffer (activations and gradients)");

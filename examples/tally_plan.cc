@@ -1,6 +1,6 @@
 // tally_plan: the bytes each parallel strategy moves per training step, by the seed
 // article's formula and by the exact one, with time and memory per GPU, for models far
-// beyond this machine (plan/plan.h).
+// beyond this machine (lab/plan/plan.h).
 //
 //   tally_plan --model=llama-7b --dp=4                     the strategies for 4 GPUs
 //   tally_plan --model=llama-70b --dp=8 --tp=8 --pp=2 --gpus_per_node=8   which bytes ride
@@ -22,9 +22,9 @@
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
 #include "examples/tally_plan_modes.h"
-#include "plan/plan.h"
-#include "runtime/json_writer.h"
-#include "runtime/status_macros.h"
+#include "lab/plan/plan.h"
+#include "core/runtime/json_writer.h"
+#include "core/runtime/status_macros.h"
 
 ABSL_FLAG(std::string, model, "llama-7b",
           "preset: toy, gpt2-124m, llama-7b, llama-13b, llama-70b");
@@ -123,7 +123,7 @@ ABSL_FLAG(bool, seed_examples, false, "the seed article's examples, its figures 
 ABSL_FLAG(std::string, sweep, "", "dim:v1,v2,... (dim: dp, tp, pp, cp, batch_size) -> CSV");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of the table");
 ABSL_FLAG(std::string, cluster, "",
-          "a100, h100, or a JSON file (plan/plan.h): GPUs per node, links and the TFLOP/s a "
+          "a100, h100, or a JSON file (lab/plan/plan.h): GPUs per node, links and the TFLOP/s a "
           "GPU achieves; replaces --link_intra --link_inter (and --gpus_per_node unless given) "
           "and times the step");
 ABSL_FLAG(bool, search, false,

@@ -14,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "examples/example_main.h"
-#include "runtime/status_macros.h"
-#include "train/cluster.h"
+#include "core/runtime/status_macros.h"
+#include "core/train/cluster.h"
 
 ABSL_DECLARE_FLAG(std::string, cluster);
 ABSL_DECLARE_FLAG(bool, json);

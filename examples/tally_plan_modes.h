@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "plan/plan.h"
+#include "lab/plan/plan.h"
 
 namespace tally {
 

@@ -2,9 +2,9 @@
 //
 //   tally_train --n_layer=4 --n_head=4 --n_embd=256 --seq_len=128 --global_batch_size=8 --steps=200
 //
-// With no --data it trains on the embedded corpus (data/corpus.h). One log line per step;
+// With no --data it trains on the embedded corpus (core/data/corpus.h). One log line per step;
 // --metrics_json writes the same as JSON lines; --save / --load read and write
-// safetensors checkpoints (model/checkpoint.h).
+// safetensors checkpoints (core/model/checkpoint.h).
 #include <iostream>
 #include <optional>
 #include <string>
@@ -14,9 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "examples/example_main.h"
 #include "examples/job.h"
-#include "plan/plan.h"
-#include "runtime/status_macros.h"
-#include "train/trainer.h"
+#include "lab/plan/plan.h"
+#include "core/runtime/status_macros.h"
+#include "core/train/trainer.h"
 
 namespace {
 const tally::train::TrainOptions kDefaults;
@@ -220,7 +220,7 @@ ABSL_FLAG(double, timeout_s, kDefaults.placement.timeout_s,
 namespace tally {
 namespace {
 
-// The flags into TrainOptions, a section at a time (train/options.h); a flag that names a
+// The flags into TrainOptions, a section at a time (core/train/options.h); a flag that names a
 // choice is parsed here, and TrainOptions::Validate checks the values.
 model::GPTConfig ModelFromFlags() {
   model::GPTConfig m;
@@ -408,7 +408,7 @@ absl::Status Main() {
 }  // namespace tally
 
 int main(int argc, char** argv) {
-  // The sections of TrainOptions (train/options.h), in its order.
+  // The sections of TrainOptions (core/train/options.h), in its order.
   tally::SetHelpSections({
       {"model", {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "n_experts", "moe_top_k",
                  "capacity_factor", "moe_aux_loss_coef"}},

@@ -1,14 +1,14 @@
-// --grad_compression (train/options.h) on data parallelism's seam (parallel/seams.h): the
-// replica's hook, PowerSGD's low-rank sum (parallel/powersgd.h) or 1-bit Adam, an
+// --grad_compression (core/train/options.h) on data parallelism's seam (core/parallel/seams.h): the
+// replica's hook, PowerSGD's low-rank sum (core/parallel/powersgd.h) or 1-bit Adam, an
 // optimizer that wraps the AdamW the replica made and averages the momentum in place of
-// the gradients (parallel/onebit_adam.h).
+// the gradients (core/parallel/onebit_adam.h).
 #include <memory>
 #include <utility>
 
-#include "parallel/onebit_adam.h"
-#include "parallel/powersgd.h"
-#include "runtime/status_macros.h"
-#include "train/extensions.h"
+#include "core/parallel/onebit_adam.h"
+#include "core/parallel/powersgd.h"
+#include "core/runtime/status_macros.h"
+#include "core/train/extensions.h"
 
 namespace tally::extensions {
 namespace {

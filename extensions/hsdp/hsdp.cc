@@ -1,8 +1,8 @@
 #include "extensions/hsdp/hsdp.h"
 
-#include "parallel/zero/zero.h"
-#include "runtime/status_macros.h"
-#include "train/extensions.h"
+#include "core/parallel/zero/zero.h"
+#include "core/runtime/status_macros.h"
+#include "core/train/extensions.h"
 
 namespace tally::extensions {
 
@@ -14,7 +14,7 @@ absl::Status ReplicaSumReducer::Complete(const Tensor& shard) {
 
 namespace {
 
-// --zero_shard=node (train/options.h). After ZeRO++, whose reducer it wraps.
+// --zero_shard=node (core/train/options.h). After ZeRO++, whose reducer it wraps.
 class Hsdp : public train::Extension {
  public:
   absl::Status Fill(const train::TrainOptions& options, const train::SeamGroups& groups,

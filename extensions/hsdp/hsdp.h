@@ -1,5 +1,5 @@
 // HSDP (--zero_shard=node; FSDP's hybrid shard, torchtitan's dp_replicate × dp_shard) on
-// ZeRO's gradient seam (parallel/seams.h).
+// ZeRO's gradient seam (core/parallel/seams.h).
 //
 // The trainer cuts ZeRO's units over the shard group, the dp group's s ranks on one node,
 // so that each of the r = p/s nodes keeps a whole replica of the sharded state. Everything
@@ -20,8 +20,8 @@
 
 #include <memory>
 
-#include "parallel/seams.h"
-#include "parallel/sent_as.h"
+#include "core/parallel/seams.h"
+#include "core/parallel/sent_as.h"
 
 namespace tally::extensions {
 

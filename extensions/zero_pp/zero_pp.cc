@@ -2,9 +2,9 @@
 
 #include <utility>
 
-#include "parallel/zero/quantize.h"
-#include "runtime/status_macros.h"
-#include "train/extensions.h"
+#include "core/parallel/zero/quantize.h"
+#include "core/runtime/status_macros.h"
+#include "core/train/extensions.h"
 
 namespace tally::extensions {
 
@@ -74,7 +74,7 @@ absl::StatusOr<Posted> QgzReducer::IReduceScatter(comm::Communicator&, const Ten
 
 namespace {
 
-// --zero_hpz, --zero_quantized_weights, --zero_quantized_gradients (train/options.h).
+// --zero_hpz, --zero_quantized_weights, --zero_quantized_gradients (core/train/options.h).
 class ZeroPlusPlus : public train::Extension {
  public:
   absl::Status Fill(const train::TrainOptions& options, const train::SeamGroups& groups,

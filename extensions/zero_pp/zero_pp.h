@@ -1,6 +1,6 @@
-// ZeRO++ (Wang et al., 2023) on ZeRO-3's seams (parallel/seams.h): what its three
+// ZeRO++ (Wang et al., 2023) on ZeRO-3's seams (core/parallel/seams.h): what its three
 // variants send in place of ZeRO-3's gathers and reduce-scatters. The store
-// (parallel/zero/) knows none of them.
+// (core/parallel/zero/) knows none of them.
 //
 // hpZ (--zero_hpz; DeepSpeed's zero_hpz_partition_size = the ranks of a node): each
 // forward gather over the dp group also keeps the rank's chunk of the unit cut over the
@@ -15,7 +15,7 @@
 //
 // qwZ (--zero_quantized_weights): every gather over the dp group (forward, and backward
 // unless hpZ gathers inside the node) carries the chunks as int8 with an fp32 scale every
-// `block` values (parallel/zero/quantize.h), and every rank computes on the dequantised
+// `block` values (core/parallel/zero/quantize.h), and every rank computes on the dequantised
 // unit; the shard, gradients and update are unchanged:
 //
 //   bytes a gather, ring:  (p-1)/p·n + (p-1)·B·4   instead of (p-1)/p·n·w
@@ -23,7 +23,7 @@
 //
 // qgZ (--zero_quantized_gradients): each unit's reduce-scatter is all-to-alls of int8 (or
 // int4, --zero_quant_grad_bits=4) gradients with an fp32 scale a block
-// (parallel/zero/qgz.h): over the dp group when it is on one node, or in two hops when it
+// (core/parallel/zero/qgz.h): over the dp group when it is on one node, or in two hops when it
 // spans N nodes of L ranks, inside the node first (dp_shard) and then across (dp_repl),
 // where each rank sends the node's sums of the chunks it gathered, so that a rank's bytes
 // across nodes fall from (p-1)/p·Φ·g to (N-1)/p·Φ·(bits/8 + 4/block) a micro-batch:
@@ -40,11 +40,11 @@
 #include <memory>
 #include <vector>
 
-#include "model/parameters.h"
-#include "parallel/seams.h"
-#include "parallel/zero/qgz.h"
-#include "parallel/zero/sharding.h"
-#include "parallel/zero/zero.h"
+#include "core/model/parameters.h"
+#include "core/parallel/seams.h"
+#include "core/parallel/zero/qgz.h"
+#include "core/parallel/zero/sharding.h"
+#include "core/parallel/zero/zero.h"
 
 namespace tally::extensions {
 

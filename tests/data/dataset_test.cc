@@ -1,11 +1,11 @@
-#include "data/dataset.h"
+#include "core/data/dataset.h"
 
 #include <cstdio>
 #include <fstream>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "data/corpus.h"
+#include "core/data/corpus.h"
 #include "gtest/gtest.h"
 
 namespace tally::data {

@@ -128,10 +128,11 @@ TEST(CodeMap, TheReadingOrderCountsItsLines) {
 // the analysis, the report nothing of the planner, and no library anything of the programs
 // in examples/ (the job, which runs the loop and then the report, is one).
 TEST(CodeMap, TheLayersAreOneWay) {
-  const std::vector<std::string> order = {"runtime", "optim",  "data",   "model",   "parallel",
-                                          "train",   "extensions", "report", "plan", "examples"};
+  const std::vector<std::string> order = {
+      "core/runtime", "core/optim", "core/data",  "core/model", "core/parallel",
+      "core/train",   "extensions", "lab/report", "lab/plan",   "examples"};
   // optim and data are side by side: neither includes the other.
-  const std::vector<std::pair<std::string, std::string>> siblings = {{"data", "optim"}};
+  const std::vector<std::pair<std::string, std::string>> siblings = {{"core/data", "core/optim"}};
   const std::regex include("^#include \"([^\"]+)\"");
   int files = 0;
   for (size_t level = 0; level + 1 < order.size(); ++level) {
@@ -163,14 +164,14 @@ TEST(CodeMap, TheLayersAreOneWay) {
 
 // The stores a reader studies (data parallelism's replica and ZeRO's stages) and the
 // trainer that makes them name no variant in a line of code: the variants plug in at
-// the seams (parallel/seams.h) from extensions/. Comments may point to them.
+// the seams (core/parallel/seams.h) from extensions/. Comments may point to them.
 TEST(CodeMap, TheStoresNameNoVariant) {
   const std::vector<std::string> core = {
-      "parallel/data_parallel.h", "parallel/data_parallel.cc", "parallel/zero/zero.h",
-      "parallel/zero/zero.cc",    "parallel/zero/zero1.cc",    "parallel/zero/zero2.cc",
-      "parallel/zero/zero3.cc",   "parallel/zero/stages.h",    "parallel/zero/in_flight.h",
-      "parallel/seams.h",         "train/trainer.cc",          "train/extensions.h",
-      "train/extensions.cc"};
+      "core/parallel/data_parallel.h", "core/parallel/data_parallel.cc", "core/parallel/zero/zero.h",
+      "core/parallel/zero/zero.cc",    "core/parallel/zero/zero1.cc",    "core/parallel/zero/zero2.cc",
+      "core/parallel/zero/zero3.cc",   "core/parallel/zero/stages.h",    "core/parallel/zero/in_flight.h",
+      "core/parallel/seams.h",         "core/train/trainer.cc",          "core/train/extensions.h",
+      "core/train/extensions.cc"};
   const std::regex variant("qwz|qgz|hpz|hsdp|powersgd|power_sgd|onebit|one_bit|quantiz|replicas",
                            std::regex::icase);
   for (const std::string& path : core) {
@@ -186,8 +187,8 @@ TEST(CodeMap, TheStoresNameNoVariant) {
 }
 
 TEST(CodeMap, PathsExpandBraces) {
-  EXPECT_EQ(PathsIn("`parallel/zero/zero.{h,cc}` and `--dp` and `x.h`"),
-            (std::vector<std::string>{"parallel/zero/zero.h", "parallel/zero/zero.cc"}));
+  EXPECT_EQ(PathsIn("`core/parallel/zero/zero.{h,cc}` and `--dp` and `x.h`"),
+            (std::vector<std::string>{"core/parallel/zero/zero.h", "core/parallel/zero/zero.cc"}));
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "examples/example_main.h"
 #include "gtest/gtest.h"
-#include "runtime/clock.h"
+#include "core/runtime/clock.h"
 #include "tests/e2e/one_clear_line.h"
 #include "tests/e2e/run_command.h"
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "runtime/json_reader.h"
+#include "core/runtime/json_reader.h"
 #include "tests/e2e/run_command.h"
 
 namespace tally {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "runtime/clock.h"
-#include "runtime/json_reader.h"
+#include "core/runtime/clock.h"
+#include "core/runtime/json_reader.h"
 #include "tests/e2e/run_command.h"
 
 namespace tally {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "runtime/clock.h"
+#include "core/runtime/clock.h"
 #include "tests/e2e/run_command.h"
 
 namespace tally {

@@ -1,4 +1,4 @@
-// The report page (report/page.h) as a browser sees it: a small 3D run's page and a
+// The report page (lab/report/page.h) as a browser sees it: a small 3D run's page and a
 // comparison's, loaded in headless Chromium, have the charts and the exact byte counts in
 // their DOM and log nothing to the console; a screenshot of each is written next to the
 // test's output for a person to look at. Skipped, saying why, where Chromium cannot start
@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/json_reader.h"
+#include "core/runtime/json_reader.h"
 #include "tests/e2e/run_command.h"
 
 namespace tally {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "runtime/json_reader.h"
+#include "core/runtime/json_reader.h"
 
 namespace tally {
 

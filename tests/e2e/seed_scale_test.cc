@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/json_reader.h"
+#include "core/runtime/json_reader.h"
 #include "tests/e2e/run_command.h"
 
 namespace tally {

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/checkpoint.h"
-#include "model/parameters.h"
-#include "optim/optimizer.h"
-#include "runtime/allocator.h"
-#include "runtime/rng.h"
-#include "runtime/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/model/parameters.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/rng.h"
+#include "core/runtime/safetensors.h"
 #include "tests/model/tiny_model.h"
 
 namespace tally::model {

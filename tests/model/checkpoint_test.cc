@@ -1,4 +1,4 @@
-// A checkpoint's compression state (model/checkpoint.h): every rank's buffers come back
+// A checkpoint's compression state (core/model/checkpoint.h): every rank's buffers come back
 // as they were saved, under their key, and a file whose state is malformed is refused
 // with a line that names it.
 #include <cmath>
@@ -9,11 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "model/checkpoint.h"
-#include "model/parameters.h"
-#include "optim/optimizer.h"
-#include "runtime/allocator.h"
-#include "runtime/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/model/parameters.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/safetensors.h"
 #include "tests/model/tiny_model.h"
 
 namespace tally::model {

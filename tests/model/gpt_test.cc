@@ -1,6 +1,6 @@
 // The whole model: shapes, initial loss, and every parameter tensor's gradient against
 // central differences on a tiny config.
-#include "model/gpt.h"
+#include "core/model/gpt.h"
 
 #include <cmath>
 #include <cstring>

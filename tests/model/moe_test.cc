@@ -3,14 +3,14 @@
 // router's, each expert's, the input's, through the renormalisation, the capacity's drops
 // and the auxiliary loss — against central finite differences of an independent
 // double-precision implementation of moe.h's definition.
-#include "model/moe.h"
+#include "core/model/moe.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/rng.h"
+#include "core/runtime/rng.h"
 
 namespace tally::model {
 namespace {

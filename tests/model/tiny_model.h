@@ -1,7 +1,7 @@
 // The smallest GPT the checkpoint tests save and load: one layer of 8 channels.
 #pragma once
 
-#include "model/config.h"
+#include "core/model/config.h"
 
 namespace tally::model {
 

@@ -1,11 +1,11 @@
-#include "optim/optimizer.h"
+#include "core/optim/optimizer.h"
 
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "optim/schedule.h"
+#include "core/optim/schedule.h"
 
 namespace tally::optim {
 namespace {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/gpt.h"
-#include "parallel/context_parallel.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/ledger/names.h"
-#include "runtime/status_macros.h"
+#include "core/model/gpt.h"
+#include "core/parallel/context_parallel.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/ledger/names.h"
+#include "core/runtime/status_macros.h"
 #include "tests/parallel/cp_variants.h"
 #include "tests/sweep.h"
 

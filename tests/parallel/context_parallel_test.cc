@@ -3,7 +3,7 @@
 // every variant (p2p, allgather, a2a; zigzag and none) against cpu::AttentionForward and
 // AttentionBackward of the whole sequence, with every cp ledger row equal to
 // ContextParallelCalls and to the header's closed forms.
-#include "parallel/context_parallel.h"
+#include "core/parallel/context_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/ledger/names.h"
-#include "runtime/kernels/cpu/attention.h"
-#include "runtime/kernels/cpu/block_attention.h"
-#include "runtime/status_macros.h"
-#include "runtime/timeline.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/ledger/names.h"
+#include "core/runtime/kernels/cpu/attention.h"
+#include "core/runtime/kernels/cpu/block_attention.h"
+#include "core/runtime/status_macros.h"
+#include "core/runtime/timeline.h"
 #include "tests/parallel/cp_variants.h"
 #include "tests/sweep.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "parallel/context_parallel.h"
+#include "core/parallel/context_parallel.h"
 
 namespace tally::parallel {
 

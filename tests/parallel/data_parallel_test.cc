@@ -1,6 +1,6 @@
 // Data parallelism and ZeRO in closed form: buckets, shards, calls and bytes per step,
 // and the update every strategy ends its step with, without running a model.
-#include "parallel/data_parallel.h"
+#include "core/parallel/data_parallel.h"
 
 #include <cmath>
 #include <memory>
@@ -9,12 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "model/parameters.h"
-#include "optim/optimizer.h"
-#include "parallel/zero/sharding.h"
-#include "runtime/comm/launch.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/status_macros.h"
+#include "core/model/parameters.h"
+#include "core/optim/optimizer.h"
+#include "core/parallel/zero/sharding.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/kernels/kernels.h"
+#include "core/runtime/status_macros.h"
 
 namespace tally::parallel {
 namespace {

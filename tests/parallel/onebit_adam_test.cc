@@ -2,7 +2,7 @@
 // once (the reference), call after call as the errors carry; what was sent plus what is
 // kept is what there was; it books exactly OneBitAdamCalls. The optimizer is AdamW in the
 // warm-up, bit for bit, and after it the update of onebit_adam.h on every rank alike.
-#include "parallel/onebit_adam.h"
+#include "core/parallel/onebit_adam.h"
 
 #include <cmath>
 #include <vector>
@@ -10,12 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "model/parameters.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/ledger/names.h"
-#include "runtime/rng.h"
-#include "runtime/status_macros.h"
+#include "core/model/parameters.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/names.h"
+#include "core/runtime/rng.h"
+#include "core/runtime/status_macros.h"
 
 namespace tally::parallel {
 namespace {

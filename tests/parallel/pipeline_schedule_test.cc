@@ -2,7 +2,7 @@
 // when interleaved), in an order the stages can run without waiting on each other
 // forever; 1F1B bounds the micro-batches in flight; gpipe and 1f1b leave the bubble
 // (N-1)/(m+N-1), interleaved (N-1)/(v·m+N-1); layer splits and chunks.
-#include "parallel/pipeline_schedule.h"
+#include "core/parallel/pipeline_schedule.h"
 
 #include <algorithm>
 #include <vector>

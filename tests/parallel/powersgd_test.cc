@@ -1,19 +1,19 @@
 // PowerSGD equals the algorithm unrolled here over every rank at once (the reference),
 // keeps transmitted + residual = gradient on every rank and step, and books exactly its
 // three all-reduces.
-#include "parallel/powersgd.h"
+#include "core/parallel/powersgd.h"
 
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "model/parameters.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/ledger/names.h"
-#include "runtime/rng.h"
-#include "runtime/status_macros.h"
+#include "core/model/parameters.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/names.h"
+#include "core/runtime/rng.h"
+#include "core/runtime/status_macros.h"
 
 namespace tally::parallel {
 namespace {

@@ -1,11 +1,11 @@
-// ZeRO++'s qwZ quantiser (parallel/zero/quantize.h) against a reference written here from
+// ZeRO++'s qwZ quantiser (core/parallel/zero/quantize.h) against a reference written here from
 // the header's rule, and its all-gather over thread ranks: every chunk dequantised as the
 // reference says, and the two calls' bytes as the formula says. The same for qgZ's
-// reduce-scatter (parallel/zero/qgz.h), in one hop and in two, against its algorithm
+// reduce-scatter (core/parallel/zero/qgz.h), in one hop and in two, against its algorithm
 // unrolled here.
-#include "parallel/zero/quantize.h"
+#include "core/parallel/zero/quantize.h"
 
-#include "parallel/zero/qgz.h"
+#include "core/parallel/zero/qgz.h"
 
 #include <cmath>
 #include <cstdint>
@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/algorithms/partition.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/ledger/names.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/algorithms/partition.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/names.h"
+#include "core/runtime/status_macros.h"
 
 namespace tally::parallel {
 namespace {

@@ -1,7 +1,7 @@
 // Each tensor-parallel layer equals its serial module — forward output and every
 // gradient — for N in {1, 2, 4} ranks (3 where the shapes allow), including a vocabulary
 // that N does not divide.
-#include "parallel/tensor_parallel.h"
+#include "core/parallel/tensor_parallel.h"
 
 #include <cmath>
 #include <random>
@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/block.h"
-#include "model/parameters.h"
-#include "runtime/comm/launch.h"
-#include "runtime/kernels/cpu/cross_entropy.h"
-#include "runtime/kernels/cpu/linear.h"
+#include "core/model/block.h"
+#include "core/model/parameters.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/kernels/cpu/cross_entropy.h"
+#include "core/runtime/kernels/cpu/linear.h"
 #include "tests/sweep.h"
 
 namespace tally::parallel {

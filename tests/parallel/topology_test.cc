@@ -1,11 +1,11 @@
 // The grid: coordinates, groups, and the communicators split from a world.
-#include "parallel/topology.h"
+#include "core/parallel/topology.h"
 
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/launch.h"
+#include "core/runtime/comm/launch.h"
 
 namespace tally::parallel {
 namespace {

@@ -1,4 +1,4 @@
-// tally_claims' catalogue (plan/claims.h): every claim's measurement equals its exact
+// tally_claims' catalogue (lab/plan/claims.h): every claim's measurement equals its exact
 // formula, the claims' figures stand where the formulas put them, and a drift or an
 // unknown name is said.
 #include <cmath>
@@ -9,8 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "plan/claims.h"
-#include "runtime/json_reader.h"
+#include "lab/plan/claims.h"
+#include "core/runtime/json_reader.h"
 
 namespace tally::plan {
 namespace {

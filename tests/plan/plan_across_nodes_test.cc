@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "plan/plan.h"
-#include "runtime/comm/ledger/names.h"
+#include "lab/plan/plan.h"
+#include "core/runtime/comm/ledger/names.h"
 #include "tests/plan/small_plan.h"
 #include "tests/train/run_ranks.h"
 

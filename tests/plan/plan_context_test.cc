@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "parallel/context_parallel.h"
-#include "plan/plan.h"
-#include "runtime/comm/ledger/exact_traffic.h"
+#include "core/parallel/context_parallel.h"
+#include "lab/plan/plan.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
 #include "tests/plan/small_plan.h"
 #include "tests/train/run_ranks.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "plan/plan.h"
+#include "lab/plan/plan.h"
 #include "tests/plan/small_plan.h"
 #include "tests/train/run_ranks.h"
 

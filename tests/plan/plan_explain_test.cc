@@ -5,8 +5,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "plan/plan.h"
-#include "train/cluster.h"
+#include "lab/plan/plan.h"
+#include "core/train/cluster.h"
 
 namespace tally::plan {
 namespace {

@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "parallel/topology.h"
-#include "plan/plan.h"
-#include "report/replay.h"
+#include "core/parallel/topology.h"
+#include "lab/plan/plan.h"
+#include "lab/report/replay.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

@@ -1,6 +1,6 @@
 // tally_plan's numbers: the seed's examples by their formulas, the inconsistency in its
 // 70B example, and for tally's own model the exact bytes an actual run measures.
-#include "plan/plan.h"
+#include "lab/plan/plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -13,10 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "parallel/pipeline_schedule.h"
-#include "plan/measured.h"
-#include "plan/plan.h"
-#include "runtime/comm/ledger/ledger.h"
+#include "core/parallel/pipeline_schedule.h"
+#include "lab/plan/measured.h"
+#include "lab/plan/plan.h"
+#include "core/runtime/comm/ledger/ledger.h"
 #include "tests/train/run_ranks.h"
 
 namespace tally::plan {
@@ -67,7 +67,7 @@ inline int64_t BusiestSent(const std::vector<comm::TrafficLedger>& traffic, cons
   return MostSent(traffic, rows);
 }
 
-// The ledger rows a planned strategy's bytes are (plan/measured.h).
+// The ledger rows a planned strategy's bytes are (lab/plan/measured.h).
 inline LedgerRows RowsOf(const std::string& strategy, int zero) {
   return PlanLedgerRows(strategy, zero);
 }

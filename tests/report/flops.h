@@ -1,7 +1,7 @@
 // The report's and the replay's tests: work of a known size for a GPU of a known rate.
 #pragma once
 
-#include "runtime/timeline.h"
+#include "core/runtime/timeline.h"
 
 namespace tally::report {
 

@@ -1,7 +1,7 @@
 // A run replayed on a modelled cluster: hand-made timelines give the times of the model
-// (report/replay.h) exactly, and a dry run's timeline holds the FLOPs of its matmuls and
+// (lab/report/replay.h) exactly, and a dry run's timeline holds the FLOPs of its matmuls and
 // every call, so that its replay adds up.
-#include "report/replay.h"
+#include "lab/report/replay.h"
 
 #include <algorithm>
 #include <memory>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "report/report.h"
-#include "report/trace.h"
-#include "runtime/json_reader.h"
+#include "lab/report/report.h"
+#include "lab/report/trace.h"
+#include "core/runtime/json_reader.h"
 #include "tests/report/flops.h"
 #include "tests/train/run_ranks.h"
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "report/report.h"
+#include "lab/report/report.h"
 #include "tests/report/flops.h"
 
 namespace tally::report {

@@ -1,6 +1,6 @@
 // Files: inputs are regular files, outputs replace nothing but a regular file, whole or
 // not at all, under temporary names of their own; safetensors files are read strictly.
-#include "runtime/files.h"
+#include "core/runtime/files.h"
 
 #include <dirent.h>
 #include <sys/resource.h>
@@ -18,8 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
-#include "runtime/json_reader.h"
-#include "runtime/safetensors.h"
+#include "core/runtime/json_reader.h"
+#include "core/runtime/safetensors.h"
 
 namespace tally {
 namespace {

@@ -1,9 +1,9 @@
-#include "runtime/json_writer.h"
+#include "core/runtime/json_writer.h"
 
 #include <cmath>
 
 #include "gtest/gtest.h"
-#include "runtime/json_reader.h"
+#include "core/runtime/json_reader.h"
 
 namespace tally {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/rng.h"
+#include "core/runtime/rng.h"
 
 #include <cmath>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "runtime/status_macros.h"
+#include "core/runtime/status_macros.h"
 
 #include "gtest/gtest.h"
 

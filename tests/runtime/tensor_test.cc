@@ -1,4 +1,4 @@
-#include "runtime/tensor.h"
+#include "core/runtime/tensor.h"
 
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 // The modelled GPU (cluster.h): the roofline's efficiency curve and seconds, the presets'
 // figures, and cluster files (bad ones: tests/e2e/bad_input_test.cc).
-#include "train/cluster.h"
+#include "core/train/cluster.h"
 
 #include <cmath>
 #include <fstream>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "runtime/kernels/work.h"
+#include "core/runtime/kernels/work.h"
 
 namespace tally::train {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "parallel/onebit_adam.h"
-#include "parallel/powersgd.h"
+#include "core/parallel/onebit_adam.h"
+#include "core/parallel/powersgd.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

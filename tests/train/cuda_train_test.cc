@@ -12,9 +12,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/cuda.h"
+#include "core/runtime/cuda/cuda.h"
 #include "tests/train/run_ranks.h"
-#include "train/trainer.h"
+#include "core/train/trainer.h"
 
 namespace tally::train {
 namespace {

@@ -8,15 +8,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "model/parameters.h"
-#include "parallel/data_parallel.h"
-#include "parallel/zero/sharding.h"
-#include "report/report.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/ledger/exact_traffic.h"
+#include "core/model/parameters.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/zero/sharding.h"
+#include "lab/report/report.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
-#include "train/trainer.h"
+#include "core/train/trainer.h"
 
 namespace tally::train {
 namespace {

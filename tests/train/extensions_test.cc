@@ -1,6 +1,6 @@
-// The variants register themselves with the trainer (train/extensions.h) when a program
+// The variants register themselves with the trainer (core/train/extensions.h) when a program
 // that links them starts, and fill the stores' seams only for the options that ask.
-#include "train/extensions.h"
+#include "core/train/extensions.h"
 
 #include <string>
 #include <vector>

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "parallel/zero/sharding.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/ledger/names.h"
+#include "core/parallel/zero/sharding.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/names.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

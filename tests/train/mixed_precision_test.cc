@@ -1,4 +1,4 @@
-// Mixed precision (model/precision.h): bf16 on every layout reproduces the bf16 serial run
+// Mixed precision (core/model/precision.h): bf16 on every layout reproduces the bf16 serial run
 // within a tolerance derived below; every traffic row with a formula measures exactly it
 // at 2 bytes a value, and the model states' memory peaks equal the formula rows, which
 // are the seed's 2 + 2 + 12 bytes a parameter; gradient compression halves the
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "report/report.h"
+#include "lab/report/report.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

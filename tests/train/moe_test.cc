@@ -11,10 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "model/checkpoint.h"
-#include "parallel/expert_parallel.h"
-#include "runtime/comm/ledger/expected_calls.h"
-#include "runtime/safetensors.h"
+#include "core/model/checkpoint.h"
+#include "core/parallel/expert_parallel.h"
+#include "core/runtime/comm/ledger/expected_calls.h"
+#include "core/runtime/safetensors.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
@@ -99,7 +99,7 @@ TEST_P(ExpertParallelTest, MatchesTheSerialMoeRunWithTheRoutingCountsBytes) {
     };
     // What the routing counts said each all-to-all-v sends (the ledger keeps the sizes
     // each call was given), and the counts' own all-to-alls by their list
-    // (parallel/expert_parallel.h's RoutingCountCalls).
+    // (core/parallel/expert_parallel.h's RoutingCountCalls).
     auto expected = [&](comm::Phase phase) {
       int64_t bytes = 0;
       for (const auto& [key, b] : world.ledger().expected()) {

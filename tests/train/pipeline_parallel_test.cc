@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

@@ -1,7 +1,7 @@
-// Recompute that the model does (model/gpt.h SetRecompute), on every layout bit for bit
+// Recompute that the model does (core/model/gpt.h SetRecompute), on every layout bit for bit
 // the same layout without it (losses, parameters, every traffic row but the recomputed
 // forward's own calls), every rank's activation peak equal to the closed form
-// (model/activations.h), every report row to its formula:
+// (core/model/activations.h), every report row to its formula:
 //  - selective (--recompute_granularity=selective): no layer keeps attention's
 //    probabilities; at pp = 1, L·b·(nh/tp)·T² fp32 kept less, one b·(nh/tp)·T² more;
 //  - full layer by layer (--recompute with pp = 1, or --recompute_method=layer on a
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "plan/plan.h"
-#include "report/report.h"
+#include "lab/plan/plan.h"
+#include "lab/report/report.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

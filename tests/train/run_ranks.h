@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "report/report.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/transport/nccl/nccl_transport.h"
+#include "lab/report/report.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/transport/nccl/nccl_transport.h"
 #include "tests/sweep.h"
-#include "train/measure.h"
-#include "train/trainer.h"
+#include "core/train/measure.h"
+#include "core/train/trainer.h"
 
 namespace tally::train {
 
@@ -182,7 +182,7 @@ inline RunResult RunRanks(const TrainOptions& o) {
   return result;
 }
 
-// Every rank's ledgers over `o`'s steps on thread ranks (train/measure.h).
+// Every rank's ledgers over `o`'s steps on thread ranks (core/train/measure.h).
 inline RankLedgers RunSteps(const TrainOptions& o,
                             const std::function<void(int rank, Trainer&)>& after = {}) {
   absl::StatusOr<RankLedgers> run = MeasureSteps(o, after);
@@ -258,7 +258,7 @@ inline void ExpectGridMatchesSerial(const TrainOptions& o, const TrainOptions& s
 }
 
 // Every rank's timeline of the last training step of `o` on its ranks (Trainer::Run
-// records it; runtime/timeline.h), placed on o's nodes.
+// records it; core/runtime/timeline.h), placed on o's nodes.
 inline std::vector<Timeline> LastStepTimelines(const TrainOptions& o) {
   std::vector<Timeline> timelines(size_t(o.world()));
   comm::LaunchOptions launch;

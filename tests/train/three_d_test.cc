@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "report/report.h"
+#include "lab/report/report.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

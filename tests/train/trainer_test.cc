@@ -1,7 +1,7 @@
 // The training loop: the loss falls on the embedded corpus, checkpoints round-trip and
 // resume bit-identically, and every bad option or file is a clear error.
-#include "train/before_training.h"
-#include "train/trainer.h"
+#include "core/train/before_training.h"
+#include "core/train/trainer.h"
 
 #include <cstring>
 #include <filesystem>
@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/sweep.h"
-#include "model/checkpoint.h"
+#include "core/model/checkpoint.h"
 
 namespace tally::train {
 namespace {

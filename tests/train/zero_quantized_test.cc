@@ -16,9 +16,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "parallel/zero/sharding.h"
-#include "runtime/comm/algorithms/partition.h"
-#include "runtime/comm/ledger/names.h"
+#include "core/parallel/zero/sharding.h"
+#include "core/runtime/comm/algorithms/partition.h"
+#include "core/runtime/comm/ledger/names.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 

@@ -11,9 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/check/collective_check.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/algorithms/partition.h"
+#include "core/runtime/comm/check/collective_check.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/algorithms/partition.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/comm/launch.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/status_macros.h"
 
 namespace tally::comm::test_util {
 

@@ -1,5 +1,5 @@
 // The closed forms agree with DESIGN.md's table when p divides the count.
-#include "runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
 
 #include <vector>
 

@@ -1,9 +1,9 @@
-// The join of a strategy's calls with a ledger row (runtime/comm/ledger/expected_calls.h).
-#include "runtime/comm/ledger/expected_calls.h"
+// The join of a strategy's calls with a ledger row (core/runtime/comm/ledger/expected_calls.h).
+#include "core/runtime/comm/ledger/expected_calls.h"
 
 #include "gtest/gtest.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/ledger/names.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/names.h"
 
 namespace tally::comm {
 namespace {

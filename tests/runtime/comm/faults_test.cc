@@ -10,8 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/transport/threads/threads_transport.h"
-#include "runtime/cuda/cuda.h"
+#include "core/runtime/comm/transport/threads/threads_transport.h"
+#include "core/runtime/cuda/cuda.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {

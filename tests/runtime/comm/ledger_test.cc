@@ -1,4 +1,4 @@
-#include "runtime/comm/ledger/ledger.h"
+#include "core/runtime/comm/ledger/ledger.h"
 
 #include <vector>
 

@@ -14,11 +14,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/check/collective_check.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/transport/mpi/mpi_launch.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/check/collective_check.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/transport/mpi/mpi_launch.h"
+#include "core/runtime/status_macros.h"
 #include "tests/runtime/comm/transport_checks.h"
 
 namespace tally::comm {

@@ -1,4 +1,4 @@
-// The NCCL transport (runtime/comm/nccl), its ranks threads of this process, one GPU
+// The NCCL transport (core/runtime/comm/transport/nccl), its ranks threads of this process, one GPU
 // each: every collective gives the closed-form result on host and on GPU buffers, books
 // the bytes the threads transport books (the algorithms are the same code), and NCCL's
 // own collectives book the ring's. NCCL takes one GPU per rank, so the tests of several
@@ -12,12 +12,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/check/collective_check.h"
-#include "runtime/comm/ledger/exact_traffic.h"
-#include "runtime/comm/launch.h"
-#include "runtime/comm/transport/nccl/nccl_transport.h"
-#include "runtime/cuda/cuda.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/check/collective_check.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/comm/transport/nccl/nccl_transport.h"
+#include "core/runtime/cuda/cuda.h"
+#include "core/runtime/status_macros.h"
 #include "tests/runtime/comm/transport_checks.h"
 
 namespace tally::comm {

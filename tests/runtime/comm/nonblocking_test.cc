@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/check/collective_check.h"
+#include "core/runtime/comm/check/collective_check.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {

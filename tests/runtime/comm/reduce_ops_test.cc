@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/algorithms/partition.h"
+#include "core/runtime/comm/algorithms/partition.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {

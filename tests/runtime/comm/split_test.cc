@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/ledger/exact_traffic.h"
+#include "core/runtime/comm/ledger/exact_traffic.h"
 #include "tests/runtime/comm/comm_test_util.h"
 
 namespace tally::comm {

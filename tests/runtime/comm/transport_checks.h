@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "runtime/comm/check/collective_check.h"
-#include "runtime/comm/launch.h"
-#include "runtime/status_macros.h"
+#include "core/runtime/comm/check/collective_check.h"
+#include "core/runtime/comm/launch.h"
+#include "core/runtime/status_macros.h"
 
 namespace tally::comm::test_util {
 

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/dtype.h"
-#include "runtime/kernels/cpu/attention.h"
-#include "runtime/kernels/cpu/gemm.h"
-#include "runtime/kernels/cpu/linear.h"
-#include "runtime/kernels/kernels.h"
+#include "core/runtime/dtype.h"
+#include "core/runtime/kernels/cpu/attention.h"
+#include "core/runtime/kernels/cpu/gemm.h"
+#include "core/runtime/kernels/cpu/linear.h"
+#include "core/runtime/kernels/kernels.h"
 #include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally::cpu {
@@ -153,7 +153,7 @@ TEST(BF16Matmul, ActivationsKeptInBf16GiveTheSameResultsBitForBit) {
   for (int i = 0; i < n * c; ++i) ASSERT_EQ(y16[i].bits, BFloat16::FromFloat(y32[i]).bits) << i;
 
   // The linear layer, forward and backward, with x and w each fp32 or kept in bf16 (a bf16
-  // store's weights: model/weights.h).
+  // store's weights: core/model/weights.h).
   const std::vector<float> lw = Random(oc * c, 10), lb = Random(oc, 11), dy = Random(n * oc, 12);
   const std::vector<BFloat16> x16 = ToBF16(x), lw16 = ToBF16(lw);
   std::vector<float> out[4], dx[4], dw[4], db[4];

@@ -1,6 +1,6 @@
 // Round (convert.h) against BFloat16::FromFloat, bit for bit: on a CPU with AVX512-BF16 it
 // takes the conversion instruction, elsewhere the loop; either way the same bits.
-#include "runtime/kernels/cpu/convert.h"
+#include "core/runtime/kernels/cpu/convert.h"
 
 #include <cstdint>
 #include <cstring>

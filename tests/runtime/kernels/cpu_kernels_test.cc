@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/kernels/cpu/attention.h"
-#include "runtime/kernels/cpu/cross_entropy.h"
-#include "runtime/kernels/cpu/embedding.h"
-#include "runtime/kernels/cpu/gelu.h"
-#include "runtime/kernels/cpu/layernorm.h"
-#include "runtime/kernels/cpu/linear.h"
+#include "core/runtime/kernels/cpu/attention.h"
+#include "core/runtime/kernels/cpu/cross_entropy.h"
+#include "core/runtime/kernels/cpu/embedding.h"
+#include "core/runtime/kernels/cpu/gelu.h"
+#include "core/runtime/kernels/cpu/layernorm.h"
+#include "core/runtime/kernels/cpu/linear.h"
 
 namespace tally::cpu {
 namespace {

@@ -10,17 +10,17 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "runtime/allocator.h"
-#include "runtime/cuda/cuda.h"
-#include "runtime/kernels/cpu/attention.h"
-#include "runtime/kernels/cpu/block_attention.h"
-#include "runtime/kernels/cpu/cross_entropy.h"
-#include "runtime/kernels/cpu/embedding.h"
-#include "runtime/kernels/cpu/gelu.h"
-#include "runtime/kernels/cpu/layernorm.h"
-#include "runtime/kernels/cpu/linear.h"
-#include "runtime/kernels/cuda/kernels.h"
-#include "runtime/memory_ledger.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/cuda/cuda.h"
+#include "core/runtime/kernels/cpu/attention.h"
+#include "core/runtime/kernels/cpu/block_attention.h"
+#include "core/runtime/kernels/cpu/cross_entropy.h"
+#include "core/runtime/kernels/cpu/embedding.h"
+#include "core/runtime/kernels/cpu/gelu.h"
+#include "core/runtime/kernels/cpu/layernorm.h"
+#include "core/runtime/kernels/cpu/linear.h"
+#include "core/runtime/kernels/cuda/kernels.h"
+#include "core/runtime/memory_ledger.h"
 #include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally {
@@ -278,7 +278,7 @@ TEST_F(CudaKernels, AddAndAdamW) {
   ASSERT_TRUE(cuda::Add(d_a, d_a, Up(b), n).ok());  // in place, as the residual stream
   ExpectClose(d_a, sum, 0, 0, "a + b");
 
-  // One update, against the same formula on the CPU (optim/optimizer.cc's order).
+  // One update, against the same formula on the CPU (core/optim/optimizer.cc's order).
   std::vector<float> p = Random(n, 3), g = Random(n, 4), m = Random(n, 5, 0.1f), v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = std::fabs(Random(1, uint32_t(i))[0]) * 0.01f;
   float *d_p = Up(p), *d_m = Up(m), *d_v = Up(v);

@@ -1,4 +1,4 @@
-// Kernels (runtime/kernels/kernels.h) on a CUDA device against Kernels on the CPU, for
+// Kernels (core/runtime/kernels/kernels.h) on a CUDA device against Kernels on the CPU, for
 // the operations the model calls through it that have no CPU kernel of their own (the
 // vocabulary slices of the embedding and the softmax, positions, bias, the optimizers'
 // updates, the sum of squares) and one pass through each layer: |cuda - cpu| <= atol +
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/allocator.h"
-#include "runtime/cuda/cuda.h"
-#include "runtime/kernels/kernels.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/cuda/cuda.h"
+#include "core/runtime/kernels/kernels.h"
 #include "tests/runtime/kernels/random_inputs.h"
 
 namespace tally {

@@ -1,4 +1,4 @@
-#include "runtime/kernels/cpu/fast_math.h"
+#include "core/runtime/kernels/cpu/fast_math.h"
 
 #include <cmath>
 

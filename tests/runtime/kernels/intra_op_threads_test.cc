@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/kernels/cpu/gemm.h"
-#include "runtime/kernels/cpu/parallel.h"
-#include "runtime/kernels/kernels.h"
+#include "core/runtime/kernels/cpu/gemm.h"
+#include "core/runtime/kernels/cpu/parallel.h"
+#include "core/runtime/kernels/kernels.h"
 
 namespace tally {
 namespace {

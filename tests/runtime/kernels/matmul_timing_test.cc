@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/clock.h"
-#include "runtime/dtype.h"
-#include "runtime/kernels/cpu/gemm.h"
-#include "runtime/kernels/cpu/parallel.h"
+#include "core/runtime/clock.h"
+#include "core/runtime/dtype.h"
+#include "core/runtime/kernels/cpu/gemm.h"
+#include "core/runtime/kernels/cpu/parallel.h"
 
 namespace tally::cpu {
 namespace {
