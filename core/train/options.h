@@ -125,12 +125,12 @@ struct ParallelOptions {
   // ZeRO++'s hpZ (core/parallel/zero/zero.h): ZeRO-3 keeps a secondary copy of each unit's
   // parameters cut over the dp ranks of its node, so that backward gathers inside it.
   bool zero_hpz = false;
-  // ZeRO++'s qwZ (core/parallel/zero/quantize.h): ZeRO-3's all-gathers over the dp group carry
+  // ZeRO++'s qwZ (extensions/zero_pp/quantize.h): ZeRO-3's all-gathers over the dp group carry
   // the parameters as int8, with an fp32 scale each zero_quant_block values.
   bool zero_quantized_weights = false;
   int64_t zero_quant_block = 256;
   bool Qwz() const { return zero == 3 && zero_quantized_weights; }
-  // ZeRO++'s qgZ (core/parallel/zero/qgz.h): ZeRO-3's gradient reduce-scatters as all-to-alls
+  // ZeRO++'s qgZ (extensions/zero_pp/qgz.h): ZeRO-3's gradient reduce-scatters as all-to-alls
   // of int8 with an fp32 scale each zero_quant_block values, in two hops (inside the node,
   // then across) when the dp group spans the nodes of --gpus_per_node.
   bool zero_quantized_gradients = false;

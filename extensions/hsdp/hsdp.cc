@@ -1,6 +1,7 @@
 #include "extensions/hsdp/hsdp.h"
 
 #include "core/parallel/zero/zero.h"
+#include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
 #include "core/train/extensions.h"
 
@@ -10,6 +11,23 @@ absl::Status ReplicaSumReducer::Complete(const Tensor& shard) {
   RETURN_IF_ERROR(inner_->Complete(shard));
   comm::PhaseScope phase(replicas_->ledger(), comm::Phase::kBackward);
   return sent_as_.AllReduce(*replicas_, shard, comm::ReduceOp::kSum, algorithm_);
+}
+
+void AddReplicaSum(std::span<const comm::Chunk> units, const parallel::ZeroShape& s,
+                   int replicas, int replica, const std::vector<int>& nodes,
+                   comm::ExpectedCalls& calls) {
+  if (replicas <= 1) return;
+  int64_t shard = 0;
+  for (const comm::Chunk& unit : units) shard += comm::ChunkOf(unit.count, s.ranks, s.rank).count;
+  calls.push_back({.group = comm::group::kDpReplicate,
+                   .primitive = comm::Primitive::kAllReduce,
+                   .phase = comm::Phase::kBackward,
+                   .count = shard,
+                   .element = s.grad_element,
+                   .calls = 1,
+                   .ranks = replicas,
+                   .rank = replica,
+                   .nodes = nodes});
 }
 
 namespace {

@@ -19,9 +19,13 @@
 #pragma once
 
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "core/parallel/seams.h"
 #include "core/parallel/sent_as.h"
+#include "core/parallel/zero/sharding.h"
+#include "core/runtime/comm/ledger/expected_calls.h"
 
 namespace tally::extensions {
 
@@ -51,5 +55,13 @@ class ReplicaSumReducer : public parallel::GradientReducer {
   parallel::SentAs sent_as_;
   comm::Algorithm algorithm_;
 };
+
+// HSDP's call of a step beside ZeRO's over the shard group (`shape`; parallel::ZeroCalls):
+// the rank's gradient shard (its chunk of every unit) all-reduced over its `replicas`
+// ranks (group dp_repl, phase backward, once a step), appended to `calls` when there are
+// more than one; `replica` is its place among them, `nodes` theirs.
+void AddReplicaSum(std::span<const comm::Chunk> units, const parallel::ZeroShape& shape,
+                   int replicas, int replica, const std::vector<int>& nodes,
+                   comm::ExpectedCalls& calls);
 
 }  // namespace tally::extensions

@@ -1,15 +1,17 @@
 #include "extensions/zero_pp/zero_pp.h"
 
+#include <tuple>
 #include <utility>
 
-#include "core/parallel/zero/quantize.h"
+#include "extensions/zero_pp/quantize.h"
+#include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
 #include "core/train/extensions.h"
 
 namespace tally::extensions {
 
 absl::Status QwzGatherer::Gather(const PieceToGather& piece, std::vector<Posted>* posted) {
-  parallel::QuantizedGather gather(*piece.group, block_, algorithm_);
+  QuantizedGather gather(*piece.group, block_, algorithm_);
   RETURN_IF_ERROR(gather.Post(piece.mine, piece.whole, /*blocking=*/posted == nullptr));
   if (posted != nullptr) {
     posted->push_back([gather = std::move(gather)]() mutable { return gather.Finish(); });
@@ -19,7 +21,7 @@ absl::Status QwzGatherer::Gather(const PieceToGather& piece, std::vector<Posted>
 
 ErrorSums QwzGatherer::ErrorOf(const Tensor& own) const {
   if (own.device().type != DeviceType::kCPU) return {};
-  return parallel::QuantizationError(ConstTypedPtr(own.raw_data(), own.dtype()), own.numel(),
+  return QuantizationError(ConstTypedPtr(own.raw_data(), own.dtype()), own.numel(),
                                      block_);
 }
 
@@ -62,14 +64,86 @@ absl::Status HpzGatherer::Gathered(int unit, const Tensor& whole, size_t first, 
 
 absl::Status QgzReducer::ReduceScatter(comm::Communicator& group, const Tensor& grads,
                                        const Tensor& reduced) {
-  parallel::QgzConfig how = how_;
+  QgzConfig how = how_;
   if (&group != dp_) how.across = nullptr;  // the experts' pieces: one hop
-  return parallel::QuantizedReduceScatter(group, how, grads, reduced, &error_);
+  return QuantizedReduceScatter(group, how, grads, reduced, &error_);
 }
 
 absl::StatusOr<Posted> QgzReducer::IReduceScatter(comm::Communicator&, const Tensor&,
                                                   const Tensor&) {
   return absl::UnimplementedError("[zero] qgZ's all-to-alls are blocking");
+}
+
+namespace {
+
+// qgZ's all-to-alls for one reduce-scatter of `count` values (qgz.h), `calls` times: the
+// bytes and the scales, in one hop over the shape's group or in two.
+void AddQgzCalls(int64_t count, int calls, const parallel::ZeroShape& s,
+                 const ZeroPlusPlusShape& v, comm::ExpectedCalls& out) {
+  const QgzPart part =
+      QgzPartOf(count, s.ranks, v.grad_quant_block, v.grad_quant_bits);
+  struct Hop {
+    const char* group;
+    int ranks, rank;
+    const std::vector<int>& nodes;
+    int64_t parts;  // quantised parts a rank sends in all
+  };
+  std::vector<Hop> hops;
+  if (v.qgz_across.ranks > 1) {
+    hops.push_back({comm::group::kDpShard, v.qgz_node.ranks, v.qgz_node.rank, v.qgz_node.nodes,
+                    int64_t(s.ranks)});
+    hops.push_back({comm::group::kDpReplicate, v.qgz_across.ranks, v.qgz_across.rank,
+                    v.qgz_across.nodes, int64_t(v.qgz_across.ranks)});
+  } else {
+    hops.push_back({s.group, s.ranks, s.rank, s.nodes, int64_t(s.ranks)});
+  }
+  for (const Hop& hop : hops) {
+    for (auto [scope, per_part, element] :
+         {std::tuple{comm::scope::kQgz, part.bytes, int64_t{1}},
+          std::tuple{comm::scope::kQgzScales, part.scales, int64_t{4}}}) {
+      out.push_back({.group = hop.group,
+                     .primitive = comm::Primitive::kAllToAll,
+                     .phase = comm::Phase::kBackward,
+                     .scope = scope,
+                     .count = hop.parts * per_part,
+                     .element = element,
+                     .calls = calls,
+                     .ranks = hop.ranks,
+                     .rank = hop.rank,
+                     .nodes = hop.nodes});
+    }
+  }
+}
+
+}  // namespace
+
+comm::ExpectedCalls ZeroPlusPlusCalls(std::span<const comm::Chunk> units,
+                                      const parallel::ZeroShape& s, const ZeroPlusPlusShape& v) {
+  comm::ExpectedCalls out;
+  for (comm::ExpectedCall c : parallel::ZeroCalls(units, s)) {
+    const bool gather = c.primitive == comm::Primitive::kAllGather;
+    if (gather && c.phase == comm::Phase::kBackward && v.hpz.has_value()) {  // inside the node
+      c.group = comm::group::kDpShard;
+      c.ranks = v.hpz->ranks;
+      c.rank = v.hpz->rank;
+      c.nodes = v.hpz->nodes;
+      out.push_back(c);
+    } else if (gather && v.quant_block > 0) {  // qwZ: the values, then the scales
+      comm::ExpectedCall scales = c;
+      c.scope = comm::scope::kQwz;
+      c.element = 1;
+      scales.scope = comm::scope::kQwzScales;
+      scales.count = s.ranks * ScalesPerRank(c.count, s.ranks, v.quant_block);
+      scales.element = 4;
+      out.push_back(c);
+      out.push_back(scales);
+    } else if (c.primitive == comm::Primitive::kReduceScatter && v.grad_quant_block > 0) {  // qgZ
+      AddQgzCalls(c.count, c.calls, s, v, out);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -104,7 +178,7 @@ class ZeroPlusPlus : public train::Extension {
       const bool by_node = p.ShardsByNode();
       comm::Communicator& dp = by_node ? *groups.dp_shard : *groups.dp;
       seams.zero_reducer = std::make_shared<QgzReducer>(
-          dp, parallel::QgzConfig{.block = p.zero_quant_block,
+          dp, QgzConfig{.block = p.zero_quant_block,
                                   .bits = p.zero_quant_grad_bits,
                                   .node = groups.dp_shard.get(),
                                   .across = by_node ? nullptr : groups.dp_replicate.get(),

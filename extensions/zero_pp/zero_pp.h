@@ -15,7 +15,7 @@
 //
 // qwZ (--zero_quantized_weights): every gather over the dp group (forward, and backward
 // unless hpZ gathers inside the node) carries the chunks as int8 with an fp32 scale every
-// `block` values (core/parallel/zero/quantize.h), and every rank computes on the dequantised
+// `block` values (extensions/zero_pp/quantize.h), and every rank computes on the dequantised
 // unit; the shard, gradients and update are unchanged:
 //
 //   bytes a gather, ring:  (p-1)/p·n + (p-1)·B·4   instead of (p-1)/p·n·w
@@ -23,7 +23,7 @@
 //
 // qgZ (--zero_quantized_gradients): each unit's reduce-scatter is all-to-alls of int8 (or
 // int4, --zero_quant_grad_bits=4) gradients with an fp32 scale a block
-// (core/parallel/zero/qgz.h): over the dp group when it is on one node, or in two hops when it
+// (extensions/zero_pp/qgz.h): over the dp group when it is on one node, or in two hops when it
 // spans N nodes of L ranks, inside the node first (dp_shard) and then across (dp_repl),
 // where each rank sends the node's sums of the chunks it gathered, so that a rank's bytes
 // across nodes fall from (p-1)/p·Φ·g to (N-1)/p·Φ·(bits/8 + 4/block) a micro-batch:
@@ -38,13 +38,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "core/model/parameters.h"
 #include "core/parallel/seams.h"
-#include "core/parallel/zero/qgz.h"
+#include "extensions/zero_pp/qgz.h"
 #include "core/parallel/zero/sharding.h"
 #include "core/parallel/zero/zero.h"
+#include "core/runtime/comm/ledger/expected_calls.h"
 
 namespace tally::extensions {
 
@@ -94,7 +97,7 @@ class HpzGatherer : public parallel::ParameterGatherer {
 // cut over `dp` when `how` has groups across the nodes, one hop otherwise.
 class QgzReducer : public parallel::GradientReducer {
  public:
-  QgzReducer(comm::Communicator& dp, const parallel::QgzConfig& how) : dp_(&dp), how_(how) {}
+  QgzReducer(comm::Communicator& dp, const QgzConfig& how) : dp_(&dp), how_(how) {}
   DType ReducedType(DType) const override { return DType::kF32; }  // sums of the dequantised
   bool Posts() const override { return false; }
   absl::Status ReduceScatter(comm::Communicator& group, const Tensor& grads,
@@ -105,8 +108,32 @@ class QgzReducer : public parallel::GradientReducer {
 
  private:
   comm::Communicator* dp_;
-  parallel::QgzConfig how_;
+  QgzConfig how_;
   ErrorSums error_;  // of the step's reduce-scatters so far
 };
+
+// ZeRO++'s calls of a step, as data (the report's exact column and the planner's rows
+// join them): ZeRO-3's (parallel::ZeroCalls over `shape`) each replaced where a variant
+// takes it, in order.
+struct ZeroPlusPlusShape {
+  struct Group {
+    int ranks = 1, rank = 0;
+    std::vector<int> nodes = {};  // the node of each rank
+  };
+  // hpZ: the backward's all-gathers over the node's share of the dp group (dp_shard).
+  std::optional<Group> hpz;
+  // qwZ (> 0): each other all-gather as two, the values (scope qwz, a byte each) and the
+  // scales (scope qwz_scales, the ranks times the largest chunk's blocks, 4 bytes each).
+  int64_t quant_block = 0;
+  // qgZ (> 0): each reduce-scatter as all-to-alls of the quantised parts (qgz) and their
+  // scales (qgz_scales), over the shape's group, or in two hops when qgz_across.ranks > 1:
+  // over qgz_node (dp_shard), then over qgz_across (dp_repl).
+  int64_t grad_quant_block = 0;
+  int grad_quant_bits = 8;  // 8 or 4 (two values a byte)
+  Group qgz_node = {}, qgz_across = {};
+};
+comm::ExpectedCalls ZeroPlusPlusCalls(std::span<const comm::Chunk> units,
+                                      const parallel::ZeroShape& shape,
+                                      const ZeroPlusPlusShape& variants);
 
 }  // namespace tally::extensions

@@ -72,10 +72,10 @@ struct PlanInput {
   parallel::ZeroShard zero_shard = parallel::ZeroShard::kDp;
   bool zero3_reshard_after_forward = true;
   bool zero_hpz = false;  // ZeRO++'s hpZ: the row "zero-3 + hpz"
-  // ZeRO++'s qwZ (core/parallel/zero/quantize.h): the row "zero-3 + qwz", the gathers as int8
+  // ZeRO++'s qwZ (extensions/zero_pp/quantize.h): the row "zero-3 + qwz", the gathers as int8
   // with an fp32 scale each zero_quant_block values.
   bool zero_quantized_weights = false;
-  // ZeRO++'s qgZ (core/parallel/zero/qgz.h): the row "zero-3 + qgz", the reduce-scatter as
+  // ZeRO++'s qgZ (extensions/zero_pp/qgz.h): the row "zero-3 + qgz", the reduce-scatter as
   // int8 all-to-alls, in two hops where a dp group spans nodes (with --gpus_per_node).
   bool zero_quantized_gradients = false;
   int zero_quant_grad_bits = 8;  // 8 or 4

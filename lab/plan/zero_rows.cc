@@ -2,9 +2,12 @@
 // without resharding, and ZeRO++'s hpZ, qwZ and qgZ, each a row of the plan (lab/plan/rows.h)
 // priced by ZeroCalls, the calls tally_train makes.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "extensions/hsdp/hsdp.h"
+#include "extensions/zero_pp/zero_pp.h"
 #include "core/parallel/zero/sharding.h"
 #include "lab/plan/rows.h"
 #include "lab/report/formulas.h"
@@ -43,28 +46,28 @@ Split ZeroStep(const PlanRows& plan, const Replicas& r, int stage, const std::ve
                          replica_nodes = plan.NodesOf(two_hops ? v.qgz_across : replicate),
                          node_nodes = plan.NodesOf(two_hops ? v.qgz_node : v.node);
   auto member = [&](const std::vector<int>& g) {
-    return parallel::ZeroShape::Group{int(g.size()), place(g), plan.NodesOf(g)};
+    return extensions::ZeroPlusPlusShape::Group{int(g.size()), place(g), plan.NodesOf(g)};
   };
+  const parallel::ZeroShape shape{.ranks = int(shard.size()),
+                                  .rank = place(shard),
+                                  .zero_stage = stage,
+                                  .micro_batches = plan.m,
+                                  .recompute = plan.in.StageRecompute(),
+                                  .reshard = v.reshard,
+                                  .grad_element = plan.e,
+                                  .param_element = plan.e};
+  extensions::ZeroPlusPlusShape variants{
+      .hpz = std::nullopt,
+      .quant_block = v.quant_block,
+      .grad_quant_block = v.grad_quant_block,
+      .grad_quant_bits = v.grad_quant_bits,
+      .qgz_node = two_hops ? member(v.qgz_node) : extensions::ZeroPlusPlusShape::Group{},
+      .qgz_across = two_hops ? member(v.qgz_across) : extensions::ZeroPlusPlusShape::Group{}};
+  if (!v.node.empty()) variants.hpz = {.ranks = int(v.node.size()), .rank = place(v.node)};
+  comm::ExpectedCalls calls = extensions::ZeroPlusPlusCalls(units, shape, variants);
+  extensions::AddReplicaSum(units, shape, int(replicate.size()), place(replicate), {}, calls);
   Split bytes;
-  for (const comm::ExpectedCall& c :
-       parallel::ZeroCalls(units, {.ranks = int(shard.size()),
-                                   .rank = place(shard),
-                                   .zero_stage = stage,
-                                   .micro_batches = plan.m,
-                                   .recompute = plan.in.StageRecompute(),
-                                   .reshard = v.reshard,
-                                   .grad_element = plan.e,
-                                   .param_element = plan.e,
-                                   .replicas = int(replicate.size()),
-                                   .replica = place(replicate),
-                                   .hpz_ranks = int(v.node.size()),
-                                   .hpz_rank = place(v.node),
-                                   .quant_block = v.quant_block,
-                                   .grad_quant_block = v.grad_quant_block,
-                                   .grad_quant_bits = v.grad_quant_bits,
-                                   .qgz_node = two_hops ? member(v.qgz_node) : parallel::ZeroShape::Group{},
-                                   .qgz_across = two_hops ? member(v.qgz_across)
-                                                          : parallel::ZeroShape::Group{}})) {
+  for (const comm::ExpectedCall& c : calls) {
     const std::vector<int>& where = c.group == comm::group::kDpReplicate ? replica_nodes
                                     : c.group == comm::group::kDpShard   ? node_nodes
                                                                          : shard_nodes;
@@ -80,7 +83,7 @@ double QuantizedBytes(int64_t values, int bits, int64_t block) {
   return double(values) * (bits / 8.0 + 4.0 / double(block));
 }
 
-// qgZ's reduce-scatter (core/parallel/zero/qgz.h) of the part of `r` a micro-batch over dp
+// qgZ's reduce-scatter (extensions/zero_pp/qgz.h) of the part of `r` a micro-batch over dp
 // group `group`: in `v`, its block and bits and, where `cut` (the group cut by nodes, or
 // null) spans nodes, its two hops; returns the α-β time of its all-to-alls, each priced
 // as one pass over its bytes.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "extensions/hsdp/hsdp.h"
+#include "extensions/zero_pp/zero_pp.h"
 #include "core/model/activations.h"
 #include "core/model/parameters.h"
 #include "core/parallel/data_parallel.h"
@@ -151,40 +153,39 @@ comm::ExpectedCalls GradientCalls(const ReportInputs& in, const model::Parameter
                               .reshard = o.parallel.zero3_reshard_after_forward,
                               .grad_element = BytesOf(o).grad_comm,
                               .param_element = BytesOf(o).params};
+    parallel::StepEndShape::Group replicas;
     if (o.parallel.ShardsByNode()) {  // HSDP (no experts): the node's shard, and its replicas
       const parallel::Topology::NodeShards groups = NodeShardsOf(o, rank);
       const parallel::StepEndShape::Group shard = MemberOf(in, groups.shard, rank);
-      const parallel::StepEndShape::Group replicas = MemberOf(in, groups.replicate, rank);
+      replicas = MemberOf(in, groups.replicate, rank);
       shape.group = comm::group::kDpShard;
       shape.ranks = shard.ranks;
       shape.rank = shard.rank;
       shape.nodes = shard.nodes;
-      shape.replicas = replicas.ranks;
-      shape.replica = replicas.rank;
-      shape.replica_nodes = replicas.nodes;
     }
+    extensions::ZeroPlusPlusShape variants;
     if (o.parallel.Hpz()) {  // the node's share of the dp group gathers backward's units
       const parallel::StepEndShape::Group node = MemberOf(in, NodeCutOf(o, rank).shard, rank);
-      shape.hpz_ranks = node.ranks;
-      shape.hpz_rank = node.rank;
-      shape.hpz_nodes = node.nodes;
+      variants.hpz = {.ranks = node.ranks, .rank = node.rank, .nodes = node.nodes};
     }
-    if (o.parallel.Qwz()) shape.quant_block = o.parallel.zero_quant_block;
+    if (o.parallel.Qwz()) variants.quant_block = o.parallel.zero_quant_block;
     if (o.parallel.Qgz()) {  // in two hops when the dp group spans nodes (not HSDP's)
-      shape.grad_quant_block = o.parallel.zero_quant_block;
-      shape.grad_quant_bits = o.parallel.zero_quant_grad_bits;
+      variants.grad_quant_block = o.parallel.zero_quant_block;
+      variants.grad_quant_bits = o.parallel.zero_quant_grad_bits;
       if (!o.parallel.ShardsByNode() && o.placement.gpus_per_node > 0) {
         const parallel::Topology::NodeShards cut = NodeCutOf(o, rank);
         if (cut.replicate.size() > 1) {
-          for (auto [members, into] : {std::pair{&cut.shard, &shape.qgz_node},
-                                       std::pair{&cut.replicate, &shape.qgz_across}}) {
+          for (auto [members, into] : {std::pair{&cut.shard, &variants.qgz_node},
+                                       std::pair{&cut.replicate, &variants.qgz_across}}) {
             const parallel::StepEndShape::Group g = MemberOf(in, *members, rank);
             *into = {.ranks = g.ranks, .rank = g.rank, .nodes = g.nodes};
           }
         }
       }
     }
-    return parallel::ZeroCalls(units, shape);
+    comm::ExpectedCalls calls = extensions::ZeroPlusPlusCalls(units, shape, variants);
+    extensions::AddReplicaSum(units, shape, replicas.ranks, replicas.rank, replicas.nodes, calls);
+    return calls;
   }
   const std::vector<comm::Chunk> ranges = ep > 1 ? parallel::ExpertRanges(layout, experts)
                                                  : std::vector<comm::Chunk>{{0, layout.total()}};

@@ -1,11 +1,11 @@
-// ZeRO++'s qwZ quantiser (core/parallel/zero/quantize.h) against a reference written here from
+// ZeRO++'s qwZ quantiser (extensions/zero_pp/quantize.h) against a reference written here from
 // the header's rule, and its all-gather over thread ranks: every chunk dequantised as the
 // reference says, and the two calls' bytes as the formula says. The same for qgZ's
-// reduce-scatter (core/parallel/zero/qgz.h), in one hop and in two, against its algorithm
+// reduce-scatter (extensions/zero_pp/qgz.h), in one hop and in two, against its algorithm
 // unrolled here.
-#include "core/parallel/zero/quantize.h"
+#include "extensions/zero_pp/quantize.h"
 
-#include "core/parallel/zero/qgz.h"
+#include "extensions/zero_pp/qgz.h"
 
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
 
-namespace tally::parallel {
+namespace tally::extensions {
 namespace {
 
 // Values of every size, a block of zeros among them.
@@ -326,4 +326,4 @@ INSTANTIATE_TEST_SUITE_P(Grids, QgzTest,
                          });
 
 }  // namespace
-}  // namespace tally::parallel
+}  // namespace tally::extensions

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <tuple>
 
-#include "core/parallel/zero/qgz.h"
-#include "core/parallel/zero/quantize.h"
 #include "core/runtime/comm/ledger/exact_traffic.h"
 #include "core/runtime/comm/ledger/names.h"
 
@@ -118,48 +116,6 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
   return comm::TotalSent(calls, algorithm);
 }
 
-namespace {
-
-// qgZ's all-to-alls for one reduce-scatter of `count` values (qgz.h), `calls` times: the
-// bytes and the scales, in one hop over the shape's group or in two.
-void AddQgzCalls(int64_t count, int calls, const ZeroShape& s, comm::ExpectedCalls& out) {
-  const QgzPart part = QgzPartOf(count, s.ranks, s.grad_quant_block, s.grad_quant_bits);
-  const bool two_hops = s.qgz_across.ranks > 1;
-  struct Hop {
-    const char* group;
-    int ranks, rank;
-    const std::vector<int>& nodes;
-    int64_t parts;  // quantised parts a rank sends in all
-  };
-  std::vector<Hop> hops;
-  if (two_hops) {
-    hops.push_back({comm::group::kDpShard, s.qgz_node.ranks, s.qgz_node.rank, s.qgz_node.nodes,
-                    int64_t(s.ranks)});
-    hops.push_back({comm::group::kDpReplicate, s.qgz_across.ranks, s.qgz_across.rank,
-                    s.qgz_across.nodes, int64_t(s.qgz_across.ranks)});
-  } else {
-    hops.push_back({s.group, s.ranks, s.rank, s.nodes, int64_t(s.ranks)});
-  }
-  for (const Hop& hop : hops) {
-    for (auto [scope, per_part, element] :
-         {std::tuple{comm::scope::kQgz, part.bytes, int64_t{1}},
-          std::tuple{comm::scope::kQgzScales, part.scales, int64_t{4}}}) {
-      out.push_back({.group = hop.group,
-                     .primitive = comm::Primitive::kAllToAll,
-                     .phase = comm::Phase::kBackward,
-                     .scope = scope,
-                     .count = hop.parts * per_part,
-                     .element = element,
-                     .calls = calls,
-                     .ranks = hop.ranks,
-                     .rank = hop.rank,
-                     .nodes = hop.nodes});
-    }
-  }
-}
-
-}  // namespace
-
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& s) {
   using comm::Phase;
   using comm::Primitive;
@@ -171,42 +127,7 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
     const int per_unit =
         ZeroCallsPerStep(s.zero_stage, s.micro_batches, primitive, phase, s.recompute, s.reshard);
     if (per_unit == 0) continue;
-    const bool in_node = s.hpz_ranks > 0 && primitive == Primitive::kAllGather && phase == Phase::kBackward;
     for (const comm::Chunk& unit : units) {
-      if (in_node) {
-        calls.push_back({.group = comm::group::kDpShard,
-                         .primitive = primitive,
-                         .phase = phase,
-                         .count = unit.count,
-                         .element = s.param_element,
-                         .calls = per_unit,
-                         .ranks = s.hpz_ranks,
-                         .rank = s.hpz_rank,
-                         .nodes = s.hpz_nodes});
-        continue;
-      }
-      if (s.quant_block > 0 && primitive == Primitive::kAllGather) {  // qwZ
-        for (auto [scope, count, element] :
-             {std::tuple{comm::scope::kQwz, unit.count, int64_t{1}},
-              std::tuple{comm::scope::kQwzScales,
-                         s.ranks * ScalesPerRank(unit.count, s.ranks, s.quant_block), int64_t{4}}}) {
-          calls.push_back({.group = s.group,
-                           .primitive = primitive,
-                           .phase = phase,
-                           .scope = scope,
-                           .count = count,
-                           .element = element,
-                           .calls = per_unit,
-                           .ranks = s.ranks,
-                           .rank = s.rank,
-                           .nodes = s.nodes});
-        }
-        continue;
-      }
-      if (s.grad_quant_block > 0 && primitive == Primitive::kReduceScatter) {  // qgZ
-        AddQgzCalls(unit.count, per_unit, s, calls);
-        continue;
-      }
       calls.push_back(
           {.group = s.group,
            .primitive = primitive,
@@ -218,19 +139,6 @@ comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShap
            .rank = s.rank,
            .nodes = s.nodes});
     }
-  }
-  if (s.replicas > 1) {  // the shard: the rank's chunk of every unit
-    int64_t shard = 0;
-    for (const comm::Chunk& unit : units) shard += comm::ChunkOf(unit.count, s.ranks, s.rank).count;
-    calls.push_back({.group = comm::group::kDpReplicate,
-                     .primitive = Primitive::kAllReduce,
-                     .phase = Phase::kBackward,
-                     .count = shard,
-                     .element = s.grad_element,
-                     .calls = 1,
-                     .ranks = s.replicas,
-                     .rank = s.replica,
-                     .nodes = s.replica_nodes});
   }
   return calls;
 }

@@ -98,9 +98,8 @@ int64_t ZeroBytesPerStep(std::span<const comm::Chunk> units, int zero_stage, int
 // reduce-scatters (phase backward) and all-gathers (optimizer, forward, backward), as
 // many as ZeroCallsPerStep, booked in group `group` (dp, or edp for the experts') with no
 // scope. `grad_element`: bytes a value of the reduce-scatter (the gradients' wire type);
-// `param_element`: of the all-gather (the parameters' type). Under HSDP (`replicas` > 1;
-// zero.h) also the all-reduce of the rank's gradient shard over the replicate group
-// (group dp_repl, phase backward), once a step.
+// `param_element`: of the all-gather (the parameters' type). The variants' calls
+// (extensions/) are made from these.
 struct ZeroShape {
   const char* group = "";
   int ranks = 1, rank = 0;
@@ -109,26 +108,6 @@ struct ZeroShape {
   bool recompute = false;
   bool reshard = true;  // ZeRO-3's reshard after forward
   int64_t grad_element = 4, param_element = 4;
-  int replicas = 1, replica = 0;          // HSDP's replicate group, and this rank's place
-  std::vector<int> replica_nodes = {};    // the node of each of its ranks
-  // hpZ (hpz_ranks > 0): the backward's gathers over the node's group (dp_shard).
-  int hpz_ranks = 0, hpz_rank = 0;
-  std::vector<int> hpz_nodes = {};
-  // qwZ (quant_block > 0): each all-gather over `group` is two (quantize.h), a unit's
-  // bytes (scope qwz, 1 byte a value) and its scales (scope qwz_scales, ranks times the
-  // largest chunk's blocks, 4 bytes each).
-  int64_t quant_block = 0;
-  // qgZ (grad_quant_block > 0): each reduce-scatter over `group` is all-to-alls (qgz.h),
-  // the bytes (scope qgz, grad_quant_bits a value) and the scales (qgz_scales, 4 bytes each), over
-  // `group`, or in two hops when qgz_across.ranks > 1: over qgz_node (group dp_shard) and
-  // then over qgz_across (group dp_repl).
-  int64_t grad_quant_block = 0;
-  int grad_quant_bits = 8;  // 8 or 4 (two values a byte)
-  struct Group {
-    int ranks = 1, rank = 0;
-    std::vector<int> nodes = {};
-  };
-  Group qgz_node = {}, qgz_across = {};
 };
 comm::ExpectedCalls ZeroCalls(std::span<const comm::Chunk> units, const ZeroShape& shape);
 

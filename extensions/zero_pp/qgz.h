@@ -43,7 +43,9 @@
 #include "core/runtime/comm/communicator.h"
 #include "core/runtime/tensor.h"
 
-namespace tally::parallel {
+namespace tally::extensions {
+
+using parallel::ErrorSums;
 
 // How qgZ quantises and which groups carry its hops.
 struct QgzConfig {
@@ -67,4 +69,4 @@ struct QgzPart {
 };
 QgzPart QgzPartOf(int64_t count, int ranks, int64_t block, int bits);
 
-}  // namespace tally::parallel
+}  // namespace tally::extensions

@@ -1,14 +1,14 @@
-#include "core/parallel/zero/qgz.h"
+#include "extensions/zero_pp/qgz.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "core/parallel/zero/quantize.h"
+#include "extensions/zero_pp/quantize.h"
 #include "core/runtime/comm/algorithms/partition.h"
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
 
-namespace tally::parallel {
+namespace tally::extensions {
 namespace {
 
 int QMax(int bits) { return bits == 4 ? 7 : 127; }
@@ -173,4 +173,4 @@ absl::Status QuantizedReduceScatter(comm::Communicator& group, const QgzConfig& 
   return absl::OkStatus();
 }
 
-}  // namespace tally::parallel
+}  // namespace tally::extensions

@@ -1,4 +1,4 @@
-#include "core/parallel/zero/quantize.h"
+#include "extensions/zero_pp/quantize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
 
-namespace tally::parallel {
+namespace tally::extensions {
 namespace {
 
 template <typename T>
@@ -134,4 +134,4 @@ absl::Status QuantizedGather::Finish() {
   return absl::OkStatus();
 }
 
-}  // namespace tally::parallel
+}  // namespace tally::extensions

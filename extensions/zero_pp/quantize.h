@@ -30,7 +30,9 @@
 #include "core/runtime/dtype.h"
 #include "core/runtime/tensor.h"
 
-namespace tally::parallel {
+namespace tally::extensions {
+
+using parallel::ErrorSums;
 
 // Blocks of `block` values in a run of n.
 // (Written without n + block - 1, which overflows for a block near 2^63.)
@@ -77,4 +79,4 @@ class QuantizedGather {
   std::unique_ptr<comm::CollectiveWork> q_work_, scales_work_;
 };
 
-}  // namespace tally::parallel
+}  // namespace tally::extensions
