@@ -3,10 +3,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "extensions/zero_pp/quantize.h"
 #include "core/runtime/comm/algorithms/partition.h"
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
+#include "extensions/zero_pp/names.h"
+#include "extensions/zero_pp/quantize.h"
 
 namespace tally::extensions {
 namespace {
@@ -81,10 +82,10 @@ struct Exchange {
 
   absl::Status Run(comm::Communicator& group, comm::Algorithm algorithm) {
     {
-      comm::LabelScope label(group.ledger(), comm::scope::kQgz);
+      comm::LabelScope label(group.ledger(), extensions::scope::kQgz);
       RETURN_IF_ERROR(group.AllToAll(send_q, recv_q, algorithm));
     }
-    comm::LabelScope label(group.ledger(), comm::scope::kQgzScales);
+    comm::LabelScope label(group.ledger(), extensions::scope::kQgzScales);
     return group.AllToAll(send_s, recv_s, algorithm);
   }
 };

@@ -6,6 +6,7 @@
 #include "core/runtime/comm/algorithms/partition.h"
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
+#include "extensions/zero_pp/names.h"
 
 namespace tally::extensions {
 namespace {
@@ -98,18 +99,18 @@ absl::Status QuantizedGather::Post(const Tensor& mine, const Tensor& all, bool b
   }
   if (blocking) {
     {
-      comm::LabelScope label(group.ledger(), comm::scope::kQwz);
+      comm::LabelScope label(group.ledger(), extensions::scope::kQwz);
       RETURN_IF_ERROR(group.AllGather(q_mine_, q_all_, algorithm_));
     }
-    comm::LabelScope label(group.ledger(), comm::scope::kQwzScales);
+    comm::LabelScope label(group.ledger(), extensions::scope::kQwzScales);
     RETURN_IF_ERROR(group.AllGather(scales_mine_, scales_all_, algorithm_));
     return Finish();
   }
   {
-    comm::LabelScope label(group.ledger(), comm::scope::kQwz);
+    comm::LabelScope label(group.ledger(), extensions::scope::kQwz);
     ASSIGN_OR_RETURN(q_work_, group.IAllGather(q_mine_, q_all_, algorithm_));
   }
-  comm::LabelScope label(group.ledger(), comm::scope::kQwzScales);
+  comm::LabelScope label(group.ledger(), extensions::scope::kQwzScales);
   ASSIGN_OR_RETURN(scales_work_, group.IAllGather(scales_mine_, scales_all_, algorithm_));
   return absl::OkStatus();
 }

@@ -3,10 +3,11 @@
 #include <tuple>
 #include <utility>
 
-#include "extensions/zero_pp/quantize.h"
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
 #include "core/train/extensions.h"
+#include "extensions/zero_pp/names.h"
+#include "extensions/zero_pp/quantize.h"
 
 namespace tally::extensions {
 
@@ -99,8 +100,8 @@ void AddQgzCalls(int64_t count, int calls, const parallel::ZeroShape& s,
   }
   for (const Hop& hop : hops) {
     for (auto [scope, per_part, element] :
-         {std::tuple{comm::scope::kQgz, part.bytes, int64_t{1}},
-          std::tuple{comm::scope::kQgzScales, part.scales, int64_t{4}}}) {
+         {std::tuple{extensions::scope::kQgz, part.bytes, int64_t{1}},
+          std::tuple{extensions::scope::kQgzScales, part.scales, int64_t{4}}}) {
       out.push_back({.group = hop.group,
                      .primitive = comm::Primitive::kAllToAll,
                      .phase = comm::Phase::kBackward,
@@ -130,9 +131,9 @@ comm::ExpectedCalls ZeroPlusPlusCalls(std::span<const comm::Chunk> units,
       out.push_back(c);
     } else if (gather && v.quant_block > 0) {  // qwZ: the values, then the scales
       comm::ExpectedCall scales = c;
-      c.scope = comm::scope::kQwz;
+      c.scope = extensions::scope::kQwz;
       c.element = 1;
-      scales.scope = comm::scope::kQwzScales;
+      scales.scope = extensions::scope::kQwzScales;
       scales.count = s.ranks * ScalesPerRank(c.count, s.ranks, v.quant_block);
       scales.element = 4;
       out.push_back(c);

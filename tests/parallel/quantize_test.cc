@@ -18,6 +18,7 @@
 #include "core/runtime/comm/ledger/exact_traffic.h"
 #include "core/runtime/comm/ledger/names.h"
 #include "core/runtime/status_macros.h"
+#include "extensions/zero_pp/names.h"
 
 namespace tally::extensions {
 namespace {
@@ -158,8 +159,8 @@ TEST_P(QuantizedGatherTest, EveryChunkDequantisedAndTheBytesOfTheFormula) {
   const int64_t blocks = ScalesPerRank(n, ranks, block);
   EXPECT_EQ(blocks, BlocksOf(comm::ChunkOf(n, ranks, 0).count, block));
   for (int w = 0; w < ranks; ++w) {
-    for (auto [scope, count, element] : {std::tuple{comm::scope::kQwz, n, int64_t{1}},
-                                         std::tuple{comm::scope::kQwzScales, ranks * blocks, int64_t{4}}}) {
+    for (auto [scope, count, element] : {std::tuple{extensions::scope::kQwz, n, int64_t{1}},
+                                         std::tuple{extensions::scope::kQwzScales, ranks * blocks, int64_t{4}}}) {
       const int64_t sent = ledgers[size_t(w)].Sum([&](const comm::LedgerKey& k) {
         return k.label == scope;
       }).bytes_sent;
@@ -170,7 +171,7 @@ TEST_P(QuantizedGatherTest, EveryChunkDequantisedAndTheBytesOfTheFormula) {
     // The ring's closed form of quantize.h: (p-1)/p·n bytes (n/p each hop when p | n) and
     // (p-1)·B scales.
     const int64_t scales = ledgers[size_t(w)].Sum([](const comm::LedgerKey& k) {
-      return k.label == comm::scope::kQwzScales;
+      return k.label == extensions::scope::kQwzScales;
     }).bytes_sent;
     EXPECT_EQ(scales, 2 * (ranks - 1) * blocks * 4) << w;
   }
@@ -296,7 +297,7 @@ TEST_P(QgzTest, ReducedAsTheAlgorithmUnrolledAndTheBytesOfTheFormula) {
   auto sent = [&](int r, const std::string& group) {
     return ledgers[size_t(r)].Sum([&](const comm::LedgerKey& k) {
       return k.group == group && k.primitive == comm::Primitive::kAllToAll &&
-             (k.label == comm::scope::kQgz || k.label == comm::scope::kQgzScales);
+             (k.label == extensions::scope::kQgz || k.label == extensions::scope::kQgzScales);
     }).bytes_sent;
   };
   const int64_t one = part.bytes + 4 * part.scales;

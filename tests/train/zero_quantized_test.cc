@@ -19,6 +19,7 @@
 #include "core/parallel/zero/sharding.h"
 #include "core/runtime/comm/algorithms/partition.h"
 #include "core/runtime/comm/ledger/names.h"
+#include "extensions/zero_pp/names.h"
 #include "tests/sweep.h"
 #include "tests/train/run_ranks.h"
 
@@ -120,12 +121,12 @@ TEST_P(QwzTest, QuantisedGathersExactAndTrainingBesideThePlainRun) {
   for (int r = 0; r < o.world(); ++r) {
     // Nothing gathered as it is over the dp group; the forward's values at one byte each.
     EXPECT_EQ(Gathered(run, r, comm::Phase::kForward, ""), 0) << "rank " << r;
-    EXPECT_EQ(param_bytes * Gathered(run, r, comm::Phase::kForward, comm::scope::kQwz),
+    EXPECT_EQ(param_bytes * Gathered(run, r, comm::Phase::kForward, extensions::scope::kQwz),
               Gathered(plain, r, comm::Phase::kForward, ""))
         << "rank " << r;
-    EXPECT_GT(Gathered(run, r, comm::Phase::kForward, comm::scope::kQwzScales), 0) << "rank " << r;
+    EXPECT_GT(Gathered(run, r, comm::Phase::kForward, extensions::scope::kQwzScales), 0) << "rank " << r;
     // hpZ's backward gathers the secondary copy inside the node as it is.
-    EXPECT_EQ(Gathered(run, r, comm::Phase::kBackward, comm::scope::kQwz) == 0, g.hpz)
+    EXPECT_EQ(Gathered(run, r, comm::Phase::kBackward, extensions::scope::kQwz) == 0, g.hpz)
         << "rank " << r;
   }
 }
@@ -169,12 +170,12 @@ TEST_P(QgzTest, QuantisedAllToAllsExactAndTrainingBesideThePlainRun) {
     for (const char* group : {comm::group::kDp, comm::group::kDpShard}) {
       EXPECT_EQ(Sent(run, r, group, Primitive::kReduceScatter, ""), 0) << group;
     }
-    EXPECT_GT(Sent(run, r, "", Primitive::kAllToAll, comm::scope::kQgz), 0);
-    EXPECT_GT(Sent(run, r, "", Primitive::kAllToAll, comm::scope::kQgzScales), 0);
-    EXPECT_EQ(Sent(run, r, comm::group::kDpReplicate, Primitive::kAllToAll, comm::scope::kQgz) > 0,
+    EXPECT_GT(Sent(run, r, "", Primitive::kAllToAll, extensions::scope::kQgz), 0);
+    EXPECT_GT(Sent(run, r, "", Primitive::kAllToAll, extensions::scope::kQgzScales), 0);
+    EXPECT_EQ(Sent(run, r, comm::group::kDpReplicate, Primitive::kAllToAll, extensions::scope::kQgz) > 0,
               two_hops);
     if (two_hops) {  // across the nodes: the node's sums, each value a byte
-      EXPECT_LT(Sent(run, r, comm::group::kDpReplicate, Primitive::kAllToAll, comm::scope::kQgz),
+      EXPECT_LT(Sent(run, r, comm::group::kDpReplicate, Primitive::kAllToAll, extensions::scope::kQgz),
                 Sent(plain, r, comm::group::kDp, Primitive::kReduceScatter, "") / 4);
     }
   }

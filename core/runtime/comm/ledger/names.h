@@ -40,12 +40,6 @@ inline constexpr char kCrossEntropy[] = "cross_entropy";          // vocab-paral
 inline constexpr char kPowerSgdWhole[] = "powersgd_whole";
 inline constexpr char kPowerSgdP[] = "powersgd_p";
 inline constexpr char kPowerSgdQ[] = "powersgd_q";
-// ZeRO++'s qwZ (extensions/zero_pp/quantize.h): the quantised bytes, and their blocks' scales.
-inline constexpr char kQwz[] = "qwz";
-inline constexpr char kQwzScales[] = "qwz_scales";
-// ZeRO++'s qgZ (extensions/zero_pp/qgz.h): the quantised gradients' all-to-alls, and their scales.
-inline constexpr char kQgz[] = "qgz";
-inline constexpr char kQgzScales[] = "qgz_scales";
 // 1-bit Adam's compressed average of the momentum (core/parallel/onebit_adam.h): the sign bits'
 // all-to-all and all-gather, and the scales' all-gathers.
 inline constexpr char kOneBitSigns[] = "onebit_signs";
